@@ -1,0 +1,1 @@
+//! The benchmark engine: parameters, connection, run loop, measurement and report.

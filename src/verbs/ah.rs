@@ -1,0 +1,94 @@
+//! Address vectors (`struct ibv_ah_attr`) and address handles (`ibv_create_ah(3)`): how a packet
+//! finds the remote port. Connected QPs take the vector in their RTR transition; UD sends name
+//! an address handle per request.
+
+use std::sync::Arc;
+
+use rdma_sys::{ibv_ah, ibv_ah_attr, ibv_create_ah, ibv_destroy_ah, ibv_gid, ibv_global_route};
+
+use super::error::{Result, VerbsError};
+use super::gid::Gid;
+use super::pd::{Pd, PdInner};
+
+/// The Global Route Header fields: required on RoCE, where ports are addressed by GID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GlobalRoute {
+    /// The remote port's GID.
+    pub dgid: Gid,
+    /// Which entry of *our* GID table to send from (it fixes RoCE v1/v2 and the source IP).
+    pub sgid_index: u8,
+    /// IP TTL / IB hop limit; 1 keeps a RoCE v2 packet in its subnet, 64 lets it be routed.
+    pub hop_limit: u8,
+    pub traffic_class: u8,
+    pub flow_label: u32,
+}
+
+/// An address vector: the path to a remote port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AhAttr {
+    /// Remote LID (InfiniBand); 0 on RoCE.
+    pub dlid: u16,
+    /// Service level (priority lane).
+    pub sl: u8,
+    /// Our port to send from.
+    pub port_num: u8,
+    /// Present on RoCE (and for IB traffic between subnets).
+    pub grh: Option<GlobalRoute>,
+}
+
+impl AhAttr {
+    pub(crate) fn to_ibv(self) -> ibv_ah_attr {
+        // SAFETY: plain C data; zero is valid for every field.
+        let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
+        a.dlid = self.dlid;
+        a.sl = self.sl;
+        a.src_path_bits = 0;
+        a.port_num = self.port_num;
+        if let Some(g) = self.grh {
+            a.is_global = 1;
+            a.grh = ibv_global_route {
+                dgid: ibv_gid { raw: g.dgid.0 },
+                flow_label: g.flow_label,
+                sgid_index: g.sgid_index,
+                hop_limit: g.hop_limit,
+                traffic_class: g.traffic_class,
+            };
+        }
+        a
+    }
+}
+
+/// An address handle for UD sends. Keeps its PD alive.
+pub struct Ah {
+    pub(crate) ptr: *mut ibv_ah,
+    _pd: Arc<PdInner>,
+}
+
+// SAFETY: address handles are immutable after creation and thread-safe in libibverbs.
+unsafe impl Send for Ah {}
+// SAFETY: as above.
+unsafe impl Sync for Ah {}
+
+impl Ah {
+    /// Creates an address handle (`ibv_create_ah(3)`).
+    pub fn create(pd: &Pd, attr: &AhAttr) -> Result<Ah> {
+        let mut a = attr.to_ibv();
+        // SAFETY: the PD is live; `a` is a fully initialised attribute struct.
+        let ptr = unsafe { ibv_create_ah(pd.inner.ptr, &mut a) };
+        if ptr.is_null() {
+            return Err(VerbsError::last("ibv_create_ah"));
+        }
+        Ok(Ah {
+            ptr,
+            _pd: pd.inner.clone(),
+        })
+    }
+}
+
+impl Drop for Ah {
+    fn drop(&mut self) {
+        // SAFETY: ptr is our AH; the PD outlives us. Posting borrows the Ah, so no post is
+        // running; rxe copies the address vector into the WQE at post time.
+        unsafe { ibv_destroy_ah(self.ptr) };
+    }
+}

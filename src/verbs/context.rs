@@ -1,0 +1,296 @@
+//! An opened device (`struct ibv_context`): queries of the device, its ports and GID tables,
+//! and the factory of protection domains, CQs and completion channels.
+
+use std::ffi::CStr;
+use std::sync::Arc;
+
+use nix::errno::Errno;
+use rdma_sys::{
+    ___ibv_query_port, ibv_close_device, ibv_context, ibv_device, ibv_device_attr, ibv_gid,
+    ibv_gid_entry, ibv_open_device, ibv_port_attr, ibv_query_device, ibv_query_gid,
+};
+
+use super::attrs::{LinkLayer, Mtu, PortState};
+use super::channel::CompChannel;
+use super::cq::Cq;
+use super::error::{Result, VerbsError};
+use super::gid::{choose_gid, Gid, GidChoice, GidEntry, GidType};
+use super::pd::Pd;
+use crate::sysfs;
+
+extern "C" {
+    // Exported by libibverbs (>= 32) behind the static-inline ibv_query_gid_ex(3); rdma-sys does
+    // not bind it. Returns 0, or an errno value (ENODATA for an empty index).
+    fn _ibv_query_gid_ex(
+        context: *mut ibv_context,
+        port_num: u32,
+        gid_index: u32,
+        entry: *mut ibv_gid_entry,
+        flags: u32,
+        entry_size: usize,
+    ) -> i32;
+}
+
+/// The owner of a `struct ibv_context`; every child object holds an `Arc` of it, so the device
+/// is closed only after the last PD, CQ and channel is gone.
+pub(crate) struct ContextInner {
+    pub(crate) ptr: *mut ibv_context,
+    pub(crate) name: String,
+}
+
+// SAFETY: libibverbs contexts are thread-safe: every verb may be called from any thread.
+unsafe impl Send for ContextInner {}
+// SAFETY: as above; ContextInner has no interior state of its own.
+unsafe impl Sync for ContextInner {}
+
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from ibv_open_device; all children hold an Arc of us, so none is left.
+        unsafe { ibv_close_device(self.ptr) };
+    }
+}
+
+/// An opened RDMA device (`ibv_open_device(3)`). Cheap to clone (an `Arc`).
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+/// What a benchmarker checks about a device (a subset of `struct ibv_device_attr`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceAttr {
+    pub fw_ver: String,
+    pub node_guid: u64,
+    pub sys_image_guid: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub phys_port_cnt: u8,
+    pub max_qp: i32,
+    pub max_qp_wr: i32,
+    pub max_sge: i32,
+    pub max_sge_rd: i32,
+    pub max_cq: i32,
+    pub max_cqe: i32,
+    pub max_mr: i32,
+    pub max_mr_size: u64,
+    pub max_pd: i32,
+    pub max_qp_rd_atom: i32,
+    pub max_qp_init_rd_atom: i32,
+    pub max_res_rd_atom: i32,
+    pub max_srq: i32,
+    pub max_ah: i32,
+    /// `IBV_ATOMIC_NONE` (0), `HCA` (1) or `GLOB` (2).
+    pub atomic_cap: u32,
+    pub device_cap_flags: u32,
+    pub page_size_cap: u64,
+}
+
+/// The state and capabilities of one port (a subset of `struct ibv_port_attr`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortAttr {
+    pub port_num: u8,
+    pub state: PortState,
+    pub max_mtu: Option<Mtu>,
+    pub active_mtu: Option<Mtu>,
+    pub link_layer: LinkLayer,
+    pub lid: u16,
+    pub sm_lid: u16,
+    pub gid_tbl_len: u32,
+    pub max_msg_sz: u32,
+    pub active_width: u8,
+    pub active_speed: u8,
+    pub phys_state: u8,
+}
+
+impl Context {
+    pub(crate) fn open(device: *mut ibv_device, name: String) -> Result<Context> {
+        // SAFETY: `device` is a live entry of a device list the caller still holds.
+        let ptr = unsafe { ibv_open_device(device) };
+        if ptr.is_null() {
+            return Err(VerbsError::last("ibv_open_device"));
+        }
+        Ok(Context {
+            inner: Arc::new(ContextInner { ptr, name }),
+        })
+    }
+
+    /// The device name, e.g. `rxe0`.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Device capabilities (`ibv_query_device(3)`).
+    pub fn query_device(&self) -> Result<DeviceAttr> {
+        // SAFETY: ibv_device_attr is plain C data; zero is a valid starting value.
+        let mut a: ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: the context is open; `a` is a valid out-pointer.
+        let ret = unsafe { ibv_query_device(self.inner.ptr, &mut a) };
+        if ret != 0 {
+            return Err(VerbsError::from_ret("ibv_query_device", ret));
+        }
+        // SAFETY: fw_ver is a NUL-terminated char array filled by the provider (zeroed above,
+        // so a NUL exists even if it wrote nothing).
+        let fw_ver = unsafe { CStr::from_ptr(a.fw_ver.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        Ok(DeviceAttr {
+            fw_ver,
+            node_guid: u64::from_be(a.node_guid),
+            sys_image_guid: u64::from_be(a.sys_image_guid),
+            vendor_id: a.vendor_id,
+            vendor_part_id: a.vendor_part_id,
+            hw_ver: a.hw_ver,
+            phys_port_cnt: a.phys_port_cnt,
+            max_qp: a.max_qp,
+            max_qp_wr: a.max_qp_wr,
+            max_sge: a.max_sge,
+            max_sge_rd: a.max_sge_rd,
+            max_cq: a.max_cq,
+            max_cqe: a.max_cqe,
+            max_mr: a.max_mr,
+            max_mr_size: a.max_mr_size,
+            max_pd: a.max_pd,
+            max_qp_rd_atom: a.max_qp_rd_atom,
+            max_qp_init_rd_atom: a.max_qp_init_rd_atom,
+            max_res_rd_atom: a.max_res_rd_atom,
+            max_srq: a.max_srq,
+            max_ah: a.max_ah,
+            atomic_cap: a.atomic_cap,
+            device_cap_flags: a.device_cap_flags,
+            page_size_cap: a.page_size_cap,
+        })
+    }
+
+    /// Port state and attributes (`ibv_query_port(3)`); ports are numbered from 1.
+    pub fn query_port(&self, port_num: u8) -> Result<PortAttr> {
+        // SAFETY: plain C data; zeroed first because the compat fallback does not clear it.
+        let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: the context is open; `a` is a valid, full-size ibv_port_attr.
+        let ret = unsafe { ___ibv_query_port(self.inner.ptr, port_num, &mut a) };
+        if ret != 0 {
+            let err = VerbsError::from_ret("ibv_query_port", ret);
+            if err.errno() == Some(Errno::EINVAL) {
+                return Err(VerbsError::InvalidArgument(format!(
+                    "device {} has no port {port_num} (ports are numbered from 1)",
+                    self.name()
+                )));
+            }
+            return Err(err);
+        }
+        Ok(PortAttr {
+            port_num,
+            state: PortState(a.state),
+            max_mtu: Mtu::from_ibv(a.max_mtu),
+            active_mtu: Mtu::from_ibv(a.active_mtu),
+            link_layer: LinkLayer::from_ibv(a.link_layer),
+            lid: a.lid,
+            sm_lid: a.sm_lid,
+            gid_tbl_len: a.gid_tbl_len.max(0) as u32,
+            max_msg_sz: a.max_msg_sz,
+            active_width: a.active_width,
+            active_speed: a.active_speed,
+            phys_state: a.phys_state,
+        })
+    }
+
+    /// One GID (`ibv_query_gid(3)`); an empty index reads as all zeros.
+    pub fn query_gid(&self, port_num: u8, index: u32) -> Result<Gid> {
+        let mut g = ibv_gid { raw: [0; 16] };
+        // SAFETY: the context is open; `g` is a valid out-pointer.
+        let ret = unsafe { ibv_query_gid(self.inner.ptr, port_num, index as i32, &mut g) };
+        if ret != 0 {
+            return Err(VerbsError::from_ret("ibv_query_gid", ret));
+        }
+        // SAFETY: every bit pattern of the union is a valid [u8; 16].
+        Ok(Gid(unsafe { g.raw }))
+    }
+
+    /// One populated GID-table entry with its type and netdev, or `None` for an empty index
+    /// (`ibv_query_gid_ex(3)`, falling back to `ibv_query_gid(3)` and sysfs on old kernels).
+    pub fn gid_entry(&self, port_num: u8, index: u32) -> Result<Option<GidEntry>> {
+        // SAFETY: plain C data.
+        let mut e: ibv_gid_entry = unsafe { std::mem::zeroed() };
+        // SAFETY: the context is open; `e` is a valid out-pointer of the size we pass.
+        let ret = unsafe {
+            _ibv_query_gid_ex(
+                self.inner.ptr,
+                port_num as u32,
+                index,
+                &mut e,
+                0,
+                std::mem::size_of::<ibv_gid_entry>(),
+            )
+        };
+        let (gid, gid_type) = match ret {
+            0 => {
+                // SAFETY: every bit pattern of the union is a valid [u8; 16].
+                (
+                    Gid(unsafe { e.gid.raw }),
+                    Some(GidType::from_ibv(e.gid_type)),
+                )
+            }
+            r if r == Errno::ENODATA as i32 => return Ok(None),
+            r if r == Errno::EOPNOTSUPP as i32 || r == Errno::ENOSYS as i32 => {
+                (self.query_gid(port_num, index)?, None)
+            }
+            r => return Err(VerbsError::from_ret("ibv_query_gid_ex", r)),
+        };
+        if gid.is_zero() {
+            return Ok(None);
+        }
+        let gid_type = gid_type
+            .or_else(|| {
+                sysfs::gid_type(self.name(), port_num, index).and_then(|s| GidType::from_sysfs(&s))
+            })
+            .unwrap_or(GidType::IbOrRoceV1);
+        Ok(Some(GidEntry {
+            index,
+            gid,
+            gid_type,
+            netdev: sysfs::gid_netdev(self.name(), port_num, index),
+        }))
+    }
+
+    /// Every populated entry of a port's GID table, in index order.
+    pub fn gid_table(&self, port_num: u8) -> Result<Vec<GidEntry>> {
+        let len = self.query_port(port_num)?.gid_tbl_len;
+        let mut out = Vec::new();
+        for index in 0..len {
+            if let Some(e) = self.gid_entry(port_num, index)? {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The GID to use on a port: `requested` if given (it must be populated), otherwise the
+    /// rule of [`choose_gid`] — which both sides apply alike, so they agree without flags.
+    pub fn choose_gid(&self, port_num: u8, requested: Option<u32>) -> Result<GidChoice> {
+        let table = self.gid_table(port_num)?;
+        choose_gid(&table, requested).map_err(|msg| {
+            VerbsError::InvalidArgument(format!("{} port {port_num}: {msg}", self.name()))
+        })
+    }
+
+    /// A protection domain (`ibv_alloc_pd(3)`).
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        Pd::alloc(self)
+    }
+
+    /// A completion queue of at least `cqe` entries (`ibv_create_cq(3)`), optionally tied to a
+    /// completion channel for event-driven waiting.
+    pub fn create_cq(&self, cqe: u32, channel: Option<&CompChannel>) -> Result<Cq> {
+        Cq::create(self, cqe, channel)
+    }
+
+    /// A completion channel (`ibv_create_comp_channel(3)`).
+    pub fn create_comp_channel(&self) -> Result<CompChannel> {
+        CompChannel::create(self)
+    }
+
+    /// The NUMA node the device sits on, when sysfs knows it.
+    pub fn numa_node(&self) -> Option<u32> {
+        sysfs::numa_node(self.name())
+    }
+}

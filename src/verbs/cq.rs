@@ -1,0 +1,126 @@
+//! Completion queues (`ibv_create_cq(3)`, `ibv_poll_cq(3)`, `ibv_req_notify_cq(3)`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdma_sys::{ibv_cq, ibv_create_cq, ibv_destroy_cq, ibv_poll_cq, ibv_req_notify_cq};
+
+use super::channel::{ChannelInner, CompChannel};
+use super::context::{Context, ContextInner};
+use super::error::{Result, VerbsError};
+use super::wc::WorkCompletion;
+
+pub(crate) struct CqInner {
+    pub(crate) ptr: *mut ibv_cq,
+    _ctx: Arc<ContextInner>,
+    _channel: Option<Arc<ChannelInner>>,
+}
+
+// SAFETY: CQs are thread-safe in libibverbs (providers lock around polling).
+unsafe impl Send for CqInner {}
+// SAFETY: as above.
+unsafe impl Sync for CqInner {}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        // SAFETY: every QP using this CQ holds an Arc of us, so none is left (ibv_destroy_cq
+        // would return EBUSY otherwise); channel and context outlive us through our Arcs.
+        unsafe { ibv_destroy_cq(self.ptr) };
+    }
+}
+
+/// A completion queue. QPs that use it keep it alive.
+#[derive(Clone)]
+pub struct Cq {
+    pub(crate) inner: Arc<CqInner>,
+}
+
+impl Cq {
+    pub(crate) fn create(ctx: &Context, cqe: u32, channel: Option<&CompChannel>) -> Result<Cq> {
+        if cqe == 0 || cqe > i32::MAX as u32 {
+            return Err(VerbsError::InvalidArgument(format!(
+                "CQ size {cqe} is not usable"
+            )));
+        }
+        let ch = channel.map_or(std::ptr::null_mut(), |c| c.inner.ptr);
+        // SAFETY: the context is open; `ch` is NULL or a live channel of the same context.
+        let ptr = unsafe { ibv_create_cq(ctx.inner.ptr, cqe as i32, std::ptr::null_mut(), ch, 0) };
+        if ptr.is_null() {
+            return Err(VerbsError::last("ibv_create_cq"));
+        }
+        Ok(Cq {
+            inner: Arc::new(CqInner {
+                ptr,
+                _ctx: ctx.inner.clone(),
+                _channel: channel.map(|c| c.inner.clone()),
+            }),
+        })
+    }
+
+    /// The number of entries the provider granted (at least what was asked).
+    pub fn capacity(&self) -> u32 {
+        // SAFETY: ptr is a live CQ.
+        unsafe { (*self.inner.ptr).cqe as u32 }
+    }
+
+    /// Takes up to `wcs.len()` completions without waiting (`ibv_poll_cq(3)`); returns how many.
+    /// Failed completions are returned like successful ones: check [`WorkCompletion::ok`].
+    #[inline]
+    pub fn poll(&self, wcs: &mut [WorkCompletion]) -> Result<usize> {
+        let n = wcs.len().min(i32::MAX as usize) as i32;
+        // SAFETY: WorkCompletion is repr(transparent) over ibv_wc, so the slice is n valid
+        // ibv_wc slots; the CQ is live.
+        let ret = unsafe { ibv_poll_cq(self.inner.ptr, n, wcs.as_mut_ptr().cast()) };
+        if ret < 0 {
+            return Err(VerbsError::from_ret("ibv_poll_cq", -ret));
+        }
+        Ok(ret as usize)
+    }
+
+    /// Busy-polls until at least one completion arrives or `timeout` passes; `what` names the
+    /// awaited event in the timeout error (e.g. "the SEND completion").
+    pub fn poll_timeout(
+        &self,
+        wcs: &mut [WorkCompletion],
+        timeout: Duration,
+        what: &str,
+    ) -> Result<usize> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let n = self.poll(wcs)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            spins = spins.wrapping_add(1);
+            // Reading the clock costs more than polling: look at it every 256 empty polls.
+            if spins % 256 == 0 && start.elapsed() >= timeout {
+                return Err(VerbsError::Timeout {
+                    what: what.into(),
+                    after: timeout,
+                });
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Polls until exactly one completion arrives (within `timeout`) and checks its status.
+    pub fn poll_one(&self, timeout: Duration, what: &str) -> Result<WorkCompletion> {
+        let mut wc = [WorkCompletion::default()];
+        self.poll_timeout(&mut wc, timeout, what)?;
+        let [wc] = wc;
+        wc.ok()?;
+        Ok(wc)
+    }
+
+    /// Arms the CQ: the next completion will raise an event on its channel
+    /// (`ibv_req_notify_cq(3)`). With `solicited_only`, only solicited or failed ones do.
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        // SAFETY: the CQ is live.
+        let ret = unsafe { ibv_req_notify_cq(self.inner.ptr, solicited_only as i32) };
+        if ret != 0 {
+            return Err(VerbsError::from_ret("ibv_req_notify_cq", ret));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,38 @@
+//! The safe verbs layer: the only home of `unsafe` in verbs-lab.
+//!
+//! One file per verbs object, named as the man pages name them. Ownership follows one rule
+//! everywhere: **a child holds an `Arc` of its parent's handle**. An [`Mr`] holds its PD, a
+//! [`Pd`] its context, a [`Qp`] its PD and CQs, a [`Cq`] its completion channel. Whatever order
+//! values are dropped in, a parent is freed only after its last child, so `ibv_dealloc_pd` can
+//! never fail with EBUSY and a CQ is never destroyed under a QP.
+//!
+//! Memory the NIC may touch is owned by its [`Mr`] and freed only after deregistration; work
+//! requests name it through [`Sge`]s that only an MR can make. See `docs/architecture.md`.
+
+pub mod ah;
+pub mod attrs;
+pub mod channel;
+pub mod context;
+pub mod cq;
+pub mod device;
+pub mod error;
+pub mod gid;
+pub mod mr;
+pub mod pd;
+pub mod qp;
+pub mod wc;
+pub mod wr;
+
+pub use ah::{Ah, AhAttr, GlobalRoute};
+pub use attrs::{AccessFlags, LinkLayer, Mtu, PortState, QpState, QpType};
+pub use channel::CompChannel;
+pub use context::{Context, DeviceAttr, PortAttr};
+pub use cq::Cq;
+pub use device::{Device, DeviceList};
+pub use error::{Result, VerbsError};
+pub use gid::{Gid, GidChoice, GidEntry, GidType};
+pub use mr::Mr;
+pub use pd::Pd;
+pub use qp::{InitAttr, Qp, QpCaps, QpInitAttr, RtrAttr, RtsAttr};
+pub use wc::{WcOpcode, WcStatus, WorkCompletion};
+pub use wr::{Payload, RecvWr, RemoteBuf, SendOp, SendWr, Sge, UdDest};

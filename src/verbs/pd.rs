@@ -1,0 +1,72 @@
+//! Protection domains (`ibv_alloc_pd(3)`): the scope that ties MRs, QPs and AHs together.
+
+use std::sync::Arc;
+
+use rdma_sys::{ibv_alloc_pd, ibv_dealloc_pd, ibv_pd};
+
+use super::attrs::AccessFlags;
+use super::context::{Context, ContextInner};
+use super::error::{Result, VerbsError};
+use super::mr::Mr;
+use super::qp::{Qp, QpInitAttr};
+
+pub(crate) struct PdInner {
+    pub(crate) ptr: *mut ibv_pd,
+    pub(crate) ctx: Arc<ContextInner>,
+}
+
+// SAFETY: PDs are thread-safe in libibverbs; PdInner has no interior state of its own.
+unsafe impl Send for PdInner {}
+// SAFETY: as above.
+unsafe impl Sync for PdInner {}
+
+impl Drop for PdInner {
+    fn drop(&mut self) {
+        // SAFETY: every MR, QP and AH of this PD holds an Arc of us, so none is left; the
+        // context outlives us through `ctx`.
+        unsafe { ibv_dealloc_pd(self.ptr) };
+    }
+}
+
+/// A protection domain. MRs and QPs created from it keep it alive.
+#[derive(Clone)]
+pub struct Pd {
+    pub(crate) inner: Arc<PdInner>,
+}
+
+impl Pd {
+    pub(crate) fn alloc(ctx: &Context) -> Result<Pd> {
+        // SAFETY: the context is open (we hold it).
+        let ptr = unsafe { ibv_alloc_pd(ctx.inner.ptr) };
+        if ptr.is_null() {
+            return Err(VerbsError::last("ibv_alloc_pd"));
+        }
+        Ok(Pd {
+            inner: Arc::new(PdInner {
+                ptr,
+                ctx: ctx.inner.clone(),
+            }),
+        })
+    }
+
+    /// The PD handle number the kernel assigned (for narration).
+    pub fn handle(&self) -> u32 {
+        // SAFETY: ptr is a live PD.
+        unsafe { (*self.inner.ptr).handle }
+    }
+
+    /// The name of the device this PD belongs to.
+    pub fn device_name(&self) -> &str {
+        &self.inner.ctx.name
+    }
+
+    /// Allocates `len` zeroed, page-aligned bytes and registers them (`ibv_reg_mr(3)`).
+    pub fn reg_mr(&self, len: usize, access: AccessFlags) -> Result<Mr> {
+        Mr::register(self, len, access)
+    }
+
+    /// A queue pair (`ibv_create_qp(3)`); the granted capabilities are read back.
+    pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<Qp> {
+        Qp::create(self, attr)
+    }
+}

@@ -1,0 +1,339 @@
+//! Work completions (`struct ibv_wc`), their statuses and opcodes, in readable form.
+
+use std::fmt;
+
+use rdma_sys::{ibv_wc, ibv_wc_flags, ibv_wc_opcode, ibv_wc_status};
+
+use super::error::{Result, VerbsError};
+
+/// A work-completion status (`enum ibv_wc_status`), printed by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WcStatus(pub u32);
+
+/// One row of the status table: value, name, what it means, what to check.
+struct StatusInfo {
+    value: u32,
+    name: &'static str,
+    meaning: &'static str,
+    hint: Option<&'static str>,
+}
+
+const STATUSES: &[StatusInfo] = &[
+    StatusInfo { value: 0, name: "IBV_WC_SUCCESS", meaning: "success", hint: None },
+    StatusInfo {
+        value: 1,
+        name: "IBV_WC_LOC_LEN_ERR",
+        meaning: "local length error",
+        hint: Some("a received message was larger than the posted receive buffer"),
+    },
+    StatusInfo {
+        value: 2,
+        name: "IBV_WC_LOC_QP_OP_ERR",
+        meaning: "local QP operation error",
+        hint: Some("the work request was malformed for this QP (e.g. inline data too large)"),
+    },
+    StatusInfo { value: 3, name: "IBV_WC_LOC_EEC_OP_ERR", meaning: "local EE context operation error", hint: None },
+    StatusInfo {
+        value: 4,
+        name: "IBV_WC_LOC_PROT_ERR",
+        meaning: "local protection error",
+        hint: Some("an SGE names memory outside its MR, a wrong lkey, or an MR of another PD"),
+    },
+    StatusInfo {
+        value: 5,
+        name: "IBV_WC_WR_FLUSH_ERR",
+        meaning: "work request flushed",
+        hint: Some("the QP went to the error state (usually because of an earlier error): look at the first failed completion"),
+    },
+    StatusInfo { value: 6, name: "IBV_WC_MW_BIND_ERR", meaning: "memory window bind error", hint: None },
+    StatusInfo { value: 7, name: "IBV_WC_BAD_RESP_ERR", meaning: "bad response error", hint: None },
+    StatusInfo {
+        value: 8,
+        name: "IBV_WC_LOC_ACCESS_ERR",
+        meaning: "local access error",
+        hint: Some("the local MR lacks LOCAL_WRITE for data the NIC had to write"),
+    },
+    StatusInfo {
+        value: 9,
+        name: "IBV_WC_REM_INV_REQ_ERR",
+        meaning: "remote invalid request error",
+        hint: Some("the responder refused the request: a message longer than its receive buffer, an opcode its QP does not allow, or (under emulation) a response that came too late: try a larger QP timeout"),
+    },
+    StatusInfo {
+        value: 10,
+        name: "IBV_WC_REM_ACCESS_ERR",
+        meaning: "remote access error",
+        hint: Some("the remote address or rkey is wrong, the range is outside the remote MR, or the remote MR lacks the REMOTE_WRITE/READ/ATOMIC access flag"),
+    },
+    StatusInfo {
+        value: 11,
+        name: "IBV_WC_REM_OP_ERR",
+        meaning: "remote operation error",
+        hint: Some("the responder could not complete the operation (e.g. its receive buffer MR lacks LOCAL_WRITE)"),
+    },
+    StatusInfo {
+        value: 12,
+        name: "IBV_WC_RETRY_EXC_ERR",
+        meaning: "transport retry counter exceeded",
+        hint: Some("the peer did not acknowledge: it is dead, unreachable, its QP is not in RTR/RTS, or the QP timeout is too short for this link"),
+    },
+    StatusInfo {
+        value: 13,
+        name: "IBV_WC_RNR_RETRY_EXC_ERR",
+        meaning: "receiver-not-ready retry counter exceeded",
+        hint: Some("the peer had no receive posted for a SEND: post receives before the sender sends"),
+    },
+    StatusInfo { value: 14, name: "IBV_WC_LOC_RDD_VIOL_ERR", meaning: "local RDD violation", hint: None },
+    StatusInfo {
+        value: 15,
+        name: "IBV_WC_REM_INV_RD_REQ_ERR",
+        meaning: "remote invalid RD request",
+        hint: None,
+    },
+    StatusInfo { value: 16, name: "IBV_WC_REM_ABORT_ERR", meaning: "remote operation aborted", hint: None },
+    StatusInfo { value: 17, name: "IBV_WC_INV_EECN_ERR", meaning: "invalid EE context number", hint: None },
+    StatusInfo { value: 18, name: "IBV_WC_INV_EEC_STATE_ERR", meaning: "invalid EE context state", hint: None },
+    StatusInfo { value: 19, name: "IBV_WC_FATAL_ERR", meaning: "fatal error", hint: None },
+    StatusInfo {
+        value: 20,
+        name: "IBV_WC_RESP_TIMEOUT_ERR",
+        meaning: "response timeout",
+        hint: None,
+    },
+    StatusInfo { value: 21, name: "IBV_WC_GENERAL_ERR", meaning: "general error", hint: None },
+    StatusInfo { value: 22, name: "IBV_WC_TM_ERR", meaning: "tag matching error", hint: None },
+    StatusInfo {
+        value: 23,
+        name: "IBV_WC_TM_RNDV_INCOMPLETE",
+        meaning: "tag matching rendezvous incomplete",
+        hint: None,
+    },
+];
+
+impl WcStatus {
+    pub const SUCCESS: WcStatus = WcStatus(ibv_wc_status::IBV_WC_SUCCESS);
+    pub const LOC_LEN_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_LOC_LEN_ERR);
+    pub const LOC_PROT_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_LOC_PROT_ERR);
+    pub const WR_FLUSH_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_WR_FLUSH_ERR);
+    pub const REM_INV_REQ_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_INV_REQ_ERR);
+    pub const REM_ACCESS_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_ACCESS_ERR);
+    pub const REM_OP_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_OP_ERR);
+    pub const RETRY_EXC_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_RETRY_EXC_ERR);
+    pub const RNR_RETRY_EXC_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_RNR_RETRY_EXC_ERR);
+
+    fn info(self) -> Option<&'static StatusInfo> {
+        STATUSES.iter().find(|s| s.value == self.0)
+    }
+
+    /// The C name, e.g. `IBV_WC_REM_ACCESS_ERR`; `IBV_WC_<n>` for values we do not know.
+    pub fn name(self) -> String {
+        match self.info() {
+            Some(i) => i.name.to_string(),
+            None => format!("IBV_WC_STATUS_{}", self.0),
+        }
+    }
+
+    /// A short description, as `ibv_wc_status_str(3)` would give.
+    pub fn meaning(self) -> &'static str {
+        self.info().map_or("unknown status", |i| i.meaning)
+    }
+
+    /// What usually causes this status and what to check.
+    pub fn hint(self) -> Option<&'static str> {
+        self.info().and_then(|i| i.hint)
+    }
+
+    /// True for `IBV_WC_SUCCESS`.
+    pub fn is_success(self) -> bool {
+        self == WcStatus::SUCCESS
+    }
+}
+
+impl fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.name(), self.meaning())
+    }
+}
+
+/// The opcode of a completion (`enum ibv_wc_opcode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WcOpcode(pub u32);
+
+impl WcOpcode {
+    pub const SEND: WcOpcode = WcOpcode(ibv_wc_opcode::IBV_WC_SEND);
+    pub const RDMA_WRITE: WcOpcode = WcOpcode(ibv_wc_opcode::IBV_WC_RDMA_WRITE);
+    pub const RDMA_READ: WcOpcode = WcOpcode(ibv_wc_opcode::IBV_WC_RDMA_READ);
+    pub const COMP_SWAP: WcOpcode = WcOpcode(ibv_wc_opcode::IBV_WC_COMP_SWAP);
+    pub const FETCH_ADD: WcOpcode = WcOpcode(ibv_wc_opcode::IBV_WC_FETCH_ADD);
+    pub const RECV: WcOpcode = WcOpcode(ibv_wc_opcode::IBV_WC_RECV);
+    pub const RECV_RDMA_WITH_IMM: WcOpcode = WcOpcode(ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM);
+
+    /// The name without the `IBV_WC_` prefix, e.g. `RDMA_WRITE`.
+    pub fn name(self) -> String {
+        let s = match self {
+            WcOpcode::SEND => "SEND",
+            WcOpcode::RDMA_WRITE => "RDMA_WRITE",
+            WcOpcode::RDMA_READ => "RDMA_READ",
+            WcOpcode::COMP_SWAP => "COMP_SWAP",
+            WcOpcode::FETCH_ADD => "FETCH_ADD",
+            WcOpcode::RECV => "RECV",
+            WcOpcode::RECV_RDMA_WITH_IMM => "RECV_RDMA_WITH_IMM",
+            WcOpcode(other) => return format!("OPCODE_{other}"),
+        };
+        s.to_string()
+    }
+}
+
+impl fmt::Display for WcOpcode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+/// One work completion, layout-identical to `struct ibv_wc` so that `ibv_poll_cq(3)` can fill a
+/// slice of them directly.
+#[repr(transparent)]
+pub struct WorkCompletion(pub(crate) ibv_wc);
+
+impl Default for WorkCompletion {
+    fn default() -> Self {
+        // SAFETY: ibv_wc is plain C data (integers and a union of integers); all-zero is valid.
+        WorkCompletion(unsafe { std::mem::zeroed() })
+    }
+}
+
+impl Clone for WorkCompletion {
+    fn clone(&self) -> Self {
+        // SAFETY: ibv_wc holds no pointers or resources; a bitwise copy is a full copy.
+        WorkCompletion(unsafe { std::ptr::read(&self.0) })
+    }
+}
+
+impl fmt::Debug for WorkCompletion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkCompletion")
+            .field("wr_id", &self.wr_id())
+            .field("status", &self.status().name())
+            .field("opcode", &self.opcode().name())
+            .field("byte_len", &self.byte_len())
+            .field("imm_data", &self.imm_data())
+            .field("qp_num", &self.qp_num())
+            .finish()
+    }
+}
+
+impl WorkCompletion {
+    /// A fixed-size array of empty completions to poll into, without heap allocation.
+    pub fn array<const N: usize>() -> [WorkCompletion; N] {
+        std::array::from_fn(|_| WorkCompletion::default())
+    }
+
+    /// The `wr_id` given when the work request was posted.
+    pub fn wr_id(&self) -> u64 {
+        self.0.wr_id
+    }
+    pub fn status(&self) -> WcStatus {
+        WcStatus(self.0.status)
+    }
+    pub fn opcode(&self) -> WcOpcode {
+        WcOpcode(self.0.opcode)
+    }
+    /// Bytes received (receive completions and RDMA reads).
+    pub fn byte_len(&self) -> u32 {
+        self.0.byte_len
+    }
+    /// The QP number the completion belongs to.
+    pub fn qp_num(&self) -> u32 {
+        self.0.qp_num
+    }
+    /// The source QP (meaningful on UD receives).
+    pub fn src_qp(&self) -> u32 {
+        self.0.src_qp
+    }
+    pub fn vendor_err(&self) -> u32 {
+        self.0.vendor_err
+    }
+    /// True when a GRH occupies the first 40 bytes of a UD receive buffer.
+    pub fn has_grh(&self) -> bool {
+        self.0.wc_flags & ibv_wc_flags::IBV_WC_GRH.0 != 0
+    }
+    /// The immediate data, in host order, if the completion carries one.
+    pub fn imm_data(&self) -> Option<u32> {
+        if self.0.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0 {
+            // SAFETY: with IBV_WC_WITH_IMM set, the union holds imm_data (network byte order).
+            Some(u32::from_be(unsafe {
+                self.0.imm_data_invalidated_rkey_union.imm_data
+            }))
+        } else {
+            None
+        }
+    }
+    pub fn is_success(&self) -> bool {
+        self.status().is_success()
+    }
+    /// `Ok(self)` on success, otherwise a [`VerbsError::Completion`] naming the status.
+    pub fn ok(&self) -> Result<&Self> {
+        if self.is_success() {
+            Ok(self)
+        } else {
+            Err(VerbsError::Completion {
+                status: self.status(),
+                opcode: self.opcode(),
+                wr_id: self.wr_id(),
+                vendor_err: self.vendor_err(),
+                qp_num: self.qp_num(),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_status_has_its_c_name() {
+        for (i, s) in STATUSES.iter().enumerate() {
+            assert_eq!(s.value as usize, i, "table is ordered by value");
+            assert!(s.name.starts_with("IBV_WC_"));
+            // Names must agree with libibverbs' own description for the same value.
+            // SAFETY: ibv_wc_status_str returns a static string for any value.
+            let c = unsafe { std::ffi::CStr::from_ptr(rdma_sys::ibv_wc_status_str(s.value)) };
+            let c = c.to_string_lossy().to_lowercase();
+            let first = s.meaning.split_whitespace().next().unwrap();
+            assert!(
+                c.contains(first),
+                "{}: ours '{}' vs libibverbs '{}'",
+                s.name,
+                s.meaning,
+                c
+            );
+        }
+        assert_eq!(WcStatus(10).name(), "IBV_WC_REM_ACCESS_ERR");
+        assert_eq!(WcStatus(99).name(), "IBV_WC_STATUS_99");
+        assert_eq!(
+            WcStatus(5).to_string(),
+            "IBV_WC_WR_FLUSH_ERR (work request flushed)"
+        );
+    }
+
+    #[test]
+    fn immediate_data_is_read_in_host_order() {
+        let mut wc = WorkCompletion::default();
+        assert_eq!(wc.imm_data(), None);
+        wc.0.wc_flags = ibv_wc_flags::IBV_WC_WITH_IMM.0;
+        wc.0.imm_data_invalidated_rkey_union.imm_data = 0x1234_5678u32.to_be();
+        assert_eq!(wc.imm_data(), Some(0x1234_5678));
+    }
+
+    #[test]
+    fn failed_completion_becomes_error() {
+        let mut wc = WorkCompletion::default();
+        assert!(wc.ok().is_ok());
+        wc.0.status = 12;
+        wc.0.wr_id = 3;
+        let err = wc.ok().unwrap_err();
+        assert_eq!(err.wc_status(), Some(WcStatus::RETRY_EXC_ERR));
+        assert!(err.to_string().contains("IBV_WC_RETRY_EXC_ERR"));
+    }
+}
