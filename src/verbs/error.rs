@@ -174,7 +174,7 @@ impl fmt::Display for VerbsError {
         match self {
             VerbsError::NoRdmaSupport { errno } => write!(
                 f,
-                "no RDMA devices: ibv_get_device_list failed: {} ({}); this kernel has no RDMA \
+                "no RDMA devices: ibv_get_device_list failed: {} ({:?}); this kernel has no RDMA \
                  support or no RDMA driver is loaded; {HOW_TO_GET_A_DEVICE}",
                 errno.desc(),
                 errno
@@ -194,7 +194,7 @@ impl fmt::Display for VerbsError {
                 }
             }
             VerbsError::Call { verb, errno, hint } => {
-                write!(f, "{verb} failed: {} ({})", errno.desc(), errno)?;
+                write!(f, "{verb} failed: {} ({errno:?})", errno.desc())?;
                 if let Some(hint) = hint {
                     write!(f, " — {hint}")?;
                 }
@@ -240,7 +240,7 @@ mod tests {
         let e = VerbsError::call("ibv_reg_mr", Errno::ENOMEM);
         let s = e.to_string();
         assert!(
-            s.starts_with("ibv_reg_mr failed: Cannot allocate memory (ENOMEM)"),
+            s.starts_with("ibv_reg_mr failed: Out of memory (ENOMEM)"),
             "{s}"
         );
         assert!(s.contains("ulimit -l"), "{s}");

@@ -1,0 +1,304 @@
+//! vl_selftest — prove that RDMA works between two local devices (or one device and itself).
+//!
+//! Connects an RC QP on device A to one on device B inside one process and checks, byte for
+//! byte, a SEND, an RDMA WRITE, an RDMA READ and both atomics; then checks that a wrong rkey
+//! fails the way the verbs spec says (`IBV_WC_REM_ACCESS_ERR`). Exit status 0 only when every
+//! check passed.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context as _, Result};
+use clap::Parser;
+use verbs_lab::connect::{bring_up, local_endpoint, path_mtu, random_psn, ConnectOpts, Endpoint};
+use verbs_lab::verbs::{
+    AccessFlags, Context, Cq, DeviceList, GidChoice, Mr, Payload, Pd, Qp, QpCaps, QpInitAttr,
+    QpType, RecvWr, SendOp, SendWr, WcOpcode, WcStatus,
+};
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about = "Check that RDMA works between two local devices, byte for byte"
+)]
+struct Args {
+    /// Device of side A (default: the first device).
+    #[arg(long = "dev-a")]
+    dev_a: Option<String>,
+    /// Device of side B (default: the second device, or the first again if there is one).
+    #[arg(long = "dev-b")]
+    dev_b: Option<String>,
+    /// Port number on both devices.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    port: u8,
+    /// GID index on both devices (default: chosen automatically).
+    #[arg(short = 'x', long = "gid-index")]
+    gid_index: Option<u32>,
+    /// QP ack timeout exponent (4.096 µs × 2^N); large values suit slow emulation.
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 18)]
+    timeout: u8,
+    /// Message size of the data checks.
+    #[arg(short = 's', long = "size", default_value_t = 4000)]
+    size: usize,
+    /// Seconds to wait for any one completion.
+    #[arg(long = "wait", default_value_t = 30)]
+    wait_secs: u64,
+}
+
+const BUF: usize = 16 * 1024;
+const ATOMIC_OFF: usize = BUF - 8;
+
+/// One side: its resources, in the order they must be created.
+struct Side {
+    name: String,
+    ctx: Context,
+    gid: GidChoice,
+    _pd: Pd,
+    mr: Mr,
+    cq: Cq,
+    qp: Qp,
+    ep: Endpoint,
+}
+
+fn open_side(name: &str, port: u8, gid_index: Option<u32>) -> Result<Side> {
+    let list = DeviceList::new()?;
+    let ctx = list
+        .find(name)?
+        .open()
+        .with_context(|| format!("opening {name}"))?;
+    let gid = ctx.choose_gid(port, gid_index)?;
+    let pd = ctx.alloc_pd().context("ibv_alloc_pd")?;
+    let mr = pd
+        .reg_mr(BUF, AccessFlags::ALL_REMOTE)
+        .context("ibv_reg_mr")?;
+    let cq = ctx.create_cq(64, None).context("ibv_create_cq")?;
+    let caps = QpCaps {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            qp_type: QpType::Rc,
+            caps,
+            sq_sig_all: false,
+        })
+        .context("ibv_create_qp")?;
+    let ep = local_endpoint(&ctx, port, &qp, &gid, random_psn())?;
+    Ok(Side {
+        name: name.to_string(),
+        ctx,
+        gid,
+        _pd: pd,
+        mr,
+        cq,
+        qp,
+        ep,
+    })
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn check(label: &str, ok: bool, detail: String) -> Result<()> {
+    if ok {
+        println!("ok    {label}: {detail}");
+        Ok(())
+    } else {
+        println!("FAIL  {label}: {detail}");
+        bail!("{label} failed: {detail}")
+    }
+}
+
+fn first_mismatch(a: &[u8], b: &[u8]) -> Option<usize> {
+    a.iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .or((a.len() != b.len()).then_some(a.len().min(b.len())))
+}
+
+fn run(args: &Args) -> Result<()> {
+    ensure!(
+        args.size > 0 && args.size <= BUF / 2,
+        "--size must be 1..={} bytes",
+        BUF / 2
+    );
+    let names = DeviceList::new()?.names();
+    if names.is_empty() {
+        return Err(verbs_lab::verbs::VerbsError::NoDevices.into());
+    }
+    let a_name = args.dev_a.clone().unwrap_or_else(|| names[0].clone());
+    let b_name = args
+        .dev_b
+        .clone()
+        .unwrap_or_else(|| names.get(1).unwrap_or(&names[0]).clone());
+    let wait = Duration::from_secs(args.wait_secs);
+
+    let mut a = open_side(&a_name, args.port, args.gid_index)?;
+    let mut b = open_side(&b_name, args.port, args.gid_index)?;
+    println!("A: {} {}", a.name, a.gid);
+    println!("B: {} {}", b.name, b.gid);
+    let mtu_a = a.ctx.query_port(args.port)?.active_mtu;
+    let mtu_b = b.ctx.query_port(args.port)?.active_mtu;
+    let mtu = path_mtu(mtu_a.min(mtu_b), None).map_err(anyhow::Error::msg)?;
+    let opts = |s: &Side| ConnectOpts {
+        port_num: args.port,
+        sgid_index: s.gid.entry.index as u8,
+        path_mtu: mtu,
+        timeout: args.timeout,
+        ..Default::default()
+    };
+    bring_up(&a.qp, &a.ep, &b.ep, &opts(&a)).context("connecting A's QP to B")?;
+    bring_up(&b.qp, &b.ep, &a.ep, &opts(&b)).context("connecting B's QP to A")?;
+    println!("connected: A {} <-> B {} (path MTU {mtu})", a.ep, b.ep);
+
+    let n = args.size;
+    // SEND A -> B: B posts a receive first, then A sends.
+    let msg = pattern(1, n);
+    a.mr.as_mut_slice()[..n].copy_from_slice(&msg);
+    let rsge = b.mr.sge(0..n)?;
+    b.qp.post_recv(&[RecvWr {
+        wr_id: 100,
+        sges: &[rsge],
+    }])?;
+    let ssge = a.mr.sge(0..n)?;
+    a.qp.post_send(&[SendWr::new(1, SendOp::Send, Payload::Sges(&[ssge]))])?;
+    let wc = a.cq.poll_one(wait, "A's SEND completion")?;
+    ensure!(
+        wc.opcode() == WcOpcode::SEND,
+        "A: expected a SEND completion, got {}",
+        wc.opcode()
+    );
+    let wc = b.cq.poll_one(wait, "B's receive completion")?;
+    check(
+        "SEND",
+        wc.opcode() == WcOpcode::RECV && wc.byte_len() as usize == n,
+        format!("B received {} bytes (expected {n})", wc.byte_len()),
+    )?;
+    let mm = first_mismatch(&b.mr.as_slice()[..n], &msg);
+    check(
+        "SEND bytes",
+        mm.is_none(),
+        format!("{n} bytes {} -> {}, first mismatch {mm:?}", a.name, b.name),
+    )?;
+
+    // RDMA WRITE A -> B at offset BUF/2 of B's buffer.
+    let wdata = pattern(77, n);
+    a.mr.as_mut_slice()[..n].copy_from_slice(&wdata);
+    let remote = b.mr.remote(BUF / 2..BUF / 2 + n)?;
+    let ssge = a.mr.sge(0..n)?;
+    a.qp.post_send(&[SendWr::new(
+        2,
+        SendOp::Write(remote),
+        Payload::Sges(&[ssge]),
+    )])?;
+    a.cq.poll_one(wait, "A's RDMA WRITE completion")?;
+    // An RC write completes only after the responder acknowledged it: the bytes are in B's memory.
+    let got = b.mr.as_slice()[BUF / 2..BUF / 2 + n].to_vec();
+    let mm = first_mismatch(&got, &wdata);
+    check(
+        "RDMA WRITE",
+        mm.is_none(),
+        format!(
+            "{n} bytes into {}'s buffer at rkey {:#x}, first mismatch {mm:?}",
+            b.name, remote.rkey
+        ),
+    )?;
+
+    // RDMA READ: A reads B's region (written above) back into A's buffer at offset BUF/2.
+    a.mr.as_mut_slice()[BUF / 2..BUF / 2 + n].fill(0);
+    let dsge = a.mr.sge(BUF / 2..BUF / 2 + n)?;
+    a.qp.post_send(&[SendWr::new(3, SendOp::Read(remote), Payload::Sges(&[dsge]))])?;
+    let wc = a.cq.poll_one(wait, "A's RDMA READ completion")?;
+    ensure!(
+        wc.opcode() == WcOpcode::RDMA_READ,
+        "expected RDMA_READ completion, got {}",
+        wc.opcode()
+    );
+    let mm = first_mismatch(&a.mr.as_slice()[BUF / 2..BUF / 2 + n], &wdata);
+    check(
+        "RDMA READ",
+        mm.is_none(),
+        format!("{n} bytes read back from {}, first mismatch {mm:?}", b.name),
+    )?;
+
+    // Atomics on B's last 8-byte word: fetch-and-add 5 three times, then compare-and-swap.
+    b.mr.as_mut_slice()[ATOMIC_OFF..].copy_from_slice(&100u64.to_ne_bytes());
+    let word = b.mr.remote(ATOMIC_OFF..BUF)?;
+    let old_sge = a.mr.sge(0..8)?;
+    let mut olds = Vec::new();
+    for i in 0..3 {
+        a.qp.post_send(&[SendWr::new(
+            10 + i,
+            SendOp::FetchAdd {
+                remote: word,
+                add: 5,
+            },
+            Payload::Sges(&[old_sge]),
+        )])?;
+        a.cq.poll_one(wait, "A's FETCH_ADD completion")?;
+        olds.push(u64::from_ne_bytes(a.mr.as_slice()[..8].try_into().unwrap()));
+    }
+    let now = b.mr.read_u64_volatile(ATOMIC_OFF);
+    check(
+        "FETCH_AND_ADD",
+        olds == [100, 105, 110] && now == 115,
+        format!("old values {olds:?}, final {now} (expected [100, 105, 110], 115)"),
+    )?;
+    a.qp.post_send(&[SendWr::new(
+        20,
+        SendOp::CompareSwap {
+            remote: word,
+            compare: 115,
+            swap: 7,
+        },
+        Payload::Sges(&[old_sge]),
+    )])?;
+    a.cq.poll_one(wait, "A's CMP_AND_SWP completion")?;
+    let old = u64::from_ne_bytes(a.mr.as_slice()[..8].try_into().unwrap());
+    let now = b.mr.read_u64_volatile(ATOMIC_OFF);
+    check(
+        "CMP_AND_SWP",
+        old == 115 && now == 7,
+        format!("old {old}, final {now} (expected 115, 7)"),
+    )?;
+
+    // A wrong rkey must fail with IBV_WC_REM_ACCESS_ERR and leave B's memory untouched.
+    let before = b.mr.as_slice().to_vec();
+    let mut bad = remote;
+    bad.rkey ^= 0x5a5a_0000;
+    let ssge = a.mr.sge(0..n)?;
+    a.qp.post_send(&[SendWr::new(30, SendOp::Write(bad), Payload::Sges(&[ssge]))])?;
+    let err =
+        a.cq.poll_one(wait, "A's (failing) RDMA WRITE completion")
+            .err();
+    let status = err.as_ref().and_then(|e| e.wc_status());
+    check(
+        "wrong rkey",
+        status == Some(WcStatus::REM_ACCESS_ERR) && b.mr.as_slice() == before.as_slice(),
+        format!(
+            "completion: {}",
+            err.map_or("success (!)".to_string(), |e| e.to_string())
+        ),
+    )?;
+    println!("all checks passed between {} and {}", a.name, b.name);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vl_selftest: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
