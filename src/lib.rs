@@ -4,10 +4,14 @@
 //!
 //! - [`verbs`]: the safe verbs layer over `rdma-sys` (the only place with `unsafe`);
 //! - [`connect`]: bringing an RC/UC QP pair up from exchanged endpoints;
-//! - [`sysfs`]: GID attributes, NUMA nodes and counters from sysfs.
+//! - [`oob`]: the out-of-band TCP channel, with a timeout on every wait;
+//! - [`sysfs`]: GID attributes, NUMA nodes and counters from sysfs;
+//! - [`json`]: a tiny JSON writer for the tools' `--json` output.
 //!
 //! The lessons (`lessons/`) and the benchmarks (`perftest/`) are built on it.
 
 pub mod connect;
+pub mod json;
+pub mod oob;
 pub mod sysfs;
 pub mod verbs;
