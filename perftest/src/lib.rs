@@ -1,1 +1,6 @@
-//! The benchmark engine: parameters, connection, run loop, measurement and report.
+//! The benchmark engine behind the `vl_*` tools: parameters, connection, run loop, measurement
+//! and report, kept apart so that a new test is a small new file and a new output format touches
+//! only the report.
+
+pub mod result;
+pub mod stats;

@@ -1,0 +1,134 @@
+//! The results of a run, as the report sees them: what was run (the header) and one row per
+//! message size. The run loop fills these; the report only prints them.
+
+use std::time::Duration;
+
+use crate::stats::LatStats;
+
+/// Which operation a tool measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TestKind {
+    Write,
+    Read,
+    Send,
+    Atomic,
+}
+
+impl TestKind {
+    /// perftest's name: "RDMA_Write", "RDMA_Read", "Send", "Atomic".
+    pub fn perftest_name(self) -> &'static str {
+        match self {
+            TestKind::Write => "RDMA_Write",
+            TestKind::Read => "RDMA_Read",
+            TestKind::Send => "Send",
+            TestKind::Atomic => "Atomic",
+        }
+    }
+    pub fn short(self) -> &'static str {
+        match self {
+            TestKind::Write => "write",
+            TestKind::Read => "read",
+            TestKind::Send => "send",
+            TestKind::Atomic => "atomic",
+        }
+    }
+}
+
+/// Bandwidth or latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Metric {
+    Bw,
+    Lat,
+}
+
+/// Everything the header block and the JSON "run" object say about a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunInfo {
+    /// The binary, e.g. `vl_write_bw`.
+    pub tool: String,
+    /// verbs-lab's version.
+    pub version: String,
+    pub test: TestKind,
+    pub metric: Metric,
+    /// `server` or `client`.
+    pub role: String,
+    /// "RC", "UC" or "UD".
+    pub conn_type: String,
+    pub device: String,
+    pub ib_port: u8,
+    pub link_layer: String,
+    pub gid_index: u32,
+    pub gid: String,
+    pub remote_gid: String,
+    pub mtu: u32,
+    pub qps: u32,
+    pub tx_depth: u32,
+    pub rx_depth: u32,
+    pub post_list: u32,
+    pub cq_moderation: u32,
+    /// The inline limit actually used (read back from the created QP).
+    pub max_inline: u32,
+    pub outstanding_reads: u32,
+    /// "FETCH_AND_ADD" / "CMP_AND_SWAP" for atomics.
+    pub atomic_type: Option<String>,
+    pub bidirectional: bool,
+    pub use_events: bool,
+    pub duration: Option<Duration>,
+    pub iterations: u64,
+    pub warmup_iterations: u64,
+    /// The CPU this process was pinned to, and why (e.g. "NIC-local, NUMA node 0").
+    pub cpu: Option<(usize, String)>,
+    pub report_gbits: bool,
+    pub qp_timeout: u8,
+    pub local_endpoints: Vec<String>,
+    pub remote_endpoints: Vec<String>,
+}
+
+/// One bandwidth row (one message size).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BwRow {
+    pub bytes: u64,
+    pub iterations: u64,
+    /// Highest bandwidth over any window of the run, in bytes per second.
+    pub peak_bps: f64,
+    /// Total bytes over the time from the first post to the last completion, bytes per second.
+    pub avg_bps: f64,
+    /// Millions of messages per second.
+    pub msg_rate_mpps: f64,
+    /// From the first post to the last completion.
+    pub elapsed: Duration,
+}
+
+/// One latency row (one message size).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LatRow {
+    pub bytes: u64,
+    pub iterations: u64,
+    pub stats: LatStats,
+    /// Duration mode (`-D`): transactions per second.
+    pub tps: Option<f64>,
+}
+
+/// The rows of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Rows {
+    Bw(Vec<BwRow>),
+    Lat(Vec<LatRow>),
+}
+
+/// A whole run: header and rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunResult {
+    pub info: RunInfo,
+    pub rows: Rows,
+}
+
+/// Bytes per second → MiB/s (2^20 bytes), perftest's default unit.
+pub fn to_mib_per_sec(bps: f64) -> f64 {
+    bps / (1024.0 * 1024.0)
+}
+
+/// Bytes per second → Gb/s (10^9 bits), perftest's `--report_gbits` unit.
+pub fn to_gbits(bps: f64) -> f64 {
+    bps * 8.0 / 1e9
+}
