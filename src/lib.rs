@@ -6,10 +6,12 @@
 //! - [`connect`]: bringing an RC/UC QP pair up from exchanged endpoints;
 //! - [`oob`]: the out-of-band TCP channel, with a timeout on every wait;
 //! - [`sysfs`]: GID attributes, NUMA nodes and counters from sysfs;
-//! - [`json`]: a tiny JSON writer for the tools' `--json` output.
+//! - [`json`]: a tiny JSON writer for the tools' `--json` output;
+//! - [`affinity`]: CPU lists, the CPUs near a NIC, and pinning a benchmark thread.
 //!
 //! The lessons (`lessons/`) and the benchmarks (`perftest/`) are built on it.
 
+pub mod affinity;
 pub mod connect;
 pub mod json;
 pub mod oob;

@@ -1,0 +1,215 @@
+//! The output options every `vl_*` tool shares, and the [`Reporter`] that prints a run as it
+//! happens and writes the files and checks the gates at the end.
+//!
+//! ```no_run
+//! # use vl_perftest::output::{OutputArgs, Reporter};
+//! # use vl_perftest::result::{RunInfo, RunResult};
+//! # fn run(args: &OutputArgs, info: RunInfo, result: RunResult) -> anyhow::Result<std::process::ExitCode> {
+//! vl_perftest::gates::check_applicable(args, info.metric).map_err(anyhow::Error::msg)?;
+//! let mut reporter = Reporter::new(args);
+//! reporter.header(&info);
+//! // ... for each size: reporter.bw_row(&info, &row);
+//! let outcome = reporter.finish(&result)?;
+//! Ok(outcome.exit_code())
+//! # }
+//! ```
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+
+pub use crate::gates::{check_gates, GateOutcome, LatGate, EXIT_GATE_FAILED};
+pub use crate::report::{render_csv, render_json, render_table, render_text};
+use crate::report::{text, BwUnit};
+use crate::result::{BwRow, LatRow, Rows, RunInfo, RunResult};
+
+/// How the run is shown on stdout.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputFormat {
+    /// perftest's layout, streamed row by row (existing parsers keep working).
+    #[default]
+    Text,
+    /// a parameter table and a results table with every percentile, at the end.
+    Table,
+}
+
+/// Output, file and gate options (flatten into a tool's parser with `#[command(flatten)]`).
+#[derive(clap::Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Output and gates")]
+pub struct OutputArgs {
+    /// Report bandwidth in Gb/s (10^9 bits) instead of MiB/s (2^20 bytes).
+    #[arg(long = "report_gbits", visible_alias = "report-gbits")]
+    pub report_gbits: bool,
+
+    /// Output layout: `text` is perftest's; `table` adds the median, p99.99 and the run
+    /// parameters.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+
+    /// Write the run as one JSON document: parameters, device, GID, CPU, version, every row.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// Write the rows as CSV, one line per message size.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+
+    /// Gate: fail (exit code 3) unless every row's average bandwidth is at least N, in the
+    /// report's unit (MiB/s, or Gb/s with --report_gbits).
+    #[arg(long = "min-bw", value_name = "N", value_parser = crate::gates::parse_min_bw)]
+    pub min_bw: Option<f64>,
+
+    /// Gate: fail (exit code 3) if a latency statistic exceeds USEC at any size. KEY is min,
+    /// max, avg, median (p50), p99, p99.9 or p99.99. Repeatable: --max-lat p99=50 --max-lat
+    /// max=200.
+    #[arg(long = "max-lat", value_name = "KEY=USEC")]
+    pub max_lat: Vec<LatGate>,
+}
+
+/// Prints a run as perftest does — header first, each row as its size finishes, footer at the
+/// end — then writes `--json` / `--csv` and checks the gates.
+///
+/// In table mode nothing is printed until [`finish`](Reporter::finish), which prints both
+/// tables. Text goes to stdout; gate messages go to stderr.
+pub struct Reporter {
+    args: OutputArgs,
+    out: Box<dyn Write + Send>,
+    header_done: bool,
+    rows_done: usize,
+}
+
+impl Reporter {
+    /// A reporter printing to stdout.
+    pub fn new(args: &OutputArgs) -> Reporter {
+        Reporter::with_writer(args, Box::new(io::stdout()))
+    }
+
+    /// A reporter printing to `out` (tests, or a tool that wants the text elsewhere).
+    pub fn with_writer(args: &OutputArgs, out: Box<dyn Write + Send>) -> Reporter {
+        Reporter {
+            args: args.clone(),
+            out,
+            header_done: false,
+            rows_done: 0,
+        }
+    }
+
+    fn unit(&self) -> BwUnit {
+        BwUnit::new(self.args.report_gbits)
+    }
+
+    fn emit(&mut self, s: &str) {
+        // A closed stdout (`| head`) must not abort the measurement: the files and the gates
+        // still matter, so a failed write is ignored here.
+        let _ = self.out.write_all(s.as_bytes());
+        let _ = self.out.flush();
+    }
+
+    /// Prints the header block (text mode): parameters, QP endpoints, column header. Call it
+    /// once the QPs are connected, since it lists both sides' endpoints; later calls do nothing.
+    pub fn header(&mut self, info: &RunInfo) {
+        if self.header_done {
+            return;
+        }
+        self.header_done = true;
+        if self.args.output == OutputFormat::Text {
+            let s = text::header(info, self.unit());
+            self.emit(&s);
+        }
+    }
+
+    /// Prints one bandwidth row now (text mode).
+    pub fn bw_row(&mut self, info: &RunInfo, row: &BwRow) {
+        self.header(info);
+        self.rows_done += 1;
+        if self.args.output == OutputFormat::Text {
+            let s = text::bw_row(row, self.unit());
+            self.emit(&s);
+        }
+    }
+
+    /// Prints one latency row now (text mode).
+    pub fn lat_row(&mut self, info: &RunInfo, row: &LatRow) {
+        self.header(info);
+        self.rows_done += 1;
+        if self.args.output == OutputFormat::Text {
+            let s = text::lat_row(info, row);
+            self.emit(&s);
+        }
+    }
+
+    /// Ends the report: prints what the stream has not printed yet (rows not passed to
+    /// `bw_row`/`lat_row`, the footer; in table mode both tables), writes `--json` and `--csv`,
+    /// and checks the gates, printing each miss to stderr.
+    ///
+    /// `Err` for a file that cannot be written, or a gate on a metric this tool does not
+    /// measure; otherwise the caller exits with [`GateOutcome::exit_code`].
+    pub fn finish(mut self, result: &RunResult) -> anyhow::Result<GateOutcome> {
+        let info = &result.info;
+        match self.args.output {
+            OutputFormat::Text => {
+                self.header(info);
+                let mut rest = String::new();
+                match &result.rows {
+                    Rows::Bw(rows) => rows
+                        .iter()
+                        .skip(self.rows_done)
+                        .for_each(|r| rest.push_str(&text::bw_row(r, self.unit()))),
+                    Rows::Lat(rows) => rows
+                        .iter()
+                        .skip(self.rows_done)
+                        .for_each(|r| rest.push_str(&text::lat_row(info, r))),
+                }
+                rest.push_str(&text::footer());
+                self.emit(&rest);
+            }
+            OutputFormat::Table => {
+                let s = render_table(result, self.args.report_gbits);
+                self.emit(&s);
+            }
+        }
+
+        let gbits = self.args.report_gbits;
+        if let Some(path) = &self.args.json {
+            write_file(path, "--json", &render_json(result, gbits))?;
+        }
+        if let Some(path) = &self.args.csv {
+            write_file(path, "--csv", &render_csv(result, gbits))?;
+        }
+
+        if let Err(e) = crate::gates::check_applicable(&self.args, info.metric) {
+            bail!("{e}");
+        }
+        let outcome = check_gates(result, &self.args);
+        match &outcome {
+            GateOutcome::Failed(messages) => messages.iter().for_each(|m| eprintln!("{m}")),
+            GateOutcome::Passed => {
+                if let Some(gates) = gate_summary(&self.args) {
+                    eprintln!("gates passed: {gates}");
+                }
+            }
+        }
+        Ok(outcome)
+    }
+}
+
+/// Writes a report file (once, at the end, holding every row).
+fn write_file(path: &Path, flag: &str, text: &str) -> anyhow::Result<()> {
+    fs::write(path, text)
+        .with_context(|| format!("cannot write the {flag} file {}", path.display()))
+}
+
+/// The gates of `args` as the user typed them, or `None` without gates.
+fn gate_summary(args: &OutputArgs) -> Option<String> {
+    let mut g: Vec<String> = args
+        .max_lat
+        .iter()
+        .map(|l| format!("--max-lat {l}"))
+        .collect();
+    if let Some(min) = args.min_bw {
+        g.insert(0, format!("--min-bw {min}"));
+    }
+    (!g.is_empty()).then(|| g.join(" "))
+}

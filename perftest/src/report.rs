@@ -1,0 +1,191 @@
+//! Turning a [`RunResult`](crate::result::RunResult) into text: perftest's layout, a table, JSON
+//! and CSV.
+//!
+//! Every format is a pure function of the result (and the bandwidth unit), so each has a golden
+//! test; [`crate::output::Reporter`] streams the text layout through the same functions.
+//!
+//! | format | for | what it holds |
+//! |---|---|---|
+//! | [`render_text`] | people and existing perftest parsers | perftest's header, columns and precision |
+//! | [`render_table`] | people | a parameter table and every statistic (p99.99 too) |
+//! | [`render_json`] | programs | one document: tool, version, run parameters, every row |
+//! | [`render_csv`] | spreadsheets | one header line, one line per row |
+//!
+//! ## Room for multi-process runs
+//! JSON: the top level is `{"tool", "version", "format", "run", "results"}`; a run with several
+//! processes will add `"processes": [{"process": N, "cpu": .., "results": [..]}, ..]` beside
+//! `"results"`, which keeps holding the totals. CSV: the first column, `process`, is `all` for
+//! the totals; per-process lines will carry the process number. Readers that select by key or
+//! column name keep working.
+
+use std::fmt::Write as _;
+
+use crate::result::{to_gbits, to_mib_per_sec};
+
+mod csv;
+mod json;
+mod table;
+pub mod text;
+
+pub use csv::render_csv;
+pub use json::render_json;
+pub use table::render_table;
+pub use text::render_text;
+
+/// The unit bandwidth is reported in: perftest's MiB/s (2^20 bytes), or Gb/s (10^9 bits) with
+/// `--report_gbits`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BwUnit {
+    MiBps,
+    Gbps,
+}
+
+impl BwUnit {
+    pub fn new(report_gbits: bool) -> BwUnit {
+        if report_gbits {
+            BwUnit::Gbps
+        } else {
+            BwUnit::MiBps
+        }
+    }
+
+    /// Bytes per second in this unit.
+    pub fn convert(self, bytes_per_sec: f64) -> f64 {
+        match self {
+            BwUnit::MiBps => to_mib_per_sec(bytes_per_sec),
+            BwUnit::Gbps => to_gbits(bytes_per_sec),
+        }
+    }
+
+    /// perftest's spelling, as in `BW average[MiB/sec]`.
+    pub fn label(self) -> &'static str {
+        match self {
+            BwUnit::MiBps => "MiB/sec",
+            BwUnit::Gbps => "Gb/sec",
+        }
+    }
+
+    /// The suffix of CSV columns and JSON keys: `mib_s` or `gbit_s`.
+    pub fn key(self) -> &'static str {
+        match self {
+            BwUnit::MiBps => "mib_s",
+            BwUnit::Gbps => "gbit_s",
+        }
+    }
+
+    /// Decimals that resolve about 1 KiB/s or 1 kbit/s.
+    pub(crate) fn decimals(self) -> usize {
+        match self {
+            BwUnit::MiBps => 3,
+            BwUnit::Gbps => 6,
+        }
+    }
+}
+
+/// One QP's endpoint as the header's `local address:` / `remote address:` lines show it, in
+/// perftest's layout: `LID 0000 QPN 0x0011 PSN 0x3a5b1c RKey 0x00001234 VAddr 0x00007f0000001000`.
+///
+/// `out_reads` is printed for read tests (perftest's `OUT`), `rdma` = (rkey, vaddr) for tests
+/// whose peer accesses this memory (write, read, atomic). The engine stores these strings in
+/// `RunInfo::local_endpoints` / `remote_endpoints`; the GID line comes from `RunInfo::gid`.
+pub fn endpoint_line(
+    lid: u16,
+    qpn: u32,
+    psn: u32,
+    out_reads: Option<u32>,
+    rdma: Option<(u32, u64)>,
+) -> String {
+    let mut s = format!(
+        "LID {} QPN {} PSN {}",
+        c_alt_hex(lid.into(), 4),
+        c_alt_hex(qpn.into(), 6),
+        c_alt_hex(psn.into(), 6)
+    );
+    if let Some(o) = out_reads {
+        let _ = write!(s, " OUT {}", c_alt_hex(o.into(), 4));
+    }
+    if let Some((rkey, vaddr)) = rdma {
+        let _ = write!(
+            s,
+            " RKey {} VAddr {}",
+            c_alt_hex(rkey.into(), 8),
+            c_alt_hex(vaddr, 16)
+        );
+    }
+    s
+}
+
+/// C's `%#0Nx`: zero-padded to `width` characters, the `0x` prefix counted in the width and
+/// left out for zero (so LID 0 prints `0000`, QPN 0x11 with width 6 prints `0x0011`).
+fn c_alt_hex(v: u64, width: usize) -> String {
+    if v == 0 {
+        format!("{:0width$}", 0)
+    } else {
+        format!("{:#0width$x}", v)
+    }
+}
+
+/// C's `%-W.Pf`: like Rust's `{:<W.P}`, but non-finite values print as C prints them
+/// (`nan`, `inf`, `-inf`) rather than `NaN`.
+pub(crate) fn cfix(x: f64, width: usize, prec: usize) -> String {
+    if x.is_finite() {
+        format!("{x:<width$.prec$}")
+    } else {
+        let s = if x.is_nan() {
+            "nan"
+        } else if x > 0.0 {
+            "inf"
+        } else {
+            "-inf"
+        };
+        format!("{s:<width$}")
+    }
+}
+
+/// `x` rounded to `decimals` places, so JSON prints `11034.16`, not `11034.160000000002`.
+/// Non-finite values pass through (JSON prints them as `null`).
+pub(crate) fn round_to(x: f64, decimals: usize) -> f64 {
+    if !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(decimals as i32);
+    let r = (x * scale).round() / scale;
+    if r.is_finite() {
+        r
+    } else {
+        x
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_line_matches_perftest_printf() {
+        // Values checked against printf(1): "%#04x %#06x %#06x %#08x %#016x".
+        assert_eq!(
+            endpoint_line(0, 0x11, 0x123456, None, Some((0x1234, 0x7f00_0000_0000))),
+            "LID 0000 QPN 0x0011 PSN 0x123456 RKey 0x001234 VAddr 0x007f0000000000"
+        );
+        assert_eq!(
+            endpoint_line(1, 0x1c2, 0x5, Some(16), None),
+            "LID 0x01 QPN 0x01c2 PSN 0x0005 OUT 0x10"
+        );
+    }
+
+    #[test]
+    fn c_float_formatting() {
+        assert_eq!(cfix(0.125, 7, 2), "0.12   ", "ties to even, like glibc");
+        assert_eq!(cfix(f64::NAN, 7, 2), "nan    ");
+        assert_eq!(cfix(f64::NEG_INFINITY, 0, 2), "-inf");
+        assert_eq!(cfix(11034.163, 7, 2), "11034.16");
+    }
+
+    #[test]
+    fn rounding_for_json() {
+        assert_eq!(round_to(11034.160000000002, 3).to_string(), "11034.16");
+        assert!(round_to(f64::NAN, 3).is_nan());
+        assert_eq!(round_to(f64::MAX, 3), f64::MAX);
+    }
+}

@@ -1,0 +1,73 @@
+//! The `--csv` file: one header line with unit-carrying column names, one line per row.
+//!
+//! Bandwidth columns are in the report's unit (`bw_avg_mib_s`, or `bw_avg_gbit_s` with
+//! `--report_gbits`). Numbers have fixed decimals: 3 for MiB/s and usec (1 KiB/s, 1 ns), 6 for
+//! Gb/s, 9 for Mpps (so 8 MiB messages keep their digits);
+//! a value that is not finite, or a column that does not apply (`tps` outside duration mode),
+//! is an empty field. The first column, `process`, is `all` for a run's totals (room for
+//! per-process lines later).
+
+use std::fmt::Write as _;
+
+use super::BwUnit;
+use crate::result::{Rows, RunResult};
+
+/// The `--csv` document, with a final newline.
+pub fn render_csv(result: &RunResult, report_gbits: bool) -> String {
+    let mut out = String::new();
+    match &result.rows {
+        Rows::Bw(rows) => {
+            let u = BwUnit::new(report_gbits);
+            let (k, d) = (u.key(), u.decimals());
+            let _ = writeln!(
+                out,
+                "process,bytes,iterations,bw_peak_{k},bw_avg_{k},msg_rate_mpps,elapsed_us"
+            );
+            for r in rows {
+                let _ = writeln!(
+                    out,
+                    "all,{},{},{},{},{},{}",
+                    r.bytes,
+                    r.iterations,
+                    num(u.convert(r.peak_bps), d),
+                    num(u.convert(r.avg_bps), d),
+                    num(r.msg_rate_mpps, 9),
+                    num(r.elapsed.as_secs_f64() * 1e6, 3)
+                );
+            }
+        }
+        Rows::Lat(rows) => {
+            out.push_str(
+                "process,bytes,iterations,samples,t_min_us,t_median_us,t_avg_us,t_stdev_us,\
+                 t_p99_us,t_p99_9_us,t_p99_99_us,t_max_us,tps\n",
+            );
+            for r in rows {
+                let st = &r.stats;
+                let _ = write!(out, "all,{},{},{}", r.bytes, r.iterations, st.samples);
+                for x in [
+                    st.min_us,
+                    st.median_us,
+                    st.avg_us,
+                    st.stdev_us,
+                    st.p99_us,
+                    st.p999_us,
+                    st.p9999_us,
+                    st.max_us,
+                ] {
+                    let _ = write!(out, ",{}", num(x, 3));
+                }
+                let _ = writeln!(out, ",{}", r.tps.map(|t| num(t, 3)).unwrap_or_default());
+            }
+        }
+    }
+    out
+}
+
+/// A fixed-decimal number, or an empty field when it is not finite.
+fn num(x: f64, decimals: usize) -> String {
+    if x.is_finite() {
+        format!("{x:.decimals$}")
+    } else {
+        String::new()
+    }
+}

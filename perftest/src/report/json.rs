@@ -1,0 +1,128 @@
+//! The `--json` document: one valid JSON text holding the run parameters and every row of a
+//! sweep. (perftest rewrites its file per size, so after `-a` only the last size survives.)
+//!
+//! Keys carry their unit (`bw_avg_mib_s`, `t_p99_us`); bandwidth is given in both units, so a
+//! reader need not know whether `--report_gbits` was used. Non-finite numbers are `null`.
+
+use std::time::Duration;
+
+use verbs_lab::json::{Object, Value};
+
+use super::{round_to, BwUnit};
+use crate::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult};
+
+/// The version of this document's layout; raised only for changes that break readers.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The `--json` document, indented, with a final newline.
+pub fn render_json(result: &RunResult, report_gbits: bool) -> String {
+    let info = &result.info;
+    let results: Vec<Value> = match &result.rows {
+        Rows::Bw(rows) => rows.iter().map(|r| bw_row(r).into()).collect(),
+        Rows::Lat(rows) => rows.iter().map(|r| lat_row(r).into()).collect(),
+    };
+    let doc = Object::new()
+        .field("tool", &info.tool)
+        .field("version", &info.version)
+        .field("format", FORMAT_VERSION)
+        .field("run", run_object(info, BwUnit::new(report_gbits)))
+        .field("results", results);
+    let mut text = doc.pretty();
+    text.push('\n');
+    text
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// The run parameters: what the header block says, and more.
+pub(crate) fn run_object(info: &RunInfo, unit: BwUnit) -> Object {
+    let metric = match info.metric {
+        Metric::Bw => "bw",
+        Metric::Lat => "lat",
+    };
+    let cpu = info
+        .cpu
+        .as_ref()
+        .map(|(cpu, why)| Object::new().field("cpu", *cpu).field("why", why));
+    let unit_name = match info.metric {
+        Metric::Bw => match unit {
+            BwUnit::MiBps => "MiB/s",
+            BwUnit::Gbps => "Gb/s",
+        },
+        Metric::Lat => "usec",
+    };
+    Object::new()
+        .field("test", info.test.perftest_name())
+        .field("metric", metric)
+        .field("title", super::text::title(info))
+        .field("role", &info.role)
+        .field("device", &info.device)
+        .field("ib_port", info.ib_port)
+        .field("link_layer", &info.link_layer)
+        .field("gid_index", info.gid_index)
+        .field("gid", &info.gid)
+        .field("remote_gid", &info.remote_gid)
+        .field("connection_type", &info.conn_type)
+        .field("mtu", info.mtu)
+        .field("qps", info.qps)
+        .field("tx_depth", info.tx_depth)
+        .field("rx_depth", info.rx_depth)
+        .field("post_list", info.post_list)
+        .field("cq_moderation", info.cq_moderation)
+        .field("max_inline", info.max_inline)
+        .field("outstanding_reads", info.outstanding_reads)
+        .field("atomic_type", info.atomic_type.as_deref())
+        .field("bidirectional", info.bidirectional)
+        .field("use_events", info.use_events)
+        .field("duration_s", info.duration.map(secs))
+        .field("iterations", info.iterations)
+        .field("warmup_iterations", info.warmup_iterations)
+        .field("qp_timeout", info.qp_timeout)
+        .field("cpu", cpu)
+        .field("report_unit", unit_name)
+        .field("data_exchange", "tcp")
+        .field("local_endpoints", info.local_endpoints.clone())
+        .field("remote_endpoints", info.remote_endpoints.clone())
+}
+
+fn bw_row(r: &BwRow) -> Object {
+    let (m, g) = (BwUnit::MiBps, BwUnit::Gbps);
+    Object::new()
+        .field("bytes", r.bytes)
+        .field("iterations", r.iterations)
+        .field(
+            "bw_peak_mib_s",
+            round_to(m.convert(r.peak_bps), m.decimals()),
+        )
+        .field("bw_avg_mib_s", round_to(m.convert(r.avg_bps), m.decimals()))
+        .field(
+            "bw_peak_gbit_s",
+            round_to(g.convert(r.peak_bps), g.decimals()),
+        )
+        .field(
+            "bw_avg_gbit_s",
+            round_to(g.convert(r.avg_bps), g.decimals()),
+        )
+        .field("msg_rate_mpps", round_to(r.msg_rate_mpps, 9))
+        .field("elapsed_us", round_to(secs(r.elapsed) * 1e6, 3))
+}
+
+fn lat_row(r: &LatRow) -> Object {
+    let st = &r.stats;
+    let us = |x: f64| round_to(x, 3);
+    Object::new()
+        .field("bytes", r.bytes)
+        .field("iterations", r.iterations)
+        .field("samples", st.samples)
+        .field("t_min_us", us(st.min_us))
+        .field("t_median_us", us(st.median_us))
+        .field("t_avg_us", us(st.avg_us))
+        .field("t_stdev_us", us(st.stdev_us))
+        .field("t_p99_us", us(st.p99_us))
+        .field("t_p99_9_us", us(st.p999_us))
+        .field("t_p99_99_us", us(st.p9999_us))
+        .field("t_max_us", us(st.max_us))
+        .field("tps", r.tps.map(|t| round_to(t, 3)))
+}

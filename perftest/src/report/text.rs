@@ -1,0 +1,228 @@
+//! perftest's text layout, byte for byte where parsers look: the 87-dash separators, the column
+//! header lines, and the row formats with perftest's widths, precision and tabs
+//! (`REPORT_FMT`, `REPORT_FMT_EXT`, `REPORT_FMT_LAT`, `REPORT_FMT_LAT_DUR` in
+//! `perftest_parameters.h`). Scripts that split ib_write_bw's rows on whitespace read ours.
+//!
+//! What differs on purpose: the header says how we exchange endpoints (`Data ex. method`) and
+//! which CPU we run on (`CPU pinned`), and prints GID bytes in hex (perftest prints them in
+//! decimal between colons, which reads like hex and is not). The numbers differ where perftest
+//! is wrong: t_max is the true maximum and t_stdev keeps its fraction (see `stats.rs`).
+//! p99.99 and the median's neighbours live in the table, JSON and CSV, never here.
+
+use std::fmt::Write as _;
+use std::str::FromStr;
+
+use verbs_lab::verbs::Gid;
+
+use super::{cfix, BwUnit};
+use crate::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult, TestKind};
+
+/// perftest's `RESULT_LINE`: 87 dashes.
+pub const SEPARATOR: &str =
+    "---------------------------------------------------------------------------------------";
+
+/// The whole text report: [`header`], every row, [`footer`] — exactly what the
+/// [`Reporter`](crate::output::Reporter) streams.
+pub fn render_text(result: &RunResult, report_gbits: bool) -> String {
+    let unit = BwUnit::new(report_gbits);
+    let info = &result.info;
+    let mut out = header(info, unit);
+    match &result.rows {
+        Rows::Bw(rows) => rows.iter().for_each(|r| out.push_str(&bw_row(r, unit))),
+        Rows::Lat(rows) => rows.iter().for_each(|r| out.push_str(&lat_row(info, r))),
+    }
+    out.push_str(&footer());
+    out
+}
+
+/// perftest's test title: `RDMA_Write BW Test`, `Atomic FETCH_AND_ADD Bidirectional BW Test`,
+/// `Send Latency Test`.
+pub fn title(info: &RunInfo) -> String {
+    let mut t = format!("{} ", info.test.perftest_name());
+    if info.test == TestKind::Atomic {
+        if let Some(a) = &info.atomic_type {
+            let _ = write!(t, "{a} ");
+        }
+    }
+    match info.metric {
+        Metric::Bw => {
+            if info.bidirectional {
+                t.push_str("Bidirectional ");
+            }
+            if info.post_list > 1 {
+                t.push_str("Post List ");
+            }
+            t.push_str("BW ");
+        }
+        Metric::Lat => t.push_str("Latency "),
+    }
+    t.push_str("Test");
+    t
+}
+
+/// The header block: parameters, the QP endpoints, and the column header line.
+pub fn header(info: &RunInfo, unit: BwUnit) -> String {
+    let mut s = String::new();
+    let line = |s: &mut String, key: &str, value: &dyn std::fmt::Display| {
+        let _ = writeln!(s, " {key:<16}: {value}");
+    };
+    s.push_str(SEPARATOR);
+    s.push('\n');
+    let _ = writeln!(s, "                    {}", title(info));
+    if info.use_events {
+        s.push_str(" Test with events.\n");
+    }
+    let _ = writeln!(
+        s,
+        " Dual-port       : OFF\t\tDevice         : {}",
+        info.device
+    );
+    let _ = writeln!(s, " Number of qps   : {}\t\tTransport type : IB", info.qps);
+    let _ = writeln!(
+        s,
+        " Connection type : {}\t\tUsing SRQ      : OFF",
+        info.conn_type
+    );
+    // Which depths matter on this side: the send queue on a side that posts sends (the client of
+    // a one-way bandwidth test, both sides of a latency or bidirectional test), the receive
+    // queue on a side that receives sends.
+    let both_post = info.bidirectional || info.metric == Metric::Lat;
+    if info.role != "server" || both_post {
+        line(&mut s, "TX depth", &info.tx_depth);
+    }
+    if info.post_list > 1 {
+        line(&mut s, "Post List", &info.post_list);
+    }
+    if info.test == TestKind::Send && (info.role == "server" || both_post) {
+        line(&mut s, "RX depth", &info.rx_depth);
+    }
+    if info.metric == Metric::Bw {
+        line(&mut s, "CQ Moderation", &info.cq_moderation);
+    }
+    line(&mut s, "Mtu", &format_args!("{}[B]", info.mtu));
+    line(&mut s, "Link type", &info.link_layer);
+    line(&mut s, "GID index", &info.gid_index);
+    if matches!(info.test, TestKind::Read | TestKind::Atomic) {
+        line(&mut s, "Outstand reads", &info.outstanding_reads);
+    } else {
+        line(
+            &mut s,
+            "Max inline data",
+            &format_args!("{}[B]", info.max_inline),
+        );
+    }
+    s.push_str(" rdma_cm QPs\t : OFF\n");
+    line(&mut s, "Data ex. method", &"TCP (verbs-lab)");
+    match &info.cpu {
+        Some((cpu, why)) => line(&mut s, "CPU pinned", &format_args!("{cpu} ({why})")),
+        None => line(&mut s, "CPU pinned", &"no"),
+    }
+    s.push_str(SEPARATOR);
+    s.push('\n');
+
+    for (side, endpoints, gid) in [
+        ("local", &info.local_endpoints, &info.gid),
+        ("remote", &info.remote_endpoints, &info.remote_gid),
+    ] {
+        for ep in endpoints {
+            let _ = writeln!(s, " {side} address: {ep}");
+            if !gid.is_empty() {
+                let _ = writeln!(s, " GID: {}", gid_bytes(gid));
+            }
+        }
+    }
+    s.push_str(SEPARATOR);
+    s.push('\n');
+    s.push_str(&column_header(info, unit));
+    s.push('\n');
+    s
+}
+
+/// The 16 bytes of a GID, colon-separated, in hex; text that is not a GID is printed as given.
+fn gid_bytes(gid: &str) -> String {
+    match Gid::from_str(gid) {
+        Ok(g) => {
+            g.0.iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":")
+        }
+        Err(_) => gid.to_string(),
+    }
+}
+
+/// The column header line (perftest's `RESULT_FMT`, `RESULT_FMT_G`, `RESULT_FMT_LAT`,
+/// `RESULT_FMT_LAT_DUR`), without the newline.
+pub fn column_header(info: &RunInfo, unit: BwUnit) -> String {
+    match info.metric {
+        Metric::Bw => {
+            let u = unit.label();
+            format!(" #bytes     #iterations    BW peak[{u}]    BW average[{u}]   MsgRate[Mpps]")
+        }
+        Metric::Lat if info.duration.is_some() => {
+            " #bytes        #iterations       t_avg[usec]    tps average".to_string()
+        }
+        Metric::Lat => " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    \
+                         t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% \
+                         percentile[usec] "
+            .to_string(),
+    }
+}
+
+/// One bandwidth row, newline included. Like perftest, a Gb/s average below 0.1 is printed
+/// with six decimals (`REPORT_FMT_EXT`) so slow links do not read 0.00.
+pub fn bw_row(row: &BwRow, unit: BwUnit) -> String {
+    let peak = unit.convert(row.peak_bps);
+    let avg = unit.convert(row.avg_bps);
+    if unit == BwUnit::Gbps && avg < 0.1 {
+        format!(
+            " {:<7}    {}           {}            {}            {}\n",
+            row.bytes,
+            row.iterations,
+            cfix(peak, 7, 6),
+            cfix(avg, 7, 6),
+            cfix(row.msg_rate_mpps, 7, 6)
+        )
+    } else {
+        format!(
+            " {:<7}    {:<10}       {}            {}\t\t     {}\n",
+            row.bytes,
+            row.iterations,
+            cfix(peak, 7, 2),
+            cfix(avg, 7, 2),
+            cfix(row.msg_rate_mpps, 7, 6)
+        )
+    }
+}
+
+/// One latency row, newline included: perftest's nine columns, or its duration-mode four
+/// (`#bytes #iterations t_avg tps`) when the run had a duration.
+pub fn lat_row(info: &RunInfo, row: &LatRow) -> String {
+    let st = &row.stats;
+    if info.duration.is_some() {
+        return format!(
+            " {:<7}       {}            {}        {}\n",
+            row.bytes,
+            row.iterations,
+            cfix(st.avg_us, 7, 2),
+            cfix(row.tps.unwrap_or(f64::NAN), 7, 2)
+        );
+    }
+    format!(
+        " {:<7} {}          {}        {}      {}  \t       {}     \t{}\t\t{} \t\t{}\n",
+        row.bytes,
+        row.iterations,
+        cfix(st.min_us, 7, 2),
+        cfix(st.max_us, 7, 2),
+        cfix(st.median_us, 7, 2),
+        cfix(st.avg_us, 7, 2),
+        cfix(st.stdev_us, 7, 2),
+        cfix(st.p99_us, 7, 2),
+        cfix(st.p999_us, 7, 2)
+    )
+}
+
+/// The closing separator.
+pub fn footer() -> String {
+    format!("{SEPARATOR}\n")
+}
