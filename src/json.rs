@@ -542,7 +542,11 @@ mod tests {
     fn compact_output() {
         assert_eq!(
             sample().to_string(),
-            r#"{"name":"rxe0","guid":4822678189205111,"numa":null,"ok":true,"rate":null,"empty_list":[],"empty_obj":{},"ports":[{"port":1,"gids":["fe80::1","::ffff:192.168.77.1"]}]}"#
+            concat!(
+                r#"{"name":"rxe0","guid":4822678189205111,"numa":null,"ok":true,"rate":null,"#,
+                r#""empty_list":[],"empty_obj":{},"#,
+                r#""ports":[{"port":1,"gids":["fe80::1","::ffff:192.168.77.1"]}]}"#
+            )
         );
         validate(&sample().to_string()).unwrap();
     }

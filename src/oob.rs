@@ -20,7 +20,11 @@ pub enum OobError {
     /// A socket operation failed.
     Io { what: String, err: io::Error },
     /// A framed message announced more bytes than the limit.
-    TooLong { what: String, len: usize, max: usize },
+    TooLong {
+        what: String,
+        len: usize,
+        max: usize,
+    },
     /// The peer sent something we cannot parse.
     Malformed { what: String, detail: String },
 }
@@ -39,9 +43,14 @@ impl fmt::Display for OobError {
             }
             OobError::Io { what, err } => write!(f, "{what}: {err}"),
             OobError::TooLong { what, len, max } => {
-                write!(f, "{what}: the peer announced {len} bytes, more than the limit of {max}")
+                write!(
+                    f,
+                    "{what}: the peer announced {len} bytes, more than the limit of {max}"
+                )
             }
-            OobError::Malformed { what, detail } => write!(f, "malformed {what} from the peer: {detail}"),
+            OobError::Malformed { what, detail } => {
+                write!(f, "malformed {what} from the peer: {detail}")
+            }
         }
     }
 }
@@ -68,29 +77,61 @@ const POLL_STEP: Duration = Duration::from_millis(50);
 
 /// Waits for one client on `port` (all addresses), at most `timeout`.
 pub fn accept(port: u16, timeout: Duration) -> Result<OobConn> {
-    let io = |what: &str| {
-        let what = what.to_string();
-        move |err| OobError::Io { what, err }
-    };
-    let listener = TcpListener::bind(("0.0.0.0", port)).map_err(|e| OobError::Io {
-        what: format!("cannot listen on TCP port {port} (another server running? try -p)"),
-        err: e,
-    })?;
-    listener.set_nonblocking(true).map_err(io("set_nonblocking"))?;
-    let start = Instant::now();
-    loop {
-        match listener.accept() {
-            Ok((stream, peer)) => return OobConn::new(stream, peer, timeout),
-            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
-                if start.elapsed() >= timeout {
-                    return Err(OobError::Timeout {
-                        what: format!("a client to connect to TCP port {port}"),
-                        after: timeout,
-                    });
+    Listener::bind(port)?.accept(timeout)
+}
+
+/// A listening socket that stays open between accepts, for a server that takes several clients
+/// on one port. (Binding anew for each client would not do: a client that connects while the
+/// previous listener still exists lands in its backlog, and is reset when that listener closes.)
+pub struct Listener {
+    listener: TcpListener,
+    port: u16,
+}
+
+impl Listener {
+    /// Listens on `port` (all addresses).
+    pub fn bind(port: u16) -> Result<Listener> {
+        let listener = TcpListener::bind(("0.0.0.0", port)).map_err(|e| OobError::Io {
+            what: format!("cannot listen on TCP port {port} (another server running? try -p)"),
+            err: e,
+        })?;
+        listener.set_nonblocking(true).map_err(|err| OobError::Io {
+            what: "set_nonblocking".into(),
+            err,
+        })?;
+        Ok(Listener { listener, port })
+    }
+
+    /// The port listened on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Waits for the next client, at most `timeout`.
+    pub fn accept(&self, timeout: Duration) -> Result<OobConn> {
+        let port = self.port;
+        let start = Instant::now();
+        loop {
+            match self.listener.accept() {
+                Ok((stream, peer)) => return OobConn::new(stream, peer, timeout),
+                Err(e)
+                    if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted =>
+                {
+                    if start.elapsed() >= timeout {
+                        return Err(OobError::Timeout {
+                            what: format!("a client to connect to TCP port {port}"),
+                            after: timeout,
+                        });
+                    }
+                    std::thread::sleep(POLL_STEP);
                 }
-                std::thread::sleep(POLL_STEP);
+                Err(e) => {
+                    return Err(OobError::Io {
+                        what: format!("accept on port {port}"),
+                        err: e,
+                    })
+                }
             }
-            Err(e) => return Err(OobError::Io { what: format!("accept on port {port}"), err: e }),
         }
     }
 }
@@ -100,13 +141,18 @@ pub fn accept(port: u16, timeout: Duration) -> Result<OobConn> {
 pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<OobConn> {
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
-        .map_err(|e| OobError::Io { what: format!("cannot resolve server '{host}'"), err: e })?
+        .map_err(|e| OobError::Io {
+            what: format!("cannot resolve server '{host}'"),
+            err: e,
+        })?
         .collect();
     let start = Instant::now();
     let mut last_err = None;
     while start.elapsed() < timeout {
         for addr in &addrs {
-            let left = timeout.saturating_sub(start.elapsed()).max(Duration::from_millis(10));
+            let left = timeout
+                .saturating_sub(start.elapsed())
+                .max(Duration::from_millis(10));
             match TcpStream::connect_timeout(addr, left.min(Duration::from_secs(5))) {
                 Ok(stream) => return OobConn::new(stream, *addr, timeout),
                 Err(e) => last_err = Some(e),
@@ -114,18 +160,30 @@ pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<OobConn> {
         }
         std::thread::sleep(POLL_STEP * 2);
     }
-    let detail = last_err.map(|e| format!(" (last error: {e})")).unwrap_or_default();
-    Err(OobError::Timeout { what: format!("the server at {host}:{port} to accept{detail}"), after: timeout })
+    let detail = last_err
+        .map(|e| format!(" (last error: {e})"))
+        .unwrap_or_default();
+    Err(OobError::Timeout {
+        what: format!("the server at {host}:{port} to accept{detail}"),
+        after: timeout,
+    })
 }
 
 impl OobConn {
     fn new(stream: TcpStream, peer: SocketAddr, timeout: Duration) -> Result<OobConn> {
-        let io = |err| OobError::Io { what: "configuring the TCP socket".into(), err };
+        let io = |err| OobError::Io {
+            what: "configuring the TCP socket".into(),
+            err,
+        };
         stream.set_nonblocking(false).map_err(io)?;
         stream.set_nodelay(true).map_err(io)?;
         stream.set_read_timeout(Some(timeout)).map_err(io)?;
         stream.set_write_timeout(Some(timeout)).map_err(io)?;
-        Ok(OobConn { stream, peer, timeout })
+        Ok(OobConn {
+            stream,
+            peer,
+            timeout,
+        })
     }
 
     /// The peer's address.
@@ -140,7 +198,10 @@ impl OobConn {
 
     /// Changes the timeout of every later read and write (e.g. longer while a benchmark runs).
     pub fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
-        let io = |err| OobError::Io { what: "setting the socket timeout".into(), err };
+        let io = |err| OobError::Io {
+            what: "setting the socket timeout".into(),
+            err,
+        };
         self.stream.set_read_timeout(Some(timeout)).map_err(io)?;
         self.stream.set_write_timeout(Some(timeout)).map_err(io)?;
         self.timeout = timeout;
@@ -149,7 +210,9 @@ impl OobConn {
 
     /// Writes all of `buf`; `what` names it in errors.
     pub fn send_raw(&mut self, buf: &[u8], what: &str) -> Result<()> {
-        self.stream.write_all(buf).map_err(|e| self.classify(e, &format!("sending {what}")))
+        self.stream
+            .write_all(buf)
+            .map_err(|e| self.classify(e, &format!("sending {what}")))
     }
 
     /// Reads exactly `buf.len()` bytes, within the timeout (which restarts on every byte
@@ -187,7 +250,11 @@ impl OobConn {
         self.recv_raw(&mut len, what)?;
         let len = u32::from_be_bytes(len) as usize;
         if len > max {
-            return Err(OobError::TooLong { what: what.into(), len, max });
+            return Err(OobError::TooLong {
+                what: what.into(),
+                len,
+                max,
+            });
         }
         let mut buf = vec![0u8; len];
         self.recv_raw(&mut buf, what)?;
@@ -200,18 +267,50 @@ impl OobConn {
         let mut b = [0u8; 1];
         self.recv_raw(&mut b, what)?;
         if b[0] != b'B' {
-            return Err(OobError::Malformed { what: what.into(), detail: format!("barrier token {:#04x}", b[0]) });
+            return Err(OobError::Malformed {
+                what: what.into(),
+                detail: format!("barrier token {:#04x}", b[0]),
+            });
         }
         Ok(())
     }
 
+    /// Whether a read would not block: data (or the peer's close) is waiting. Waits at most
+    /// `wait` (`poll(2)` on the socket), so a busy loop can look at the channel now and then
+    /// without blocking on it.
+    pub fn poll_readable(&self, wait: Duration) -> Result<bool> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+        let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
+        let mut fds = [PollFd::new(self.stream.as_fd(), PollFlags::POLLIN)];
+        loop {
+            match poll(&mut fds, timeout) {
+                Ok(n) => return Ok(n > 0),
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    return Err(OobError::Io {
+                        what: "polling the out-of-band socket".into(),
+                        err: io::Error::from(e),
+                    })
+                }
+            }
+        }
+    }
+
     fn classify(&self, e: io::Error, what: &str) -> OobError {
         match e.kind() {
-            ErrorKind::WouldBlock | ErrorKind::TimedOut => OobError::Timeout { what: what.into(), after: self.timeout },
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => OobError::Timeout {
+                what: what.into(),
+                after: self.timeout,
+            },
             ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::BrokenPipe => {
                 OobError::Closed { what: what.into() }
             }
-            _ => OobError::Io { what: what.into(), err: e },
+            _ => OobError::Io {
+                what: what.into(),
+                err: e,
+            },
         }
     }
 }
@@ -221,7 +320,11 @@ mod tests {
     use super::*;
 
     fn free_port() -> u16 {
-        TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
     }
 
     #[test]
@@ -249,7 +352,10 @@ mod tests {
         });
         let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
         let e = c.recv_msg(1024, "parameters").unwrap_err();
-        assert!(matches!(e, OobError::TooLong { len, max: 1024, .. } if len == u32::MAX as usize), "{e}");
+        assert!(
+            matches!(e, OobError::TooLong { len, max: 1024, .. } if len == u32::MAX as usize),
+            "{e}"
+        );
         t.join().unwrap();
     }
 
@@ -273,11 +379,47 @@ mod tests {
     }
 
     #[test]
+    fn one_listener_serves_clients_that_connect_early() {
+        let port = free_port();
+        let l = Listener::bind(port).unwrap();
+        // Both clients connect before the server accepts either: both must be served.
+        let clients: Vec<_> = (0..2u8)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
+                    c.send_msg(&[i], "id").unwrap();
+                    c.barrier("done").unwrap();
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let mut conns: Vec<OobConn> = (0..2)
+            .map(|_| l.accept(Duration::from_secs(10)).unwrap())
+            .collect();
+        let mut ids: Vec<u8> = conns
+            .iter_mut()
+            .map(|c| c.recv_msg(1, "id").unwrap()[0])
+            .collect();
+        ids.sort_unstable();
+        assert_eq!(ids, [0, 1]);
+        for c in &mut conns {
+            c.barrier("done").unwrap();
+        }
+        for t in clients {
+            t.join().unwrap();
+        }
+    }
+
+    #[test]
     fn nobody_listening_times_out() {
         let port = free_port();
-        let e = connect("127.0.0.1", port, Duration::from_millis(300)).err().unwrap();
+        let e = connect("127.0.0.1", port, Duration::from_millis(300))
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("timed out"), "{e}");
-        let e = accept(free_port(), Duration::from_millis(200)).err().unwrap();
+        let e = accept(free_port(), Duration::from_millis(200))
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("a client to connect"), "{e}");
     }
 }

@@ -17,8 +17,9 @@ use super::ah::AhAttr;
 use super::attrs::{AccessFlags, Mtu, QpState, QpType};
 use super::cq::{Cq, CqInner};
 use super::error::{Result, VerbsError};
+use super::mr::Mr;
 use super::pd::{Pd, PdInner};
-use super::wr::{Payload, RecvWr, SendOp, SendWr};
+use super::wr::{Payload, RecvWr, SendOp, SendWr, Sge};
 
 /// Work-queue sizes of a QP: what is asked for at creation, and what was granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -191,6 +192,25 @@ impl Qp {
         Ok(self.query()?.0)
     }
 
+    /// The RDMA Read/Atomic depths the device holds for this QP, read back with
+    /// `ibv_query_qp(3)`: `(max_rd_atomic, max_dest_rd_atomic)` — what we may have outstanding
+    /// towards the peer, and what the peer may have outstanding against us. A provider may hold
+    /// more than was set (rxe rounds both up to a power of two).
+    pub fn rd_atomic(&self) -> Result<(u8, u8)> {
+        // SAFETY: plain C data.
+        let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: plain C data.
+        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        let mask =
+            ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC | ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC;
+        // SAFETY: the QP is live; both out-pointers are valid.
+        let ret = unsafe { ibv_query_qp(self.ptr, &mut attr, mask.0 as i32, &mut init) };
+        if ret != 0 {
+            return Err(VerbsError::from_ret("ibv_query_qp", ret));
+        }
+        Ok((attr.max_rd_atomic, attr.max_dest_rd_atomic))
+    }
+
     fn modify(
         &self,
         verb: &'static str,
@@ -216,10 +236,10 @@ impl Qp {
         let mut mask = m::IBV_QP_STATE | m::IBV_QP_PKEY_INDEX | m::IBV_QP_PORT;
         if self.qp_type == QpType::Ud {
             attr.qkey = a.qkey;
-            mask = mask | m::IBV_QP_QKEY;
+            mask |= m::IBV_QP_QKEY;
         } else {
             attr.qp_access_flags = a.access.0;
-            mask = mask | m::IBV_QP_ACCESS_FLAGS;
+            mask |= m::IBV_QP_ACCESS_FLAGS;
         }
         self.modify("ibv_modify_qp(INIT)", &mut attr, mask)
     }
@@ -239,11 +259,11 @@ impl Qp {
             attr.dest_qp_num = a.dest_qpn;
             attr.rq_psn = a.rq_psn & 0xff_ffff;
             attr.ah_attr = a.ah.to_ibv();
-            mask = mask | m::IBV_QP_AV | m::IBV_QP_PATH_MTU | m::IBV_QP_DEST_QPN | m::IBV_QP_RQ_PSN;
+            mask |= m::IBV_QP_AV | m::IBV_QP_PATH_MTU | m::IBV_QP_DEST_QPN | m::IBV_QP_RQ_PSN;
             if self.qp_type == QpType::Rc {
                 attr.max_dest_rd_atomic = a.max_dest_rd_atomic;
                 attr.min_rnr_timer = a.min_rnr_timer;
-                mask = mask | m::IBV_QP_MAX_DEST_RD_ATOMIC | m::IBV_QP_MIN_RNR_TIMER;
+                mask |= m::IBV_QP_MAX_DEST_RD_ATOMIC | m::IBV_QP_MIN_RNR_TIMER;
             }
         }
         self.modify("ibv_modify_qp(RTR)", &mut attr, mask)
@@ -262,8 +282,7 @@ impl Qp {
             attr.retry_cnt = a.retry_cnt;
             attr.rnr_retry = a.rnr_retry;
             attr.max_rd_atomic = a.max_rd_atomic;
-            mask = mask
-                | m::IBV_QP_TIMEOUT
+            mask |= m::IBV_QP_TIMEOUT
                 | m::IBV_QP_RETRY_CNT
                 | m::IBV_QP_RNR_RETRY
                 | m::IBV_QP_MAX_QP_RD_ATOMIC;
@@ -286,17 +305,37 @@ impl Qp {
     /// Posts send-queue requests (`ibv_post_send(3)`), as one linked list per call of up to
     /// 32 requests (the `-l` post list of perftest).
     ///
-    /// Every SGE names registered memory (an [`Sge`](super::wr::Sge) can only come from an MR),
+    /// Every SGE names registered memory (an [`Sge`] can only come from an MR),
     /// and that memory cannot be freed while registered, so the NIC never touches freed memory.
     /// Inline payloads are copied before this returns.
     pub fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<()> {
         for (chunk_no, chunk) in wrs.chunks(POST_CHUNK).enumerate() {
-            self.post_send_chunk(chunk, chunk_no * POST_CHUNK)?;
+            self.post_send_chunk(chunk, chunk_no * POST_CHUNK, None)?;
         }
         Ok(())
     }
 
-    fn post_send_chunk(&self, wrs: &[SendWr<'_>], first_index: usize) -> Result<()> {
+    /// Like [`Qp::post_send`], but the registered payloads ([`Payload::Sges`]) are sent inline
+    /// (`IBV_SEND_INLINE`): the provider copies their bytes out of `from` into the work queue
+    /// entry before this returns, so the buffer may be rewritten at once.
+    ///
+    /// Every SGE must lie inside `from` (checked; `from` is borrowed for the call, so the bytes
+    /// are alive while they are copied) and each request's payload must fit the QP's
+    /// `max_inline_data`. A benchmark keeps its requests prebuilt over SGEs and still rewrites
+    /// the buffer (a sequence stamp) between posts, which a `Payload::Inline` borrow would forbid.
+    pub fn post_send_inline(&self, wrs: &[SendWr<'_>], from: &Mr) -> Result<()> {
+        for (chunk_no, chunk) in wrs.chunks(POST_CHUNK).enumerate() {
+            self.post_send_chunk(chunk, chunk_no * POST_CHUNK, Some(from))?;
+        }
+        Ok(())
+    }
+
+    fn post_send_chunk(
+        &self,
+        wrs: &[SendWr<'_>],
+        first_index: usize,
+        inline_from: Option<&Mr>,
+    ) -> Result<()> {
         let mut raw: [MaybeUninit<ibv_send_wr>; POST_CHUNK] =
             [const { MaybeUninit::uninit() }; POST_CHUNK];
         // One SGE per inline payload lives here for the duration of the call.
@@ -325,7 +364,13 @@ impl Qp {
                 Payload::None => (std::ptr::null_mut(), 0),
                 // Sge is repr(transparent) over ibv_sge; the slice outlives this call, and the
                 // provider only reads the list during ibv_post_send.
-                Payload::Sges(s) => (s.as_ptr() as *mut ibv_sge, s.len() as i32),
+                Payload::Sges(s) => {
+                    if let Some(mr) = inline_from {
+                        self.check_inline(s, mr, first_index + i)?;
+                        flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+                    }
+                    (s.as_ptr() as *mut ibv_sge, s.len() as i32)
+                }
                 Payload::Inline(bytes) => {
                     flags |= ibv_send_flags::IBV_SEND_INLINE.0;
                     inline_sge[i].write(ibv_sge {
@@ -365,7 +410,8 @@ impl Qp {
         }
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
         // SAFETY: raw[0..n] are initialised and linked in order; every SGE points at registered
-        // memory (or inline bytes borrowed for this call); the QP is live.
+        // memory, or at inline bytes borrowed for this call (a `Payload::Inline` slice, or a
+        // range checked to lie inside `inline_from`, which is borrowed too); the QP is live.
         let ret = unsafe { rdma_sys::ibv_post_send(self.ptr, base, &mut bad) };
         if ret != 0 {
             let idx = if bad.is_null() {
@@ -388,6 +434,31 @@ impl Qp {
                 },
                 other => other,
             });
+        }
+        Ok(())
+    }
+
+    /// Refuses an inline payload that is not inside `mr` or larger than `max_inline_data`.
+    fn check_inline(&self, sges: &[Sge], mr: &Mr, index: usize) -> Result<()> {
+        let start = mr.addr();
+        let end = start + mr.len() as u64;
+        let mut total = 0u64;
+        for s in sges {
+            let (a, len) = (s.addr(), u64::from(s.len()));
+            let inside = matches!(a.checked_add(len), Some(e) if a >= start && e <= end);
+            if !inside {
+                return Err(VerbsError::InvalidArgument(format!(
+                    "send request {index}: an inline SGE ({s:?}) lies outside the memory region \
+                     it is copied from"
+                )));
+            }
+            total += len;
+        }
+        if total > u64::from(self.caps.max_inline_data) {
+            return Err(VerbsError::InvalidArgument(format!(
+                "send request {index}: {total} bytes inline, but the QP grants max_inline_data {}",
+                self.caps.max_inline_data
+            )));
         }
         Ok(())
     }

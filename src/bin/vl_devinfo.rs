@@ -1,0 +1,439 @@
+//! `vl_devinfo`: what a benchmarker needs to know about the RDMA devices of this machine.
+//!
+//! Like `ibv_devinfo -v`, but it also prints the GID table with each entry's type, netdev and IP
+//! address, and which GID verbs-lab's tools would use on each port and why. `--json` prints the
+//! same facts (and all of them, whatever `-v` says) as one JSON document.
+
+use std::process::ExitCode;
+
+use anyhow::{bail, Context as _, Result};
+use clap::Parser;
+use comfy_table::{presets, Table};
+
+use verbs_lab::json::{Object, Value};
+use verbs_lab::verbs::attrs::{atomic_cap_name, link_rate};
+use verbs_lab::verbs::device::format_guid;
+use verbs_lab::verbs::gid::choose_gid;
+use verbs_lab::verbs::{
+    Context, DeviceAttr, DeviceList, GidChoice, GidEntry, LinkLayer, PortAttr, VerbsError,
+};
+
+/// Show RDMA devices, ports, GID tables and capabilities (like `ibv_devinfo -v`).
+#[derive(Parser, Debug)]
+#[command(name = "vl_devinfo", version)]
+struct Args {
+    /// Only this device (e.g. rxe0); default: every device
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+    ib_dev: Option<String>,
+
+    /// Only this port (numbered from 1); default: every port
+    #[arg(short = 'i', long = "ib-port", value_name = "N",
+          value_parser = clap::value_parser!(u8).range(1..))]
+    ib_port: Option<u8>,
+
+    /// Print every capability, not just the ones a benchmark usually needs
+    #[arg(short, long)]
+    verbose: bool,
+
+    /// Print one JSON document with everything instead of tables
+    #[arg(long)]
+    json: bool,
+}
+
+/// Everything we learned about one port.
+struct PortInfo {
+    attr: PortAttr,
+    gids: Vec<GidEntry>,
+    /// The GID verbs-lab's tools would use, or why there is none.
+    choice: std::result::Result<GidChoice, String>,
+}
+
+/// Everything we learned about one device.
+struct DeviceInfo {
+    name: String,
+    attr: DeviceAttr,
+    numa_node: Option<u32>,
+    ports: Vec<PortInfo>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vl_devinfo: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<()> {
+    let list = DeviceList::new().context("listing RDMA devices")?;
+    if list.is_empty() {
+        return Err(VerbsError::NoDevices).context("listing RDMA devices");
+    }
+    let devices = match &args.ib_dev {
+        Some(name) => vec![list.find(name)?],
+        None => list.iter().collect(),
+    };
+
+    let mut infos = Vec::new();
+    for dev in devices {
+        let name = dev.name();
+        let ctx = dev
+            .open()
+            .with_context(|| format!("opening {name} (ibv_open_device)"))?;
+        infos.push(describe(&ctx, args.ib_port)?);
+    }
+
+    if args.json {
+        println!("{}", to_json(&infos).pretty());
+    } else {
+        for (i, info) in infos.iter().enumerate() {
+            if i > 0 {
+                println!();
+            }
+            print_human(info, args.verbose);
+        }
+    }
+    Ok(())
+}
+
+/// Queries a device, its ports (all, or just `only_port`) and their GID tables.
+fn describe(ctx: &Context, only_port: Option<u8>) -> Result<DeviceInfo> {
+    let name = ctx.name().to_string();
+    let attr = ctx
+        .query_device()
+        .with_context(|| format!("querying {name} (ibv_query_device)"))?;
+    let ports: Vec<u8> = match only_port {
+        Some(p) if p > attr.phys_port_cnt => bail!(
+            "{name} has no port {p}: it has {} port(s), numbered from 1",
+            attr.phys_port_cnt
+        ),
+        Some(p) => vec![p],
+        None => (1..=attr.phys_port_cnt).collect(),
+    };
+    let mut port_infos = Vec::new();
+    for port in ports {
+        let pattr = ctx
+            .query_port(port)
+            .with_context(|| format!("querying {name} port {port} (ibv_query_port)"))?;
+        let gids = ctx
+            .gid_table(port)
+            .with_context(|| format!("reading the GID table of {name} port {port}"))?;
+        // The same rule as `ctx.choose_gid(port, None)`, applied to the table already read.
+        let choice = choose_gid(&gids, None);
+        port_infos.push(PortInfo {
+            attr: pattr,
+            gids,
+            choice,
+        });
+    }
+    Ok(DeviceInfo {
+        name,
+        numa_node: ctx.numa_node(),
+        attr,
+        ports: port_infos,
+    })
+}
+
+/// `struct ibv_port_attr.phys_state` by name (IBTA values, as `ibv_devinfo` prints them).
+fn phys_state_name(v: u8) -> &'static str {
+    match v {
+        1 => "SLEEP",
+        2 => "POLLING",
+        3 => "DISABLED",
+        4 => "PORT_CONFIGURATION_TRAINING",
+        5 => "LINK_UP",
+        6 => "LINK_ERROR_RECOVERY",
+        7 => "PHY_TEST",
+        _ => "UNKNOWN",
+    }
+}
+
+/// The names of the `IBV_DEVICE_*` bits set in `device_cap_flags` (`ibv_query_device(3)`).
+fn device_cap_names(flags: u32) -> Vec<String> {
+    use rdma_sys::ibv_device_cap_flags as F;
+    let known = [
+        (F::IBV_DEVICE_RESIZE_MAX_WR, "RESIZE_MAX_WR"),
+        (F::IBV_DEVICE_BAD_PKEY_CNTR, "BAD_PKEY_CNTR"),
+        (F::IBV_DEVICE_BAD_QKEY_CNTR, "BAD_QKEY_CNTR"),
+        (F::IBV_DEVICE_RAW_MULTI, "RAW_MULTI"),
+        (F::IBV_DEVICE_AUTO_PATH_MIG, "AUTO_PATH_MIG"),
+        (F::IBV_DEVICE_CHANGE_PHY_PORT, "CHANGE_PHY_PORT"),
+        (F::IBV_DEVICE_UD_AV_PORT_ENFORCE, "UD_AV_PORT_ENFORCE"),
+        (F::IBV_DEVICE_CURR_QP_STATE_MOD, "CURR_QP_STATE_MOD"),
+        (F::IBV_DEVICE_SHUTDOWN_PORT, "SHUTDOWN_PORT"),
+        (F::IBV_DEVICE_INIT_TYPE, "INIT_TYPE"),
+        (F::IBV_DEVICE_PORT_ACTIVE_EVENT, "PORT_ACTIVE_EVENT"),
+        (F::IBV_DEVICE_SYS_IMAGE_GUID, "SYS_IMAGE_GUID"),
+        (F::IBV_DEVICE_RC_RNR_NAK_GEN, "RC_RNR_NAK_GEN"),
+        (F::IBV_DEVICE_SRQ_RESIZE, "SRQ_RESIZE"),
+        (F::IBV_DEVICE_N_NOTIFY_CQ, "N_NOTIFY_CQ"),
+        (F::IBV_DEVICE_MEM_WINDOW, "MEM_WINDOW"),
+        (F::IBV_DEVICE_UD_IP_CSUM, "UD_IP_CSUM"),
+        (F::IBV_DEVICE_XRC, "XRC"),
+        (F::IBV_DEVICE_MEM_MGT_EXTENSIONS, "MEM_MGT_EXTENSIONS"),
+        (F::IBV_DEVICE_MEM_WINDOW_TYPE_2A, "MEM_WINDOW_TYPE_2A"),
+        (F::IBV_DEVICE_MEM_WINDOW_TYPE_2B, "MEM_WINDOW_TYPE_2B"),
+        (F::IBV_DEVICE_RC_IP_CSUM, "RC_IP_CSUM"),
+        (F::IBV_DEVICE_RAW_IP_CSUM, "RAW_IP_CSUM"),
+    ];
+    let mut rest = flags;
+    let mut names: Vec<String> = known
+        .iter()
+        .filter(|(f, _)| flags & f.0 != 0)
+        .map(|(f, n)| {
+            rest &= !f.0;
+            n.to_string()
+        })
+        .collect();
+    if rest != 0 {
+        names.push(format!("{rest:#x}"));
+    }
+    names
+}
+
+fn numa_text(n: Option<u32>) -> String {
+    n.map_or_else(
+        || "unknown (no PCI device behind it, e.g. SoftRoCE)".into(),
+        |n| n.to_string(),
+    )
+}
+
+fn mtu_text(m: Option<verbs_lab::verbs::Mtu>) -> String {
+    m.map_or_else(|| "unknown".into(), |m| m.to_string())
+}
+
+fn rate_text(p: &PortAttr) -> String {
+    link_rate(p.active_width, p.active_speed).unwrap_or_else(|| {
+        format!(
+            "unknown (width {}, speed {})",
+            p.active_width, p.active_speed
+        )
+    })
+}
+
+fn lid_text(p: &PortAttr) -> String {
+    if p.link_layer == LinkLayer::Ethernet {
+        format!("{} (unused on RoCE: addressed by GID)", p.lid)
+    } else {
+        p.lid.to_string()
+    }
+}
+
+fn new_table() -> Table {
+    let mut t = Table::new();
+    t.load_style(presets::ASCII_FULL_CONDENSED);
+    t
+}
+
+fn print_human(d: &DeviceInfo, verbose: bool) {
+    let a = &d.attr;
+    println!("Device {}", d.name);
+
+    let mut caps = new_table();
+    caps.set_header(vec!["device", d.name.as_str()]);
+    let mut row = |k: &str, v: String| {
+        caps.add_row(vec![k.to_string(), v]);
+    };
+    row("node GUID", format_guid(a.node_guid));
+    row("firmware", a.fw_ver.clone());
+    row("NUMA node", numa_text(d.numa_node));
+    row("ports", a.phys_port_cnt.to_string());
+    row("max_qp", a.max_qp.to_string());
+    row("max_qp_wr", a.max_qp_wr.to_string());
+    row("max_sge", a.max_sge.to_string());
+    row("max_cqe", a.max_cqe.to_string());
+    row(
+        "max_mr_size",
+        format!("{} ({:#x})", a.max_mr_size, a.max_mr_size),
+    );
+    row("max_qp_rd_atom", a.max_qp_rd_atom.to_string());
+    row(
+        "atomic_cap",
+        format!("{} ({})", atomic_cap_name(a.atomic_cap), a.atomic_cap),
+    );
+    if verbose {
+        row("sys_image_guid", format_guid(a.sys_image_guid));
+        row("vendor_id", format!("{:#x}", a.vendor_id));
+        row("vendor_part_id", a.vendor_part_id.to_string());
+        row("hw_ver", format!("{:#x}", a.hw_ver));
+        row("max_sge_rd", a.max_sge_rd.to_string());
+        row("max_cq", a.max_cq.to_string());
+        row("max_mr", a.max_mr.to_string());
+        row("max_pd", a.max_pd.to_string());
+        row("max_srq", a.max_srq.to_string());
+        row("max_ah", a.max_ah.to_string());
+        row("max_qp_init_rd_atom", a.max_qp_init_rd_atom.to_string());
+        row("max_res_rd_atom", a.max_res_rd_atom.to_string());
+        row("page_size_cap", format!("{:#x}", a.page_size_cap));
+        row(
+            "device_cap_flags",
+            std::iter::once(format!("{:#010x}", a.device_cap_flags))
+                .chain(device_cap_names(a.device_cap_flags))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
+    }
+    println!("{caps}");
+
+    let mut ports = new_table();
+    let mut header = vec![
+        "port",
+        "state",
+        "active MTU",
+        "max MTU",
+        "link layer",
+        "LID",
+        "rate",
+    ];
+    if verbose {
+        header.extend(["phys state", "SM LID", "max_msg_sz", "gid_tbl_len"]);
+    }
+    ports.set_header(header);
+    for p in &d.ports {
+        let pa = &p.attr;
+        let mut cells = vec![
+            pa.port_num.to_string(),
+            pa.state.to_string(),
+            mtu_text(pa.active_mtu),
+            mtu_text(pa.max_mtu),
+            pa.link_layer.to_string(),
+            lid_text(pa),
+            rate_text(pa),
+        ];
+        if verbose {
+            cells.extend([
+                format!("{} ({})", phys_state_name(pa.phys_state), pa.phys_state),
+                pa.sm_lid.to_string(),
+                pa.max_msg_sz.to_string(),
+                pa.gid_tbl_len.to_string(),
+            ]);
+        }
+        ports.add_row(cells);
+    }
+    println!("{ports}");
+
+    let mut gids = new_table();
+    gids.set_header(vec![
+        "port", "index", "GID", "type", "netdev", "IP", "chosen",
+    ]);
+    for p in &d.ports {
+        let chosen = p.choice.as_ref().ok().map(|c| c.entry.index);
+        for e in &p.gids {
+            gids.add_row(vec![
+                p.attr.port_num.to_string(),
+                e.index.to_string(),
+                e.gid.to_string(),
+                e.gid_type.to_string(),
+                e.netdev.clone().unwrap_or_else(|| "-".into()),
+                e.ip().map_or_else(|| "-".into(), |ip| ip.to_string()),
+                if chosen == Some(e.index) { "*" } else { "" }.to_string(),
+            ]);
+        }
+    }
+    println!("{gids}");
+    for p in &d.ports {
+        match &p.choice {
+            Ok(c) => println!(
+                "verbs-lab uses GID index {} on {} port {}: {}",
+                c.entry.index, d.name, p.attr.port_num, c.reason
+            ),
+            Err(e) => println!(
+                "verbs-lab has no GID to use on {} port {}: {e}",
+                d.name, p.attr.port_num
+            ),
+        }
+    }
+}
+
+fn gid_json(e: &GidEntry) -> Object {
+    Object::new()
+        .field("index", e.index)
+        .field("gid", e.gid.to_string())
+        .field("type", e.gid_type.to_string())
+        .field("netdev", e.netdev.clone())
+        .field("ip", e.ip().map(|ip| ip.to_string()))
+}
+
+fn to_json(devices: &[DeviceInfo]) -> Value {
+    let devices: Vec<Value> = devices
+        .iter()
+        .map(|d| {
+            let a = &d.attr;
+            let caps = Object::new()
+                .field("max_qp", a.max_qp)
+                .field("max_qp_wr", a.max_qp_wr)
+                .field("max_sge", a.max_sge)
+                .field("max_sge_rd", a.max_sge_rd)
+                .field("max_cq", a.max_cq)
+                .field("max_cqe", a.max_cqe)
+                .field("max_mr", a.max_mr)
+                .field("max_mr_size", a.max_mr_size)
+                .field("max_pd", a.max_pd)
+                .field("max_qp_rd_atom", a.max_qp_rd_atom)
+                .field("max_qp_init_rd_atom", a.max_qp_init_rd_atom)
+                .field("max_res_rd_atom", a.max_res_rd_atom)
+                .field("max_srq", a.max_srq)
+                .field("max_ah", a.max_ah)
+                .field("atomic_cap", atomic_cap_name(a.atomic_cap))
+                .field("device_cap_flags", a.device_cap_flags)
+                .field(
+                    "device_cap_flag_names",
+                    device_cap_names(a.device_cap_flags),
+                )
+                .field("page_size_cap", a.page_size_cap);
+            let ports: Vec<Value> = d
+                .ports
+                .iter()
+                .map(|p| {
+                    let pa = &p.attr;
+                    let (chosen, error) = match &p.choice {
+                        Ok(c) => (
+                            Value::from(gid_json(&c.entry).field("reason", c.reason.as_str())),
+                            Value::Null,
+                        ),
+                        Err(e) => (Value::Null, Value::from(e.as_str())),
+                    };
+                    Object::new()
+                        .field("port", pa.port_num)
+                        .field("state", pa.state.to_string())
+                        .field("phys_state", phys_state_name(pa.phys_state))
+                        .field("active_mtu", pa.active_mtu.map(|m| m.bytes()))
+                        .field("max_mtu", pa.max_mtu.map(|m| m.bytes()))
+                        .field("link_layer", pa.link_layer.to_string())
+                        .field("lid", pa.lid)
+                        .field("sm_lid", pa.sm_lid)
+                        .field("active_width", pa.active_width)
+                        .field("active_speed", pa.active_speed)
+                        .field("rate", link_rate(pa.active_width, pa.active_speed))
+                        .field("max_msg_sz", pa.max_msg_sz)
+                        .field("gid_tbl_len", pa.gid_tbl_len)
+                        .field("gids", p.gids.iter().map(gid_json).collect::<Vec<_>>())
+                        .field("chosen_gid", chosen)
+                        .field("chosen_gid_error", error)
+                        .into()
+                })
+                .collect();
+            Object::new()
+                .field("name", d.name.as_str())
+                .field("node_guid", format_guid(a.node_guid))
+                .field("sys_image_guid", format_guid(a.sys_image_guid))
+                .field("fw_ver", a.fw_ver.as_str())
+                .field("vendor_id", a.vendor_id)
+                .field("vendor_part_id", a.vendor_part_id)
+                .field("hw_ver", a.hw_ver)
+                .field("numa_node", d.numa_node)
+                .field("phys_port_cnt", a.phys_port_cnt)
+                .field("caps", caps)
+                .field("ports", ports)
+                .into()
+        })
+        .collect();
+    Object::new()
+        .field("tool", "vl_devinfo")
+        .field("version", env!("CARGO_PKG_VERSION"))
+        .field("devices", devices)
+        .into()
+}
