@@ -1,0 +1,233 @@
+# shellcheck shell=sh
+# Helpers for the guest scenarios tests/guest/NN-name.sh (POSIX sh; busybox sh in the guest).
+#
+# `scripts/softroce-vm test` runs each scenario with `sh FILE` in the repository root, in its own
+# process group (killed when the scenario ends), with a private TMPDIR and this environment:
+#   VL_DEV0=rxe0 VL_ADDR0=192.168.77.1   VL_DEV1=rxe1 VL_ADDR1=192.168.77.2   VL_GUEST=1
+#   VL_REPO (repository root), VL_TESTS (this directory), VL_SCENARIO (scenario name)
+#   PATH=$VL_REPO/target/release:/usr/sbin:/usr/bin, ulimit -l unlimited
+# A scenario starts with
+#   set -eu
+#   . "$VL_TESTS/lib.sh"
+# and fails by exiting non-zero: call `fail MESSAGE`, or let a helper return non-zero under set -e.
+# A '# timeout: SECS' line overrides the default per-scenario timeout (300 s).
+#
+# Beware: busybox sh runs its own applets before PATH (ip, timeout, ...); use /sbin/ip for
+# iproute2's ip, and run_timeout below instead of `timeout`.
+
+# ---- messages ---------------------------------------------------------------------------------
+
+# step TEXT: a heading in the scenario's log.
+step() { printf '\n== %s\n' "$*"; }
+
+# fail MESSAGE: end the scenario as failed.
+fail() {
+    printf 'FAIL: %s\n' "$*" >&2
+    exit 1
+}
+
+# ---- time and processes -----------------------------------------------------------------------
+
+# _vl_now: centiseconds since boot.
+_vl_now() { awk '{ printf "%d\n", $1 * 100 }' /proc/uptime; }
+
+# _vl_alive PID: true while PID exists and is not a zombie.
+_vl_alive() {
+    [ -r "/proc/$1/stat" ] || return 1
+    _va_state=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
+    [ -n "$_va_state" ] && [ "$_va_state" != Z ]
+}
+
+# kill_tree SIGNAL PID: send SIGNAL to PID and all its descendants (children first).
+kill_tree() {
+    for _kt_child in $(_vl_children "$2"); do
+        kill_tree "$1" "$_kt_child"
+    done
+    kill "-$1" "$2" 2>/dev/null || true
+}
+
+# _vl_children PID: the PIDs whose parent is PID (field 4 of /proc/N/stat, after "(comm)").
+_vl_children() {
+    cat /proc/[0-9]*/stat 2>/dev/null \
+        | awk -v p="$1" '{ pid = $1; sub(/^.*\) /, ""); if ($2 == p) print pid }'
+}
+
+# _vl_watch PID SECS: wait for the background job PID; after SECS seconds kill its process tree.
+# Returns the job's exit status, or 124 when it had to be killed.
+_vl_watch() {
+    _w_pid=$1
+    _w_flag=${TMPDIR:-/tmp}/.vl-timed-out.$1
+    rm -f "$_w_flag"
+    (
+        _w_end=$(($(_vl_now) + $2 * 100))
+        while _vl_alive "$_w_pid"; do
+            if [ "$(_vl_now)" -ge "$_w_end" ]; then
+                : >"$_w_flag"
+                kill_tree TERM "$_w_pid"
+                sleep 2
+                kill_tree KILL "$_w_pid"
+                exit 0
+            fi
+            sleep 0.1
+        done
+    ) &
+    _w_watchdog=$!
+    _w_rc=0
+    wait "$_w_pid" 2>/dev/null || _w_rc=$? # 2>/dev/null: no "Terminated" notice from sh
+    kill "$_w_watchdog" 2>/dev/null || true
+    wait "$_w_watchdog" 2>/dev/null || true
+    if [ -e "$_w_flag" ]; then
+        rm -f "$_w_flag"
+        return 124
+    fi
+    return "$_w_rc"
+}
+
+# run_timeout SECS CMD [ARGS...]: run CMD, killing it (and its children) after SECS seconds.
+# Returns CMD's exit status, or 124 on timeout. (busybox's `timeout` leaves grandchildren.)
+run_timeout() {
+    _rt_secs=$1
+    shift
+    "$@" &
+    _vl_watch $! "$_rt_secs"
+}
+
+# ---- servers and clients ----------------------------------------------------------------------
+
+# _vl_listening PORT: true when a TCP socket listens on PORT (IPv4 or IPv6). Reads /proc, as
+# busybox has no ss.
+_vl_listening() {
+    _l_hex=$(printf ':%04X' "$1")
+    for _l_f in /proc/net/tcp /proc/net/tcp6; do
+        [ -r "$_l_f" ] || continue
+        if awk -v h="$_l_hex" 'NR > 1 && $4 == "0A" && substr($2, length($2) - 4) == h { f = 1 }
+                END { exit !f }' "$_l_f"; then
+            return 0
+        fi
+    done
+    return 1
+}
+
+# wait_port PORT [TIMEOUT=30] [PID]: wait until something listens on TCP PORT. Fails after
+# TIMEOUT seconds, or as soon as process PID (the server, if given) has exited.
+wait_port() {
+    _wp_port=$1
+    _wp_secs=${2:-30}
+    _wp_pid=${3:-}
+    _wp_end=$(($(_vl_now) + _wp_secs * 100))
+    while ! _vl_listening "$_wp_port"; do
+        if [ -n "$_wp_pid" ] && ! _vl_alive "$_wp_pid"; then
+            echo "wait_port: the server (pid $_wp_pid) exited before listening on TCP port $_wp_port" >&2
+            return 1
+        fi
+        if [ "$(_vl_now)" -ge "$_wp_end" ]; then
+            echo "wait_port: nothing listens on TCP port $_wp_port after ${_wp_secs}s" >&2
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+
+# _vl_show LABEL STATUS COMMAND FILE: print one side's output under a heading.
+_vl_show() {
+    printf -- '--- %s (exit %s): %s\n' "$1" "$2" "$3"
+    if [ -s "$4" ]; then cat "$4"; else echo "(no output)"; fi
+}
+
+# server_client PORT "SERVER CMD" "CLIENT CMD"
+#   Starts the server in the background, waits until it listens on TCP PORT, runs the client
+#   with a timeout, then waits (bounded) for the server to exit. Prints both outputs, labelled.
+#   Returns 0 when both exited 0; otherwise says which side failed and returns 1.
+#   Afterwards: SERVER_OUT and CLIENT_OUT name files holding each side's output (stdout+stderr),
+#   SERVER_RC and CLIENT_RC hold the exit statuses (124: killed by a timeout).
+#   Knobs (environment): SC_LISTEN_TIMEOUT (30 s, for the server to listen), SC_CLIENT_TIMEOUT
+#   (120 s), SC_SERVER_TIMEOUT (30 s, for the server to exit once the client is done).
+server_client() {
+    [ $# -eq 3 ] || fail "server_client: usage: server_client PORT 'SERVER CMD' 'CLIENT CMD'"
+    _sc_port=$1 _sc_server=$2 _sc_client=$3
+    _sc_dir=$(mktemp -d "${TMPDIR:-/tmp}/sc.XXXXXX")
+    SERVER_OUT=$_sc_dir/server.out
+    CLIENT_OUT=$_sc_dir/client.out
+    SERVER_RC=
+    CLIENT_RC=
+    : >"$CLIENT_OUT"
+    echo "server_client: server: $_sc_server"
+    sh -c "$_sc_server" >"$SERVER_OUT" 2>&1 </dev/null &
+    _sc_spid=$!
+    if ! wait_port "$_sc_port" "${SC_LISTEN_TIMEOUT:-30}" "$_sc_spid"; then
+        kill_tree TERM "$_sc_spid"
+        SERVER_RC=0
+        _vl_watch "$_sc_spid" 5 || SERVER_RC=$?
+        _vl_show server "$SERVER_RC" "$_sc_server" "$SERVER_OUT"
+        echo "server_client: FAILED: the server never listened on TCP port $_sc_port; the client was not started" >&2
+        return 1
+    fi
+    echo "server_client: client: $_sc_client"
+    CLIENT_RC=0
+    run_timeout "${SC_CLIENT_TIMEOUT:-120}" sh -c "$_sc_client" >"$CLIENT_OUT" 2>&1 </dev/null \
+        || CLIENT_RC=$?
+    SERVER_RC=0
+    _vl_watch "$_sc_spid" "${SC_SERVER_TIMEOUT:-30}" || SERVER_RC=$?
+    _vl_show server "$SERVER_RC" "$_sc_server" "$SERVER_OUT"
+    _vl_show client "$CLIENT_RC" "$_sc_client" "$CLIENT_OUT"
+    _sc_why=
+    case $CLIENT_RC in
+        0) ;;
+        124) _sc_why="the client timed out after ${SC_CLIENT_TIMEOUT:-120}s and was killed" ;;
+        *) _sc_why="the client exited with status $CLIENT_RC" ;;
+    esac
+    case $SERVER_RC in
+        0) ;;
+        124) _sc_why="${_sc_why:+$_sc_why; }the server was still running ${SC_SERVER_TIMEOUT:-30}s after the client finished and was killed" ;;
+        *) _sc_why="${_sc_why:+$_sc_why; }the server exited with status $SERVER_RC" ;;
+    esac
+    if [ -n "$_sc_why" ]; then
+        echo "server_client: FAILED: $_sc_why" >&2
+        return 1
+    fi
+    echo "server_client: both sides exited 0"
+}
+
+# ---- assertions -------------------------------------------------------------------------------
+
+# expect_contains FILE TEXT: FILE must contain the fixed string TEXT.
+expect_contains() {
+    [ -f "$1" ] || fail "expect_contains: no file $1"
+    if ! grep -F -q -e "$2" "$1"; then
+        echo "--- last lines of $1:" >&2
+        tail -n 20 "$1" >&2
+        fail "expected '$2' in $1"
+    fi
+}
+
+# expect_not_contains FILE TEXT: FILE must not contain the fixed string TEXT.
+expect_not_contains() {
+    [ -f "$1" ] || fail "expect_not_contains: no file $1"
+    if grep -F -n -e "$2" "$1" >&2; then
+        fail "did not expect '$2' in $1 (lines above)"
+    fi
+}
+
+# num_gt A B: true when the decimal number A is greater than B.
+num_gt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 > b + 0) }'; }
+
+# require_bin NAME: fail unless the program NAME is on PATH (our binaries: target/release).
+require_bin() {
+    command -v "$1" >/dev/null 2>&1 \
+        || fail "$1 is not on PATH; is it built? (cargo build --release --workspace)"
+}
+
+# ---- RDMA facts -------------------------------------------------------------------------------
+
+# hw_counter DEV NAME: an rxe port counter (packets, not bytes), e.g. sent_pkts, rcvd_pkts.
+hw_counter() {
+    cat "/sys/class/infiniband/$1/ports/1/hw_counters/$2" \
+        || fail "no hw counter $2 on $1"
+}
+
+# perftest_bw_avg FILE: the "BW average" column of the first result row of a perftest
+# bandwidth report (ib_write_bw, ib_send_bw, ib_read_bw); prints nothing if there is no row.
+perftest_bw_avg() {
+    awk '/#bytes/ && /BW average/ { hdr = 1; next }
+         hdr && $1 ~ /^[0-9]+$/ && NF >= 4 { print $4; exit }' "$1"
+}
