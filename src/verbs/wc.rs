@@ -278,7 +278,6 @@ impl WorkCompletion {
         } else {
             Err(VerbsError::Completion {
                 status: self.status(),
-                opcode: self.opcode(),
                 wr_id: self.wr_id(),
                 vendor_err: self.vendor_err(),
                 qp_num: self.qp_num(),
