@@ -274,6 +274,84 @@ pub fn report_error(program: &str, e: &anyhow::Error) -> std::process::ExitCode 
     std::process::ExitCode::FAILURE
 }
 
+/// Size of `ibv_rc_pingpong`'s endpoint record on the wire: the text
+/// `LLLL:QQQQQQ:PPPPPP:GGGG…` (LID, QPN, PSN in hex, then the GID as 32 hex digits in byte
+/// order) in a fixed buffer of `sizeof "0000:000000:000000:00000000000000000000000000000000"`
+/// bytes, the terminating NUL included.
+pub const RC_PINGPONG_RECORD_LEN: usize = 52;
+
+/// What the `ibv_rc_pingpong` client sends last, NUL included (`sizeof "done"`).
+pub const RC_PINGPONG_DONE: &[u8; 5] = b"done\0";
+
+/// Encodes an endpoint the way `ibv_rc_pingpong` does (`"%04x:%06x:%06x:%s"` plus the NUL).
+pub fn encode_rc_pingpong(ep: &Endpoint) -> [u8; RC_PINGPONG_RECORD_LEN] {
+    let text = format!(
+        "{:04x}:{:06x}:{:06x}:{}",
+        ep.lid,
+        ep.qpn & 0xff_ffff,
+        ep.psn & 0xff_ffff,
+        ep.gid.to_hex()
+    );
+    let mut rec = [0u8; RC_PINGPONG_RECORD_LEN];
+    rec[..text.len()].copy_from_slice(text.as_bytes());
+    rec
+}
+
+/// Decodes an `ibv_rc_pingpong` endpoint record (the text up to the first NUL).
+pub fn decode_rc_pingpong(rec: &[u8]) -> std::result::Result<Endpoint, String> {
+    let end = rec.iter().position(|&b| b == 0).unwrap_or(rec.len());
+    let text = std::str::from_utf8(&rec[..end]).map_err(|_| "not ASCII text".to_string())?;
+    let f: Vec<&str> = text.split(':').collect();
+    if f.len() != 4 || f[..3].iter().any(|x| x.is_empty() || x.len() > 8) {
+        return Err(format!("'{text}' does not have the LID:QPN:PSN:GID layout"));
+    }
+    let hex = |x: &str, name: &str| {
+        u32::from_str_radix(x, 16).map_err(|_| format!("{name} '{x}' is not hexadecimal"))
+    };
+    let lid = hex(f[0], "LID")?;
+    let lid = u16::try_from(lid).map_err(|_| format!("LID {lid:#x} does not fit 16 bits"))?;
+    Ok(Endpoint {
+        lid,
+        qpn: hex(f[1], "QPN")? & 0xff_ffff,
+        psn: hex(f[2], "PSN")? & 0xff_ffff,
+        gid: Gid::from_hex(f[3]).ok_or_else(|| format!("GID '{}' is not 32 hex digits", f[3]))?,
+    })
+}
+
+/// Minimum, median, maximum and mean of a set of samples (e.g. round trips in µs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Summary {
+    pub count: usize,
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+    pub avg: f64,
+}
+
+impl Summary {
+    /// `None` for an empty set. NaNs sort last.
+    pub fn of(samples: &[f64]) -> Option<Summary> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut v = samples.to_vec();
+        v.sort_by(|a, b| a.total_cmp(b));
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Some(Summary {
+            count: n,
+            min: v[0],
+            median,
+            max: v[n - 1],
+            avg: v.iter().sum::<f64>() / n as f64,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -313,4 +391,275 @@ mod tests {
         assert_eq!(first_mismatch(b"abc", b"abd"), Some(2));
         assert_eq!(first_mismatch(b"ab", b"abc"), Some(2));
     }
+
+    #[test]
+    fn rc_pingpong_record_matches_the_c_layout() {
+        let ep = Endpoint {
+            lid: 0,
+            qpn: 0x11,
+            psn: 0xabcdef,
+            gid: "::ffff:192.168.77.1".parse().unwrap(),
+        };
+        let rec = encode_rc_pingpong(&ep);
+        assert_eq!(rec.len(), RC_PINGPONG_RECORD_LEN);
+        assert_eq!(
+            &rec[..51],
+            b"0000:000011:abcdef:00000000000000000000ffffc0a84d01"
+        );
+        assert_eq!(rec[51], 0);
+        assert_eq!(decode_rc_pingpong(&rec).unwrap(), ep);
+        assert!(decode_rc_pingpong(b"0000:11:22\0")
+            .unwrap_err()
+            .contains("layout"));
+        assert!(
+            decode_rc_pingpong(b"0000:zz:22:00000000000000000000ffffc0a84d01\0")
+                .unwrap_err()
+                .contains("QPN")
+        );
+        assert_eq!(RC_PINGPONG_DONE.len(), 5);
+    }
+
+    #[test]
+    fn summary_of_samples() {
+        let s = Summary::of(&[3.0, 1.0, 2.0, 10.0]).unwrap();
+        assert_eq!((s.min, s.median, s.max, s.avg), (1.0, 2.5, 10.0, 4.0));
+        assert_eq!(Summary::of(&[5.0]).unwrap().median, 5.0);
+        assert!(Summary::of(&[]).is_none());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared by lessons 05–08 (RDMA Write, RDMA Read, events, atomics): checking the common flags
+// before any verbs call, agreeing on test parameters, and lesson 03's connection attributes.
+
+impl CommonArgs {
+    /// Refuses common flags that cannot work, before any verbs call (so it needs no device).
+    pub fn check(&self) -> Result<()> {
+        if let Some(g) = self.gid_idx {
+            if g > 255 {
+                bail!(
+                    "-g {g}: unusable GID index: the source GID index of an address vector is \
+                     8 bits (0..=255); `lesson01_devices` lists the populated ones"
+                );
+            }
+        }
+        if self.ib_port == 0 {
+            bail!("-i 0: ports are numbered from 1");
+        }
+        if self.qp_timeout > 31 {
+            bail!(
+                "-u {}: the QP ack timeout is a 5-bit exponent (0..=31; 18 ≈ 1.1 s)",
+                self.qp_timeout
+            );
+        }
+        if self.wait_secs == 0 {
+            bail!("--wait 0: every wait needs at least 1 s, or nothing could ever arrive");
+        }
+        Ok(())
+    }
+}
+
+/// Test parameters one side announces to the other, as `key=value` words on one line
+/// (`size=4096 iters=5 notify=imm mtu=4096`): readable in a packet capture, strict to parse.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Params(Vec<(String, String)>);
+
+impl Params {
+    pub fn new() -> Params {
+        Params::default()
+    }
+
+    /// Adds `key=value`. Keys and values are single words (no space, no `=`).
+    pub fn with(mut self, key: &str, value: impl fmt::Display) -> Params {
+        let value = value.to_string();
+        assert!(
+            !key.is_empty() && !key.contains([' ', '=']) && !value.contains([' ', '=']),
+            "parameter '{key}={value}' must be two single words"
+        );
+        self.0.push((key.to_string(), value));
+        self
+    }
+
+    /// The raw value of `key`, if present.
+    pub fn raw(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The value of `key`, parsed; an error names the key when it is missing or malformed.
+    pub fn get<T: std::str::FromStr>(&self, key: &str) -> Result<T>
+    where
+        T::Err: fmt::Display,
+    {
+        let raw = self
+            .raw(key)
+            .ok_or_else(|| anyhow::anyhow!("the peer's parameters lack '{key}' ({self})"))?;
+        raw.parse()
+            .map_err(|e| anyhow::anyhow!("the peer's parameter {key}={raw} is invalid: {e}"))
+    }
+
+    pub fn encode(&self) -> String {
+        self.to_string()
+    }
+
+    pub fn decode(s: &[u8]) -> std::result::Result<Params, String> {
+        let s = std::str::from_utf8(s).map_err(|_| "not UTF-8 text".to_string())?;
+        let mut p = Params::new();
+        for word in s.split_whitespace() {
+            let (k, v) = word
+                .split_once('=')
+                .filter(|(k, v)| !k.is_empty() && !v.contains('='))
+                .ok_or_else(|| format!("'{word}' is not key=value"))?;
+            p.0.push((k.to_string(), v.to_string()));
+        }
+        Ok(p)
+    }
+}
+
+impl fmt::Display for Params {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (k, v)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{k}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Sends one [`Params`] message; `what` names it in errors.
+pub fn send_params(conn: &mut OobConn, p: &Params, what: &str) -> Result<()> {
+    conn.send_msg(p.encode().as_bytes(), what)
+        .with_context(|| format!("sending {what}"))
+}
+
+/// Receives one [`Params`] message (at most 1 MiB); `what` names it in errors.
+pub fn recv_params(conn: &mut OobConn, what: &str) -> Result<Params> {
+    let raw = conn.recv_msg(1 << 20, what)?;
+    Params::decode(&raw).map_err(|detail| {
+        OobError::Malformed {
+            what: what.into(),
+            detail,
+        }
+        .into()
+    })
+}
+
+/// Swaps [`Params`] with the peer, the client first (as [`exchange`] does), narrating both.
+pub fn exchange_params(
+    conn: &mut OobConn,
+    role: &Role,
+    mine: &Params,
+    n: &Narrator,
+) -> Result<Params> {
+    n.say(format!("our parameters:   {mine}"));
+    let theirs = if role.is_server() {
+        let t = recv_params(conn, "the client's test parameters")?;
+        send_params(conn, mine, "our parameters")?;
+        t
+    } else {
+        send_params(conn, mine, "our parameters")?;
+        recv_params(conn, "the server's parameters")?
+    };
+    n.say(format!("their parameters: {theirs}"));
+    Ok(theirs)
+}
+
+/// The connection attributes of lesson 03 for this side: our port and GID index, the `-u`
+/// timeout, and a path MTU no larger than our active MTU nor the peer's (when it told us).
+pub fn connect_opts(
+    args: &CommonArgs,
+    dev: &Device,
+    peer_mtu: Option<verbs_lab::verbs::Mtu>,
+) -> verbs_lab::connect::ConnectOpts {
+    let ours = dev
+        .port
+        .active_mtu
+        .unwrap_or(verbs_lab::verbs::Mtu::Mtu1024);
+    verbs_lab::connect::ConnectOpts {
+        port_num: args.ib_port,
+        sgid_index: dev.gid.entry.index as u8,
+        path_mtu: peer_mtu.map_or(ours, |p| p.min(ours)),
+        timeout: args.qp_timeout,
+        ..Default::default()
+    }
+}
+
+/// Parses a size with an optional binary suffix: `4096`, `64K`, `1M` (for `-s`).
+pub fn parse_size(s: &str) -> std::result::Result<usize, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1usize << 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 1 << 20),
+        Some((i, 'g' | 'G')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    num.parse::<usize>()
+        .ok()
+        .and_then(|v| v.checked_mul(mult))
+        .ok_or_else(|| format!("'{s}' is not a size (bytes, or with K/M/G: 4096, 64K, 1M)"))
+}
+
+#[cfg(test)]
+mod lessons_05_08_tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        c: CommonArgs,
+    }
+
+    #[test]
+    fn params_round_trip_and_name_bad_keys() {
+        let p = Params::new().with("size", 4096).with("notify", "imm");
+        assert_eq!(p.encode(), "size=4096 notify=imm");
+        let q = Params::decode(p.encode().as_bytes()).unwrap();
+        assert_eq!(q, p);
+        assert_eq!(q.get::<usize>("size").unwrap(), 4096);
+        assert!(q
+            .get::<u32>("iters")
+            .unwrap_err()
+            .to_string()
+            .contains("'iters'"));
+        assert!(q
+            .get::<u32>("notify")
+            .unwrap_err()
+            .to_string()
+            .contains("notify=imm"));
+        assert!(Params::decode(b"size").unwrap_err().contains("key=value"));
+        assert!(Params::decode(b"a=b=c").is_err());
+    }
+
+    #[test]
+    fn common_flags_are_checked_without_a_device() {
+        let ok = T::parse_from(["x", "-g", "1"]);
+        assert!(ok.c.check().is_ok());
+        let e = T::parse_from(["x", "-g", "300"]).c.check().unwrap_err();
+        assert!(e.to_string().contains("GID index"), "{e}");
+        assert!(T::parse_from(["x", "-u", "32"]).c.check().is_err());
+        assert!(T::parse_from(["x", "--wait", "0"]).c.check().is_err());
+        assert!(T::parse_from(["x", "-i", "0"]).c.check().is_err());
+    }
+
+    #[test]
+    fn sizes_parse_with_suffixes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(65536));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("-1").is_err());
+    }
+}
+
+/// Ends the program the way clap ends it for a bad flag — `error: MESSAGE`, the usage line,
+/// exit status 2 — for refusals found after parsing but before any verbs call.
+pub fn usage_error<P: clap::CommandFactory>(e: &anyhow::Error) -> ! {
+    P::command()
+        .error(clap::error::ErrorKind::ValueValidation, format!("{e:#}"))
+        .exit()
 }

@@ -1,0 +1,672 @@
+//! Lesson 04 — two-sided messaging: SEND consumes a RECEIVE the peer posted beforehand.
+//!
+//! Server: `lesson04_send_recv -d rxe0`        Client: `lesson04_send_recv -d rxe1 192.168.77.1`
+//!
+//! A ping-pong, wire-compatible with rdma-core's `ibv_rc_pingpong` (same endpoint record and
+//! handshake, same main flags, same data path and summary lines), so either side may be that
+//! tool. Receives are posted before anything can arrive; then the client sends, the server
+//! answers, `-n` times, and the client measures every round trip. Between two lesson04 peers every
+//! message is checked byte for byte.
+//!
+//! `--show-rnr` (on both sides) shows what happens when the receive is NOT posted: the server
+//! posts none, the client sends with `rnr_retry` 0 and gets `IBV_WC_RNR_RETRY_EXC_ERR`.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context as _, Result};
+use clap::Parser;
+use verbs_lab::connect::{
+    local_endpoint, path_mtu, random_psn, rtr_attr, rts_attr, ConnectOpts, Endpoint,
+};
+use verbs_lab::oob::OobConn;
+use verbs_lab::sysfs;
+use verbs_lab::verbs::{
+    AccessFlags, Cq, InitAttr, Mtu, Payload, Qp, QpCaps, QpInitAttr, QpType, RecvWr, SendOp,
+    SendWr, WcStatus, WorkCompletion,
+};
+use verbs_lab_lessons::{
+    decode_rc_pingpong, encode_rc_pingpong, first_mismatch, oob_connect, open_device, pattern,
+    report_error, CommonArgs, Narrator, Summary, RC_PINGPONG_DONE, RC_PINGPONG_RECORD_LEN,
+};
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about = "Lesson 04: SEND/RECV ping-pong, wire-compatible with ibv_rc_pingpong; --show-rnr shows a missing receive"
+)]
+struct Args {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Size of each message in bytes (both sides must use the same).
+    #[arg(short = 's', long = "size", default_value_t = 4096,
+          value_parser = clap::value_parser!(u32).range(1..=(1 << 30)))]
+    size: u32,
+    /// Number of exchanges (round trips).
+    #[arg(short = 'n', long = "iters", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000_000))]
+    iters: u32,
+    /// Receives kept posted at all times.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    rx_depth: u32,
+    /// Path MTU in bytes (256, 512, 1024, 2048, 4096): at most the port's active MTU, the same
+    /// on both sides.
+    #[arg(short = 'm', long = "mtu", default_value = "1024")]
+    mtu: Mtu,
+    /// Show a missing receive: the server posts none, the client sends with rnr_retry 0 and gets
+    /// IBV_WC_RNR_RETRY_EXC_ERR. Give it to both sides.
+    #[arg(long = "show-rnr")]
+    show_rnr: bool,
+}
+
+/// The wr_id scheme of ibv_rc_pingpong: each completion says which queue it came from, and the
+/// same bits track what an iteration still waits for.
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
+
+fn run(args: &Args) -> Result<()> {
+    let a = &args.common;
+    let n = a.narrator();
+    let server = a.role().is_server();
+    let size = args.size as usize;
+    let wait = a.wait();
+
+    // 1. Device, port, GID (lesson 01). Requests the device cannot serve are refused here,
+    //    before any resource is created.
+    n.step(1, "Open the device and check the request against it");
+    let dev = open_device(a, &n)?;
+    if a.gid_idx.is_none() {
+        n.say("(no -g given: the GID was chosen automatically; ibv_rc_pingpong needs -g on RoCE)");
+    }
+    let mtu = path_mtu(dev.port.active_mtu, Some(args.mtu))
+        .map_err(anyhow::Error::msg)
+        .context("-m")?;
+    ensure!(
+        args.size <= dev.port.max_msg_sz,
+        "-s {}: larger than the port's max_msg_sz of {} bytes",
+        args.size,
+        dev.port.max_msg_sz
+    );
+    let max_qp_wr = dev
+        .ctx
+        .query_device()
+        .context("ibv_query_device")?
+        .max_qp_wr;
+    ensure!(
+        i64::from(args.rx_depth) <= i64::from(max_qp_wr),
+        "-r {}: deeper than the device's max_qp_wr of {max_qp_wr}",
+        args.rx_depth
+    );
+
+    // 2. Resources (lesson 02). One MR with two halves: received messages land in the first,
+    //    what we send is gathered from the second. Receives need LOCAL_WRITE: the NIC writes them.
+    n.step(2, "Create PD, MR, CQ and QP (lesson 02)");
+    let pd = dev.ctx.alloc_pd().context("ibv_alloc_pd")?;
+    let mut mr = pd
+        .reg_mr(2 * size, AccessFlags::LOCAL_WRITE)
+        .context("ibv_reg_mr")?;
+    let recv_sge = mr.sge(0..size)?;
+    let send_sge = mr.sge(size..2 * size)?;
+    // Room for every posted receive plus our one outstanding send.
+    let cq = dev
+        .ctx
+        .create_cq(args.rx_depth + 1, None)
+        .context("ibv_create_cq")?;
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            qp_type: QpType::Rc,
+            caps: QpCaps {
+                max_send_wr: 1,
+                max_recv_wr: args.rx_depth,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        })
+        .context("ibv_create_qp")?;
+    n.say(format!(
+        "MR of {} bytes (lkey {:#x}): receive half at {:#x}, send half at {:#x}; CQ of {} entries; QP {:#08x}",
+        mr.len(),
+        mr.lkey(),
+        recv_sge.addr(),
+        send_sge.addr(),
+        cq.capacity(),
+        qp.qpn()
+    ));
+
+    // 3. INIT, then post the receives: from INIT on a QP accepts receive requests, and they must
+    //    be there before the peer can send, because a SEND that finds no receive is answered with
+    //    an RNR NAK ("receiver not ready") — see --show-rnr.
+    n.step(
+        3,
+        "RESET -> INIT, then post receives BEFORE connecting (ibv_post_recv)",
+    );
+    let opts = ConnectOpts {
+        port_num: a.ib_port,
+        sgid_index: dev.gid.entry.index as u8,
+        path_mtu: mtu,
+        // SEND/RECV needs no remote access rights (ibv_rc_pingpong uses none either).
+        access: AccessFlags::EMPTY,
+        timeout: a.qp_timeout,
+        retry_cnt: 7,
+        // With --show-rnr the client gives up at the first RNR NAK instead of retrying forever.
+        rnr_retry: if args.show_rnr { 0 } else { 7 },
+        min_rnr_timer: 12,
+        max_rd_atomic: 1,
+        hop_limit: 1,
+        ..Default::default()
+    };
+    qp.modify_to_init(&InitAttr {
+        port_num: a.ib_port,
+        pkey_index: 0,
+        access: opts.access,
+        qkey: 0,
+    })
+    .context("ibv_modify_qp(INIT)")?;
+    if server && args.show_rnr {
+        n.say("--show-rnr: posting NO receive on purpose");
+    } else {
+        let wrs: Vec<RecvWr> = (0..args.rx_depth)
+            .map(|_| RecvWr {
+                wr_id: RECV_WRID,
+                sges: std::slice::from_ref(&recv_sge),
+            })
+            .collect();
+        qp.post_recv(&wrs).context("posting the initial receives")?;
+        n.say(format!(
+            "posted {} receives of {size} bytes, all into the receive half (wr_id {RECV_WRID})",
+            args.rx_depth
+        ));
+    }
+
+    // 4. The handshake of ibv_rc_pingpong (lesson 03): the client writes its 52-byte record,
+    //    the server reads it, moves its QP to RTR and RTS, replies with its record, and reads
+    //    the client's "done"; the client connects its QP after that.
+    // --show-rnr reads rxe's RNR counters (sysfs hw_counters; absent on other providers) now,
+    // before the peer can know our QPN and send.
+    let rnr_before: Vec<Option<u64>> = if args.show_rnr {
+        rnr_counters(server)
+            .iter()
+            .map(|(c, _)| sysfs::port_counter(dev.ctx.name(), a.ib_port, c))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    n.step(
+        4,
+        "Exchange endpoints (ibv_rc_pingpong's record and order), RTR, RTS",
+    );
+    let local = local_endpoint(&dev.ctx, a.ib_port, &qp, &dev.gid, random_psn())?;
+    n.say(format!("local address:  {local}"));
+    let mut conn = oob_connect(a, &n)?;
+    let mine = encode_rc_pingpong(&local);
+    let mut rec = [0u8; RC_PINGPONG_RECORD_LEN];
+    let remote = if server {
+        conn.recv_raw(&mut rec, "the client's endpoint record")
+            .context("the handshake")?;
+        let remote = parse_record(&rec, &dev, &n)?;
+        connect_qp(&qp, &opts, &local, &remote, &n)?;
+        conn.send_raw(&mine, "our endpoint record")
+            .context("the handshake")?;
+        let mut done = [0u8; RC_PINGPONG_DONE.len()];
+        conn.recv_raw(&mut done, "the client's \"done\"")
+            .context("the handshake")?;
+        ensure!(
+            &done == RC_PINGPONG_DONE,
+            "handshake: expected \"done\", got {:?}",
+            String::from_utf8_lossy(&done)
+        );
+        remote
+    } else {
+        conn.send_raw(&mine, "our endpoint record")
+            .context("the handshake")?;
+        conn.recv_raw(&mut rec, "the server's endpoint record")
+            .context("the handshake")?;
+        conn.send_raw(RC_PINGPONG_DONE, "\"done\"")
+            .context("the handshake")?;
+        let remote = parse_record(&rec, &dev, &n)?;
+        connect_qp(&qp, &opts, &local, &remote, &n)?;
+        remote
+    };
+
+    if args.show_rnr {
+        return show_rnr(
+            args,
+            &n,
+            &dev.ctx,
+            &qp,
+            &cq,
+            &mut mr,
+            conn,
+            &remote,
+            &rnr_before,
+        );
+    }
+    // ibv_rc_pingpong closes the TCP connection here; from now on only RDMA is waited for.
+    drop(conn);
+
+    // 5. The ping-pong, exactly as ibv_rc_pingpong runs it: the client posts the first SEND;
+    //    each side posts its next SEND only when both its previous SEND completed and the
+    //    peer's message arrived ("pending" holds the wr_ids still awaited). Every consumed
+    //    receive is replaced at once, so rx_depth receives stay posted.
+    n.step(5, "Ping-pong: ibv_post_send, ibv_poll_cq, ibv_post_recv");
+    let iters = u64::from(args.iters);
+    let mut check = Check::Undecided;
+    let mut rtts_us: Vec<f64> = Vec::with_capacity(if server { 0 } else { args.iters as usize });
+    let (mut scnt, mut rcnt) = (0u64, 0u64);
+    let mut pending = RECV_WRID;
+    let mut posted_at = Instant::now();
+    // Our k-th message carries pattern(2k) from the client, pattern(2k+1) from the server.
+    let (my_seq, peer_seq) = if server { (1, 0) } else { (0, 1) };
+    let start = Instant::now();
+    if !server {
+        posted_at = Instant::now();
+        post_message(&qp, &mut mr, size, 2 * scnt + my_seq, &send_sge, &n)?;
+        pending |= SEND_WRID;
+    }
+    let mut wcs: [WorkCompletion; 2] = WorkCompletion::array();
+    while scnt < iters || rcnt < iters {
+        // Busy-poll the CQ, but never longer than --wait without a completion.
+        let polled = Instant::now();
+        let mut spins = 0u32;
+        let ne = loop {
+            let ne = cq.poll(&mut wcs).context("ibv_poll_cq")?;
+            if ne > 0 {
+                break ne;
+            }
+            spins = spins.wrapping_add(1);
+            if spins & 1023 == 0 && polled.elapsed() >= wait {
+                bail!(
+                    "timed out after {} s waiting for {} (is the peer alive?)",
+                    wait.as_secs(),
+                    awaited(pending, scnt.min(rcnt))
+                );
+            }
+        };
+        for wc in &wcs[..ne] {
+            if !wc.is_success() {
+                // Only status, wr_id and qp_num are defined in a failed completion (ibv_poll_cq(3)):
+                // the wr_id says which queue it came from.
+                let which = if wc.wr_id() == RECV_WRID {
+                    "a posted receive (wr_id 1)"
+                } else {
+                    "our SEND (wr_id 2)"
+                };
+                let status = wc.status();
+                // What these statuses mean *here*: a message that does not fit the receive
+                // buffer (rxe fails the receive with LOC_QP_OP_ERR, the SEND with REM_OP_ERR).
+                let size_statuses = [
+                    WcStatus::LOC_LEN_ERR,
+                    WcStatus(rdma_sys::ibv_wc_status::IBV_WC_LOC_QP_OP_ERR),
+                    WcStatus::REM_OP_ERR,
+                    WcStatus::REM_INV_REQ_ERR,
+                ];
+                let size_hint = if size_statuses.contains(&status) {
+                    " (in this ping-pong the usual cause is a different -s on the two sides)"
+                } else {
+                    ""
+                };
+                bail!(
+                    "waiting for {}: {which} completed with {status}{}{size_hint}",
+                    awaited(pending, scnt.min(rcnt)),
+                    status.hint().map(|h| format!(" — {h}")).unwrap_or_default()
+                );
+            }
+            match wc.wr_id() {
+                SEND_WRID => scnt += 1,
+                RECV_WRID => {
+                    ensure!(
+                        wc.byte_len() as usize == size,
+                        "message {rcnt} from the peer has {} bytes, we expect {size} (same -s on both sides?)",
+                        wc.byte_len()
+                    );
+                    let want = pattern(2 * rcnt + peer_seq, size);
+                    let (got, sent) = mr.as_slice().split_at(size);
+                    check.message(rcnt, got, &want, sent, &n)?;
+                    if rcnt == 0 {
+                        n.say(format!(
+                            "first RECV completion: {} bytes from QP {:#x} (wr_id {RECV_WRID})",
+                            wc.byte_len(),
+                            remote.qpn
+                        ));
+                    }
+                    rcnt += 1;
+                    // Replace the consumed receive.
+                    qp.post_recv(&[RecvWr {
+                        wr_id: RECV_WRID,
+                        sges: std::slice::from_ref(&recv_sge),
+                    }])
+                    .context("re-posting a receive")?;
+                }
+                other => bail!("completion for unknown wr_id {other} ({})", wc.opcode()),
+            }
+            pending &= !wc.wr_id();
+            if pending == 0 && !server {
+                // The client has the full round trip: its SEND and the reply.
+                rtts_us.push(posted_at.elapsed().as_secs_f64() * 1e6);
+            }
+            if scnt < iters && pending == 0 {
+                // A round trip starts before the post: on rxe the post itself does real work.
+                posted_at = Instant::now();
+                post_message(&qp, &mut mr, size, 2 * scnt + my_seq, &send_sge, &n)?;
+                pending = RECV_WRID | SEND_WRID;
+            }
+        }
+    }
+    let elapsed = start.elapsed();
+    n.say(format!(
+        "{iters} iterations done: {scnt} SEND completions, {rcnt} RECV completions"
+    ));
+
+    // 6. Results: ibv_rc_pingpong's two lines (so scripts parse both tools alike), then ours.
+    n.step(6, "Results");
+    let usec = elapsed.as_secs_f64() * 1e6;
+    let bytes = args.size as u64 * iters * 2;
+    println!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    );
+    println!(
+        "{iters} iters in {:.2} seconds = {:.2} usec/iter",
+        usec / 1e6,
+        usec / iters as f64
+    );
+    if let Some(s) = Summary::of(&rtts_us) {
+        println!(
+            "round trip of {size} bytes (usec): avg {:.1}  min {:.1}  median {:.1}  max {:.1}  ({} samples)",
+            s.avg, s.min, s.median, s.max, s.count
+        );
+    } else {
+        n.say("(round trips are measured by the client, which starts every exchange)");
+    }
+    println!("{}", check.verdict(rcnt, size));
+    Ok(())
+}
+
+/// Checks the peer's first record and narrates it.
+fn parse_record(
+    rec: &[u8; RC_PINGPONG_RECORD_LEN],
+    dev: &verbs_lab_lessons::Device,
+    n: &Narrator,
+) -> Result<Endpoint> {
+    let remote = decode_rc_pingpong(rec)
+        .map_err(anyhow::Error::msg)
+        .context("the peer's endpoint record")?;
+    n.say(format!("remote address: {remote}"));
+    if dev.port.link_layer.needs_grh() && remote.gid.is_zero() {
+        bail!(
+            "the peer sent GID zero, but {} is RoCE (Ethernet): it must send from a GID \
+             (ibv_rc_pingpong: give it -g, e.g. -g 1)",
+            dev.ctx.name()
+        );
+    }
+    Ok(remote)
+}
+
+/// INIT -> RTR -> RTS with the attributes lesson 03 explained.
+fn connect_qp(
+    qp: &Qp,
+    opts: &ConnectOpts,
+    local: &Endpoint,
+    remote: &Endpoint,
+    n: &Narrator,
+) -> Result<()> {
+    qp.modify_to_rtr(Some(&rtr_attr(opts, remote)))
+        .context("ibv_modify_qp(RTR)")?;
+    let rts = rts_attr(opts, local);
+    qp.modify_to_rts(&rts).context("ibv_modify_qp(RTS)")?;
+    n.say(format!(
+        "QP {:#x} -> RTR -> RTS (path MTU {}, timeout {}, rnr_retry {}); qp.state() = {}",
+        qp.qpn(),
+        opts.path_mtu,
+        rts.timeout,
+        rts.rnr_retry,
+        qp.state()?
+    ));
+    Ok(())
+}
+
+/// Writes message `seq` into the send half and posts it as one signaled SEND.
+fn post_message(
+    qp: &Qp,
+    mr: &mut verbs_lab::verbs::Mr,
+    size: usize,
+    seq: u64,
+    send_sge: &verbs_lab::verbs::Sge,
+    n: &Narrator,
+) -> Result<()> {
+    mr.as_mut_slice()[size..2 * size].copy_from_slice(&pattern(seq, size));
+    qp.post_send(&[SendWr::new(
+        SEND_WRID,
+        SendOp::Send,
+        Payload::Sges(std::slice::from_ref(send_sge)),
+    )])
+    .with_context(|| format!("ibv_post_send of message {}", seq / 2))?;
+    if seq < 2 {
+        n.say(format!(
+            "first ibv_post_send: IBV_WR_SEND of {size} bytes from {:#x} (lkey {:#x}, wr_id {SEND_WRID}, signaled)",
+            send_sge.addr(),
+            send_sge.lkey()
+        ));
+    }
+    Ok(())
+}
+
+/// What an iteration still waits for, for timeout and error messages.
+fn awaited(pending: u64, iteration: u64) -> String {
+    match (pending & SEND_WRID != 0, pending & RECV_WRID != 0) {
+        (true, true) => format!(
+            "iteration {iteration}: the completion of our SEND and the peer's message (a RECV completion)"
+        ),
+        (true, false) => format!("iteration {iteration}: the completion (ACK) of our SEND"),
+        (false, true) => format!(
+            "iteration {iteration}: the peer's message (a RECV completion)"
+        ),
+        (false, false) => format!("iteration {iteration}: nothing"),
+    }
+}
+
+/// Whether received payloads are checked. Decided on the first message: a lesson04 peer sends
+/// pattern(seq); ibv_rc_pingpong sends whatever its single buffer holds (its protocol does not
+/// define the content), so with it the check is skipped, and said so.
+enum Check {
+    Undecided,
+    On,
+    Skipped(String),
+}
+
+impl Check {
+    /// `sent` is our last message (still in the send half), to recognise an echo.
+    fn message(
+        &mut self,
+        k: u64,
+        got: &[u8],
+        want: &[u8],
+        sent: &[u8],
+        n: &Narrator,
+    ) -> Result<()> {
+        match self {
+            Check::Skipped(_) => Ok(()),
+            Check::On => match first_mismatch(got, want) {
+                None => Ok(()),
+                Some(at) => bail!(
+                    "message {k} from the peer is corrupt: byte {at} is {:#04x}, expected {:#04x}",
+                    got[at],
+                    want[at]
+                ),
+            },
+            Check::Undecided => {
+                if first_mismatch(got, want).is_none() {
+                    n.say("message 0 carries the lesson04 pattern: checking every message byte for byte");
+                    *self = Check::On;
+                } else {
+                    let looks = if got.iter().all(|&b| b == got[0]) {
+                        format!("all {} bytes are {:#04x}", got.len(), got[0])
+                    } else if got == sent {
+                        "an echo of our message 0".to_string()
+                    } else {
+                        "not our pattern".to_string()
+                    };
+                    n.say(format!(
+                        "message 0 is not the lesson04 pattern ({looks}): the peer is another program \
+                         such as ibv_rc_pingpong, whose payload is undefined; content checks skipped"
+                    ));
+                    *self = Check::Skipped(looks);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn verdict(&self, messages: u64, size: usize) -> String {
+        match self {
+            Check::On => {
+                format!("payload check: {messages} messages of {size} bytes verified, all intact")
+            }
+            Check::Skipped(looks) => format!(
+                "payload check: skipped, the peer is not lesson04 (its first message: {looks})"
+            ),
+            Check::Undecided => "payload check: no message received".into(),
+        }
+    }
+}
+
+/// The rxe port counters (`hw_counters`) that show an RNR NAK on each side, with their meaning.
+fn rnr_counters(server: bool) -> &'static [(&'static str, &'static str)] {
+    if server {
+        &[("send_rnr_err", "RNR NAKs our NIC sent")]
+    } else {
+        &[
+            ("rcvd_rnr_err", "RNR NAKs our NIC received"),
+            (
+                "retry_rnr_exceeded_err",
+                "sends failed for running out of RNR retries",
+            ),
+        ]
+    }
+}
+
+/// `--show-rnr`: the server posted no receive; the client sends once with rnr_retry 0.
+#[allow(clippy::too_many_arguments)]
+fn show_rnr(
+    args: &Args,
+    n: &Narrator,
+    ctx: &verbs_lab::verbs::Context,
+    qp: &Qp,
+    cq: &Cq,
+    mr: &mut verbs_lab::verbs::Mr,
+    mut conn: OobConn,
+    remote: &Endpoint,
+    before: &[Option<u64>],
+) -> Result<()> {
+    let a = &args.common;
+    let size = args.size as usize;
+    let counter = |name: &str| sysfs::port_counter(ctx.name(), a.ib_port, name);
+    let names = rnr_counters(a.role().is_server());
+    let deltas = |n: &Narrator| {
+        // The kernel serves hw_counters from a cache refreshed every `lifespan` ms: wait it out.
+        let lifespan = counter("lifespan").unwrap_or(10);
+        std::thread::sleep(Duration::from_millis(lifespan + 10));
+        for ((name, meaning), b) in names.iter().zip(before) {
+            if let (Some(b), Some(now)) = (b, counter(name)) {
+                n.say(format!("hw_counters/{name}: +{} ({meaning})", now - b));
+            }
+        }
+    };
+    n.step(5, "--show-rnr: a SEND that finds no receive");
+    // Keep the TCP connection (ibv_rc_pingpong would close it): the client reports the result.
+    conn.set_timeout(a.wait())?;
+    if a.role().is_server() {
+        n.say(format!(
+            "our QP {:#x} is in {} with no receive posted; waiting for the client's SEND and its report",
+            qp.qpn(),
+            qp.state()?
+        ));
+        let report = conn
+            .recv_msg(256, "the client's report of its SEND (--show-rnr)")
+            .context("--show-rnr")?;
+        let report = String::from_utf8_lossy(&report).into_owned();
+        n.say(format!("client reports: {report}"));
+        n.say("our NIC answered the SEND with an RNR NAK (receiver not ready) instead of data:");
+        deltas(n);
+        n.say(format!(
+            "our QP is still {}: RNR is the sender's problem; it was told to retry later",
+            qp.state()?
+        ));
+        ensure!(
+            report.contains(&WcStatus::RNR_RETRY_EXC_ERR.name()),
+            "the client did not see {}: was it started with --show-rnr?",
+            WcStatus::RNR_RETRY_EXC_ERR.name()
+        );
+        println!(
+            "server: posted no receive; the client's SEND failed with {}",
+            WcStatus::RNR_RETRY_EXC_ERR.name()
+        );
+        return Ok(());
+    }
+    mr.as_mut_slice()[size..2 * size].copy_from_slice(&pattern(0, size));
+    let sge = mr.sge(size..2 * size)?;
+    qp.post_send(&[SendWr::new(SEND_WRID, SendOp::Send, Payload::Sges(&[sge]))])
+        .context("ibv_post_send")?;
+    n.say(format!(
+        "ibv_post_send: IBV_WR_SEND of {size} bytes to QP {:#x}, with rnr_retry 0 on our QP",
+        remote.qpn
+    ));
+    let wc = poll_one_any(cq, a.wait(), "the completion of the SEND (--show-rnr)")
+        .context("--show-rnr")?;
+    let status = wc.status();
+    let report = if status == WcStatus::RNR_RETRY_EXC_ERR {
+        n.say(format!(
+            "completion: wr_id {} {} — {}",
+            wc.wr_id(),
+            status,
+            status.hint().unwrap_or_default()
+        ));
+        deltas(n);
+        n.say(format!(
+            "our QP is now {}: after a failed completion the QP stops; later requests are flushed \
+             (IBV_WC_WR_FLUSH_ERR) until it is reset or recreated",
+            qp.state()?
+        ));
+        println!(
+            "client: SEND to a peer without a posted receive completed with {} (status {})",
+            status.name(),
+            status.0
+        );
+        format!("SEND completed with {}", status.name())
+    } else {
+        format!(
+            "SEND completed with {} — expected {}: start the server with --show-rnr too",
+            status.name(),
+            WcStatus::RNR_RETRY_EXC_ERR.name()
+        )
+    };
+    conn.send_msg(report.as_bytes(), "our report")
+        .context("--show-rnr: reporting to the server")?;
+    ensure!(status == WcStatus::RNR_RETRY_EXC_ERR, "{report}");
+    Ok(())
+}
+
+/// Polls one completion (within `wait`) and returns it whatever its status: here a failed
+/// status is the lesson, not an error.
+fn poll_one_any(cq: &Cq, wait: Duration, what: &str) -> Result<WorkCompletion> {
+    let [wc] = {
+        let mut wc = WorkCompletion::array::<1>();
+        cq.poll_timeout(&mut wc, wait, what)?;
+        wc
+    };
+    Ok(wc)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => report_error("lesson04_send_recv", &e),
+    }
+}

@@ -1,0 +1,37 @@
+#!/bin/sh
+# Lesson 03: server on rxe0, client on rxe1. Both walk their QP RESET -> INIT -> RTR -> RTS,
+# reading the state back after every step, pass the TCP barrier, and the client's proof SEND
+# arrives intact at the server.
+# timeout: 120
+set -eu
+# shellcheck source=tests/guest/lib.sh
+. "$VL_TESTS/lib.sh"
+
+require_bin lesson03_connect
+port=18531
+step "lesson03_connect server on $VL_DEV0, client on $VL_DEV1"
+server_client "$port" "lesson03_connect -d $VL_DEV0 -p $port --wait 30" \
+    "lesson03_connect -d $VL_DEV1 -p $port --wait 30 $VL_ADDR0"
+
+step "checks"
+for f in "$SERVER_OUT" "$CLIENT_OUT"; do
+    expect_contains "$f" "created; qp.state() = RESET"
+    expect_contains "$f" "qp.state() = INIT"
+    expect_contains "$f" "qp.state() = RTR"
+    expect_contains "$f" "qp.state() = RTS"
+    expect_contains "$f" "states RESET -> INIT -> RTR -> RTS"
+    expect_contains "$f" "barrier passed: both QPs are in RTS"
+    expect_contains "$f" "is_global 1: dgid 0000:0000:0000:0000:0000:ffff:c0a8:4d0"
+    expect_contains "$f" "(52 bytes with the NUL)"
+done
+expect_contains "$SERVER_OUT" "server: QP 0x"
+expect_contains "$CLIENT_OUT" "client: QP 0x"
+expect_contains "$SERVER_OUT" "bytes from QP 0x"
+expect_contains "$SERVER_OUT" "\"hello from QP 0x"
+expect_contains "$CLIENT_OUT" "identical"
+# Each side's dest_qp_num is the other's QP number.
+sq=$(sed -n 's/^server: QP \(0x[0-9a-f]*\) connected to QP \(0x[0-9a-f]*\);.*/\1 \2/p' "$SERVER_OUT")
+cq=$(sed -n 's/^client: QP \(0x[0-9a-f]*\) connected to QP \(0x[0-9a-f]*\);.*/\2 \1/p' "$CLIENT_OUT")
+if [ -z "$sq" ] || [ "$sq" != "$cq" ]; then fail "QP numbers do not cross-match: server '$sq', client '$cq'"; fi
+echo "QPs cross-connected: server/client $sq"
+echo "lesson03 scenario passed"

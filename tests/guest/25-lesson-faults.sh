@@ -1,0 +1,119 @@
+#!/bin/sh
+# Faults and bad input for lessons 03 and 04. Each must end in bounded time with a message that
+# names the step that was waiting, or refuse the input with the reason:
+#   - a client with no server, a server with no client (OOB connect / accept);
+#   - a peer killed with SIGKILL in the middle of a ping-pong (either side);
+#   - ibv_rc_pingpong without -g on RoCE (it sends GID zero); different -s on the two sides;
+#   - nonsense flags: size 0, unknown device, unusable GID index, bad MTU, size above max_msg_sz.
+# timeout: 300
+set -eu
+# shellcheck source=tests/guest/lib.sh
+. "$VL_TESTS/lib.sh"
+
+require_bin lesson03_connect
+require_bin lesson04_send_recv
+out=$TMPDIR/fault.out
+
+# expect_fail_within SECS NAME CMD...: CMD must exit non-zero (not by our timeout) within SECS.
+expect_fail_within() {
+    _secs=$1 _name=$2
+    shift 2
+    echo "\$ $*"
+    _t0=$(_vl_now)
+    _rc=0
+    run_timeout "$_secs" "$@" >"$out" 2>&1 || _rc=$?
+    _took=$(( ($(_vl_now) - _t0) / 100 ))
+    cat "$out"
+    [ "$_rc" -ne 124 ] || fail "$_name: still running after ${_secs}s"
+    [ "$_rc" -ne 0 ] || fail "$_name: exited 0"
+    echo "($_name: exit $_rc after ~${_took}s)"
+}
+
+step "a client with no server gives up after --wait, naming the OOB connect"
+expect_fail_within 30 "lesson04 client, no server" \
+    lesson04_send_recv -d "$VL_DEV1" -p 18571 --wait 4 "$VL_ADDR0"
+expect_contains "$out" "out-of-band connection: timed out after 4 s waiting for the server at $VL_ADDR0:18571 to accept"
+expect_fail_within 30 "lesson03 client, no server" \
+    lesson03_connect -d "$VL_DEV1" -p 18571 --wait 4 "$VL_ADDR0"
+expect_contains "$out" "waiting for the server at $VL_ADDR0:18571 to accept"
+
+step "a server with no client gives up after --wait, naming the accept"
+expect_fail_within 30 "lesson04 server, no client" lesson04_send_recv -d "$VL_DEV0" -p 18572 --wait 4
+expect_contains "$out" "timed out after 4 s waiting for a client to connect to TCP port 18572"
+
+# killed_mid_run VICTIM PORT: start a long ping-pong, SIGKILL one side once it is exchanging
+# messages, and require the other side to fail within bounded time, naming what it waited for.
+killed_mid_run() {
+    _victim=$1 _port=$2
+    _srv=$TMPDIR/srv.out _cli=$TMPDIR/cli.out
+    lesson04_send_recv -d "$VL_DEV0" -p "$_port" -n 1000000 --wait 5 >"$_srv" 2>&1 &
+    _spid=$!
+    wait_port "$_port" 30 "$_spid"
+    lesson04_send_recv -d "$VL_DEV1" -p "$_port" -n 1000000 --wait 5 "$VL_ADDR0" >"$_cli" 2>&1 &
+    _cpid=$!
+    # Wait (bounded) until the client narrates its first send: the ping-pong is running.
+    _end=$(($(_vl_now) + 3000))
+    until grep -q "first ibv_post_send" "$_cli"; do
+        [ "$(_vl_now)" -lt "$_end" ] || { cat "$_srv" "$_cli"; fail "the ping-pong never started"; }
+        sleep 0.2
+    done
+    sleep 2
+    if [ "$_victim" = client ]; then
+        _kill=$_cpid _other=$_spid _other_out=$_srv
+    else
+        _kill=$_spid _other=$_cpid _other_out=$_cli
+    fi
+    kill -KILL "$_kill"
+    _t0=$(_vl_now)
+    _rc=0
+    _vl_watch "$_other" 40 || _rc=$?
+    _took=$(( ($(_vl_now) - _t0) / 100 ))
+    wait "$_kill" 2>/dev/null || true
+    echo "--- survivor's output (exit $_rc after ~${_took}s):"
+    cat "$_other_out"
+    [ "$_rc" -ne 124 ] || fail "the survivor was still running 40 s after its peer was killed"
+    [ "$_rc" -ne 0 ] || fail "the survivor exited 0 although its peer died mid-run"
+    expect_contains "$_other_out" "lesson04_send_recv: error: "
+    expect_contains "$_other_out" "iteration "
+    # The step named: a completion that never came (timeout) or a retry-exhausted SEND.
+    if ! grep -q -e "timed out after 5 s waiting for iteration" -e "IBV_WC_RETRY_EXC_ERR" "$_other_out"; then
+        fail "the survivor's error does not say what it waited for"
+    fi
+}
+
+step "the client is killed mid-run: the server ends in bounded time, naming the step"
+killed_mid_run client 18573
+step "the server is killed mid-run: the client ends in bounded time, naming the step"
+killed_mid_run server 18574
+
+step "ibv_rc_pingpong without -g sends GID zero: refused with the fix"
+server_client 18575 "lesson04_send_recv -d $VL_DEV0 -p 18575 --wait 20" \
+    "ibv_rc_pingpong -d $VL_DEV1 -p 18575 $VL_ADDR0" && fail "GID zero was accepted"
+expect_contains "$SERVER_OUT" "the peer sent GID zero, but $VL_DEV0 is RoCE (Ethernet)"
+expect_contains "$SERVER_OUT" "give it -g, e.g. -g 1"
+
+step "different -s on the two sides: the oversized SEND fails on both, and the error says why"
+server_client 18576 "lesson04_send_recv -d $VL_DEV0 -p 18576 -s 4096 -n 5 --wait 10" \
+    "lesson04_send_recv -d $VL_DEV1 -p 18576 -s 8192 -n 5 --wait 10 $VL_ADDR0" && fail "a size mismatch went unnoticed"
+expect_contains "$SERVER_OUT" "a posted receive (wr_id 1) completed with IBV_WC_"
+expect_contains "$SERVER_OUT" "the usual cause is a different -s on the two sides"
+expect_contains "$CLIENT_OUT" "our SEND (wr_id 2) completed with IBV_WC_"
+expect_contains "$CLIENT_OUT" "the usual cause is a different -s on the two sides"
+
+step "nonsense flags are refused with the reason"
+expect_fail_within 10 "size 0" lesson04_send_recv -d "$VL_DEV0" -s 0
+expect_contains "$out" "invalid value '0' for '--size <SIZE>': 0 is not in 1.."
+expect_not_contains "$out" "[1] Open the device"
+expect_fail_within 10 "iters 0" lesson04_send_recv -d "$VL_DEV0" -n 0
+expect_contains "$out" "invalid value '0' for '--iters <ITERS>'"
+expect_fail_within 10 "MTU 1500" lesson04_send_recv -d "$VL_DEV0" -m 1500
+expect_contains "$out" "'1500' is not an MTU: use 256, 512, 1024, 2048 or 4096"
+expect_fail_within 10 "unknown device" lesson04_send_recv -d nosuchdev0
+expect_contains "$out" "RDMA device 'nosuchdev0' not found; available: $VL_DEV0, $VL_DEV1"
+expect_fail_within 10 "unknown device (lesson03)" lesson03_connect -d nosuchdev0
+expect_contains "$out" "available: $VL_DEV0, $VL_DEV1"
+expect_fail_within 10 "empty GID index" lesson04_send_recv -d "$VL_DEV0" -g 7
+expect_contains "$out" "GID index 7 is empty or out of range on this port; populated indexes: 0, 1"
+expect_fail_within 10 "size above max_msg_sz" lesson04_send_recv -d "$VL_DEV0" -s 16777216
+expect_contains "$out" "-s 16777216: larger than the port's max_msg_sz of"
+echo "fault scenarios passed"
