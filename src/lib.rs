@@ -7,13 +7,15 @@
 //! - [`oob`]: the out-of-band TCP channel, with a timeout on every wait;
 //! - [`sysfs`]: GID attributes, NUMA nodes and counters from sysfs;
 //! - [`json`]: a tiny JSON writer for the tools' `--json` output;
-//! - [`affinity`]: CPU lists, the CPUs near a NIC, and pinning a benchmark thread.
+//! - [`affinity`]: CPU lists, the CPUs near a NIC, and pinning a benchmark thread;
+//! - [`mq`]: typed, versioned messages over POSIX message queues, for coordinator and workers.
 //!
 //! The lessons (`lessons/`) and the benchmarks (`perftest/`) are built on it.
 
 pub mod affinity;
 pub mod connect;
 pub mod json;
+pub mod mq;
 pub mod oob;
 pub mod sysfs;
 pub mod verbs;
