@@ -1,0 +1,554 @@
+//! # Lesson 06 — RDMA Read: fetching bytes from the peer's memory
+//!
+//! An RDMA READ is the mirror of lesson 05's write: the reader names the peer's address and
+//! rkey, and the peer's NIC sends the bytes back without its CPU taking part. Unlike a write, a
+//! read needs an answer, and the answering NIC must keep per-read state until it has sent it.
+//! That state is a limited resource, so a connection agrees on two numbers:
+//!
+//! - `max_rd_atomic` (set at RTS on the reader): how many reads/atomics *we* may have in flight
+//!   towards the peer — the "initiator depth"; at most the device's `max_qp_init_rd_atom`.
+//! - `max_dest_rd_atomic` (set at RTR on the target): how many the target accepts in flight
+//!   from us — its "responder resources"; at most its device's `max_qp_rd_atom`.
+//!
+//! The reader's depth must not exceed the target's resources. This lesson asks for `-o N`,
+//! negotiates `min(N, reader's max_qp_init_rd_atom, target's max_qp_rd_atom)` over the TCP
+//! channel, sets it on both QPs, reads back what the device holds, and then posts N reads at
+//! once — and, for comparison, the same N one after another. Every byte is checked.
+//!
+//! ```text
+//! server:  lesson06_rdma_read -d rxe0
+//! client:  lesson06_rdma_read -d rxe1 -s 4096 -o 4 -n 3 192.168.77.1
+//! ```
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context as _, Result};
+use clap::Parser;
+use verbs_lab::connect::{init_attr, local_endpoint, random_psn, rtr_attr, rts_attr};
+use verbs_lab::oob::OobConn;
+use verbs_lab::verbs::{
+    AccessFlags, Cq, Mr, Mtu, Payload, Qp, QpCaps, QpInitAttr, QpType, RemoteBuf, SendOp, SendWr,
+    WcOpcode, WorkCompletion,
+};
+use verbs_lab_lessons::{
+    connect_opts, exchange, exchange_params, first_mismatch, oob_connect, open_device, parse_size,
+    pattern, recv_params, report_error, send_params, usage_error, CommonArgs, Narrator, Params,
+    PeerInfo, Summary,
+};
+
+const PROGRAM: &str = "lesson06_rdma_read";
+/// What each side registers: all N reads of a round must fit in it side by side.
+const BUF_LEN: usize = 1 << 20;
+const MAX_ROUNDS: u32 = 10_000;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = PROGRAM,
+    version,
+    about = "Lesson 06: one-sided RDMA Read of the peer's buffer, several reads outstanding at \
+             once, every byte checked",
+    after_help = "Server (the target):  lesson06_rdma_read -d rxe0\n\
+                  Client (the reader):  lesson06_rdma_read -d rxe1 -s 4096 -o 4 -n 3 192.168.77.1\n\
+                  The client's -s/-o/-n are used by both sides; a server given different ones refuses."
+)]
+struct Args {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Bytes per read, 1 to 1M (suffixes K, M) [default: 4096]
+    #[arg(short = 's', long = "size", value_parser = parse_size)]
+    size: Option<usize>,
+    /// Reads to have outstanding at once, 1 to 255 (negotiated down to what both devices allow) [default: 4]
+    #[arg(short = 'o', long = "outstanding")]
+    outstanding: Option<u32>,
+    /// Rounds; each refills the server's buffer with a new pattern and reads it back [default: 3]
+    #[arg(short = 'n', long = "iters")]
+    iters: Option<u32>,
+    /// Client: put a wrong rkey in the reads, to watch the target's NIC refuse them
+    #[arg(long = "bad-rkey")]
+    bad_rkey: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Test {
+    size: usize,
+    outstanding: u32,
+    rounds: u32,
+}
+
+impl Test {
+    /// The bytes one round reads: N chunks of `size`, side by side.
+    fn span(&self) -> usize {
+        self.size * self.outstanding as usize
+    }
+}
+
+/// Refuses nonsense before any verbs call: this needs no device.
+fn check_flags(args: &Args) -> Result<Test> {
+    args.common.check()?;
+    let t = Test {
+        size: args.size.unwrap_or(4096),
+        outstanding: args.outstanding.unwrap_or(4),
+        rounds: args.iters.unwrap_or(3),
+    };
+    check_test(&t)?;
+    if args.bad_rkey && args.common.role().is_server() {
+        bail!("--bad-rkey is a client flag: the reader is the one that names the rkey");
+    }
+    Ok(t)
+}
+
+fn check_test(t: &Test) -> Result<()> {
+    if t.size == 0 {
+        bail!("-s 0: a read needs at least 1 byte (a zero-byte read fetches nothing to check)");
+    }
+    if t.size > BUF_LEN {
+        bail!(
+            "-s {}: larger than the {BUF_LEN}-byte buffer this lesson registers; use at most -s 1M",
+            t.size
+        );
+    }
+    if t.outstanding == 0 || t.outstanding > 255 {
+        bail!(
+            "-o {}: between 1 and 255 reads can be outstanding (max_rd_atomic is 8 bits)",
+            t.outstanding
+        );
+    }
+    if t.span() > BUF_LEN {
+        bail!(
+            "-s {} x -o {} = {} bytes: larger than the {BUF_LEN}-byte buffer this lesson \
+             registers, where the {} reads of a round sit side by side; lower -s or -o",
+            t.size,
+            t.outstanding,
+            t.span(),
+            t.outstanding
+        );
+    }
+    if t.rounds == 0 || t.rounds > MAX_ROUNDS {
+        bail!("-n {}: make 1 to {MAX_ROUNDS} rounds", t.rounds);
+    }
+    Ok(())
+}
+
+fn run(args: &Args, asked: Test) -> Result<()> {
+    let role = args.common.role();
+    let n = args.common.narrator();
+    let wait = args.common.wait();
+    let server = role.is_server();
+
+    n.step(
+        1,
+        "Open the device (lesson 01) and read its read/atomic limits",
+    );
+    let dev = open_device(&args.common, &n)?;
+    let attr = dev.ctx.query_device().context("ibv_query_device")?;
+    n.say(format!(
+        "ibv_query_device: max_qp_rd_atom {} (reads a QP answers at once), \
+         max_qp_init_rd_atom {} (reads a QP may issue at once)",
+        attr.max_qp_rd_atom, attr.max_qp_init_rd_atom
+    ));
+
+    n.step(2, "Register the buffer (ibv_reg_mr)");
+    let pd = dev.ctx.alloc_pd().context("ibv_alloc_pd")?;
+    // The target's NIC only reads its memory for the peer: REMOTE_READ is all it needs. The
+    // reader's NIC *writes* the answers into its own buffer: LOCAL_WRITE, or every read
+    // completes with a local protection error.
+    let mr_access = if server {
+        AccessFlags::REMOTE_READ
+    } else {
+        AccessFlags::LOCAL_WRITE
+    };
+    let mut mr = pd
+        .reg_mr(BUF_LEN, mr_access)
+        .context("ibv_reg_mr (the read buffer)")?;
+    n.say(format!(
+        "ibv_reg_mr: {BUF_LEN} bytes at {:#x}, access {mr_access}: lkey {:#x}, rkey {:#x}",
+        mr.addr(),
+        mr.lkey(),
+        mr.rkey()
+    ));
+
+    n.step(
+        3,
+        "Create the CQ and the RC QP (lesson 02), deep enough for N reads",
+    );
+    let depth_asked = asked.outstanding;
+    let cq = dev
+        .ctx
+        .create_cq(depth_asked.max(16), None)
+        .context("ibv_create_cq")?;
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            qp_type: QpType::Rc,
+            caps: QpCaps {
+                max_send_wr: depth_asked.max(16),
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        })
+        .context("ibv_create_qp")?;
+    n.say(format!(
+        "CQ of {} entries; RC QP {:#x} with {} send-queue slots",
+        cq.capacity(),
+        qp.qpn(),
+        qp.caps().max_send_wr
+    ));
+
+    n.step(
+        4,
+        "Agree on the test and negotiate the read depth; exchange endpoints (lesson 03)",
+    );
+    let mut conn = oob_connect(&args.common, &n)?;
+    let our_mtu = dev.port.active_mtu.unwrap_or(Mtu::Mtu1024);
+    let mut mine = Params::new().with("mtu", our_mtu);
+    if server {
+        mine = mine.with("max_qp_rd_atom", attr.max_qp_rd_atom);
+    } else {
+        mine = mine
+            .with("size", asked.size)
+            .with("outstanding", asked.outstanding)
+            .with("rounds", asked.rounds)
+            .with("max_qp_init_rd_atom", attr.max_qp_init_rd_atom);
+    }
+    let theirs = exchange_params(&mut conn, &role, &mine, &n)?;
+    let peer_mtu: Mtu = theirs.get("mtu")?;
+    let test = if server { adopt(args, &theirs)? } else { asked };
+    // The same formula on both sides, from the same three numbers, gives the same answer.
+    let (init_rd_atom, rd_atom): (i32, i32) = if server {
+        (theirs.get("max_qp_init_rd_atom")?, attr.max_qp_rd_atom)
+    } else {
+        (attr.max_qp_init_rd_atom, theirs.get("max_qp_rd_atom")?)
+    };
+    let depth = (test.outstanding as i32)
+        .min(init_rd_atom)
+        .min(rd_atom)
+        .clamp(1, 255) as u8;
+    n.say(format!(
+        "negotiated read depth {depth} = min(-o {}, reader's max_qp_init_rd_atom {init_rd_atom}, \
+         target's max_qp_rd_atom {rd_atom})",
+        test.outstanding
+    ));
+    if (depth as u32) < test.outstanding {
+        println!(
+            "note: -o {} is more than the devices allow at once; {depth} reads will be in \
+             flight, the rest wait in the send queue",
+            test.outstanding
+        );
+    }
+    let ep = local_endpoint(&dev.ctx, args.common.ib_port, &qp, &dev.gid, random_psn())
+        .context("reading our endpoint")?;
+    let buf = if server {
+        mr.remote(0..BUF_LEN)?
+    } else {
+        RemoteBuf::default()
+    };
+    let peer = exchange(&mut conn, &role, &PeerInfo { ep, buf }, &n)?;
+
+    n.step(
+        5,
+        "Connect the QP, setting the read depths at RTR and RTS (ibv_modify_qp)",
+    );
+    let mut opts = connect_opts(&args.common, &dev, Some(peer_mtu));
+    opts.access = if server {
+        AccessFlags::REMOTE_READ
+    } else {
+        AccessFlags::EMPTY
+    };
+    qp.modify_to_init(&init_attr(&opts))
+        .context("ibv_modify_qp RESET->INIT")?;
+    n.say(format!(
+        "INIT: qp_access_flags {} (the QP, too, must allow remote reads)",
+        opts.access
+    ));
+    // RTR carries what we *answer*: only the target answers reads.
+    let mut rtr = rtr_attr(&opts, &peer.ep);
+    rtr.max_dest_rd_atomic = if server { depth } else { 0 };
+    qp.modify_to_rtr(Some(&rtr))
+        .context("ibv_modify_qp INIT->RTR")?;
+    n.say(format!(
+        "RTR: dest_qp_num {:#x}, max_dest_rd_atomic {}",
+        rtr.dest_qpn, rtr.max_dest_rd_atomic
+    ));
+    // RTS carries what we *issue*: only the reader issues reads.
+    let mut rts = rts_attr(&opts, &ep);
+    rts.max_rd_atomic = if server { 0 } else { depth };
+    qp.modify_to_rts(&rts).context("ibv_modify_qp RTR->RTS")?;
+    n.say(format!(
+        "RTS: sq_psn {:#08x}, timeout {}, max_rd_atomic {}",
+        rts.sq_psn, rts.timeout, rts.max_rd_atomic
+    ));
+    let (held_rd, held_dest) = qp.rd_atomic().context("ibv_query_qp")?;
+    println!(
+        "QP {:#x}: set max_rd_atomic {} / max_dest_rd_atomic {}; ibv_query_qp reads back \
+         max_rd_atomic {held_rd} / max_dest_rd_atomic {held_dest}",
+        qp.qpn(),
+        rts.max_rd_atomic,
+        rtr.max_dest_rd_atomic
+    );
+    conn.barrier("the peer's QP to reach RTS")
+        .context("synchronising after connecting")?;
+
+    if server {
+        n.step(
+            6,
+            &format!(
+                "Be the target of {} rounds of {} reads x {} bytes",
+                test.rounds, test.outstanding, test.size
+            ),
+        );
+        target(&mut mr, &mut conn, &test, &n)
+    } else {
+        n.step(
+            6,
+            &format!(
+                "Read: {} rounds of {} reads x {} bytes",
+                test.rounds, test.outstanding, test.size
+            ),
+        );
+        reader(
+            &mut mr,
+            &qp,
+            &cq,
+            &mut conn,
+            &peer,
+            &test,
+            args.bad_rkey,
+            wait,
+            &n,
+        )
+    }
+}
+
+/// The server takes the client's test, but refuses if it was told something else explicitly.
+fn adopt(args: &Args, theirs: &Params) -> Result<Test> {
+    let t = Test {
+        size: theirs.get("size")?,
+        outstanding: theirs.get("outstanding")?,
+        rounds: theirs.get("rounds")?,
+    };
+    check_test(&t).context("the client's parameters")?;
+    for (flag, ours, client) in [
+        ("-s", args.size, t.size),
+        (
+            "-o",
+            args.outstanding.map(|o| o as usize),
+            t.outstanding as usize,
+        ),
+        ("-n", args.iters.map(|i| i as usize), t.rounds as usize),
+    ] {
+        if let Some(o) = ours.filter(|&o| o != client) {
+            bail!("the client uses {flag} {client} but this server was started with {flag} {o}: give both the same, or none to the server");
+        }
+    }
+    Ok(t)
+}
+
+/// The server: each round, fill the buffer with a new pattern and let the client read it.
+/// Our CPU takes no part in the reads themselves — it only waits for the client's report.
+fn target(mr: &mut Mr, conn: &mut OobConn, t: &Test, n: &Narrator) -> Result<()> {
+    for r in 0..t.rounds {
+        mr.as_mut_slice()[..t.span()].copy_from_slice(&pattern(r as u64, t.span()));
+        n.say(format!(
+            "round {r}: filled bytes 0..{} with pattern({r}); the client may read",
+            t.span()
+        ));
+        conn.barrier(&format!("the client to start round {r}"))?;
+        let report = recv_params(conn, &format!("the client's report on round {r}"))
+            .with_context(|| format!("round {r}: waiting while the client reads"))?;
+        ensure!(
+            report.raw("verified") == Some("yes"),
+            "round {r}: the client reports {report}"
+        );
+        println!(
+            "round {r}: the client read and verified {} x {} bytes of pattern({r}) ({report})",
+            t.outstanding, t.size
+        );
+    }
+    println!(
+        "all {} rounds served; our CPU did not touch a single read",
+        t.rounds
+    );
+    Ok(())
+}
+
+/// The client: per round, read the N chunks one at a time, then all N at once; check each.
+#[allow(clippy::too_many_arguments)]
+fn reader(
+    mr: &mut Mr,
+    qp: &Qp,
+    cq: &Cq,
+    conn: &mut OobConn,
+    peer: &PeerInfo,
+    t: &Test,
+    bad_rkey: bool,
+    wait: Duration,
+    n: &Narrator,
+) -> Result<()> {
+    let mut from = peer.buf;
+    ensure!(
+        from.len as usize >= t.span(),
+        "the server advertised {} bytes: too small for {} reads of {} bytes",
+        from.len,
+        t.outstanding,
+        t.size
+    );
+    if bad_rkey {
+        from.rkey ^= 0x5a5a_0000;
+        n.say(format!(
+            "--bad-rkey: using rkey {:#x} instead of the advertised {:#x}",
+            from.rkey, peer.buf.rkey
+        ));
+    }
+    let chunks = t.outstanding as usize;
+    // Chunk k of the server's buffer lands in chunk k of ours.
+    let sges = (0..chunks)
+        .map(|k| mr.sge(k * t.size..(k + 1) * t.size))
+        .collect::<verbs_lab::verbs::Result<Vec<_>>>()?;
+    let remote = |k: usize| -> RemoteBuf {
+        from.slice((k * t.size) as u32, t.size as u32)
+            .expect("checked against the advertised length")
+    };
+    let read = |k: usize| {
+        SendWr::new(
+            k as u64,
+            SendOp::Read(remote(k)),
+            Payload::Sges(std::slice::from_ref(&sges[k])),
+        )
+    };
+    let (mut serial_us, mut parallel_us) = (Vec::new(), Vec::new());
+    for r in 0..t.rounds {
+        conn.barrier(&format!("the server to fill its buffer for round {r}"))?;
+        let round = format!("round {r}");
+        if r == 0 {
+            // The first operation on a new connection costs far more than the next ones (first
+            // packets, first touch of the MRs): one untimed read, so no pass pays for it.
+            qp.post_send(&[read(0)])
+                .context("posting the warm-up read")?;
+            collect(cq, 1, wait, "the warm-up read", from.rkey)?;
+        }
+        let want = pattern(r as u64, t.span());
+        let (mut serial, mut parallel) = (Duration::ZERO, Duration::ZERO);
+        // Alternate which pass goes first, so that neither always runs on a warmer path.
+        let passes = if r % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for all_at_once in passes {
+            mr.as_mut_slice()[..t.span()].fill(0);
+            if all_at_once {
+                // One ibv_post_send with N linked requests: the NIC keeps up to max_rd_atomic
+                // of them in flight, the answers come back to back.
+                let wrs: Vec<SendWr> = (0..chunks).map(read).collect();
+                n.say(format!(
+                    "round {r}: ibv_post_send {chunks} x IBV_WR_RDMA_READ of {} bytes from \
+                     remote {:#x}.. rkey {:#x} into lkey {:#x}, in one call",
+                    t.size,
+                    from.addr,
+                    from.rkey,
+                    mr.lkey()
+                ));
+                let t0 = Instant::now();
+                qp.post_send(&wrs)
+                    .with_context(|| format!("round {r}: posting {chunks} reads"))?;
+                let order = collect(cq, chunks, wait, &round, from.rkey)?;
+                parallel = t0.elapsed();
+                n.say(format!(
+                    "round {r}: ibv_poll_cq -> {chunks} RDMA_READ completions, wr_ids in order \
+                     {order:?}"
+                ));
+                check(mr, &want, r, "all at once")?;
+            } else {
+                // One at a time: post a read, wait for its completion, post the next.
+                let t0 = Instant::now();
+                for k in 0..chunks {
+                    qp.post_send(&[read(k)])
+                        .with_context(|| format!("round {r}: posting read {k}"))?;
+                    collect(cq, 1, wait, &round, from.rkey)?;
+                }
+                serial = t0.elapsed();
+                check(mr, &want, r, "one at a time")?;
+            }
+        }
+        serial_us.push(serial.as_secs_f64() * 1e6);
+        parallel_us.push(parallel.as_secs_f64() * 1e6);
+        println!(
+            "round {r}: verified {chunks} reads x {} bytes == pattern({r}); one at a time {} µs, \
+             {chunks} outstanding {} µs",
+            t.size,
+            serial.as_micros(),
+            parallel.as_micros()
+        );
+        send_params(
+            conn,
+            &Params::new()
+                .with("round", r)
+                .with("verified", "yes")
+                .with("serial_us", serial.as_micros())
+                .with("outstanding_us", parallel.as_micros()),
+            "our report",
+        )?;
+    }
+    let (ms, mp) = (median(&serial_us), median(&parallel_us));
+    println!(
+        "all {} rounds verified: {chunks} reads of {} bytes each; median round: one at a time \
+         {ms:.0} µs, {chunks} outstanding {mp:.0} µs ({:.2}x)",
+        t.rounds,
+        t.size,
+        ms / mp.max(1e-9)
+    );
+    Ok(())
+}
+
+fn median(v: &[f64]) -> f64 {
+    Summary::of(v).map_or(0.0, |s| s.median)
+}
+
+/// Polls until `count` read completions arrived; every one must have succeeded. Returns the
+/// wr_ids in the order they completed (an RC QP completes in posting order).
+fn collect(cq: &Cq, count: usize, wait: Duration, what: &str, rkey: u32) -> Result<Vec<u64>> {
+    let mut wcs = WorkCompletion::array::<16>();
+    let mut order = Vec::with_capacity(count);
+    while order.len() < count {
+        let got = cq
+            .poll_timeout(&mut wcs, wait, "RDMA READ completions")
+            .with_context(|| format!("{what}: reading the server's buffer"))?;
+        for wc in &wcs[..got] {
+            wc.ok()
+                .with_context(|| format!("{what}: RDMA READ from rkey {rkey:#x} failed"))?;
+            ensure!(
+                wc.opcode() == WcOpcode::RDMA_READ,
+                "{what}: expected an RDMA_READ completion, got {}",
+                wc.opcode()
+            );
+            order.push(wc.wr_id());
+        }
+    }
+    Ok(order)
+}
+
+fn check(mr: &Mr, want: &[u8], round: u32, how: &str) -> Result<()> {
+    if let Some(off) = first_mismatch(&mr.as_slice()[..want.len()], want) {
+        bail!(
+            "round {round} ({how}): byte {off} read back as {:#04x}, expected {:#04x} \
+             (pattern({round}))",
+            mr.as_slice()[off],
+            want[off]
+        );
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let test = check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
+    match run(&args, test) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => report_error(PROGRAM, &e),
+    }
+}

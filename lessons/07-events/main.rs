@@ -1,0 +1,760 @@
+//! # Lesson 07 — completion events: sleeping instead of spinning
+//!
+//! Every lesson so far waited for completions by calling `ibv_poll_cq` in a loop: the lowest
+//! latency there is, and one CPU core burnt at 100 % for as long as we wait. The alternative is
+//! a *completion channel*: a file descriptor tied to the CQ that becomes readable when the CQ,
+//! once *armed*, receives a completion. The thread sleeps in `poll(2)` until then.
+//!
+//! The steps, in the order the hardware needs them:
+//!
+//! 1. `ibv_create_comp_channel` — the channel (a file descriptor);
+//! 2. `ibv_create_cq(.., channel, ..)` — a CQ that reports to it;
+//! 3. `ibv_req_notify_cq(cq, 0)` — arm: the *next* completion raises one event;
+//! 4. sleep until the channel's fd is readable, then `ibv_get_cq_event` takes the event and
+//!    `ibv_ack_cq_events` acknowledges it (every event taken must be acked before the CQ is
+//!    destroyed, or `ibv_destroy_cq` blocks for ever);
+//! 5. `ibv_poll_cq` — the event says only "something arrived": the completions are still in
+//!    the CQ, and must be polled as usual.
+//!
+//! **The re-arm race.** Arming covers only completions that arrive *after* `ibv_req_notify_cq`.
+//! A completion that lands between our last empty poll and the arming raises no event, and a
+//! thread that now goes to sleep sleeps until its timeout — with the completion sitting in the
+//! CQ. The cure is cheap: arm, then poll once more before sleeping. Whatever slipped in before
+//! the arming is found by that poll; whatever comes after it raises the event. `--show-race`
+//! makes the race happen on purpose.
+//!
+//! The lesson runs the same SEND/RECV ping-pong (`-n` round trips) twice — busy polling, then
+//! events — and prints, side by side, the round-trip latency and both sides' CPU time
+//! (`clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`, exact) and sleeps (`getrusage(2)`'s voluntary
+//! context switches).
+//!
+//! ```text
+//! server:  lesson07_events -d rxe0
+//! client:  lesson07_events -d rxe1 -n 500 --show-race 192.168.77.1
+//! ```
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context as _, Result};
+use clap::Parser;
+use nix::sys::resource::{getrusage, UsageWho};
+use nix::time::{clock_gettime, ClockId};
+use verbs_lab::connect::{bring_up, local_endpoint, random_psn};
+use verbs_lab::verbs::{
+    AccessFlags, CompChannel, Cq, Mr, Mtu, Payload, Qp, QpCaps, QpInitAttr, QpType, RecvWr,
+    RemoteBuf, SendOp, SendWr, VerbsError, WcOpcode, WorkCompletion,
+};
+use verbs_lab_lessons::{
+    connect_opts, exchange, exchange_params, first_mismatch, oob_connect, open_device, parse_size,
+    pattern, recv_params, report_error, send_params, usage_error, CommonArgs, Narrator, Params,
+    PeerInfo, Summary,
+};
+
+const PROGRAM: &str = "lesson07_events";
+/// Largest message: the buffer holds a send slot and a receive slot of this size.
+const MAX_SIZE: usize = 64 * 1024;
+const MAX_ITERS: u32 = 1_000_000;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = PROGRAM,
+    version,
+    about = "Lesson 07: completion channel vs busy polling — latency and CPU time side by side",
+    after_help = "Server:  lesson07_events -d rxe0\n\
+                  Client:  lesson07_events -d rxe1 -n 500 --show-race 192.168.77.1\n\
+                  The client's -s/-n are used by both sides; a server given different ones refuses."
+)]
+struct Args {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Bytes per message, 1 to 64K (suffixes K) [default: 64]
+    #[arg(short = 's', long = "size", value_parser = parse_size)]
+    size: Option<usize>,
+    /// Round trips in each mode [default: 500]
+    #[arg(short = 'n', long = "iters")]
+    iters: Option<u32>,
+    /// Client: first make the re-arm race happen on purpose (arm after a completion arrived)
+    #[arg(long = "show-race")]
+    show_race: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Test {
+    size: usize,
+    iters: u32,
+    show_race: bool,
+}
+
+fn check_flags(args: &Args) -> Result<Test> {
+    args.common.check()?;
+    let t = Test {
+        size: args.size.unwrap_or(64),
+        iters: args.iters.unwrap_or(500),
+        show_race: args.show_race,
+    };
+    check_test(&t)?;
+    if args.show_race && args.common.role().is_server() {
+        bail!("--show-race is a client flag (the client tells the server)");
+    }
+    Ok(t)
+}
+
+fn check_test(t: &Test) -> Result<()> {
+    if t.size == 0 {
+        bail!("-s 0: a message needs at least 1 byte to check");
+    }
+    if t.size > MAX_SIZE {
+        bail!(
+            "-s {}: larger than the {MAX_SIZE}-byte slots of the buffer this lesson registers \
+             (one send slot, one receive slot); use at most -s 64K",
+            t.size
+        );
+    }
+    if t.iters == 0 || t.iters > MAX_ITERS {
+        bail!("-n {}: make 1 to {MAX_ITERS} round trips", t.iters);
+    }
+    Ok(())
+}
+
+/// How a side waits for its completions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// `ibv_poll_cq` in a loop.
+    Busy,
+    /// Arm, re-poll, sleep on the completion channel.
+    Event,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Busy => "busy",
+            Mode::Event => "event",
+        }
+    }
+}
+
+/// What the event-driven wait did: the numbers that show the race being closed.
+#[derive(Debug, Clone, Copy, Default)]
+struct EventStats {
+    /// `ibv_req_notify_cq` calls.
+    arms: u64,
+    /// Events taken with `ibv_get_cq_event` (and acked).
+    events: u64,
+    /// Times the poll right after arming found a completion: each one would have been a
+    /// missed event — a sleep until timeout — without that poll.
+    repoll_catches: u64,
+    /// Wake-ups after which the CQ was empty (an event for a completion already polled).
+    empty_wakeups: u64,
+}
+
+/// Waits for completions in one [`Mode`], counting SEND and RECV completions as they come (a
+/// side may see its next RECV before the SEND completion it is waiting for).
+struct Waiter<'a> {
+    cq: &'a Cq,
+    channel: &'a CompChannel,
+    mode: Mode,
+    wait: Duration,
+    sends: u64,
+    recvs: u64,
+    stats: EventStats,
+}
+
+impl Waiter<'_> {
+    /// Takes every completion the CQ holds now (`ibv_poll_cq`); returns how many.
+    fn drain(&mut self) -> Result<usize> {
+        let mut wcs = WorkCompletion::array::<8>();
+        let n = self.cq.poll(&mut wcs)?;
+        for wc in &wcs[..n] {
+            wc.ok()?;
+            match wc.opcode() {
+                WcOpcode::SEND => self.sends += 1,
+                WcOpcode::RECV => self.recvs += 1,
+                other => bail!("unexpected completion {other}"),
+            }
+        }
+        Ok(n)
+    }
+
+    /// Returns once at least one more completion has been taken.
+    fn next(&mut self, what: &str) -> Result<()> {
+        match self.mode {
+            Mode::Busy => {
+                let start = Instant::now();
+                let mut spins = 0u32;
+                loop {
+                    if self.drain()? > 0 {
+                        return Ok(());
+                    }
+                    spins = spins.wrapping_add(1);
+                    if spins % 1024 == 0 && start.elapsed() >= self.wait {
+                        return Err(VerbsError::Timeout {
+                            what: what.into(),
+                            after: self.wait,
+                        }
+                        .into());
+                    }
+                    std::hint::spin_loop();
+                }
+            }
+            Mode::Event => {
+                let mut woke = false;
+                loop {
+                    if self.drain()? > 0 {
+                        return Ok(());
+                    }
+                    if woke {
+                        self.stats.empty_wakeups += 1;
+                    }
+                    // Arm: the next completion raises an event on the channel.
+                    self.cq.req_notify(false)?;
+                    self.stats.arms += 1;
+                    // Poll again *after* arming. A completion that arrived between the empty
+                    // poll above and the arming raised no event; without this poll we would
+                    // sleep with it sitting in the CQ.
+                    if self.drain()? > 0 {
+                        self.stats.repoll_catches += 1;
+                        return Ok(());
+                    }
+                    // Sleep in poll(2) on the channel's fd, then ibv_get_cq_event +
+                    // ibv_ack_cq_events. The event only says "look": loop and poll.
+                    self.channel
+                        .wait(self.cq, self.wait)
+                        .with_context(|| format!("sleeping until {what}"))?;
+                    self.stats.events += 1;
+                    woke = true;
+                }
+            }
+        }
+    }
+
+    fn until(&mut self, sends: u64, recvs: u64, what: &str) -> Result<()> {
+        while self.sends < sends || self.recvs < recvs {
+            self.next(what)?;
+        }
+        Ok(())
+    }
+}
+
+/// What this process has used so far.
+#[derive(Debug, Clone, Copy)]
+struct Usage {
+    /// CPU time, exactly as the scheduler counted it (`clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`).
+    cpu: Duration,
+    /// `getrusage(2)`'s user and system time. Their sum is the same CPU time, but the split is
+    /// sampled at timer ticks, so over a short run it is only a rough guide.
+    user: Duration,
+    sys: Duration,
+    /// `getrusage(2)`'s voluntary context switches: the times we went to sleep.
+    sleeps: u64,
+}
+
+fn usage() -> Result<Usage> {
+    let cpu = clock_gettime(ClockId::CLOCK_PROCESS_CPUTIME_ID)
+        .context("clock_gettime(CLOCK_PROCESS_CPUTIME_ID)")?;
+    let ru = getrusage(UsageWho::RUSAGE_SELF).context("getrusage")?;
+    let d = |tv: nix::sys::time::TimeVal| {
+        Duration::from_secs(tv.tv_sec() as u64) + Duration::from_micros(tv.tv_usec() as u64)
+    };
+    Ok(Usage {
+        cpu: Duration::new(cpu.tv_sec() as u64, cpu.tv_nsec() as u32),
+        user: d(ru.user_time()),
+        sys: d(ru.system_time()),
+        sleeps: ru.voluntary_context_switches().max(0) as u64,
+    })
+}
+
+/// One side's measurement of one mode.
+#[derive(Debug, Clone, Copy, Default)]
+struct Measured {
+    wall: Duration,
+    cpu: Duration,
+    user: Duration,
+    sys: Duration,
+    sleeps: u64,
+    stats: EventStats,
+}
+
+impl Measured {
+    fn cpu(&self) -> Duration {
+        self.cpu
+    }
+    fn cpu_pct(&self) -> f64 {
+        100.0 * self.cpu().as_secs_f64() / self.wall.as_secs_f64().max(1e-9)
+    }
+    fn add_to(&self, p: Params, m: Mode) -> Params {
+        let k = |s: &str| format!("{}_{s}", m.name());
+        p.with(&k("wall_us"), self.wall.as_micros())
+            .with(&k("cpu_us"), self.cpu.as_micros())
+            .with(&k("user_us"), self.user.as_micros())
+            .with(&k("sys_us"), self.sys.as_micros())
+            .with(&k("sleeps"), self.sleeps)
+            .with(&k("arms"), self.stats.arms)
+            .with(&k("events"), self.stats.events)
+            .with(&k("repoll"), self.stats.repoll_catches)
+            .with(&k("empty"), self.stats.empty_wakeups)
+    }
+    fn from_params(p: &Params, m: Mode) -> Result<Measured> {
+        let k = |s: &str| format!("{}_{s}", m.name());
+        let us = |s: &str| -> Result<Duration> { Ok(Duration::from_micros(p.get(&k(s))?)) };
+        Ok(Measured {
+            wall: us("wall_us")?,
+            cpu: us("cpu_us")?,
+            user: us("user_us")?,
+            sys: us("sys_us")?,
+            sleeps: p.get(&k("sleeps"))?,
+            stats: EventStats {
+                arms: p.get(&k("arms"))?,
+                events: p.get(&k("events"))?,
+                repoll_catches: p.get(&k("repoll"))?,
+                empty_wakeups: p.get(&k("empty"))?,
+            },
+        })
+    }
+}
+
+/// The registered buffer: a send slot, then a receive slot.
+struct Slots {
+    size: usize,
+}
+
+impl Slots {
+    fn send(&self) -> std::ops::Range<usize> {
+        0..self.size
+    }
+    fn recv(&self) -> std::ops::Range<usize> {
+        MAX_SIZE..MAX_SIZE + self.size
+    }
+}
+
+fn run(args: &Args, asked: Test) -> Result<()> {
+    let role = args.common.role();
+    let n = args.common.narrator();
+    let wait = args.common.wait();
+    let server = role.is_server();
+
+    n.step(1, "Open the device (lesson 01)");
+    let dev = open_device(&args.common, &n)?;
+
+    n.step(
+        2,
+        "Create the completion channel, then the CQ that reports to it",
+    );
+    let channel = dev
+        .ctx
+        .create_comp_channel()
+        .context("ibv_create_comp_channel")?;
+    n.say(format!(
+        "ibv_create_comp_channel: fd {} (readable when an armed CQ gets a completion)",
+        channel.fd()
+    ));
+    let cq = dev
+        .ctx
+        .create_cq(16, Some(&channel))
+        .context("ibv_create_cq with the channel")?;
+    n.say(format!(
+        "ibv_create_cq: {} entries, comp_channel fd {}",
+        cq.capacity(),
+        channel.fd()
+    ));
+
+    n.step(3, "Register the buffer and create the RC QP (lesson 02)");
+    let pd = dev.ctx.alloc_pd().context("ibv_alloc_pd")?;
+    let mut mr = pd
+        .reg_mr(2 * MAX_SIZE, AccessFlags::LOCAL_WRITE)
+        .context("ibv_reg_mr")?;
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            qp_type: QpType::Rc,
+            caps: QpCaps {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        })
+        .context("ibv_create_qp")?;
+    n.say(format!(
+        "MR of {} bytes (lkey {:#x}): send slot at 0, receive slot at {MAX_SIZE}; RC QP {:#x}",
+        2 * MAX_SIZE,
+        mr.lkey(),
+        qp.qpn()
+    ));
+
+    n.step(
+        4,
+        "Agree on the test, exchange endpoints and connect (lesson 03)",
+    );
+    let mut conn = oob_connect(&args.common, &n)?;
+    let our_mtu = dev.port.active_mtu.unwrap_or(Mtu::Mtu1024);
+    let mut mine = Params::new().with("mtu", our_mtu);
+    if !server {
+        mine = mine
+            .with("size", asked.size)
+            .with("iters", asked.iters)
+            .with("show_race", asked.show_race as u8);
+    }
+    let theirs = exchange_params(&mut conn, &role, &mine, &n)?;
+    let test = if server { adopt(args, &theirs)? } else { asked };
+    let slots = Slots { size: test.size };
+    let ep = local_endpoint(&dev.ctx, args.common.ib_port, &qp, &dev.gid, random_psn())
+        .context("reading our endpoint")?;
+    let peer = exchange(
+        &mut conn,
+        &role,
+        &PeerInfo {
+            ep,
+            buf: RemoteBuf::default(),
+        },
+        &n,
+    )?;
+    let opts = connect_opts(&args.common, &dev, Some(theirs.get("mtu")?));
+    bring_up(&qp, &ep, &peer.ep, &opts).context("connecting the QP")?;
+    n.say(format!(
+        "QP {:#x} -> peer QP {:#x}: RTS",
+        qp.qpn(),
+        peer.ep.qpn
+    ));
+    let recv_sge = mr.sge(slots.recv())?;
+    if server {
+        // The first ping (or the race demonstration's message) needs a receive waiting.
+        qp.post_recv(&[RecvWr {
+            wr_id: 0,
+            sges: &[recv_sge],
+        }])
+        .context("posting the first receive")?;
+    }
+    conn.barrier("the peer's QP to reach RTS")
+        .context("synchronising after connecting")?;
+
+    let mut waiter = Waiter {
+        cq: &cq,
+        channel: &channel,
+        mode: Mode::Busy,
+        wait,
+        sends: 0,
+        recvs: 0,
+        stats: EventStats::default(),
+    };
+
+    if test.show_race {
+        n.step(5, "The re-arm race, on purpose");
+        if server {
+            // The client's demonstration sends us one message; take it and re-post.
+            waiter.until(0, waiter.recvs + 1, "the race demonstration's message")?;
+            qp.post_recv(&[RecvWr {
+                wr_id: 0,
+                sges: &[recv_sge],
+            }])?;
+            n.say("took the client's demonstration message");
+        } else {
+            show_race(&qp, &cq, &channel, &mr, &slots, &mut waiter, &n)?;
+        }
+        conn.barrier("the end of the race demonstration")?;
+    }
+
+    let mut measured = [Measured::default(); 2];
+    let mut rtts: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for (m, mode) in [Mode::Busy, Mode::Event].into_iter().enumerate() {
+        n.step(
+            6 + m as u32,
+            &format!(
+                "{} round trips of {} bytes, waiting by {}",
+                test.iters,
+                test.size,
+                match mode {
+                    Mode::Busy => "busy polling (ibv_poll_cq in a loop)",
+                    Mode::Event => "events (arm, re-poll, sleep on the channel, get + ack, poll)",
+                }
+            ),
+        );
+        waiter.mode = mode;
+        waiter.stats = EventStats::default();
+        conn.barrier(&format!("the peer to start the {} run", mode.name()))?;
+        // Wall clock outside, CPU clock inside: the CPU interval lies within the wall interval.
+        let t0 = Instant::now();
+        let u0 = usage()?;
+        if server {
+            pong(&qp, &mut mr, &slots, &mut waiter, test.iters)?;
+        } else {
+            rtts[m] = ping(&qp, &mut mr, &slots, &mut waiter, test.iters, m as u64)?;
+        }
+        let u1 = usage()?;
+        let wall = t0.elapsed();
+        measured[m] = Measured {
+            wall,
+            cpu: u1.cpu - u0.cpu,
+            user: u1.user.saturating_sub(u0.user),
+            sys: u1.sys.saturating_sub(u0.sys),
+            sleeps: u1.sleeps - u0.sleeps,
+            stats: waiter.stats,
+        };
+        conn.barrier(&format!("the peer to finish the {} run", mode.name()))?;
+        n.say(format!(
+            "{} run: {} ms wall; CPU {} ms (CLOCK_PROCESS_CPUTIME_ID), getrusage: user {} ms + \
+             system {} ms, {} voluntary context switches",
+            mode.name(),
+            wall.as_millis(),
+            measured[m].cpu.as_millis(),
+            measured[m].user.as_millis(),
+            measured[m].sys.as_millis(),
+            measured[m].sleeps
+        ));
+    }
+
+    // The server sends its numbers; the client prints both sides together.
+    if server {
+        let p = measured[0].add_to(Params::new(), Mode::Busy);
+        let p = measured[1].add_to(p, Mode::Event);
+        send_params(&mut conn, &p, "our measurements")?;
+        print_table(&test, &measured, None, None);
+    } else {
+        let p = recv_params(&mut conn, "the server's measurements")?;
+        let theirs = [
+            Measured::from_params(&p, Mode::Busy)?,
+            Measured::from_params(&p, Mode::Event)?,
+        ];
+        print_table(&test, &measured, Some(&theirs), Some(&rtts));
+    }
+    Ok(())
+}
+
+/// The server takes the client's test, but refuses if it was told something else explicitly.
+fn adopt(args: &Args, theirs: &Params) -> Result<Test> {
+    let t = Test {
+        size: theirs.get("size")?,
+        iters: theirs.get("iters")?,
+        show_race: theirs.get::<u8>("show_race")? != 0,
+    };
+    check_test(&t).context("the client's parameters")?;
+    for (flag, ours, client) in [
+        ("-s", args.size, t.size),
+        ("-n", args.iters.map(|i| i as usize), t.iters as usize),
+    ] {
+        if let Some(o) = ours.filter(|&o| o != client) {
+            bail!("the client uses {flag} {client} but this server was started with {flag} {o}: give both the same, or none to the server");
+        }
+    }
+    Ok(t)
+}
+
+/// Client: `iters` round trips; returns each round trip in µs. Every pong is checked.
+fn ping(
+    qp: &Qp,
+    mr: &mut Mr,
+    slots: &Slots,
+    w: &mut Waiter,
+    iters: u32,
+    run_no: u64,
+) -> Result<Vec<f64>> {
+    let mut rtts = Vec::with_capacity(iters as usize);
+    // Completions are counted from here: round trip i is done at base + i + 1 of each kind.
+    let (base_s, base_r) = (w.sends, w.recvs);
+    for i in 0..iters {
+        let seq = run_no * MAX_ITERS as u64 + i as u64;
+        let msg = pattern(seq, slots.size);
+        mr.as_mut_slice()[slots.send()].copy_from_slice(&msg);
+        let (send, recv) = (mr.sge(slots.send())?, mr.sge(slots.recv())?);
+        let (sends, recvs) = (base_s + i as u64 + 1, base_r + i as u64 + 1);
+        let t0 = Instant::now();
+        // The receive for the pong goes first: it must be there before the pong can arrive.
+        qp.post_recv(&[RecvWr {
+            wr_id: seq,
+            sges: &[recv],
+        }])?;
+        qp.post_send(&[SendWr::new(seq, SendOp::Send, Payload::Sges(&[send]))])?;
+        w.until(sends, recvs, &format!("the pong of round trip {i}"))
+            .with_context(|| format!("{} run, round trip {i}", w.mode.name()))?;
+        rtts.push(t0.elapsed().as_secs_f64() * 1e6);
+        if let Some(off) = first_mismatch(&mr.as_slice()[slots.recv()], &msg) {
+            bail!("round trip {i}: byte {off} of the pong differs from the ping");
+        }
+    }
+    Ok(rtts)
+}
+
+/// Server: `iters` times, wait for a ping, re-post the receive, echo the bytes back.
+fn pong(qp: &Qp, mr: &mut Mr, slots: &Slots, w: &mut Waiter, iters: u32) -> Result<()> {
+    // Absolute targets, not "one more than now": while we wait for the SEND completion of pong
+    // i, the RECV of ping i+1 may already be polled (the client answers before our ack comes).
+    let (base_s, base_r) = (w.sends, w.recvs);
+    for i in 0..iters {
+        let recvs = base_r + i as u64 + 1;
+        w.until(0, recvs, &format!("the ping of round trip {i}"))
+            .with_context(|| format!("{} run, round trip {i}", w.mode.name()))?;
+        let ping = mr.as_slice()[slots.recv()].to_vec();
+        mr.as_mut_slice()[slots.send()].copy_from_slice(&ping);
+        let (send, recv) = (mr.sge(slots.send())?, mr.sge(slots.recv())?);
+        qp.post_recv(&[RecvWr {
+            wr_id: i as u64 + 1,
+            sges: &[recv],
+        }])?;
+        qp.post_send(&[SendWr::new(i as u64, SendOp::Send, Payload::Sges(&[send]))])?;
+        w.until(
+            base_s + i as u64 + 1,
+            0,
+            &format!("the SEND completion of pong {i}"),
+        )
+        .with_context(|| format!("{} run, round trip {i}", w.mode.name()))?;
+    }
+    Ok(())
+}
+
+/// Arms the CQ *after* a completion has already arrived, sleeps, and shows that no event came
+/// although the completion sits in the CQ.
+fn show_race(
+    qp: &Qp,
+    cq: &Cq,
+    channel: &CompChannel,
+    mr: &Mr,
+    slots: &Slots,
+    w: &mut Waiter,
+    n: &Narrator,
+) -> Result<()> {
+    let send = mr.sge(slots.send())?;
+    qp.post_send(&[SendWr::new(u64::MAX, SendOp::Send, Payload::Sges(&[send]))])?;
+    n.say("ibv_post_send: one SEND; not polling, we let its completion arrive (200 ms)");
+    std::thread::sleep(Duration::from_millis(200));
+    cq.req_notify(false).context("ibv_req_notify_cq")?;
+    n.say("ibv_req_notify_cq: armed now — after the completion arrived");
+    let nap = Duration::from_secs(1);
+    let t0 = Instant::now();
+    match channel.wait(cq, nap) {
+        Err(VerbsError::Timeout { .. }) => println!(
+            "race: armed after the completion arrived -> no event within {} ms (a sleeper \
+             would sleep until its timeout)",
+            t0.elapsed().as_millis()
+        ),
+        Err(e) => return Err(e).context("waiting on the completion channel"),
+        Ok(()) => bail!(
+            "race: an event came although the CQ was armed after the completion; this \
+             provider reports completions that were already there"
+        ),
+    }
+    let before = w.sends;
+    w.drain().context("ibv_poll_cq after the missed event")?;
+    ensure!(
+        w.sends == before + 1,
+        "race: ibv_poll_cq found no SEND completion"
+    );
+    println!(
+        "race: yet ibv_poll_cq finds the SEND completion at once — hence: arm, then poll again \
+         before sleeping"
+    );
+    Ok(())
+}
+
+fn print_table(
+    t: &Test,
+    ours: &[Measured; 2],
+    theirs: Option<&[Measured; 2]>,
+    rtts: Option<&[Vec<f64>; 2]>,
+) {
+    let modes = [Mode::Busy, Mode::Event];
+    let us_per_rt = |m: &Measured| m.cpu().as_secs_f64() * 1e6 / t.iters as f64;
+    if let Some(rtts) = rtts {
+        println!();
+        println!(
+            "round-trip latency, {} round trips of {} bytes (client's clock)",
+            t.iters, t.size
+        );
+        println!(
+            "{:<6} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "mode", "min µs", "median µs", "mean µs", "p99 µs", "wall ms"
+        );
+        for (m, mode) in modes.into_iter().enumerate() {
+            let mut sorted = rtts[m].clone();
+            sorted.sort_by(|a, b| a.total_cmp(b));
+            let p99 = sorted
+                .get(((sorted.len() as f64 * 0.99).ceil() as usize).saturating_sub(1))
+                .copied()
+                .unwrap_or(0.0);
+            let s = Summary::of(&rtts[m]);
+            println!(
+                "{:<6} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.1}",
+                mode.name(),
+                s.map_or(0.0, |s| s.min),
+                s.map_or(0.0, |s| s.median),
+                s.map_or(0.0, |s| s.avg),
+                p99,
+                ours[m].wall.as_secs_f64() * 1e3
+            );
+        }
+    }
+    println!();
+    let me = if theirs.is_some() { "client" } else { "server" };
+    println!(
+        "CPU time during each run (CLOCK_PROCESS_CPUTIME_ID); sleeps = voluntary context switches (getrusage)"
+    );
+    let mut header = format!(
+        "{:<6} {:>10} {:>9} {:>7} {:>10}",
+        "mode",
+        format!("{me} ms"),
+        "CPU/wall",
+        "sleeps",
+        "µs/trip"
+    );
+    if theirs.is_some() {
+        header += &format!(
+            " {:>10} {:>9} {:>7} {:>10}",
+            "server ms", "CPU/wall", "sleeps", "µs/trip"
+        );
+    }
+    println!("{header}");
+    for (m, mode) in modes.into_iter().enumerate() {
+        let side = |x: &Measured| {
+            format!(
+                " {:>10.1} {:>8.0}% {:>7} {:>10.0}",
+                x.cpu().as_secs_f64() * 1e3,
+                x.cpu_pct(),
+                x.sleeps,
+                us_per_rt(x)
+            )
+        };
+        let mut line = format!("{:<6}{}", mode.name(), side(&ours[m]));
+        if let Some(th) = theirs {
+            line += &side(&th[m]);
+        }
+        println!("{line}");
+    }
+    let ev = |who: &str, x: &Measured| {
+        println!(
+            "{who} event run: {} arms (ibv_req_notify_cq), {} events (ibv_get_cq_event + ack), \
+             {} completions caught by the poll right after arming, {} empty wake-ups",
+            x.stats.arms, x.stats.events, x.stats.repoll_catches, x.stats.empty_wakeups
+        )
+    };
+    println!();
+    ev(me, &ours[1]);
+    if let Some(th) = theirs {
+        ev("server", &th[1]);
+    }
+    if let Some(rtts) = rtts {
+        if let (Some(sb), Some(se)) = (Summary::of(&rtts[0]), Summary::of(&rtts[1])) {
+            println!(
+                "event vs busy: median round trip {:.0} vs {:.0} µs ({:.2}x); client CPU per round \
+                 trip {:.0} vs {:.0} µs ({:.2}x)",
+                se.median,
+                sb.median,
+                se.median / sb.median.max(1e-9),
+                us_per_rt(&ours[1]),
+                us_per_rt(&ours[0]),
+                us_per_rt(&ours[1]) / us_per_rt(&ours[0]).max(1e-9)
+            );
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let test = check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
+    match run(&args, test) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => report_error(PROGRAM, &e),
+    }
+}

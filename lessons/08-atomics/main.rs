@@ -1,0 +1,714 @@
+//! # Lesson 08 — atomics: fetch-and-add and compare-and-swap on a remote word
+//!
+//! An RDMA atomic is a read-modify-write of one 8-byte word in the peer's memory, executed by
+//! the peer's NIC as one indivisible step, with the old value sent back to us:
+//!
+//! - `IBV_WR_ATOMIC_FETCH_AND_ADD`: word += add; we get the value before the add.
+//! - `IBV_WR_ATOMIC_CMP_AND_SWP`: if word == compare { word = swap }; we get the value before,
+//!   and the swap happened exactly when that value equals `compare`.
+//!
+//! No other atomic — from this QP or any other — can slip between the read and the write, so
+//! several clients can count on one word without a lock. The server exposes the word (an MR
+//! registered with `REMOTE_ATOMIC`, 8-byte aligned) and waits for `--clients K`; each client
+//! does `-n` fetch-and-adds of 1 and `-n` increments by a compare-and-swap loop, and reports
+//! every old value it got. The server then checks the word and that every value from the
+//! initial one to the final one was handed out exactly once.
+//!
+//! `--show-errors` (client) sends one fetch-and-add to a misaligned address, and
+//! `--no-atomic-access` (server) leaves `REMOTE_ATOMIC` out of the word's MR (or with `=qp`,
+//! out of the QP's access flags): both show what the NIC answers.
+//!
+//! ```text
+//! server:   lesson08_atomics -d rxe0 --clients 2
+//! clients:  lesson08_atomics -d rxe1 -n 100 192.168.77.1   (twice, at the same time)
+//! ```
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context as _, Result};
+use clap::{Parser, ValueEnum};
+use verbs_lab::connect::{bring_up, local_endpoint, random_psn};
+use verbs_lab::oob::{Listener, OobConn};
+use verbs_lab::verbs::{
+    AccessFlags, Cq, Mr, Mtu, Payload, Qp, QpCaps, QpInitAttr, QpType, RemoteBuf, SendOp, SendWr,
+    VerbsError, WcOpcode,
+};
+use verbs_lab_lessons::{
+    connect_opts, exchange, exchange_params, oob_connect, open_device, recv_params, report_error,
+    send_params, usage_error, CommonArgs, Device, Narrator, Params, PeerInfo, Role,
+};
+
+const PROGRAM: &str = "lesson08_atomics";
+/// The server's MR: the word at offset 0, and room after it so that a misaligned address is
+/// still inside the MR (the error is then about alignment, not bounds).
+const MR_LEN: usize = 4096;
+const WORD_OFF: usize = 0;
+const MAX_ITERS: u32 = 10_000;
+const MAX_CLIENTS: u32 = 16;
+
+/// Where `--no-atomic-access` leaves `REMOTE_ATOMIC` out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum NoAtomic {
+    /// The word's memory region (`ibv_reg_mr` access).
+    Mr,
+    /// The QP (`qp_access_flags` at INIT).
+    Qp,
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = PROGRAM,
+    version,
+    about = "Lesson 08: remote fetch-and-add and compare-and-swap on one 8-byte word, from \
+             several clients at once",
+    after_help = "Server:   lesson08_atomics -d rxe0 --clients 2\n\
+                  Clients:  lesson08_atomics -d rxe1 -n 100 192.168.77.1   (two of them, concurrently)\n\
+                  Errors:   lesson08_atomics -d rxe1 --show-errors 192.168.77.1\n\
+                  \x20         lesson08_atomics -d rxe0 --no-atomic-access   (then an ordinary client)"
+)]
+struct Args {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Client: fetch-and-adds of 1, then as many compare-and-swap increments [default: 100]
+    #[arg(short = 'n', long = "iters")]
+    iters: Option<u32>,
+    /// Server: clients to wait for; all start together and hammer the same word
+    #[arg(long = "clients", default_value_t = 1)]
+    clients: u32,
+    /// Server: the word's initial value
+    #[arg(long = "initial", default_value_t = 1000)]
+    initial: u64,
+    /// Server: leave REMOTE_ATOMIC out of the word's MR (or, with =qp, out of the QP) to see
+    /// the clients' atomics refused
+    #[arg(long = "no-atomic-access", value_enum, num_args = 0..=1, require_equals = true, default_missing_value = "mr")]
+    no_atomic_access: Option<NoAtomic>,
+    /// Client: instead of counting, send one fetch-and-add to a misaligned address (word + 4)
+    #[arg(long = "show-errors")]
+    show_errors: bool,
+}
+
+/// Refuses nonsense before any verbs call: this needs no device.
+fn check_flags(args: &Args) -> Result<()> {
+    args.common.check()?;
+    let server = args.common.role().is_server();
+    if let Some(n) = args.iters {
+        if server {
+            bail!("-n is a client flag: each client chooses how many atomics it sends");
+        }
+        if n == 0 || n > MAX_ITERS {
+            bail!("-n {n}: send 1 to {MAX_ITERS} of each atomic");
+        }
+    }
+    if args.clients == 0 || args.clients > MAX_CLIENTS {
+        bail!(
+            "--clients {}: wait for 1 to {MAX_CLIENTS} clients",
+            args.clients
+        );
+    }
+    if !server && (args.clients != 1 || args.no_atomic_access.is_some() || args.initial != 1000) {
+        bail!("--clients, --initial and --no-atomic-access are server flags");
+    }
+    if server && args.show_errors {
+        bail!("--show-errors is a client flag: the client sends the faulty atomic");
+    }
+    if args.initial > u64::MAX / 2 {
+        bail!(
+            "--initial {}: leave room to count up (at most {})",
+            args.initial,
+            u64::MAX / 2
+        );
+    }
+    Ok(())
+}
+
+fn atomic_cap_name(cap: u32) -> &'static str {
+    match cap {
+        0 => "IBV_ATOMIC_NONE",
+        1 => "IBV_ATOMIC_HCA (atomic between QPs of this device)",
+        2 => "IBV_ATOMIC_GLOB (atomic also against the CPU)",
+        _ => "unknown",
+    }
+}
+
+fn run(args: &Args) -> Result<()> {
+    let n = args.common.narrator();
+
+    n.step(1, "Open the device (lesson 01) and check it can do atomics");
+    let dev = open_device(&args.common, &n)?;
+    let attr = dev.ctx.query_device().context("ibv_query_device")?;
+    n.say(format!(
+        "ibv_query_device: atomic_cap {}, max_qp_rd_atom {} (atomics count against the \
+         read/atomic depth of lesson 06)",
+        atomic_cap_name(attr.atomic_cap),
+        attr.max_qp_rd_atom
+    ));
+    if attr.atomic_cap == 0 {
+        bail!(
+            "{} reports atomic_cap IBV_ATOMIC_NONE: it cannot execute RDMA atomics",
+            dev.ctx.name()
+        );
+    }
+    match args.common.role() {
+        Role::Server => server(args, &dev, &n),
+        Role::Client(_) => client(args, &dev, &n),
+    }
+}
+
+/// One connected client, as the server sees it.
+struct Session {
+    conn: OobConn,
+    _qp: Qp,
+    label: String,
+}
+
+fn server(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
+    let wait = args.common.wait();
+    n.step(2, "Register the word (ibv_reg_mr)");
+    let pd = dev.ctx.alloc_pd().context("ibv_alloc_pd")?;
+    // The NIC reads and writes the word on the clients' behalf: REMOTE_ATOMIC, which (like
+    // REMOTE_WRITE) needs LOCAL_WRITE. --no-atomic-access=mr leaves it out.
+    let mut mr_access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
+    if args.no_atomic_access != Some(NoAtomic::Mr) {
+        mr_access |= AccessFlags::REMOTE_ATOMIC;
+    }
+    let mut mr = pd
+        .reg_mr(MR_LEN, mr_access)
+        .context("ibv_reg_mr (the word)")?;
+    mr.as_mut_slice()[WORD_OFF..WORD_OFF + 8].copy_from_slice(&args.initial.to_ne_bytes());
+    let word = mr.remote(WORD_OFF..WORD_OFF + 8)?;
+    n.say(format!(
+        "ibv_reg_mr: {MR_LEN} bytes, access {mr_access}, rkey {:#x}; the word is at {:#x} \
+         ({}-byte aligned), initial value {}",
+        mr.rkey(),
+        word.addr,
+        1u64 << word.addr.trailing_zeros().min(12),
+        args.initial
+    ));
+    let mut qp_access = AccessFlags::REMOTE_READ;
+    if args.no_atomic_access != Some(NoAtomic::Qp) {
+        qp_access |= AccessFlags::REMOTE_ATOMIC;
+    }
+    if let Some(w) = args.no_atomic_access {
+        println!(
+            "--no-atomic-access={}: REMOTE_ATOMIC is missing from the {}; the clients' atomics \
+             will be refused",
+            match w {
+                NoAtomic::Mr => "mr",
+                NoAtomic::Qp => "qp",
+            },
+            match w {
+                NoAtomic::Mr => "word's MR",
+                NoAtomic::Qp => "QP's access flags",
+            }
+        );
+    }
+
+    n.step(
+        3,
+        "Create one CQ; then, per client, a QP, connected (lessons 02-03)",
+    );
+    // The server posts nothing: atomics are executed by its NIC and complete only at the client.
+    let cq = dev.ctx.create_cq(16, None).context("ibv_create_cq")?;
+    // One listening socket for all clients: they may connect at the same moment, and each waits
+    // in its backlog until we get to it.
+    let listener = Listener::bind(args.common.port).context("out-of-band listener")?;
+    n.say(format!(
+        "listening on TCP port {} for {} client(s), up to {} s each",
+        listener.port(),
+        args.clients,
+        args.common.wait_secs
+    ));
+    let mut sessions = Vec::new();
+    for k in 1..=args.clients {
+        let label = format!("client {k}/{}", args.clients);
+        let mut conn = listener
+            .accept(wait)
+            .with_context(|| format!("out-of-band connection of {label}"))?;
+        n.say(format!(
+            "-- {label}: out-of-band TCP connection with {}",
+            conn.peer()
+        ));
+        let mine = Params::new()
+            .with("mtu", dev.port.active_mtu.unwrap_or(Mtu::Mtu1024))
+            .with("initial", args.initial)
+            .with("clients", args.clients);
+        let theirs = exchange_params(&mut conn, &Role::Server, &mine, n)?;
+        let qp = create_qp(&pd, &cq)?;
+        let ep = local_endpoint(&dev.ctx, args.common.ib_port, &qp, &dev.gid, random_psn())?;
+        let peer = exchange(&mut conn, &Role::Server, &PeerInfo { ep, buf: word }, n)?;
+        let mut opts = connect_opts(&args.common, dev, Some(theirs.get("mtu")?));
+        opts.access = qp_access;
+        bring_up(&qp, &ep, &peer.ep, &opts).with_context(|| format!("connecting {label}"))?;
+        n.say(format!(
+            "QP {:#x} <-> {label}'s QP {:#x}: RTS, qp_access_flags {qp_access}",
+            qp.qpn(),
+            peer.ep.qpn
+        ));
+        conn.barrier("the client's QP to reach RTS")?;
+        sessions.push(Session {
+            conn,
+            _qp: qp,
+            label,
+        });
+    }
+
+    n.step(4, "Start every client at once, then wait for their reports");
+    for s in &mut sessions {
+        s.conn
+            .barrier("the start signal")
+            .with_context(|| format!("starting {}", s.label))?;
+    }
+    let t0 = Instant::now();
+    let mut olds: Vec<u64> = Vec::new();
+    let mut added: u64 = 0;
+    let mut refused = Vec::new();
+    for s in &mut sessions {
+        s.conn.set_timeout(wait)?;
+        let r = recv_params(&mut s.conn, &format!("the report of {}", s.label))
+            .with_context(|| format!("waiting for {} to finish", s.label))?;
+        if let Some(status) = r.raw("error") {
+            println!("{}: its atomics failed with {status}", s.label);
+            refused.push(status.to_string());
+            continue;
+        }
+        if let Some(status) = r.raw("demo") {
+            println!(
+                "{}: error demonstration: its misaligned atomic ended with {status}",
+                s.label
+            );
+            continue;
+        }
+        let a: u64 = r.get("added")?;
+        let list = r.raw("olds").unwrap_or("");
+        let mine: Vec<u64> = if list.is_empty() {
+            Vec::new()
+        } else {
+            list.split(',')
+                .map(|v| v.parse::<u64>())
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|e| anyhow::anyhow!("{}'s old values: {e}", s.label))?
+        };
+        ensure!(
+            mine.len() as u64 == a,
+            "{} reports {a} increments but {} old values",
+            s.label,
+            mine.len()
+        );
+        println!(
+            "{}: done: {} fetch-and-adds + {} compare-and-swap increments ({} CAS retries)",
+            s.label,
+            r.raw("fetch_adds").unwrap_or("?"),
+            r.raw("cas").unwrap_or("?"),
+            r.raw("cas_retries").unwrap_or("?")
+        );
+        added += a;
+        olds.extend(mine);
+    }
+
+    n.step(5, "Check the word");
+    // Every client is done and said so: no atomic is in flight any more.
+    let final_value = mr.read_u64_volatile(WORD_OFF);
+    let expected = args.initial + added;
+    n.say(format!(
+        "all reports in after {} ms",
+        t0.elapsed().as_millis()
+    ));
+    if args.no_atomic_access.is_some() {
+        ensure!(
+            final_value == args.initial && added == 0,
+            "--no-atomic-access, yet the word changed from {} to {final_value}",
+            args.initial
+        );
+        ensure!(
+            !refused.is_empty(),
+            "--no-atomic-access, but no client reported a refused atomic"
+        );
+        println!(
+            "final value {final_value} == initial {}: no atomic reached the word (refused with {})",
+            args.initial,
+            refused.join(", ")
+        );
+        return Ok(());
+    }
+    ensure!(
+        refused.is_empty(),
+        "{} client(s) failed: {}",
+        refused.len(),
+        refused.join(", ")
+    );
+    ensure!(
+        final_value == expected,
+        "final value {final_value} != initial {} + {added} increments = {expected}: an update was lost",
+        args.initial
+    );
+    println!(
+        "final value {final_value} == initial {} + {added} increments from {} client(s): correct",
+        args.initial, args.clients
+    );
+    // Each increment saw a different old value, and together they cover initial..final: no two
+    // atomics ever read the same word value, i.e. none slipped between another's read and write.
+    olds.sort_unstable();
+    let want: Vec<u64> = (args.initial..final_value).collect();
+    ensure!(
+        olds == want,
+        "the old values returned are not exactly {}..{final_value} once each (first difference \
+         at position {:?})",
+        args.initial,
+        olds.iter().zip(&want).position(|(a, b)| a != b)
+    );
+    if added > 0 {
+        println!(
+            "every value from {} to {} was returned exactly once: no two atomics saw the same \
+             word",
+            args.initial,
+            final_value - 1
+        );
+    }
+    Ok(())
+}
+
+fn create_qp(pd: &verbs_lab::verbs::Pd, cq: &Cq) -> Result<Qp> {
+    pd.create_qp(&QpInitAttr {
+        send_cq: cq,
+        recv_cq: cq,
+        qp_type: QpType::Rc,
+        caps: QpCaps {
+            max_send_wr: 16,
+            max_recv_wr: 1,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: false,
+    })
+    .context("ibv_create_qp")
+}
+
+/// What a client did.
+struct Done {
+    fetch_adds: u32,
+    cas: u32,
+    cas_retries: u64,
+    olds: Vec<u64>,
+}
+
+fn client(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
+    let wait = args.common.wait();
+    let iters = args.iters.unwrap_or(100);
+    n.step(
+        2,
+        "Register the 8 bytes where the old values land (ibv_reg_mr)",
+    );
+    let pd = dev.ctx.alloc_pd().context("ibv_alloc_pd")?;
+    // Our NIC writes the returned old value into this buffer: LOCAL_WRITE.
+    let mr = pd
+        .reg_mr(8, AccessFlags::LOCAL_WRITE)
+        .context("ibv_reg_mr (the result buffer)")?;
+    n.say(format!(
+        "ibv_reg_mr: 8 bytes at {:#x}, LOCAL_WRITE, lkey {:#x}",
+        mr.addr(),
+        mr.lkey()
+    ));
+
+    n.step(3, "Create the CQ and the RC QP; connect (lessons 02-03)");
+    let cq = dev.ctx.create_cq(16, None).context("ibv_create_cq")?;
+    let qp = create_qp(&pd, &cq)?;
+    let mut conn = oob_connect(&args.common, n)?;
+    let role = args.common.role();
+    let mine = Params::new()
+        .with("mtu", dev.port.active_mtu.unwrap_or(Mtu::Mtu1024))
+        .with("iters", iters)
+        .with("show_errors", args.show_errors as u8);
+    let theirs = exchange_params(&mut conn, &role, &mine, n)?;
+    let initial: u64 = theirs.get("initial")?;
+    let ep = local_endpoint(&dev.ctx, args.common.ib_port, &qp, &dev.gid, random_psn())?;
+    let peer = exchange(
+        &mut conn,
+        &role,
+        &PeerInfo {
+            ep,
+            buf: RemoteBuf::default(),
+        },
+        n,
+    )?;
+    let word = peer.buf;
+    ensure!(
+        word.len >= 8 && word.addr % 8 == 0,
+        "the server advertised {} bytes at {:#x}: an atomic needs an 8-byte aligned word",
+        word.len,
+        word.addr
+    );
+    let mut opts = connect_opts(&args.common, dev, Some(theirs.get("mtu")?));
+    opts.access = AccessFlags::EMPTY;
+    bring_up(&qp, &ep, &peer.ep, &opts).context("connecting the QP")?;
+    n.say(format!(
+        "QP {:#x} -> server QP {:#x}: RTS; the word: addr {:#x}, rkey {:#x}, initial value {initial}",
+        qp.qpn(),
+        peer.ep.qpn,
+        word.addr,
+        word.rkey
+    ));
+    conn.barrier("the server's QP to reach RTS")?;
+    n.say("waiting for the server's start signal (it waits for all its clients)");
+    conn.set_timeout(wait)?;
+    conn.barrier("the server's start signal")?;
+
+    let atomics = Atomics {
+        qp: &qp,
+        cq: &cq,
+        mr: &mr,
+        word,
+        wait,
+    };
+    if args.show_errors {
+        n.step(
+            4,
+            "Error demonstration: a fetch-and-add at a misaligned address",
+        );
+        return show_misaligned(&atomics, &mut conn, n);
+    }
+
+    n.step(
+        4,
+        &format!("{iters} fetch-and-adds of 1, then {iters} compare-and-swap increments"),
+    );
+    let t0 = Instant::now();
+    match hammer(&atomics, iters, initial, n) {
+        Ok(done) => {
+            let took = t0.elapsed();
+            let olds = done
+                .olds
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
+            let report = Params::new()
+                .with("added", done.olds.len())
+                .with("fetch_adds", done.fetch_adds)
+                .with("cas", done.cas)
+                .with("cas_retries", done.cas_retries)
+                .with("olds", olds);
+            send_params(&mut conn, &report, "our report")?;
+            println!(
+                "client: {} fetch-and-adds, {} compare-and-swap increments ({} retries: another \
+                 client changed the word between our read and our swap) in {} ms; reported to \
+                 the server",
+                done.fetch_adds,
+                done.cas,
+                done.cas_retries,
+                took.as_millis()
+            );
+            Ok(())
+        }
+        Err(e) => {
+            // Tell the server what happened before exiting, so it does not wait in vain.
+            let _ = send_params(
+                &mut conn,
+                &Params::new().with("error", outcome_word(&e)),
+                "our report",
+            );
+            Err(e)
+        }
+    }
+}
+
+/// What every atomic needs: the QP, its CQ, the 8-byte result buffer and the remote word.
+struct Atomics<'a> {
+    qp: &'a Qp,
+    cq: &'a Cq,
+    mr: &'a Mr,
+    word: RemoteBuf,
+    wait: Duration,
+}
+
+impl Atomics<'_> {
+    /// Posts one atomic, waits for its completion and returns the old value the NIC wrote
+    /// into our buffer (in host byte order: the provider converts).
+    fn run(&self, op: SendOp, wr_id: u64) -> Result<u64> {
+        let result = self.mr.sge(0..8)?;
+        self.qp
+            .post_send(&[SendWr::new(wr_id, op, Payload::Sges(&[result]))])
+            .with_context(|| format!("posting {}", op.name()))?;
+        let wc = self
+            .cq
+            .poll_one(self.wait, &format!("the completion of {}", op.name()))
+            .with_context(|| format!("{} on the word at {:#x}", op.name(), self.word.addr))?;
+        let want = match op {
+            SendOp::FetchAdd { .. } => WcOpcode::FETCH_ADD,
+            _ => WcOpcode::COMP_SWAP,
+        };
+        ensure!(
+            wc.opcode() == want,
+            "expected a {want} completion, got {}",
+            wc.opcode()
+        );
+        Ok(u64::from_ne_bytes(
+            self.mr.as_slice()[..8].try_into().expect("8 bytes"),
+        ))
+    }
+}
+
+fn hammer(a: &Atomics, iters: u32, initial: u64, n: &Narrator) -> Result<Done> {
+    let mut done = Done {
+        fetch_adds: 0,
+        cas: 0,
+        cas_retries: 0,
+        olds: Vec::with_capacity(2 * iters as usize),
+    };
+    for i in 0..iters {
+        let old = a.run(
+            SendOp::FetchAdd {
+                remote: a.word,
+                add: 1,
+            },
+            i as u64,
+        )?;
+        if i == 0 {
+            n.say(format!(
+                "ibv_post_send IBV_WR_ATOMIC_FETCH_AND_ADD: remote {:#x} rkey {:#x}, add 1 -> \
+                 FETCH_ADD completion, old value {old} (written to lkey {:#x})",
+                a.word.addr,
+                a.word.rkey,
+                a.mr.lkey()
+            ));
+        }
+        done.olds.push(old);
+        done.fetch_adds += 1;
+    }
+    n.say(format!(
+        "{} fetch-and-adds: old values {}..={}{}",
+        iters,
+        done.olds.first().copied().unwrap_or(initial),
+        done.olds.last().copied().unwrap_or(initial),
+        if done.olds.windows(2).all(|w| w[1] == w[0] + 1) {
+            " consecutive: nobody else touched the word meanwhile"
+        } else {
+            " with gaps: another client's atomics came in between"
+        }
+    ));
+    // Compare-and-swap increments: guess the current value; if the swap fails, the returned
+    // old value is the current one — guess again with it.
+    let mut guess = done.olds.last().map_or(initial, |v| v + 1);
+    for i in 0..iters {
+        loop {
+            let old = a.run(
+                SendOp::CompareSwap {
+                    remote: a.word,
+                    compare: guess,
+                    swap: guess + 1,
+                },
+                (iters + i) as u64,
+            )?;
+            if i == 0 && done.cas_retries == 0 {
+                n.say(format!(
+                    "ibv_post_send IBV_WR_ATOMIC_CMP_AND_SWP: compare {guess}, swap {} -> old \
+                     value {old}: {}",
+                    guess + 1,
+                    if old == guess {
+                        "swapped"
+                    } else {
+                        "not swapped, retry with it"
+                    }
+                ));
+            }
+            if old == guess {
+                done.olds.push(old);
+                guess += 1;
+                break;
+            }
+            done.cas_retries += 1;
+            guess = old;
+        }
+        done.cas += 1;
+    }
+    Ok(done)
+}
+
+/// Sends one fetch-and-add to word + 4 — inside the server's MR, but not 8-byte aligned — and
+/// shows who refuses it: the local provider at `ibv_post_send` (rxe does), or the remote NIC
+/// with an error completion (which moves the QP to ERR).
+fn show_misaligned(a: &Atomics, conn: &mut OobConn, n: &Narrator) -> Result<()> {
+    let bad = RemoteBuf {
+        addr: a.word.addr + 4,
+        ..a.word
+    };
+    n.say(format!(
+        "ibv_post_send IBV_WR_ATOMIC_FETCH_AND_ADD at {:#x} (word + 4, inside the MR, not \
+         8-byte aligned), rkey {:#x}",
+        bad.addr, bad.rkey
+    ));
+    let misaligned = Atomics { word: bad, ..*a };
+    let op = SendOp::FetchAdd {
+        remote: bad,
+        add: 1,
+    };
+    let e = match misaligned.run(op, 0) {
+        Ok(old) => {
+            let _ = send_params(conn, &Params::new().with("demo", "no-error"), "our report");
+            bail!(
+                "the misaligned fetch-and-add succeeded (old value {old}): this NIC does not \
+                 check alignment"
+            )
+        }
+        Err(e) => e,
+    };
+    let outcome = outcome_word(&e);
+    println!("misaligned fetch-and-add at word + 4 -> {outcome}");
+    println!("    {e:#}");
+    send_params(conn, &Params::new().with("demo", &outcome), "our report")?;
+    if wc_status_name(&e).is_some() {
+        println!(
+            "the remote NIC refused it; our QP is now in the error state (every later request \
+             is flushed)"
+        );
+        return Ok(());
+    }
+    // Refused before it left: nothing reached the wire, and the QP is still usable. Prove it
+    // with an aligned compare-and-swap whose compare value cannot match — an atomic *read*.
+    let probe = a.run(
+        SendOp::CompareSwap {
+            remote: a.word,
+            compare: u64::MAX,
+            swap: 0,
+        },
+        1,
+    )?;
+    println!(
+        "the request never left this host: the QP still works — an aligned compare-and-swap \
+         (compare {}, never equal) read the word: {probe}",
+        u64::MAX
+    );
+    Ok(())
+}
+
+/// One word for how an operation failed: the completion status (`IBV_WC_REM_ACCESS_ERR`), or
+/// the refusing verb and errno (`ibv_post_send:EINVAL`).
+fn outcome_word(e: &anyhow::Error) -> String {
+    if let Some(status) = wc_status_name(e) {
+        return status;
+    }
+    match e.chain().find_map(|c| c.downcast_ref::<VerbsError>()) {
+        Some(VerbsError::Call { verb, errno, .. }) => format!("{verb}:{errno:?}"),
+        _ => "local-error".into(),
+    }
+}
+
+/// The work-completion status in an error chain, by name (e.g. `IBV_WC_REM_ACCESS_ERR`).
+fn wc_status_name(e: &anyhow::Error) -> Option<String> {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<VerbsError>())
+        .and_then(|v| v.wc_status())
+        .map(|s| s.name())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Err(e) = check_flags(&args) {
+        usage_error::<Args>(&e);
+    }
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => report_error(PROGRAM, &e),
+    }
+}

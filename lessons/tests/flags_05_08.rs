@@ -1,0 +1,164 @@
+//! Lessons 05–08 refuse nonsense flags before any verbs call, so these tests need no RDMA
+//! device: the refusal is a usage error (exit 2) that names the flag and the reason, and no
+//! lesson step has started.
+
+use std::process::{Command, Output};
+
+const L05: &str = env!("CARGO_BIN_EXE_lesson05_rdma_write");
+const L06: &str = env!("CARGO_BIN_EXE_lesson06_rdma_read");
+const L07: &str = env!("CARGO_BIN_EXE_lesson07_events");
+const L08: &str = env!("CARGO_BIN_EXE_lesson08_atomics");
+
+fn run(bin: &str, args: &[&str]) -> Output {
+    Command::new(bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{bin} runs: {e}"))
+}
+
+/// The command must be refused as a usage error (exit 2) whose message contains `why`, before
+/// the first narrated step (so before any verbs call).
+fn assert_refused(bin: &str, args: &[&str], why: &str) {
+    let o = run(bin, args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{bin} {args:?}: exit status; stderr: {err}"
+    );
+    assert!(
+        err.contains(why),
+        "{bin} {args:?}: expected '{why}' in: {err}"
+    );
+    assert!(
+        !out.contains("[1]") && !err.contains("ibv_") && !err.contains("RDMA device"),
+        "{bin} {args:?}: a step ran before the refusal: {out}{err}"
+    );
+}
+
+#[test]
+fn size_zero_is_refused_by_every_sized_lesson() {
+    for (bin, why) in [
+        (L05, "-s 0: a write needs at least 1 byte"),
+        (L06, "-s 0: a read needs at least 1 byte"),
+        (L07, "-s 0: a message needs at least 1 byte"),
+    ] {
+        assert_refused(bin, &["-s", "0"], why);
+        assert_refused(bin, &["-s", "0", "somehost"], why);
+    }
+}
+
+#[test]
+fn sizes_beyond_the_registered_buffer_are_refused() {
+    assert_refused(
+        L05,
+        &["-s", "2M", "somehost"],
+        "-s 2097152: larger than the 1048576-byte payload area of the buffer this lesson registers",
+    );
+    assert_refused(
+        L06,
+        &["-s", "2M"],
+        "-s 2097152: larger than the 1048576-byte buffer this lesson registers",
+    );
+    // Every read of a round has its own slice of the buffer: size x outstanding must fit.
+    assert_refused(
+        L06,
+        &["-s", "64K", "-o", "32", "somehost"],
+        "-s 65536 x -o 32 = 2097152 bytes: larger than the 1048576-byte buffer",
+    );
+    assert_refused(
+        L07,
+        &["-s", "65537"],
+        "-s 65537: larger than the 65536-byte slots",
+    );
+}
+
+#[test]
+fn sizes_that_are_not_numbers_are_refused() {
+    let o = run(L05, &["-s", "lots"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("'lots' is not a size"));
+}
+
+#[test]
+fn counts_of_zero_are_refused() {
+    assert_refused(L05, &["-n", "0"], "-n 0: make 1 to");
+    assert_refused(
+        L06,
+        &["-o", "0"],
+        "-o 0: between 1 and 255 reads can be outstanding",
+    );
+    assert_refused(L06, &["-o", "256"], "-o 256: between 1 and 255");
+    assert_refused(L06, &["-n", "0"], "-n 0: make 1 to");
+    assert_refused(L07, &["-n", "0"], "-n 0: make 1 to");
+    assert_refused(L08, &["-n", "0", "somehost"], "-n 0: send 1 to");
+    assert_refused(
+        L08,
+        &["--clients", "0"],
+        "--clients 0: wait for 1 to 16 clients",
+    );
+}
+
+#[test]
+fn unusable_gid_index_and_qp_timeout_are_refused() {
+    for bin in [L05, L06, L07, L08] {
+        assert_refused(
+            bin,
+            &["-g", "300"],
+            "-g 300: unusable GID index: the source GID index of an address vector is 8 bits",
+        );
+        assert_refused(
+            bin,
+            &["-u", "32"],
+            "-u 32: the QP ack timeout is a 5-bit exponent",
+        );
+        assert_refused(bin, &["--wait", "0"], "--wait 0");
+    }
+}
+
+#[test]
+fn flags_of_the_other_side_are_refused() {
+    assert_refused(
+        L05,
+        &["--bad-rkey"],
+        "--bad-rkey is a client flag: the writer is the one that names the rkey",
+    );
+    assert_refused(
+        L06,
+        &["--bad-rkey"],
+        "--bad-rkey is a client flag: the reader is the one that names the rkey",
+    );
+    assert_refused(L07, &["--show-race"], "--show-race is a client flag");
+    assert_refused(L08, &["--show-errors"], "--show-errors is a client flag");
+    assert_refused(L08, &["-n", "5"], "-n is a client flag");
+    assert_refused(
+        L08,
+        &["--clients", "2", "somehost"],
+        "--clients, --initial and --no-atomic-access are server flags",
+    );
+    assert_refused(L08, &["--no-atomic-access", "somehost"], "are server flags");
+}
+
+#[test]
+fn notification_modes_are_named_in_the_refusal() {
+    let o = run(L05, &["--notify", "pigeon"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("[possible values: imm, flag]"), "{err}");
+}
+
+#[test]
+fn good_flags_get_as_far_as_the_device() {
+    // Valid flags pass the checks: the lesson then fails at a later step — on a machine without
+    // RDMA at the device, elsewhere after waiting 1 s for a client — with exit 1, not 2.
+    let o = run(
+        L05,
+        &[
+            "-s", "4096", "-n", "2", "--notify", "flag", "-q", "-p", "0", "--wait", "1",
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("lesson05_rdma_write: error: "), "{err}");
+}

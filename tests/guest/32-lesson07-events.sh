@@ -1,0 +1,65 @@
+#!/bin/sh
+# Lesson 07: the same SEND/RECV ping-pong with busy polling and with a completion channel. The
+# client prints both sides' latency and CPU time; the numbers must be there and make sense:
+# busy polling keeps a CPU busy the whole run and never sleeps, event mode sleeps about once
+# per message and takes one event per sleep. --show-race arms the CQ after a completion
+# arrived: no event comes, yet the completion is in the CQ.
+# timeout: 240
+set -eu
+# shellcheck source=tests/guest/lib.sh
+. "$VL_TESTS/lib.sh"
+
+require_bin lesson07_events
+L=lesson07_events
+N=300
+
+step "$N round trips per mode, with the re-arm race shown first"
+server_client 18320 "$L -d $VL_DEV0 -p 18320" "$L -d $VL_DEV1 -p 18320 -n $N --show-race $VL_ADDR0"
+expect_contains "$CLIENT_OUT" "ibv_create_comp_channel: fd "
+expect_contains "$CLIENT_OUT" "race: armed after the completion arrived -> no event within"
+expect_contains "$CLIENT_OUT" "race: yet ibv_poll_cq finds the SEND completion at once"
+expect_contains "$SERVER_OUT" "took the client's demonstration message"
+expect_contains "$CLIENT_OUT" "round-trip latency, $N round trips of 64 bytes"
+
+# field SECTION MODE N: field N of MODE's row in the latency ("lat") or CPU ("cpu") table.
+field() {
+    awk -v want="$1" -v mode="$2" -v n="$3" '
+        /^round-trip latency/ { sec = "lat"; next }
+        /^CPU time/ { sec = "cpu"; next }
+        sec == want && $1 == mode { v = $n; sub(/%$/, "", v); print v; exit }' "$CLIENT_OUT"
+}
+for mode in busy event; do
+    med=$(field lat "$mode" 3)
+    cpu=$(field cpu "$mode" 2)
+    scpu=$(field cpu "$mode" 6)
+    echo "$mode: median RTT ${med:-?} µs, client CPU ${cpu:-?} ms, server CPU ${scpu:-?} ms"
+    num_gt "${med:-0}" 0 || fail "$mode: no median round trip in the latency table"
+    num_gt "${cpu:-0}" 0 || fail "$mode: no client CPU time in the CPU table"
+    num_gt "${scpu:-0}" 0 || fail "$mode: no server CPU time in the CPU table"
+done
+# Busy polling never gives its CPU away: no sleeps, and most of the wall time on a CPU. (Not
+# 100%: under emulation both spinners and the software NIC share the guest's two vCPUs.)
+for col in 3 7; do
+    pct=$(field cpu busy "$col")
+    num_gt "$pct" 49 || fail "busy polling used only $pct% CPU of the wall time (column $col)"
+done
+for col in 4 8; do
+    sl=$(field cpu busy "$col")
+    num_gt 30 "$sl" || fail "busy polling slept $sl times (column $col)"
+    sl=$(field cpu event "$col")
+    num_gt "$sl" $((N / 2)) || fail "event mode slept only $sl times in $N round trips (column $col)"
+done
+# One event per sleep, at most one arm per completion waited for; the counts are printed.
+events=$(sed -n 's/^client event run: \([0-9]*\) arms (ibv_req_notify_cq), \([0-9]*\) events.*/\2/p' "$CLIENT_OUT")
+num_gt "${events:-0}" $((N / 2)) || fail "the client took only ${events:-no} events"
+expect_contains "$CLIENT_OUT" "server event run: "
+expect_contains "$CLIENT_OUT" "completions caught by the poll right after arming"
+expect_contains "$CLIENT_OUT" "event vs busy: median round trip"
+expect_contains "$SERVER_OUT" "CPU time during each run (CLOCK_PROCESS_CPUTIME_ID)"
+
+step "quiet, a larger message, no race demonstration"
+server_client 18321 "$L -d $VL_DEV0 -p 18321 -q" "$L -d $VL_DEV1 -p 18321 -q -s 4K -n 50 $VL_ADDR0"
+expect_contains "$CLIENT_OUT" "round-trip latency, 50 round trips of 4096 bytes"
+expect_not_contains "$CLIENT_OUT" "race:"
+expect_not_contains "$CLIENT_OUT" "[1] Open the device"
+echo "lesson 07 scenarios passed"

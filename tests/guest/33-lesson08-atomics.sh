@@ -1,0 +1,74 @@
+#!/bin/sh
+# Lesson 08: remote atomics. Two client processes hammer one word at the same time with
+# fetch-and-add and compare-and-swap loops; the server checks the final value equals the
+# initial value plus every increment, and that every value in between was handed out exactly
+# once. Then the error demonstrations: a misaligned atomic, and REMOTE_ATOMIC missing from the
+# word's MR (IBV_WC_REM_ACCESS_ERR) or from the QP.
+# timeout: 240
+set -eu
+# shellcheck source=tests/guest/lib.sh
+. "$VL_TESTS/lib.sh"
+
+require_bin lesson08_atomics
+L=lesson08_atomics
+srv=$TMPDIR/server.out c1=$TMPDIR/client1.out c2=$TMPDIR/client2.out
+
+step "two concurrent clients, 150 fetch-and-adds + 150 CAS increments each, on one word"
+$L -d "$VL_DEV0" -p 18330 --clients 2 --initial 5000 >"$srv" 2>&1 &
+spid=$!
+wait_port 18330 30 "$spid"
+$L -d "$VL_DEV1" -p 18330 -n 150 "$VL_ADDR0" >"$c1" 2>&1 &
+p1=$!
+$L -d "$VL_DEV1" -p 18330 -n 150 "$VL_ADDR0" >"$c2" 2>&1 &
+p2=$!
+rc1=0 rc2=0 rcs=0
+_vl_watch "$p1" 120 || rc1=$?
+_vl_watch "$p2" 120 || rc2=$?
+_vl_watch "$spid" 60 || rcs=$?
+_vl_show server "$rcs" "$L --clients 2" "$srv"
+_vl_show "client 1" "$rc1" "$L -n 150" "$c1"
+_vl_show "client 2" "$rc2" "$L -n 150" "$c2"
+if [ "$rcs" -ne 0 ] || [ "$rc1" -ne 0 ] || [ "$rc2" -ne 0 ]; then
+    fail "exit statuses: server $rcs, clients $rc1 $rc2"
+fi
+expect_contains "$srv" "client 1/2: done: 150 fetch-and-adds + 150 compare-and-swap increments"
+expect_contains "$srv" "client 2/2: done: 150 fetch-and-adds + 150 compare-and-swap increments"
+expect_contains "$srv" "final value 5600 == initial 5000 + 600 increments from 2 client(s): correct"
+expect_contains "$srv" "every value from 5000 to 5599 was returned exactly once"
+expect_contains "$c1" "IBV_WR_ATOMIC_FETCH_AND_ADD: remote 0x"
+expect_contains "$c1" "IBV_WR_ATOMIC_CMP_AND_SWP: compare "
+# The clients really ran at the same time: one saw the other's increments between its own.
+grep -q -F "with gaps: another client's atomics came in between" "$c1" "$c2" \
+    || fail "neither client saw the other's atomics between its own: they did not overlap"
+
+step "--show-errors: a fetch-and-add at word + 4 (misaligned)"
+server_client 18331 "$L -d $VL_DEV0 -p 18331" "$L -d $VL_DEV1 -p 18331 --show-errors $VL_ADDR0"
+# rxe refuses it in ibv_post_send, before anything is sent; the QP stays usable.
+expect_contains "$CLIENT_OUT" "misaligned fetch-and-add at word + 4 -> ibv_post_send:EINVAL"
+expect_contains "$CLIENT_OUT" "or an atomic whose remote address is not 8-byte aligned"
+expect_contains "$CLIENT_OUT" "the QP still works — an aligned compare-and-swap (compare 18446744073709551615, never equal) read the word: 1000"
+expect_contains "$SERVER_OUT" "client 1/1: error demonstration: its misaligned atomic ended with ibv_post_send:EINVAL"
+expect_contains "$SERVER_OUT" "final value 1000 == initial 1000 + 0 increments"
+
+step "--no-atomic-access (the MR lacks REMOTE_ATOMIC): IBV_WC_REM_ACCESS_ERR, word unchanged"
+if server_client 18332 "$L -d $VL_DEV0 -p 18332 --no-atomic-access" "$L -d $VL_DEV1 -p 18332 -q $VL_ADDR0"; then
+    fail "the client's atomics succeeded against a word without REMOTE_ATOMIC"
+fi
+[ "$SERVER_RC" -eq 0 ] || fail "the server should confirm the refusal and exit 0 (got $SERVER_RC)"
+if [ "$CLIENT_RC" -eq 0 ] || [ "$CLIENT_RC" -eq 124 ]; then
+    fail "the client should fail on its own (got $CLIENT_RC)"
+fi
+expect_contains "$SERVER_OUT" "access LOCAL_WRITE|REMOTE_READ, rkey"
+expect_contains "$CLIENT_OUT" "lesson08_atomics: error: IBV_WR_ATOMIC_FETCH_AND_ADD on the word at 0x"
+expect_contains "$CLIENT_OUT" "completed with IBV_WC_REM_ACCESS_ERR (remote access error)"
+expect_contains "$SERVER_OUT" "client 1/1: its atomics failed with IBV_WC_REM_ACCESS_ERR"
+expect_contains "$SERVER_OUT" "final value 1000 == initial 1000: no atomic reached the word (refused with IBV_WC_REM_ACCESS_ERR)"
+
+step "--no-atomic-access=qp (the QP lacks REMOTE_ATOMIC): rxe answers IBV_WC_REM_INV_REQ_ERR"
+if server_client 18333 "$L -d $VL_DEV0 -p 18333 -q --no-atomic-access=qp" "$L -d $VL_DEV1 -p 18333 -q $VL_ADDR0"; then
+    fail "the client's atomics succeeded on a QP without REMOTE_ATOMIC"
+fi
+[ "$SERVER_RC" -eq 0 ] || fail "the server should confirm the refusal and exit 0 (got $SERVER_RC)"
+expect_contains "$CLIENT_OUT" "completed with IBV_WC_REM_INV_REQ_ERR"
+expect_contains "$SERVER_OUT" "no atomic reached the word (refused with IBV_WC_REM_INV_REQ_ERR)"
+echo "lesson 08 scenarios passed"
