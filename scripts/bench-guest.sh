@@ -1,0 +1,376 @@
+#!/bin/sh
+# bench-guest.sh — the guest half of scripts/bench-vs-perftest: runs every vl_* tool and its
+# perftest counterpart (ib_*) with the same parameters, alternating which goes first, and
+# records each run's raw output, exit statuses and parsed result row. POSIX sh + busybox awk;
+# no statistics here (the host does them from runs.tsv).
+#
+#   scripts/softroce-vm run -- sh scripts/bench-guest.sh --out .vm-out/bench-DATE [OPTIONS]
+#   sh scripts/bench-guest.sh --list          (works on the host too: the row names)
+#
+# Writes into --out DIR (on the host's share):
+#   tests.tsv   one line per row: name kind runner ours perftest params server-cmd client-cmd
+#   runs.tsv    one line per run (columns in RUNS_HEADER below), broken runs included
+#   env.txt     key=value: guest kernel, CPU, perftest version, guest timings
+#   raw/        every run's server and client output, and server_client's log
+#   progress.log  the lines printed on the console
+set -eu
+
+usage() {
+    cat <<'EOF'
+Usage: sh scripts/bench-guest.sh --out DIR [--runs N] [--only NAME,NAME] [--quick] [--max-extra K]
+                                 [--rows FILE]
+       sh scripts/bench-guest.sh --list [--quick] [--rows FILE]
+
+Runs inside the SoftRoCE guest (scripts/softroce-vm run). For every row: N rounds, each a run of
+ours and a run of perftest's tool, ours first in odd rounds and perftest first in even rounds
+(A B B A ...). A row with fewer than N rounds in which both runs were valid gets extra rounds,
+at most K (default: N). Every run has its own out-of-band TCP port and timeouts.
+
+  --out DIR      where to write tests.tsv, runs.tsv, env.txt and raw/ (created)
+  --runs N       rounds per row (default 5)
+  --only LIST    comma-separated row names (see --list)
+  --quick        512 iterations instead of 1000 (a smoke run)
+  --max-extra K  extra rounds allowed per row for broken runs (default: N)
+  --list         print the rows (name kind ours perftest parameters) and exit
+  --rows FILE    take the rows from FILE (lines NAME|KIND|RUNNER|OURS|PERFTEST|PARAMETERS, as
+                 in bench_rows below) instead of the built-in table: for one-off experiments
+EOF
+}
+
+OUT='' RUNS=5 ONLY='' QUICK='' MAX_EXTRA='' LIST='' ROWS=''
+while [ $# -gt 0 ]; do
+    case $1 in
+        -h | --help) usage; exit 0 ;;
+        --out) OUT=${2:?--out needs a directory}; shift ;;
+        --runs) RUNS=${2:?--runs needs a number}; shift ;;
+        --only) ONLY=${2:?--only needs a list}; shift ;;
+        --quick) QUICK=1 ;;
+        --max-extra) MAX_EXTRA=${2:?--max-extra needs a number}; shift ;;
+        --list) LIST=1 ;;
+        --rows) ROWS=${2:?--rows needs a file}; shift ;;
+        *) echo "bench-guest: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+case $RUNS in '' | *[!0-9]*) echo "bench-guest: --runs needs a positive number" >&2; exit 2 ;; esac
+[ "$RUNS" -ge 1 ] || { echo "bench-guest: --runs must be at least 1" >&2; exit 2; }
+[ -n "$MAX_EXTRA" ] || MAX_EXTRA=$RUNS
+case $MAX_EXTRA in *[!0-9]*) echo "bench-guest: --max-extra needs a number" >&2; exit 2 ;; esac
+
+# ---- the rows -----------------------------------------------------------------------------------
+#
+# One line per row: NAME|KIND|RUNNER|OURS|PERFTEST|PARAMETERS
+#   KIND: bw (BW average in MiB/s, higher is better), rate (MsgRate in Mpps, higher is better:
+#   for atomics, whose BW average of 8-byte messages prints as 0.02-0.07 MiB/s, two decimals that
+#   would make a ratio of quantisation steps) or lat (t_typical in usec, lower is better).
+#   RUNNER: how one run is made; "pair" = run_pair below (server on rxe0, client on rxe1).
+#   PARAMETERS: given to both tools on both sides, after COMMON and -p PORT.
+# The parameters make the *effective* settings equal, not only the command lines (each run's
+# header is recorded and the host compares them):
+#   -Q 1  perftest turns CQ moderation off (1) for messages over 8 KiB unless -Q is given; ours
+#         keeps its default of 100, so the 64 KiB rows pin it to 1 for both.
+#   -I 0  perftest finds no inline support for rxe in its vendor table ("Device not recognized
+#         to implement inline feature") and ignores -I; ours inlines by default (16 B for bw,
+#         64 B for lat). Both without inline. Read and atomic tools have no inline (ours rejects -I).
+# COMMON: GID 1 (rxe's IPv4-mapped RoCE v2 GID; perftest needs it), a ~4 s ack timeout (under
+# TCG perftest's default -u 14 fails runs with retry-exceeded), -F (perftest: no CPU-frequency
+# warning; accepted and ignored by ours).
+COMMON='-x 1 -u 20 -F'
+
+bench_rows() {
+    if [ -n "$ROWS" ]; then
+        grep -v '^#' "$ROWS" | grep -v '^ *$'
+        return
+    fi
+    # --quick: 512, not fewer: perftest's send tools cap the receive queue (-r, 512) at -n.
+    if [ -n "$QUICK" ]; then n=512; else n=1000; fi
+    cat <<EOF
+write_bw|bw|pair|vl_write_bw|ib_write_bw|-s 65536 -n $n -Q 1 -I 0
+read_bw|bw|pair|vl_read_bw|ib_read_bw|-s 65536 -n $n -Q 1
+send_bw|bw|pair|vl_send_bw|ib_send_bw|-s 65536 -n $n -Q 1 -I 0
+atomic_bw|rate|pair|vl_atomic_bw|ib_atomic_bw|-n $n
+write_lat|lat|pair|vl_write_lat|ib_write_lat|-s 2 -n $n -I 0
+read_lat|lat|pair|vl_read_lat|ib_read_lat|-s 2 -n $n
+send_lat|lat|pair|vl_send_lat|ib_send_lat|-s 2 -n $n -I 0
+EOF
+    # ==== ADDITIONAL ROWS GO HERE ===============================================================
+    # e.g. the multi-process row (to be added): ours `vl_write_bw --procs 2` against two
+    # ib_write_bw pairs running at once on two ports, their BW averages summed:
+    #   echo "write_bw_procs2|bw|procs2|vl_write_bw|ib_write_bw|-s 65536 -n $n -Q 1 -I 0"
+    # RUNNER "procs2" then needs a function run_procs2 with run_pair's contract (below): for the
+    # perftest side start two server/client pairs concurrently (ports PORT and PORT+1; reserve
+    # the second port by bumping SEQ), wait for both, and write one client file holding a result
+    # row in perftest's layout with the summed BW average and MsgRate, so classify() and the
+    # host's report need no change; for our side pass --procs 2 to vl_write_bw only.
+    # ============================================================================================
+}
+
+if [ -n "$LIST" ]; then
+    bench_rows | awk -F'|' '{ printf "%-16s %-4s %-14s %-14s %s\n", $1, $2, $4, $5, $6 }'
+    exit 0
+fi
+
+[ -n "$OUT" ] || { echo "bench-guest: --out DIR is required (see --help)" >&2; exit 2; }
+: "${VL_TESTS:?not in the SoftRoCE guest (VL_TESTS unset): run through scripts/softroce-vm}"
+# shellcheck source=tests/guest/lib.sh
+. "$VL_TESTS/lib.sh"
+
+DEV0=${VL_DEV0:-rxe0} DEV1=${VL_DEV1:-rxe1} ADDR0=${VL_ADDR0:-192.168.77.1}
+TMPDIR=$(mktemp -d /tmp/bench.XXXXXX)
+export TMPDIR
+mkdir -p "$OUT/raw"
+PROGRESS=$OUT/progress.log
+: >"$PROGRESS"
+
+# Every run gets its own out-of-band port: a server left in TIME_WAIT or still exiting can never
+# block the next one.
+PORT_BASE=19100
+SEQ=0
+# Timeouts (seconds): for the server to listen, for the client to finish, for the server to exit
+# after the client. A 1000 x 64 KiB run takes 3-6 s under TCG.
+export SC_LISTEN_TIMEOUT=30 SC_CLIENT_TIMEOUT=180 SC_SERVER_TIMEOUT=30
+
+say() { printf '[bench] %s\n' "$*" | tee -a "$PROGRESS"; }
+
+# ---- one run ------------------------------------------------------------------------------------
+
+# run_pair BIN PARAMS PORT PREFIX: server on DEV0, client on DEV1, both with COMMON PARAMS.
+# Contract of every runner: leaves PREFIX.server, PREFIX.client (outputs) and PREFIX.log, and sets
+# R_SERVER_RC and R_CLIENT_RC ("-" when that side never ran; 124 when killed by a timeout).
+run_pair() {
+    R_SERVER_RC=- R_CLIENT_RC=-
+    SERVER_OUT='' CLIENT_OUT='' SERVER_RC='' CLIENT_RC=''
+    server_client "$3" "$1 -d $DEV0 $COMMON -p $3 $2" "$1 -d $DEV1 $COMMON -p $3 $2 $ADDR0" \
+        >"$4.log" 2>&1 || true
+    [ -n "$SERVER_RC" ] && R_SERVER_RC=$SERVER_RC
+    [ -n "$CLIENT_RC" ] && R_CLIENT_RC=$CLIENT_RC
+    if [ -n "$SERVER_OUT" ] && [ -f "$SERVER_OUT" ]; then cp "$SERVER_OUT" "$4.server"; else : >"$4.server"; fi
+    if [ -n "$CLIENT_OUT" ] && [ -f "$CLIENT_OUT" ]; then cp "$CLIENT_OUT" "$4.client"; else : >"$4.client"; fi
+    [ -n "$SERVER_OUT" ] && rm -rf "${SERVER_OUT%/*}"
+    return 0
+}
+
+# classify KIND BYTES ITERS FILE: the first result row of a client report, checked. Prints
+# STATUS<TAB>REASON<TAB>9 fields (the row's columns 1-9, "-" when absent).
+#   bw row:  #bytes #iterations BW-peak BW-average MsgRate
+#   lat row: #bytes #iterations t_min t_max t_typical t_avg t_stdev p99 p99.9
+# A row is broken unless the fields the report uses are positive finite numbers (perftest prints
+# 0.00, inf or -nan when its cycle-counter calibration fails) and it is for BYTES x ITERS.
+classify() {
+    awk -v kind="$1" -v wb="$2" -v wi="$3" '
+        function num(v) { return v ~ /^[0-9]+(\.[0-9]+)?$/ && v + 0 > 0 }
+        function bad(i, name) { if (!num(f[i])) why = why (why == "" ? "" : ", ") name " " f[i] }
+        /#bytes/ { hdr = 1; next }
+        hdr && !got && $1 ~ /^[0-9]+$/ { got = 1; for (i = 1; i <= 9; i++) f[i] = (i <= NF ? $i : "-") }
+        END {
+            if (!got) { printf "broken\tno result row"; for (i = 1; i <= 9; i++) printf "\t-"; print ""; exit }
+            why = ""
+            if (kind == "bw") { bad(4, "BW average"); bad(5, "MsgRate") }
+            else if (kind == "rate") bad(5, "MsgRate")
+            else { bad(5, "t_typical"); bad(6, "t_avg"); bad(8, "99% percentile") }
+            if (why != "") why = "printed " why
+            if (wb != "" && f[1] != wb) why = why (why == "" ? "" : "; ") "row for " f[1] " bytes, not " wb
+            if (wi != "" && f[2] != wi) why = why (why == "" ? "" : "; ") "row for " f[2] " iterations, not " wi
+            printf "%s\t%s", (why == "" ? "ok" : "broken"), (why == "" ? "-" : why)
+            for (i = 1; i <= 9; i++) printf "\t%s", f[i]
+            print ""
+        }' "$4"
+}
+
+# settings FILE: the header settings that must match between the tools, as "key=value ..."
+# (fixed order; keys a tool does not print are left out).
+settings() {
+    awk 'BEGIN { FS = "\t+"; n = split("qps conn tx rx cqmod mtu inline outs", order, " ") }
+        /#bytes/ { exit }
+        {
+            for (i = 1; i <= NF; i++) {
+                p = $i
+                if (index(p, ":") == 0) continue
+                k = p; sub(/:.*/, "", k); gsub(/^ +| +$/, "", k)
+                v = p; sub(/^[^:]*:/, "", v); gsub(/^ +| +$/, "", v); sub(/\[B\]$/, "", v)
+                if (k == "Number of qps") s["qps"] = v
+                else if (k == "Connection type") s["conn"] = v
+                else if (k == "TX depth") s["tx"] = v
+                else if (k == "RX depth") s["rx"] = v
+                else if (k == "CQ Moderation") s["cqmod"] = v
+                else if (k == "Mtu") s["mtu"] = v
+                else if (k == "Max inline data") s["inline"] = v
+                else if (k == "Outstand reads") s["outs"] = v
+            }
+        }
+        END {
+            o = ""
+            for (i = 1; i <= n; i++) if (order[i] in s) o = o (o == "" ? "" : " ") order[i] "=" s[order[i]]
+            print (o == "" ? "-" : o)
+        }' "$1"
+}
+
+# one_run TEST KIND RUNNER BIN PARAMS ROUND SLOT SIDE: a run, recorded in runs.tsv.
+# Sets LAST_STATUS (ok/broken).
+RUNS_HEADER='seq	test	round	slot	side	tool	port	server_rc	client_rc	secs	status	reason	c1	c2	c3	c4	c5	c6	c7	c8	c9	calibration_warning	client_settings	server_settings	raw'
+one_run() {
+    SEQ=$((SEQ + 1))
+    _port=$((PORT_BASE + SEQ))
+    _raw=raw/$(printf '%03d' "$SEQ")-$1-r$6-$8-$4
+    _t0=$(_vl_now)
+    "run_$3" "$4" "$5" "$_port" "$OUT/$_raw"
+    _t1=$(_vl_now)
+    _secs=$(awk -v a="$_t0" -v b="$_t1" 'BEGIN { printf "%.1f", (b - a) / 100 }')
+    _bytes=$(echo " $5 " | sed -n 's/.* -s \([0-9][0-9]*\) .*/\1/p')
+    [ -n "$_bytes" ] || case $4 in *atomic*) _bytes=8 ;; esac
+    _iters=$(echo " $5 " | sed -n 's/.* -n \([0-9][0-9]*\) .*/\1/p')
+    _cls=$(classify "$2" "$_bytes" "$_iters" "$OUT/$_raw.client")
+    _status=${_cls%%"	"*}
+    _rest=${_cls#*"	"}
+    _reason=${_rest%%"	"*}
+    _cols=${_rest#*"	"}
+    # Exit statuses come first: a run is broken when either side failed, whatever it printed.
+    _why=''
+    case $R_SERVER_RC in
+        0) ;;
+        -) _why='the server never started listening; no client run' ;;
+        124) _why='the server was killed by the timeout' ;;
+        *) _why="the server exited with $R_SERVER_RC" ;;
+    esac
+    case $R_CLIENT_RC in
+        0 | -) ;;
+        124) _why="${_why:+$_why; }the client was killed after ${SC_CLIENT_TIMEOUT}s" ;;
+        *) _why="${_why:+$_why; }the client exited with $R_CLIENT_RC" ;;
+    esac
+    if [ -n "$_why" ]; then
+        _status=broken
+        if [ "$_reason" != - ]; then _reason="$_why; $_reason"; else _reason=$_why; fi
+    fi
+    _calib=-
+    if grep -q 'Correlation coefficient' "$OUT/$_raw.client" "$OUT/$_raw.server" 2>/dev/null; then
+        _calib=$(grep -h 'Correlation coefficient' "$OUT/$_raw.client" "$OUT/$_raw.server" | head -n 1 | tr -d '\t')
+    fi
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+        "$SEQ" "$1" "$6" "$7" "$8" "$4" "$_port" "$R_SERVER_RC" "$R_CLIENT_RC" "$_secs" \
+        "$_status" "$_reason" "$_cols" "$_calib" \
+        "$(settings "$OUT/$_raw.client")" "$(settings "$OUT/$_raw.server")" "$_raw" \
+        >>"$OUT/runs.tsv"
+    case $2 in
+        bw) _val=$(echo "$_cols" | cut -f4) _unit=MiB/s ;;
+        rate) _val=$(echo "$_cols" | cut -f5) _unit=Mpps ;;
+        *) _val=$(echo "$_cols" | cut -f5) _unit=usec ;;
+    esac
+    if [ "$_status" = ok ]; then
+        say "$SEQ  $1 round $6 ($7/2) $4: $_val $_unit (${_secs}s)"
+    else
+        say "$SEQ  $1 round $6 ($7/2) $4: BROKEN: $_reason (${_secs}s; $_raw.*)"
+    fi
+    LAST_STATUS=$_status
+}
+
+# ---- environment ----------------------------------------------------------------------------------
+
+{
+    echo "guest_kernel=$(uname -r)"
+    echo "guest_cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
+    echo "guest_vcpus=$(grep -c '^processor' /proc/cpuinfo)"
+    echo "guest_mem_kib=$(awk '/^MemTotal/ { print $2 }' /proc/meminfo)"
+    echo "perftest_version=$(ib_write_bw --version 2>&1 | sed -n '1s/^Version: *//p')"
+    echo "verbs_lab_version=$(vl_write_bw --version 2>&1 | sed -n 1p)"
+    echo "busybox=$(busybox 2>&1 | sed -n '1s/ (.*//p')"
+    echo "rxe0_mtu=$(ibv_devinfo -d "$DEV0" 2>/dev/null | awk '/active_mtu/ { print $2; exit }')"
+    echo "runs=$RUNS"
+    echo "max_extra=$MAX_EXTRA"
+    echo "quick=${QUICK:-0}"
+    echo "common=$COMMON"
+    echo "guest_start_uptime=$(cut -d' ' -f1 /proc/uptime)"
+} >"$OUT/env.txt"
+
+# ---- the rows to run --------------------------------------------------------------------------------
+
+bench_rows >"$TMPDIR/rows"
+if [ -n "$ONLY" ]; then
+    for _n in $(echo "$ONLY" | tr ',' ' '); do
+        grep -q "^$_n|" "$TMPDIR/rows" || { echo "bench-guest: no row '$_n' (see --list)" >&2; exit 2; }
+    done
+    awk -F'|' -v only=",$ONLY," 'index(only, "," $1 ",")' "$TMPDIR/rows" >"$TMPDIR/rows.only"
+    mv "$TMPDIR/rows.only" "$TMPDIR/rows"
+fi
+for _t in $(cut -d'|' -f4,5 "$TMPDIR/rows" | tr '|' ' '); do
+    require_bin "$_t"
+done
+
+: >"$OUT/tests.tsv"
+while IFS='|' read -r name kind runner ours theirs params; do
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$kind" "$runner" "$ours" "$theirs" "$params" \
+        "TOOL -d $DEV0 $COMMON -p PORT $params" "TOOL -d $DEV1 $COMMON -p PORT $params $ADDR0" \
+        >>"$OUT/tests.tsv"
+done <"$TMPDIR/rows"
+printf '%s\n' "$RUNS_HEADER" >"$OUT/runs.tsv"
+
+# ---- warm-up (not recorded in runs.tsv) ---------------------------------------------------------------
+# The first run of a boot pays for loading the binaries over 9p and the first QP set-up.
+say "warm-up: one short run of each tool of the first row (not counted)"
+IFS='|' read -r _name _kind _runner _ours _theirs _params <"$TMPDIR/rows"
+for _bin in "$_ours" "$_theirs"; do
+    SEQ=$((SEQ + 1))
+    "run_$_runner" "$_bin" "$(echo " $_params " | sed 's/ -n [0-9]* / -n 50 /')" \
+        $((PORT_BASE + SEQ)) "$OUT/raw/$(printf '%03d' "$SEQ")-warmup-$_bin"
+    say "warm-up $_bin: server exit $R_SERVER_RC, client exit $R_CLIENT_RC"
+done
+
+# ---- rounds --------------------------------------------------------------------------------------------
+# Round-major: every row's round r before any row's round r+1, so a slow spell of the host (other
+# builds, other guests) spreads over all rows instead of spoiling one. Odd rounds run ours first,
+# even rounds perftest first: A B, B A, A B, ...
+
+# round R ROWSFILE: one round of every row in ROWSFILE; appends to $TMPDIR/valid "NAME R" for
+# rounds in which both runs were valid.
+round() {
+    # The rows come on fd 3: nothing a run starts can eat them from stdin.
+    while IFS='|' read -r name kind runner ours theirs params <&3; do
+        if [ $(($1 % 2)) -eq 1 ]; then
+            one_run "$name" "$kind" "$runner" "$ours" "$params" "$1" 1 ours
+            _a=$LAST_STATUS
+            one_run "$name" "$kind" "$runner" "$theirs" "$params" "$1" 2 perftest
+            _b=$LAST_STATUS
+        else
+            one_run "$name" "$kind" "$runner" "$theirs" "$params" "$1" 1 perftest
+            _b=$LAST_STATUS
+            one_run "$name" "$kind" "$runner" "$ours" "$params" "$1" 2 ours
+            _a=$LAST_STATUS
+        fi
+        if [ "$_a" = ok ] && [ "$_b" = ok ]; then echo "$name $1" >>"$TMPDIR/valid"; fi
+    done 3<"$2"
+}
+
+: >"$TMPDIR/valid"
+_bench_t0=$(_vl_now)
+r=0
+while [ "$r" -lt "$RUNS" ]; do
+    r=$((r + 1))
+    say "round $r of $RUNS ($([ $((r % 2)) -eq 1 ] && echo 'ours first' || echo 'perftest first'))"
+    round "$r" "$TMPDIR/rows"
+done
+# Extra rounds for rows with fewer than RUNS comparable rounds (a broken run on either side).
+extra=0
+while [ "$extra" -lt "$MAX_EXTRA" ]; do
+    : >"$TMPDIR/short"
+    while IFS='|' read -r name rest; do
+        if [ "$(grep -c "^$name " "$TMPDIR/valid")" -lt "$RUNS" ]; then
+            echo "$name|$rest" >>"$TMPDIR/short"
+        fi
+    done <"$TMPDIR/rows"
+    [ -s "$TMPDIR/short" ] || break
+    extra=$((extra + 1))
+    r=$((r + 1))
+    say "extra round $r (broken runs left fewer than $RUNS comparable rounds): $(cut -d'|' -f1 "$TMPDIR/short" | tr '\n' ' ')"
+    round "$r" "$TMPDIR/short"
+done
+_bench_t1=$(_vl_now)
+
+{
+    echo "rounds=$r"
+    echo "extra_rounds=$extra"
+    echo "bench_secs=$(awk -v a="$_bench_t0" -v b="$_bench_t1" 'BEGIN { printf "%.1f", (b - a) / 100 }')"
+    echo "guest_end_uptime=$(cut -d' ' -f1 /proc/uptime)"
+} >>"$OUT/env.txt"
+_broken=$(awk -F'\t' 'NR > 1 && $11 != "ok"' "$OUT/runs.tsv" | wc -l)
+say "done: $SEQ runs (2 warm-up), $((r)) rounds ($extra extra), $_broken broken; results in $OUT"
+rm -rf "$TMPDIR"
+sync
