@@ -94,14 +94,77 @@ read_lat|lat|pair|vl_read_lat|ib_read_lat|-s 2 -n $n
 send_lat|lat|pair|vl_send_lat|ib_send_lat|-s 2 -n $n -I 0
 EOF
     # ==== ADDITIONAL ROWS GO HERE ===============================================================
-    # e.g. the multi-process row (to be added): ours `vl_write_bw --procs 2` against two
-    # ib_write_bw pairs running at once on two ports, their BW averages summed:
-    #   echo "write_bw_procs2|bw|procs2|vl_write_bw|ib_write_bw|-s 65536 -n $n -Q 1 -I 0"
-    # RUNNER "procs2" then needs a function run_procs2 with run_pair's contract (below): for the
-    # perftest side start two server/client pairs concurrently (ports PORT and PORT+1; reserve
-    # the second port by bumping SEQ), wait for both, and write one client file holding a result
-    # row in perftest's layout with the summed BW average and MsgRate, so classify() and the
-    # host's report need no change; for our side pass --procs 2 to vl_write_bw only.
+    # The multi-process row: ours `vl_write_bw --procs 2` against two ib_write_bw pairs running at
+    # once on ports PORT and PORT+1, each side pinned with taskset to cores 0 and 1, their BW
+    # averages and MsgRates summed. run_procs2 is defined here, with the row, so that this block
+    # stays the only edit of the script (a --rows FILE naming the runner procs2 is not supported).
+    echo "write_bw_procs2|bw|procs2|vl_write_bw|ib_write_bw|-s 65536 -n $n -Q 1 -I 0"
+    # run_procs2 BIN PARAMS PORT PREFIX: run_pair's contract. Ours: run_pair with --procs 2 (its
+    # workers use PORT and PORT+1). perftest: two pairs at once; PREFIX.client holds client 0's
+    # header and one row in perftest's layout with the sums (so classify() and the host's report
+    # need no change); every raw output goes to PREFIX.log.
+    run_procs2() {
+        SEQ=$((SEQ + 1)) # reserve PORT+1
+        case $1 in
+            vl_*)
+                run_pair "$1" "$2 --procs 2" "$3" "$4"
+                return 0
+                ;;
+        esac
+        R_SERVER_RC=- R_CLIENT_RC=-
+        _p2_dir=$(mktemp -d "$TMPDIR/procs2.XXXXXX")
+        _p2_q=$(($3 + 1))
+        # shellcheck disable=SC2086 # COMMON and PARAMS are lists of options
+        taskset -c 0 "$1" -d "$DEV0" $COMMON -p "$3" $2 >"$_p2_dir/server0" 2>&1 </dev/null &
+        _p2_s0=$!
+        # shellcheck disable=SC2086
+        taskset -c 1 "$1" -d "$DEV0" $COMMON -p "$_p2_q" $2 >"$_p2_dir/server1" 2>&1 </dev/null &
+        _p2_s1=$!
+        if ! wait_port "$3" "$SC_LISTEN_TIMEOUT" "$_p2_s0" >>"$4.log" 2>&1 \
+            || ! wait_port "$_p2_q" "$SC_LISTEN_TIMEOUT" "$_p2_s1" >>"$4.log" 2>&1; then
+            kill_tree TERM "$_p2_s0"
+            kill_tree TERM "$_p2_s1"
+            wait "$_p2_s0" "$_p2_s1" 2>/dev/null || true
+            cat "$_p2_dir"/server* >"$4.server" 2>/dev/null || : >"$4.server"
+            : >"$4.client"
+            rm -rf "$_p2_dir"
+            return 0
+        fi
+        # shellcheck disable=SC2086
+        taskset -c 0 "$1" -d "$DEV1" $COMMON -p "$3" $2 "$ADDR0" >"$_p2_dir/client0" 2>&1 </dev/null &
+        _p2_c0=$!
+        # shellcheck disable=SC2086
+        taskset -c 1 "$1" -d "$DEV1" $COMMON -p "$_p2_q" $2 "$ADDR0" >"$_p2_dir/client1" 2>&1 </dev/null &
+        _p2_c1=$!
+        R_CLIENT_RC=0 R_SERVER_RC=0
+        for _p2_pid in "$_p2_c0" "$_p2_c1"; do
+            _p2_rc=0
+            _vl_watch "$_p2_pid" "$SC_CLIENT_TIMEOUT" || _p2_rc=$?
+            [ "$R_CLIENT_RC" != 0 ] || R_CLIENT_RC=$_p2_rc
+        done
+        for _p2_pid in "$_p2_s0" "$_p2_s1"; do
+            _p2_rc=0
+            _vl_watch "$_p2_pid" "$SC_SERVER_TIMEOUT" || _p2_rc=$?
+            [ "$R_SERVER_RC" != 0 ] || R_SERVER_RC=$_p2_rc
+        done
+        for _p2_f in server0 server1 client0 client1; do
+            printf -- '--- %s\n' "$_p2_f"
+            cat "$_p2_dir/$_p2_f"
+        done >>"$4.log"
+        cat "$_p2_dir/server0" "$_p2_dir/server1" >"$4.server"
+        # Client 0's header with the QPs of both pairs (as ours counts them), then the sums of
+        # the two result rows (no row when one lacks a row: classify() then calls it broken).
+        awk '/#bytes/ { print; exit }
+            /Number of qps/ { split($0, a, ":"); sub(/: *[0-9]+/, ": " 2 * (a[2] + 0)) }
+            { print }' "$_p2_dir/client0" >"$4.client"
+        awk '/#bytes/ { hdr = 1; next } hdr && $1 ~ /^[0-9]+$/ && NF >= 5 { print; hdr = 0 }' \
+            "$_p2_dir/client0" "$_p2_dir/client1" \
+            | awk '{ b = $1; it = $2; pk += $3; av += $4; mr += $5; n++ }
+                END { if (n == 2) printf " %-7s    %-10s       %-7.2f            %-7.2f\t\t     %-7.6f\n", b, it, pk, av, mr }' \
+                >>"$4.client"
+        rm -rf "$_p2_dir"
+        return 0
+    }
     # ============================================================================================
 }
 

@@ -2,8 +2,17 @@
 //! and report, kept apart so that a new test is a small new file and a new output format touches
 //! only the report.
 
+pub mod bw;
+pub mod conn;
+pub mod engine;
 pub mod gates;
+pub mod lat;
 pub mod output;
+pub mod params;
+pub mod pattern;
+pub mod procs;
+pub mod proto;
 pub mod report;
 pub mod result;
+pub mod run;
 pub mod stats;

@@ -22,8 +22,8 @@ use anyhow::{bail, Context};
 
 pub use crate::gates::{check_gates, GateOutcome, LatGate, EXIT_GATE_FAILED};
 pub use crate::report::{render_csv, render_json, render_table, render_text};
-use crate::report::{text, BwUnit};
-use crate::result::{BwRow, LatRow, Rows, RunInfo, RunResult};
+use crate::report::{render_csv_procs, render_json_procs, render_table_procs, text, BwUnit};
+use crate::result::{BwRow, LatRow, ProcessResult, Rows, RunInfo, RunResult};
 
 /// How the run is shown on stdout.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -146,13 +146,39 @@ impl Reporter {
     ///
     /// `Err` for a file that cannot be written, or a gate on a metric this tool does not
     /// measure; otherwise the caller exits with [`GateOutcome::exit_code`].
-    pub fn finish(mut self, result: &RunResult) -> anyhow::Result<GateOutcome> {
+    pub fn finish(self, result: &RunResult) -> anyhow::Result<GateOutcome> {
+        self.finish_procs(result, &[])
+    }
+
+    /// [`finish`](Reporter::finish) for a `--procs N` run: `result` holds the totals (what the
+    /// gates check), `procs` each process's rows, shown beside the totals in every format
+    /// (`render_*_procs`). Rows already streamed are not printed again.
+    pub fn finish_procs(
+        mut self,
+        result: &RunResult,
+        procs: &[ProcessResult],
+    ) -> anyhow::Result<GateOutcome> {
         let info = &result.info;
         match self.args.output {
             OutputFormat::Text => {
-                self.header(info);
+                if !self.header_done {
+                    self.header_done = true;
+                    let s = text::header_procs(info, procs, self.unit());
+                    self.emit(&s);
+                }
                 let mut rest = String::new();
                 match &result.rows {
+                    Rows::Bw(rows) if !procs.is_empty() => {
+                        let rest_rows = rows.get(self.rows_done..).unwrap_or_default();
+                        let tail: Vec<ProcessResult> = procs
+                            .iter()
+                            .map(|p| ProcessResult {
+                                rows: p.rows.get(self.rows_done..).unwrap_or_default().to_vec(),
+                                ..p.clone()
+                            })
+                            .collect();
+                        rest.push_str(&text::procs_rows(rest_rows, &tail, self.unit()));
+                    }
                     Rows::Bw(rows) => rows
                         .iter()
                         .skip(self.rows_done)
@@ -166,17 +192,17 @@ impl Reporter {
                 self.emit(&rest);
             }
             OutputFormat::Table => {
-                let s = render_table(result, self.args.report_gbits);
+                let s = render_table_procs(result, procs, self.args.report_gbits);
                 self.emit(&s);
             }
         }
 
         let gbits = self.args.report_gbits;
         if let Some(path) = &self.args.json {
-            write_file(path, "--json", &render_json(result, gbits))?;
+            write_file(path, "--json", &render_json_procs(result, procs, gbits))?;
         }
         if let Some(path) = &self.args.csv {
-            write_file(path, "--csv", &render_csv(result, gbits))?;
+            write_file(path, "--csv", &render_csv_procs(result, procs, gbits))?;
         }
 
         if let Err(e) = crate::gates::check_applicable(&self.args, info.metric) {

@@ -11,12 +11,15 @@
 //! | [`render_json`] | programs | one document: tool, version, run parameters, every row |
 //! | [`render_csv`] | spreadsheets | one header line, one line per row |
 //!
-//! ## Room for multi-process runs
-//! JSON: the top level is `{"tool", "version", "format", "run", "results"}`; a run with several
-//! processes will add `"processes": [{"process": N, "cpu": .., "results": [..]}, ..]` beside
-//! `"results"`, which keeps holding the totals. CSV: the first column, `process`, is `all` for
-//! the totals; per-process lines will carry the process number. Readers that select by key or
-//! column name keep working.
+//! ## Multi-process runs (`--procs N`)
+//! Each format has a `render_*_procs` variant taking the processes
+//! ([`ProcessResult`](crate::result::ProcessResult)) beside the totals, which stay where a
+//! single-process run puts its rows. JSON: the top level `{"tool", "version", "format", "run",
+//! "results"}` gains `"processes": [{"process": N, "pid": .., "cpu": .., "results": [..]}, ..]`.
+//! CSV: the first column, `process`, is `all` for the totals and 0..N-1 for each process's line.
+//! Text: a `#procI` line per process before each total row, skipped by parsers that read rows by
+//! their leading number. Table: a `process` column. Readers that select by key or column name
+//! keep working, and the gates check the totals.
 
 use std::fmt::Write as _;
 
@@ -27,10 +30,10 @@ mod json;
 mod table;
 pub mod text;
 
-pub use csv::render_csv;
-pub use json::render_json;
-pub use table::render_table;
-pub use text::render_text;
+pub use csv::{render_csv, render_csv_procs};
+pub use json::{render_json, render_json_procs};
+pub use table::{render_table, render_table_procs};
+pub use text::{render_text, render_text_procs};
 
 /// The unit bandwidth is reported in: perftest's MiB/s (2^20 bytes), or Gb/s (10^9 bits) with
 /// `--report_gbits`.

@@ -132,3 +132,15 @@ pub fn to_mib_per_sec(bps: f64) -> f64 {
 pub fn to_gbits(bps: f64) -> f64 {
     bps * 8.0 / 1e9
 }
+
+/// One worker process of a `--procs N` run, as the report shows it beside the totals: which
+/// process, where it ran, and its own rows (the totals are in the run's [`RunResult`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessResult {
+    /// 0..N-1.
+    pub process: u32,
+    pub pid: u32,
+    /// The CPU it was pinned to, and why.
+    pub cpu: Option<(usize, String)>,
+    pub rows: Vec<BwRow>,
+}

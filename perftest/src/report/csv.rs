@@ -4,16 +4,22 @@
 //! `--report_gbits`). Numbers have fixed decimals: 3 for MiB/s and usec (1 KiB/s, 1 ns), 6 for
 //! Gb/s, 9 for Mpps (so 8 MiB messages keep their digits);
 //! a value that is not finite, or a column that does not apply (`tps` outside duration mode),
-//! is an empty field. The first column, `process`, is `all` for a run's totals (room for
-//! per-process lines later).
+//! is an empty field. The first column, `process`, is `all` for a run's totals; a `--procs N`
+//! run adds, before each size's totals, one line per process numbered 0..N-1.
 
 use std::fmt::Write as _;
 
 use super::BwUnit;
-use crate::result::{Rows, RunResult};
+use crate::result::{BwRow, ProcessResult, Rows, RunResult};
 
 /// The `--csv` document, with a final newline.
 pub fn render_csv(result: &RunResult, report_gbits: bool) -> String {
+    render_csv_procs(result, &[], report_gbits)
+}
+
+/// The `--csv` document of a `--procs N` run: for each size, a line per process (`process`
+/// 0..N-1), then the totals (`all`). Without processes, exactly [`render_csv`].
+pub fn render_csv_procs(result: &RunResult, procs: &[ProcessResult], report_gbits: bool) -> String {
     let mut out = String::new();
     match &result.rows {
         Rows::Bw(rows) => {
@@ -23,10 +29,10 @@ pub fn render_csv(result: &RunResult, report_gbits: bool) -> String {
                 out,
                 "process,bytes,iterations,bw_peak_{k},bw_avg_{k},msg_rate_mpps,elapsed_us"
             );
-            for r in rows {
+            let line = |out: &mut String, process: &str, r: &BwRow| {
                 let _ = writeln!(
                     out,
-                    "all,{},{},{},{},{},{}",
+                    "{process},{},{},{},{},{},{}",
                     r.bytes,
                     r.iterations,
                     num(u.convert(r.peak_bps), d),
@@ -34,6 +40,14 @@ pub fn render_csv(result: &RunResult, report_gbits: bool) -> String {
                     num(r.msg_rate_mpps, 9),
                     num(r.elapsed.as_secs_f64() * 1e6, 3)
                 );
+            };
+            for (j, r) in rows.iter().enumerate() {
+                for p in procs {
+                    if let Some(pr) = p.rows.get(j) {
+                        line(&mut out, &p.process.to_string(), pr);
+                    }
+                }
+                line(&mut out, "all", r);
             }
         }
         Rows::Lat(rows) => {

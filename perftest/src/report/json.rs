@@ -9,13 +9,24 @@ use std::time::Duration;
 use verbs_lab::json::{Object, Value};
 
 use super::{round_to, BwUnit};
-use crate::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult};
+use crate::result::{BwRow, LatRow, Metric, ProcessResult, Rows, RunInfo, RunResult};
 
 /// The version of this document's layout; raised only for changes that break readers.
 pub const FORMAT_VERSION: u32 = 1;
 
 /// The `--json` document, indented, with a final newline.
 pub fn render_json(result: &RunResult, report_gbits: bool) -> String {
+    render_json_procs(result, &[], report_gbits)
+}
+
+/// The `--json` document of a `--procs N` run: as [`render_json`], with `"results"` holding
+/// the totals and `"processes"` beside it: `[{"process", "pid", "cpu", "results"}, ..]`.
+/// Without processes, exactly [`render_json`].
+pub fn render_json_procs(
+    result: &RunResult,
+    procs: &[ProcessResult],
+    report_gbits: bool,
+) -> String {
     let info = &result.info;
     let results: Vec<Value> = match &result.rows {
         Rows::Bw(rows) => rows.iter().map(|r| bw_row(r).into()).collect(),
@@ -27,9 +38,29 @@ pub fn render_json(result: &RunResult, report_gbits: bool) -> String {
         .field("format", FORMAT_VERSION)
         .field("run", run_object(info, BwUnit::new(report_gbits)))
         .field("results", results);
+    let doc = if procs.is_empty() {
+        doc
+    } else {
+        let list: Vec<Value> = procs.iter().map(|p| process(p).into()).collect();
+        doc.field("processes", list)
+    };
     let mut text = doc.pretty();
     text.push('\n');
     text
+}
+
+/// One process of a `--procs` run: who, where, and its rows (in the layout of `"results"`).
+fn process(p: &ProcessResult) -> Object {
+    let cpu = p
+        .cpu
+        .as_ref()
+        .map(|(cpu, why)| Object::new().field("cpu", *cpu).field("why", why));
+    let rows: Vec<Value> = p.rows.iter().map(|r| bw_row(r).into()).collect();
+    Object::new()
+        .field("process", p.process)
+        .field("pid", p.pid)
+        .field("cpu", cpu)
+        .field("results", rows)
 }
 
 fn secs(d: Duration) -> f64 {

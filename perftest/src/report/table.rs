@@ -5,10 +5,21 @@
 use comfy_table::{presets, CellAlignment, Table};
 
 use super::{cfix, BwUnit};
-use crate::result::{Metric, Rows, RunInfo, RunResult, TestKind};
+use crate::result::{BwRow, Metric, ProcessResult, Rows, RunInfo, RunResult, TestKind};
 
 /// Both tables, each preceded by a title line, with a final newline.
 pub fn render_table(result: &RunResult, report_gbits: bool) -> String {
+    render_table_procs(result, &[], report_gbits)
+}
+
+/// The tables of a `--procs N` run: the parameters name the processes and their CPUs, and the
+/// results table gains a first column `process` (0..N-1 for each process, `all` for the sum).
+/// Without processes, exactly [`render_table`].
+pub fn render_table_procs(
+    result: &RunResult,
+    procs: &[ProcessResult],
+    report_gbits: bool,
+) -> String {
     let info = &result.info;
     let unit = BwUnit::new(report_gbits);
     format!(
@@ -16,8 +27,8 @@ pub fn render_table(result: &RunResult, report_gbits: bool) -> String {
         super::text::title(info),
         info.tool,
         info.version,
-        parameters(info),
-        rows(result, unit)
+        parameters(info, procs),
+        rows(result, procs, unit)
     )
 }
 
@@ -29,7 +40,7 @@ fn new_table() -> Table {
     t
 }
 
-fn parameters(info: &RunInfo) -> Table {
+fn parameters(info: &RunInfo, procs: &[ProcessResult]) -> Table {
     let mut p: Vec<(&str, String)> = vec![
         ("role", info.role.clone()),
         (
@@ -83,13 +94,21 @@ fn parameters(info: &RunInfo) -> Table {
     }
     p.push(("warm-up iterations", info.warmup_iterations.to_string()));
     p.push(("QP timeout", info.qp_timeout.to_string()));
-    p.push((
-        "CPU",
-        match &info.cpu {
-            Some((cpu, why)) => format!("{cpu} ({why})"),
-            None => "not pinned".into(),
-        },
-    ));
+    let cpu = |c: &Option<(usize, String)>| match c {
+        Some((cpu, why)) => format!("{cpu} ({why})"),
+        None => "not pinned".into(),
+    };
+    if procs.is_empty() {
+        p.push(("CPU", cpu(&info.cpu)));
+    } else {
+        p.push(("processes", procs.len().to_string()));
+        for pr in procs {
+            p.push((
+                "process",
+                format!("{}: pid {}, CPU {}", pr.process, pr.pid, cpu(&pr.cpu)),
+            ));
+        }
+    }
     for (side, eps) in [
         ("local QP", &info.local_endpoints),
         ("remote QP", &info.remote_endpoints),
@@ -107,18 +126,23 @@ fn parameters(info: &RunInfo) -> Table {
     t
 }
 
-fn rows(result: &RunResult, unit: BwUnit) -> Table {
+fn rows(result: &RunResult, procs: &[ProcessResult], unit: BwUnit) -> Table {
     let mut t = new_table();
     match &result.rows {
         Rows::Bw(rows) => {
             let u = unit.label();
-            t.set_header(vec![
+            let mut header = Vec::new();
+            if !procs.is_empty() {
+                header.push("process".to_string());
+            }
+            header.extend([
                 "bytes".to_string(),
                 "iterations".to_string(),
                 format!("BW peak [{u}]"),
                 format!("BW average [{u}]"),
                 "msg rate [Mpps]".to_string(),
             ]);
+            t.set_header(header);
             let prec = |x: f64| {
                 if unit == BwUnit::Gbps && x < 0.1 {
                     6
@@ -126,15 +150,25 @@ fn rows(result: &RunResult, unit: BwUnit) -> Table {
                     2
                 }
             };
-            for r in rows {
+            let cells = |process: Option<String>, r: &BwRow| {
                 let (peak, avg) = (unit.convert(r.peak_bps), unit.convert(r.avg_bps));
-                t.add_row(vec![
+                let mut c: Vec<String> = process.into_iter().collect();
+                c.extend([
                     r.bytes.to_string(),
                     r.iterations.to_string(),
                     cfix(peak, 0, prec(avg)),
                     cfix(avg, 0, prec(avg)),
                     cfix(r.msg_rate_mpps, 0, 6),
                 ]);
+                c
+            };
+            for (j, r) in rows.iter().enumerate() {
+                for p in procs {
+                    if let Some(pr) = p.rows.get(j) {
+                        t.add_row(cells(Some(p.process.to_string()), pr));
+                    }
+                }
+                t.add_row(cells((!procs.is_empty()).then(|| "all".to_string()), r));
             }
         }
         Rows::Lat(rows) => {

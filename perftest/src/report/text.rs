@@ -15,7 +15,7 @@ use std::str::FromStr;
 use verbs_lab::verbs::Gid;
 
 use super::{cfix, BwUnit};
-use crate::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult, TestKind};
+use crate::result::{BwRow, LatRow, Metric, ProcessResult, Rows, RunInfo, RunResult, TestKind};
 
 /// perftest's `RESULT_LINE`: 87 dashes.
 pub const SEPARATOR: &str =
@@ -33,6 +33,57 @@ pub fn render_text(result: &RunResult, report_gbits: bool) -> String {
     }
     out.push_str(&footer());
     out
+}
+
+/// The text report of a `--procs N` run: the header (with a `CPU pinned` line per process),
+/// then for each size a `#procI` line per process and the sum in the normal row format, then
+/// the footer. A parser of ib_write_bw's output that takes the lines starting with a number
+/// after `#bytes` reads exactly the sums.
+pub fn render_text_procs(
+    result: &RunResult,
+    procs: &[ProcessResult],
+    report_gbits: bool,
+) -> String {
+    let unit = BwUnit::new(report_gbits);
+    let info = &result.info;
+    let mut out = header_procs(info, procs, unit);
+    match &result.rows {
+        Rows::Bw(rows) => out.push_str(&procs_rows(rows, procs, unit)),
+        Rows::Lat(rows) => rows.iter().for_each(|r| out.push_str(&lat_row(info, r))),
+    }
+    out.push_str(&footer());
+    out
+}
+
+/// For each size: one [`proc_row`] per process that measured it, then the total's [`bw_row`].
+pub fn procs_rows(totals: &[BwRow], procs: &[ProcessResult], unit: BwUnit) -> String {
+    let mut out = String::new();
+    for (j, total) in totals.iter().enumerate() {
+        for p in procs {
+            if let Some(r) = p.rows.get(j) {
+                out.push_str(&proc_row(p, r, unit));
+            }
+        }
+        out.push_str(&bw_row(total, unit));
+    }
+    out
+}
+
+/// One process's row of a `--procs` run: `#procI` glued to the normal row, then a tab and
+/// `cpu C pid P` (`cpu -` when not pinned). It starts with `#`, so parsers that read rows by
+/// their leading number skip it; split on whitespace, its fields 2-6 are the row's 1-5.
+pub fn proc_row(p: &ProcessResult, row: &BwRow, unit: BwUnit) -> String {
+    let r = bw_row(row, unit);
+    let cpu = p
+        .cpu
+        .as_ref()
+        .map_or_else(|| "-".to_string(), |(c, _)| c.to_string());
+    format!(
+        "#proc{}{}\tcpu {cpu} pid {}\n",
+        p.process,
+        r.trim_end_matches('\n'),
+        p.pid
+    )
 }
 
 /// perftest's test title: `RDMA_Write BW Test`, `Atomic FETCH_AND_ADD Bidirectional BW Test`,
@@ -62,6 +113,12 @@ pub fn title(info: &RunInfo) -> String {
 
 /// The header block: parameters, the QP endpoints, and the column header line.
 pub fn header(info: &RunInfo, unit: BwUnit) -> String {
+    header_procs(info, &[], unit)
+}
+
+/// [`header`] of a `--procs` run: the `CPU pinned` line becomes a `Processes` line and one
+/// `CPU pinned` line per process (`process I: CPU (why)`). Without processes, [`header`].
+pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> String {
     let mut s = String::new();
     let line = |s: &mut String, key: &str, value: &dyn std::fmt::Display| {
         let _ = writeln!(s, " {key:<16}: {value}");
@@ -113,9 +170,34 @@ pub fn header(info: &RunInfo, unit: BwUnit) -> String {
     }
     s.push_str(" rdma_cm QPs\t : OFF\n");
     line(&mut s, "Data ex. method", &"TCP (verbs-lab)");
-    match &info.cpu {
-        Some((cpu, why)) => line(&mut s, "CPU pinned", &format_args!("{cpu} ({why})")),
-        None => line(&mut s, "CPU pinned", &"no"),
+    if procs.is_empty() {
+        match &info.cpu {
+            Some((cpu, why)) => line(&mut s, "CPU pinned", &format_args!("{cpu} ({why})")),
+            None => line(&mut s, "CPU pinned", &"no"),
+        }
+    } else {
+        line(
+            &mut s,
+            "Processes",
+            &format_args!(
+                "{} (--procs: a #proc row per process, then their sum)",
+                procs.len()
+            ),
+        );
+        for p in procs {
+            match &p.cpu {
+                Some((cpu, why)) => line(
+                    &mut s,
+                    "CPU pinned",
+                    &format_args!("process {}: {cpu} ({why})", p.process),
+                ),
+                None => line(
+                    &mut s,
+                    "CPU pinned",
+                    &format_args!("process {}: no", p.process),
+                ),
+            }
+        }
     }
     s.push_str(SEPARATOR);
     s.push('\n');

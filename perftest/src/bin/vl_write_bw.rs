@@ -1,0 +1,8 @@
+//! vl_write_bw: drop-in for perftest's ib_write_bw. See `vl_write_bw --help` and docs/measurement.md.
+
+use vl_perftest::params::Tool;
+use vl_perftest::result::{Metric, TestKind};
+
+fn main() -> std::process::ExitCode {
+    vl_perftest::run::main(Tool::new(TestKind::Write, Metric::Bw))
+}

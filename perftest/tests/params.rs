@@ -1,0 +1,265 @@
+//! The command line of the vl_* tools: perftest's flags (short and long) mean what they mean in
+//! perftest, the tool-dependent defaults are perftest's, and every combination a run cannot
+//! honour is refused before any verbs call with a message naming the flag.
+
+use std::time::Duration;
+
+use verbs_lab::verbs::{Mtu, QpType};
+use vl_perftest::params::{AtomicType, Config, Params, RunMode, Sizes, Tool};
+use vl_perftest::result::{Metric, TestKind};
+
+const WRITE_BW: Tool = Tool::new(TestKind::Write, Metric::Bw);
+const WRITE_LAT: Tool = Tool::new(TestKind::Write, Metric::Lat);
+const READ_BW: Tool = Tool::new(TestKind::Read, Metric::Bw);
+const READ_LAT: Tool = Tool::new(TestKind::Read, Metric::Lat);
+const SEND_BW: Tool = Tool::new(TestKind::Send, Metric::Bw);
+const SEND_LAT: Tool = Tool::new(TestKind::Send, Metric::Lat);
+const ATOMIC_BW: Tool = Tool::new(TestKind::Atomic, Metric::Bw);
+const ATOMIC_LAT: Tool = Tool::new(TestKind::Atomic, Metric::Lat);
+
+fn parse(tool: Tool, args: &str) -> Result<Params, clap::Error> {
+    let argv = std::iter::once(tool.name()).chain(args.split_whitespace().map(String::from));
+    Params::try_parse_for(tool, argv)
+}
+
+fn config(tool: Tool, args: &str) -> Result<Config, String> {
+    let p = parse(tool, args).map_err(|e| e.to_string())?;
+    Config::new(tool, &p)
+}
+
+fn ok(tool: Tool, args: &str) -> Config {
+    config(tool, args).unwrap_or_else(|e| panic!("{} {args}: {e}", tool.name()))
+}
+
+/// The refusal of `args`, which must mention every one of `words`.
+fn refused(tool: Tool, args: &str, words: &[&str]) {
+    let e = match config(tool, args) {
+        Ok(_) => panic!("{} {args} was accepted", tool.name()),
+        Err(e) => e,
+    };
+    for w in words {
+        assert!(
+            e.contains(w),
+            "{} {args}: '{e}' does not mention '{w}'",
+            tool.name()
+        );
+    }
+}
+
+#[test]
+fn defaults_are_perftests() {
+    let c = ok(WRITE_BW, "");
+    assert!(c.is_server());
+    assert_eq!(c.sizes, Sizes::Single(65536));
+    assert_eq!(
+        c.mode,
+        RunMode::Iters(5000),
+        "ib_write_bw runs 5000 iterations"
+    );
+    assert_eq!((c.tx_depth, c.cq_mod, c.post_list, c.qps), (128, 100, 1, 1));
+    assert_eq!((c.port, c.ib_port, c.qp_timeout), (18515, 1, 14));
+    assert_eq!(c.conn, QpType::Rc);
+    assert_eq!(
+        c.inline_request(),
+        0,
+        "bandwidth tools ask for no inline data"
+    );
+
+    let c = ok(READ_BW, "server.example");
+    assert_eq!(c.host.as_deref(), Some("server.example"));
+    assert_eq!(c.mode, RunMode::Iters(1000));
+
+    let c = ok(SEND_BW, "");
+    assert_eq!(c.rx_depth, 512);
+
+    for lat in [WRITE_LAT, SEND_LAT, READ_LAT] {
+        let c = ok(lat, "");
+        assert_eq!(c.sizes, Sizes::Single(2), "{}", lat.name());
+        assert_eq!(c.tx_depth, 1);
+        assert_eq!(c.mode, RunMode::Iters(1000));
+    }
+    assert_eq!(ok(WRITE_LAT, "").inline_request(), 64);
+    assert_eq!(ok(SEND_LAT, "").inline_request(), 64);
+    assert_eq!(ok(READ_LAT, "").inline_request(), 0);
+
+    let c = ok(ATOMIC_BW, "");
+    assert_eq!(c.sizes, Sizes::Single(8));
+    assert_eq!(c.atomic, Some(AtomicType::FetchAndAdd));
+    assert_eq!(
+        ok(ATOMIC_LAT, "-a").sizes,
+        Sizes::Single(8),
+        "-a on atomics is 8 only"
+    );
+    assert_eq!(c.warmup, 16);
+}
+
+#[test]
+fn short_and_long_forms_agree() {
+    let short = "-d rxe1 -i 2 -x 1 -s 4096 -n 300 -q 4 -t 64 -r 256 -Q 8 -l 4 -c UC -b -I 32 \
+                 -e -m 1024 -u 20 -p 20000 -N -F -w 3 host1";
+    let long = "--ib-dev rxe1 --ib-port 2 --gid-index 1 --size 4096 --iters 300 --qp 4 \
+                --tx-depth 64 --rx-depth 256 --cq-mod 8 --post_list 4 --connection UC \
+                --bidirectional --inline_size 32 --events --mtu 1024 --qp-timeout 20 \
+                --port 20000 --noPeak --CPU-freq --warmup 3 host1";
+    for args in [short, long] {
+        let c = ok(WRITE_BW, args);
+        assert_eq!(c.ib_dev.as_deref(), Some("rxe1"));
+        assert_eq!((c.ib_port, c.gid_index), (2, Some(1)));
+        assert_eq!(c.sizes, Sizes::Single(4096));
+        assert_eq!(c.mode, RunMode::Iters(300));
+        assert_eq!(
+            (c.qps, c.tx_depth, c.rx_depth, c.cq_mod, c.post_list),
+            (4, 64, 256, 8, 4)
+        );
+        assert_eq!(c.conn, QpType::Uc);
+        assert!(c.bidirectional && c.events && c.no_peak);
+        assert_eq!(c.inline_size, Some(32));
+        assert_eq!(c.mtu, Some(Mtu::Mtu1024));
+        assert_eq!((c.qp_timeout, c.port, c.warmup), (20, 20000, 3));
+        assert_eq!(c.host.as_deref(), Some("host1"));
+        // Both sides derive the same wire parameters from the same flags.
+        assert_eq!(c.wire_params(), ok(WRITE_BW, short).wire_params());
+    }
+    let c = ok(READ_BW, "-o 4");
+    assert_eq!(c.outstanding, Some(4));
+    let c = ok(ATOMIC_BW, "--outs 2 -A CMP_AND_SWAP");
+    assert_eq!(
+        (c.outstanding, c.atomic),
+        (Some(2), Some(AtomicType::CmpAndSwap))
+    );
+    assert_eq!(
+        ok(ATOMIC_LAT, "--atomic_type fetch_and_add").atomic,
+        Some(AtomicType::FetchAndAdd)
+    );
+    let c = ok(SEND_BW, "-D 3 --cpu 0-1 --validate --report_gbits");
+    assert_eq!(c.mode, RunMode::Duration(Duration::from_secs(3)));
+    assert_eq!(c.cpu.unwrap().to_string(), "0-1");
+    assert!(c.validate && c.report_gbits);
+    assert_eq!(ok(WRITE_BW, "-s 64K").sizes, Sizes::Single(65536));
+    assert_eq!(ok(WRITE_BW, "-a").sizes, Sizes::Sweep { max: 1 << 23 });
+    assert_eq!(ok(SEND_BW, "-a -c UD").sizes, Sizes::Sweep { max: 4096 });
+    assert_eq!(ok(SEND_LAT, "-c ud -s 1024").conn, QpType::Ud);
+}
+
+#[test]
+fn output_options_are_shared() {
+    let p = parse(
+        WRITE_BW,
+        "--json out.json --csv out.csv --min-bw 10 --output table",
+    )
+    .unwrap();
+    assert_eq!(
+        p.output.json.as_deref(),
+        Some(std::path::Path::new("out.json"))
+    );
+    assert_eq!(p.output.min_bw, Some(10.0));
+    let p = parse(WRITE_LAT, "--max-lat p99=5 --max-lat max=10").unwrap();
+    assert_eq!(p.output.max_lat.len(), 2);
+}
+
+#[test]
+fn clap_refuses_what_it_cannot_parse() {
+    for (tool, args, word) in [
+        (WRITE_BW, "-c XRC", "XRC"),
+        (WRITE_BW, "-m 1500", "1500"),
+        (ATOMIC_BW, "-A SWAP", "SWAP"),
+        (WRITE_BW, "-s lots", "lots"),
+        (WRITE_BW, "--no-such-flag", "no-such-flag"),
+        (WRITE_BW, "-q many", "many"),
+        (WRITE_BW, "--cpu 3-1", "backwards"),
+        (WRITE_BW, "a b", "b"),
+    ] {
+        let e = parse(tool, args).expect_err(args).to_string();
+        assert!(e.contains(word), "{args}: {e}");
+    }
+    let help = parse(SEND_LAT, "--help").unwrap_err().to_string();
+    assert!(
+        help.contains("vl_send_lat") && help.contains("--rx-depth"),
+        "{help}"
+    );
+}
+
+#[test]
+fn impossible_combinations_are_refused_with_the_flag() {
+    refused(WRITE_BW, "-s 0", &["-s 0", "1 byte"]);
+    refused(WRITE_BW, "-a -s 4096", &["-a", "-s 4096"]);
+    refused(WRITE_BW, "-c UD", &["-c UD", "send"]);
+    refused(READ_LAT, "-c UD", &["-c UD"]);
+    refused(READ_BW, "-c UC", &["-c UC", "RC"]);
+    refused(ATOMIC_LAT, "-c UC", &["-c UC"]);
+    refused(WRITE_LAT, "-b", &["-b", "bandwidth"]);
+    refused(SEND_LAT, "-b", &["-b"]);
+    refused(WRITE_BW, "-o 4", &["-o", "vl_write_bw"]);
+    refused(SEND_LAT, "-o 4", &["-o"]);
+    refused(READ_BW, "-o 0", &["-o 0"]);
+    refused(WRITE_BW, "-A FETCH_AND_ADD", &["-A"]);
+    refused(ATOMIC_BW, "-s 16", &["-s 16", "8"]);
+    refused(WRITE_BW, "-n 10 -D 5", &["-n", "-D"]);
+    refused(WRITE_BW, "-n 0", &["-n 0"]);
+    refused(WRITE_BW, "-D 0", &["-D 0"]);
+    refused(WRITE_BW, "-a -D 5", &["-a", "-D"]);
+    refused(WRITE_BW, "-q 0", &["-q 0"]);
+    refused(WRITE_LAT, "-q 2", &["-q 2", "one QP"]);
+    refused(WRITE_BW, "-t 4 -l 8", &["-l 8", "tx depth 4"]);
+    refused(WRITE_BW, "-t 0", &["-t 0"]);
+    refused(SEND_BW, "-r 0", &["-r 0"]);
+    refused(WRITE_BW, "-Q 0", &["-Q 0"]);
+    refused(WRITE_BW, "-l 0", &["-l 0"]);
+    refused(SEND_LAT, "-l 2", &["-l 2"]);
+    refused(WRITE_LAT, "-e", &["-e", "polling memory"]);
+    refused(ATOMIC_BW, "--validate", &["--validate", "atomic"]);
+    refused(WRITE_BW, "-u 32", &["-u 32"]);
+    refused(READ_BW, "-I 64", &["-I", "inline"]);
+    refused(SEND_BW, "-c UD -s 8192", &["-s 8192", "UD"]);
+    refused(WRITE_BW, "-s 4294967296", &["-s 4294967296"]);
+    refused(SEND_BW, "-q 64 -r 512", &["-q 64", "lower"]);
+    refused(WRITE_BW, "-i 0", &["-i 0"]);
+    refused(WRITE_BW, "-I 100000", &["-I 100000"]);
+}
+
+#[test]
+fn effective_cq_moderation_keeps_a_signal_in_every_full_queue() {
+    assert_eq!(ok(WRITE_BW, "").effective_cq_mod(), 100);
+    assert_eq!(ok(WRITE_BW, "-t 16").effective_cq_mod(), 16);
+    assert_eq!(ok(WRITE_BW, "-t 16 -l 8").effective_cq_mod(), 9);
+    assert_eq!(ok(WRITE_BW, "-Q 1").effective_cq_mod(), 1);
+    assert_eq!(ok(WRITE_LAT, "").effective_cq_mod(), 1);
+}
+
+#[test]
+fn wire_parameters_name_every_value_that_must_match() {
+    let c = ok(WRITE_BW, "-s 8192 -c UC");
+    let w = c.wire_params();
+    let get = |k: &str| w.iter().find(|(key, _)| *key == k).map(|(_, v)| v.clone());
+    assert_eq!(get("size").as_deref(), Some("8192"));
+    assert_eq!(get("connection").as_deref(), Some("UC"));
+    assert_eq!(get("iterations").as_deref(), Some("5000"));
+    assert_eq!(get("duration").as_deref(), Some("none"));
+    assert_eq!(
+        ok(WRITE_BW, "-a")
+            .wire_params()
+            .iter()
+            .find(|(k, _)| *k == "size")
+            .unwrap()
+            .1,
+        "sweep 2..8388608"
+    );
+    let mut keys: Vec<&str> = w.iter().map(|(k, _)| *k).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(keys.len(), w.len(), "keys are unique");
+    for (k, v) in &w {
+        assert_ne!(
+            vl_perftest::params::describe_param(k),
+            "parameter",
+            "{k} has a description"
+        );
+        assert!(v.len() <= vl_perftest::proto::MAX_VALUE && !v.is_empty());
+    }
+    // Options that only tune this side are not compared: device, port, GID, CPU, QP timeout.
+    let other_side = ok(
+        WRITE_BW,
+        "-s 8192 -c UC -d rxe9 -i 2 -x 3 --cpu 1 -u 20 -F host",
+    );
+    assert_eq!(other_side.wire_params(), w);
+}

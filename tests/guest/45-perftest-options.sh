@@ -1,0 +1,72 @@
+#!/bin/sh
+# perftest's options do what NIC engineers expect, each run ending with a sane row: several QPs
+# with post lists and CQ moderation, bidirectional runs (with events and 16 QPs: perftest hangs
+# there), completion events, duration mode with a peak, UD and UC, both atomics, outstanding
+# reads, inline on and off, Gb/s, no-peak, CPU pinning.
+# timeout: 420
+set -eu
+# shellcheck source=tests/guest/lib.sh
+. "$VL_TESTS/lib.sh"
+# shellcheck source=tests/guest/perftest-lib.sh
+. "$VL_TESTS/perftest-lib.sh"
+
+run_ok() { # TOOL OPTIONS [CLIENT-ONLY]
+    step "$1 $2 ${3:-}"
+    vl_pair_ok "$1" "$2" "${3:-}"
+    expect_row "$CLIENT_OUT" "$1 client"
+}
+
+run_ok vl_write_bw "-q 4 -l 4 -t 64 -Q 16 -n 200 -s 8192"
+[ "$(header_value "$CLIENT_OUT" "Number of qps")" = 4 ] || fail "the header does not say 4 QPs"
+expect_contains "$CLIENT_OUT" "Post List BW Test"
+[ "$(header_value "$CLIENT_OUT" "CQ Moderation")" = 16 ] || fail "CQ moderation is not 16"
+
+run_ok vl_write_bw "-b -n 200"
+expect_row "$SERVER_OUT" "vl_write_bw -b server (its own direction)"
+expect_contains "$CLIENT_OUT" "Bidirectional BW Test"
+# The client reports both directions: more than the server's one.
+c=$(row_field "$CLIENT_OUT" 4)
+s=$(row_field "$SERVER_OUT" 4)
+num_gt "$c" "$s" || fail "the bidirectional client ($c) does not exceed the server's direction ($s)"
+
+run_ok vl_send_bw "-b -e -q 16 -t 32 -r 64 -n 50 -s 4096"
+run_ok vl_send_bw "-e -n 200"
+expect_contains "$CLIENT_OUT" "Test with events."
+run_ok vl_read_lat "-e -n 200"
+
+run_ok vl_write_bw "-D 3"
+# Duration mode has a peak too (perftest leaves it out).
+p=$(row_field "$CLIENT_OUT" 3)
+num_gt "$p" 0 || fail "no peak bandwidth in duration mode"
+run_ok vl_send_lat "-D 2"
+expect_contains "$CLIENT_OUT" "tps average"
+
+run_ok vl_send_bw "-c UD -s 2048 -n 300"
+expect_row "$SERVER_OUT" "vl_send_bw UD receiver"
+run_ok vl_send_lat "-c UD -s 1024 -n 200"
+run_ok vl_write_bw "-c UC -n 200"
+run_ok vl_write_lat "-c UC -n 200"
+run_ok vl_send_bw "-c UC -n 200 -s 16384"
+
+run_ok vl_atomic_bw "-A CMP_AND_SWAP -o 4 -n 300"
+expect_contains "$CLIENT_OUT" "Atomic CMP_AND_SWAP BW Test"
+run_ok vl_atomic_lat "-A CMP_AND_SWAP -n 200"
+run_ok vl_read_bw "-o 1 -n 200"
+[ "$(header_value "$CLIENT_OUT" "Outstand reads")" = 1 ] || fail "-o 1 not in the header"
+
+run_ok vl_write_lat "-s 64 -n 200"
+[ "$(header_value "$CLIENT_OUT" "Max inline data")" = "64[B]" ] || fail "64-byte writes not inline"
+run_ok vl_write_lat "-s 64 -I 0 -n 200"
+[ "$(header_value "$CLIENT_OUT" "Max inline data")" = "0[B]" ] || fail "-I 0 did not turn inline off"
+
+run_ok vl_write_bw "-n 200" "--report_gbits -N"
+expect_contains "$CLIENT_OUT" "BW peak[Gb/sec]"
+p=$(row_field "$CLIENT_OUT" 3)
+awk -v p="$p" 'BEGIN { exit !(p == 0) }' || fail "-N: the peak is $p, not 0"
+
+run_ok vl_write_bw "-n 100 --cpu 1"
+expect_contains "$CLIENT_OUT" "CPU pinned      : 1 (requested CPU list 1)"
+
+run_ok vl_send_bw "-n 100 -m 1024 -s 10000"
+[ "$(header_value "$CLIENT_OUT" Mtu)" = "1024[B]" ] || fail "-m 1024 not in the header"
+echo "every option ran"

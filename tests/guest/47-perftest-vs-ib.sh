@@ -1,0 +1,79 @@
+#!/bin/sh
+# Side by side with perftest in the same boot: vl_write_bw against ib_write_bw and vl_write_lat
+# against ib_write_lat, same sizes and iterations, alternating the order (A B B A) because the
+# first run of a pair is faster under TCG. Absolute numbers mean nothing under emulation; the
+# ratios of the medians are printed for the record. The checks: ours produces a non-zero row
+# every time; perftest's zero rows (it prints 0.00 and exits 0 when its clock calibration fails,
+# often here) are reported and left out of its median; ours is within a factor of 3 of
+# perftest's median either way. Both get -F: perftest calibrates a cycle counter
+# and, on a busy emulated CPU, refuses to report ("Correlation coefficient r^2 < 0.9") without
+# it; for the vl_* tools, which use the monotonic clock, -F is accepted and changes nothing.
+# timeout: 400
+set -eu
+# shellcheck source=tests/guest/lib.sh
+. "$VL_TESTS/lib.sh"
+# shellcheck source=tests/guest/perftest-lib.sh
+. "$VL_TESTS/perftest-lib.sh"
+
+require_bin ib_write_bw
+require_bin ib_write_lat
+
+# one TOOL ARGS: runs a pair, prints the metric (BW average, or t_typical for latency), or
+# "zero" when perftest printed a zero or non-finite row. Ours must never: that fails the scenario.
+one() {
+    next_port
+    case $1 in
+        ib_*) server_client "$PORT" "$1 -d $VL_DEV0 -x 1 -u 20 -p $PORT $2" \
+                  "$1 -d $VL_DEV1 -x 1 -u 20 -p $PORT $2 $VL_ADDR0" >"$TMPDIR/pair.log" 2>&1 ;;
+        *) vl_pair "$1" "$2" >"$TMPDIR/pair.log" 2>&1 ;;
+    esac || { cat "$TMPDIR/pair.log" >&2; fail "$1 $2 failed"; }
+    case $1 in
+        *_bw) v=$(perftest_bw_avg "$CLIENT_OUT") ;;
+        *) v=$(awk '/#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print $5; exit }' "$CLIENT_OUT") ;;
+    esac
+    if ! echo "$v" | grep -Eq '^[0-9]+(\.[0-9]+)?$' || ! num_gt "$v" 0; then
+        case $1 in
+            ib_*)
+                # The known perftest fault: its cycle-counter calibration fails on a busy
+                # emulated CPU and it prints 0.00 (or inf) while exiting 0. Report it, do not
+                # average it in.
+                echo "note: $1 printed '$v' ($(grep -h "Correlation" "$CLIENT_OUT" | head -n 1))" >&2
+                echo zero
+                return
+                ;;
+        esac
+        cat "$CLIENT_OUT" >&2
+        fail "$1: no or zero row"
+    fi
+    echo "$v"
+}
+
+median() {
+    grep -v zero | sort -n | awk '{ a[NR] = $1 } END { if (NR == 0) print "none"; else print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+compare() { # VL IB ARGS UNIT
+    : >"$TMPDIR/a" && : >"$TMPDIR/b"
+    for order in ab ba ab ba; do
+        case $order in
+            ab) one "$1" "$3" >>"$TMPDIR/a"; one "$2" "$3" >>"$TMPDIR/b" ;;
+            ba) one "$2" "$3" >>"$TMPDIR/b"; one "$1" "$3" >>"$TMPDIR/a" ;;
+        esac
+    done
+    ma=$(median <"$TMPDIR/a")
+    mb=$(median <"$TMPDIR/b")
+    echo "$1: $(tr '\n' ' ' <"$TMPDIR/a")-> median $ma $4"
+    echo "$2: $(tr '\n' ' ' <"$TMPDIR/b")-> median $mb $4"
+    if [ "$mb" = none ]; then
+        echo "$2 produced no valid row in 4 runs (zero rows, see the notes): nothing to compare"
+        return
+    fi
+    ratio=$(awk -v a="$ma" -v b="$mb" 'BEGIN { printf "%.2f", a / b }')
+    echo "RATIO $1 / $2 = $ratio"
+    awk -v r="$ratio" 'BEGIN { exit !(r > 0.33 && r < 3) }' || fail "$1 is off by more than 3x: $ratio"
+}
+
+step "write bandwidth, 64 KiB x 1000"
+compare vl_write_bw ib_write_bw "-s 65536 -n 1000 -F" "MiB/s"
+step "write latency, 2 B x 1000 (t_typical)"
+compare vl_write_lat ib_write_lat "-s 2 -n 1000 -F" "usec"

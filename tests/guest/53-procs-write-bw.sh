@@ -1,0 +1,96 @@
+#!/bin/sh
+# vl_write_bw --procs N: N worker processes per side, each on its own core with its own QP and
+# TCP port, started together over POSIX message queues. The client prints a '#procI' row per
+# process and their sum as THE result row (what a perftest parser reads); the sum is checked
+# numerically, the processes' cores must differ, and JSON and CSV hold the processes and the sum.
+# --procs 1 runs through the worker path; a mismatch of N is refused by the parameter check;
+# the latency tools refuse --procs. No queue is left in /dev/mqueue.
+# timeout: 300
+set -eu
+# shellcheck source=tests/guest/lib.sh
+. "$VL_TESTS/lib.sh"
+# shellcheck source=tests/guest/perftest-lib.sh
+. "$VL_TESTS/perftest-lib.sh"
+
+require_bin vl_write_bw
+require_bin vl_jsoncheck
+if ! grep -q ' mqueue ' /proc/mounts; then
+    mkdir -p /dev/mqueue
+    mount -t mqueue none /dev/mqueue
+fi
+[ -z "$(ls /dev/mqueue)" ] || fail "/dev/mqueue is not empty before the run: $(ls /dev/mqueue)"
+
+# proc_rows FILE: the '#procN' rows of a report.
+proc_rows() { grep '^#proc[0-9]' "$1" || true; }
+
+# check_sum FILE N: N '#proc' rows whose BW average and MsgRate add up to the result row's.
+check_sum() {
+    _n=$(proc_rows "$1" | wc -l)
+    [ "$_n" -eq "$2" ] || fail "$1: $_n '#proc' rows, expected $2"
+    _total=$(rows "$1")
+    [ "$(echo "$_total" | wc -l)" -eq 1 ] || fail "$1: expected exactly one result row: $_total"
+    proc_rows "$1" | awk -v avg="$(echo "$_total" | awk '{ print $4 }')" \
+        -v rate="$(echo "$_total" | awk '{ print $5 }')" '
+        { s += $5; r += $6 }
+        END {
+            printf "sum of the processes: BW average %.2f (result row %s), MsgRate %.6f (result row %s)\n", s, avg, r, rate
+            d = s - avg; if (d < 0) d = -d
+            e = r - rate; if (e < 0) e = -e
+            if (!(avg + 0 > 0) || d > 0.01 * NR + 0.001 || e > 0.000001 * NR + 1e-9) exit 1
+        }' || fail "$1: the processes do not add up to the result row"
+}
+
+step "vl_write_bw --procs 2: a row per process, and their sum"
+vl_pair_ok vl_write_bw "-s 65536 -n 300 --procs 2 --wait 60" \
+    "--json $TMPDIR/p2.json --csv $TMPDIR/p2.csv"
+next_port # the pair used two ports
+check_sum "$CLIENT_OUT" 2
+expect_row "$CLIENT_OUT" "the sum, as the result row"
+cpus=$(proc_rows "$CLIENT_OUT" | awk '{ for (i = 1; i < NF; i++) if ($i == "cpu") print $(i + 1) }' | sort -u)
+echo "client processes on CPUs: $cpus"
+[ "$(echo "$cpus" | wc -l)" -eq 2 ] || fail "the two client processes share a CPU: $cpus"
+echo "$cpus" | grep -qv -- '-' || fail "a client process was not pinned: $cpus"
+expect_contains "$CLIENT_OUT" "Processes       : 2"
+expect_contains "$CLIENT_OUT" "CPU pinned      : process 1: "
+expect_contains "$SERVER_OUT" "Processes       : 2"
+expect_contains "$CLIENT_OUT" "Number of qps   : 2"
+
+step "the JSON document holds the processes and the sum"
+vl_jsoncheck "$TMPDIR/p2.json" --sizes 65536
+grep -q '"processes": \[' "$TMPDIR/p2.json" || fail "no processes array in the JSON"
+[ "$(grep -c '"process": ' "$TMPDIR/p2.json")" -eq 2 ] || fail "the JSON does not list 2 processes"
+[ "$(grep -c '"bw_avg_mib_s"' "$TMPDIR/p2.json")" -eq 3 ] \
+    || fail "the JSON does not hold 3 rows (2 processes + the sum)"
+cp "$TMPDIR/p2.json" "$VL_PT_OUT/procs2.json"
+
+step "the CSV: process 0, 1 and all"
+cat "$TMPDIR/p2.csv"
+[ "$(cut -d, -f1 "$TMPDIR/p2.csv" | tr '\n' ' ')" = "process 0 1 all " ] \
+    || fail "unexpected process column in the CSV"
+awk -F, 'NR > 1 && $1 != "all" { s += $5 } $1 == "all" { t = $5 }
+    END { d = s - t; if (d < 0) d = -d; printf "CSV: sum %.3f, all %.3f\n", s, t; exit !(t > 0 && d < 0.01) }' \
+    "$TMPDIR/p2.csv" || fail "the CSV's processes do not add up to 'all'"
+
+step "--procs 1: the worker path, one process"
+vl_pair_ok vl_write_bw "-s 65536 -n 300 --procs 1 --wait 60"
+check_sum "$CLIENT_OUT" 1
+
+step "--procs 2 on the server, none on the client: refused by the parameter check"
+vl_pair vl_write_bw "-s 4096 -n 100 --wait 20" "" "--procs 2" || true
+next_port
+[ "$CLIENT_RC" != 0 ] || fail "the client exited 0"
+[ "$SERVER_RC" != 0 ] || fail "the server exited 0"
+expect_contains "$CLIENT_OUT" "number of processes (--procs): client 1, server 2"
+expect_contains "$SERVER_OUT" "worker 0 (pid "
+
+step "the latency tools refuse --procs"
+rc=0
+vl_write_lat -d "$VL_DEV0" --procs 2 >"$TMPDIR/lat.out" 2>&1 || rc=$?
+cat "$TMPDIR/lat.out"
+[ "$rc" = 2 ] || fail "vl_write_lat --procs 2 exited $rc, expected 2"
+expect_contains "$TMPDIR/lat.out" "--procs 2: vl_write_lat measures latency"
+
+step "no queue left"
+left=$(ls /dev/mqueue)
+[ -z "$left" ] || fail "queues left in /dev/mqueue: $left"
+echo "/dev/mqueue is empty"

@@ -1,0 +1,143 @@
+#!/bin/sh
+# --procs faults: a client worker killed (SIGKILL) mid-run fails both sides cleanly and quickly,
+# the client naming the worker (index, pid, CPU) and stopping the other one; a coordinator
+# stopped by SIGTERM takes its workers with it. No queue stays in /dev/mqueue, no worker runs on.
+# timeout: 300
+set -eu
+# shellcheck source=tests/guest/lib.sh
+. "$VL_TESTS/lib.sh"
+# shellcheck source=tests/guest/perftest-lib.sh
+. "$VL_TESTS/perftest-lib.sh"
+
+require_bin vl_write_bw
+if ! grep -q ' mqueue ' /proc/mounts; then
+    mkdir -p /dev/mqueue
+    mount -t mqueue none /dev/mqueue
+fi
+[ -z "$(ls /dev/mqueue)" ] || fail "/dev/mqueue is not empty before the run: $(ls /dev/mqueue)"
+
+# worker_pid INDEX PATTERN: the pid of a --procs worker INDEX whose command line contains PATTERN.
+worker_pid() {
+    for _f in /proc/[0-9]*/cmdline; do
+        _c=$(tr '\0' ' ' 2>/dev/null <"$_f" || true)
+        case $_c in
+            *"--vl-worker $1 "*"$2"* | *"$2"*"--vl-worker $1 "*)
+                _p=${_f#/proc/}
+                echo "${_p%/cmdline}"
+                return 0
+                ;;
+        esac
+    done
+    return 1
+}
+
+# no_workers: no --vl-worker process is left.
+no_workers() {
+    for _f in /proc/[0-9]*/cmdline; do
+        if tr '\0' ' ' 2>/dev/null <"$_f" | grep -q -- '--vl-worker'; then
+            fail "a worker is still running: $(tr '\0' ' ' <"$_f")"
+        fi
+    done
+    echo "no worker process left"
+}
+
+no_queues() {
+    left=$(ls /dev/mqueue)
+    [ -z "$left" ] || fail "queues left in /dev/mqueue: $left"
+    echo "/dev/mqueue is empty"
+}
+
+step "a client worker is killed (SIGKILL) in the middle of a run"
+next_port
+vl_write_bw -d "$VL_DEV0" -u 20 -p "$PORT" -D 60 --procs 2 --wait 30 >"$TMPDIR/srv.out" 2>&1 &
+spid=$!
+wait_port "$PORT" 60 "$spid"
+vl_write_bw -d "$VL_DEV1" -u 20 -p "$PORT" -D 60 --procs 2 --wait 30 "$VL_ADDR0" >"$TMPDIR/cli.out" 2>&1 &
+cpid=$!
+next_port
+wpid=
+end=$(($(_vl_now) + 3000))
+while [ -z "$wpid" ] && [ "$(_vl_now)" -lt "$end" ]; do
+    wpid=$(worker_pid 1 "$VL_ADDR0") || wpid=
+    sleep 0.2
+done
+[ -n "$wpid" ] || fail "no client worker 1 appeared"
+echo "client worker 1: pid $wpid"
+# Let it connect and start measuring.
+sleep 10
+t0=$(_vl_now)
+kill -KILL "$wpid"
+rc=0
+_vl_watch "$cpid" 30 || rc=$?
+t1=$(_vl_now)
+cat "$TMPDIR/cli.out"
+[ "$rc" -ne 124 ] || fail "the client still ran 30 s after its worker died"
+[ "$rc" -ne 0 ] || fail "the client exited 0"
+within "client seconds after the kill" $(((t1 - t0) / 100)) 0 5
+expect_contains "$TMPDIR/cli.out" "worker 1 (pid $wpid, CPU "
+expect_contains "$TMPDIR/cli.out" "was killed by SIGKILL"
+expect_contains "$TMPDIR/cli.out" "note: worker 0 (pid "
+rc=0
+_vl_watch "$spid" 60 || rc=$?
+cat "$TMPDIR/srv.out"
+[ "$rc" -ne 124 ] || fail "the server still ran 60 s after the client failed"
+[ "$rc" -ne 0 ] || fail "the server exited 0"
+expect_contains "$TMPDIR/srv.out" "vl_write_bw: error: worker "
+sleep 1
+no_workers
+no_queues
+
+step "a client worker is stopped (SIGSTOP) mid-run: declared stalled after --wait"
+next_port
+vl_write_bw -d "$VL_DEV0" -u 20 -p "$PORT" -D 40 --procs 2 --wait 10 >"$TMPDIR/srv.out" 2>&1 &
+spid=$!
+wait_port "$PORT" 60 "$spid"
+vl_write_bw -d "$VL_DEV1" -u 20 -p "$PORT" -D 40 --procs 2 --wait 10 "$VL_ADDR0" >"$TMPDIR/cli.out" 2>&1 &
+cpid=$!
+next_port
+wpid=
+end=$(($(_vl_now) + 3000))
+while [ -z "$wpid" ] && [ "$(_vl_now)" -lt "$end" ]; do
+    wpid=$(worker_pid 1 "$VL_ADDR0") || wpid=
+    sleep 0.2
+done
+[ -n "$wpid" ] || fail "no client worker 1 appeared"
+sleep 10
+t0=$(_vl_now)
+kill -STOP "$wpid"
+rc=0
+_vl_watch "$cpid" 40 || rc=$?
+t1=$(_vl_now)
+cat "$TMPDIR/cli.out"
+[ "$rc" -ne 124 ] || fail "the client still ran 40 s after its worker stopped"
+[ "$rc" -ne 0 ] || fail "the client exited 0"
+within "client seconds after the stop" $(((t1 - t0) / 100)) 9 20
+expect_contains "$TMPDIR/cli.out" "worker 1 (pid $wpid, CPU 1) has been stopped (SIGSTOP or a debugger) for 10 s"
+rc=0
+_vl_watch "$spid" 60 || rc=$?
+cat "$TMPDIR/srv.out"
+[ "$rc" -ne 124 ] || fail "the server still ran 60 s after the client failed"
+[ "$rc" -ne 0 ] || fail "the server exited 0"
+sleep 1
+no_workers
+no_queues
+
+step "the coordinator gets SIGTERM while its workers wait for a client"
+next_port
+vl_write_bw -d "$VL_DEV0" -u 20 -p "$PORT" --procs 2 --wait 60 >"$TMPDIR/srv.out" 2>&1 &
+spid=$!
+wait_port "$PORT" 60 "$spid"
+next_port
+sleep 1
+ls /dev/mqueue
+[ -n "$(ls /dev/mqueue)" ] || fail "no queue in /dev/mqueue during the run"
+kill -TERM "$spid"
+rc=0
+_vl_watch "$spid" 10 || rc=$?
+cat "$TMPDIR/srv.out"
+[ "$rc" -ne 124 ] || fail "the coordinator did not end on SIGTERM"
+[ "$rc" -ne 0 ] || fail "the coordinator exited 0 on SIGTERM"
+expect_contains "$TMPDIR/srv.out" "removed 3 message queues"
+sleep 2
+no_workers
+no_queues

@@ -1,0 +1,77 @@
+# shellcheck shell=sh
+# Helpers of the vl_* benchmark scenarios (tests/guest/4N-*.sh), on top of lib.sh: start a tool
+# as server on rxe0 and client on rxe1 with the same options, and read its result rows.
+#
+#   . "$VL_TESTS/lib.sh"
+#   . "$VL_TESTS/perftest-lib.sh"
+#   vl_pair vl_write_bw "-s 4096 -n 200"       # then SERVER_OUT, CLIENT_OUT, SERVER_RC, CLIENT_RC
+
+# -u 20: a ~4 s ack timeout. Under QEMU TCG perftest's default (-u 14, ~67 ms) fails runs at
+# random: emulation stalls longer than that.
+VL_PT_COMMON=${VL_PT_COMMON:-"-u 20"}
+_vl_pt_port=${VL_PT_PORT:-18700}
+
+# Output of the scenarios worth keeping (JSON reports): on the host's share.
+VL_PT_OUT=${VL_REPO:-.}/.vm-out/perftest
+mkdir -p "$VL_PT_OUT"
+
+# next_port: a fresh out-of-band port per pair, so a server that lingers cannot block the next.
+next_port() {
+    _vl_pt_port=$((_vl_pt_port + 1))
+    PORT=$_vl_pt_port
+}
+
+# vl_pair TOOL "OPTIONS" ["CLIENT-ONLY OPTIONS"] ["SERVER-ONLY OPTIONS"]: the server on
+# $VL_DEV0, the client on $VL_DEV1 connecting to $VL_ADDR0, both with OPTIONS. Returns like
+# server_client (0 only when both sides exited 0).
+vl_pair() {
+    next_port
+    server_client "$PORT" \
+        "$1 -d $VL_DEV0 $VL_PT_COMMON -p $PORT $2 ${4:-}" \
+        "$1 -d $VL_DEV1 $VL_PT_COMMON -p $PORT $2 ${3:-} $VL_ADDR0"
+}
+
+# vl_pair_ok TOOL "OPTIONS" ["CLIENT-ONLY"] ["SERVER-ONLY"]: vl_pair that must succeed.
+vl_pair_ok() {
+    vl_pair "$@" || fail "$1 $2: the pair failed (outputs above)"
+}
+
+# rows FILE: the result rows of a report (lines after a '#bytes' header that start with a number).
+rows() {
+    awk '/#bytes/ { hdr = 1; next } hdr && $1 ~ /^[0-9]+$/ { print }' "$1"
+}
+
+# row_field FILE N: field N of the first result row (empty when there is no row).
+row_field() {
+    rows "$1" | awk -v n="$2" 'NR == 1 { print $n; exit }'
+}
+
+# header_value FILE KEY: the value of a header line ' KEY   : value' (up to a tab).
+header_value() {
+    awk -v k="$2" '{ split($0, a, ":"); key = a[1]; gsub(/^ +| +$/, "", key) }
+        key == k { sub(/^[^:]*: */, ""); sub(/\t.*/, ""); print; exit }' "$1"
+}
+
+# expect_row FILE WHAT: FILE holds a result row whose 4th field (BW average, or t_max of a
+# latency row) is a positive number; prints the row.
+expect_row() {
+    _er=$(rows "$1" | sed -n 1p)
+    [ -n "$_er" ] || fail "$2: no result row in $1"
+    _er_v=$(echo "$_er" | awk '{ print $4 }')
+    num_gt "$_er_v" 0 || fail "$2: a zero row: $_er"
+    echo "$2: $_er"
+}
+
+# expect_no_row FILE WHAT: FILE holds the header but no result row (a passive server).
+expect_no_row() {
+    [ -z "$(rows "$1")" ] || fail "$2: unexpected result rows in $1"
+    expect_contains "$1" "#bytes"
+}
+
+# within LABEL GOT LOW HIGH: LOW <= GOT <= HIGH, or fail.
+within() {
+    if [ "$2" -lt "$3" ] || [ "$2" -gt "$4" ]; then
+        fail "$1: $2 is outside [$3, $4]"
+    fi
+    echo "$1: $2 in [$3, $4]"
+}
