@@ -151,17 +151,23 @@ EOF
             printf -- '--- %s\n' "$_p2_f"
             cat "$_p2_dir/$_p2_f"
         done >>"$4.log"
-        cat "$_p2_dir/server0" "$_p2_dir/server1" >"$4.server"
-        # Client 0's header with the QPs of both pairs (as ours counts them), then the sums of
-        # the two result rows (no row when one lacks a row: classify() then calls it broken).
-        awk '/#bytes/ { print; exit }
-            /Number of qps/ { split($0, a, ":"); sub(/: *[0-9]+/, ": " 2 * (a[2] + 0)) }
-            { print }' "$_p2_dir/client0" >"$4.client"
+        # Each side's file: pair 0's header with the QPs of both pairs (as ours counts them). The
+        # client's then holds the sums of the two result rows: no row when one lacks a row, and
+        # 0.00 when one printed 0.00 or worse (perftest's failed clock calibration), so that
+        # classify() calls the run broken as it would call a single pair.
+        # shellcheck disable=SC2016 # an awk program, expanded by awk
+        _p2_qps='NR == FNR && /Number of qps/ && !done { split($0, a, ":"); sub(/: *[0-9]+/, ": " 2 * (a[2] + 0)); done = 1 }'
+        awk "$_p2_qps { print }" "$_p2_dir/server0" "$_p2_dir/server1" >"$4.server"
+        awk "/#bytes/ { print; exit } $_p2_qps { print }" "$_p2_dir/client0" >"$4.client"
         awk '/#bytes/ { hdr = 1; next } hdr && $1 ~ /^[0-9]+$/ && NF >= 5 { print; hdr = 0 }' \
             "$_p2_dir/client0" "$_p2_dir/client1" \
-            | awk '{ b = $1; it = $2; pk += $3; av += $4; mr += $5; n++ }
-                END { if (n == 2) printf " %-7s    %-10s       %-7.2f            %-7.2f\t\t     %-7.6f\n", b, it, pk, av, mr }' \
-                >>"$4.client"
+            | awk 'function ok(v) { return v ~ /^[0-9]+(\.[0-9]+)?$/ && v + 0 > 0 }
+                { b = $1; it = $2; pk += $3; av += $4; mr += $5; n++; if (!ok($4) || !ok($5)) bad = 1 }
+                END {
+                    if (n != 2) exit
+                    if (bad) { pk = 0; av = 0; mr = 0 }
+                    printf " %-7s    %-10s       %-7.2f            %-7.2f\t\t     %-7.6f\n", b, it, pk, av, mr
+                }' >>"$4.client"
         rm -rf "$_p2_dir"
         return 0
     }

@@ -851,7 +851,12 @@ fn coordinate(cfg: &Config) -> Result<(RunResult, Vec<ProcessResult>)> {
     // The inbox carries every message, a full Result included; 10 is the default msg_max.
     let inbox = Queue::create(&base, 10, mq::MAX_MSG_LEN)
         .context("creating the coordinator's message queue (--procs)")?;
-    let exe = std::env::current_exe().context("finding this program's path")?;
+    // The workers run the very image this process runs: /proc/self/exe names our own inode
+    // even if a rebuild has replaced (or is writing) the file at our path meanwhile.
+    let exe = match std::path::Path::new("/proc/self/exe") {
+        p if p.exists() => p.to_path_buf(),
+        _ => std::env::current_exe().context("finding this program's path")?,
+    };
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     let mut ws = Workers(Vec::new());
     for i in 0..n {
