@@ -43,15 +43,10 @@ fi
 if [ "$(field diff-cores 2)" != 0 ] || [ "$(field diff-cores 3)" != 1 ]; then
     fail "diff-cores: the threads ran on CPUs '$(field diff-cores 2)' and '$(field diff-cores 3)', expected 0 and 1 (distinct)"
 fi
-# Two busy pollers on one CPU take turns by preemption: even the best round trip waits for the
-# scheduler, while on two CPUs the best is ~0.1 ms. (Medians are noisier: the host's 2 cores are
-# shared, so the vCPUs themselves get descheduled at times.)
-same=$(field same-core 6)
-diff=$(field diff-cores 6)
-num_gt "$same" "$(awk -v d="$diff" 'BEGIN { print 5 * d }')" \
-    || fail "sharing one CPU did not cost 5x the fastest round trip: same-core min $same µs vs diff-cores min $diff µs"
-num_gt "$(field same-core 4)" "$(field diff-cores 4)" \
-    || fail "same-core median $(field same-core 4) µs is not above diff-cores median $(field diff-cores 4) µs"
+# The effect itself (two pollers on one CPU wait for each other's time slices) is what the
+# lesson measures and prints; it is not asserted here: timings on a shared, emulated machine are
+# noise-prone (a loaded CI host once made the diff-cores round trip as slow as same-core), and
+# tests assert behaviour, never speed. The placements above are asserted exactly.
 expect_contains "$out" "same core vs different cores: median round trip "
 
 step "one device for both QPs, --quiet"
