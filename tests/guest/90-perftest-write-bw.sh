@@ -12,19 +12,28 @@ port=18515
 iters=200
 size=65536
 # -x 1: the IPv4-mapped RoCEv2 GID; -u 20: a ~4 s ack timeout, as TCG is slow.
-args="-x 1 -u 20 -s $size -n $iters -p $port"
-
-sent_before=$(hw_counter "$VL_DEV1" sent_pkts)
-step "ib_write_bw server on $VL_DEV0, client on $VL_DEV1"
-server_client "$port" "ib_write_bw -d $VL_DEV0 $args" "ib_write_bw -d $VL_DEV1 $args $VL_ADDR0"
-sent=$(($(hw_counter "$VL_DEV1" sent_pkts) - sent_before))
+# perftest itself fails a run now and then under TCG (0.00 rows, or both sides exiting 1 right
+# after the header); the guest is sound when one of three attempts is.
+attempt=1
+while :; do
+    p=$((port + attempt))
+    args="-x 1 -u 20 -s $size -n $iters -p $p"
+    sent_before=$(hw_counter "$VL_DEV1" sent_pkts)
+    step "ib_write_bw server on $VL_DEV0, client on $VL_DEV1 (attempt $attempt)"
+    if server_client "$p" "ib_write_bw -d $VL_DEV0 $args" "ib_write_bw -d $VL_DEV1 $args $VL_ADDR0"; then
+        sent=$(($(hw_counter "$VL_DEV1" sent_pkts) - sent_before))
+        bw=$(perftest_bw_avg "$CLIENT_OUT")
+        if [ -n "$bw" ] && num_gt "$bw" 0; then
+            break
+        fi
+        echo "attempt $attempt: no positive BW average row (perftest printed '$bw')"
+    fi
+    [ "$attempt" -lt 3 ] || fail "ib_write_bw failed 3 attempts in a row: the guest is not sound"
+    attempt=$((attempt + 1))
+done
 
 step "checks"
-bw=$(perftest_bw_avg "$CLIENT_OUT")
-[ -n "$bw" ] || fail "no result row (#bytes ... BW average) in the client's output"
-num_gt "$bw" 0 || fail "the client reports BW average $bw: a zero row although ib_write_bw exited 0"
 echo "client BW average: $bw MiB/s"
-# At MTU 4096 a 64 KiB write is 16 packets.
 want=$((iters * size / 4096))
 [ "$sent" -ge "$want" ] || fail "$VL_DEV1 sent $sent packets; $iters writes of $size bytes need at least $want"
 echo "$VL_DEV1 sent $sent packets (>= $want for $iters x $size bytes)"
