@@ -236,7 +236,7 @@ pub fn create_resources(cfg: &Config, dev: &LocalDev, max_size: u64) -> Result<R
         .create_cq(cqe as u32, channel.as_ref())
         .with_context(|| format!("ibv_create_cq with {cqe} entries"))?;
     let bytes = layout.total(qps);
-    let mut mr = pd.reg_mr(bytes, AccessFlags::ALL_REMOTE).with_context(|| {
+    let mr = pd.reg_mr(bytes, AccessFlags::ALL_REMOTE).with_context(|| {
         format!(
             "ibv_reg_mr of {bytes} bytes ({qps} QP(s) x {} slot(s) of {} bytes)",
             layout.src_slots + layout.dst_slots,
@@ -248,7 +248,8 @@ pub fn create_resources(cfg: &Config, dev: &LocalDev, max_size: u64) -> Result<R
     for q in 0..qps {
         for s in 0..layout.src_slots {
             let off = layout.src(q, s);
-            crate::pattern::fill_body(&mut mr.as_mut_slice()[off..off + layout.stride], q);
+            crate::pattern::fill_body_mr(&mr, off..off + layout.stride, q)
+                .context("filling the send buffers")?;
         }
     }
 

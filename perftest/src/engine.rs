@@ -6,9 +6,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use verbs_lab::verbs::{CompChannel, Cq, RecvWr, Sge, VerbsError, WorkCompletion};
+use verbs_lab::verbs::{CompChannel, Cq, Mr, Qp, RecvWr, Sge, VerbsError, WorkCompletion};
 
-use crate::conn::Link;
+use crate::conn::{Layout, Link};
 use crate::params::{Config, UD_GRH};
 use crate::proto::{ChanError, Channel, Msg, Phase, Tally};
 use crate::result::TestKind;
@@ -41,9 +41,6 @@ pub struct Session<'c> {
     pub cfg: &'c Config,
     pub link: Link,
     pub ch: &'c mut Channel,
-    /// Receive buffers (send tools): one SGE per destination slot, `stride` bytes long so that
-    /// one posted receive fits every size of a sweep.
-    pub rx_sges: Vec<Vec<Sge>>,
     /// How long one completion may take before the run is declared stalled.
     pub cq_timeout: Duration,
     /// How long a waiting side accepts silence from a peer that is supposed to be running.
@@ -78,41 +75,74 @@ impl Session<'_> {
 
     /// Posts `wr_ids` (slot numbers) as receives on QP `q`, in chunks, without allocating.
     pub fn post_receives(&self, q: usize, slots: impl Iterator<Item = usize>) -> Result<()> {
-        post_receives(&self.link.res.qps[q], &self.rx_sges[q], q, slots)
+        let res = &self.link.res;
+        post_receives(&res.qps[q], &res.mr, &res.layout, q, slots)
     }
 }
 
-/// Posts receives for `slots` of QP `q` (one SGE each, from `sges`), 32 per call.
+/// Posts receives for `slots` of QP `q`, 32 per call: one SGE each, a whole destination slot
+/// (`stride` bytes, so that one posted receive fits every size of a sweep).
 pub fn post_receives(
-    qp: &verbs_lab::verbs::Qp,
-    sges: &[Sge],
+    qp: &Qp,
+    mr: &Mr,
+    layout: &Layout,
     q: usize,
     mut slots: impl Iterator<Item = usize>,
 ) -> Result<()> {
     const CHUNK: usize = 32;
-    let first = match sges.first() {
-        Some(s) => s,
-        None => return Ok(()),
+    let slot_sge = |slot: usize| -> Result<Sge<'_>> {
+        let off = layout.dst(q, slot);
+        mr.sge(off..off + layout.stride)
+            .with_context(|| format!("the receive SGE of QP {q}'s slot {slot}"))
     };
-    let mut wrs = [RecvWr {
-        wr_id: 0,
-        sges: std::slice::from_ref(first),
-    }; CHUNK];
+    let first = slot_sge(0)?;
+    let mut sges = [first; CHUNK];
+    let mut ids = [0u64; CHUNK];
     loop {
         let mut n = 0;
         for slot in slots.by_ref().take(CHUNK) {
-            let slot = slot % sges.len();
-            wrs[n] = RecvWr {
-                wr_id: ((q as u64) << QP_SHIFT) | slot as u64,
-                sges: std::slice::from_ref(&sges[slot]),
-            };
+            let slot = slot % layout.dst_slots.max(1);
+            sges[n] = slot_sge(slot)?;
+            ids[n] = wr_id(q, slot as u64);
             n += 1;
         }
         if n == 0 {
             return Ok(());
         }
+        let mut wrs = [RecvWr {
+            wr_id: 0,
+            sges: std::slice::from_ref(&sges[0]),
+        }; CHUNK];
+        for (k, wr) in wrs[..n].iter_mut().enumerate() {
+            *wr = RecvWr {
+                wr_id: ids[k],
+                sges: std::slice::from_ref(&sges[k]),
+            };
+        }
         qp.post_recv(&wrs[..n])
             .with_context(|| format!("re-posting {n} receive(s) on QP {q}"))?;
+    }
+}
+
+/// The `wr_id` of request `seq` of QP `q`: the QP index above [`QP_SHIFT`], the request number
+/// (masked to [`SEQ_MASK`], so a long `-D` run wraps the number instead of corrupting the QP
+/// index) below it.
+#[inline]
+pub fn wr_id(q: usize, seq: u64) -> u64 {
+    ((q as u64) << QP_SHIFT) | (seq & SEQ_MASK)
+}
+
+/// How many requests are complete once the completion of `wr_id` (request number masked to
+/// [`SEQ_MASK`]) arrives, given `completed` before it: completions arrive in order, fewer than
+/// 2^39 apart, so the masked number is unwrapped against the count so far. A stale or repeated
+/// completion leaves the count as it was.
+#[inline]
+pub fn completed_through(completed: u64, wr_id: u64) -> u64 {
+    let ahead = ((wr_id & SEQ_MASK) + 1).wrapping_sub(completed) & SEQ_MASK;
+    if ahead != 0 && ahead < 1 << (QP_SHIFT - 1) {
+        completed + ahead
+    } else {
+        completed
     }
 }
 
@@ -277,4 +307,33 @@ pub fn check_tally(t: &Tally, qps: usize) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wr_ids_keep_the_qp_index_past_the_mask() {
+        let past = SEQ_MASK + 6;
+        assert_eq!(wr_id(3, past) >> QP_SHIFT, 3);
+        assert_eq!(wr_id(3, past) & SEQ_MASK, 5);
+        assert_eq!(wr_id(0, 7), 7);
+    }
+
+    #[test]
+    fn completion_counts_unwrap_the_masked_number() {
+        assert_eq!(completed_through(0, wr_id(1, 0)), 1);
+        assert_eq!(completed_through(10, wr_id(1, 19)), 20);
+        // Stale or repeated completions change nothing.
+        assert_eq!(completed_through(20, wr_id(1, 19)), 20);
+        assert_eq!(completed_through(20, wr_id(1, 5)), 20);
+        // Across the wrap of the 40-bit request number.
+        let before = SEQ_MASK - 1;
+        assert_eq!(completed_through(before, wr_id(2, SEQ_MASK)), SEQ_MASK + 1);
+        assert_eq!(
+            completed_through(SEQ_MASK + 1, wr_id(2, SEQ_MASK + 4)),
+            SEQ_MASK + 5
+        );
+    }
 }

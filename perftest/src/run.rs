@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context as _, Result};
 use verbs_lab::affinity;
 use verbs_lab::oob;
-use verbs_lab::verbs::{QpType, Sge};
+use verbs_lab::verbs::QpType;
 
 use crate::conn::{self, Link, LocalDev};
 use crate::engine::Session;
@@ -293,12 +293,10 @@ fn session(
     let link = conn::connect(cfg, dev, res, local, remote)?;
 
     // Receive buffers: posted now, before the peer can send, and kept posted for the run.
-    let rx_sges = receive_sges(&link)?;
     let mut s = Session {
         cfg,
         link,
         ch,
-        rx_sges,
         cq_timeout,
         peer_timeout,
     };
@@ -340,24 +338,6 @@ fn session(
     };
     s.ch.sync(Phase::Finish, 0)?;
     Ok(RunResult { info, rows })
-}
-
-/// One SGE per destination slot of each QP, `stride` bytes: where receives land.
-fn receive_sges(link: &Link) -> Result<Vec<Vec<Sge>>> {
-    let l = link.res.layout;
-    (0..link.res.qps.len())
-        .map(|q| {
-            (0..l.dst_slots)
-                .map(|k| {
-                    let off = l.dst(q, k);
-                    link.res
-                        .mr
-                        .sge(off..off + l.stride)
-                        .context("building receive SGEs")
-                })
-                .collect()
-        })
-        .collect()
 }
 
 /// The header's facts.
