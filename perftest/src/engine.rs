@@ -9,7 +9,7 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use verbs_lab::verbs::{CompChannel, Cq, Mr, Qp, RecvWr, Sge, VerbsError, WorkCompletion};
 
 use crate::conn::{Layout, Link};
-use crate::params::{Config, UD_GRH};
+use crate::params::{Config, RunMode, UD_GRH};
 use crate::proto::{ChanError, Channel, Msg, Phase, Tally};
 use crate::result::TestKind;
 
@@ -35,6 +35,35 @@ pub const YIELD_AFTER: Duration = Duration::from_micros(100);
 /// `wr_id` = QP index << 40 | request number.
 pub const QP_SHIFT: u32 = 40;
 pub const SEQ_MASK: u64 = (1 << QP_SHIFT) - 1;
+
+/// The slowest rate a phase is allowed: per message, and per byte (1 MB/s — far below any
+/// NIC, SoftRoCE under emulation included). Only the bound on a stuck peer uses them.
+const SLOWEST_PER_MSG: Duration = Duration::from_millis(5);
+const SLOWEST_BYTES_PER_SEC: u64 = 1 << 20;
+
+/// The longest one phase of a size may take — the wait for a tally, a barrier, the endpoints —
+/// while the peer sends nothing but heartbeats: the run's own length (`-D`, or `-n` plus the
+/// warm-up messages at the slowest allowed rate for the largest size on every QP), plus two
+/// completion timeouts (the QPs' retries) and 30 s of slack. A peer that is alive but stuck
+/// ends the run after this, with a message that names what was awaited.
+pub fn phase_limit(cfg: &Config, cq_timeout: Duration) -> Duration {
+    let slack = cq_timeout.saturating_mul(2) + Duration::from_secs(30);
+    let size = cfg.sizes.max();
+    let per_msg =
+        SLOWEST_PER_MSG + Duration::from_secs_f64(size as f64 / SLOWEST_BYTES_PER_SEC as f64);
+    let warm = per_msg.saturating_mul(cfg.warmup.min(u64::from(u32::MAX)) as u32);
+    let run = match cfg.mode {
+        RunMode::Duration(d) => d,
+        RunMode::Iters(n) => {
+            let msgs = n
+                .saturating_mul(u64::from(cfg.qps))
+                .min(u64::from(u32::MAX));
+            per_msg.saturating_mul(msgs as u32)
+        }
+    };
+    run.saturating_add(warm.saturating_mul(cfg.qps))
+        .saturating_add(slack)
+}
 
 /// A connected run.
 pub struct Session<'c> {
@@ -213,12 +242,14 @@ impl PeerWatch {
         }
         self.last_check = now;
         // Up to this phase's TALLY: what follows it (a RESULT, the next SYNC) belongs to the
-        // steps after the loop.
-        while self.tally.is_none() && ch.readable(Duration::ZERO).map_err(anyhow::Error::new)? {
-            let m = ch
-                .recv(&format!("the {}'s messages", ch.peer_name()))
-                .map_err(anyhow::Error::new)?;
-            self.take(m)?;
+        // steps after the loop. Whole messages only: half a frame stays for the next look
+        // (bounded by the channel's timeout), the loop never blocks on it.
+        while self.tally.is_none() {
+            let what = format!("the {}'s messages", ch.peer_name());
+            match ch.try_recv(&what).map_err(anyhow::Error::new)? {
+                Some(m) => self.take(m)?,
+                None => break,
+            }
         }
         Ok(())
     }
@@ -271,9 +302,11 @@ impl PeerWatch {
         Ok(())
     }
 
-    /// Blocks until the peer's TALLY of this phase arrives (HEARTBEATs keep it waiting; each
-    /// wait for the next message is bounded by the channel's timeout).
+    /// Blocks until the peer's TALLY of this phase arrives. Each message must come within the
+    /// channel's timeout, and HEARTBEATs keep the wait going only up to the channel's phase
+    /// limit: a peer that is alive but never finishes ends the run, named.
     pub fn wait_tally(&mut self, ch: &mut Channel) -> Result<Tally> {
+        let start = Instant::now();
         while self.tally.is_none() {
             let what = format!(
                 "the {}'s tally of the {} of size {}",
@@ -283,6 +316,9 @@ impl PeerWatch {
             );
             let m = ch.recv(&what).map_err(anyhow::Error::new)?;
             self.take(m)?;
+            if self.tally.is_none() {
+                ch.check_stalled(start, &what).map_err(anyhow::Error::new)?;
+            }
         }
         Ok(self.tally.clone().expect("set above"))
     }

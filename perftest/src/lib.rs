@@ -7,6 +7,7 @@ pub mod conn;
 pub mod engine;
 pub mod gates;
 pub mod lat;
+pub mod listen;
 pub mod output;
 pub mod params;
 pub mod pattern;

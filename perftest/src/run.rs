@@ -19,11 +19,10 @@ use verbs_lab::verbs::QpType;
 
 use crate::conn::{self, Link, LocalDev};
 use crate::engine::Session;
+use crate::listen::Notified;
 use crate::output::Reporter;
 use crate::params::{Config, Params, RunMode, Sizes, Tool};
-use crate::proto::{
-    check_hello, Accept, ChanError, Channel, Hello, Msg, PeerFailed, Phase, ProtoError, VERSION,
-};
+use crate::proto::{ChanError, Channel, Hello, Msg, PeerFailed, Phase, ProtoError, VERSION};
 use crate::report::endpoint_line;
 use crate::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult, TestKind};
 use crate::{bw, lat};
@@ -122,18 +121,6 @@ pub fn reports_rows(cfg: &Config) -> bool {
     }
 }
 
-/// An error this side already sent to the peer (a refused HELLO): not to be sent again.
-#[derive(Debug)]
-struct Notified(String);
-
-impl std::fmt::Display for Notified {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Notified {}
-
 /// Whether the peer already knows about this error (it sent it, or we told it).
 fn peer_knows(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
@@ -152,14 +139,21 @@ pub fn run_tool(cfg: &Config, sink: &mut dyn RowSink) -> Result<RunResult> {
     let cpu = pin(cfg, &dev)?;
     let cq_timeout = conn::completion_timeout(cfg);
     let peer_timeout = cq_timeout.max(Duration::from_secs(15));
-    let conn = match &cfg.host {
-        None => oob::accept(cfg.port, cfg.wait)
-            .with_context(|| format!("waiting for a client on TCP port {}", cfg.port))?,
-        Some(h) => oob::connect(h, cfg.port, cfg.wait)
-            .with_context(|| format!("connecting to the server {h}:{}", cfg.port))?,
+    // The server's guard turns away other clients until the run ends (it is dropped last).
+    let (mut ch, _refuser) = match &cfg.host {
+        None => {
+            let a = crate::listen::accept_client(cfg, &our_hello(cfg), peer_timeout)?;
+            (a.ch, Some(a.refuser))
+        }
+        Some(h) => {
+            let conn = oob::connect(h, cfg.port, cfg.wait)
+                .with_context(|| format!("connecting to the server {h}:{}", cfg.port))?;
+            let mut ch = Channel::new(conn, "server");
+            ch.set_timeout(peer_timeout)?;
+            (ch, None)
+        }
     };
-    let mut ch = Channel::new(conn, if cfg.is_server() { "client" } else { "server" });
-    ch.set_timeout(peer_timeout)?;
+    ch.set_phase_limit(crate::engine::phase_limit(cfg, cq_timeout));
 
     match session(cfg, dev, cpu, &mut ch, (cq_timeout, peer_timeout), sink) {
         Ok(r) => Ok(r),
@@ -193,10 +187,9 @@ fn pin(cfg: &Config, dev: &LocalDev) -> Result<Option<(usize, String)>> {
     Ok(choice)
 }
 
-/// HELLO and its answer. The server checks every parameter and refuses a mismatch with an ERROR
-/// that names each differing parameter with both values.
-fn handshake(cfg: &Config, ch: &mut Channel) -> Result<()> {
-    let ours = Hello {
+/// This side's HELLO: the tool and every parameter that must match.
+pub fn our_hello(cfg: &Config) -> Hello {
+    Hello {
         version: VERSION,
         tool: cfg.tool.name(),
         test: cfg.tool.kind,
@@ -206,62 +199,32 @@ fn handshake(cfg: &Config, ch: &mut Channel) -> Result<()> {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
-    };
-    if cfg.is_server() {
-        let client = ch.peer_addr();
-        let refuse = |ch: &mut Channel, why: String| -> anyhow::Error {
-            ch.send_error(&why);
-            anyhow::Error::new(Notified(format!("refused the client {client}: {why}")))
-        };
-        match ch.recv("the client's HELLO") {
-            Ok(Msg::Hello(h)) => {
-                if let Err(why) = check_hello(&ours, &h) {
-                    return Err(refuse(ch, why));
-                }
-                ch.send(&Msg::Accept(Accept {
-                    version: VERSION,
-                    tool: ours.tool.clone(),
-                }))?;
-                Ok(())
-            }
-            Ok(other) => Err(refuse(
-                ch,
-                format!("protocol error: expected HELLO, got {}", other.name()),
-            )),
-            Err(ChanError::Proto {
-                err: ProtoError::Version { peer },
-                ..
-            }) => Err(refuse(
-                ch,
-                format!(
-                    "protocol version mismatch: the client speaks version {peer}, the server \
-                     version {VERSION}; run the same verbs-lab release on both sides"
-                ),
-            )),
-            Err(ChanError::Proto { err, .. }) => Err(refuse(ch, format!("bad HELLO: {err}"))),
-            Err(e) => Err(anyhow::Error::new(e).context("waiting for the client's HELLO")),
-        }
-    } else {
-        ch.send(&Msg::Hello(ours))?;
-        match ch.recv("the server's answer to HELLO") {
-            Ok(Msg::Accept(_)) => Ok(()),
-            Ok(other) => bail!(
-                "protocol error: the server answered HELLO with {}",
-                other.name()
-            ),
-            Err(ChanError::Peer(p)) => Err(anyhow::Error::new(Notified(format!(
-                "the server refused the run: {}",
-                p.text
-            )))),
-            Err(ChanError::Proto {
-                err: ProtoError::Version { peer },
-                ..
-            }) => bail!(
-                "protocol version mismatch: the server speaks version {peer}, the client \
-                 version {VERSION}; run the same verbs-lab release on both sides"
-            ),
-            Err(e) => Err(anyhow::Error::new(e).context("waiting for the server's answer")),
-        }
+    }
+}
+
+/// The client's HELLO and the server's answer. (The server takes the HELLO while accepting,
+/// in [`crate::listen`]: it checks every parameter and refuses a mismatch with an ERROR that
+/// names each differing parameter with both values.)
+fn client_hello(cfg: &Config, ch: &mut Channel) -> Result<()> {
+    ch.send(&Msg::Hello(our_hello(cfg)))?;
+    match ch.recv("the server's answer to HELLO") {
+        Ok(Msg::Accept(_)) => Ok(()),
+        Ok(other) => bail!(
+            "protocol error: the server answered HELLO with {}",
+            other.name()
+        ),
+        Err(ChanError::Peer(p)) => Err(anyhow::Error::new(Notified(format!(
+            "the server refused the run: {}",
+            p.text
+        )))),
+        Err(ChanError::Proto {
+            err: ProtoError::Version { peer },
+            ..
+        }) => bail!(
+            "protocol version mismatch: the server speaks version {peer}, the client \
+             version {VERSION}; run the same verbs-lab release on both sides"
+        ),
+        Err(e) => Err(anyhow::Error::new(e).context("waiting for the server's answer")),
     }
 }
 
@@ -273,7 +236,9 @@ fn session(
     (cq_timeout, peer_timeout): (Duration, Duration),
     sink: &mut dyn RowSink,
 ) -> Result<RunResult> {
-    handshake(cfg, ch)?;
+    if !cfg.is_server() {
+        client_hello(cfg, ch)?;
+    }
 
     // Buffers sized for the largest message this side can carry; the sweep is capped by both
     // sides once the endpoints are exchanged.
