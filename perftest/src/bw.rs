@@ -120,15 +120,17 @@ fn prepare(s: &Session<'_>, size: u64) -> Result<()> {
         return Ok(());
     }
     let n = size as usize;
-    let Resources { mr, layout, .. } = &s.link.res;
-    for q in 0..s.cfg.qps as usize {
+    let Resources {
+        src, dst, layout, ..
+    } = &s.link.res;
+    for (q, rx) in dst.iter().enumerate() {
         match s.cfg.tool.kind {
-            TestKind::Write => mr.fill(layout.dst_region(q), 0)?,
+            TestKind::Write => rx.fill(layout.dst_region(q), 0)?,
             TestKind::Read => {
                 let d = layout.dst(q, 0);
-                pattern::fill_body_mr(mr, d..d + n, q)?;
-                pattern::stamp_mr(mr, d, n, 0, false)?;
-                mr.fill(layout.src_region(q), 0)?;
+                pattern::fill_body_mr(rx, d..d + n, q)?;
+                pattern::stamp_mr(rx, d, n, 0, false)?;
+                src.fill(layout.src_region(q), 0)?;
             }
             TestKind::Send | TestKind::Atomic => {}
         }
@@ -399,7 +401,8 @@ fn phase(
         ..
     } = link;
     let Resources {
-        mr,
+        src: mr,
+        dst,
         qps,
         cq,
         channel,
@@ -564,7 +567,7 @@ fn phase(
                     }
                     if cfg.validate {
                         let off = layout.dst(q, slot) + rx_off;
-                        let msg = mr.to_vec(off..off + n)?;
+                        let msg = dst[q].to_vec(off..off + n)?;
                         check_received(&msg, q, &mut rx.next_seq[q], lossy, ph, size)?;
                     }
                     rx.received[q] += 1;
@@ -587,7 +590,13 @@ fn phase(
             if receives {
                 for (q, qp) in qps.iter().enumerate().take(nq) {
                     if !rx.pending[q].is_empty() {
-                        crate::engine::post_receives(qp, mr, &layout, q, rx.pending[q].drain(..))?;
+                        crate::engine::post_receives(
+                            qp,
+                            &dst[q],
+                            &layout,
+                            q,
+                            rx.pending[q].drain(..),
+                        )?;
                     }
                 }
                 if rx.total > 0 {
@@ -758,10 +767,10 @@ fn check_received(
 fn validate(s: &mut Session<'_>, size: u64, warm: &PhaseOut, out: &PhaseOut) -> Result<()> {
     let n = size as usize;
     let layout = s.link.res.layout;
-    let mr = &s.link.res.mr;
+    let (src, dst) = (&s.link.res.src, &s.link.res.dst);
     match s.cfg.tool.kind {
         TestKind::Write if s.bw_peer_sends() => {
-            for q in 0..s.cfg.qps as usize {
+            for (q, rx) in dst.iter().enumerate() {
                 let total = warm
                     .peer_sent
                     .get(q)
@@ -775,7 +784,7 @@ fn validate(s: &mut Session<'_>, size: u64, warm: &PhaseOut, out: &PhaseOut) -> 
                         continue;
                     };
                     let off = layout.dst(q, slot as usize);
-                    if let Err(m) = pattern::check(&mr.to_vec(off..off + n)?, q, seq, false) {
+                    if let Err(m) = pattern::check(&rx.to_vec(off..off + n)?, q, seq, false) {
                         bail!(
                             "--validate: after {total} RDMA writes of {size} bytes, QP {q}'s \
                              slot {slot} should hold message {seq}, but {m}"
@@ -787,7 +796,7 @@ fn validate(s: &mut Session<'_>, size: u64, warm: &PhaseOut, out: &PhaseOut) -> 
         TestKind::Read if s.bw_sends() => {
             for q in 0..s.cfg.qps as usize {
                 let off = layout.src(q, 0);
-                if let Err(m) = pattern::check(&mr.to_vec(off..off + n)?, q, 0, false) {
+                if let Err(m) = pattern::check(&src.to_vec(off..off + n)?, q, 0, false) {
                     bail!(
                         "--validate: what QP {q} read ({size} bytes) differs from the peer's \
                          buffer: {m}"

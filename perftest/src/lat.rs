@@ -79,7 +79,7 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Op
         let layout = s.link.res.layout;
         let off = layout.dst(0, 0);
         let last = warm_count + m.count - 1;
-        let buf = s.link.res.mr.to_vec(off..off + size as usize)?;
+        let buf = s.link.res.dst[0].to_vec(off..off + size as usize)?;
         if let Err(e) = pattern::check(&buf, 0, last, true) {
             bail!(
                 "--validate: after {} RDMA writes of {size} bytes the buffer should hold \
@@ -102,10 +102,10 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Op
 
 /// Clears the destination (write: so the poll byte starts at 0) and stamps nothing yet.
 fn prepare(s: &Session<'_>, size: u64) -> Result<()> {
-    let Resources { mr, layout, .. } = &s.link.res;
+    let Resources { dst, layout, .. } = &s.link.res;
     if s.cfg.tool.kind == TestKind::Write {
         let d = layout.dst(0, 0);
-        mr.fill(d..d + size as usize, 0)?;
+        dst[0].fill(d..d + size as usize, 0)?;
     }
     Ok(())
 }
@@ -313,14 +313,17 @@ fn one_phase(
         inline_limit,
         ..
     } = link;
+    // `mr`: the source slots (what we send, where reads land); `rx`: QP 0's destination slots.
     let Resources {
-        mr,
+        src: mr,
+        dst,
         qps,
         cq,
         channel,
         layout,
         ..
     } = res;
+    let rx: &Mr = &dst[0];
     let layout = *layout;
     let channel = channel.as_ref();
     let qp = &qps[0];
@@ -430,7 +433,7 @@ fn one_phase(
                 TestKind::Write => {
                     let want = pattern::poll_byte(seq);
                     waiter.what = "the server's RDMA write (its last byte)";
-                    let m: &Mr = mr;
+                    let m: &Mr = rx;
                     waiter.wait(|| Ok(m.read_volatile(poll_off) == want))?;
                     Instant::now()
                 }
@@ -460,7 +463,7 @@ fn one_phase(
             // Bookkeeping between the answer and the next post (perftest's samples include it
             // too; keep it small).
             if let Some(got) = recv.take() {
-                after_recv(mr, qp, layout, got, rx_off, n, seq, lossy, stamp_all)?;
+                after_recv(rx, qp, layout, got, rx_off, n, seq, lossy, stamp_all)?;
             }
             if pingpong {
                 reap(cq, &mut wcs, sq, &mut recv, size)?;
@@ -474,7 +477,7 @@ fn one_phase(
                 TestKind::Write => {
                     let want = pattern::poll_byte(seq);
                     waiter.what = "the client's RDMA write (its last byte)";
-                    let m: &Mr = mr;
+                    let m: &Mr = rx;
                     waiter.wait(|| Ok(m.read_volatile(poll_off) == want))?
                 }
                 _ => {
@@ -500,7 +503,7 @@ fn one_phase(
             last = t1;
             count += 1;
             if let Some(got) = recv.take() {
-                after_recv(mr, qp, layout, got, rx_off, n, seq, lossy, stamp_all)?;
+                after_recv(rx, qp, layout, got, rx_off, n, seq, lossy, stamp_all)?;
             }
             reap(cq, &mut wcs, sq, &mut recv, size)?;
         }

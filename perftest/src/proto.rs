@@ -881,6 +881,8 @@ pub struct Channel {
     peer: &'static str,
     /// The longest a wait for one message may last while the peer sends only heartbeats.
     phase_limit: Duration,
+    /// An ERROR went out: the peer knows why this side stops.
+    error_sent: bool,
 }
 
 impl Channel {
@@ -890,6 +892,7 @@ impl Channel {
             conn,
             peer,
             phase_limit,
+            error_sent: false,
         }
     }
 
@@ -1022,7 +1025,13 @@ impl Channel {
 
     /// Best effort: tells the peer why we stop. Errors are ignored (the peer may be gone).
     pub fn send_error(&mut self, text: &str) {
+        self.error_sent = true;
         let _ = self.send(&Msg::Error(text.to_string()));
+    }
+
+    /// Whether an ERROR was sent on this channel.
+    pub fn error_sent(&self) -> bool {
+        self.error_sent
     }
 
     /// After a local failure: an ERROR the peer may have sent in the meantime (it often explains

@@ -155,19 +155,22 @@ pub fn run_tool(cfg: &Config, sink: &mut dyn RowSink) -> Result<RunResult> {
     };
     ch.set_phase_limit(crate::engine::phase_limit(cfg, cq_timeout));
 
-    match session(cfg, dev, cpu, &mut ch, (cq_timeout, peer_timeout), sink) {
-        Ok(r) => Ok(r),
-        Err(e) if peer_knows(&e) => Err(e),
-        Err(e) => {
-            // The peer may have failed first and said why (a refused validation makes our
-            // completions fail): prefer its reason, and tell it ours.
-            let theirs = ch.pending_peer_error(Duration::from_millis(300));
-            ch.send_error(&format!("{e:#}"));
-            match theirs {
-                Some(p) => Err(anyhow!("{p} (and on this side: {e:#})")),
-                None => Err(e),
-            }
-        }
+    session(cfg, dev, cpu, &mut ch, (cq_timeout, peer_timeout), sink)
+        .map_err(|e| tell_peer(&mut ch, e))
+}
+
+/// Tells the peer why this side stops, unless it knows already (it sent the reason, we refused
+/// its HELLO, or this error was sent before). The peer may have failed first and said why (a
+/// refused validation makes our completions fail): its reason is preferred.
+fn tell_peer(ch: &mut Channel, e: anyhow::Error) -> anyhow::Error {
+    if peer_knows(&e) || ch.error_sent() {
+        return e;
+    }
+    let theirs = ch.pending_peer_error(Duration::from_millis(300));
+    ch.send_error(&format!("{e:#}"));
+    match theirs {
+        Some(p) => anyhow!("{p} (and on this side: {e:#})"),
+        None => e,
     }
 }
 
@@ -265,6 +268,21 @@ fn session(
         cq_timeout,
         peer_timeout,
     };
+    // On a failure the peer hears why before this side tears its QPs down: destroyed first,
+    // they would make the peer's requests fail (retries exceeded, remote access) and the peer
+    // would print that instead of the cause.
+    let r = measure(&mut s, cpu, sink);
+    r.map_err(|e| tell_peer(s.ch, e))
+    // `s`, and with it the QPs, MR and CQ, is torn down here.
+}
+
+/// Posts the receives, runs every size and the final barrier.
+fn measure(
+    s: &mut Session<'_>,
+    cpu: Option<(usize, String)>,
+    sink: &mut dyn RowSink,
+) -> Result<RunResult> {
+    let cfg = s.cfg;
     if cfg.tool.kind == TestKind::Send {
         let posted = s.link.res.rx_posted as usize;
         for q in 0..cfg.qps as usize {
@@ -282,7 +300,7 @@ fn session(
         Metric::Bw => {
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
-                if let Some(r) = bw::run_size(&mut s, size)? {
+                if let Some(r) = bw::run_size(s, size)? {
                     sink.bw_row(&info, &r);
                     rows.push(r);
                 }
@@ -293,7 +311,7 @@ fn session(
             let mut sq = lat::SendQueue::default();
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
-                if let Some(r) = lat::run_size(&mut s, size, &mut sq)? {
+                if let Some(r) = lat::run_size(s, size, &mut sq)? {
                     sink.lat_row(&info, &r);
                     rows.push(r);
                 }

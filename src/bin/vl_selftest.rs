@@ -148,15 +148,19 @@ fn run(args: &Args) -> Result<()> {
     let mtu_a = a.ctx.query_port(args.port)?.active_mtu;
     let mtu_b = b.ctx.query_port(args.port)?.active_mtu;
     let mtu = path_mtu(mtu_a.min(mtu_b), None).map_err(anyhow::Error::msg)?;
-    let opts = |s: &Side| ConnectOpts {
+    // A initiates every operation; only B's QP lets its peer write, read and run atomics.
+    let opts = |s: &Side, access: AccessFlags| ConnectOpts {
         port_num: args.port,
         sgid_index: s.gid.entry.index as u8,
         path_mtu: mtu,
         timeout: args.timeout,
+        access,
         ..Default::default()
     };
-    bring_up(&a.qp, &a.ep, &b.ep, &opts(&a)).context("connecting A's QP to B")?;
-    bring_up(&b.qp, &b.ep, &a.ep, &opts(&b)).context("connecting B's QP to A")?;
+    let remote = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    bring_up(&a.qp, &a.ep, &b.ep, &opts(&a, AccessFlags::EMPTY))
+        .context("connecting A's QP to B")?;
+    bring_up(&b.qp, &b.ep, &a.ep, &opts(&b, remote)).context("connecting B's QP to A")?;
     println!("connected: A {} <-> B {} (path MTU {mtu})", a.ep, b.ep);
 
     let n = args.size;
