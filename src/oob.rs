@@ -323,6 +323,13 @@ pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<OobConn> {
     })
 }
 
+impl std::os::fd::AsRawFd for OobConn {
+    /// The socket, e.g. for a signal thread that shuts down its reading side to wake a reader.
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.stream.as_raw_fd()
+    }
+}
+
 impl OobConn {
     fn new(stream: TcpStream, peer: SocketAddr, timeout: Duration) -> Result<OobConn> {
         let io = |err| OobError::Io {

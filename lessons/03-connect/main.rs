@@ -9,6 +9,8 @@
 //! talk to that tool. Then each side walks its QP through the states, reading the state back
 //! after every step, and proves the connection with a barrier and one small SEND.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use anyhow::{bail, ensure, Context as _, Result};

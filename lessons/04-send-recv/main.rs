@@ -11,6 +11,8 @@
 //! `--show-rnr` (on both sides) shows what happens when the receive is NOT posted: the server
 //! posts none, the client sends with `rnr_retry` 0 and gets `IBV_WC_RNR_RETRY_EXC_ERR`.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 

@@ -24,6 +24,8 @@
 //! client:  lesson05_rdma_write -d rxe1 -s 4096 -n 5 --notify imm 192.168.77.1
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};

@@ -20,6 +20,8 @@
 //! client:  lesson06_rdma_read -d rxe1 -s 4096 -o 4 -n 3 192.168.77.1
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 

@@ -33,6 +33,8 @@
 //! client:  lesson07_events -d rxe1 -n 500 --show-race 192.168.77.1
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 

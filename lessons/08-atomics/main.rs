@@ -23,6 +23,8 @@
 //! clients:  lesson08_atomics -d rxe1 -n 100 192.168.77.1   (twice, at the same time)
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 

@@ -27,6 +27,8 @@
 //! lesson09_affinity -n 100 -s 4096 --cpus 1,0  # the pinned placements use CPUs 1 and 0
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::fs;
 use std::process::ExitCode;
 use std::sync::mpsc;

@@ -504,6 +504,8 @@ pub fn connect(
         }
     }
 
+    check_remote_slots(cfg, &remote, *sizes.last().unwrap_or(&0))?;
+
     let needs_rd = matches!(cfg.tool.kind, TestKind::Read | TestKind::Atomic);
     let ours_accept = dev.attr.max_qp_rd_atom.clamp(1, 255) as u8;
     let init_max = dev.attr.max_qp_init_rd_atom.clamp(1, 255) as u32;
@@ -594,6 +596,34 @@ pub fn connect(
         granted_inline,
         outstanding: if needs_rd { outstanding } else { 0 },
     })
+}
+
+/// Refuses a peer whose advertised slots cannot hold our largest message (RDMA tests: our
+/// requests address `slot * stride` of its region, so a stride below the message size would
+/// overlap slots), that advertises no slot, or whose region would wrap the address space.
+pub fn check_remote_slots(cfg: &Config, remote: &Endpoints, largest: u64) -> Result<()> {
+    if cfg.tool.kind == TestKind::Send {
+        return Ok(()); // the peer's receive buffers are its own business
+    }
+    for (q, r) in remote.qps.iter().enumerate() {
+        if r.slots == 0 || u64::from(r.slot_stride) < largest {
+            bail!(
+                "the peer's QP {q} offers {} slot(s) of {} bytes, too small for messages of \
+                 {largest} bytes (protocol error: is the peer a verbs-lab tool of this release?)",
+                r.slots,
+                r.slot_stride
+            );
+        }
+        let span = u64::from(r.slots) * u64::from(r.slot_stride);
+        if r.addr.checked_add(span).is_none() {
+            bail!(
+                "the peer's QP {q} advertises {span} bytes at {:#x}, beyond the end of the \
+                 address space (protocol error)",
+                r.addr
+            );
+        }
+    }
+    Ok(())
 }
 
 fn endpoint(e: &QpEndpoint) -> Endpoint {

@@ -241,6 +241,7 @@ impl PeerWatch {
             return Ok(());
         }
         self.last_check = now;
+        crate::signals::check().map_err(anyhow::Error::new)?;
         // Up to this phase's TALLY: what follows it (a RESULT, the next SYNC) belongs to the
         // steps after the loop. Whole messages only: half a frame stays for the next look
         // (bounded by the channel's timeout), the loop never blocks on it.
@@ -262,6 +263,14 @@ impl PeerWatch {
                 if self.tally.is_some() {
                     bail!(
                         "protocol out of step: a second TALLY for the {} of size {}",
+                        t.phase,
+                        t.size
+                    );
+                }
+                if let Some(n) = t.per_qp.iter().find(|n| **n > MAX_TALLY) {
+                    bail!(
+                        "the peer's tally of the {} of size {} claims {n} messages, more than \
+                         any run can send (protocol error)",
                         t.phase,
                         t.size
                     );
@@ -334,12 +343,22 @@ pub fn send_tally(ch: &mut Channel, phase: Phase, size: u64, per_qp: Vec<u64>) -
     .map_err(anyhow::Error::new)
 }
 
-/// Checks that a tally holds one count per QP.
+/// The largest message count a tally may carry: far beyond any run (2^62 messages would take
+/// a century at 1.5 billion messages a second), yet any two of them add up without overflow.
+pub const MAX_TALLY: u64 = 1 << 62;
+
+/// Checks that a tally holds one count per QP, each a count a real run could reach.
 pub fn check_tally(t: &Tally, qps: usize) -> Result<()> {
     if t.per_qp.len() != qps {
         bail!(
             "the peer's tally lists {} QPs, this run has {qps} (protocol error)",
             t.per_qp.len()
+        );
+    }
+    if let Some((q, n)) = t.per_qp.iter().enumerate().find(|(_, n)| **n > MAX_TALLY) {
+        bail!(
+            "the peer's tally claims {n} messages on QP {q}, more than any run can send \
+             (protocol error)"
         );
     }
     Ok(())
@@ -348,6 +367,23 @@ pub fn check_tally(t: &Tally, qps: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn implausible_tallies_are_refused() {
+        let t = |per_qp: Vec<u64>| Tally {
+            phase: Phase::Measure,
+            size: 64,
+            per_qp,
+        };
+        assert!(check_tally(&t(vec![5, 6]), 2).is_ok());
+        assert!(check_tally(&t(vec![5]), 2).is_err());
+        let e = check_tally(&t(vec![1, u64::MAX]), 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("QP 1") && e.contains("protocol error"), "{e}");
+        assert!(check_tally(&t(vec![MAX_TALLY, MAX_TALLY]), 2).is_ok());
+        assert!(MAX_TALLY.checked_add(MAX_TALLY).is_some());
+    }
 
     #[test]
     fn wr_ids_keep_the_qp_index_past_the_mask() {

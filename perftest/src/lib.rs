@@ -2,6 +2,8 @@
 //! and report, kept apart so that a new test is a small new file and a new output format touches
 //! only the report.
 
+#![forbid(unsafe_code)]
+
 pub mod bw;
 pub mod conn;
 pub mod engine;
@@ -16,4 +18,5 @@ pub mod proto;
 pub mod report;
 pub mod result;
 pub mod run;
+pub mod signals;
 pub mod stats;

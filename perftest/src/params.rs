@@ -339,7 +339,8 @@ impl Params {
     {
         let cmd = Params::command()
             .name(tool.static_name())
-            .about(tool.about());
+            .about(tool.about())
+            .after_help(crate::run::EXIT_CODES);
         let matches = cmd.try_get_matches_from(args)?;
         Params::from_arg_matches(&matches)
     }

@@ -911,6 +911,11 @@ impl Channel {
         self.peer
     }
 
+    /// The socket (see [`crate::signals::watch_socket`]).
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.conn)
+    }
+
     pub fn peer_addr(&self) -> std::net::SocketAddr {
         self.conn.peer()
     }

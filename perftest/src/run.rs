@@ -5,9 +5,11 @@
 //! measured — a [`Reporter`] for the tools, something else for a caller that runs several
 //! processes and merges their results.
 //!
-//! Exit codes: 0 success; 1 the run failed (the error says which step, and the peer's reason
-//! when it reported one); 2 a bad command line (nothing was run); 3
-//! ([`EXIT_GATE_FAILED`](crate::gates::EXIT_GATE_FAILED)) the run completed but missed a gate.
+//! Exit codes ([`EXIT_CODES`], printed by every tool's `--help`): 0 success; 1 the run failed
+//! (the error says which step, and the peer's reason when it reported one); 2 a bad command
+//! line (nothing was run); 3 ([`EXIT_GATE_FAILED`](crate::gates::EXIT_GATE_FAILED)) the run
+//! completed but missed a gate; 130 and 143 the run was stopped by SIGINT or SIGTERM (see
+//! [`crate::signals`]).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -26,6 +28,15 @@ use crate::proto::{ChanError, Channel, Hello, Msg, PeerFailed, Phase, ProtoError
 use crate::report::endpoint_line;
 use crate::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult, TestKind};
 use crate::{bw, lat};
+
+/// The exit codes of every `vl_*` tool, as `--help` prints them.
+pub const EXIT_CODES: &str = "Exit codes:
+  0    the run completed (and met every gate)
+  1    the run failed: the error names the step, and the peer's reason when it sent one
+  2    bad command line: nothing was run
+  3    the run completed but missed a gate (--min-bw, --max-lat)
+  130  stopped by SIGINT (Ctrl-C): torn down cleanly, the peer was told
+  143  stopped by SIGTERM: torn down cleanly, the peer was told";
 
 /// Where a run's header and rows go as they are measured.
 pub trait RowSink {
@@ -64,6 +75,10 @@ impl RowSink for NoSink {
 /// code. Errors are printed as `vl_write_bw: error: ...` on stderr.
 pub fn main(tool: Tool) -> ExitCode {
     let name = tool.name();
+    if let Err(e) = crate::signals::install(&name) {
+        eprintln!("{name}: error: cannot set up the handling of SIGINT and SIGTERM: {e}");
+        return ExitCode::FAILURE;
+    }
     let params = Params::parse_for(tool);
     let cfg = match Config::new(tool, &params) {
         Ok(c) => c,
@@ -101,10 +116,16 @@ pub fn main(tool: Tool) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Err(e) => {
-            eprintln!("{name}: error: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => match crate::signals::received() {
+            Some(i) => {
+                eprintln!("{name}: {i}: the peer was told, the run torn down");
+                ExitCode::from(i.exit_code())
+            }
+            None => {
+                eprintln!("{name}: error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 
@@ -154,6 +175,9 @@ pub fn run_tool(cfg: &Config, sink: &mut dyn RowSink) -> Result<RunResult> {
         }
     };
     ch.set_phase_limit(crate::engine::phase_limit(cfg, cq_timeout));
+    // From here a signal stops the run through its error path (and tells the peer); the watch
+    // ends before the channel is closed.
+    let _watch = crate::signals::watch_socket(ch.raw_fd());
 
     session(cfg, dev, cpu, &mut ch, (cq_timeout, peer_timeout), sink)
         .map_err(|e| tell_peer(&mut ch, e))
@@ -163,6 +187,12 @@ pub fn run_tool(cfg: &Config, sink: &mut dyn RowSink) -> Result<RunResult> {
 /// its HELLO, or this error was sent before). The peer may have failed first and said why (a
 /// refused validation makes our completions fail): its reason is preferred.
 fn tell_peer(ch: &mut Channel, e: anyhow::Error) -> anyhow::Error {
+    if let Some(i) = crate::signals::received() {
+        if !ch.error_sent() {
+            ch.send_error(&format!("{i} (Ctrl-C or kill): it stopped the run"));
+        }
+        return anyhow::Error::new(i);
+    }
     if peer_knows(&e) || ch.error_sent() {
         return e;
     }

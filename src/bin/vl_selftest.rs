@@ -19,7 +19,9 @@ use verbs_lab::verbs::{
 #[derive(Parser, Debug)]
 #[command(
     version,
-    about = "Check that RDMA works between two local devices, byte for byte"
+    about = "Check that RDMA works between two local devices, byte for byte",
+    after_help = "Exit codes:\n  0  every check passed\n  1  a check or a verbs call failed (the \
+                  message names it)\n  2  bad command line"
 )]
 struct Args {
     /// Device of side A (default: the first device).

@@ -9,6 +9,8 @@
 //! ```
 //! Exit status 0 when every check holds, 1 otherwise (the message says which).
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 /// A parsed JSON value (numbers kept as f64: enough for checking a report).
