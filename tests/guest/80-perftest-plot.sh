@@ -41,17 +41,19 @@ done
 vl_jsoncheck "$json" --sizes "$(sizes 2 8388608)" --plot "$svg"
 expect_not_contains "$CLIENT_OUT" "sizes, running"
 
-step "vl_read_lat -a --plot: six percentile lines (min .. max), 23 sizes each"
-json=$VL_PT_OUT/80-read-lat-sweep.json
-svg=$VL_PT_OUT/80-read-lat-sweep.svg
+step "vl_send_lat -a -c UD --plot: six percentile lines (min .. max), a point per size up to the MTU"
+json=$VL_PT_OUT/80-send-lat-ud-sweep.json
+svg=$VL_PT_OUT/80-send-lat-ud-sweep.svg
 rm -f "$json" "$svg"
-vl_pair_ok vl_read_lat "-a -n 5 -w 1" "--json $json --plot $svg"
+vl_pair_ok vl_send_lat "-a -c UD -n 20 -w 2" "--json $json --plot $svg"
+mtu=$(header_value "$CLIENT_OUT" Mtu | tr -dc 0-9)
+nsizes=$(sizes 2 "$mtu" | tr ',' '\n' | wc -l)
 expect_contains "$svg" "latency [usec]"
 for colour in '#7F7F7F' '#1F77B4' '#2CA02C' '#FF7F0E' '#D62728' '#9467BD'; do
     n=$(line_points "$svg" "$colour")
-    [ "$n" = 23 ] || fail "the $colour line of $svg has '$n' points, expected 23"
+    [ "$n" = "$nsizes" ] || fail "the $colour line of $svg has '$n' points, expected $nsizes (2 .. $mtu)"
 done
-vl_jsoncheck "$json" --sizes "$(sizes 2 8388608)" --plot "$svg"
+vl_jsoncheck "$json" --sizes "$(sizes 2 "$mtu")" --plot "$svg"
 
 step "a --plot file that cannot be written fails the run and names the file"
 vl_pair vl_write_bw "-s 4096 -n 20" "--plot /nonexistent-dir/x.svg" && fail "an unwritable --plot file was accepted"
