@@ -24,6 +24,7 @@ use crate::engine::Session;
 use crate::listen::Notified;
 use crate::output::Reporter;
 use crate::params::{Config, Params, RunMode, Sizes, Tool};
+use crate::progress::Progress;
 use crate::proto::{ChanError, Channel, Hello, Msg, PeerFailed, Phase, ProtoError, VERSION};
 use crate::report::endpoint_line;
 use crate::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult, TestKind};
@@ -79,6 +80,7 @@ pub fn main(tool: Tool) -> ExitCode {
         eprintln!("{name}: error: cannot set up the handling of SIGINT and SIGTERM: {e}");
         return ExitCode::FAILURE;
     }
+    verbs_lab::cli::generate_if_asked(|| Params::command_for(tool));
     let params = Params::parse_for(tool);
     let cfg = match Config::new(tool, &params) {
         Ok(c) => c,
@@ -326,12 +328,14 @@ fn measure(
 
     sink.header(&info);
     let sizes = s.link.sizes.clone();
+    let progress = Progress::start(cfg, &sizes);
     let rows = match cfg.tool.metric {
         Metric::Bw => {
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
+                progress.size(size);
                 if let Some(r) = bw::run_size(s, size)? {
-                    sink.bw_row(&info, &r);
+                    progress.row(|| sink.bw_row(&info, &r));
                     rows.push(r);
                 }
             }
@@ -341,14 +345,16 @@ fn measure(
             let mut sq = lat::SendQueue::default();
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
+                progress.size(size);
                 if let Some(r) = lat::run_size(s, size, &mut sq)? {
-                    sink.lat_row(&info, &r);
+                    progress.row(|| sink.lat_row(&info, &r));
                     rows.push(r);
                 }
             }
             Rows::Lat(rows)
         }
     };
+    drop(progress);
     s.ch.sync(Phase::Finish, 0)?;
     Ok(RunResult { info, rows })
 }
