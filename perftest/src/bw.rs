@@ -667,6 +667,7 @@ fn phase(
         }
         if receives && !rx_done {
             watch.alive(now, peer_timeout, "the peer's messages")?;
+            watch.within_phase(ch, now, "the peer's messages")?;
         }
         if idle && channel.is_none() && now.duration_since(last_progress) >= YIELD_AFTER {
             std::thread::yield_now();

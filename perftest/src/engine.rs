@@ -36,9 +36,10 @@ pub const YIELD_AFTER: Duration = Duration::from_micros(100);
 pub const QP_SHIFT: u32 = 40;
 pub const SEQ_MASK: u64 = (1 << QP_SHIFT) - 1;
 
-/// The slowest rate a phase is allowed: per message, and per byte (1 MB/s — far below any
-/// NIC, SoftRoCE under emulation included). Only the bound on a stuck peer uses them.
-const SLOWEST_PER_MSG: Duration = Duration::from_millis(5);
+/// The slowest rate a phase is allowed: 50 ms per message (a round trip under loaded QEMU
+/// emulation takes up to ~30 ms) plus 1 MB/s per byte (far below any NIC). Only the bound on
+/// an alive but stuck peer uses them; a real run never comes near.
+const SLOWEST_PER_MSG: Duration = Duration::from_millis(50);
 const SLOWEST_BYTES_PER_SEC: u64 = 1 << 20;
 
 /// The longest one phase of a size may take — the wait for a tally, a barrier, the endpoints —
@@ -212,6 +213,8 @@ pub fn poll_or_sleep(
 /// The peer as a running loop sees it: the channel (looked at every [`CHANNEL_CHECK`]),
 /// heartbeats, the peer's tally, and when it last showed signs of life.
 pub struct PeerWatch {
+    /// When the phase began: waits that heartbeats keep alive end at the channel's phase limit.
+    started: Instant,
     last_check: Instant,
     last_beat_sent: Instant,
     /// The last HEARTBEAT, TALLY or data from the peer.
@@ -225,6 +228,7 @@ impl PeerWatch {
     pub fn new(phase: Phase, size: u64) -> PeerWatch {
         let now = Instant::now();
         PeerWatch {
+            started: now,
             last_check: now,
             last_beat_sent: now,
             last_sign: now,
@@ -307,6 +311,19 @@ impl PeerWatch {
                  {waiting_for}: is it stopped or stuck?",
                 quiet.as_secs_f64()
             );
+        }
+        Ok(())
+    }
+
+    /// Fails when this phase has lasted longer than the channel's phase limit while this side
+    /// waited for `waiting_for` (the peer's heartbeats keep [`PeerWatch::alive`] content, but
+    /// an alive peer that never delivers must not hold the run forever).
+    pub fn within_phase(&self, ch: &Channel, now: Instant, waiting_for: &str) -> Result<()> {
+        if now.duration_since(self.started) > ch.phase_limit() {
+            return Err(anyhow::Error::new(ChanError::Stalled {
+                what: format!("{waiting_for} (the {} of size {})", self.phase, self.size),
+                after: now.duration_since(self.started),
+            }));
         }
         Ok(())
     }

@@ -217,3 +217,52 @@ fn a_half_frame_never_blocks_the_running_loop() {
     go_tx.send(()).unwrap();
     t.join().unwrap();
 }
+
+#[test]
+fn the_phase_limit_follows_the_run() {
+    let cq = Duration::from_secs(5);
+    let short = vl_perftest::engine::phase_limit(&config("-n 10 -s 64"), cq);
+    let long = vl_perftest::engine::phase_limit(&config("-n 10000 -s 64"), cq);
+    let timed = vl_perftest::engine::phase_limit(&config("-D 100 -s 64"), cq);
+    // Slack: two completion timeouts and 30 s; then the run's own length at the floor rate.
+    assert!(
+        short >= Duration::from_secs(40) && short < Duration::from_secs(45),
+        "{short:?}"
+    );
+    assert!(long > short + Duration::from_secs(400), "{long:?}");
+    assert!(timed >= Duration::from_secs(140), "{timed:?}");
+    // Bounded whatever the parameters.
+    let huge = vl_perftest::engine::phase_limit(&config("-n 1000000000000 -s 8388608 -q 64"), cq);
+    assert!(huge > long);
+}
+
+#[test]
+fn a_running_loop_gives_up_on_an_alive_peer_at_the_phase_limit() {
+    let port = free_port();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || heartbeats_only(port, stop_rx));
+    let conn = oob::accept(port, Duration::from_secs(10)).unwrap();
+    let mut ch = Channel::new(conn, "client");
+    ch.set_phase_limit(Duration::from_millis(300));
+    let mut watch = vl_perftest::engine::PeerWatch::new(vl_perftest::proto::Phase::Measure, 64);
+    let start = Instant::now();
+    let e = loop {
+        let now = Instant::now();
+        watch.check(&mut ch, now).unwrap();
+        watch
+            .alive(now, Duration::from_secs(5), "the peer's messages")
+            .unwrap();
+        if let Err(e) = watch.within_phase(&ch, now, "the peer's messages") {
+            break e;
+        }
+        assert!(start.elapsed() < Duration::from_secs(3), "never gave up");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let text = format!("{e:#}");
+    assert!(
+        text.contains("the peer's messages (the measure") && text.contains("only heartbeats"),
+        "{text}"
+    );
+    let _ = stop_tx.send(());
+    t.join().unwrap();
+}
