@@ -75,3 +75,16 @@ within() {
     fi
     echo "$1: $2 in [$3, $4]"
 }
+
+# wait_header FILE PID: until FILE shows a result header ('#bytes': the run is under way), at
+# most 60 s; fails if process PID exits first. For faults injected mid-run: a fixed sleep is
+# too short on a loaded machine.
+wait_header() {
+    _wh=0
+    while ! grep -q '#bytes' "$1" 2>/dev/null; do
+        _vl_alive "$2" || { cat "$1"; fail "the tool (pid $2) exited before its run started"; }
+        _wh=$((_wh + 1))
+        [ "$_wh" -lt 600 ] || { cat "$1"; fail "no run under way after 60 s"; }
+        sleep 0.1
+    done
+}

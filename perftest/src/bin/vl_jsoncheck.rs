@@ -9,6 +9,8 @@
 //! ```
 //! Exit status 0 when every check holds, 1 otherwise (the message says which).
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
