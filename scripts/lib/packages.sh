@@ -15,6 +15,10 @@ VL_GUEST_HOST_PKGS=(qemu-system-x86 busybox-static cpio zstd kmod xz-utils binut
 # Checking the scripts themselves (scripts/test's lint stage).
 # shellcheck disable=SC2034
 VL_LINT_PKGS=(shellcheck)
+# What a CI runner's bare container needs before the steps of docs/ci.md (a stock Debian
+# image lacks them; the scripts above install everything else themselves).
+# shellcheck disable=SC2034
+VL_CI_RUNNER_PKGS=(ca-certificates curl git build-essential jq)
 # scripts/softroce-up on a machine with RDMA: iproute2's `rdma` and `ip`.
 # shellcheck disable=SC2034
 VL_SOFTROCE_UP_PKGS=(iproute2)
