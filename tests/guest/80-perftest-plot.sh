@@ -12,11 +12,6 @@ set -eu
 
 require_bin vl_jsoncheck
 
-# sizes FROM TO: the powers of two FROM..TO, comma-separated.
-sizes() {
-    awk -v a="$1" -v b="$2" 'BEGIN { s = ""; for (x = a; x <= b; x *= 2) s = s (s == "" ? "" : ",") x; print s }'
-}
-
 # line_points SVG COLOUR: the number of points of the <polyline> drawn in COLOUR.
 line_points() {
     grep -o "stroke=\"$2\"[^>]*points=\"[^\"]*\"" "$1" | sed 's/.*points="//; s/"$//' |
