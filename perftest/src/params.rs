@@ -345,8 +345,7 @@ impl Params {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let cmd = Params::command_for(tool);
-        let matches = cmd.try_get_matches_from(args)?;
+        let matches = Params::command_for(tool).try_get_matches_from(args)?;
         Params::from_arg_matches(&matches)
     }
 }

@@ -76,11 +76,11 @@ impl RowSink for NoSink {
 /// code. Errors are printed as `vl_write_bw: error: ...` on stderr.
 pub fn main(tool: Tool) -> ExitCode {
     let name = tool.name();
-    verbs_lab::cli::generate_if_asked(|| Params::command_for(tool));
     if let Err(e) = crate::signals::install(&name) {
         eprintln!("{name}: error: cannot set up the handling of SIGINT and SIGTERM: {e}");
         return ExitCode::FAILURE;
     }
+    verbs_lab::cli::generate_if_asked(|| Params::command_for(tool));
     let params = Params::parse_for(tool);
     let cfg = match Config::new(tool, &params) {
         Ok(c) => c,

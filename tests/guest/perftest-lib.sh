@@ -93,3 +93,19 @@ wait_header() {
         sleep 0.1
     done
 }
+
+# wait_traffic DEV PKTS PID: until DEV has sent PKTS more RoCE packets than when called (rxe's
+# hw_counters/sent_pkts), at most 60 s; fails if process PID exits first. Past the warm-up's
+# few hundred packets this means the measured run is under way.
+wait_traffic() {
+    _wt_f=/sys/class/infiniband/$1/ports/1/hw_counters/sent_pkts
+    [ -r "$_wt_f" ] || fail "wait_traffic: no $_wt_f"
+    _wt_end=$(($(cat "$_wt_f") + $2))
+    _wt=0
+    while [ "$(cat "$_wt_f")" -lt "$_wt_end" ]; do
+        _vl_alive "$3" || fail "the tool (pid $3) exited before sending $2 packets"
+        _wt=$((_wt + 1))
+        [ "$_wt" -lt 600 ] || fail "$1 sent fewer than $2 packets in 60 s"
+        sleep 0.1
+    done
+}
