@@ -36,6 +36,11 @@ vl_pair_ok() {
     vl_pair "$@" || fail "$1 $2: the pair failed (outputs above)"
 }
 
+# sizes FROM TO: the powers of two FROM..TO, comma-separated.
+sizes() {
+    awk -v a="$1" -v b="$2" 'BEGIN { s = ""; for (x = a; x <= b; x *= 2) s = s (s == "" ? "" : ",") x; print s }'
+}
+
 # rows FILE: the result rows of a report (lines after a '#bytes' header that start with a number).
 rows() {
     awk '/#bytes/ { hdr = 1; next } hdr && $1 ~ /^[0-9]+$/ { print }' "$1"
