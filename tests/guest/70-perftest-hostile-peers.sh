@@ -1,4 +1,5 @@
 #!/bin/sh
+# shellcheck disable=SC2086 # $VL_PT_COMMON holds several options, split on purpose
 # A server is not at the mercy of whoever connects first. Before the real client: a connection
 # that closes at once, a well-framed record of garbage, a real perftest client (ib_write_bw), a
 # silent connection and a HELLO trickled slower than its 5 s bound — each is logged in one line
@@ -33,6 +34,7 @@ run_timeout 30 ib_write_bw -d "$VL_DEV1" -p "$PORT" "$VL_ADDR0" >"$TMPDIR/ib.out
 (sleep 7) | nc "$VL_ADDR0" "$PORT" >/dev/null 2>&1 &
 quiet=$!
 (for b in '\000' '\000' '\000' '\100' '\001' '\126' '\114' '\120' '\124'; do
+    # shellcheck disable=SC2059 # $b is an octal escape: the format is the byte to send
     printf "$b"
     sleep 1
 done) | nc "$VL_ADDR0" "$PORT" >/dev/null 2>&1 &
@@ -88,7 +90,9 @@ echo "--- server (exit $src)"
 cat "$srv"
 echo "--- first client (exit $rc)"
 cat "$cli"
-[ "$rc" = 0 ] && [ "$src" = 0 ] || fail "the first run did not complete (client $rc, server $src)"
+if [ "$rc" != 0 ] || [ "$src" != 0 ]; then
+    fail "the first run did not complete (client $rc, server $src)"
+fi
 expect_contains "$srv" "refused a second client"
 expect_row "$cli" "the first client"
 

@@ -1,4 +1,5 @@
 #!/bin/sh
+# shellcheck disable=SC2086 # $VL_PT_COMMON holds several options, split on purpose
 # Stopping on request, and a limit that is too small, end cleanly and say why on both sides.
 # SIGINT to a client in the middle of a run: it exits 130 and the server (exit 1) names the
 # interruption. SIGTERM to a server mid-run: it exits 143 and the client names it. SIGINT to a
@@ -94,6 +95,7 @@ expect_contains "$srv" "the client reported"
 expect_contains "$srv" "ulimit -l"
 # Nothing left: no vl_* process, no QP or MR of ours in the kernel.
 sleep 1
+# shellcheck disable=SC2009 # busybox's ps, counted; the guest has no pgrep -c
 left=$(ps | grep -c '[v]l_write_bw' || true)
 [ "$left" = 0 ] || { ps; fail "$left vl_write_bw process(es) left"; }
 if command -v rdma >/dev/null 2>&1; then
