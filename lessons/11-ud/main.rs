@@ -26,7 +26,8 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     decode_rc_pingpong, encode_rc_pingpong, first_mismatch, oob_connect, open_device, pattern,
-    print_pingpong_summary, rc_pingpong_handshake, report_error, CommonArgs, Narrator, Summary,
+    print_pingpong_summary, rc_pingpong_handshake, report_error, usage_error, CommonArgs, Narrator,
+    Summary,
 };
 
 #[derive(Parser, Debug)]
@@ -581,7 +582,10 @@ fn show_loss(
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = verbs_lab::cli::parse();
+    args.common
+        .check()
+        .unwrap_or_else(|e| usage_error::<Args>(&e));
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report_error("lesson11_ud", &e),

@@ -30,8 +30,8 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     connect_opts, decode_rc_pingpong, encode_rc_pingpong, first_mismatch, oob_connect, open_device,
-    pattern, print_pingpong_summary, rc_pingpong_handshake, report_error, CommonArgs, Narrator,
-    RC_PINGPONG_RECORD_LEN,
+    pattern, print_pingpong_summary, rc_pingpong_handshake, report_error, usage_error, CommonArgs,
+    Narrator, RC_PINGPONG_RECORD_LEN,
 };
 
 #[derive(Parser, Debug)]
@@ -84,18 +84,7 @@ fn run(args: &Args) -> Result<()> {
     let size = args.size as usize;
     let num_qp = args.num_qp as usize;
     let depth = args.rx_depth as usize;
-    ensure!(
-        args.num_qp <= args.rx_depth,
-        "--num-qp {} with -r {}: the SRQ needs at least one receive per QP",
-        args.num_qp,
-        args.rx_depth
-    );
     let limit = args.srq_limit.unwrap_or(args.rx_depth / 2);
-    ensure!(
-        limit < args.rx_depth,
-        "--srq-limit {limit}: must be below -r {} (the SRQ never holds more)",
-        args.rx_depth
-    );
 
     n.step(1, "Open the device (lesson 01)");
     let dev = open_device(a, &n)?;
@@ -732,8 +721,28 @@ impl PingPong<'_> {
     }
 }
 
+/// Refuses flags that cannot work, before any verbs call (a usage error, exit 2).
+fn check_flags(args: &Args) -> Result<()> {
+    args.common.check()?;
+    if args.num_qp > args.rx_depth {
+        bail!(
+            "--num-qp {} with -r {}: the SRQ needs at least one receive per QP",
+            args.num_qp,
+            args.rx_depth
+        );
+    }
+    if let Some(l) = args.srq_limit.filter(|&l| l >= args.rx_depth) {
+        bail!(
+            "--srq-limit {l}: must be below -r {} (the SRQ never holds more receives)",
+            args.rx_depth
+        );
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = verbs_lab::cli::parse();
+    check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report_error("lesson12_srq_events", &e),

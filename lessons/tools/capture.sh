@@ -20,6 +20,22 @@ pair() {
     wait "$spid" || echo "   (server exit $?)"
     sleep 1
 }
+# killed NAME MARK 'SERVER COMMAND' 'CLIENT COMMAND': as pair, but the client is killed with
+# SIGKILL once its output shows MARK; the server's output is what the README shows.
+killed() {
+    echo "== $1: $3  |  $4, client killed after '$2'"
+    sh -c "$3" >"$out/$1.server" 2>&1 &
+    spid=$!
+    wait_port 18515 60 "$spid" || true
+    $4 >"$out/$1.client" 2>&1 &
+    cpid=$!
+    i=0
+    until grep -q -F -e "$2" "$out/$1.client" || [ $i -ge 1200 ]; do sleep 0.1; i=$((i + 1)); done
+    sleep 1
+    kill -KILL "$cpid" 2>/dev/null || true
+    wait "$cpid" 2>/dev/null || true
+    wait "$spid" || echo "   (server exit $?)"
+}
 # one NAME 'COMMAND': a program without a peer.
 one() {
     echo "== $1: $2"
@@ -40,6 +56,7 @@ run_all() {
     pair l05imm 'lesson05_rdma_write -d rxe0' 'lesson05_rdma_write -d rxe1 -s 4096 -n 3 --notify imm 192.168.77.1'
     pair l05flag 'lesson05_rdma_write -d rxe0' 'lesson05_rdma_write -d rxe1 -s 4096 -n 3 --notify flag 192.168.77.1'
     one l05nosrv 'lesson05_rdma_write -d rxe1 -q --wait 3 192.168.77.1'
+    killed l07kill '[7] ' 'lesson07_events -d rxe0 -q --wait 5' 'lesson07_events -d rxe1 -n 1000 --wait 5 192.168.77.1'
     pair l06 'lesson06_rdma_read -d rxe0' 'lesson06_rdma_read -d rxe1 -s 4096 -o 4 -n 4 192.168.77.1'
     pair l07 'lesson07_events -d rxe0' 'lesson07_events -d rxe1 -n 500 --show-race 192.168.77.1'
     pair l08 'lesson08_atomics -d rxe0 --clients 2 -p 18430' \
@@ -59,7 +76,7 @@ run_all() {
 if [ $# -gt 0 ]; then
     # Only the named captures: run_all's lines for them.
     for name in "$@"; do
-        eval "$(sed -n "/^    \(pair\|one\) $name /p" "$0")"
+        eval "$(sed -n "/^    \(pair\|one\|killed\) $name /p" "$0")"
     done
 else
     run_all
