@@ -13,6 +13,8 @@
 //! `--show-loss` (on both sides) sends a datagram with a wrong Q_Key: it completes successfully
 //! on the sender and never arrives.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -93,7 +95,7 @@ fn run(args: &Args) -> Result<()> {
     //    the payload), then a send slot of size bytes. Only UD receives carry the GRH area.
     n.step(2, "Create PD, MR, CQ and a UD QP");
     let pd = dev.ctx.alloc_pd().context("ibv_alloc_pd")?;
-    let mut mr = pd
+    let mr = pd
         .reg_mr(GRH_LEN + 2 * size, AccessFlags::LOCAL_WRITE)
         .context("ibv_reg_mr")?;
     let recv_sge = mr.sge(0..GRH_LEN + size)?;
@@ -193,7 +195,7 @@ fn run(args: &Args) -> Result<()> {
     };
 
     if args.show_loss {
-        return show_loss(&ctx, &mut mr, dest, conn, server, &n);
+        return show_loss(&ctx, &mr, dest, conn, server, &n);
     }
     // ibv_ud_pingpong closes the TCP connection here.
     drop(conn);
@@ -212,7 +214,7 @@ fn run(args: &Args) -> Result<()> {
     let mut posted_at = Instant::now();
     let start = Instant::now();
     if !server {
-        ctx.send(&mut mr, dest, pattern(my_seq, size), &n, true)?;
+        ctx.send(&mr, dest, pattern(my_seq, size), &n, true)?;
         pending |= SEND_WRID;
     }
     let mut wcs: [WorkCompletion; 2] = WorkCompletion::array();
@@ -227,9 +229,10 @@ fn run(args: &Args) -> Result<()> {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
                     let payload = ctx.received(wc, &mr, rcnt == 0, &n)?;
-                    let sent = &mr.as_slice()[GRH_LEN + size..];
+                    // A copy: the NIC may write the MR again once receives are re-posted.
+                    let sent = mr.to_vec(GRH_LEN + size..GRH_LEN + 2 * size)?;
                     let want = pattern(2 * rcnt + peer_seq, size);
-                    check.message(rcnt, &payload, &want, sent, &n)?;
+                    check.message(rcnt, &payload, &want, &sent, &n)?;
                     rcnt += 1;
                     qp.post_recv(&[RecvWr {
                         wr_id: RECV_WRID,
@@ -239,7 +242,7 @@ fn run(args: &Args) -> Result<()> {
                     // ibv_ud_pingpong sends what its buffer holds, i.e. echoes; so do we when
                     // the peer is that tool, and send our pattern otherwise.
                     if let Check::Echo = check {
-                        mr.as_mut_slice()[GRH_LEN + size..].copy_from_slice(&payload);
+                        mr.write(GRH_LEN + size, &payload)?;
                     }
                 }
                 other => bail!("completion for unknown wr_id {other} ({})", wc.opcode()),
@@ -251,10 +254,10 @@ fn run(args: &Args) -> Result<()> {
             if scnt < iters && pending == 0 {
                 posted_at = Instant::now();
                 let msg = match check {
-                    Check::Echo => mr.as_slice()[GRH_LEN + size..].to_vec(),
+                    Check::Echo => mr.to_vec(GRH_LEN + size..GRH_LEN + 2 * size)?,
                     _ => pattern(2 * scnt + my_seq, size),
                 };
-                ctx.send(&mut mr, dest, msg, &n, false)?;
+                ctx.send(&mr, dest, msg, &n, false)?;
                 pending = RECV_WRID | SEND_WRID;
             }
         }
@@ -332,7 +335,7 @@ fn create_ah(
 struct Ping<'a> {
     qp: &'a Qp,
     cq: &'a Cq,
-    send_sge: Sge,
+    send_sge: Sge<'a>,
     size: usize,
     wait: Duration,
 }
@@ -341,13 +344,13 @@ impl Ping<'_> {
     /// Writes `msg` into the send slot and posts one signaled SEND to `dest`.
     fn send(
         &self,
-        mr: &mut Mr,
+        mr: &Mr,
         dest: UdDest<'_>,
         msg: Vec<u8>,
         n: &Narrator,
         first: bool,
     ) -> Result<()> {
-        mr.as_mut_slice()[GRH_LEN + self.size..].copy_from_slice(&msg);
+        mr.write(GRH_LEN + self.size, &msg)?;
         let mut wr = SendWr::new(
             SEND_WRID,
             SendOp::Send,
@@ -380,7 +383,8 @@ impl Ping<'_> {
             wc.byte_len(),
             self.size
         );
-        let buf = &mr.as_slice()[..GRH_LEN + self.size];
+        // A copy: the NIC may write the receive slot again once the receive is re-posted.
+        let buf = mr.to_vec(0..GRH_LEN + self.size)?;
         if first {
             n.say(format!(
                 "first RECV completion: byte_len {} = {GRH_LEN} (GRH area) + {}, src_qp {:#x}, \
@@ -508,7 +512,7 @@ impl Check {
 /// silently. The TCP connection stays open so that each side can tell the other what it saw.
 fn show_loss(
     ctx: &Ping,
-    mr: &mut Mr,
+    mr: &Mr,
     dest: UdDest<'_>,
     mut conn: OobConn,
     server: bool,

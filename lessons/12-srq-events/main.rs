@@ -15,6 +15,8 @@
 //! The ping-pong is wire-compatible with rdma-core's `ibv_srq_pingpong` (same records, same
 //! handshake, same algorithm and summary lines), so either side may be that tool.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
@@ -93,7 +95,7 @@ fn run(args: &Args) -> Result<()> {
     //    of their own, and every SEND that reaches any of them consumes the SRQ's next receive.
     n.step(2, "Create PD, MR, CQ, the SRQ and the QPs that share it");
     let pd = dev.ctx.alloc_pd().context("ibv_alloc_pd")?;
-    let mut mr = pd
+    let mr = pd
         .reg_mr((depth + 1) * size, AccessFlags::LOCAL_WRITE)
         .context("ibv_reg_mr")?;
     let cq = dev
@@ -170,7 +172,7 @@ fn run(args: &Args) -> Result<()> {
     std::thread::scope(|scope| {
         let watcher = scope.spawn(|| events.watch(&dev.ctx, &srq, limit));
         let result = traffic(
-            args, &dev, &qps, &cq, &srq, &mut mr, &slots, send_sge, &events, &n,
+            args, &dev, &qps, &cq, &srq, &mr, &slots, send_sge, &events, &n,
         );
         // Give the thread a moment to print events raised at the very end, then stop it.
         std::thread::sleep(Duration::from_millis(300));
@@ -259,7 +261,7 @@ fn traffic(
     qps: &[Qp],
     cq: &Cq,
     srq: &Srq,
-    mr: &mut Mr,
+    mr: &Mr,
     slots: &[Sge],
     send_sge: Sge,
     events: &Events,
@@ -392,8 +394,8 @@ struct PingPong<'a> {
     qps: &'a [Qp],
     cq: &'a Cq,
     srq: &'a Srq,
-    slots: &'a [Sge],
-    send_sge: Sge,
+    slots: &'a [Sge<'a>],
+    send_sge: Sge<'a>,
     size: usize,
     wait: Duration,
     /// true: the peer is lesson12 and message k of QP i is pattern(i, k); false: all zeros.
@@ -416,10 +418,10 @@ impl PingPong<'_> {
         }
     }
 
-    fn send(&self, mr: &mut Mr, qp: usize, k: u64, imm: Option<u32>) -> Result<()> {
+    fn send(&self, mr: &Mr, qp: usize, k: u64, imm: Option<u32>) -> Result<()> {
         let msg = self.message(qp, k, self.server);
         let at = self.send_sge.addr() - mr.addr();
-        mr.as_mut_slice()[at as usize..at as usize + self.size].copy_from_slice(&msg);
+        mr.write(at as usize, &msg)?;
         let op = imm.map_or(SendOp::Send, SendOp::SendWithImm);
         self.qps[qp]
             .post_send(&[SendWr::new(
@@ -437,9 +439,9 @@ impl PingPong<'_> {
             "QP {qp}: a message of {len} bytes arrived, we expect {} (same -s on both sides?)",
             self.size
         );
-        let got = &mr.as_slice()[slot * self.size..(slot + 1) * self.size];
+        let got = mr.to_vec(slot * self.size..(slot + 1) * self.size)?;
         let want = self.message(qp, k, !self.server);
-        if let Some(at) = first_mismatch(got, &want) {
+        if let Some(at) = first_mismatch(&got, &want) {
             bail!(
                 "QP {qp}, message {k}: byte {at} is {:#04x}, expected {:#04x}",
                 got[at],
@@ -466,7 +468,7 @@ impl PingPong<'_> {
             .with_context(|| format!("a completion for QP {qpn:#x}, which is not ours"))
     }
 
-    fn run(&self, mr: &mut Mr, iters: u64, n: &Narrator) -> Result<()> {
+    fn run(&self, mr: &Mr, iters: u64, n: &Narrator) -> Result<()> {
         n.step(
             6,
             "Ping-pong on every QP; receives come from the SRQ and are refilled in batches",
@@ -585,13 +587,7 @@ impl PingPong<'_> {
     /// happens to the traffic meanwhile is the provider's: every message is checked, and a
     /// failed one is reported with its status. The client tells the server over TCP how it
     /// ended; the server echoes until then.
-    fn port_down(
-        &self,
-        mr: &mut Mr,
-        mut conn: OobConn,
-        events: &Events,
-        n: &Narrator,
-    ) -> Result<()> {
+    fn port_down(&self, mr: &Mr, mut conn: OobConn, events: &Events, n: &Narrator) -> Result<()> {
         n.step(
             6,
             "--show-port-down: messages on QP 0 while the link goes down and up",
