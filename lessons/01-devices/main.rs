@@ -277,15 +277,21 @@ fn explore(
         dattr.max_qp, dattr.max_qp_wr, dattr.max_sge
     ));
     n.say(format!(
-        "max_cqe {} per completion queue, max_mr_size {}, max_qp_rd_atom {} RDMA reads in \
-         flight per QP",
+        "max_cqe {} per completion queue, max_mr_size {}",
         dattr.max_cqe,
         if dattr.max_mr_size == u64::MAX {
             "2^64-1 bytes (no limit)".to_string()
         } else {
             format!("{} bytes", dattr.max_mr_size)
         },
-        dattr.max_qp_rd_atom
+    ));
+    // Two limits on RDMA Reads and Atomics in flight per QP, one for each end: a QP's
+    // max_dest_rd_atomic (the peer's reads it serves) is capped by max_qp_rd_atom, its
+    // max_rd_atomic (the reads it issues) by max_qp_init_rd_atom.
+    n.say(format!(
+        "max_qp_rd_atom {} reads/atomics a QP serves at once as responder, \
+         max_qp_init_rd_atom {} it may issue at once as initiator",
+        dattr.max_qp_rd_atom, dattr.max_qp_init_rd_atom
     ));
     n.say(format!(
         "atomic_cap {} — {}",

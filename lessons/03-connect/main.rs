@@ -170,7 +170,9 @@ fn run(args: &Args) -> Result<()> {
         dgid: remote.gid,
         // Where from: the index of OUR GID; it fixes the source IP and RoCE v1/v2.
         sgid_index: dev.gid.entry.index as u8,
-        // IP TTL: 1 keeps packets in the local subnet (what ibv_rc_pingpong uses).
+        // Hop limit (the IP TTL on RoCE v2). ibv_rc_pingpong asks for 1; on InfiniBand that
+        // is what is sent, but on RoCE the kernel replaces it with the hop limit of the IP
+        // route to the peer when it resolves the peer's MAC address (read back below).
         hop_limit: 1,
         traffic_class: 0,
         flow_label: 0,
@@ -226,6 +228,20 @@ fn run(args: &Args) -> Result<()> {
         "qp.state() = {state}: incoming packets from QP {:#x} are accepted now",
         remote.qpn
     ));
+    // What the device holds may differ from what we gave: on RoCE the kernel resolved the
+    // peer's MAC address and, with it, the hop limit of the IP route (ibv_query_qp, IBV_QP_AV).
+    if let (Some(asked), Some(held)) = (rtr.ah.grh, qp.av().context("ibv_query_qp(AV)")?.grh) {
+        n.say(format!(
+            "ibv_query_qp(IBV_QP_AV): hop_limit {} held by the device ({} asked{})",
+            held.hop_limit,
+            asked.hop_limit,
+            if held.hop_limit != asked.hop_limit {
+                "; on RoCE the kernel takes the IP route's hop limit"
+            } else {
+                ""
+            }
+        ));
+    }
 
     // 6. RTR -> RTS (ready to send): our own sending parameters.
     n.step(6, "RTR -> RTS (ibv_modify_qp with IBV_QP_STATE|SQ_PSN|TIMEOUT|RETRY_CNT|RNR_RETRY|MAX_QP_RD_ATOMIC)");

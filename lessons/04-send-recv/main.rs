@@ -29,7 +29,7 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     decode_rc_pingpong, encode_rc_pingpong, first_mismatch, oob_connect, open_device, pattern,
-    report_error, CommonArgs, Narrator, Summary, RC_PINGPONG_DONE, RC_PINGPONG_RECORD_LEN,
+    print_pingpong_summary, rc_pingpong_handshake, report_error, CommonArgs, Narrator, Summary,
 };
 
 #[derive(Parser, Debug)]
@@ -206,34 +206,12 @@ fn run(args: &Args) -> Result<()> {
     n.say(format!("local address:  {local}"));
     let mut conn = oob_connect(a, &n)?;
     let mine = encode_rc_pingpong(&local);
-    let mut rec = [0u8; RC_PINGPONG_RECORD_LEN];
-    let remote = if server {
-        conn.recv_raw(&mut rec, "the client's endpoint record")
-            .context("the handshake")?;
-        let remote = parse_record(&rec, &dev, &n)?;
+    // The server connects its QP before it replies; the client after the exchange.
+    let remote = rc_pingpong_handshake(&mut conn, server, &mine, |rec| {
+        let remote = parse_record(rec, &dev, &n)?;
         connect_qp(&qp, &opts, &local, &remote, &n)?;
-        conn.send_raw(&mine, "our endpoint record")
-            .context("the handshake")?;
-        let mut done = [0u8; RC_PINGPONG_DONE.len()];
-        conn.recv_raw(&mut done, "the client's \"done\"")
-            .context("the handshake")?;
-        ensure!(
-            &done == RC_PINGPONG_DONE,
-            "handshake: expected \"done\", got {:?}",
-            String::from_utf8_lossy(&done)
-        );
-        remote
-    } else {
-        conn.send_raw(&mine, "our endpoint record")
-            .context("the handshake")?;
-        conn.recv_raw(&mut rec, "the server's endpoint record")
-            .context("the handshake")?;
-        conn.send_raw(RC_PINGPONG_DONE, "\"done\"")
-            .context("the handshake")?;
-        let remote = parse_record(&rec, &dev, &n)?;
-        connect_qp(&qp, &opts, &local, &remote, &n)?;
-        remote
-    };
+        Ok(remote)
+    })?;
 
     if args.show_rnr {
         return show_rnr(
@@ -367,18 +345,7 @@ fn run(args: &Args) -> Result<()> {
 
     // 6. Results: ibv_rc_pingpong's two lines (so scripts parse both tools alike), then ours.
     n.step(6, "Results");
-    let usec = elapsed.as_secs_f64() * 1e6;
-    let bytes = args.size as u64 * iters * 2;
-    println!(
-        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
-        usec / 1e6,
-        bytes as f64 * 8.0 / usec
-    );
-    println!(
-        "{iters} iters in {:.2} seconds = {:.2} usec/iter",
-        usec / 1e6,
-        usec / iters as f64
-    );
+    print_pingpong_summary(u64::from(args.size), iters, elapsed);
     if let Some(s) = Summary::of(&rtts_us) {
         println!(
             "round trip of {size} bytes (usec): avg {:.1}  min {:.1}  median {:.1}  max {:.1}  ({} samples)",
@@ -392,11 +359,7 @@ fn run(args: &Args) -> Result<()> {
 }
 
 /// Checks the peer's first record and narrates it.
-fn parse_record(
-    rec: &[u8; RC_PINGPONG_RECORD_LEN],
-    dev: &verbs_lab_lessons::Device,
-    n: &Narrator,
-) -> Result<Endpoint> {
+fn parse_record(rec: &[u8], dev: &verbs_lab_lessons::Device, n: &Narrator) -> Result<Endpoint> {
     let remote = decode_rc_pingpong(rec)
         .map_err(anyhow::Error::msg)
         .context("the peer's endpoint record")?;

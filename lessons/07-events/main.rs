@@ -10,10 +10,13 @@
 //! 1. `ibv_create_comp_channel` — the channel (a file descriptor);
 //! 2. `ibv_create_cq(.., channel, ..)` — a CQ that reports to it;
 //! 3. `ibv_req_notify_cq(cq, 0)` — arm: the *next* completion raises one event;
-//! 4. sleep until the channel's fd is readable, then `ibv_get_cq_event` takes the event and
-//!    `ibv_ack_cq_events` acknowledges it (every event taken must be acked before the CQ is
-//!    destroyed, or `ibv_destroy_cq` blocks for ever);
-//! 5. `ibv_poll_cq` — the event says only "something arrived": the completions are still in
+//! 4. `poll(2)` on the channel's fd — the thread sleeps until it is readable;
+//! 5. `ibv_get_cq_event` takes the event (the fd is non-blocking, so an empty channel answers
+//!    EAGAIN instead of hanging). The event disarms the CQ: arm again before the next sleep;
+//! 6. `ibv_ack_cq_events` acknowledges events — in batches, one call per `ACK_BATCH` events
+//!    and one at the end of a run, since each call takes a lock. Every event taken must be
+//!    acked before the CQ is destroyed, or `ibv_destroy_cq` blocks for ever;
+//! 7. `ibv_poll_cq` — the event says only "something arrived": the completions are still in
 //!    the CQ, and must be polled as usual.
 //!
 //! **The re-arm race.** Arming covers only completions that arrive *after* `ibv_req_notify_cq`.
@@ -57,6 +60,8 @@ const PROGRAM: &str = "lesson07_events";
 /// Largest message: the buffer holds a send slot and a receive slot of this size.
 const MAX_SIZE: usize = 64 * 1024;
 const MAX_ITERS: u32 = 1_000_000;
+/// Events acknowledged per `ibv_ack_cq_events` call.
+const ACK_BATCH: u32 = 16;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -142,8 +147,10 @@ impl Mode {
 struct EventStats {
     /// `ibv_req_notify_cq` calls.
     arms: u64,
-    /// Events taken with `ibv_get_cq_event` (and acked).
+    /// Events taken with `ibv_get_cq_event`.
     events: u64,
+    /// `ibv_ack_cq_events` calls that acknowledged them (batched).
+    ack_calls: u64,
     /// Times the poll right after arming found a completion: each one would have been a
     /// missed event — a sleep until timeout — without that poll.
     repoll_catches: u64,
@@ -219,15 +226,35 @@ impl Waiter<'_> {
                         self.stats.repoll_catches += 1;
                         return Ok(());
                     }
-                    // Sleep in poll(2) on the channel's fd, then ibv_get_cq_event +
-                    // ibv_ack_cq_events. The event only says "look": loop and poll.
-                    self.channel
-                        .wait(self.cq, self.wait)
-                        .with_context(|| format!("sleeping until {what}"))?;
-                    self.stats.events += 1;
+                    // Sleep in poll(2) on the channel's fd until an armed CQ has an event.
+                    if !self.channel.poll_readable(self.wait)? {
+                        return Err(anyhow::Error::new(VerbsError::Timeout {
+                            what: "a completion event (poll(2) on the completion channel's fd)"
+                                .into(),
+                            after: self.wait,
+                        })
+                        .context(format!("sleeping until {what}")));
+                    }
+                    // ibv_get_cq_event: take the event. It disarms the CQ; the loop re-arms
+                    // before it sleeps again.
+                    if self.channel.get_cq_event(self.cq)? {
+                        self.stats.events += 1;
+                    }
+                    // ibv_ack_cq_events: not per event, but once per ACK_BATCH of them.
+                    if self.cq.unacked_events() >= ACK_BATCH {
+                        self.ack();
+                    }
+                    // The event only says "look": loop and poll.
                     woke = true;
                 }
             }
+        }
+    }
+
+    /// Acknowledges every event taken and not yet acked, in one `ibv_ack_cq_events` call.
+    fn ack(&mut self) {
+        if self.cq.ack_events() > 0 {
+            self.stats.ack_calls += 1;
         }
     }
 
@@ -294,6 +321,7 @@ impl Measured {
             .with(&k("sleeps"), self.sleeps)
             .with(&k("arms"), self.stats.arms)
             .with(&k("events"), self.stats.events)
+            .with(&k("acks"), self.stats.ack_calls)
             .with(&k("repoll"), self.stats.repoll_catches)
             .with(&k("empty"), self.stats.empty_wakeups)
     }
@@ -309,6 +337,7 @@ impl Measured {
             stats: EventStats {
                 arms: p.get(&k("arms"))?,
                 events: p.get(&k("events"))?,
+                ack_calls: p.get(&k("acks"))?,
                 repoll_catches: p.get(&k("repoll"))?,
                 empty_wakeups: p.get(&k("empty"))?,
             },
@@ -471,7 +500,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
                 test.size,
                 match mode {
                     Mode::Busy => "busy polling (ibv_poll_cq in a loop)",
-                    Mode::Event => "events (arm, re-poll, sleep on the channel, get + ack, poll)",
+                    Mode::Event => "events (arm, re-poll, poll(2) on the fd, ibv_get_cq_event, batched ibv_ack_cq_events, poll)",
                 }
             ),
         );
@@ -486,6 +515,8 @@ fn run(args: &Args, asked: Test) -> Result<()> {
         } else {
             rtts[m] = ping(&qp, &mr, &slots, &mut waiter, test.iters, m as u64)?;
         }
+        // The last, partial batch of events.
+        waiter.ack();
         let u1 = usage()?;
         let wall = t0.elapsed();
         measured[m] = Measured {
@@ -626,18 +657,20 @@ fn show_race(
     n.say("ibv_req_notify_cq: armed now — after the completion arrived");
     let nap = Duration::from_secs(1);
     let t0 = Instant::now();
-    match channel.wait(cq, nap) {
-        Err(VerbsError::Timeout { .. }) => println!(
-            "race: armed after the completion arrived -> no event within {} ms (a sleeper \
-             would sleep until its timeout)",
-            t0.elapsed().as_millis()
-        ),
-        Err(e) => return Err(e).context("waiting on the completion channel"),
-        Ok(()) => bail!(
+    if channel
+        .poll_readable(nap)
+        .context("poll(2) on the completion channel's fd")?
+    {
+        bail!(
             "race: an event came although the CQ was armed after the completion; this \
              provider reports completions that were already there"
-        ),
+        );
     }
+    println!(
+        "race: armed after the completion arrived -> the channel's fd stayed unreadable for {} \
+         ms (a sleeper would sleep until its timeout)",
+        t0.elapsed().as_millis()
+    );
     let before = w.sends;
     w.drain().context("ibv_poll_cq after the missed event")?;
     ensure!(
@@ -726,9 +759,14 @@ fn print_table(
     }
     let ev = |who: &str, x: &Measured| {
         println!(
-            "{who} event run: {} arms (ibv_req_notify_cq), {} events (ibv_get_cq_event + ack), \
-             {} completions caught by the poll right after arming, {} empty wake-ups",
-            x.stats.arms, x.stats.events, x.stats.repoll_catches, x.stats.empty_wakeups
+            "{who} event run: {} arms (ibv_req_notify_cq), {} events (ibv_get_cq_event) acked \
+             in {} ibv_ack_cq_events calls, {} completions caught by the poll right after \
+             arming, {} empty wake-ups",
+            x.stats.arms,
+            x.stats.events,
+            x.stats.ack_calls,
+            x.stats.repoll_catches,
+            x.stats.empty_wakeups
         )
     };
     println!();

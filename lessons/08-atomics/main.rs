@@ -526,7 +526,7 @@ struct Atomics<'a> {
 
 impl Atomics<'_> {
     /// Posts one atomic, waits for its completion and returns the old value the NIC wrote
-    /// into our buffer (in host byte order: the provider converts).
+    /// into our buffer, read as a host-order u64 (right on rxe; `hammer` checks the order).
     fn run(&self, op: SendOp, wr_id: u64) -> Result<u64> {
         let result = self.mr.sge(0..8)?;
         self.qp
@@ -572,6 +572,24 @@ fn hammer(a: &Atomics, iters: u32, initial: u64, n: &Narrator) -> Result<Done> {
                 a.word.rkey,
                 a.mr.lkey()
             ));
+            // The byte order of atomic results is the device's choice (README): rxe writes the
+            // old value in host order, mlx4/mlx5-class HCAs big-endian. The word started at
+            // `initial` and only ever grows by small steps, so only one reading is plausible.
+            let bytes = old.to_ne_bytes();
+            let swapped = old.swap_bytes();
+            let plausible = |v: u64| v >= initial && v - initial < (1 << 32);
+            let order = match (plausible(old), plausible(swapped)) {
+                (true, _) => "host order",
+                (false, true) => "big-endian (swapped relative to this host)",
+                (false, false) => bail!(
+                    "the first FETCH_AND_ADD returned bytes {bytes:02x?}: neither {old} (host \
+                     order) nor {swapped} (swapped) lies at or above the initial value {initial}"
+                ),
+            };
+            println!(
+                "atomic result bytes {bytes:02x?}: {order} — as a host-order u64 {old}, swapped \
+                 {swapped}; the word started at {initial}"
+            );
         }
         done.olds.push(old);
         done.fetch_adds += 1;

@@ -320,6 +320,63 @@ pub fn decode_rc_pingpong(rec: &[u8]) -> std::result::Result<Endpoint, String> {
     })
 }
 
+/// The handshake of `ibv_rc_pingpong` and its siblings (`ibv_ud_pingpong`, and
+/// `ibv_srq_pingpong` with 256 records), taught in lesson 04: the client writes its records, the
+/// server reads them, connects, replies with its own, and reads the client's `"done"`; the client
+/// connects after the exchange. `connect` gets the peer's records (as many bytes as `mine`) at
+/// the point where the C programs connect, and its result is returned.
+pub fn rc_pingpong_handshake<T>(
+    conn: &mut OobConn,
+    server: bool,
+    mine: &[u8],
+    connect: impl FnOnce(&[u8]) -> Result<T>,
+) -> Result<T> {
+    let mut theirs = vec![0u8; mine.len()];
+    if server {
+        conn.recv_raw(&mut theirs, "the client's endpoint record")
+            .context("the handshake")?;
+        let t = connect(&theirs)?;
+        conn.send_raw(mine, "our endpoint record")
+            .context("the handshake")?;
+        let mut done = [0u8; RC_PINGPONG_DONE.len()];
+        conn.recv_raw(&mut done, "the client's \"done\"")
+            .context("the handshake")?;
+        if &done != RC_PINGPONG_DONE {
+            bail!(
+                "handshake: expected \"done\", got {:?}",
+                String::from_utf8_lossy(&done)
+            );
+        }
+        Ok(t)
+    } else {
+        conn.send_raw(mine, "our endpoint record")
+            .context("the handshake")?;
+        conn.recv_raw(&mut theirs, "the server's endpoint record")
+            .context("the handshake")?;
+        conn.send_raw(RC_PINGPONG_DONE, "\"done\"")
+            .context("the handshake")?;
+        connect(&theirs)
+    }
+}
+
+/// The two summary lines of the rdma-core ping-pong examples, so that scripts parse ours and
+/// theirs alike: `N bytes in X seconds = Y Mbit/sec` (N = size × iters × 2) and
+/// `N iters in X seconds = Z usec/iter`.
+pub fn print_pingpong_summary(size: u64, iters: u64, elapsed: Duration) {
+    let usec = elapsed.as_secs_f64() * 1e6;
+    let bytes = size * iters * 2;
+    println!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec
+    );
+    println!(
+        "{iters} iters in {:.2} seconds = {:.2} usec/iter",
+        usec / 1e6,
+        usec / iters as f64
+    );
+}
+
 /// Minimum, median, maximum and mean of a set of samples (e.g. round trips in µs).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Summary {

@@ -17,6 +17,11 @@ fn every_binary_documents_itself() {
         (env!("CARGO_BIN_EXE_lesson08_atomics"), "--no-atomic-access"),
         (env!("CARGO_BIN_EXE_lesson09_affinity"), "--cpus"),
         (env!("CARGO_BIN_EXE_lesson10_mqueue"), "--kill-worker"),
+        (env!("CARGO_BIN_EXE_lesson11_ud"), "--show-loss"),
+        (
+            env!("CARGO_BIN_EXE_lesson12_srq_events"),
+            "--show-port-down",
+        ),
     ] {
         verbs_lab::cli::check_generated(Path::new(exe), &scratch, flag)
             .unwrap_or_else(|e| panic!("{e}"));

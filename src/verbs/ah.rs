@@ -17,7 +17,12 @@ pub struct GlobalRoute {
     pub dgid: Gid,
     /// Which entry of *our* GID table to send from (it fixes RoCE v1/v2 and the source IP).
     pub sgid_index: u8,
-    /// IP TTL / IB hop limit; 1 keeps a RoCE v2 packet in its subnet, 64 lets it be routed.
+    /// IB hop limit / IP TTL. On InfiniBand the value given is sent. On RoCE the kernel
+    /// replaces it, for unicast destinations, with the hop limit of the IP route to the peer
+    /// (`ip route get`, usually the system's default TTL, 64) when it resolves the peer's MAC
+    /// address, in `ibv_modify_qp(RTR)` and `ibv_create_ah`; read it back with [`Qp::av`].
+    ///
+    /// [`Qp::av`]: super::qp::Qp::av
     pub hop_limit: u8,
     pub traffic_class: u8,
     pub flow_label: u32,
@@ -55,6 +60,22 @@ impl AhAttr {
             };
         }
         a
+    }
+
+    pub(crate) fn from_ibv(a: &ibv_ah_attr) -> AhAttr {
+        AhAttr {
+            dlid: a.dlid,
+            sl: a.sl,
+            port_num: a.port_num,
+            grh: (a.is_global != 0).then_some(GlobalRoute {
+                // SAFETY: `raw` is the plain 16-byte view of the GID union.
+                dgid: Gid(unsafe { a.grh.dgid.raw }),
+                sgid_index: a.grh.sgid_index,
+                hop_limit: a.grh.hop_limit,
+                traffic_class: a.grh.traffic_class,
+                flow_label: a.grh.flow_label,
+            }),
+        }
     }
 }
 

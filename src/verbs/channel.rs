@@ -5,6 +5,7 @@ use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use rdma_sys::{
     ibv_ack_cq_events, ibv_comp_channel, ibv_cq, ibv_create_comp_channel, ibv_destroy_comp_channel,
@@ -45,6 +46,18 @@ impl CompChannel {
         if ptr.is_null() {
             return Err(VerbsError::last("ibv_create_comp_channel"));
         }
+        // SAFETY: ptr is a live channel; its fd stays open until ibv_destroy_comp_channel.
+        let fd = unsafe { BorrowedFd::borrow_raw((*ptr).fd) };
+        // Non-blocking, so that ibv_get_cq_event returns EAGAIN instead of hanging when no
+        // event is pending (rdma-core's man page shows the same fcntl).
+        let nonblock = fcntl(fd, FcntlArg::F_GETFL)
+            .map(OFlag::from_bits_truncate)
+            .and_then(|fl| fcntl(fd, FcntlArg::F_SETFL(fl | OFlag::O_NONBLOCK)));
+        if let Err(e) = nonblock {
+            // SAFETY: ptr is ours and no CQ uses it yet.
+            unsafe { ibv_destroy_comp_channel(ptr) };
+            return Err(VerbsError::call("fcntl(comp_channel, O_NONBLOCK)", e));
+        }
         Ok(CompChannel {
             inner: Arc::new(ChannelInner {
                 ptr,
@@ -59,12 +72,10 @@ impl CompChannel {
         unsafe { (*self.inner.ptr).fd }
     }
 
-    /// Sleeps until an armed CQ of this channel has a completion event, at most `timeout`;
-    /// takes the event (`ibv_get_cq_event(3)`) and acknowledges it (`ibv_ack_cq_events(3)`).
-    ///
-    /// The CQ must have been armed with [`Cq::req_notify`] before, and must be re-armed before
-    /// the next wait. Returns an error if the event belongs to a CQ other than `cq`.
-    pub fn wait(&self, cq: &Cq, timeout: Duration) -> Result<()> {
+    /// Sleeps in `poll(2)` until the channel's fd is readable — an armed CQ of this channel got a
+    /// completion — or `timeout` passes. Returns whether it became readable. Takes nothing: call
+    /// [`CompChannel::get_cq_event`] next.
+    pub fn poll_readable(&self, timeout: Duration) -> Result<bool> {
         // SAFETY: the fd is owned by the live channel for the whole borrow.
         let fd = unsafe { BorrowedFd::borrow_raw(self.fd()) };
         let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
@@ -72,32 +83,70 @@ impl CompChannel {
             .unwrap_or(PollTimeout::MAX);
         loop {
             match poll(&mut fds, ms) {
-                Ok(0) => {
-                    return Err(VerbsError::Timeout {
-                        what: "a completion event (ibv_get_cq_event)".into(),
-                        after: timeout,
-                    })
-                }
-                Ok(_) => break,
+                Ok(0) => return Ok(false),
+                Ok(_) => return Ok(true),
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(e) => return Err(VerbsError::call("poll(comp_channel)", e)),
             }
         }
+    }
+
+    /// Takes one completion event for `cq` off the channel (`ibv_get_cq_event(3)`), without
+    /// blocking: `Ok(false)` when none is pending (the fd is non-blocking).
+    ///
+    /// The event is *not* acknowledged here: it is counted on the CQ, and
+    /// [`Cq::ack_events`] acknowledges all counted events in one `ibv_ack_cq_events(3)` call
+    /// (acking takes a mutex, so programs batch it). Dropping the CQ acks whatever is left, as
+    /// `ibv_destroy_cq` waits for every event to be acked. The CQ is disarmed by the event:
+    /// re-arm it with [`Cq::req_notify`] before sleeping again. An event for a different CQ of
+    /// this channel is acked at once and reported as an error.
+    pub fn get_cq_event(&self, cq: &Cq) -> Result<bool> {
         let mut ev_cq: *mut ibv_cq = std::ptr::null_mut();
         let mut ev_ctx: *mut std::ffi::c_void = std::ptr::null_mut();
-        // SAFETY: the fd is readable, so this does not block; both out-pointers are valid.
+        // SAFETY: the channel is live and its fd non-blocking (set at creation), so this returns
+        // at once; both out-pointers are valid.
         let ret = unsafe { ibv_get_cq_event(self.inner.ptr, &mut ev_cq, &mut ev_ctx) };
         if ret != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                return Ok(false);
+            }
             return Err(VerbsError::last("ibv_get_cq_event"));
         }
-        // SAFETY: ev_cq is the CQ the event was for; it is alive because it holds an Arc of this
-        // channel only while it exists, and every event must be acked before ibv_destroy_cq.
-        unsafe { ibv_ack_cq_events(ev_cq, 1) };
         if ev_cq != cq.inner.ptr {
+            // SAFETY: ev_cq is a CQ of this channel with this event unacked, so ibv_destroy_cq
+            // cannot have freed it (it waits for its events to be acked).
+            unsafe { ibv_ack_cq_events(ev_cq, 1) };
             return Err(VerbsError::InvalidArgument(
                 "a completion event arrived for a different CQ of this channel".into(),
             ));
         }
-        Ok(())
+        cq.inner.count_event();
+        Ok(true)
+    }
+
+    /// Sleeps until an armed CQ of this channel has a completion event, at most `timeout`;
+    /// takes the event (`ibv_get_cq_event(3)`) and acknowledges it (`ibv_ack_cq_events(3)`):
+    /// [`CompChannel::poll_readable`], [`CompChannel::get_cq_event`] and [`Cq::ack_events`]
+    /// in one call, for code that has no use for the steps.
+    ///
+    /// The CQ must have been armed with [`Cq::req_notify`] before, and must be re-armed before
+    /// the next wait. Returns an error if the event belongs to a CQ other than `cq`.
+    pub fn wait(&self, cq: &Cq, timeout: Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if !self.poll_readable(left)? {
+                return Err(VerbsError::Timeout {
+                    what: "a completion event (ibv_get_cq_event)".into(),
+                    after: timeout,
+                });
+            }
+            // Readable but already taken (another thread): poll again until the deadline.
+            if self.get_cq_event(cq)? {
+                cq.ack_events();
+                return Ok(());
+            }
+        }
     }
 }

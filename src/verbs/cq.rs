@@ -3,7 +3,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdma_sys::{ibv_cq, ibv_create_cq, ibv_destroy_cq, ibv_poll_cq, ibv_req_notify_cq};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use rdma_sys::{
+    ibv_ack_cq_events, ibv_cq, ibv_create_cq, ibv_destroy_cq, ibv_poll_cq, ibv_req_notify_cq,
+};
 
 use super::channel::{ChannelInner, CompChannel};
 use super::context::{Context, ContextInner};
@@ -12,6 +16,8 @@ use super::wc::WorkCompletion;
 
 pub(crate) struct CqInner {
     pub(crate) ptr: *mut ibv_cq,
+    /// Completion events taken with `ibv_get_cq_event` and not yet acknowledged.
+    unacked: AtomicU32,
     _ctx: Arc<ContextInner>,
     _channel: Option<Arc<ChannelInner>>,
 }
@@ -21,8 +27,25 @@ unsafe impl Send for CqInner {}
 // SAFETY: as above.
 unsafe impl Sync for CqInner {}
 
+impl CqInner {
+    pub(crate) fn count_event(&self) {
+        self.unacked.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn ack_pending(&self) -> u32 {
+        let n = self.unacked.swap(0, Ordering::AcqRel);
+        if n > 0 {
+            // SAFETY: the CQ is live and n events were taken for it and not yet acked.
+            unsafe { ibv_ack_cq_events(self.ptr, n) };
+        }
+        n
+    }
+}
+
 impl Drop for CqInner {
     fn drop(&mut self) {
+        // ibv_destroy_cq waits until every event taken has been acked: ack what is left.
+        self.ack_pending();
         // SAFETY: every QP using this CQ holds an Arc of us, so none is left (ibv_destroy_cq
         // would return EBUSY otherwise); channel and context outlive us through our Arcs.
         unsafe { ibv_destroy_cq(self.ptr) };
@@ -51,6 +74,7 @@ impl Cq {
         Ok(Cq {
             inner: Arc::new(CqInner {
                 ptr,
+                unacked: AtomicU32::new(0),
                 _ctx: ctx.inner.clone(),
                 _channel: channel.map(|c| c.inner.clone()),
             }),
@@ -122,5 +146,17 @@ impl Cq {
             return Err(VerbsError::from_ret("ibv_req_notify_cq", ret));
         }
         Ok(())
+    }
+
+    /// Acknowledges every completion event taken for this CQ since the last call
+    /// (`ibv_ack_cq_events(3)` with their count); returns how many. Events must be acked
+    /// before the CQ is destroyed; one call for many events saves a mutex per event.
+    pub fn ack_events(&self) -> u32 {
+        self.inner.ack_pending()
+    }
+
+    /// Events taken and not yet acknowledged.
+    pub fn unacked_events(&self) -> u32 {
+        self.inner.unacked.load(Ordering::Acquire)
     }
 }

@@ -10,6 +10,7 @@
 //! requests name it through [`Sge`]s that only an MR can make. See `docs/architecture.md`.
 
 pub mod ah;
+pub mod async_event;
 pub mod attrs;
 pub mod channel;
 pub mod context;
@@ -20,10 +21,12 @@ pub mod gid;
 pub mod mr;
 pub mod pd;
 pub mod qp;
+pub mod srq;
 pub mod wc;
 pub mod wr;
 
 pub use ah::{Ah, AhAttr, GlobalRoute};
+pub use async_event::{AsyncEvent, AsyncEventKind};
 pub use attrs::{AccessFlags, LinkLayer, Mtu, PortState, QpState, QpType};
 pub use channel::CompChannel;
 pub use context::{Context, DeviceAttr, PortAttr};
@@ -34,5 +37,6 @@ pub use gid::{Gid, GidChoice, GidEntry, GidType};
 pub use mr::Mr;
 pub use pd::Pd;
 pub use qp::{InitAttr, Qp, QpCaps, QpInitAttr, RtrAttr, RtsAttr};
+pub use srq::{Srq, SrqAttr};
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{Payload, RecvWr, RemoteBuf, SendOp, SendWr, Sge, UdDest};

@@ -19,6 +19,7 @@ use super::cq::{Cq, CqInner};
 use super::error::{Result, VerbsError};
 use super::mr::Mr;
 use super::pd::{Pd, PdInner};
+use super::srq::SrqInner;
 use super::wr::{Payload, RecvWr, SendOp, SendWr, Sge};
 
 /// Work-queue sizes of a QP: what is asked for at creation, and what was granted.
@@ -101,6 +102,8 @@ pub struct Qp {
     _pd: Arc<PdInner>,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
+    /// The shared receive queue the QP draws its receives from, if any.
+    _srq: Option<Arc<SrqInner>>,
 }
 
 // SAFETY: QPs are thread-safe in libibverbs (providers lock their queues); we hold no other state.
@@ -120,6 +123,14 @@ const POST_CHUNK: usize = 32;
 
 impl Qp {
     pub(crate) fn create(pd: &Pd, attr: &QpInitAttr<'_>) -> Result<Qp> {
+        Qp::create_with_srq(pd, attr, None)
+    }
+
+    pub(crate) fn create_with_srq(
+        pd: &Pd,
+        attr: &QpInitAttr<'_>,
+        srq: Option<Arc<SrqInner>>,
+    ) -> Result<Qp> {
         // SAFETY: plain C data; zero is valid for every field.
         let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         init.send_cq = attr.send_cq.inner.ptr;
@@ -131,7 +142,10 @@ impl Qp {
         init.cap.max_send_sge = attr.caps.max_send_sge;
         init.cap.max_recv_sge = attr.caps.max_recv_sge;
         init.cap.max_inline_data = attr.caps.max_inline_data;
-        // SAFETY: the PD and both CQs are live and of the same context.
+        if let Some(s) = &srq {
+            init.srq = s.ptr;
+        }
+        // SAFETY: the PD, both CQs and the SRQ (if any) are live and of the same context.
         let ptr = unsafe { ibv_create_qp(pd.inner.ptr, &mut init) };
         if ptr.is_null() {
             return Err(VerbsError::last("ibv_create_qp"));
@@ -143,6 +157,7 @@ impl Qp {
             _pd: pd.inner.clone(),
             _send_cq: attr.send_cq.inner.clone(),
             _recv_cq: attr.recv_cq.inner.clone(),
+            _srq: srq,
         };
         // What the provider granted may exceed what was asked; read it back rather than trust
         // either the request or a vendor table.
@@ -209,6 +224,23 @@ impl Qp {
             return Err(VerbsError::from_ret("ibv_query_qp", ret));
         }
         Ok((attr.max_rd_atomic, attr.max_dest_rd_atomic))
+    }
+
+    /// The address vector the device holds for this connected QP, read back with
+    /// `ibv_query_qp(3)` (`IBV_QP_AV`). On RoCE it shows what the kernel resolved, which may
+    /// differ from what RTR was given (the hop limit comes from the IP route).
+    pub fn av(&self) -> Result<AhAttr> {
+        // SAFETY: plain C data.
+        let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: plain C data.
+        let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        let mask = ibv_qp_attr_mask::IBV_QP_AV;
+        // SAFETY: the QP is live; both out-pointers are valid.
+        let ret = unsafe { ibv_query_qp(self.ptr, &mut attr, mask.0 as i32, &mut init) };
+        if ret != 0 {
+            return Err(VerbsError::from_ret("ibv_query_qp", ret));
+        }
+        Ok(AhAttr::from_ibv(&attr.ah_attr))
     }
 
     fn modify(

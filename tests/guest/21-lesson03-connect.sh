@@ -23,6 +23,8 @@ for f in "$SERVER_OUT" "$CLIENT_OUT"; do
     expect_contains "$f" "barrier passed: both QPs are in RTS"
     expect_contains "$f" "is_global 1: dgid 0000:0000:0000:0000:0000:ffff:c0a8:4d0"
     expect_contains "$f" "(52 bytes with the NUL)"
+    # Asked for hop limit 1; on RoCE the kernel stores the IP route's (the default TTL, 64).
+    expect_contains "$f" "ibv_query_qp(IBV_QP_AV): hop_limit 64 held by the device (1 asked"
 done
 expect_contains "$SERVER_OUT" "server: QP 0x"
 expect_contains "$CLIENT_OUT" "client: QP 0x"

@@ -36,6 +36,9 @@ expect_contains "$srv" "client 2/2: done: 150 fetch-and-adds + 150 compare-and-s
 expect_contains "$srv" "final value 5600 == initial 5000 + 600 increments from 2 client(s): correct"
 expect_contains "$srv" "every value from 5000 to 5599 was returned exactly once"
 expect_contains "$c1" "IBV_WR_ATOMIC_FETCH_AND_ADD: remote 0x"
+# The byte order of atomic results is the provider's: rxe writes the old value in host order.
+expect_contains "$c1" "atomic result bytes ["
+expect_contains "$c1" ": host order — as a host-order u64 "
 expect_contains "$c1" "IBV_WR_ATOMIC_CMP_AND_SWP: compare "
 # The clients really ran at the same time: one saw the other's increments between its own.
 grep -q -F "with gaps: another client's atomics came in between" "$c1" "$c2" \

@@ -159,7 +159,7 @@ killed_mid_run lesson05_rdma_write 18346 server "iteration 3: wrote" "--wait 5" 
     "timed out after 5.0 s waiting for the completion of iteration" \
     "IBV_WC_RETRY_EXC_ERR"
 step "lesson07 (event mode): the client dies; the sleeping server wakes by its timeout"
-killed_mid_run lesson07_events 18347 client "[7] " "--wait 5" "-n 3000 --wait 5" \
+killed_mid_run lesson07_events 18347 client "[7] " "--wait 5" "-n 1000 --wait 5" \
     "sleeping until the ping of round trip" \
     "timed out after 5.0 s waiting for a completion event"
 

@@ -1,0 +1,597 @@
+//! Lesson 11 — Unreliable Datagram: one QP talks to any QP, one message per packet, no retries.
+//!
+//! Server: `lesson11_ud -d rxe0`        Client: `lesson11_ud -d rxe1 192.168.77.1`
+//!
+//! A UD QP is never connected: it goes RESET → INIT (port and Q_Key) → RTR → RTS with no
+//! peer attributes at all. Each SEND names its destination itself: an **address handle** (the
+//! path to the peer's port, made from its GID), the peer's QPN and the peer's **Q_Key**. Every
+//! received message lands behind a 40-byte **GRH** area in the receive buffer, a message is at
+//! most one MTU, and a lost datagram is simply lost — nobody retransmits it.
+//!
+//! The ping-pong is wire-compatible with rdma-core's `ibv_ud_pingpong` (same flags, endpoint
+//! record, Q_Key, buffer layout and summary lines), so either side may be that tool.
+//! `--show-loss` (on both sides) sends a datagram with a wrong Q_Key: it completes successfully
+//! on the sender and never arrives.
+
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context as _, Result};
+use clap::Parser;
+use verbs_lab::connect::{local_endpoint, random_psn, Endpoint};
+use verbs_lab::oob::OobConn;
+use verbs_lab::verbs::{
+    AccessFlags, Ah, AhAttr, Cq, GlobalRoute, InitAttr, Mr, Payload, Qp, QpCaps, QpInitAttr,
+    QpType, RecvWr, RtsAttr, SendOp, SendWr, Sge, UdDest, WorkCompletion,
+};
+use verbs_lab_lessons::{
+    decode_rc_pingpong, encode_rc_pingpong, first_mismatch, oob_connect, open_device, pattern,
+    print_pingpong_summary, rc_pingpong_handshake, report_error, usage_error, CommonArgs, Narrator,
+    Summary,
+};
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about = "Lesson 11: UD ping-pong, wire-compatible with ibv_ud_pingpong; --show-loss sends a datagram that is dropped"
+)]
+struct Args {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Size of each message in bytes: at most the port's active MTU (both sides the same).
+    #[arg(short = 's', long = "size", default_value_t = 2048,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    size: u32,
+    /// Number of exchanges (round trips).
+    #[arg(short = 'n', long = "iters", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000_000))]
+    iters: u32,
+    /// Receives kept posted at all times.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500,
+          value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
+    rx_depth: u32,
+    /// Service level of our address handle.
+    #[arg(short = 'l', long = "sl", default_value_t = 0,
+          value_parser = clap::value_parser!(u8).range(0..=15))]
+    sl: u8,
+    /// Show a lost datagram: the client sends one with a wrong Q_Key, the server waits for it
+    /// in vain. Give it to both sides.
+    #[arg(long = "show-loss")]
+    show_loss: bool,
+}
+
+/// The Q_Key both sides use (`ibv_ud_pingpong`'s): a receiving UD QP drops every datagram
+/// whose Q_Key differs from its own.
+const QKEY: u32 = 0x1111_1111;
+/// The Global Route Header area at the start of every UD receive buffer.
+const GRH_LEN: usize = 40;
+/// The wr_id scheme of `ibv_ud_pingpong` (as in lesson 04).
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
+
+fn run(args: &Args) -> Result<()> {
+    let a = &args.common;
+    let n = a.narrator();
+    let server = a.role().is_server();
+    let size = args.size as usize;
+    let wait = a.wait();
+
+    // 1. Device, port, GID (lesson 01). A UD message is one packet: at most the path MTU.
+    n.step(1, "Open the device; a UD message must fit one MTU");
+    let dev = open_device(a, &n)?;
+    let mtu = dev.port.active_mtu.map_or(256, |m| m.bytes());
+    ensure!(
+        args.size <= mtu,
+        "-s {}: a UD message is one packet, and the port's active MTU is {mtu} bytes; use -s {mtu} or less",
+        args.size
+    );
+    n.say(format!(
+        "active MTU {mtu}: the largest UD message; we send {size} bytes"
+    ));
+
+    // 2. Resources (lesson 02). One MR: a receive slot of 40 + size bytes (the GRH area, then
+    //    the payload), then a send slot of size bytes. Only UD receives carry the GRH area.
+    n.step(2, "Create PD, MR, CQ and a UD QP");
+    let pd = dev.ctx.alloc_pd().context("ibv_alloc_pd")?;
+    let mr = pd
+        .reg_mr(GRH_LEN + 2 * size, AccessFlags::LOCAL_WRITE)
+        .context("ibv_reg_mr")?;
+    let recv_sge = mr.sge(0..GRH_LEN + size)?;
+    let send_sge = mr.sge(GRH_LEN + size..GRH_LEN + 2 * size)?;
+    let cq = dev
+        .ctx
+        .create_cq(args.rx_depth + 1, None)
+        .context("ibv_create_cq")?;
+    let qp = pd
+        .create_qp(&QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            qp_type: QpType::Ud,
+            caps: QpCaps {
+                max_send_wr: 1,
+                max_recv_wr: args.rx_depth,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        })
+        .context("ibv_create_qp(IBV_QPT_UD)")?;
+    n.say(format!(
+        "MR of {} bytes (lkey {:#x}): receive slot {:#x} = {GRH_LEN}-byte GRH area + {size}, send slot {:#x}; UD QP {:#08x}",
+        mr.len(),
+        mr.lkey(),
+        recv_sge.addr(),
+        send_sge.addr(),
+        qp.qpn()
+    ));
+
+    // 3. RESET -> INIT -> RTR -> RTS without a peer: INIT takes the port and our Q_Key (no
+    //    access flags: UD has no RDMA), RTR nothing, RTS only our first PSN.
+    n.step(
+        3,
+        "RESET -> INIT (port, Q_Key) -> RTR -> RTS (sq_psn): no peer named anywhere",
+    );
+    qp.modify_to_init(&InitAttr {
+        port_num: a.ib_port,
+        pkey_index: 0,
+        access: AccessFlags::EMPTY,
+        qkey: QKEY,
+    })
+    .context("ibv_modify_qp(INIT)")?;
+    let recvs: Vec<RecvWr> = (0..args.rx_depth)
+        .map(|_| RecvWr {
+            wr_id: RECV_WRID,
+            sges: std::slice::from_ref(&recv_sge),
+        })
+        .collect();
+    // Receives first: a datagram that finds no receive is dropped, not retried (no RNR on UD).
+    qp.post_recv(&recvs).context("posting the receives")?;
+    qp.modify_to_rtr(None).context("ibv_modify_qp(RTR)")?;
+    let local = local_endpoint(&dev.ctx, a.ib_port, &qp, &dev.gid, random_psn())?;
+    qp.modify_to_rts(&RtsAttr {
+        sq_psn: local.psn,
+        timeout: 0,
+        retry_cnt: 0,
+        rnr_retry: 0,
+        max_rd_atomic: 0,
+    })
+    .context("ibv_modify_qp(RTS)")?;
+    n.say(format!(
+        "Q_Key {QKEY:#x}; {} receives of {} bytes posted; qp.state() = {}",
+        args.rx_depth,
+        GRH_LEN + size,
+        qp.state()?
+    ));
+
+    // 4. The handshake of ibv_ud_pingpong, which is ibv_rc_pingpong's (lesson 04): the
+    //    endpoint records cross; each side then builds an address handle to the other.
+    n.step(
+        4,
+        "Exchange endpoints (ibv_ud_pingpong's record), create the address handle",
+    );
+    n.say(format!("local address:  {local}"));
+    let mut conn = oob_connect(a, &n)?;
+    let mine = encode_rc_pingpong(&local);
+    // The server makes its AH before it replies; the client after the exchange.
+    let (remote, ah) = rc_pingpong_handshake(&mut conn, server, &mine, |rec| {
+        let remote = parse_record(rec, &n)?;
+        let ah = create_ah(&pd, &dev, a.ib_port, args.sl, &remote, &n)?;
+        Ok((remote, ah))
+    })?;
+    let dest = UdDest {
+        ah: &ah,
+        remote_qpn: remote.qpn,
+        remote_qkey: QKEY,
+    };
+    let ctx = Ping {
+        qp: &qp,
+        cq: &cq,
+        send_sge,
+        size,
+        wait,
+    };
+
+    if args.show_loss {
+        return show_loss(&ctx, &mr, dest, conn, server, &n);
+    }
+    // ibv_ud_pingpong closes the TCP connection here.
+    drop(conn);
+
+    // 5. The ping-pong of lesson 04, each SEND carrying its destination.
+    n.step(
+        5,
+        "Ping-pong: ibv_post_send (AH, remote QPN, Q_Key), ibv_poll_cq, ibv_post_recv",
+    );
+    let iters = u64::from(args.iters);
+    let mut check = Check::Undecided;
+    let mut rtts_us: Vec<f64> = Vec::new();
+    let (mut scnt, mut rcnt) = (0u64, 0u64);
+    let mut pending = RECV_WRID;
+    let (my_seq, peer_seq) = if server { (1, 0) } else { (0, 1) };
+    let mut posted_at = Instant::now();
+    let start = Instant::now();
+    if !server {
+        ctx.send(&mr, dest, pattern(my_seq, size), &n, true)?;
+        pending |= SEND_WRID;
+    }
+    let mut wcs: [WorkCompletion; 2] = WorkCompletion::array();
+    while scnt < iters || rcnt < iters {
+        let ne = ctx
+            .poll(&mut wcs)
+            .with_context(|| format!("iteration {}: {}", scnt.min(rcnt), awaited(pending)))?;
+        for wc in &wcs[..ne] {
+            wc.ok()
+                .with_context(|| format!("iteration {}: {}", scnt.min(rcnt), awaited(pending)))?;
+            match wc.wr_id() {
+                SEND_WRID => scnt += 1,
+                RECV_WRID => {
+                    let payload = ctx.received(wc, &mr, rcnt == 0, &n)?;
+                    // A copy: the NIC may write the MR again once receives are re-posted.
+                    let sent = mr.to_vec(GRH_LEN + size..GRH_LEN + 2 * size)?;
+                    let want = pattern(2 * rcnt + peer_seq, size);
+                    check.message(rcnt, &payload, &want, &sent, &n)?;
+                    rcnt += 1;
+                    qp.post_recv(&[RecvWr {
+                        wr_id: RECV_WRID,
+                        sges: std::slice::from_ref(&recv_sge),
+                    }])
+                    .context("re-posting a receive")?;
+                    // ibv_ud_pingpong sends what its buffer holds, i.e. echoes; so do we when
+                    // the peer is that tool, and send our pattern otherwise.
+                    if let Check::Echo = check {
+                        mr.write(GRH_LEN + size, &payload)?;
+                    }
+                }
+                other => bail!("completion for unknown wr_id {other} ({})", wc.opcode()),
+            }
+            pending &= !wc.wr_id();
+            if pending == 0 && !server {
+                rtts_us.push(posted_at.elapsed().as_secs_f64() * 1e6);
+            }
+            if scnt < iters && pending == 0 {
+                posted_at = Instant::now();
+                let msg = match check {
+                    Check::Echo => mr.to_vec(GRH_LEN + size..GRH_LEN + 2 * size)?,
+                    _ => pattern(2 * scnt + my_seq, size),
+                };
+                ctx.send(&mr, dest, msg, &n, false)?;
+                pending = RECV_WRID | SEND_WRID;
+            }
+        }
+    }
+    let elapsed = start.elapsed();
+
+    // 6. Results: ibv_ud_pingpong's two lines, then ours.
+    n.step(6, "Results");
+    print_pingpong_summary(u64::from(args.size), iters, elapsed);
+    if let Some(s) = Summary::of(&rtts_us) {
+        println!(
+            "round trip of {size} bytes (usec): avg {:.1}  min {:.1}  median {:.1}  max {:.1}  ({} samples)",
+            s.avg, s.min, s.median, s.max, s.count
+        );
+    }
+    println!("{}", check.verdict(rcnt, size));
+    Ok(())
+}
+
+/// Checks the peer's record: UD on RoCE needs its GID to build the address handle.
+fn parse_record(rec: &[u8], n: &Narrator) -> Result<Endpoint> {
+    let remote = decode_rc_pingpong(rec)
+        .map_err(anyhow::Error::msg)
+        .context("the peer's endpoint record")?;
+    n.say(format!("remote address: {remote}"));
+    Ok(remote)
+}
+
+/// `ibv_create_ah`: the path to the peer's port, used by every SEND we post.
+fn create_ah(
+    pd: &verbs_lab::verbs::Pd,
+    dev: &verbs_lab_lessons::Device,
+    port: u8,
+    sl: u8,
+    remote: &Endpoint,
+    n: &Narrator,
+) -> Result<Ah> {
+    if dev.port.link_layer.needs_grh() && remote.gid.is_zero() {
+        bail!(
+            "the peer sent GID zero, but {} is RoCE (Ethernet): an address handle needs the \
+             peer's GID (ibv_ud_pingpong: give it -g, e.g. -g 1)",
+            dev.ctx.name()
+        );
+    }
+    let attr = AhAttr {
+        dlid: remote.lid,
+        sl,
+        port_num: port,
+        // As ibv_ud_pingpong: a GRH whenever the peer sent a GID; hop limit 1, which RoCE
+        // replaces with the IP route's (lesson 03) — the received GRH below shows it.
+        grh: (!remote.gid.is_zero()).then_some(GlobalRoute {
+            dgid: remote.gid,
+            sgid_index: dev.gid.entry.index as u8,
+            hop_limit: 1,
+            traffic_class: 0,
+            flow_label: 0,
+        }),
+    };
+    let ah = Ah::create(pd, &attr).context("ibv_create_ah")?;
+    n.say(format!(
+        "ibv_create_ah: dlid {:#x}, sl {sl}, port {port}, {}",
+        attr.dlid,
+        match attr.grh {
+            Some(g) => format!(
+                "is_global 1: dgid {}, sgid_index {}, hop_limit {}",
+                g.dgid, g.sgid_index, g.hop_limit
+            ),
+            None => "is_global 0".into(),
+        }
+    ));
+    Ok(ah)
+}
+
+/// What the ping-pong needs at every step.
+struct Ping<'a> {
+    qp: &'a Qp,
+    cq: &'a Cq,
+    send_sge: Sge<'a>,
+    size: usize,
+    wait: Duration,
+}
+
+impl Ping<'_> {
+    /// Writes `msg` into the send slot and posts one signaled SEND to `dest`.
+    fn send(
+        &self,
+        mr: &Mr,
+        dest: UdDest<'_>,
+        msg: Vec<u8>,
+        n: &Narrator,
+        first: bool,
+    ) -> Result<()> {
+        mr.write(GRH_LEN + self.size, &msg)?;
+        let mut wr = SendWr::new(
+            SEND_WRID,
+            SendOp::Send,
+            Payload::Sges(std::slice::from_ref(&self.send_sge)),
+        );
+        wr.ud = Some(dest);
+        self.qp.post_send(&[wr]).context("ibv_post_send")?;
+        if first {
+            n.say(format!(
+                "first ibv_post_send: IBV_WR_SEND of {} bytes, wr.ud = {{ ah, remote_qpn {:#x}, remote_qkey {:#x} }}",
+                self.size, dest.remote_qpn, dest.remote_qkey
+            ));
+        }
+        Ok(())
+    }
+
+    /// Busy-polls for up to two completions, at most `wait`.
+    fn poll(&self, wcs: &mut [WorkCompletion; 2]) -> Result<usize> {
+        self.cq
+            .poll_timeout(wcs, self.wait, "a completion (is the peer alive?)")
+            .map_err(anyhow::Error::from)
+    }
+
+    /// A RECV completion: checks its length, shows the GRH area the first time, returns a copy
+    /// of the payload (the bytes after the GRH area).
+    fn received(&self, wc: &WorkCompletion, mr: &Mr, first: bool, n: &Narrator) -> Result<Vec<u8>> {
+        ensure!(
+            wc.byte_len() as usize == GRH_LEN + self.size,
+            "a datagram of {} bytes arrived; we expect {GRH_LEN} (GRH) + {} (same -s on both sides?)",
+            wc.byte_len(),
+            self.size
+        );
+        // A copy: the NIC may write the receive slot again once the receive is re-posted.
+        let buf = mr.to_vec(0..GRH_LEN + self.size)?;
+        if first {
+            n.say(format!(
+                "first RECV completion: byte_len {} = {GRH_LEN} (GRH area) + {}, src_qp {:#x}, \
+                 IBV_WC_GRH {}",
+                wc.byte_len(),
+                self.size,
+                wc.src_qp(),
+                if wc.has_grh() { "set" } else { "clear" }
+            ));
+            n.say(describe_grh(&buf[..GRH_LEN]));
+        }
+        Ok(buf[GRH_LEN..].to_vec())
+    }
+}
+
+/// What the 40-byte GRH area holds. On RoCE v2 over IPv4 the provider puts the packet's IPv4
+/// header in its last 20 bytes (the first 20 are unused); otherwise it is an IPv6-format GRH.
+fn describe_grh(g: &[u8]) -> String {
+    let ip4 = &g[20..40];
+    if g[..20].iter().all(|&b| b == 0) && ip4[0] >> 4 == 4 {
+        format!(
+            "GRH area: bytes 0-19 unused, bytes 20-39 the IPv4 header: TTL {}, protocol {} (UDP), \
+             source {}.{}.{}.{}, destination {}.{}.{}.{}",
+            ip4[8], ip4[9], ip4[12], ip4[13], ip4[14], ip4[15], ip4[16], ip4[17], ip4[18], ip4[19]
+        )
+    } else {
+        format!(
+            "GRH area: IPv6-format GRH, version {}, hop limit {}, source GID {}",
+            g[0] >> 4,
+            g[7],
+            verbs_lab::verbs::Gid(g[8..24].try_into().expect("16 bytes"))
+        )
+    }
+}
+
+fn awaited(pending: u64) -> &'static str {
+    match (pending & SEND_WRID != 0, pending & RECV_WRID != 0) {
+        (true, true) => "waiting for our SEND's completion and the peer's datagram",
+        (true, false) => "waiting for our SEND's completion",
+        (false, true) => "waiting for the peer's datagram (lost datagrams are not resent)",
+        (false, false) => "waiting for nothing",
+    }
+}
+
+/// What the received payloads are checked against, decided on the first datagram. A lesson11
+/// peer sends pattern(seq). `ibv_ud_pingpong` receives into and sends from one buffer, which
+/// starts filled with 0x7b bytes: as a client it sends those first, and from then on each side
+/// sends back what it received — so against it we echo too, and check that every datagram
+/// equals the one we sent before it.
+enum Check {
+    Undecided,
+    /// Every datagram k is pattern(2k) (client's) or pattern(2k+1) (server's).
+    On,
+    /// Every datagram equals what we sent last (the peer echoes, and so do we).
+    Echo,
+}
+
+/// The bytes `ibv_ud_pingpong` fills its buffer with before the first message.
+const UD_PINGPONG_FILL: u8 = 0x7b;
+
+impl Check {
+    /// `sent` is our last message (still in the send slot).
+    fn message(
+        &mut self,
+        k: u64,
+        got: &[u8],
+        want: &[u8],
+        sent: &[u8],
+        n: &Narrator,
+    ) -> Result<()> {
+        let expected = match self {
+            Check::On => want,
+            Check::Echo => sent,
+            Check::Undecided => {
+                if first_mismatch(got, want).is_none() {
+                    n.say("datagram 0 carries the lesson11 pattern: checking every datagram byte for byte");
+                    *self = Check::On;
+                } else if first_mismatch(got, sent).is_none() {
+                    n.say(
+                        "datagram 0 is our own datagram 0, echoed: the peer is ibv_ud_pingpong; \
+                           we echo too and check every datagram against the one we sent",
+                    );
+                    *self = Check::Echo;
+                } else if got.iter().all(|&b| b == UD_PINGPONG_FILL) {
+                    n.say(format!(
+                        "datagram 0 is all {UD_PINGPONG_FILL:#04x}, ibv_ud_pingpong's initial buffer: \
+                         we echo it, and check every later datagram against the one we sent"
+                    ));
+                    *self = Check::Echo;
+                } else {
+                    bail!(
+                        "datagram 0 is neither the lesson11 pattern, nor an echo of ours, nor \
+                         ibv_ud_pingpong's initial {UD_PINGPONG_FILL:#04x} bytes: is the peer \
+                         another program?"
+                    );
+                }
+                return Ok(());
+            }
+        };
+        match first_mismatch(got, expected) {
+            None => Ok(()),
+            Some(at) => bail!(
+                "datagram {k} from the peer is corrupt: byte {at} is {:#04x}, expected {:#04x}",
+                got[at],
+                expected[at]
+            ),
+        }
+    }
+
+    fn verdict(&self, messages: u64, size: usize) -> String {
+        match self {
+            Check::On => {
+                format!("payload check: {messages} datagrams of {size} bytes verified, all intact")
+            }
+            Check::Echo => format!(
+                "payload check: {messages} datagrams of {size} bytes verified as echoes of ours, all intact"
+            ),
+            Check::Undecided => "payload check: no datagram received".into(),
+        }
+    }
+}
+
+/// `--show-loss`: the client sends one datagram with a wrong Q_Key, then one with the right
+/// one. The sender's NIC completes both successfully; the receiving QP drops the first
+/// silently. The TCP connection stays open so that each side can tell the other what it saw.
+fn show_loss(
+    ctx: &Ping,
+    mr: &Mr,
+    dest: UdDest<'_>,
+    mut conn: OobConn,
+    server: bool,
+    n: &Narrator,
+) -> Result<()> {
+    n.step(5, "--show-loss: a datagram with the wrong Q_Key");
+    let wrong = UdDest {
+        remote_qkey: QKEY ^ 0xffff,
+        ..dest
+    };
+    let mut wcs: [WorkCompletion; 2] = WorkCompletion::array();
+    let settle = Duration::from_secs(2);
+    if server {
+        conn.barrier("the client's bad datagram")?;
+        let t0 = Instant::now();
+        let mut got = 0;
+        while t0.elapsed() < settle {
+            got += ctx.cq.poll(&mut wcs).context("ibv_poll_cq")?;
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        println!(
+            "server: {got} datagrams arrived in {} ms after the client's SEND with Q_Key {:#x} \
+             (ours is {QKEY:#x}): dropped by our QP, and nobody is told",
+            settle.as_millis(),
+            wrong.remote_qkey
+        );
+        ensure!(got == 0, "the datagram with the wrong Q_Key was delivered");
+        conn.barrier("the client's good datagram")?;
+        let ne = ctx
+            .poll(&mut wcs)
+            .context("the datagram with the right Q_Key")?;
+        let wc = wcs[..ne].first().expect("poll returned at least one");
+        wc.ok()?;
+        let payload = ctx.received(wc, mr, true, n)?;
+        ensure!(
+            first_mismatch(&payload, &pattern(7, ctx.size)).is_none(),
+            "the datagram with the right Q_Key arrived corrupt"
+        );
+        println!(
+            "server: the datagram with the right Q_Key {QKEY:#x} arrived: {} bytes, verified",
+            ctx.size
+        );
+        conn.barrier("the end")?;
+    } else {
+        ctx.send(mr, wrong, pattern(6, ctx.size), n, true)?;
+        let ne = ctx
+            .poll(&mut wcs)
+            .context("the bad datagram's SEND completion")?;
+        let wc = wcs[..ne].first().expect("poll returned at least one");
+        wc.ok()?;
+        println!(
+            "client: SEND with Q_Key {:#x} completed with {} — UD completes when the datagram \
+             leaves; whether it arrives, the sender never learns",
+            wrong.remote_qkey,
+            wc.status()
+        );
+        conn.barrier("the client's bad datagram")?;
+        conn.barrier("the client's good datagram")?;
+        ctx.send(mr, dest, pattern(7, ctx.size), n, false)?;
+        let ne = ctx
+            .poll(&mut wcs)
+            .context("the good datagram's SEND completion")?;
+        wcs[..ne]
+            .first()
+            .expect("poll returned at least one")
+            .ok()?;
+        conn.barrier("the end")?;
+        println!("client: the datagram with the right Q_Key arrived (the server checked it)");
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Args = verbs_lab::cli::parse();
+    args.common
+        .check()
+        .unwrap_or_else(|e| usage_error::<Args>(&e));
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => report_error("lesson11_ud", &e),
+    }
+}

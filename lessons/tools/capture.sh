@@ -1,0 +1,84 @@
+#!/bin/sh
+# Re-captures the "Real output" of the lesson READMEs from exactly the commands they show, in the
+# SoftRoCE guest:  scripts/softroce-vm run --no-build -- 'sh lessons/tools/capture.sh [NAME...]'
+# Each pair runs a server (no host argument, the default port 18515) and then its client;
+# NAME.server and NAME.client (or NAME.out) land in .vm-out/capture/; without NAMEs all run.
+set -eu
+out=${VL_REPO:-.}/.vm-out/capture
+mkdir -p "$out"
+# shellcheck source=tests/guest/lib.sh
+. "${VL_REPO:-.}/tests/guest/lib.sh"
+
+# pair NAME 'SERVER COMMAND' 'CLIENT COMMAND': run both, the server first, and keep both outputs.
+pair() {
+    echo "== $1: $2  |  $3"
+    sh -c "$2" >"$out/$1.server" 2>&1 &
+    spid=$!
+    port=$(echo "$2" | sed -n 's/.*-p \([0-9]*\).*/\1/p')
+    wait_port "${port:-18515}" 60 "$spid" || true
+    sh -c "$3" >"$out/$1.client" 2>&1 || echo "   (client exit $?)"
+    wait "$spid" || echo "   (server exit $?)"
+    sleep 1
+}
+# killed NAME MARK 'SERVER COMMAND' 'CLIENT COMMAND': as pair, but the client is killed with
+# SIGKILL once its output shows MARK; the server's output is what the README shows.
+killed() {
+    echo "== $1: $3  |  $4, client killed after '$2'"
+    sh -c "$3" >"$out/$1.server" 2>&1 &
+    spid=$!
+    wait_port 18515 60 "$spid" || true
+    $4 >"$out/$1.client" 2>&1 &
+    cpid=$!
+    i=0
+    until grep -q -F -e "$2" "$out/$1.client" || [ $i -ge 1200 ]; do sleep 0.1; i=$((i + 1)); done
+    sleep 1
+    kill -KILL "$cpid" 2>/dev/null || true
+    wait "$cpid" 2>/dev/null || true
+    wait "$spid" || echo "   (server exit $?)"
+}
+# one NAME 'COMMAND': a program without a peer.
+one() {
+    echo "== $1: $2"
+    sh -c "$2" >"$out/$1.out" 2>&1 || echo "   (exit $?)"
+}
+
+
+run_all() {
+    one l01 'lesson01_devices'
+    one l01q 'lesson01_devices --quiet'
+    one l01i2 'lesson01_devices -d rxe0 -i 2'
+    pair l03 'lesson03_connect -d rxe0' 'lesson03_connect -d rxe1 192.168.77.1'
+    pair l04 'lesson04_send_recv -d rxe0' 'lesson04_send_recv -d rxe1 192.168.77.1'
+    pair l04rc 'lesson04_send_recv -d rxe0' 'ibv_rc_pingpong -d rxe1 -g 1 192.168.77.1'
+    pair l04rcs 'ibv_rc_pingpong -d rxe0 -g 1' 'lesson04_send_recv -d rxe1 192.168.77.1'
+    one l04nosrv 'lesson04_send_recv -d rxe1 --wait 3 192.168.77.1'
+    pair l04rnr 'lesson04_send_recv -d rxe0 --show-rnr' 'lesson04_send_recv -d rxe1 --show-rnr 192.168.77.1'
+    pair l05imm 'lesson05_rdma_write -d rxe0' 'lesson05_rdma_write -d rxe1 -s 4096 -n 3 --notify imm 192.168.77.1'
+    pair l05flag 'lesson05_rdma_write -d rxe0' 'lesson05_rdma_write -d rxe1 -s 4096 -n 3 --notify flag 192.168.77.1'
+    one l05nosrv 'lesson05_rdma_write -d rxe1 -q --wait 3 192.168.77.1'
+    killed l07kill '[7] ' 'lesson07_events -d rxe0 -q --wait 5' 'lesson07_events -d rxe1 -n 1000 --wait 5 192.168.77.1'
+    pair l06 'lesson06_rdma_read -d rxe0' 'lesson06_rdma_read -d rxe1 -s 4096 -o 4 -n 4 192.168.77.1'
+    pair l07 'lesson07_events -d rxe0' 'lesson07_events -d rxe1 -n 500 --show-race 192.168.77.1'
+    pair l08 'lesson08_atomics -d rxe0 --clients 2 -p 18430' \
+        'lesson08_atomics -d rxe1 -n 100 -p 18430 192.168.77.1 >'"$out"'/l08.client2 2>&1 & lesson08_atomics -d rxe1 -n 100 -p 18430 192.168.77.1; wait'
+    pair l08never 'lesson08_atomics -d rxe0 -q --clients 2 --wait 5' 'lesson08_atomics -d rxe1 -q 192.168.77.1'
+    pair l08err 'lesson08_atomics -d rxe0' 'lesson08_atomics -d rxe1 --show-errors 192.168.77.1'
+    pair l08noacc 'lesson08_atomics -d rxe0 --no-atomic-access' 'lesson08_atomics -d rxe1 -q 192.168.77.1'
+    pair l11 'lesson11_ud -d rxe0' 'lesson11_ud -d rxe1 192.168.77.1'
+    pair l11c 'lesson11_ud -d rxe0 -s 1024' 'ibv_ud_pingpong -d rxe1 -g 1 -s 1024 192.168.77.1'
+    pair l11s 'ibv_ud_pingpong -d rxe0 -g 1 -s 1024' 'lesson11_ud -d rxe1 -s 1024 192.168.77.1'
+    pair l11udc 'ibv_ud_pingpong -d rxe0 -g 1 -n 5' 'ibv_ud_pingpong -d rxe1 -g 1 -n 5 192.168.77.1'
+    pair l11loss 'lesson11_ud -d rxe0 --show-loss' 'lesson11_ud -d rxe1 --show-loss 192.168.77.1'
+    pair l12 'lesson12_srq_events -d rxe0' 'lesson12_srq_events -d rxe1 192.168.77.1'
+    pair l12c 'lesson12_srq_events -d rxe0 -q' 'ibv_srq_pingpong -d rxe1 -g 1 192.168.77.1'
+    pair l12s 'ibv_srq_pingpong -d rxe0 -g 1' 'lesson12_srq_events -d rxe1 -q 192.168.77.1'
+}
+if [ $# -gt 0 ]; then
+    # Only the named captures: run_all's lines for them.
+    for name in "$@"; do
+        eval "$(sed -n "/^    \(pair\|one\|killed\) $name /p" "$0")"
+    done
+else
+    run_all
+fi
+echo "outputs in $out"
