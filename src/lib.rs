@@ -8,11 +8,13 @@
 //! - [`sysfs`]: GID attributes, NUMA nodes and counters from sysfs;
 //! - [`json`]: a tiny JSON writer for the tools' `--json` output;
 //! - [`affinity`]: CPU lists, the CPUs near a NIC, and pinning a benchmark thread;
-//! - [`mq`]: typed, versioned messages over POSIX message queues, for coordinator and workers.
+//! - [`mq`]: typed, versioned messages over POSIX message queues, for coordinator and workers;
+//! - [`coll`]: collectives over verbs — launcher bootstrap, the ring communicator, reductions.
 //!
 //! The lessons (`lessons/`) and the benchmarks (`perftest/`) are built on it.
 
 pub mod affinity;
+pub mod coll;
 pub mod connect;
 pub mod json;
 pub mod mq;
