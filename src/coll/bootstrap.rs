@@ -374,9 +374,10 @@ pub fn rendezvous(mine: RankRecord, master: (&str, u16), timeout: Duration) -> R
                         .map(|(i, _)| i.to_string())
                         .collect();
                     let why = format!(
-                        "rank(s) {} of {world} never reached the master at {}:{} within {:.0} s \
-                         (host unknown: they never connected) — were they started, with the \
-                         same master address?",
+                        "{} {} of {world} never reached the master at {}:{} within {:.0} s \
+                         (host unknown: never connected) — started, with the same master \
+                         address?",
+                        if missing.len() == 1 { "rank" } else { "ranks" },
                         missing.join(", "),
                         master.0,
                         master.1,
