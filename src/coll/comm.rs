@@ -28,7 +28,7 @@ use crate::coll::kernels::{self, DataType, RedOp};
 use crate::coll::schedule::{self, chunk, Action, Coll, Plan, RecvMsg};
 use crate::connect::{self, ConnectOpts, Endpoint};
 use crate::verbs::{
-    AccessFlags, Context, Cq, DeviceList, Gid, Mr, Payload, Pd, Qp, QpCaps, QpInitAttr, QpType,
+    AccessFlags, CompChannel, Context, Cq, DeviceList, Gid, Mr, Payload, Pd, Qp, QpCaps, QpInitAttr, QpType,
     RecvWr, RemoteBuf, SendOp, SendWr, VerbsError, WorkCompletion,
 };
 
@@ -83,6 +83,11 @@ pub struct TraceEvent<'a> {
 /// The observer of [`TraceEvent`]s (lesson 15 prints the vector after every step).
 pub type Tracer = Box<dyn FnMut(&TraceEvent<'_>)>;
 
+/// Empty polls before an idle rank goes to sleep on the completion channel.
+const SPINS_BEFORE_SLEEP: u32 = 64;
+/// The longest sleep: the star (liveness) and the peer timeout are looked at between sleeps.
+const SLEEP_SLICE: Duration = Duration::from_millis(10);
+
 const WR_DATA: u64 = 1;
 const WR_CREDIT: u64 = 2;
 const WR_RECV_DATA: u64 = 3;
@@ -91,6 +96,8 @@ const WR_RECV_CREDIT: u64 = 4;
 /// The ring's verbs objects and the state that persists between collectives.
 struct Ring {
     ctx: Context,
+    /// Idle ranks sleep on it instead of spinning (see `pump`).
+    channel: CompChannel,
     cq: Cq,
     left: Qp,
     right: Qp,
@@ -221,8 +228,11 @@ impl Comm {
             .map_err(verbs("choosing the GID"))?;
         let pd = ctx.alloc_pd().map_err(verbs("ibv_alloc_pd"))?;
         let sq_depth = 2 * opts.nslots + 16;
+        let channel = ctx
+            .create_comp_channel()
+            .map_err(verbs("ibv_create_comp_channel"))?;
         let cq = ctx
-            .create_cq((2 * sq_depth + 2 * opts.nslots + 8) as u32, None)
+            .create_cq((2 * sq_depth + 2 * opts.nslots + 8) as u32, Some(&channel))
             .map_err(verbs("ibv_create_cq"))?;
         let caps = QpCaps {
             max_send_wr: sq_depth as u32,
@@ -253,9 +263,6 @@ impl Comm {
         let data = pd
             .reg_mr(2 * opts.max_bytes, AccessFlags::LOCAL_WRITE)
             .map_err(verbs("registering the data buffer"))?;
-        // Receives first: a neighbour may write as soon as it is connected.
-        post_recvs(&left, WR_RECV_DATA, opts.nslots)?;
-        post_recvs(&right, WR_RECV_CREDIT, opts.nslots)?;
 
         record.device = ctx.name().to_string();
         record.lid = port.lid;
@@ -320,6 +327,11 @@ impl Comm {
             .and_then(|_| {
                 connect_to(&right, record.right_psn, rrec, rrec.left_qpn, rrec.left_psn)
             });
+        // Receives need a QP past RESET; every one is posted before the barrier, after which the
+        // neighbours may write.
+        let up = up
+            .and_then(|_| post_recvs(&left, WR_RECV_DATA, opts.nslots))
+            .and_then(|_| post_recvs(&right, WR_RECV_CREDIT, opts.nslots));
         if let Err(e) = up {
             star.abort(&e);
             return Err(e);
@@ -332,6 +344,7 @@ impl Comm {
             star,
             ring: Some(Ring {
                 ctx,
+                channel,
                 cq,
                 left,
                 right,
@@ -613,6 +626,7 @@ impl Comm {
         let mut last_progress = Instant::now();
         let mut last_check = Instant::now();
         let mut spins = 0u32;
+        let mut armed = false;
         while processed < nrecv || completed < nsend {
             let mut progress = false;
             // 1. Post what the credits and the dependencies allow.
@@ -735,10 +749,26 @@ impl Comm {
             // says at once when a rank died.
             if n > 0 || progress {
                 last_progress = Instant::now();
+                armed = false;
+                spins = 0;
                 continue;
             }
             spins = spins.wrapping_add(1);
-            if spins % 256 == 0 {
+            // Nothing to do: after a short spin, sleep until the CQ has a completion. A spinning
+            // rank would hold a CPU that another rank, or SoftRoCE's kernel work, needs — with
+            // 4 ranks on 2 cores every hop of the ring would wait for a scheduler time slice.
+            // Arm, poll once more (a completion may have come before the arming), then wait.
+            if spins >= SPINS_BEFORE_SLEEP {
+                if !armed {
+                    ring.cq.req_notify(false).map_err(verbs("ibv_req_notify_cq"))?;
+                    armed = true;
+                    continue;
+                }
+                match ring.channel.wait(&ring.cq, SLEEP_SLICE) {
+                    Ok(()) | Err(VerbsError::Timeout { .. }) => {}
+                    Err(e) => return Err(verbs("waiting for a completion event")(e)),
+                }
+                armed = false;
                 let now = Instant::now();
                 if now.duration_since(last_check) >= Duration::from_millis(20) {
                     last_check = now;
@@ -759,6 +789,7 @@ impl Comm {
                         ),
                     });
                 }
+                continue;
             }
             std::hint::spin_loop();
         }

@@ -9,7 +9,7 @@
 //! left. A child dies with its launcher ([`child_setup`]), so nothing is left behind.
 
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
@@ -48,8 +48,13 @@ pub fn describe(st: ExitStatus) -> String {
 pub fn run_local(np: u32, args: &[OsString], grace: Duration) -> Result<Outcome, String> {
     let port = free_port().map_err(|e| format!("no free loopback port for the rendezvous: {e}"))?;
     let mut children: Vec<(u32, Child)> = Vec::new();
+    // Children show our name in ps, not /proc/self/exe.
+    let arg0 = std::env::args_os()
+        .next()
+        .unwrap_or_else(|| OsString::from("/proc/self/exe"));
     for rank in 0..np {
         let spawned = Command::new("/proc/self/exe")
+            .arg0(&arg0)
             .args(args)
             .args(["--rank", &rank.to_string()])
             .args(["--world-size", &np.to_string()])
