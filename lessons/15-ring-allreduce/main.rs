@@ -77,7 +77,7 @@ struct Seen {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = verbs_lab::cli::parse();
     if let Some(np) = args.np {
         if args.rank.is_none() {
             // Step 1, the launcher's half: start the ranks and wait for them.

@@ -168,6 +168,7 @@ pub fn sizes(
 
 /// Entry point of the five tools.
 pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
+    verbs_lab::cli::generate_if_asked(<Args as clap::CommandFactory>::command);
     let args = match Args::try_parse() {
         Ok(a) => a,
         Err(e) => {
