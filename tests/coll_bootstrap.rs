@@ -9,12 +9,16 @@ use std::time::{Duration, Instant};
 
 use verbs_lab::coll::bootstrap::{rendezvous, CollError, RankRecord, PROTOCOL_VERSION};
 use verbs_lab::coll::env::{resolve, RankFlags};
-use verbs_lab::coll::kernels::{expected_value, fill_input, count_wrong, DataType, RedOp};
+use verbs_lab::coll::kernels::{count_wrong, expected_value, fill_input, DataType, RedOp};
 use verbs_lab::coll::{Comm, CommOpts};
 use verbs_lab::verbs::{Gid, RemoteBuf};
 
 fn port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn record(rank: u32, world: u32) -> RankRecord {
@@ -72,17 +76,23 @@ fn every_rank_gets_the_same_table() {
 }
 
 fn rank0_error(out: &[Result<Vec<RankRecord>, CollError>]) -> String {
-    out[0].as_ref().err().expect("rank 0 refuses").to_string()
+    out[0].as_ref().expect_err("rank 0 refuses").to_string()
 }
 
 #[test]
 fn a_wrong_world_size_is_refused_by_name() {
     let out = run(vec![record(0, 3), record(1, 3), record(2, 4)], T);
     let e = rank0_error(&out);
-    assert!(e.contains("rank 2 (host host2, pid 1002") && e.contains("world size 4"), "{e}");
+    assert!(
+        e.contains("rank 2 (host host2, pid 1002") && e.contains("world size 4"),
+        "{e}"
+    );
     // The refused rank is told why.
     let e2 = out[2].as_ref().err().unwrap().to_string();
-    assert!(e2.contains("rank 0 refused the job") && e2.contains("world size 4"), "{e2}");
+    assert!(
+        e2.contains("rank 0 refused the job") && e2.contains("world size 4"),
+        "{e2}"
+    );
 }
 
 #[test]
@@ -100,7 +110,10 @@ fn another_protocol_version_is_refused_by_name() {
     old.version = PROTOCOL_VERSION + 1;
     let out = run(vec![record(0, 2), old], T);
     let e = rank0_error(&out);
-    assert!(e.contains(&format!("version {}", PROTOCOL_VERSION + 1)), "{e}");
+    assert!(
+        e.contains(&format!("version {}", PROTOCOL_VERSION + 1)),
+        "{e}"
+    );
 }
 
 #[test]
@@ -155,7 +168,9 @@ fn a_rank_that_dies_is_named_to_the_others() {
 fn records_round_trip_and_garbage_is_refused() {
     let r = record(3, 4);
     assert_eq!(RankRecord::decode(&r.encode()).unwrap(), r);
-    assert!(RankRecord::decode(b"GET / HTTP/1.1").unwrap_err().contains("bad magic"));
+    assert!(RankRecord::decode(b"GET / HTTP/1.1")
+        .unwrap_err()
+        .contains("bad magic"));
     let mut b = r.encode();
     b.pop();
     assert!(RankRecord::decode(&b).unwrap_err().contains("truncated"));
@@ -175,7 +190,10 @@ fn world_size_one_runs_every_collective_without_a_nic() {
     let (t, op) = (DataType::I64, RedOp::Max);
     fill_input(t, op, 0, 0, &mut c.input_mut()[..800]);
     c.all_reduce(t, op, 100, false).unwrap();
-    assert_eq!(count_wrong(t, 0, &c.output()[..800], |i| expected_value(t, op, 1, i)), 0);
+    assert_eq!(
+        count_wrong(t, 0, &c.output()[..800], |i| expected_value(t, op, 1, i)),
+        0
+    );
     c.reduce_scatter(t, op, 100, true).unwrap();
     c.all_gather(t, 100, false).unwrap();
     c.broadcast(t, 100, 0, true).unwrap();

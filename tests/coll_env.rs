@@ -20,7 +20,13 @@ const MASTER: [(&str, &str); 2] = [("MASTER_ADDR", "10.0.0.1"), ("MASTER_PORT", 
 
 #[test]
 fn torchrun() {
-    let e = env(&[("RANK", "3"), ("WORLD_SIZE", "8"), ("LOCAL_RANK", "1"), MASTER[0], MASTER[1]]);
+    let e = env(&[
+        ("RANK", "3"),
+        ("WORLD_SIZE", "8"),
+        ("LOCAL_RANK", "1"),
+        MASTER[0],
+        MASTER[1],
+    ]);
     let i = resolve(&none(), &e).unwrap();
     assert_eq!((i.rank, i.world_size, i.local_rank), (3, 8, 1));
     assert_eq!(i.launcher, Launcher::Torchrun);
@@ -37,12 +43,18 @@ fn open_mpi_mpich_and_slurm() {
         MASTER[1],
     ]);
     let i = resolve(&none(), &e).unwrap();
-    assert_eq!((i.rank, i.world_size, i.local_rank, i.launcher), (2, 4, 0, Launcher::OpenMpi));
+    assert_eq!(
+        (i.rank, i.world_size, i.local_rank, i.launcher),
+        (2, 4, 0, Launcher::OpenMpi)
+    );
 
     let e = env(&[("PMI_RANK", "1"), ("PMI_SIZE", "2"), MASTER[0], MASTER[1]]);
     let i = resolve(&none(), &e).unwrap();
     // MPICH gives no local rank: the rank stands in for it.
-    assert_eq!((i.rank, i.world_size, i.local_rank, i.launcher), (1, 2, 1, Launcher::Mpich));
+    assert_eq!(
+        (i.rank, i.world_size, i.local_rank, i.launcher),
+        (1, 2, 1, Launcher::Mpich)
+    );
 
     let e = env(&[
         ("SLURM_PROCID", "5"),
@@ -52,7 +64,10 @@ fn open_mpi_mpich_and_slurm() {
         MASTER[1],
     ]);
     let i = resolve(&none(), &e).unwrap();
-    assert_eq!((i.rank, i.world_size, i.local_rank, i.launcher), (5, 6, 1, Launcher::Slurm));
+    assert_eq!(
+        (i.rank, i.world_size, i.local_rank, i.launcher),
+        (5, 6, 1, Launcher::Slurm)
+    );
 }
 
 #[test]
@@ -71,9 +86,15 @@ fn first_match_wins() {
         MASTER[1],
     ];
     let i = resolve(&none(), &env(&all)).unwrap();
-    assert_eq!((i.rank, i.world_size, i.launcher), (1, 2, Launcher::Torchrun));
+    assert_eq!(
+        (i.rank, i.world_size, i.launcher),
+        (1, 2, Launcher::Torchrun)
+    );
     let i = resolve(&none(), &env(&all[2..])).unwrap();
-    assert_eq!((i.rank, i.world_size, i.launcher), (3, 4, Launcher::OpenMpi));
+    assert_eq!(
+        (i.rank, i.world_size, i.launcher),
+        (3, 4, Launcher::OpenMpi)
+    );
     let i = resolve(&none(), &env(&all[4..])).unwrap();
     assert_eq!((i.rank, i.world_size, i.launcher), (5, 6, Launcher::Mpich));
     let i = resolve(&none(), &env(&all[6..])).unwrap();
@@ -100,45 +121,73 @@ fn an_incomplete_launcher_environment_is_named() {
         rank: Some(1),
         ..Default::default()
     };
-    assert!(resolve(&flags, &env(&[])).unwrap_err().contains("--world-size"));
+    assert!(resolve(&flags, &env(&[]))
+        .unwrap_err()
+        .contains("--world-size"));
 }
 
 #[test]
 fn bad_values_get_clear_errors() {
     let e = resolve(&none(), &env(&[("RANK", "one"), ("WORLD_SIZE", "2")])).unwrap_err();
-    assert!(e.contains("RANK=\"one\" is not a non-negative integer"), "{e}");
-    let e = resolve(&none(), &env(&[("RANK", "4"), ("WORLD_SIZE", "4"), MASTER[0], MASTER[1]]))
-        .unwrap_err();
+    assert!(
+        e.contains("RANK=\"one\" is not a non-negative integer"),
+        "{e}"
+    );
+    let e = resolve(
+        &none(),
+        &env(&[("RANK", "4"), ("WORLD_SIZE", "4"), MASTER[0], MASTER[1]]),
+    )
+    .unwrap_err();
     assert!(e.contains("rank 4 is not below the world size 4"), "{e}");
     let e = resolve(&none(), &env(&[("RANK", "0"), ("WORLD_SIZE", "0")])).unwrap_err();
     assert!(e.contains("world size 0"), "{e}");
     let e = resolve(&none(), &env(&[("RANK", "0"), ("WORLD_SIZE", "2")])).unwrap_err();
-    assert!(e.contains("--master HOST:PORT") && e.contains("MASTER_ADDR"), "{e}");
+    assert!(
+        e.contains("--master HOST:PORT") && e.contains("MASTER_ADDR"),
+        "{e}"
+    );
     let e = resolve(
         &none(),
-        &env(&[("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "x")]),
+        &env(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "x"),
+        ]),
     )
     .unwrap_err();
     assert!(e.contains("MASTER_PORT=\"x\""), "{e}");
-    let e = resolve(&none(), &env(&[("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "h")]))
-        .unwrap_err();
+    let e = resolve(
+        &none(),
+        &env(&[("RANK", "0"), ("WORLD_SIZE", "2"), ("MASTER_ADDR", "h")]),
+    )
+    .unwrap_err();
     assert!(e.contains("MASTER_PORT is not"), "{e}");
-    let e = resolve(&none(), &env(&[("LOCAL_RANK", "z"), ("RANK", "0"), ("WORLD_SIZE", "1")]))
-        .unwrap_err();
+    let e = resolve(
+        &none(),
+        &env(&[("LOCAL_RANK", "z"), ("RANK", "0"), ("WORLD_SIZE", "1")]),
+    )
+    .unwrap_err();
     assert!(e.contains("LOCAL_RANK"), "{e}");
 }
 
 #[test]
 fn a_single_rank_needs_nothing() {
     let i = resolve(&none(), &env(&[])).unwrap();
-    assert_eq!((i.rank, i.world_size, i.launcher, i.master), (0, 1, Launcher::Single, None));
+    assert_eq!(
+        (i.rank, i.world_size, i.launcher, i.master),
+        (0, 1, Launcher::Single, None)
+    );
     let i = resolve(&none(), &env(&[("RANK", "0"), ("WORLD_SIZE", "1")])).unwrap();
     assert_eq!((i.world_size, i.master), (1, None));
 }
 
 #[test]
 fn master_addresses() {
-    assert_eq!(parse_host_port("node1:29500").unwrap(), ("node1".into(), 29500));
+    assert_eq!(
+        parse_host_port("node1:29500").unwrap(),
+        ("node1".into(), 29500)
+    );
     assert_eq!(parse_host_port("[::1]:80").unwrap(), ("::1".into(), 80));
     assert!(parse_host_port("node1").unwrap_err().contains("HOST:PORT"));
     assert!(parse_host_port("node1:0").unwrap_err().contains("1..65535"));

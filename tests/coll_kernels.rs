@@ -53,8 +53,14 @@ fn every_type_and_op() {
 
 #[test]
 fn floats_keep_fractions_and_specials() {
-    let mut d: Vec<u8> = [1.5f32, -0.25].iter().flat_map(|v| v.to_ne_bytes()).collect();
-    let s: Vec<u8> = [2.25f32, 0.5].iter().flat_map(|v| v.to_ne_bytes()).collect();
+    let mut d: Vec<u8> = [1.5f32, -0.25]
+        .iter()
+        .flat_map(|v| v.to_ne_bytes())
+        .collect();
+    let s: Vec<u8> = [2.25f32, 0.5]
+        .iter()
+        .flat_map(|v| v.to_ne_bytes())
+        .collect();
     reduce(DataType::F32, RedOp::Sum, &mut d, &s).unwrap();
     assert_eq!(f32::from_ne_bytes(d[..4].try_into().unwrap()), 3.75);
     assert_eq!(f32::from_ne_bytes(d[4..].try_into().unwrap()), 0.25);
@@ -65,7 +71,13 @@ fn floats_keep_fractions_and_specials() {
 #[test]
 fn integers_wrap_like_nccl() {
     let mut d = bytes(DataType::U8, &[250]);
-    reduce(DataType::U8, RedOp::Sum, &mut d, &bytes(DataType::U8, &[10])).unwrap();
+    reduce(
+        DataType::U8,
+        RedOp::Sum,
+        &mut d,
+        &bytes(DataType::U8, &[10]),
+    )
+    .unwrap();
     assert_eq!(vals(DataType::U8, &d), [Some(4)]);
     let mut d = i32::MAX.to_ne_bytes().to_vec();
     reduce(DataType::I32, RedOp::Sum, &mut d, &1i32.to_ne_bytes()).unwrap();
@@ -102,7 +114,10 @@ fn checked_inputs_reduce_exactly_for_every_world_size() {
         }
     }
     // Products stay small: at most one rank contributes a 2 per element.
-    assert!((0..1000).all(|i| (0..64).filter(|&r| input_value(RedOp::Prod, r, i) == 2).count() <= 1));
+    assert!((0..1000).all(|i| (0..64)
+        .filter(|&r| input_value(RedOp::Prod, r, i) == 2)
+        .count()
+        <= 1));
 }
 
 #[test]
@@ -113,6 +128,12 @@ fn names_parse_back() {
     for op in RedOp::ALL {
         assert_eq!(op.name().parse::<RedOp>().unwrap(), op);
     }
-    assert!("half".parse::<DataType>().unwrap_err().contains("unknown data type 'half'"));
-    assert!("avg".parse::<RedOp>().unwrap_err().contains("sum, prod, min or max"));
+    assert!("half"
+        .parse::<DataType>()
+        .unwrap_err()
+        .contains("unknown data type 'half'"));
+    assert!("avg"
+        .parse::<RedOp>()
+        .unwrap_err()
+        .contains("sum, prod, min or max"));
 }

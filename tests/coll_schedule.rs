@@ -11,7 +11,10 @@ use verbs_lab::coll::schedule::{chunk, plan, Action, Coll, Plan};
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
 }
@@ -152,7 +155,15 @@ fn value(dtype: DataType, b: &[u8], i: usize) -> Option<i64> {
 fn check(coll: Coll, n: usize, count: usize, slot: usize, nslots: usize) {
     let (dtype, op) = (DataType::I32, RedOp::Sum);
     let ins = inputs(dtype, op, n, count);
-    let outs = simulate(coll, &ins, dtype, op, slot, nslots, (n * 1000 + count) as u64);
+    let outs = simulate(
+        coll,
+        &ins,
+        dtype,
+        op,
+        slot,
+        nslots,
+        (n * 1000 + count) as u64,
+    );
     let what = format!("{coll:?} n={n} count={count} slot={slot} nslots={nslots}");
     for (r, out) in outs.iter().enumerate() {
         for i in 0..count {
@@ -169,7 +180,11 @@ fn check(coll: Coll, n: usize, count: usize, slot: usize, nslots: usize) {
                 Coll::SendRecv => value(dtype, &ins[(r + n - 1) % n], i),
             };
             if let Some(w) = want {
-                assert_eq!(value(dtype, out, i), Some(w), "{what}: rank {r} element {i}");
+                assert_eq!(
+                    value(dtype, out, i),
+                    Some(w),
+                    "{what}: rank {r} element {i}"
+                );
             }
         }
     }
@@ -182,7 +197,12 @@ fn ring_collectives_match_the_reference_for_2_to_9_ranks() {
     for n in 2..=9 {
         for count in COUNTS.iter().copied().chain([n - 1, n, n + 1, 3 * n + 2]) {
             for (slot, nslots) in [(4, 1), (8, 2), (12, 3), (4096, 8)] {
-                for coll in [Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather, Coll::SendRecv] {
+                for coll in [
+                    Coll::AllReduce,
+                    Coll::ReduceScatter,
+                    Coll::AllGather,
+                    Coll::SendRecv,
+                ] {
                     check(coll, n, count, slot, nslots);
                 }
                 for root in [0, n - 1, n / 2] {
@@ -241,7 +261,10 @@ fn all_reduce_sends_two_n_minus_one_over_n_of_the_buffer() {
         for r in 0..n {
             let p = plan(Coll::AllReduce, r, n, count, 4, 256).unwrap();
             assert_eq!(p.bytes_sent(), 2 * (n - 1) * count * 4 / n);
-            assert_eq!(p.recvs.iter().map(|m| m.range.len()).sum::<usize>(), p.bytes_sent());
+            assert_eq!(
+                p.recvs.iter().map(|m| m.range.len()).sum::<usize>(),
+                p.bytes_sent()
+            );
             let rs = plan(Coll::ReduceScatter, r, n, count, 4, 256).unwrap();
             assert_eq!(rs.bytes_sent(), (n - 1) * count * 4 / n);
         }
@@ -250,7 +273,12 @@ fn all_reduce_sends_two_n_minus_one_over_n_of_the_buffer() {
 
 #[test]
 fn pieces_never_exceed_a_slot_and_are_whole_elements() {
-    for coll in [Coll::AllReduce, Coll::AllGather, Coll::Broadcast { root: 1 }, Coll::SendRecv] {
+    for coll in [
+        Coll::AllReduce,
+        Coll::AllGather,
+        Coll::Broadcast { root: 1 },
+        Coll::SendRecv,
+    ] {
         let p = plan(coll, 1, 3, 1001, 8, 100).unwrap();
         for m in &p.sends {
             assert!(m.range.len() <= 96 && m.range.len() % 8 == 0 && !m.range.is_empty());
@@ -260,7 +288,12 @@ fn pieces_never_exceed_a_slot_and_are_whole_elements() {
 
 #[test]
 fn a_single_rank_has_nothing_to_send() {
-    for coll in [Coll::AllReduce, Coll::ReduceScatter, Coll::AllGather, Coll::Broadcast { root: 0 }] {
+    for coll in [
+        Coll::AllReduce,
+        Coll::ReduceScatter,
+        Coll::AllGather,
+        Coll::Broadcast { root: 0 },
+    ] {
         let p = plan(coll, 0, 1, 100, 4, 64).unwrap();
         assert!(p.sends.is_empty() && p.recvs.is_empty());
     }
@@ -268,10 +301,16 @@ fn a_single_rank_has_nothing_to_send() {
 
 #[test]
 fn bad_plans_are_refused() {
-    assert!(plan(Coll::AllReduce, 3, 3, 10, 4, 64).unwrap_err().contains("rank 3 of a world of 3"));
+    assert!(plan(Coll::AllReduce, 3, 3, 10, 4, 64)
+        .unwrap_err()
+        .contains("rank 3 of a world of 3"));
     assert!(plan(Coll::AllReduce, 0, 0, 10, 4, 64).is_err());
-    assert!(plan(Coll::AllReduce, 0, 2, 10, 8, 4).unwrap_err().contains("cannot hold one 8-byte element"));
-    assert!(plan(Coll::Broadcast { root: 5 }, 0, 4, 10, 4, 64).unwrap_err().contains("root 5"));
+    assert!(plan(Coll::AllReduce, 0, 2, 10, 8, 4)
+        .unwrap_err()
+        .contains("cannot hold one 8-byte element"));
+    assert!(plan(Coll::Broadcast { root: 5 }, 0, 4, 10, 4, 64)
+        .unwrap_err()
+        .contains("root 5"));
 }
 
 #[test]

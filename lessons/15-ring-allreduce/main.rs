@@ -82,7 +82,9 @@ fn main() -> ExitCode {
         if args.rank.is_none() {
             // Step 1, the launcher's half: start the ranks and wait for them.
             if !(2..=16).contains(&np) {
-                eprintln!("lesson15_ring_allreduce: --np {np}: give 2..16 ranks (3 or 4 read best)");
+                eprintln!(
+                    "lesson15_ring_allreduce: --np {np}: give 2..16 ranks (3 or 4 read best)"
+                );
                 return ExitCode::from(2);
             }
             let own: Vec<OsString> = std::env::args_os().skip(1).collect();
@@ -146,15 +148,29 @@ fn run(args: &Args) -> Result<()> {
         ..Default::default()
     };
     let mut comm = Comm::init(info, &opts).context("building the communicator")?;
-    say.step(2, "Bootstrap: rank 0 collected every endpoint and sent this table");
+    say.step(
+        2,
+        "Bootstrap: rank 0 collected every endpoint and sent this table",
+    );
     say.say("rank  host          pid  device  GID                        left QPN  right QPN  slots (addr, rkey)");
     for r in comm.table() {
         say.say(format!(
             "{:>4}  {:<10} {:>6}  {:<6}  {:<25}  {:#08x}  {:#09x}  {:#x}, {:#x}",
-            r.rank, r.host, r.pid, r.device, r.gid, r.left_qpn, r.right_qpn, r.slots.addr, r.slots.rkey
+            r.rank,
+            r.host,
+            r.pid,
+            r.device,
+            r.gid,
+            r.left_qpn,
+            r.right_qpn,
+            r.slots.addr,
+            r.slots.rkey
         ));
     }
-    say.step(3, "The ring: each rank's right QP is connected to its right neighbour's left QP");
+    say.step(
+        3,
+        "The ring: each rank's right QP is connected to its right neighbour's left QP",
+    );
     for r in comm.table() {
         let right = &comm.table()[ring_offset(r.rank as usize, n, 1)];
         say.say(format!(
@@ -174,7 +190,13 @@ fn run(args: &Args) -> Result<()> {
             format!("chunk {c} = elements {}..{}", r.start, r.end)
         })
         .collect();
-    say.step(4, &format!("The vectors: {count} elements in {n} chunks ({})", chunks.join(", ")));
+    say.step(
+        4,
+        &format!(
+            "The vectors: {count} elements in {n} chunks ({})",
+            chunks.join(", ")
+        ),
+    );
     let inputs = gather_vector(&mut comm, count)?;
     if let Some(all) = &inputs {
         for (r, v) in all.iter().enumerate() {
@@ -226,10 +248,10 @@ fn run(args: &Args) -> Result<()> {
             for step in 0..n - 1 {
                 say.say(format!("step {step}:"));
                 for (r, log) in parsed.iter().enumerate() {
-                    let Some(s) = log
-                        .iter()
-                        .find(|s| s.reduced == phase && s.step as usize == step + if phase { 0 } else { n - 1 })
-                    else {
+                    let Some(s) = log.iter().find(|s| {
+                        s.reduced == phase
+                            && s.step as usize == step + if phase { 0 } else { n - 1 }
+                    }) else {
                         continue;
                     };
                     let left = ring_offset(r, n, -1);
@@ -253,7 +275,9 @@ fn run(args: &Args) -> Result<()> {
     }
 
     // [7] The check, on every rank; the verdict from rank 0.
-    let want: Vec<i64> = (0..count).map(|i| (0..n).map(|r| value(r, i)).sum()).collect();
+    let want: Vec<i64> = (0..count)
+        .map(|i| (0..n).map(|r| value(r, i)).sum())
+        .collect();
     let got: Vec<i64> = comm.output()[..bytes]
         .chunks_exact(8)
         .map(|b| load_value(t, b).unwrap_or(i64::MIN))
@@ -270,7 +294,11 @@ fn run(args: &Args) -> Result<()> {
         None => 0,
     };
     let verdict = comm.star().broadcast(&total.to_be_bytes())?;
-    let total = u64::from_be_bytes(verdict.try_into().map_err(|_| anyhow::anyhow!("a bad verdict"))?);
+    let total = u64::from_be_bytes(
+        verdict
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("a bad verdict"))?,
+    );
     say.step(7, "The check");
     say.say(format!("expected on every rank: {}", show(&want, count, n)));
     let sent = 2 * (n - 1) * bytes / n;

@@ -65,7 +65,11 @@ pub enum CollError {
     /// The rendezvous failed.
     Bootstrap(String),
     /// A rank died, closed its connection or stopped answering.
-    RankGone { rank: u32, who: String, detail: String },
+    RankGone {
+        rank: u32,
+        who: String,
+        detail: String,
+    },
     /// A verbs call or completion failed.
     Verbs {
         what: String,
@@ -246,9 +250,11 @@ impl RankRecord {
     /// The protocol version of an encoded record (after checking the magic).
     pub fn peek_version(b: &[u8]) -> std::result::Result<u16, String> {
         if b.len() < 6 || &b[..4] != MAGIC {
-            return Err("not a verbs-lab bootstrap record (bad magic): is another program \
+            return Err(
+                "not a verbs-lab bootstrap record (bad magic): is another program \
                         listening on the master port?"
-                .into());
+                    .into(),
+            );
         }
         Ok(u16::from_be_bytes([b[4], b[5]]))
     }
@@ -278,7 +284,9 @@ fn decode_reply(b: &[u8]) -> std::result::Result<Vec<RankRecord>, String> {
             Ok(t)
         }
         b'F' => Err(format!("rank 0 refused the job: {}", g.str()?)),
-        t => Err(format!("rank 0 sent message type {t:#04x} instead of the table")),
+        t => Err(format!(
+            "rank 0 sent message type {t:#04x} instead of the table"
+        )),
     }
 }
 
@@ -529,7 +537,10 @@ impl Star {
                 let e = gone(
                     &self.table,
                     peer,
-                    format!("silent for {:.0} s while we waited for {what}", after.as_secs_f64()),
+                    format!(
+                        "silent for {:.0} s while we waited for {what}",
+                        after.as_secs_f64()
+                    ),
                 );
                 self.abort(&e);
                 return Err(e);
@@ -581,13 +592,8 @@ impl Star {
         m.push(DATA);
         m.extend_from_slice(data);
         let c = self.conns[idx].as_mut().expect("a connection to that rank");
-        c.send_msg(&m, what).map_err(|e| {
-            gone(
-                &self.table,
-                peer,
-                format!("sending {what} failed: {e}"),
-            )
-        })
+        c.send_msg(&m, what)
+            .map_err(|e| gone(&self.table, peer, format!("sending {what} failed: {e}")))
     }
 
     /// Rank 0 gets every rank's `data` (index = rank); the others get `None`.

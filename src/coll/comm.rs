@@ -28,8 +28,8 @@ use crate::coll::kernels::{self, DataType, RedOp};
 use crate::coll::schedule::{self, chunk, Action, Coll, Plan, RecvMsg};
 use crate::connect::{self, ConnectOpts, Endpoint};
 use crate::verbs::{
-    AccessFlags, CompChannel, Context, Cq, DeviceList, Gid, Mr, Payload, Pd, Qp, QpCaps, QpInitAttr, QpType,
-    RecvWr, RemoteBuf, SendOp, SendWr, VerbsError, WorkCompletion,
+    AccessFlags, CompChannel, Context, Cq, DeviceList, Gid, Mr, Payload, Pd, Qp, QpCaps,
+    QpInitAttr, QpType, RecvWr, RemoteBuf, SendOp, SendWr, VerbsError, WorkCompletion,
 };
 
 /// How to build a communicator.
@@ -220,9 +220,11 @@ impl Comm {
         // The device of this local rank, its port and GID.
         let dev = pick_device(&opts.devices, info.local_rank);
         let ctx = DeviceList::open(dev).map_err(verbs("opening the RDMA device"))?;
-        let port = ctx
-            .query_port(opts.ib_port)
-            .map_err(verbs(format!("querying port {} of {}", opts.ib_port, ctx.name())))?;
+        let port = ctx.query_port(opts.ib_port).map_err(verbs(format!(
+            "querying port {} of {}",
+            opts.ib_port,
+            ctx.name()
+        )))?;
         let gid = ctx
             .choose_gid(opts.ib_port, opts.gid_index)
             .map_err(verbs("choosing the GID"))?;
@@ -276,8 +278,11 @@ impl Comm {
         record.slot_bytes = slot_bytes as u32;
         record.nslots = opts.nslots as u32;
 
-        let mut star =
-            bootstrap::rendezvous(record.clone(), (&master.0, master.1), opts.bootstrap_timeout)?;
+        let mut star = bootstrap::rendezvous(
+            record.clone(),
+            (&master.0, master.1),
+            opts.bootstrap_timeout,
+        )?;
         let n = info.world_size as usize;
         let r = info.rank as usize;
         let t = star.table().to_vec();
@@ -324,9 +329,7 @@ impl Comm {
                 .map_err(verbs(format!("connecting to {}", peer.who())))
         };
         let up = connect_to(&left, record.left_psn, lrec, lrec.right_qpn, lrec.right_psn)
-            .and_then(|_| {
-                connect_to(&right, record.right_psn, rrec, rrec.left_qpn, rrec.left_psn)
-            });
+            .and_then(|_| connect_to(&right, record.right_psn, rrec, rrec.left_qpn, rrec.left_psn));
         // Receives need a QP past RESET; every one is posted before the barrier, after which the
         // neighbours may write.
         let up = up
@@ -536,9 +539,7 @@ impl Comm {
 
     fn copy_in(&mut self, from: std::ops::Range<usize>, to: usize) {
         let m = self.max_bytes;
-        self.mem
-            .bytes_mut()
-            .copy_within(from.clone(), m + to);
+        self.mem.bytes_mut().copy_within(from.clone(), m + to);
     }
 
     fn plan(&self, coll: Coll, dtype: DataType, count: usize) -> Result<Plan> {
@@ -616,7 +617,9 @@ impl Comm {
             tracer,
             ..
         } = self;
-        let ring = ring.as_mut().expect("a ring when the world has more than one rank");
+        let ring = ring
+            .as_mut()
+            .expect("a ring when the world has more than one rank");
         let Memory::Registered(data) = mem else {
             unreachable!("a ring has registered memory")
         };
@@ -684,7 +687,9 @@ impl Comm {
                 let src = &ring.slots.as_slice()[at..at + len as usize];
                 let dst = &mut data.as_mut_slice()[dst_off + m.range.start..dst_off + m.range.end];
                 match m.action {
-                    Action::Reduce => kernels::reduce(dtype, op, dst, src).map_err(CollError::Failed)?,
+                    Action::Reduce => {
+                        kernels::reduce(dtype, op, dst, src).map_err(CollError::Failed)?
+                    }
                     Action::Copy => dst.copy_from_slice(src),
                 }
                 ring.rx_seq += 1;
@@ -694,9 +699,9 @@ impl Comm {
                     SendOp::SendWithImm(ring.rx_seq as u32),
                     Payload::None,
                 );
-                ring.left.post_send(&[credit]).map_err(verbs(format!(
-                    "posting a credit to {left_who}"
-                )))?;
+                ring.left
+                    .post_send(&[credit])
+                    .map_err(verbs(format!("posting a credit to {left_who}")))?;
                 ring.sq_left += 1;
                 progress = true;
                 if let Some(t) = tracer.as_mut() {
@@ -740,9 +745,7 @@ impl Comm {
                         ring.credits += 1;
                         post_recvs(&ring.right, WR_RECV_CREDIT, 1)?;
                     }
-                    other => {
-                        return Err(CollError::Failed(format!("unknown completion {other}")))
-                    }
+                    other => return Err(CollError::Failed(format!("unknown completion {other}"))),
                 }
             }
             // 4. Bounded waits: no progress for the peer timeout is a gone neighbour; the star
@@ -760,7 +763,9 @@ impl Comm {
             // Arm, poll once more (a completion may have come before the arming), then wait.
             if spins >= SPINS_BEFORE_SLEEP {
                 if !armed {
-                    ring.cq.req_notify(false).map_err(verbs("ibv_req_notify_cq"))?;
+                    ring.cq
+                        .req_notify(false)
+                        .map_err(verbs("ibv_req_notify_cq"))?;
                     armed = true;
                     continue;
                 }

@@ -121,7 +121,11 @@ impl FromStr for RedOp {
             "prod" => RedOp::Prod,
             "min" => RedOp::Min,
             "max" => RedOp::Max,
-            _ => return Err(format!("unknown reduction '{s}': use sum, prod, min or max")),
+            _ => {
+                return Err(format!(
+                    "unknown reduction '{s}': use sum, prod, min or max"
+                ))
+            }
         })
     }
 }

@@ -42,7 +42,7 @@ pub fn describe(st: ExitStatus) -> String {
     }
 }
 
-/// Starts `np` ranks of this program with `args` (the caller's own arguments, without argv[0])
+/// Starts `np` ranks of this program with `args` (the caller's own arguments, without `argv[0]`)
 /// and waits for them; `grace` is how long the others may take to fail by themselves once one
 /// has failed (their peer timeout, plus a margin).
 pub fn run_local(np: u32, args: &[OsString], grace: Duration) -> Result<Outcome, String> {
@@ -89,7 +89,11 @@ pub fn supervise(mut children: Vec<(u32, Child)>, grace: Duration) -> Outcome {
             if let Ok(Some(st)) = c.try_wait() {
                 status[i] = Some(st);
                 if !st.success() {
-                    failures.push(format!("rank {rank} (pid {}) ended with {}", c.id(), describe(st)));
+                    failures.push(format!(
+                        "rank {rank} (pid {}) ended with {}",
+                        c.id(),
+                        describe(st)
+                    ));
                     codes.push(st.code().unwrap_or(1));
                     deadline.get_or_insert(Instant::now() + grace);
                 }

@@ -1,7 +1,7 @@
 //! Collectives over verbs: the ring all-reduce and its relatives, bootstrapped the way cluster
 //! launchers start jobs.
 //!
-//! - [`env`]: rank, world size and rendezvous address from flags or a launcher's environment
+//! - [`env`](mod@env): rank, world size and rendezvous address from flags or a launcher's environment
 //!   (torchrun, Open MPI, MPICH, Slurm);
 //! - [`bootstrap`]: rank 0's rendezvous (the endpoint table) and the TCP star kept for control
 //!   and liveness;

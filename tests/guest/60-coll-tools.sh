@@ -31,7 +31,9 @@ check_run() {
         END { exit bad }' || fail "$2: a row has wrong values"
     first=$(echo "$rows" | head -n 1 | awk '{ print $1 }')
     last=$(echo "$rows" | tail -n 1 | awk '{ print $1 }')
-    [ "$first" = 8 ] && [ "$last" = 4194304 ] || fail "$2: rows from $first to $last, expected 8 to 4194304"
+    if [ "$first" != 8 ] || [ "$last" != 4194304 ]; then
+        fail "$2: rows from $first to $last, expected 8 to 4194304"
+    fi
     devs=$(grep '^#  Rank' "$1" | awk '{ print $9 }' | tr '\n' ' ')
     [ "$devs" = "rxe0 rxe1 rxe0 rxe1 " ] || fail "$2: ranks on devices '$devs', expected round-robin rxe0 rxe1"
 }
@@ -86,6 +88,7 @@ for spec in "-t double -o prod" "-t uint8 -o min"; do
 done
 
 step "nothing left behind"
+# shellcheck disable=SC2009 # busybox: ps, not pgrep -a
 left=$(ps -o pid,args 2>/dev/null | grep '[v]l_.*_perf' || true)
 [ -z "$left" ] || fail "ranks still running: $left"
 echo "no rank left running"

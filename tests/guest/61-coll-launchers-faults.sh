@@ -61,10 +61,10 @@ done
 step "a rank with another world size is refused by name"
 RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29512 vl_all_reduce_perf \
     -d "$VL_DEV0" -b 8 -e 8 -n 1 --bootstrap-timeout 30 >"$TMPDIR/r0.out" 2>&1 </dev/null &
-PID0=$!
+eval "PID0=\$!" # read by rank_rc
 RANK=1 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=29512 vl_all_reduce_perf \
     -d "$VL_DEV1" -b 8 -e 8 -n 1 --bootstrap-timeout 30 >"$TMPDIR/r1.out" 2>&1 </dev/null &
-PID1=$!
+eval "PID1=\$!" # read by rank_rc
 rank_rc 0 60
 rc0=$RC
 rank_rc 1 60
@@ -79,14 +79,15 @@ step "a rank killed mid-run: the others fail within the peer timeout and name it
 start_ranks 29513 4 -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20
 wait_for "$TMPDIR/r0.out" "#  Rank  3" 90
 sleep 3
-kill -KILL "$PID2"
+eval "victim=\$PID2" # set by start_ranks
+kill -KILL "$victim"
 t0=$(_vl_now)
 for r in 0 1 3; do
     rank_rc "$r" 60
     rc=$RC
     echo "--- rank $r (exit $rc) after $((($(_vl_now) - t0) / 100)) s"
     cat "$TMPDIR/r$r.out"
-    [ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "rank $r exited $rc after rank 2 was killed"
+    if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then fail "rank $r exited $rc after rank 2 was killed"; fi
     grep -q "rank 2 (host" "$TMPDIR/r$r.out" || fail "rank $r does not name rank 2"
 done
 elapsed=$((($(_vl_now) - t0) / 100))
@@ -113,12 +114,13 @@ kill -KILL "$victim"
 rc=0
 _vl_watch "$launcher" 60 || rc=$?
 cat "$TMPDIR/np.out"
-[ "$rc" != 0 ] && [ "$rc" != 124 ] || fail "the launcher exited $rc"
+if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then fail "the launcher exited $rc"; fi
 expect_contains "$TMPDIR/np.out" "rank 2 (pid $victim) ended with killed by SIGKILL"
 expect_contains "$TMPDIR/np.out" "rank 2 (host"
 
 step "nothing left behind"
 sleep 1
+# shellcheck disable=SC2009 # busybox: ps, not pgrep -a
 left=$(ps -o pid,args 2>/dev/null | grep '[v]l_all_reduce_perf' || true)
 [ -z "$left" ] || fail "ranks still running: $left"
 echo "no rank left running"

@@ -361,8 +361,13 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
             println!("[rank {rank}] {}", table.row(&r));
         }
         if let Some(all) = all {
-            let row = assemble(&all, size, report::count_column(coll, n, size, args.dtype), ip.is_some())
-                .map_err(|e| (EXIT_FAILED, e))?;
+            let row = assemble(
+                &all,
+                size,
+                report::count_column(coll, n, size, args.dtype),
+                ip.is_some(),
+            )
+            .map_err(|e| (EXIT_FAILED, e))?;
             println!("{}", table.row(&row));
             rows.push(row);
         }
@@ -416,10 +421,16 @@ fn assemble(all: &[Vec<u8>], size: usize, count: usize, has_ip: bool) -> Result<
         .collect();
     for (r, b) in all.iter().enumerate() {
         if b.len() != 16 * per {
-            return Err(format!("rank {r} sent {} bytes of results, not {}", b.len(), 16 * per));
+            return Err(format!(
+                "rank {r} sent {} bytes of results, not {}",
+                b.len(),
+                16 * per
+            ));
         }
         for (k, mk) in m.iter_mut().enumerate() {
-            let t = f64::from_bits(u64::from_be_bytes(b[16 * k..16 * k + 8].try_into().expect("8")));
+            let t = f64::from_bits(u64::from_be_bytes(
+                b[16 * k..16 * k + 8].try_into().expect("8"),
+            ));
             let w = u64::from_be_bytes(b[16 * k + 8..16 * k + 16].try_into().expect("8"));
             mk.per_rank_us.push(t);
             if w == u64::MAX {
@@ -438,7 +449,13 @@ fn assemble(all: &[Vec<u8>], size: usize, count: usize, has_ip: bool) -> Result<
     })
 }
 
-fn call(comm: &mut Comm, coll: Coll, args: &Args, count: usize, in_place: bool) -> Result<(), CollError> {
+fn call(
+    comm: &mut Comm,
+    coll: Coll,
+    args: &Args,
+    count: usize,
+    in_place: bool,
+) -> Result<(), CollError> {
     match coll {
         Coll::AllReduce => comm.all_reduce(args.dtype, args.op, count, in_place),
         Coll::ReduceScatter => comm.reduce_scatter(args.dtype, args.op, count, in_place),
@@ -488,22 +505,42 @@ fn prepare_check(comm: &mut Comm, coll: Coll, args: &Args, count: usize, in_plac
     let bytes = count * s;
     match coll {
         Coll::AllReduce | Coll::ReduceScatter => {
-            let buf = if in_place { comm.output_mut() } else { comm.input_mut() };
+            let buf = if in_place {
+                comm.output_mut()
+            } else {
+                comm.input_mut()
+            };
             fill_input(t, op, rank, 0, &mut buf[..bytes]);
         }
         Coll::AllGather => {
             let c = comm.chunk_of(count, rank);
             comm.output_mut()[..bytes].fill(0xee);
             if in_place {
-                fill_input(t, RedOp::Sum, rank, c.start, &mut comm.output_mut()[c.start * s..c.end * s]);
+                fill_input(
+                    t,
+                    RedOp::Sum,
+                    rank,
+                    c.start,
+                    &mut comm.output_mut()[c.start * s..c.end * s],
+                );
             } else {
-                fill_input(t, RedOp::Sum, rank, c.start, &mut comm.input_mut()[..c.len() * s]);
+                fill_input(
+                    t,
+                    RedOp::Sum,
+                    rank,
+                    c.start,
+                    &mut comm.input_mut()[..c.len() * s],
+                );
             }
         }
         Coll::Broadcast { root } => {
             comm.output_mut()[..bytes].fill(0xee);
             if rank == root {
-                let buf = if in_place { comm.output_mut() } else { comm.input_mut() };
+                let buf = if in_place {
+                    comm.output_mut()
+                } else {
+                    comm.input_mut()
+                };
                 fill_input(t, RedOp::Sum, root, 0, &mut buf[..bytes]);
             }
         }
@@ -560,8 +597,12 @@ mod tests {
         assert_eq!(sizes(10, 30, None, Some(10), 4).unwrap(), [8, 20, 28]);
         assert_eq!(sizes(1, 2, None, None, 8).unwrap(), [8]);
         assert!(sizes(0, 8, None, None, 4).is_err());
-        assert!(sizes(16, 8, None, None, 4).unwrap_err().contains("minbytes <= maxbytes"));
-        assert!(sizes(8, 16, Some(2), Some(4), 4).unwrap_err().contains("not both"));
+        assert!(sizes(16, 8, None, None, 4)
+            .unwrap_err()
+            .contains("minbytes <= maxbytes"));
+        assert!(sizes(8, 16, Some(2), Some(4), 4)
+            .unwrap_err()
+            .contains("not both"));
         assert!(sizes(8, 16, Some(1), None, 4).is_err());
         assert_eq!(parse_size("4M").unwrap(), 4 << 20);
         assert!(parse_size("4X").is_err());

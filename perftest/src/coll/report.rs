@@ -84,12 +84,14 @@ impl Table<'_> {
             "# {:>10} {:>12} {:>8} {:>6} {:>6}  {:^36}  {:^36}\n",
             "", "", "", "", "", "out-of-place", "in-place"
         );
-        s += &format!(
+        s +=
+            &format!(
             "# {:>10} {:>12} {:>8} {:>6} {:>6}  {:>8} {:>8} {:>8} {:>7}  {:>8} {:>8} {:>8} {:>7}\n",
             "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
             "algbw", "busbw", "#wrong"
         );
-        s += &format!(
+        s +=
+            &format!(
             "# {:>10} {:>12} {:>8} {:>6} {:>6}  {:>8} {:>8} {:>8} {:>7}  {:>8} {:>8} {:>8} {:>7}",
             "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
             "(GB/s)", ""
@@ -176,7 +178,10 @@ impl Table<'_> {
                 .field("algbw_gbs", algbw(size, t))
                 .field("busbw_gbs", busbw(self.coll, self.n, size, t))
                 .field("wrong", m.wrong_total())
-                .field("per_rank_time_us", Value::Array(m.per_rank_us.iter().map(|&x| x.into()).collect()))
+                .field(
+                    "per_rank_time_us",
+                    Value::Array(m.per_rank_us.iter().map(|&x| x.into()).collect()),
+                )
                 .field(
                     "per_rank_wrong",
                     m.wrong
