@@ -188,17 +188,21 @@ fn world_size_one_runs_every_collective_without_a_nic() {
     )
     .unwrap();
     let (t, op) = (DataType::I64, RedOp::Max);
-    fill_input(t, op, 0, 0, &mut c.input_mut()[..800]);
+    let mut v = vec![0u8; 800];
+    fill_input(t, op, 0, 0, &mut v);
+    c.write_input(0, &v);
     c.all_reduce(t, op, 100, false).unwrap();
     assert_eq!(
-        count_wrong(t, 0, &c.output()[..800], |i| expected_value(t, op, 1, i)),
+        count_wrong(t, 0, &c.read_output(0..800), |i| expected_value(
+            t, op, 1, i
+        )),
         0
     );
     c.reduce_scatter(t, op, 100, true).unwrap();
     c.all_gather(t, 100, false).unwrap();
     c.broadcast(t, 100, 0, true).unwrap();
     c.sendrecv(t, 100).unwrap();
-    assert_eq!(&c.output()[..800], &c.input()[..800]);
+    assert_eq!(&c.read_output(0..800), &c.read_input(0..800));
     let e = c.all_reduce(t, op, 1000, true).unwrap_err();
     assert!(e.to_string().contains("do not fit"), "{e}");
     let e = c.broadcast(t, 10, 1, true).unwrap_err();

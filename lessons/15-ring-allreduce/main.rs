@@ -182,7 +182,9 @@ fn run(args: &Args) -> Result<()> {
     // [4] The vector: rank r's element i is 10·(r+1) + i, so the sum is easy to check by eye.
     let value = |r: usize, i: usize| 10 * (r as i64 + 1) + i as i64;
     for i in 0..count {
-        store_value(t, value(me, i), &mut comm.output_mut()[i * 8..]);
+        let mut b = [0u8; 8];
+        store_value(t, value(me, i), &mut b);
+        comm.write_output(i * 8, &b);
     }
     let chunks: Vec<String> = (0..n)
         .map(|c| {
@@ -278,7 +280,8 @@ fn run(args: &Args) -> Result<()> {
     let want: Vec<i64> = (0..count)
         .map(|i| (0..n).map(|r| value(r, i)).sum())
         .collect();
-    let got: Vec<i64> = comm.output()[..bytes]
+    let got: Vec<i64> = comm
+        .read_output(0..bytes)
         .chunks_exact(8)
         .map(|b| load_value(t, b).unwrap_or(i64::MIN))
         .collect();
@@ -318,7 +321,7 @@ fn run(args: &Args) -> Result<()> {
 
 /// Rank 0 gets every rank's vector.
 fn gather_vector(comm: &mut Comm, count: usize) -> Result<Option<Vec<Vec<i64>>>> {
-    let mine = comm.output()[..count * 8].to_vec();
+    let mine = comm.read_output(0..count * 8);
     let all = comm.star().gather(&mine)?;
     Ok(all.map(|all| {
         all.iter()

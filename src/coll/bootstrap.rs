@@ -437,7 +437,8 @@ pub fn rendezvous(mine: RankRecord, master: (&str, u16), timeout: Duration) -> R
         let mut c = oob::connect(master.0, master.1, timeout).map_err(|e| {
             CollError::Bootstrap(format!("rank {} cannot reach rank 0: {e}", mine.rank))
         })?;
-        c.set_timeout(timeout)
+        // Rank 0 may wait its whole window for the last rank after we arrived: wait longer.
+        c.set_timeout(timeout * 2 + Duration::from_secs(5))
             .map_err(|e| CollError::Bootstrap(e.to_string()))?;
         c.send_msg(&mine.encode(), "our endpoint record")
             .map_err(|e| CollError::Bootstrap(e.to_string()))?;

@@ -125,16 +125,17 @@ enum Memory {
 }
 
 impl Memory {
-    fn bytes(&self) -> &[u8] {
+    /// A copy of `range` (an MR is only reached through copies).
+    fn read(&self, range: std::ops::Range<usize>) -> Vec<u8> {
         match self {
-            Memory::Registered(m) => m.as_slice(),
-            Memory::Heap(v) => v,
+            Memory::Registered(m) => m.to_vec(range).expect("a range inside the buffers"),
+            Memory::Heap(v) => v[range].to_vec(),
         }
     }
-    fn bytes_mut(&mut self) -> &mut [u8] {
+    fn write(&mut self, offset: usize, src: &[u8]) {
         match self {
-            Memory::Registered(m) => m.as_mut_slice(),
-            Memory::Heap(v) => v,
+            Memory::Registered(m) => m.write(offset, src).expect("a range inside the buffers"),
+            Memory::Heap(v) => v[offset..offset + src.len()].copy_from_slice(src),
         }
     }
 }
@@ -406,21 +407,32 @@ impl Comm {
         &mut self.star
     }
 
-    /// The input buffer (out-of-place collectives read it).
-    pub fn input_mut(&mut self) -> &mut [u8] {
+    /// Writes `src` into the input buffer at `offset` (out-of-place collectives read it).
+    pub fn write_input(&mut self, offset: usize, src: &[u8]) {
+        assert!(
+            offset + src.len() <= self.max_bytes,
+            "outside the input buffer"
+        );
+        self.mem.write(offset, src);
+    }
+    /// A copy of `range` of the input buffer.
+    pub fn read_input(&self, range: std::ops::Range<usize>) -> Vec<u8> {
+        assert!(range.end <= self.max_bytes, "outside the input buffer");
+        self.mem.read(range)
+    }
+    /// Writes `src` into the output buffer at `offset` (in-place collectives work on it alone).
+    pub fn write_output(&mut self, offset: usize, src: &[u8]) {
+        assert!(
+            offset + src.len() <= self.max_bytes,
+            "outside the output buffer"
+        );
+        self.mem.write(self.max_bytes + offset, src);
+    }
+    /// A copy of `range` of the output buffer.
+    pub fn read_output(&self, range: std::ops::Range<usize>) -> Vec<u8> {
+        assert!(range.end <= self.max_bytes, "outside the output buffer");
         let m = self.max_bytes;
-        &mut self.mem.bytes_mut()[..m]
-    }
-    pub fn input(&self) -> &[u8] {
-        &self.mem.bytes()[..self.max_bytes]
-    }
-    /// The output buffer (in-place collectives work on it alone).
-    pub fn output(&self) -> &[u8] {
-        &self.mem.bytes()[self.max_bytes..]
-    }
-    pub fn output_mut(&mut self) -> &mut [u8] {
-        let m = self.max_bytes;
-        &mut self.mem.bytes_mut()[m..]
+        self.mem.read(m + range.start..m + range.end)
     }
 
     fn check(&self, count: usize, dtype: DataType, in_bytes: usize) -> Result<usize> {
@@ -539,7 +551,8 @@ impl Comm {
 
     fn copy_in(&mut self, from: std::ops::Range<usize>, to: usize) {
         let m = self.max_bytes;
-        self.mem.bytes_mut().copy_within(from.clone(), m + to);
+        let bytes = self.mem.read(from);
+        self.mem.write(m + to, &bytes);
     }
 
     fn plan(&self, coll: Coll, dtype: DataType, count: usize) -> Result<Plan> {
@@ -684,13 +697,23 @@ impl Comm {
                     )));
                 }
                 let at = (ring.rx_seq % ring.nslots as u64) as usize * ring.slot_bytes;
-                let src = &ring.slots.as_slice()[at..at + len as usize];
-                let dst = &mut data.as_mut_slice()[dst_off + m.range.start..dst_off + m.range.end];
+                let src = ring
+                    .slots
+                    .to_vec(at..at + len as usize)
+                    .map_err(verbs("reading a slot"))?;
+                let out = dst_off + m.range.start;
                 match m.action {
                     Action::Reduce => {
-                        kernels::reduce(dtype, op, dst, src).map_err(CollError::Failed)?
+                        let mut dst = data
+                            .to_vec(out..dst_off + m.range.end)
+                            .map_err(verbs("reading the destination"))?;
+                        kernels::reduce(dtype, op, &mut dst, &src).map_err(CollError::Failed)?;
+                        data.write(out, &dst)
+                            .map_err(verbs("writing the destination"))?;
                     }
-                    Action::Copy => dst.copy_from_slice(src),
+                    Action::Copy => data
+                        .write(out, &src)
+                        .map_err(verbs("writing the destination"))?,
                 }
                 ring.rx_seq += 1;
                 processed += 1;
@@ -708,7 +731,9 @@ impl Comm {
                     t(&TraceEvent {
                         coll,
                         msg: m,
-                        buffer: &data.as_slice()[dst_off..dst_off + self_len(plan)],
+                        buffer: &data
+                            .to_vec(dst_off..dst_off + self_len(plan))
+                            .map_err(verbs("reading the destination"))?,
                     });
                 }
             }

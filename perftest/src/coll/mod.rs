@@ -503,50 +503,38 @@ fn prepare_check(comm: &mut Comm, coll: Coll, args: &Args, count: usize, in_plac
     let (t, op, rank) = (args.dtype, args.op, comm.rank());
     let s = t.size();
     let bytes = count * s;
+    // values(rank, op, first element, elements): a rank's checked input.
+    let values = |r: usize, op: RedOp, first: usize, n: usize| {
+        let mut v = vec![0u8; n * s];
+        fill_input(t, op, r, first, &mut v);
+        v
+    };
+    let put = |comm: &mut Comm, to_output: bool, offset: usize, v: &[u8]| {
+        if to_output {
+            comm.write_output(offset, v)
+        } else {
+            comm.write_input(offset, v)
+        }
+    };
     match coll {
         Coll::AllReduce | Coll::ReduceScatter => {
-            let buf = if in_place {
-                comm.output_mut()
-            } else {
-                comm.input_mut()
-            };
-            fill_input(t, op, rank, 0, &mut buf[..bytes]);
+            put(comm, in_place, 0, &values(rank, op, 0, count));
         }
         Coll::AllGather => {
             let c = comm.chunk_of(count, rank);
-            comm.output_mut()[..bytes].fill(0xee);
-            if in_place {
-                fill_input(
-                    t,
-                    RedOp::Sum,
-                    rank,
-                    c.start,
-                    &mut comm.output_mut()[c.start * s..c.end * s],
-                );
-            } else {
-                fill_input(
-                    t,
-                    RedOp::Sum,
-                    rank,
-                    c.start,
-                    &mut comm.input_mut()[..c.len() * s],
-                );
-            }
+            comm.write_output(0, &vec![0xee; bytes]);
+            let v = values(rank, RedOp::Sum, c.start, c.len());
+            put(comm, in_place, if in_place { c.start * s } else { 0 }, &v);
         }
         Coll::Broadcast { root } => {
-            comm.output_mut()[..bytes].fill(0xee);
+            comm.write_output(0, &vec![0xee; bytes]);
             if rank == root {
-                let buf = if in_place {
-                    comm.output_mut()
-                } else {
-                    comm.input_mut()
-                };
-                fill_input(t, RedOp::Sum, root, 0, &mut buf[..bytes]);
+                put(comm, in_place, 0, &values(root, RedOp::Sum, 0, count));
             }
         }
         Coll::SendRecv => {
-            comm.output_mut()[..bytes].fill(0xee);
-            fill_input(t, RedOp::Sum, rank, 0, &mut comm.input_mut()[..bytes]);
+            comm.write_output(0, &vec![0xee; bytes]);
+            comm.write_input(0, &values(rank, RedOp::Sum, 0, count));
         }
     }
 }
@@ -554,7 +542,7 @@ fn prepare_check(comm: &mut Comm, coll: Coll, args: &Args, count: usize, in_plac
 fn count_check(comm: &Comm, coll: Coll, args: &Args, count: usize) -> u64 {
     let (t, op, n, rank) = (args.dtype, args.op, comm.world_size(), comm.rank());
     let s = t.size();
-    let out = comm.output();
+    let out = comm.read_output(0..count * s);
     match coll {
         Coll::AllReduce => count_wrong(t, 0, &out[..count * s], |i| {
             kernels::expected_value(t, op, n, i)
