@@ -9,12 +9,14 @@
 //! - [`json`]: the one JSON writer (`--json` output) and strict parser (everything reading it);
 //! - [`cli`]: man pages and shell completions of every binary, from its clap definition;
 //! - [`affinity`]: CPU lists, the CPUs near a NIC, and pinning a benchmark thread;
-//! - [`mq`]: typed, versioned messages over POSIX message queues, for coordinator and workers.
+//! - [`mq`]: typed, versioned messages over POSIX message queues, for coordinator and workers;
+//! - [`coll`]: collectives over verbs — launcher bootstrap, the ring communicator, reductions.
 //!
 //! The lessons (`lessons/`) and the benchmarks (`perftest/`) are built on it.
 
 pub mod affinity;
 pub mod cli;
+pub mod coll;
 pub mod connect;
 pub mod json;
 pub mod mq;

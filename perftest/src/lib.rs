@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bw;
+pub mod coll;
 pub mod conn;
 pub mod engine;
 pub mod gates;

@@ -1,0 +1,371 @@
+//! # Lesson 15 — the capstone: a ring all-reduce over RDMA
+//!
+//! Data-parallel training ends every step with an all-reduce: every GPU holds a gradient, every
+//! GPU needs their sum. NCCL does it on a ring, and so does this lesson — on the verbs of the
+//! lessons before it, in `verbs_lab::coll`:
+//!
+//! 1. **Who am I?** Launchers hand each process its rank, the world size and rank 0's address
+//!    (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT` under torchrun). `--np N` plays the
+//!    launcher on one machine: it starts N copies of this program.
+//! 2. **Bootstrap.** Every rank creates two RC QPs (one per neighbour) and registers receive
+//!    slots; rank 0 listens, collects every rank's endpoint record and sends everyone the table
+//!    — NCCL's "unique id" step. Each rank connects its QPs (INIT → RTR → RTS, lesson 03).
+//! 3. **The vector.** Rank r holds `count` small integers; the goal is their sum on every rank.
+//! 4. **Reduce-scatter**, n−1 steps: at step s rank r sends chunk (r−1−s) mod n to its right
+//!    neighbour with an RDMA WRITE WITH IMMEDIATE (lessons 05 and 04) into a slot the neighbour
+//!    advertised, and adds the chunk (r−2−s) mod n arriving from its left into its own copy. After
+//!    the last step rank r owns chunk r, fully summed.
+//! 5. **All-gather**, n−1 more steps: the summed chunks travel once around the ring, copied
+//!    instead of added.
+//! 6. **The check** against the sum computed directly, and the bytes each rank sent:
+//!    2(n−1)/n of the vector — the reason the ring is bandwidth-optimal.
+//!
+//! Rank 0 prints everything: the others send it what they saw (over the bootstrap's TCP
+//! connections), so the narration comes out in order.
+//!
+//! ```text
+//! lesson15_ring_allreduce --np 3 -d rxe0,rxe1          # 3 ranks, a vector of 7 elements
+//! lesson15_ring_allreduce --np 4 -d rxe0,rxe1 --count 10
+//! ```
+
+use std::cell::RefCell;
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::rc::Rc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _, Result};
+use clap::Parser;
+use verbs_lab::coll::bootstrap::{Get, Put};
+use verbs_lab::coll::kernels::{load_value, store_value};
+use verbs_lab::coll::schedule::{chunk, ring_offset, Action};
+use verbs_lab::coll::{env, launch, Comm, CommOpts, DataType, RankFlags, RedOp};
+use verbs_lab_lessons::Narrator;
+
+#[derive(Parser, Debug)]
+#[command(about = "Lesson 15: a ring all-reduce over RDMA, every step shown")]
+struct Args {
+    /// Start N ranks on this machine (3 or 4 make a good lesson).
+    #[arg(long)]
+    np: Option<u32>,
+    #[arg(long)]
+    rank: Option<u32>,
+    #[arg(long = "world-size")]
+    world_size: Option<u32>,
+    #[arg(long = "local-rank")]
+    local_rank: Option<u32>,
+    /// Rank 0's address HOST:PORT (else MASTER_ADDR/MASTER_PORT).
+    #[arg(long)]
+    master: Option<String>,
+    /// RDMA devices, comma-separated; local ranks take them round-robin.
+    #[arg(short = 'd', long = "ib-dev", value_delimiter = ',')]
+    devices: Vec<String>,
+    /// Elements in the vector (default 2 × ranks + 1: the chunks are not all the same size).
+    #[arg(long)]
+    count: Option<usize>,
+    /// Print nothing but errors and the verdict.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+/// What a rank saw after one message from its left: the step, the chunk, and its vector.
+struct Seen {
+    step: u32,
+    chunk: u32,
+    reduced: bool,
+    vector: Vec<i64>,
+}
+
+fn main() -> ExitCode {
+    let args: Args = verbs_lab::cli::parse();
+    if let Some(np) = args.np {
+        if args.rank.is_none() {
+            // Step 1, the launcher's half: start the ranks and wait for them.
+            if !(2..=16).contains(&np) {
+                eprintln!(
+                    "lesson15_ring_allreduce: --np {np}: give 2..16 ranks (3 or 4 read best)"
+                );
+                return ExitCode::from(2);
+            }
+            let own: Vec<OsString> = std::env::args_os().skip(1).collect();
+            return match launch::run_local(np, &own, Duration::from_secs(40)) {
+                Ok(o) => {
+                    for f in &o.failures {
+                        eprintln!("lesson15_ring_allreduce: {f}");
+                    }
+                    ExitCode::from(o.code)
+                }
+                Err(e) => {
+                    eprintln!("lesson15_ring_allreduce: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        launch::child_setup();
+    }
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => verbs_lab_lessons::report_error("lesson15_ring_allreduce", &e),
+    }
+}
+
+fn run(args: &Args) -> Result<()> {
+    // [1] Who am I? Flags first, then torchrun, Open MPI, MPICH, Slurm.
+    let flags = RankFlags {
+        rank: args.rank,
+        world_size: args.world_size,
+        local_rank: args.local_rank,
+        master: args.master.clone(),
+    };
+    let info = env::from_env(&flags).map_err(anyhow::Error::msg)?;
+    if info.world_size < 2 {
+        bail!("a ring needs at least 2 ranks: run with --np 3 (or under a launcher)");
+    }
+    let n = info.world_size as usize;
+    let me = info.rank as usize;
+    let say = Narrator {
+        quiet: args.quiet || me != 0,
+    };
+    say.step(1, "Who am I? (what the launcher says)");
+    say.say(format!(
+        "rank {me} of {n}, local rank {}, from {}",
+        info.local_rank, info.launcher
+    ));
+    if let Some((h, p)) = &info.master {
+        say.say(format!("rank 0 listens for the others at {h}:{p}"));
+    }
+
+    // [2] Bootstrap: QPs, slots, the endpoint table from rank 0, QPs connected to both sides.
+    let count = args.count.unwrap_or(2 * n + 1);
+    let t = DataType::I64;
+    let bytes = count * t.size();
+    let opts = CommOpts {
+        devices: args.devices.clone(),
+        max_bytes: bytes.max(8),
+        // One slot holds a whole chunk here, so every chunk is one message: easy to follow.
+        slot_bytes: bytes.max(8),
+        nslots: 4,
+        ..Default::default()
+    };
+    let mut comm = Comm::init(info, &opts).context("building the communicator")?;
+    say.step(
+        2,
+        "Bootstrap: rank 0 collected every endpoint and sent this table",
+    );
+    say.say("rank  host          pid  device  GID                        left QPN  right QPN  slots (addr, rkey)");
+    for r in comm.table() {
+        say.say(format!(
+            "{:>4}  {:<10} {:>6}  {:<6}  {:<25}  {:#08x}  {:#09x}  {:#x}, {:#x}",
+            r.rank,
+            r.host,
+            r.pid,
+            r.device,
+            r.gid,
+            r.left_qpn,
+            r.right_qpn,
+            r.slots.addr,
+            r.slots.rkey
+        ));
+    }
+    say.step(
+        3,
+        "The ring: each rank's right QP is connected to its right neighbour's left QP",
+    );
+    for r in comm.table() {
+        let right = &comm.table()[ring_offset(r.rank as usize, n, 1)];
+        say.say(format!(
+            "rank {} QPN {:#08x}  ──RDMA WRITE WITH IMM──▶  rank {} QPN {:#08x}   (credits flow back)",
+            r.rank, r.right_qpn, right.rank, right.left_qpn
+        ));
+    }
+
+    // [4] The vector: rank r's element i is 10·(r+1) + i, so the sum is easy to check by eye.
+    let value = |r: usize, i: usize| 10 * (r as i64 + 1) + i as i64;
+    for i in 0..count {
+        let mut b = [0u8; 8];
+        store_value(t, value(me, i), &mut b);
+        comm.write_output(i * 8, &b);
+    }
+    let chunks: Vec<String> = (0..n)
+        .map(|c| {
+            let r = chunk(count, n, c);
+            format!("chunk {c} = elements {}..{}", r.start, r.end)
+        })
+        .collect();
+    say.step(
+        4,
+        &format!(
+            "The vectors: {count} elements in {n} chunks ({})",
+            chunks.join(", ")
+        ),
+    );
+    let inputs = gather_vector(&mut comm, count)?;
+    if let Some(all) = &inputs {
+        for (r, v) in all.iter().enumerate() {
+            say.say(format!("rank {r}: {}", show(v, count, n)));
+        }
+    }
+
+    // [5] The all-reduce, with every message recorded as it is applied.
+    let seen: Rc<RefCell<Vec<Seen>>> = Rc::default();
+    let log = seen.clone();
+    comm.set_tracer(Some(Box::new(move |e| {
+        log.borrow_mut().push(Seen {
+            step: e.msg.step as u32,
+            chunk: e.msg.chunk as u32,
+            reduced: e.msg.action == Action::Reduce,
+            vector: e
+                .buffer
+                .chunks_exact(8)
+                .map(|b| load_value(DataType::I64, b).unwrap_or(i64::MIN))
+                .collect(),
+        });
+    })));
+    comm.all_reduce(t, RedOp::Sum, count, true)
+        .context("the all-reduce")?;
+    comm.set_tracer(None);
+    let mut p = Put::default();
+    for s in seen.borrow().iter() {
+        p.u32(s.step).u32(s.chunk).u8(s.reduced.into());
+        for v in &s.vector {
+            p.u64(*v as u64);
+        }
+    }
+    let logs = comm.star().gather(&p.0)?;
+    if let Some(logs) = logs {
+        let parsed = logs
+            .iter()
+            .map(|b| parse_log(b, count))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(anyhow::Error::msg)?;
+        for phase in [true, false] {
+            say.step(
+                if phase { 5 } else { 6 },
+                if phase {
+                    "Reduce-scatter: send a chunk right, add the one from the left"
+                } else {
+                    "All-gather: pass the summed chunks around, copying"
+                },
+            );
+            for step in 0..n - 1 {
+                say.say(format!("step {step}:"));
+                for (r, log) in parsed.iter().enumerate() {
+                    let Some(s) = log.iter().find(|s| {
+                        s.reduced == phase
+                            && s.step as usize == step + if phase { 0 } else { n - 1 }
+                    }) else {
+                        continue;
+                    };
+                    let left = ring_offset(r, n, -1);
+                    let sent = if phase {
+                        ring_offset(r, n, -1 - step as isize)
+                    } else {
+                        ring_offset(r, n, -(step as isize))
+                    };
+                    say.say(format!(
+                        "  rank {r}: sent chunk {sent} right; {} chunk {} from rank {left} → {}",
+                        if phase { "added" } else { "stored" },
+                        s.chunk,
+                        show(&s.vector, count, n)
+                    ));
+                }
+            }
+            if phase {
+                say.say("now rank r holds chunk r fully summed");
+            }
+        }
+    }
+
+    // [7] The check, on every rank; the verdict from rank 0.
+    let want: Vec<i64> = (0..count)
+        .map(|i| (0..n).map(|r| value(r, i)).sum())
+        .collect();
+    let got: Vec<i64> = comm
+        .read_output(0..bytes)
+        .chunks_exact(8)
+        .map(|b| load_value(t, b).unwrap_or(i64::MIN))
+        .collect();
+    let wrong = got.iter().zip(&want).filter(|(g, w)| g != w).count() as u64;
+    let mut p = Put::default();
+    p.u64(wrong);
+    let all = comm.star().gather(&p.0)?;
+    let total = match &all {
+        Some(all) => all
+            .iter()
+            .map(|b| Get::new(b, "a count").u64().unwrap_or(u64::MAX))
+            .sum::<u64>(),
+        None => 0,
+    };
+    let verdict = comm.star().broadcast(&total.to_be_bytes())?;
+    let total = u64::from_be_bytes(
+        verdict
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("a bad verdict"))?,
+    );
+    say.step(7, "The check");
+    say.say(format!("expected on every rank: {}", show(&want, count, n)));
+    let sent = 2 * (n - 1) * bytes / n;
+    say.say(format!(
+        "each rank sent about 2(n−1)/n × {bytes} B = {sent} B over RDMA, whatever n is: the ring \
+         is bandwidth-optimal"
+    ));
+    comm.finish()?;
+    if total != 0 {
+        bail!("{total} elements are wrong over all ranks");
+    }
+    if me == 0 {
+        println!("\nall-reduce over {n} ranks: every element of every rank is right");
+    }
+    Ok(())
+}
+
+/// Rank 0 gets every rank's vector.
+fn gather_vector(comm: &mut Comm, count: usize) -> Result<Option<Vec<Vec<i64>>>> {
+    let mine = comm.read_output(0..count * 8);
+    let all = comm.star().gather(&mine)?;
+    Ok(all.map(|all| {
+        all.iter()
+            .map(|b| {
+                b.chunks_exact(8)
+                    .map(|c| load_value(DataType::I64, c).unwrap_or(i64::MIN))
+                    .collect()
+            })
+            .collect()
+    }))
+}
+
+fn parse_log(b: &[u8], count: usize) -> std::result::Result<Vec<Seen>, String> {
+    let mut g = Get::new(b, "a rank's log");
+    let mut v = Vec::new();
+    let mut left = b.len();
+    while left > 0 {
+        let step = g.u32()?;
+        let chunk = g.u32()?;
+        let reduced = g.u8()? == 1;
+        let vector = (0..count)
+            .map(|_| g.u64().map(|x| x as i64))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        v.push(Seen {
+            step,
+            chunk,
+            reduced,
+            vector,
+        });
+        left -= 9 + 8 * count;
+    }
+    Ok(v)
+}
+
+/// `[11 12 13 | 14 15 | 16 17]`: the vector with its chunks marked.
+fn show(v: &[i64], count: usize, n: usize) -> String {
+    let parts: Vec<String> = (0..n)
+        .map(|c| {
+            v[chunk(count, n, c)]
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    format!("[{}]", parts.join(" | "))
+}

@@ -1,0 +1,8 @@
+//! vl_broadcast_perf: nccl-tests' broadcast_perf over RDMA verbs. See `vl_broadcast_perf --help` and
+//! docs/distributed-training.md.
+
+use verbs_lab::coll::Coll;
+
+fn main() -> std::process::ExitCode {
+    vl_perftest::coll::main(|root| Coll::Broadcast { root }, "vl_broadcast_perf")
+}

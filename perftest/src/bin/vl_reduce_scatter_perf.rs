@@ -1,0 +1,8 @@
+//! vl_reduce_scatter_perf: nccl-tests' reduce_scatter_perf over RDMA verbs. See `vl_reduce_scatter_perf --help` and
+//! docs/distributed-training.md.
+
+use verbs_lab::coll::Coll;
+
+fn main() -> std::process::ExitCode {
+    vl_perftest::coll::main(|_| Coll::ReduceScatter, "vl_reduce_scatter_perf")
+}

@@ -1,0 +1,630 @@
+//! The rendezvous: rank 0 listens on the master address, every other rank connects and sends its
+//! endpoint record, rank 0 checks them and sends everyone the table — the part of NCCL's
+//! bootstrap that its unique id stands for. The TCP connections stay open afterwards as a star
+//! around rank 0 ([`Star`]): small control messages (gathers, barriers) and, above all, liveness —
+//! a rank that dies closes its socket, rank 0 sees it and tells every other rank who is gone.
+//!
+//! Every wait is bounded. Rank 0 refuses, by name, a rank that speaks another protocol version,
+//! was started with another world size, or whose number is taken or out of range; a rank that
+//! never arrives is named by number when the deadline passes.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::oob::{self, Listener, OobConn, OobError};
+use crate::verbs::{Gid, RemoteBuf};
+
+/// Version of the bootstrap records and control messages; ranks must agree.
+pub const PROTOCOL_VERSION: u16 = 1;
+const MAGIC: &[u8; 4] = b"VLCB";
+/// The largest control message accepted.
+const MAX_MSG: usize = 1 << 20;
+
+/// What one rank tells the others: where it runs and how to reach its QPs and slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankRecord {
+    pub rank: u32,
+    pub world_size: u32,
+    pub version: u16,
+    pub host: String,
+    pub pid: u32,
+    pub device: String,
+    /// The CPU it pinned itself to, if any.
+    pub cpu: Option<u32>,
+    pub lid: u16,
+    pub gid: Gid,
+    /// Active MTU of its port, in bytes.
+    pub mtu: u32,
+    /// The QP facing its left neighbour (receives data, sends credits) and its first PSN.
+    pub left_qpn: u32,
+    pub left_psn: u32,
+    /// The QP facing its right neighbour (sends data, receives credits).
+    pub right_qpn: u32,
+    pub right_psn: u32,
+    /// Its receive slots: where its left neighbour writes.
+    pub slots: RemoteBuf,
+    pub slot_bytes: u32,
+    pub nslots: u32,
+}
+
+impl RankRecord {
+    /// "rank 2 (host guest, pid 123, rxe0)".
+    pub fn who(&self) -> String {
+        format!(
+            "rank {} (host {}, pid {}, {})",
+            self.rank, self.host, self.pid, self.device
+        )
+    }
+}
+
+/// Why the job cannot go on.
+#[derive(Debug)]
+pub enum CollError {
+    /// Bad input from the caller (a usage error).
+    Usage(String),
+    /// The rendezvous failed.
+    Bootstrap(String),
+    /// A rank died, closed its connection or stopped answering.
+    RankGone {
+        rank: u32,
+        who: String,
+        detail: String,
+    },
+    /// A verbs call or completion failed.
+    Verbs {
+        what: String,
+        err: crate::verbs::VerbsError,
+    },
+    /// Anything else that went wrong while running.
+    Failed(String),
+}
+
+impl fmt::Display for CollError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CollError::Usage(s) => write!(f, "{s}"),
+            CollError::Bootstrap(s) => write!(f, "bootstrap failed: {s}"),
+            CollError::RankGone { who, detail, .. } => write!(f, "{who} is gone: {detail}"),
+            CollError::Verbs { what, err } => write!(f, "{what}: {err}"),
+            CollError::Failed(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+impl std::error::Error for CollError {}
+
+pub type Result<T> = std::result::Result<T, CollError>;
+
+// ---------------------------------------------------------------------------------------------
+// Encoding
+
+#[derive(Default)]
+pub struct Put(pub Vec<u8>);
+
+impl Put {
+    pub fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.push(v);
+        self
+    }
+    pub fn u16(&mut self, v: u16) -> &mut Self {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    pub fn bytes(&mut self, b: &[u8]) -> &mut Self {
+        self.u32(b.len() as u32);
+        self.0.extend_from_slice(b);
+        self
+    }
+    pub fn str(&mut self, s: &str) -> &mut Self {
+        self.bytes(s.as_bytes())
+    }
+}
+
+pub struct Get<'a> {
+    b: &'a [u8],
+    what: &'a str,
+}
+
+impl<'a> Get<'a> {
+    pub fn new(b: &'a [u8], what: &'a str) -> Self {
+        Get { b, what }
+    }
+    fn take(&mut self, n: usize) -> std::result::Result<&'a [u8], String> {
+        if self.b.len() < n {
+            return Err(format!("{} is truncated", self.what));
+        }
+        let (h, t) = self.b.split_at(n);
+        self.b = t;
+        Ok(h)
+    }
+    pub fn u8(&mut self) -> std::result::Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    pub fn u16(&mut self) -> std::result::Result<u16, String> {
+        Ok(u16::from_be_bytes(self.take(2)?.try_into().expect("2")))
+    }
+    pub fn u32(&mut self) -> std::result::Result<u32, String> {
+        Ok(u32::from_be_bytes(self.take(4)?.try_into().expect("4")))
+    }
+    pub fn u64(&mut self) -> std::result::Result<u64, String> {
+        Ok(u64::from_be_bytes(self.take(8)?.try_into().expect("8")))
+    }
+    pub fn bytes(&mut self) -> std::result::Result<&'a [u8], String> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    pub fn str(&mut self) -> std::result::Result<String, String> {
+        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| format!("{}: not UTF-8", self.what))
+    }
+    pub fn end(&self) -> std::result::Result<(), String> {
+        if self.b.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{} has {} bytes too many", self.what, self.b.len()))
+        }
+    }
+}
+
+impl RankRecord {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut p = Put::default();
+        p.0.extend_from_slice(MAGIC);
+        p.u16(self.version)
+            .u32(self.rank)
+            .u32(self.world_size)
+            .str(&self.host)
+            .u32(self.pid)
+            .str(&self.device)
+            .u32(self.cpu.map_or(u32::MAX, |c| c))
+            .u16(self.lid);
+        p.0.extend_from_slice(&self.gid.0);
+        p.u32(self.mtu)
+            .u32(self.left_qpn)
+            .u32(self.left_psn)
+            .u32(self.right_qpn)
+            .u32(self.right_psn)
+            .u64(self.slots.addr)
+            .u32(self.slots.rkey)
+            .u32(self.slots.len)
+            .u32(self.slot_bytes)
+            .u32(self.nslots);
+        p.0
+    }
+
+    /// Decodes a record. The magic and version come first, so a record of another version is
+    /// refused by its version (with [`RankRecord::peek_version`]) before anything else is read.
+    pub fn decode(b: &[u8]) -> std::result::Result<RankRecord, String> {
+        let version = Self::peek_version(b)?;
+        if version != PROTOCOL_VERSION {
+            return Err(format!(
+                "bootstrap protocol version {version}, this build speaks version {PROTOCOL_VERSION}"
+            ));
+        }
+        let mut g = Get::new(&b[6..], "an endpoint record");
+        let rank = g.u32()?;
+        let world_size = g.u32()?;
+        let host = g.str()?;
+        let pid = g.u32()?;
+        let device = g.str()?;
+        let cpu = Some(g.u32()?).filter(|c| *c != u32::MAX);
+        let lid = g.u16()?;
+        let mut gid = [0u8; 16];
+        for b in &mut gid {
+            *b = g.u8()?;
+        }
+        let r = RankRecord {
+            rank,
+            world_size,
+            version,
+            host,
+            pid,
+            device,
+            cpu,
+            lid,
+            gid: Gid(gid),
+            mtu: g.u32()?,
+            left_qpn: g.u32()?,
+            left_psn: g.u32()?,
+            right_qpn: g.u32()?,
+            right_psn: g.u32()?,
+            slots: RemoteBuf {
+                addr: g.u64()?,
+                rkey: g.u32()?,
+                len: g.u32()?,
+            },
+            slot_bytes: g.u32()?,
+            nslots: g.u32()?,
+        };
+        g.end()?;
+        Ok(r)
+    }
+
+    /// The protocol version of an encoded record (after checking the magic).
+    pub fn peek_version(b: &[u8]) -> std::result::Result<u16, String> {
+        if b.len() < 6 || &b[..4] != MAGIC {
+            return Err(
+                "not a verbs-lab bootstrap record (bad magic): is another program \
+                        listening on the master port?"
+                    .into(),
+            );
+        }
+        Ok(u16::from_be_bytes([b[4], b[5]]))
+    }
+}
+
+fn encode_table(t: &[RankRecord]) -> Vec<u8> {
+    let mut p = Put::default();
+    p.u8(b'T').u32(t.len() as u32);
+    for r in t {
+        p.bytes(&r.encode());
+    }
+    p.0
+}
+
+fn decode_reply(b: &[u8]) -> std::result::Result<Vec<RankRecord>, String> {
+    let mut g = Get::new(b, "rank 0's table");
+    match g.u8()? {
+        b'T' => {
+            let n = g.u32()? as usize;
+            if n > crate::coll::env::MAX_WORLD as usize {
+                return Err(format!("a table of {n} ranks"));
+            }
+            let t = (0..n)
+                .map(|_| RankRecord::decode(g.bytes()?))
+                .collect::<std::result::Result<Vec<_>, _>>()?;
+            g.end()?;
+            Ok(t)
+        }
+        b'F' => Err(format!("rank 0 refused the job: {}", g.str()?)),
+        t => Err(format!(
+            "rank 0 sent message type {t:#04x} instead of the table"
+        )),
+    }
+}
+
+/// Checks a newcomer's record against rank 0's and those already in; `Err` says why not.
+pub fn admit(
+    table: &[Option<RankRecord>],
+    world: u32,
+    r: &RankRecord,
+) -> std::result::Result<(), String> {
+    if r.world_size != world {
+        return Err(format!(
+            "{} was started with world size {}, rank 0 with {world}: every rank must be given the \
+             same world size",
+            r.who(),
+            r.world_size
+        ));
+    }
+    if r.rank >= world {
+        return Err(format!(
+            "{} is outside the world of {world} ranks (0..{})",
+            r.who(),
+            world - 1
+        ));
+    }
+    if let Some(Some(first)) = table.get(r.rank as usize) {
+        return Err(format!(
+            "rank {} joined twice: first {}, then {} — give every process its own rank",
+            r.rank,
+            first.who(),
+            r.who()
+        ));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The star around rank 0
+
+/// Control messages on the star.
+const ABORT: u8 = b'A';
+const DATA: u8 = b'D';
+
+/// The TCP connections between rank 0 and every other rank, kept open after the rendezvous.
+pub struct Star {
+    rank: u32,
+    /// Rank 0: a connection per rank (index = rank; `None` for itself). Others: `[Some(rank 0)]`.
+    conns: Vec<Option<OobConn>>,
+    /// DATA messages that arrived while [`Star::check_alive`] looked (a rank that finished a
+    /// collective early and sent its part of the next gather), per connection.
+    early: Vec<std::collections::VecDeque<Vec<u8>>>,
+    table: Vec<RankRecord>,
+    timeout: Duration,
+}
+
+fn gone(t: &[RankRecord], rank: u32, detail: String) -> CollError {
+    CollError::RankGone {
+        rank,
+        who: t
+            .get(rank as usize)
+            .map_or(format!("rank {rank}"), RankRecord::who),
+        detail,
+    }
+}
+
+/// Runs the rendezvous for `mine` (rank, world and endpoints filled in) with rank 0 at `master`.
+/// Rank 0 listens; the others connect. Waits at most `timeout` in all.
+pub fn rendezvous(mine: RankRecord, master: (&str, u16), timeout: Duration) -> Result<Star> {
+    let world = mine.world_size;
+    if mine.rank == 0 {
+        let listener = Listener::bind(master.1).map_err(|e| CollError::Bootstrap(e.to_string()))?;
+        let mut table: Vec<Option<RankRecord>> = vec![None; world as usize];
+        let mut conns: Vec<Option<OobConn>> = (0..world).map(|_| None).collect();
+        table[0] = Some(mine);
+        let start = Instant::now();
+        let mut strays: Vec<OobConn> = Vec::new();
+        let refuse = |conns: &mut Vec<Option<OobConn>>, strays: &mut Vec<OobConn>, why: &str| {
+            let mut p = Put::default();
+            p.u8(b'F').str(why);
+            for c in conns.iter_mut().flatten().chain(strays.iter_mut()) {
+                let _ = c.send_msg(&p.0, "the refusal");
+            }
+            CollError::Bootstrap(why.to_string())
+        };
+        while table.iter().any(Option::is_none) {
+            let left = timeout.saturating_sub(start.elapsed());
+            let mut c = match listener.accept(left.max(Duration::from_millis(1))) {
+                Ok(c) => c,
+                Err(OobError::Timeout { .. }) => {
+                    let missing: Vec<String> = table
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, r)| r.is_none())
+                        .map(|(i, _)| i.to_string())
+                        .collect();
+                    let why = format!(
+                        "{} {} of {world} never reached the master at {}:{} within {:.0} s \
+                         (host unknown: never connected) — started, with the same master \
+                         address?",
+                        if missing.len() == 1 { "rank" } else { "ranks" },
+                        missing.join(", "),
+                        master.0,
+                        master.1,
+                        timeout.as_secs_f64()
+                    );
+                    return Err(refuse(&mut conns, &mut strays, &why));
+                }
+                Err(e) => return Err(refuse(&mut conns, &mut strays, &e.to_string())),
+            };
+            let peer = c.peer();
+            let msg = c
+                .recv_msg(MAX_MSG, "an endpoint record")
+                .map_err(|e| CollError::Bootstrap(format!("from {peer}: {e}")));
+            let rec = msg.and_then(|m| {
+                RankRecord::decode(&m)
+                    .map_err(|e| CollError::Bootstrap(format!("the process at {peer} sent {e}")))
+            });
+            let rec = match rec {
+                Ok(r) => r,
+                Err(e) => {
+                    strays.push(c);
+                    return Err(refuse(&mut conns, &mut strays, &e.to_string()));
+                }
+            };
+            if let Err(why) = admit(&table, world, &rec) {
+                strays.push(c);
+                return Err(refuse(&mut conns, &mut strays, &why));
+            }
+            let r = rec.rank as usize;
+            table[r] = Some(rec);
+            conns[r] = Some(c);
+        }
+        let table: Vec<RankRecord> = table.into_iter().map(|r| r.expect("all in")).collect();
+        let blob = encode_table(&table);
+        for (r, c) in conns.iter_mut().enumerate() {
+            if let Some(c) = c {
+                c.send_msg(&blob, "the endpoint table")
+                    .map_err(|e| gone(&table, r as u32, e.to_string()))?;
+            }
+        }
+        Ok(Star {
+            rank: 0,
+            early: vec![Default::default(); conns.len()],
+            conns,
+            table,
+            timeout,
+        })
+    } else {
+        let mut c = oob::connect(master.0, master.1, timeout).map_err(|e| {
+            CollError::Bootstrap(format!("rank {} cannot reach rank 0: {e}", mine.rank))
+        })?;
+        // Rank 0 may wait its whole window for the last rank after we arrived: wait longer.
+        c.set_timeout(timeout * 2 + Duration::from_secs(5))
+            .map_err(|e| CollError::Bootstrap(e.to_string()))?;
+        c.send_msg(&mine.encode(), "our endpoint record")
+            .map_err(|e| CollError::Bootstrap(e.to_string()))?;
+        let reply = c
+            .recv_msg(MAX_MSG, "the endpoint table from rank 0")
+            .map_err(|e| CollError::Bootstrap(e.to_string()))?;
+        let table = decode_reply(&reply).map_err(CollError::Bootstrap)?;
+        if table.len() != world as usize || table[mine.rank as usize] != mine {
+            return Err(CollError::Bootstrap(format!(
+                "rank 0's table ({} ranks) does not hold our record as we sent it",
+                table.len()
+            )));
+        }
+        Ok(Star {
+            rank: mine.rank,
+            conns: vec![Some(c)],
+            early: vec![Default::default()],
+            table,
+            timeout,
+        })
+    }
+}
+
+impl Star {
+    /// A star of one: world size 1.
+    pub fn single(mine: RankRecord) -> Star {
+        Star {
+            rank: 0,
+            conns: vec![None],
+            early: vec![Default::default()],
+            table: vec![mine],
+            timeout: Duration::from_secs(1),
+        }
+    }
+
+    pub fn table(&self) -> &[RankRecord] {
+        &self.table
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Changes how long control messages may take (e.g. longer than a slow collective).
+    pub fn set_timeout(&mut self, t: Duration) {
+        self.timeout = t;
+    }
+
+    /// Looks at the connections without blocking: `Err` names a rank that is gone (its socket
+    /// closed or rank 0 relayed that it is). Call it now and then while waiting on the NIC.
+    pub fn check_alive(&mut self) -> Result<()> {
+        for r in 0..self.conns.len() {
+            let Some(c) = self.conns[r].as_mut() else {
+                continue;
+            };
+            let ready = c.poll_readable(Duration::ZERO).map_err(|e| {
+                CollError::Failed(format!("watching the connection of rank {r}: {e}"))
+            })?;
+            if ready {
+                let peer = if self.rank == 0 { r as u32 } else { 0 };
+                let m = self.recv_wire(peer, "a control message")?;
+                self.early[r].push_back(m);
+            }
+        }
+        Ok(())
+    }
+
+    /// Receives one DATA message from `peer` (a rank on the star); an ABORT or a closed socket
+    /// becomes the error that names the rank that is gone.
+    fn recv_from(&mut self, peer: u32, what: &str) -> Result<Vec<u8>> {
+        let idx = if self.rank == 0 { peer as usize } else { 0 };
+        if let Some(m) = self.early[idx].pop_front() {
+            return Ok(m);
+        }
+        self.recv_wire(peer, what)
+    }
+
+    /// [`Star::recv_from`] without the messages kept aside.
+    fn recv_wire(&mut self, peer: u32, what: &str) -> Result<Vec<u8>> {
+        let idx = if self.rank == 0 { peer as usize } else { 0 };
+        let timeout = self.timeout;
+        let c = self.conns[idx].as_mut().expect("a connection to that rank");
+        c.set_timeout(timeout)
+            .map_err(|e| CollError::Failed(e.to_string()))?;
+        let m = match c.recv_msg(MAX_MSG, what) {
+            Ok(m) => m,
+            Err(OobError::Closed { .. }) => {
+                let e = gone(
+                    &self.table,
+                    peer,
+                    "its connection to rank 0 closed: the process exited or was killed".into(),
+                );
+                self.abort(&e);
+                return Err(e);
+            }
+            Err(OobError::Timeout { after, .. }) => {
+                let e = gone(
+                    &self.table,
+                    peer,
+                    format!(
+                        "silent for {:.0} s while we waited for {what}",
+                        after.as_secs_f64()
+                    ),
+                );
+                self.abort(&e);
+                return Err(e);
+            }
+            Err(e) => return Err(CollError::Failed(format!("from rank {peer}: {e}"))),
+        };
+        match m.first() {
+            Some(&DATA) => Ok(m[1..].to_vec()),
+            Some(&ABORT) => {
+                let mut g = Get::new(&m[1..], "an abort message");
+                let (rank, detail) = (g.u32(), g.str());
+                let (Ok(rank), Ok(detail)) = (rank, detail) else {
+                    return Err(CollError::Failed("a malformed abort message".into()));
+                };
+                let e = gone(&self.table, rank, detail);
+                if self.rank == 0 {
+                    self.abort(&e);
+                }
+                Err(e)
+            }
+            _ => Err(CollError::Failed(format!(
+                "rank {peer} sent a malformed control message"
+            ))),
+        }
+    }
+
+    /// Tells the others that the job is over because of `e` (best effort: rank 0 relays to every
+    /// rank, the others tell rank 0). Does nothing for errors that name no rank.
+    pub fn abort(&mut self, e: &CollError) {
+        let (rank, detail) = match e {
+            CollError::RankGone { rank, detail, .. } => (*rank, detail.clone()),
+            other => (self.rank, format!("it failed: {other}")),
+        };
+        let mut p = Put::default();
+        p.u8(ABORT).u32(rank).str(&detail);
+        for (i, c) in self.conns.iter_mut().enumerate() {
+            if let Some(c) = c {
+                if self.rank != 0 || i as u32 != rank {
+                    let _ = c.set_timeout(Duration::from_millis(500));
+                    let _ = c.send_msg(&p.0, "an abort message");
+                }
+            }
+        }
+    }
+
+    fn send_to(&mut self, peer: u32, data: &[u8], what: &str) -> Result<()> {
+        let idx = if self.rank == 0 { peer as usize } else { 0 };
+        let mut m = Vec::with_capacity(data.len() + 1);
+        m.push(DATA);
+        m.extend_from_slice(data);
+        let c = self.conns[idx].as_mut().expect("a connection to that rank");
+        c.send_msg(&m, what)
+            .map_err(|e| gone(&self.table, peer, format!("sending {what} failed: {e}")))
+    }
+
+    /// Rank 0 gets every rank's `data` (index = rank); the others get `None`.
+    pub fn gather(&mut self, data: &[u8]) -> Result<Option<Vec<Vec<u8>>>> {
+        if self.rank != 0 {
+            self.send_to(0, data, "a gathered value")?;
+            return Ok(None);
+        }
+        let mut all = vec![data.to_vec()];
+        for r in 1..self.table.len() as u32 {
+            all.push(self.recv_from(r, "a gathered value")?);
+        }
+        Ok(Some(all))
+    }
+
+    /// Every rank gets rank 0's `data`.
+    pub fn broadcast(&mut self, data: &[u8]) -> Result<Vec<u8>> {
+        if self.rank != 0 {
+            return self.recv_from(0, "a broadcast from rank 0");
+        }
+        for r in 1..self.table.len() as u32 {
+            self.send_to(r, data, "a broadcast")?;
+        }
+        Ok(data.to_vec())
+    }
+
+    /// Every rank waits until all have arrived.
+    pub fn barrier(&mut self) -> Result<()> {
+        self.gather(&[])?;
+        self.broadcast(&[])?;
+        Ok(())
+    }
+}

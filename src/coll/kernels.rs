@@ -1,0 +1,321 @@
+//! Element types, reduction operators and the reduction kernels.
+//!
+//! A collective reduces byte ranges of registered memory. [`reduce`] looks at the type and the
+//! operator once per call and then runs a loop specialised for that pair (a generic function
+//! instantiated per type, with the operator a closure the compiler inlines): no per-element
+//! dispatch. Elements are read and written in native byte order with `from_ne_bytes` /
+//! `to_ne_bytes` over `chunks_exact`, which the compiler turns into plain loads and stores.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The element type of a collective's buffer (nccl-tests' `-d`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataType {
+    F32,
+    F64,
+    I32,
+    I64,
+    U8,
+}
+
+impl DataType {
+    /// Every type, in the order the tools list them.
+    pub const ALL: [DataType; 5] = [
+        DataType::F32,
+        DataType::F64,
+        DataType::I32,
+        DataType::I64,
+        DataType::U8,
+    ];
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DataType::F32 | DataType::I32 => 4,
+            DataType::F64 | DataType::I64 => 8,
+            DataType::U8 => 1,
+        }
+    }
+
+    /// The name nccl-tests prints in its `type` column.
+    pub fn name(self) -> &'static str {
+        match self {
+            DataType::F32 => "float",
+            DataType::F64 => "double",
+            DataType::I32 => "int32",
+            DataType::I64 => "int64",
+            DataType::U8 => "uint8",
+        }
+    }
+
+    /// A wire code (bootstrap and reports).
+    pub fn code(self) -> u8 {
+        match self {
+            DataType::F32 => 1,
+            DataType::F64 => 2,
+            DataType::I32 => 3,
+            DataType::I64 => 4,
+            DataType::U8 => 5,
+        }
+    }
+}
+
+impl fmt::Display for DataType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DataType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<DataType, String> {
+        Ok(match s {
+            "float" | "f32" | "float32" => DataType::F32,
+            "double" | "f64" | "float64" => DataType::F64,
+            "int32" | "i32" | "int" => DataType::I32,
+            "int64" | "i64" => DataType::I64,
+            "uint8" | "u8" => DataType::U8,
+            _ => {
+                return Err(format!(
+                    "unknown data type '{s}': use float, double, int32, int64 or uint8"
+                ))
+            }
+        })
+    }
+}
+
+/// The reduction operator (nccl-tests' `-o`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedOp {
+    Sum,
+    Prod,
+    Min,
+    Max,
+}
+
+impl RedOp {
+    pub const ALL: [RedOp; 4] = [RedOp::Sum, RedOp::Prod, RedOp::Min, RedOp::Max];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            RedOp::Sum => "sum",
+            RedOp::Prod => "prod",
+            RedOp::Min => "min",
+            RedOp::Max => "max",
+        }
+    }
+}
+
+impl fmt::Display for RedOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for RedOp {
+    type Err = String;
+    fn from_str(s: &str) -> Result<RedOp, String> {
+        Ok(match s {
+            "sum" => RedOp::Sum,
+            "prod" => RedOp::Prod,
+            "min" => RedOp::Min,
+            "max" => RedOp::Max,
+            _ => {
+                return Err(format!(
+                    "unknown reduction '{s}': use sum, prod, min or max"
+                ))
+            }
+        })
+    }
+}
+
+/// A fixed-size element that can be read from and written to native-order bytes.
+pub trait Element: Copy + PartialOrd {
+    const SIZE: usize;
+    fn load(b: &[u8]) -> Self;
+    fn store(self, b: &mut [u8]);
+    fn add(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+}
+
+macro_rules! element {
+    ($t:ty, $add:ident, $mul:ident) => {
+        impl Element for $t {
+            const SIZE: usize = std::mem::size_of::<$t>();
+            #[inline(always)]
+            fn load(b: &[u8]) -> Self {
+                <$t>::from_ne_bytes(b.try_into().expect("element-sized chunk"))
+            }
+            #[inline(always)]
+            fn store(self, b: &mut [u8]) {
+                b.copy_from_slice(&self.to_ne_bytes())
+            }
+            #[inline(always)]
+            fn add(self, o: Self) -> Self {
+                self.$add(o)
+            }
+            #[inline(always)]
+            fn mul(self, o: Self) -> Self {
+                self.$mul(o)
+            }
+        }
+    };
+}
+
+trait FloatOps {
+    fn fadd(self, o: Self) -> Self;
+    fn fmul(self, o: Self) -> Self;
+}
+impl FloatOps for f32 {
+    #[inline(always)]
+    fn fadd(self, o: Self) -> Self {
+        self + o
+    }
+    #[inline(always)]
+    fn fmul(self, o: Self) -> Self {
+        self * o
+    }
+}
+impl FloatOps for f64 {
+    #[inline(always)]
+    fn fadd(self, o: Self) -> Self {
+        self + o
+    }
+    #[inline(always)]
+    fn fmul(self, o: Self) -> Self {
+        self * o
+    }
+}
+
+// Integers wrap on overflow, as NCCL's and MPI's integer sums do.
+element!(f32, fadd, fmul);
+element!(f64, fadd, fmul);
+element!(i32, wrapping_add, wrapping_mul);
+element!(i64, wrapping_add, wrapping_mul);
+element!(u8, wrapping_add, wrapping_mul);
+
+/// `dst[i] = f(dst[i], src[i])` over whole elements: the one loop every kernel is made of.
+#[inline(always)]
+fn combine<T: Element>(dst: &mut [u8], src: &[u8], f: impl Fn(T, T) -> T) {
+    for (d, s) in dst.chunks_exact_mut(T::SIZE).zip(src.chunks_exact(T::SIZE)) {
+        f(T::load(d), T::load(s)).store(d);
+    }
+}
+
+fn reduce_typed<T: Element>(op: RedOp, dst: &mut [u8], src: &[u8]) {
+    match op {
+        RedOp::Sum => combine::<T>(dst, src, |a, b| a.add(b)),
+        RedOp::Prod => combine::<T>(dst, src, |a, b| a.mul(b)),
+        RedOp::Min => combine::<T>(dst, src, |a, b| if b < a { b } else { a }),
+        RedOp::Max => combine::<T>(dst, src, |a, b| if b > a { b } else { a }),
+    }
+}
+
+/// Reduces `src` into `dst` element by element: `dst = dst op src`.
+///
+/// Both must have the same length, a whole number of elements; otherwise an error says which.
+pub fn reduce(dtype: DataType, op: RedOp, dst: &mut [u8], src: &[u8]) -> Result<(), String> {
+    if dst.len() != src.len() || dst.len() % dtype.size() != 0 {
+        return Err(format!(
+            "reduce {dtype}/{op}: destination of {} bytes and source of {} bytes are not the same \
+             whole number of {}-byte elements",
+            dst.len(),
+            src.len(),
+            dtype.size()
+        ));
+    }
+    match dtype {
+        DataType::F32 => reduce_typed::<f32>(op, dst, src),
+        DataType::F64 => reduce_typed::<f64>(op, dst, src),
+        DataType::I32 => reduce_typed::<i32>(op, dst, src),
+        DataType::I64 => reduce_typed::<i64>(op, dst, src),
+        DataType::U8 => reduce_typed::<u8>(op, dst, src),
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exact test data (`-c 1`)
+
+/// The value rank `rank` puts at element `i` for a checked run: small integers, so that sums,
+/// products, minima and maxima are exact in every type (floats included: every partial result
+/// stays an integer below 2^24) and whatever the order of the reduction.
+///
+/// Products use only 1 and 2 (at most one rank contributes a 2 per element), so they stay
+/// exact and do not overflow for any world size.
+pub fn input_value(op: RedOp, rank: usize, i: usize) -> i64 {
+    match op {
+        RedOp::Prod => {
+            if (i + rank) % 7 == 0 && rank == i % 5 {
+                2
+            } else {
+                1
+            }
+        }
+        _ => ((i * 7 + rank * 13) % 31) as i64 + rank as i64 % 3,
+    }
+}
+
+/// The exact reduction over `world` ranks of [`input_value`] at element `i`, wrapped to `dtype`.
+pub fn expected_value(dtype: DataType, op: RedOp, world: usize, i: usize) -> i64 {
+    let vals = (0..world).map(|r| input_value(op, r, i));
+    let v = match op {
+        RedOp::Sum => vals.sum(),
+        RedOp::Prod => vals.product(),
+        RedOp::Min => vals.min().unwrap_or(0),
+        RedOp::Max => vals.max().unwrap_or(0),
+    };
+    wrap(dtype, v)
+}
+
+fn wrap(dtype: DataType, v: i64) -> i64 {
+    match dtype {
+        DataType::U8 => v.rem_euclid(256),
+        DataType::I32 => v as i32 as i64,
+        _ => v,
+    }
+}
+
+/// Writes the integer `v` as one element of `dtype` into `b` (its first `dtype.size()` bytes).
+pub fn store_value(dtype: DataType, v: i64, b: &mut [u8]) {
+    match dtype {
+        DataType::F32 => (v as f32).store(&mut b[..4]),
+        DataType::F64 => (v as f64).store(&mut b[..8]),
+        DataType::I32 => (v as i32).store(&mut b[..4]),
+        DataType::I64 => v.store(&mut b[..8]),
+        DataType::U8 => (v as u8).store(&mut b[..1]),
+    }
+}
+
+/// Reads one element of `dtype` from `b` as an integer; `None` for a float that is not one.
+pub fn load_value(dtype: DataType, b: &[u8]) -> Option<i64> {
+    let f = |x: f64| (x.fract() == 0.0 && x.abs() < 9.0e15).then_some(x as i64);
+    match dtype {
+        DataType::F32 => f(f32::load(&b[..4]) as f64),
+        DataType::F64 => f(f64::load(&b[..8])),
+        DataType::I32 => Some(i32::load(&b[..4]) as i64),
+        DataType::I64 => Some(i64::load(&b[..8])),
+        DataType::U8 => Some(u8::load(&b[..1]) as i64),
+    }
+}
+
+/// Fills `buf` (elements `first..`) with rank `rank`'s checked input.
+pub fn fill_input(dtype: DataType, op: RedOp, rank: usize, first: usize, buf: &mut [u8]) {
+    for (k, b) in buf.chunks_exact_mut(dtype.size()).enumerate() {
+        store_value(dtype, input_value(op, rank, first + k), b);
+    }
+}
+
+/// How many elements of `buf` (elements `first..`) differ from `want(i)`.
+pub fn count_wrong(dtype: DataType, first: usize, buf: &[u8], want: impl Fn(usize) -> i64) -> u64 {
+    buf.chunks_exact(dtype.size())
+        .enumerate()
+        .filter(|(k, b)| load_value(dtype, b) != Some(want(first + k)))
+        .count() as u64
+}
+
+/// The integer `v` as an element of `dtype` holds it (wrapped for the narrow integer types).
+pub fn expected_value_of(dtype: DataType, v: i64) -> i64 {
+    wrap(dtype, v)
+}

@@ -1,0 +1,144 @@
+//! `--np N`: N ranks of a collective on this machine, as child processes.
+//!
+//! The launcher re-executes its own binary (`/proc/self/exe`) N times with the arguments it was
+//! given plus `--rank I --world-size N --local-rank I --master 127.0.0.1:PORT`, so each child is
+//! an ordinary rank that bootstraps like any other (rank 0 listens on PORT, a free loopback
+//! port). The children coordinate among themselves over the bootstrap star; the launcher only
+//! watches them: when one exits non-zero or is killed it names that rank, gives the others the
+//! grace period to notice and fail on their own (naming the same rank), then kills whatever is
+//! left. A child dies with its launcher ([`child_setup`]), so nothing is left behind.
+
+use std::ffi::OsString;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+/// What happened to the ranks of a local run.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The exit code the launcher should end with: 0 all ok, 3 when every failure was a missed
+    /// gate, 2 when every failure was a usage error, else 1.
+    pub code: u8,
+    /// One line per rank that did not end well, the first failure first.
+    pub failures: Vec<String>,
+}
+
+/// A free TCP port on the loopback interface (the kernel's choice).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// "exit status 1" / "killed by SIGKILL".
+pub fn describe(st: ExitStatus) -> String {
+    match (st.code(), st.signal()) {
+        (Some(c), _) => format!("exit status {c}"),
+        (None, Some(s)) => match nix::sys::signal::Signal::try_from(s) {
+            Ok(sig) => format!("killed by {sig}"),
+            Err(_) => format!("killed by signal {s}"),
+        },
+        _ => "ended".into(),
+    }
+}
+
+/// Starts `np` ranks of this program with `args` (the caller's own arguments, without `argv[0]`)
+/// and waits for them; `grace` is how long the others may take to fail by themselves once one
+/// has failed (their peer timeout, plus a margin).
+pub fn run_local(np: u32, args: &[OsString], grace: Duration) -> Result<Outcome, String> {
+    let port = free_port().map_err(|e| format!("no free loopback port for the rendezvous: {e}"))?;
+    let mut children: Vec<(u32, Child)> = Vec::new();
+    // Children show our name in ps, not /proc/self/exe.
+    let arg0 = std::env::args_os()
+        .next()
+        .unwrap_or_else(|| OsString::from("/proc/self/exe"));
+    for rank in 0..np {
+        let spawned = Command::new("/proc/self/exe")
+            .arg0(&arg0)
+            .args(args)
+            .args(["--rank", &rank.to_string()])
+            .args(["--world-size", &np.to_string()])
+            .args(["--local-rank", &rank.to_string()])
+            .args(["--master", &format!("127.0.0.1:{port}")])
+            .spawn();
+        match spawned {
+            Ok(c) => children.push((rank, c)),
+            Err(e) => {
+                for (_, c) in &mut children {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                return Err(format!("cannot start rank {rank} (/proc/self/exe): {e}"));
+            }
+        }
+    }
+    Ok(supervise(children, grace))
+}
+
+/// Waits for every child; see [`run_local`].
+pub fn supervise(mut children: Vec<(u32, Child)>, grace: Duration) -> Outcome {
+    let mut status: Vec<Option<ExitStatus>> = vec![None; children.len()];
+    let mut failures = Vec::new();
+    let mut codes = Vec::new();
+    let mut deadline: Option<Instant> = None;
+    loop {
+        for (i, (rank, c)) in children.iter_mut().enumerate() {
+            if status[i].is_some() {
+                continue;
+            }
+            if let Ok(Some(st)) = c.try_wait() {
+                status[i] = Some(st);
+                if !st.success() {
+                    failures.push(format!(
+                        "rank {rank} (pid {}) ended with {}",
+                        c.id(),
+                        describe(st)
+                    ));
+                    codes.push(st.code().unwrap_or(1));
+                    deadline.get_or_insert(Instant::now() + grace);
+                }
+            }
+        }
+        if status.iter().all(Option::is_some) {
+            break;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            for (i, (rank, c)) in children.iter_mut().enumerate() {
+                if status[i].is_none() {
+                    let _ = c.kill();
+                    let st = c.wait().ok();
+                    status[i] = st;
+                    failures.push(format!(
+                        "rank {rank} (pid {}) was still running {:.0} s after the first failure \
+                         and was killed",
+                        c.id(),
+                        grace.as_secs_f64()
+                    ));
+                    codes.push(1);
+                }
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let code = if codes.is_empty() {
+        0
+    } else if codes.iter().all(|c| *c == 3) {
+        3
+    } else if codes.iter().all(|c| *c == 2) {
+        2
+    } else {
+        1
+    };
+    Outcome { code, failures }
+}
+
+/// Called first thing in a child: it dies (SIGKILL) when the launcher dies, so no rank outlives
+/// an interrupted run.
+pub fn child_setup() {
+    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    // The launcher may have died before the call: then our parent is already someone else.
+    if nix::unistd::getppid() == nix::unistd::Pid::from_raw(1) {
+        std::process::exit(1);
+    }
+}

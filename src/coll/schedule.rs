@@ -1,0 +1,273 @@
+//! The ring schedules: which byte range each rank sends to its right neighbour, in which order,
+//! which range each message from its left neighbour lands in, and what waits for what.
+//!
+//! A collective on `count` elements over `n` ranks cuts the buffer into `n` chunks whose sizes
+//! differ by at most one element ([`chunk`]); each chunk is cut into *pieces* of at most one
+//! receive slot. A [`Plan`] lists, for one rank, its messages to the right in posting order and
+//! its messages from the left in arrival order (RC delivers them in order). Pieces that would be
+//! empty (fewer elements than ranks) are left out on both sides, which compute the same plan.
+//!
+//! **Reduce-scatter** (n−1 steps): at step s rank r sends chunk (r−1−s) mod n and reduces the
+//! chunk (r−2−s) mod n it receives into its own copy; after the last step it holds chunk r fully
+//! reduced. **All-gather** (n−1 steps): at step s rank r sends chunk (r−s) mod n and stores the
+//! chunk (r−1−s) it receives. **All-reduce** is the one followed by the other: 2(n−1) steps, and
+//! every rank sends 2(n−1)/n of the buffer. In every ring step what is sent is what was received
+//! in the step before, piece by piece — so piece j of step s+1 goes out as soon as piece j of
+//! step s has been reduced, while later pieces of step s are still arriving: the pipeline.
+//!
+//! **Broadcast** is a chain from the root along the ring: each rank forwards piece j as soon as
+//! it has it. **Sendrecv** sends the whole input to the right and receives the left's into the
+//! output, with nothing to wait for.
+
+use std::ops::Range;
+
+/// The collectives a [`Plan`] can describe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coll {
+    AllReduce,
+    ReduceScatter,
+    AllGather,
+    Broadcast { root: usize },
+    SendRecv,
+}
+
+impl Coll {
+    pub fn name(self) -> &'static str {
+        match self {
+            Coll::AllReduce => "all_reduce",
+            Coll::ReduceScatter => "reduce_scatter",
+            Coll::AllGather => "all_gather",
+            Coll::Broadcast { .. } => "broadcast",
+            Coll::SendRecv => "sendrecv",
+        }
+    }
+
+    /// nccl-tests' bus-bandwidth factor: what makes busbw comparable with the link speed
+    /// whatever the number of ranks.
+    pub fn busbw_factor(self, n: usize) -> f64 {
+        let n = n as f64;
+        match self {
+            Coll::AllReduce => 2.0 * (n - 1.0) / n,
+            Coll::ReduceScatter | Coll::AllGather => (n - 1.0) / n,
+            Coll::Broadcast { .. } | Coll::SendRecv => 1.0,
+        }
+    }
+
+    /// Whether received data is reduced (rather than stored).
+    pub fn reduces(self) -> bool {
+        matches!(self, Coll::AllReduce | Coll::ReduceScatter)
+    }
+}
+
+/// What a rank does with a message from its left neighbour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// `buf[range] = buf[range] op message`
+    Reduce,
+    /// `buf[range] = message`
+    Copy,
+}
+
+/// One message to the right neighbour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendMsg {
+    /// Ring step (0-based) and the chunk it carries, for narration.
+    pub step: usize,
+    pub chunk: usize,
+    /// Bytes of the source buffer to send.
+    pub range: Range<usize>,
+    /// Index into [`Plan::recvs`] of the message that must have been processed first.
+    pub after_recv: Option<usize>,
+}
+
+/// One message from the left neighbour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvMsg {
+    pub step: usize,
+    pub chunk: usize,
+    /// Bytes of the destination buffer it lands in.
+    pub range: Range<usize>,
+    pub action: Action,
+    /// Index into [`Plan::sends`] of a send reading this range that must have *completed* (the
+    /// NIC has read its bytes) before this message may overwrite it.
+    pub after_send: Option<usize>,
+}
+
+/// One rank's part of a collective.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    pub sends: Vec<SendMsg>,
+    pub recvs: Vec<RecvMsg>,
+}
+
+impl Plan {
+    /// Bytes this rank sends.
+    pub fn bytes_sent(&self) -> usize {
+        self.sends.iter().map(|m| m.range.len()).sum()
+    }
+}
+
+/// Chunk `i` of `count` elements cut into `n` (elements): the first `count % n` chunks hold one
+/// element more.
+pub fn chunk(count: usize, n: usize, i: usize) -> Range<usize> {
+    let base = count / n;
+    let extra = count % n;
+    let start = i * base + i.min(extra);
+    start..start + base + usize::from(i < extra)
+}
+
+/// The pieces of a byte range: consecutive sub-ranges of at most `piece` bytes.
+fn pieces(r: Range<usize>, piece: usize) -> impl Iterator<Item = Range<usize>> {
+    (r.start..r.end)
+        .step_by(piece.max(1))
+        .map(move |s| s..(s + piece).min(r.end))
+}
+
+/// The rank `k` places to the right of `rank` (negative: to the left).
+pub fn ring_offset(rank: usize, n: usize, k: isize) -> usize {
+    (rank as isize + k).rem_euclid(n as isize) as usize
+}
+
+/// The plan of `rank` among `n` for `coll` on `count` elements of `elem` bytes, with pieces of at
+/// most `slot_bytes` (rounded down to whole elements). Errors on nonsense input.
+pub fn plan(
+    coll: Coll,
+    rank: usize,
+    n: usize,
+    count: usize,
+    elem: usize,
+    slot_bytes: usize,
+) -> Result<Plan, String> {
+    if n == 0 || rank >= n {
+        return Err(format!("rank {rank} of a world of {n}"));
+    }
+    if elem == 0 || slot_bytes < elem {
+        return Err(format!(
+            "slots of {slot_bytes} bytes cannot hold one {elem}-byte element"
+        ));
+    }
+    let piece = slot_bytes / elem * elem;
+    let bytes = |c: usize| {
+        let r = chunk(count, n, c);
+        r.start * elem..r.end * elem
+    };
+    let mut p = Plan::default();
+    if n == 1 {
+        return Ok(p);
+    }
+    match coll {
+        Coll::ReduceScatter | Coll::AllGather | Coll::AllReduce => {
+            // The ring steps as (chunk sent, chunk received, action).
+            let mut steps = Vec::new();
+            if coll != Coll::AllGather {
+                for s in 0..n - 1 {
+                    let send = ring_offset(rank, n, -1 - s as isize);
+                    let recv = ring_offset(rank, n, -2 - s as isize);
+                    steps.push((send, recv, Action::Reduce));
+                }
+            }
+            if coll != Coll::ReduceScatter {
+                for s in 0..n - 1 {
+                    let send = ring_offset(rank, n, -(s as isize));
+                    let recv = ring_offset(rank, n, -1 - s as isize);
+                    steps.push((send, recv, Action::Copy));
+                }
+            }
+            // Receive index of (step, piece), to link a send to the receive it forwards.
+            let mut recv_at = std::collections::HashMap::new();
+            for (s, &(send_c, recv_c, action)) in steps.iter().enumerate() {
+                for (j, r) in pieces(bytes(send_c), piece).enumerate() {
+                    let after_recv = if s == 0 {
+                        None
+                    } else {
+                        Some(*recv_at.get(&(s - 1, j)).ok_or_else(|| {
+                            format!("schedule bug: step {s} piece {j} forwards nothing")
+                        })?)
+                    };
+                    p.sends.push(SendMsg {
+                        step: s,
+                        chunk: send_c,
+                        range: r,
+                        after_recv,
+                    });
+                }
+                for (j, r) in pieces(bytes(recv_c), piece).enumerate() {
+                    recv_at.insert((s, j), p.recvs.len());
+                    p.recvs.push(RecvMsg {
+                        step: s,
+                        chunk: recv_c,
+                        range: r,
+                        action,
+                        after_send: None,
+                    });
+                }
+            }
+        }
+        Coll::Broadcast { root } => {
+            if root >= n {
+                return Err(format!("root {root} is not a rank of a world of {n}"));
+            }
+            let pos = ring_offset(rank, n, -(root as isize));
+            let all = 0..count * elem;
+            if pos != 0 {
+                for r in pieces(all.clone(), piece) {
+                    p.recvs.push(RecvMsg {
+                        step: pos - 1,
+                        chunk: 0,
+                        range: r,
+                        action: Action::Copy,
+                        after_send: None,
+                    });
+                }
+            }
+            if pos != n - 1 {
+                for (j, r) in pieces(all, piece).enumerate() {
+                    p.sends.push(SendMsg {
+                        step: pos,
+                        chunk: 0,
+                        range: r,
+                        after_recv: (pos != 0).then_some(j),
+                    });
+                }
+            }
+        }
+        Coll::SendRecv => {
+            for r in pieces(0..count * elem, piece) {
+                p.sends.push(SendMsg {
+                    step: 0,
+                    chunk: 0,
+                    range: r.clone(),
+                    after_recv: None,
+                });
+                p.recvs.push(RecvMsg {
+                    step: 0,
+                    chunk: 0,
+                    range: r,
+                    action: Action::Copy,
+                    after_send: None,
+                });
+            }
+            // Source and destination are different buffers: nothing to order.
+            return Ok(p);
+        }
+    }
+    link_overwrites(&mut p);
+    Ok(p)
+}
+
+/// Sets [`RecvMsg::after_send`]: a message may overwrite a range only once every earlier send
+/// of that range has completed. "Earlier" means before the first send that waits for this
+/// message (or any send at all, if none waits for it).
+fn link_overwrites(p: &mut Plan) {
+    let mut first_dependent = vec![p.sends.len(); p.recvs.len()];
+    for (i, s) in p.sends.iter().enumerate() {
+        if let Some(r) = s.after_recv {
+            first_dependent[r] = first_dependent[r].min(i);
+        }
+    }
+    for (k, m) in p.recvs.iter_mut().enumerate() {
+        m.after_send = p.sends[..first_dependent[k]]
+            .iter()
+            .rposition(|s| s.range.start < m.range.end && m.range.start < s.range.end);
+    }
+}

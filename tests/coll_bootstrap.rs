@@ -1,0 +1,211 @@
+//! The rendezvous over loopback TCP (no RDMA needed): the table reaches every rank, and a rank
+//! with the wrong world size, protocol version or a taken number is refused by name; a missing
+//! rank is named by number; a rank that dies afterwards is named to the others. And world size
+//! 1, which needs no NIC, runs every collective.
+
+use std::net::TcpListener;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use verbs_lab::coll::bootstrap::{rendezvous, CollError, RankRecord, PROTOCOL_VERSION};
+use verbs_lab::coll::env::{resolve, RankFlags};
+use verbs_lab::coll::kernels::{count_wrong, expected_value, fill_input, DataType, RedOp};
+use verbs_lab::coll::{Comm, CommOpts};
+use verbs_lab::verbs::{Gid, RemoteBuf};
+
+fn port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn record(rank: u32, world: u32) -> RankRecord {
+    RankRecord {
+        rank,
+        world_size: world,
+        version: PROTOCOL_VERSION,
+        host: format!("host{rank}"),
+        pid: 1000 + rank,
+        device: "rxe0".into(),
+        cpu: Some(rank),
+        lid: 0,
+        gid: Gid::ZERO,
+        mtu: 1024,
+        left_qpn: 0x100 + rank,
+        left_psn: 1,
+        right_qpn: 0x200 + rank,
+        right_psn: 2,
+        slots: RemoteBuf {
+            addr: 0x1000,
+            rkey: 7,
+            len: 4096,
+        },
+        slot_bytes: 512,
+        nslots: 8,
+    }
+}
+
+const T: Duration = Duration::from_secs(10);
+
+/// Runs ranks with the given records; rank 0's record is `records[0]`.
+fn run(records: Vec<RankRecord>, timeout: Duration) -> Vec<Result<Vec<RankRecord>, CollError>> {
+    let p = port();
+    let hs: Vec<_> = records
+        .into_iter()
+        .map(|r| {
+            thread::spawn(move || {
+                rendezvous(r, ("127.0.0.1", p), timeout).map(|mut s| {
+                    s.barrier().unwrap();
+                    s.table().to_vec()
+                })
+            })
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+#[test]
+fn every_rank_gets_the_same_table() {
+    let out = run((0..5).map(|r| record(r, 5)).collect(), T);
+    let want: Vec<RankRecord> = (0..5).map(|r| record(r, 5)).collect();
+    for t in out {
+        assert_eq!(t.unwrap(), want);
+    }
+}
+
+fn rank0_error(out: &[Result<Vec<RankRecord>, CollError>]) -> String {
+    out[0].as_ref().expect_err("rank 0 refuses").to_string()
+}
+
+#[test]
+fn a_wrong_world_size_is_refused_by_name() {
+    let out = run(vec![record(0, 3), record(1, 3), record(2, 4)], T);
+    let e = rank0_error(&out);
+    assert!(
+        e.contains("rank 2 (host host2, pid 1002") && e.contains("world size 4"),
+        "{e}"
+    );
+    // The refused rank is told why.
+    let e2 = out[2].as_ref().err().unwrap().to_string();
+    assert!(
+        e2.contains("rank 0 refused the job") && e2.contains("world size 4"),
+        "{e2}"
+    );
+}
+
+#[test]
+fn a_duplicate_rank_is_refused_by_name() {
+    let mut dup = record(1, 3);
+    dup.host = "other".into();
+    let out = run(vec![record(0, 3), record(1, 3), dup], T);
+    let e = rank0_error(&out);
+    assert!(e.contains("rank 1 joined twice"), "{e}");
+}
+
+#[test]
+fn another_protocol_version_is_refused_by_name() {
+    let mut old = record(1, 2);
+    old.version = PROTOCOL_VERSION + 1;
+    let out = run(vec![record(0, 2), old], T);
+    let e = rank0_error(&out);
+    assert!(
+        e.contains(&format!("version {}", PROTOCOL_VERSION + 1)),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_missing_rank_is_named_within_the_timeout() {
+    let start = Instant::now();
+    let out = run(vec![record(0, 3), record(1, 3)], Duration::from_secs(2));
+    assert!(start.elapsed() < Duration::from_secs(8));
+    let e = rank0_error(&out);
+    assert!(e.contains("rank 2 of 3 never reached the master"), "{e}");
+    let e1 = out[1].as_ref().err().unwrap().to_string();
+    assert!(e1.contains("rank 2"), "{e1}");
+}
+
+#[test]
+fn a_rank_that_dies_is_named_to_the_others() {
+    let p = port();
+    let hs: Vec<_> = (0..3)
+        .map(|r| {
+            thread::spawn(move || {
+                let mut s = rendezvous(record(r, 3), ("127.0.0.1", p), T).unwrap();
+                if r == 2 {
+                    drop(s); // closes its socket, as a killed process would
+                    return None;
+                }
+                s.set_timeout(T);
+                let start = Instant::now();
+                let e = loop {
+                    if let Err(e) = s.check_alive() {
+                        break e;
+                    }
+                    assert!(start.elapsed() < T, "rank {r} never noticed");
+                    thread::sleep(Duration::from_millis(20));
+                };
+                Some(e)
+            })
+        })
+        .collect();
+    for (r, h) in hs.into_iter().enumerate() {
+        if let Some(e) = h.join().unwrap() {
+            match &e {
+                CollError::RankGone { rank, who, .. } => {
+                    assert_eq!(*rank, 2, "rank {r}: {e}");
+                    assert!(who.contains("host host2"), "{e}");
+                }
+                other => panic!("rank {r}: {other}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn records_round_trip_and_garbage_is_refused() {
+    let r = record(3, 4);
+    assert_eq!(RankRecord::decode(&r.encode()).unwrap(), r);
+    assert!(RankRecord::decode(b"GET / HTTP/1.1")
+        .unwrap_err()
+        .contains("bad magic"));
+    let mut b = r.encode();
+    b.pop();
+    assert!(RankRecord::decode(&b).unwrap_err().contains("truncated"));
+}
+
+#[test]
+fn world_size_one_runs_every_collective_without_a_nic() {
+    let info = resolve(&RankFlags::default(), &|_| None).unwrap();
+    let mut c = Comm::init(
+        info,
+        &CommOpts {
+            max_bytes: 4096,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (t, op) = (DataType::I64, RedOp::Max);
+    let mut v = vec![0u8; 800];
+    fill_input(t, op, 0, 0, &mut v);
+    c.write_input(0, &v);
+    c.all_reduce(t, op, 100, false).unwrap();
+    assert_eq!(
+        count_wrong(t, 0, &c.read_output(0..800), |i| expected_value(
+            t, op, 1, i
+        )),
+        0
+    );
+    c.reduce_scatter(t, op, 100, true).unwrap();
+    c.all_gather(t, 100, false).unwrap();
+    c.broadcast(t, 100, 0, true).unwrap();
+    c.sendrecv(t, 100).unwrap();
+    assert_eq!(&c.read_output(0..800), &c.read_input(0..800));
+    let e = c.all_reduce(t, op, 1000, true).unwrap_err();
+    assert!(e.to_string().contains("do not fit"), "{e}");
+    let e = c.broadcast(t, 10, 1, true).unwrap_err();
+    assert!(e.to_string().contains("root 1"), "{e}");
+    c.finish().unwrap();
+}

@@ -1,0 +1,139 @@
+//! Every type × op reduction kernel against a plain per-element computation, and the exact
+//! test data of `-c 1`.
+
+use verbs_lab::coll::kernels::{
+    count_wrong, expected_value, fill_input, input_value, load_value, reduce, store_value,
+    DataType, RedOp,
+};
+
+fn bytes(t: DataType, vals: &[i64]) -> Vec<u8> {
+    let mut b = vec![0u8; vals.len() * t.size()];
+    for (v, c) in vals.iter().zip(b.chunks_exact_mut(t.size())) {
+        store_value(t, *v, c);
+    }
+    b
+}
+
+fn vals(t: DataType, b: &[u8]) -> Vec<Option<i64>> {
+    b.chunks_exact(t.size()).map(|c| load_value(t, c)).collect()
+}
+
+#[test]
+fn every_type_and_op() {
+    let a: Vec<i64> = vec![3, -2, 7, 0, 100, -50, 1, 9, 12];
+    let b: Vec<i64> = vec![5, 4, -1, 0, 27, -60, 1, 9, -3];
+    for t in DataType::ALL {
+        for op in RedOp::ALL {
+            let wrapped = |v: i64| match t {
+                DataType::U8 => v.rem_euclid(256),
+                _ => v,
+            };
+            let (a, b): (Vec<i64>, Vec<i64>) = (
+                a.iter().map(|&v| wrapped(v)).collect(),
+                b.iter().map(|&v| wrapped(v)).collect(),
+            );
+            let mut d = bytes(t, &a);
+            reduce(t, op, &mut d, &bytes(t, &b)).unwrap();
+            let want: Vec<Option<i64>> = a
+                .iter()
+                .zip(&b)
+                .map(|(&x, &y)| {
+                    Some(wrapped(match op {
+                        RedOp::Sum => x + y,
+                        RedOp::Prod => x * y,
+                        RedOp::Min => x.min(y),
+                        RedOp::Max => x.max(y),
+                    }))
+                })
+                .collect();
+            assert_eq!(vals(t, &d), want, "{t}/{op}");
+        }
+    }
+}
+
+#[test]
+fn floats_keep_fractions_and_specials() {
+    let mut d: Vec<u8> = [1.5f32, -0.25]
+        .iter()
+        .flat_map(|v| v.to_ne_bytes())
+        .collect();
+    let s: Vec<u8> = [2.25f32, 0.5]
+        .iter()
+        .flat_map(|v| v.to_ne_bytes())
+        .collect();
+    reduce(DataType::F32, RedOp::Sum, &mut d, &s).unwrap();
+    assert_eq!(f32::from_ne_bytes(d[..4].try_into().unwrap()), 3.75);
+    assert_eq!(f32::from_ne_bytes(d[4..].try_into().unwrap()), 0.25);
+    // A float that is not an integer never counts as a right answer.
+    assert_eq!(load_value(DataType::F32, &0.5f32.to_ne_bytes()), None);
+}
+
+#[test]
+fn integers_wrap_like_nccl() {
+    let mut d = bytes(DataType::U8, &[250]);
+    reduce(
+        DataType::U8,
+        RedOp::Sum,
+        &mut d,
+        &bytes(DataType::U8, &[10]),
+    )
+    .unwrap();
+    assert_eq!(vals(DataType::U8, &d), [Some(4)]);
+    let mut d = i32::MAX.to_ne_bytes().to_vec();
+    reduce(DataType::I32, RedOp::Sum, &mut d, &1i32.to_ne_bytes()).unwrap();
+    assert_eq!(i32::from_ne_bytes(d[..].try_into().unwrap()), i32::MIN);
+}
+
+#[test]
+fn mismatched_lengths_are_refused() {
+    let e = reduce(DataType::F64, RedOp::Sum, &mut [0u8; 16], &[0u8; 8]).unwrap_err();
+    assert!(e.contains("16 bytes") && e.contains("8 bytes"), "{e}");
+    let e = reduce(DataType::I32, RedOp::Max, &mut [0u8; 6], &[0u8; 6]).unwrap_err();
+    assert!(e.contains("4-byte elements"), "{e}");
+}
+
+#[test]
+fn checked_inputs_reduce_exactly_for_every_world_size() {
+    for t in DataType::ALL {
+        for op in RedOp::ALL {
+            for n in 1..=9 {
+                let count = 300;
+                let mut acc = vec![0u8; count * t.size()];
+                fill_input(t, op, 0, 0, &mut acc);
+                for r in 1..n {
+                    let mut b = vec![0u8; count * t.size()];
+                    fill_input(t, op, r, 0, &mut b);
+                    reduce(t, op, &mut acc, &b).unwrap();
+                }
+                let wrong = count_wrong(t, 0, &acc, |i| expected_value(t, op, n, i));
+                assert_eq!(wrong, 0, "{t}/{op} n={n}");
+                // And the check can fail: one changed element is one wrong value.
+                store_value(t, expected_value(t, op, n, 7) + 1, &mut acc[7 * t.size()..]);
+                assert_eq!(count_wrong(t, 0, &acc, |i| expected_value(t, op, n, i)), 1);
+            }
+        }
+    }
+    // Products stay small: at most one rank contributes a 2 per element.
+    assert!((0..1000).all(|i| (0..64)
+        .filter(|&r| input_value(RedOp::Prod, r, i) == 2)
+        .count()
+        <= 1));
+}
+
+#[test]
+fn names_parse_back() {
+    for t in DataType::ALL {
+        assert_eq!(t.name().parse::<DataType>().unwrap(), t);
+    }
+    for op in RedOp::ALL {
+        assert_eq!(op.name().parse::<RedOp>().unwrap(), op);
+    }
+    assert!("half"
+        .parse::<DataType>()
+        .unwrap_err()
+        .contains("unknown data type 'half'"));
+    assert!("avg"
+        .parse::<RedOp>()
+        .unwrap_err()
+        .contains("sum, prod, min or max"));
+}

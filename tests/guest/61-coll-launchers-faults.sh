@@ -1,0 +1,126 @@
+#!/bin/sh
+# Collectives launched the way clusters launch them, and ranks that misbehave:
+# - four processes started by hand with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
+#   MASTER_ADDR, MASTER_PORT): rank 0 prints, every element checked;
+# - a rank with another world size is refused by name;
+# - a rank killed (SIGKILL) mid-run: every other rank exits non-zero within its peer timeout,
+#   naming rank 2; under --np the launcher names it too, and no rank is left running.
+# timeout: 300
+set -eu
+# shellcheck source=tests/guest/lib.sh
+. "$VL_TESTS/lib.sh"
+
+require_bin vl_all_reduce_perf
+
+# start_ranks PORT WORLD ARGS...: starts ranks 0..WORLD-1 of vl_all_reduce_perf in the background
+# with torchrun's variables; their pids in PID0.., their outputs in $TMPDIR/rN.out.
+start_ranks() {
+    _port=$1 _world=$2
+    shift 2
+    _r=0
+    while [ "$_r" -lt "$_world" ]; do
+        RANK=$_r WORLD_SIZE=$_world LOCAL_RANK=$_r MASTER_ADDR=127.0.0.1 MASTER_PORT=$_port \
+            vl_all_reduce_perf -d "$VL_DEV0,$VL_DEV1" "$@" >"$TMPDIR/r$_r.out" 2>&1 </dev/null &
+        eval "PID$_r=\$!"
+        _r=$((_r + 1))
+    done
+}
+
+# rank_rc R SECS: waits (bounded) for rank R; its exit status in RC. (Not in a $(...) subshell:
+# a subshell cannot wait for its parent's children.)
+rank_rc() {
+    RC=0
+    eval "_vl_watch \$PID$1 $2" || RC=$?
+}
+
+# wait_for FILE TEXT SECS: until FILE contains TEXT.
+wait_for() {
+    _end=$(($(_vl_now) + $3 * 100))
+    until grep -q -F -e "$2" "$1" 2>/dev/null; do
+        [ "$(_vl_now)" -lt "$_end" ] || { cat "$1"; fail "no '$2' in $1 after $3 s"; }
+        sleep 0.2
+    done
+}
+
+step "four ranks by hand, with torchrun's environment"
+start_ranks 29511 4 -b 8 -e 64K -f 8 -n 1 -w 0 -c 1 --timeout 30
+for r in 0 1 2 3; do
+    rank_rc "$r" 150
+    rc=$RC
+    echo "--- rank $r (exit $rc)"
+    cat "$TMPDIR/r$r.out"
+    [ "$rc" = 0 ] || fail "rank $r exited $rc"
+done
+expect_contains "$TMPDIR/r0.out" "nranks 4 (from torchrun (RANK/WORLD_SIZE))"
+expect_contains "$TMPDIR/r0.out" "# Out of bounds values : 0 OK"
+grep -E '^ +32768 ' "$TMPDIR/r0.out" >/dev/null || fail "no 32 KiB row"
+for r in 1 2 3; do
+    [ ! -s "$TMPDIR/r$r.out" ] || fail "rank $r printed, but only rank 0 should"
+done
+
+step "a rank with another world size is refused by name"
+RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29512 vl_all_reduce_perf \
+    -d "$VL_DEV0" -b 8 -e 8 -n 1 --bootstrap-timeout 30 >"$TMPDIR/r0.out" 2>&1 </dev/null &
+eval "PID0=\$!" # read by rank_rc
+RANK=1 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=29512 vl_all_reduce_perf \
+    -d "$VL_DEV1" -b 8 -e 8 -n 1 --bootstrap-timeout 30 >"$TMPDIR/r1.out" 2>&1 </dev/null &
+eval "PID1=\$!" # read by rank_rc
+rank_rc 0 60
+rc0=$RC
+rank_rc 1 60
+rc1=$RC
+cat "$TMPDIR/r0.out" "$TMPDIR/r1.out"
+[ "$rc0" = 1 ] || fail "rank 0 exited $rc0, expected 1"
+[ "$rc1" = 1 ] || fail "the odd rank exited $rc1, expected 1"
+expect_contains "$TMPDIR/r0.out" "was started with world size 3, rank 0 with 2"
+expect_contains "$TMPDIR/r1.out" "rank 0 refused the job"
+
+step "a rank killed mid-run: the others fail within the peer timeout and name it"
+start_ranks 29513 4 -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20
+wait_for "$TMPDIR/r0.out" "#  Rank  3" 90
+sleep 3
+eval "victim=\$PID2" # set by start_ranks
+kill -KILL "$victim"
+t0=$(_vl_now)
+for r in 0 1 3; do
+    rank_rc "$r" 60
+    rc=$RC
+    echo "--- rank $r (exit $rc) after $((($(_vl_now) - t0) / 100)) s"
+    cat "$TMPDIR/r$r.out"
+    if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then fail "rank $r exited $rc after rank 2 was killed"; fi
+    grep -q "rank 2 (host" "$TMPDIR/r$r.out" || fail "rank $r does not name rank 2"
+done
+elapsed=$((($(_vl_now) - t0) / 100))
+echo "every rank ended ${elapsed}s after the kill (peer timeout 20 s)"
+[ "$elapsed" -le 30 ] || fail "the ranks took ${elapsed}s to notice"
+
+step "--np 4: a rank killed mid-run is named by the launcher and by the others"
+vl_all_reduce_perf --np 4 -d "$VL_DEV0,$VL_DEV1" -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20 \
+    >"$TMPDIR/np.out" 2>&1 </dev/null &
+launcher=$!
+wait_for "$TMPDIR/np.out" "#  Rank  3" 90
+sleep 3
+victim=
+for f in /proc/[0-9]*/cmdline; do
+    case $(tr '\0' ' ' <"$f" 2>/dev/null || true) in
+        *vl_all_reduce_perf*"--rank 2 "*)
+            victim=${f#/proc/}
+            victim=${victim%/cmdline}
+            ;;
+    esac
+done
+[ -n "$victim" ] || fail "no rank 2 process found"
+kill -KILL "$victim"
+rc=0
+_vl_watch "$launcher" 60 || rc=$?
+cat "$TMPDIR/np.out"
+if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then fail "the launcher exited $rc"; fi
+expect_contains "$TMPDIR/np.out" "rank 2 (pid $victim) ended with killed by SIGKILL"
+expect_contains "$TMPDIR/np.out" "rank 2 (host"
+
+step "nothing left behind"
+sleep 1
+# shellcheck disable=SC2009 # busybox: ps, not pgrep -a
+left=$(ps -o pid,args 2>/dev/null | grep '[v]l_all_reduce_perf' || true)
+[ -z "$left" ] || fail "ranks still running: $left"
+echo "no rank left running"
