@@ -8,7 +8,10 @@
 //! - [`sysfs`]: GID attributes, NUMA nodes and counters from sysfs;
 //! - [`json`]: a tiny JSON writer for the tools' `--json` output;
 //! - [`affinity`]: CPU lists, the CPUs near a NIC, and pinning a benchmark thread;
-//! - [`mq`]: typed, versioned messages over POSIX message queues, for coordinator and workers.
+//! - [`mq`]: typed, versioned messages over POSIX message queues, for coordinator and workers;
+//! - [`workers`]: the one supervisor of worker processes (spawn, watch, stop, reap; die with the
+//!   coordinator);
+//! - [`wire`]: the one binary codec (a strict `Writer`/`Reader` pair) the records above use.
 //!
 //! The lessons (`lessons/`) and the benchmarks (`perftest/`) are built on it.
 
@@ -19,3 +22,5 @@ pub mod mq;
 pub mod oob;
 pub mod sysfs;
 pub mod verbs;
+pub mod wire;
+pub mod workers;

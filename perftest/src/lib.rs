@@ -2,6 +2,7 @@
 //! and report, kept apart so that a new test is a small new file and a new output format touches
 //! only the report.
 
+pub mod aggregate;
 pub mod bw;
 pub mod conn;
 pub mod engine;

@@ -18,7 +18,7 @@ use verbs_lab::oob;
 use verbs_lab::verbs::{QpType, Sge};
 
 use crate::conn::{self, Link, LocalDev};
-use crate::engine::Session;
+use crate::engine::{Pacer, Session};
 use crate::output::Reporter;
 use crate::params::{Config, Params, RunMode, Sizes, Tool};
 use crate::proto::{
@@ -148,6 +148,15 @@ fn peer_knows(e: &anyhow::Error) -> bool {
 /// `sink` as they come; prints nothing itself and never exits. On a failure after the peer is
 /// connected, the peer is sent the reason (it prints it too).
 pub fn run_tool(cfg: &Config, sink: &mut dyn RowSink) -> Result<RunResult> {
+    run_tool_paced(cfg, sink, None)
+}
+
+/// [`run_tool`] with a [`Pacer`] hooked into every size (a `--procs` worker's barrier).
+pub fn run_tool_paced(
+    cfg: &Config,
+    sink: &mut dyn RowSink,
+    pacer: Option<&mut dyn Pacer>,
+) -> Result<RunResult> {
     let dev = conn::open_device(cfg)?;
     let cpu = pin(cfg, &dev)?;
     let cq_timeout = conn::completion_timeout(cfg);
@@ -161,7 +170,15 @@ pub fn run_tool(cfg: &Config, sink: &mut dyn RowSink) -> Result<RunResult> {
     let mut ch = Channel::new(conn, if cfg.is_server() { "client" } else { "server" });
     ch.set_timeout(peer_timeout)?;
 
-    match session(cfg, dev, cpu, &mut ch, (cq_timeout, peer_timeout), sink) {
+    match session(
+        cfg,
+        dev,
+        cpu,
+        &mut ch,
+        (cq_timeout, peer_timeout),
+        sink,
+        pacer,
+    ) {
         Ok(r) => Ok(r),
         Err(e) if peer_knows(&e) => Err(e),
         Err(e) => {
@@ -272,6 +289,7 @@ fn session(
     ch: &mut Channel,
     (cq_timeout, peer_timeout): (Duration, Duration),
     sink: &mut dyn RowSink,
+    pacer: Option<&mut dyn Pacer>,
 ) -> Result<RunResult> {
     handshake(cfg, ch)?;
 
@@ -301,6 +319,11 @@ fn session(
         rx_sges,
         cq_timeout,
         peer_timeout,
+        // (Re-borrowed, so that the hook's lifetime may shrink to the session's.)
+        pacer: match pacer {
+            Some(p) => Some(p),
+            None => None,
+        },
     };
     if cfg.tool.kind == TestKind::Send {
         let posted = s.link.res.rx_posted as usize;
