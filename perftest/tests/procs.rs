@@ -313,10 +313,12 @@ fn chunks_fit_a_message_and_reassemble_strictly() {
 // ---------------------------------------------------------------------------------------------
 // The sum
 
+/// One process's measurement: (messages, start ms, end ms).
+type Interval = (u64, u64, u64);
+
 /// The reference: the plain definition, written out without the code under test.
 /// (aggregate MiB/s, aggregate Mpps, sum of averages MiB/s, union ms, overlap ms)
-fn reference(procs: &[(u64, u64, u64, u64)], size: u64) -> (f64, f64, f64, f64, f64) {
-    // (messages, start ms, end ms, -): every process moved `messages` of `size` bytes.
+fn reference(procs: &[Interval], size: u64) -> (f64, f64, f64, f64, f64) {
     let start = procs.iter().map(|p| p.1).min().unwrap();
     let end = procs.iter().map(|p| p.2).max().unwrap();
     let last_start = procs.iter().map(|p| p.1).max().unwrap();
@@ -341,15 +343,15 @@ fn reference(procs: &[(u64, u64, u64, u64)], size: u64) -> (f64, f64, f64, f64, 
 fn aggregate_is_total_bytes_over_the_union_of_the_intervals() {
     let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
     let size = 65536;
-    // (messages, start ms, end ms, unused): disjoint, overlapping, nested, identical, three.
-    let cases: [(&str, Vec<(u64, u64, u64, u64)>); 5] = [
-        ("disjoint", vec![(1000, 0, 100, 0), (1000, 100, 200, 0)]),
-        ("overlapping", vec![(1000, 0, 100, 0), (1200, 40, 160, 0)]),
-        ("nested", vec![(3000, 0, 300, 0), (500, 100, 150, 0)]),
-        ("identical", vec![(1000, 10, 110, 0), (1000, 10, 110, 0)]),
+    // Disjoint, overlapping, nested, identical, three.
+    let cases: [(&str, Vec<Interval>); 5] = [
+        ("disjoint", vec![(1000, 0, 100), (1000, 100, 200)]),
+        ("overlapping", vec![(1000, 0, 100), (1200, 40, 160)]),
+        ("nested", vec![(3000, 0, 300), (500, 100, 150)]),
+        ("identical", vec![(1000, 10, 110), (1000, 10, 110)]),
         (
             "three, one far apart",
-            vec![(700, 0, 70, 0), (800, 5, 80, 0), (900, 400, 490, 0)],
+            vec![(700, 0, 70), (800, 5, 80), (900, 400, 490)],
         ),
     ];
     for (name, ps) in cases {
@@ -392,7 +394,7 @@ fn aggregate_is_total_bytes_over_the_union_of_the_intervals() {
         }
     }
     // Disjoint: half the sum, no overlap.
-    let d = [(1000, 0, 100, 0), (1000, 100, 200, 0)];
+    let d: [Interval; 2] = [(1000, 0, 100), (1000, 100, 200)];
     let procs: Vec<ProcessResult> = d
         .iter()
         .enumerate()

@@ -357,11 +357,11 @@ impl Run<'_> {
             .filter(|&i| !self.ps[i].finished(stage) && self.ps[i].at_barrier.is_none())
             .collect();
         let names: Vec<String> = late.iter().map(|&i| self.ps[i].who()).collect();
-        let stopped = late
-            .iter()
-            .any(|&i| self.ps[i].w.is_stopped())
-            .then_some(" (stopped: SIGSTOP or a debugger)")
-            .unwrap_or("");
+        let stopped = if late.iter().any(|&i| self.ps[i].w.is_stopped()) {
+            " (stopped: SIGSTOP or a debugger)"
+        } else {
+            ""
+        };
         match (self.first_at_barrier, late.first()) {
             (Some(first), Some(&i)) => format!(
                 "{}{stopped} did not reach the barrier within {:.0} s of the first worker \
