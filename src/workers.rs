@@ -234,10 +234,11 @@ pub fn monotonic_ns_of(t: Instant) -> u64 {
 }
 
 /// Sleeps until `at_ns` on `CLOCK_MONOTONIC` (at most 10 s; at once if it has passed): a
-/// coarse sleep, then a short spin for the last 200 µs, so that processes released together
-/// start within microseconds of each other.
+/// coarse sleep, then a spin for the last 2 ms — a CPU woken from idle may take longer than
+/// that to run us (measured under emulation) — so that processes released together start
+/// within microseconds of each other.
 pub fn sleep_until_monotonic(at_ns: u64) {
-    const SPIN: u64 = 200_000;
+    const SPIN: u64 = 2_000_000;
     let now = mq::monotonic_ns();
     if at_ns <= now {
         return;

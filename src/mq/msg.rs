@@ -308,102 +308,108 @@ impl Msg {
                 actual: p.len(),
             });
         }
-        let exact = |n: usize| -> Result<(), CodecError> {
-            if p.len() == n {
-                Ok(())
-            } else {
-                Err(CodecError::Payload {
-                    kind,
-                    reason: format!("{} payload bytes, expected {n}", p.len()),
-                })
+        decode_payload(t, sender, p)
+    }
+}
+
+/// The payload of a message of type `t` from `sender`, whose header was valid.
+fn decode_payload(t: u8, sender: u32, p: &[u8]) -> Result<Msg, CodecError> {
+    let kind = type_name(t);
+    let exact = |n: usize| -> Result<(), CodecError> {
+        if p.len() == n {
+            Ok(())
+        } else {
+            Err(CodecError::Payload {
+                kind,
+                reason: format!("{} payload bytes, expected {n}", p.len()),
+            })
+        }
+    };
+    let text = |max: usize| -> Result<String, CodecError> {
+        if p.len() > max {
+            return Err(CodecError::TooLarge {
+                kind,
+                len: p.len(),
+                max,
+            });
+        }
+        String::from_utf8(p.to_vec()).map_err(|e| CodecError::Payload {
+            kind,
+            reason: format!(
+                "text is not UTF-8 (invalid byte at {})",
+                e.utf8_error().valid_up_to()
+            ),
+        })
+    };
+    let bad = |e: WireError| CodecError::Payload {
+        kind,
+        reason: e.to_string(),
+    };
+    let from_coordinator = matches!(t, T_GO | T_ABORT);
+    if from_coordinator != (sender == COORDINATOR) && t != T_TEXT {
+        return Err(CodecError::Sender { kind, sender });
+    }
+    let worker = sender;
+    let msg = match t {
+        T_HELLO => {
+            exact(8)?;
+            let mut r = Reader::new(p);
+            let pid = r.u32("pid").map_err(bad)?;
+            let cpu = r.u32("cpu").map_err(bad)?;
+            Msg::Hello {
+                worker,
+                pid,
+                cpu: (cpu != NO_CPU).then_some(cpu),
             }
-        };
-        let text = |max: usize| -> Result<String, CodecError> {
-            if p.len() > max {
+        }
+        T_READY => {
+            exact(0)?;
+            Msg::Ready { worker }
+        }
+        T_GO => {
+            exact(8)?;
+            Msg::Go {
+                start_at_ns: Reader::new(p).u64("start_at_ns").map_err(bad)?,
+            }
+        }
+        T_BARRIER => {
+            exact(8)?;
+            Msg::Barrier {
+                worker,
+                step: Reader::new(p).u64("step").map_err(bad)?,
+            }
+        }
+        T_RESULT => {
+            if p.len() > MAX_RESULT {
                 return Err(CodecError::TooLarge {
                     kind,
                     len: p.len(),
-                    max,
+                    max: MAX_RESULT,
                 });
             }
-            String::from_utf8(p.to_vec()).map_err(|e| CodecError::Payload {
-                kind,
-                reason: format!(
-                    "text is not UTF-8 (invalid byte at {})",
-                    e.utf8_error().valid_up_to()
-                ),
-            })
-        };
-        let bad = |e: WireError| CodecError::Payload {
-            kind,
-            reason: e.to_string(),
-        };
-        let from_coordinator = matches!(t, T_GO | T_ABORT);
-        if from_coordinator != (sender == COORDINATOR) && t != T_TEXT {
-            return Err(CodecError::Sender { kind, sender });
-        }
-        let worker = sender;
-        let msg = match t {
-            T_HELLO => {
-                exact(8)?;
-                let mut r = Reader::new(p);
-                let pid = r.u32("pid").map_err(bad)?;
-                let cpu = r.u32("cpu").map_err(bad)?;
-                Msg::Hello {
-                    worker,
-                    pid,
-                    cpu: (cpu != NO_CPU).then_some(cpu),
-                }
-            }
-            T_READY => {
-                exact(0)?;
-                Msg::Ready { worker }
-            }
-            T_GO => {
-                exact(8)?;
-                Msg::Go {
-                    start_at_ns: Reader::new(p).u64("start_at_ns").map_err(bad)?,
-                }
-            }
-            T_BARRIER => {
-                exact(8)?;
-                Msg::Barrier {
-                    worker,
-                    step: Reader::new(p).u64("step").map_err(bad)?,
-                }
-            }
-            T_RESULT => {
-                if p.len() > MAX_RESULT {
-                    return Err(CodecError::TooLarge {
-                        kind,
-                        len: p.len(),
-                        max: MAX_RESULT,
-                    });
-                }
-                Msg::Result {
-                    worker,
-                    payload: p.to_vec(),
-                }
-            }
-            T_ERROR => Msg::Error {
+            Msg::Result {
                 worker,
-                message: text(MAX_TEXT)?,
-            },
-            T_DONE => {
-                exact(0)?;
-                Msg::Done { worker }
+                payload: p.to_vec(),
             }
-            T_TEXT => Msg::Text {
-                from: sender,
-                text: text(MAX_TEXT)?,
-            },
-            T_ABORT => Msg::Abort {
-                reason: text(MAX_TEXT)?,
-            },
-            _ => unreachable!("type_name() knows every type matched here"),
-        };
-        Ok(msg)
-    }
+        }
+        T_ERROR => Msg::Error {
+            worker,
+            message: text(MAX_TEXT)?,
+        },
+        T_DONE => {
+            exact(0)?;
+            Msg::Done { worker }
+        }
+        T_TEXT => Msg::Text {
+            from: sender,
+            text: text(MAX_TEXT)?,
+        },
+        T_ABORT => Msg::Abort {
+            reason: text(MAX_TEXT)?,
+        },
+        _ => unreachable!("type_name() knows every type matched here"),
+    };
+    Ok(msg)
 }
 
 /// Cuts `s` to at most [`MAX_TEXT`] bytes at a character boundary, ending in "…".

@@ -83,18 +83,25 @@ sleep 1
 echo "no worker and no queue left"
 
 step "coordinator and workers all killed: the next run removes the queues and says so"
-start_pair
+# A server coordinator whose workers wait for a client is enough: it has its three queues.
+next_port
+vl_write_bw -d "$VL_DEV0" -u 20 -p "$PORT" --procs 2 --wait 60 >"$TMPDIR/lone.out" 2>&1 &
+lpid=$!
+wait_port "$PORT" 60 "$lpid"
+next_port
+lworkers=$(workers_of "-p $((PORT - 1)) ")
+echo "coordinator $lpid, workers: $(echo "$lworkers" | tr '\n' ' ')"
+[ "$(echo "$lworkers" | wc -w)" -eq 2 ] || fail "expected 2 workers of coordinator $lpid: $lworkers"
 # Stop the coordinator first so that it cannot clean up, kill its workers, then it.
-kill -STOP "$cpid"
-for w in $cworkers; do kill -KILL "$w"; done
-kill -KILL "$cpid"
-kill -CONT "$cpid" 2>/dev/null || true
-_vl_watch "$spid" 60 || true
+kill -STOP "$lpid"
+for w in $lworkers; do kill -KILL "$w"; done
+kill -KILL "$lpid"
+_vl_watch "$lpid" 10 || true
 sleep 1
 ls /dev/mqueue
-[ -e "/dev/mqueue/vl-procs-$cpid" ] || fail "the dead coordinator's queue is not there to be found"
+[ -e "/dev/mqueue/vl-procs-$lpid" ] || fail "the dead coordinator's queue is not there to be found"
 vl_pair_ok vl_write_bw "-s 65536 -n 100 --procs 1 --wait 60"
 next_port
-expect_contains "$SERVER_OUT" "note: removed 3 message queues left by a coordinator that is gone (pid $cpid): /vl-procs-$cpid /vl-procs-$cpid-w0 /vl-procs-$cpid-w1"
+expect_contains "$SERVER_OUT" "note: removed 3 message queues left by a coordinator that is gone (pid $lpid): /vl-procs-$lpid /vl-procs-$lpid-w0 /vl-procs-$lpid-w1"
 [ -z "$(ls /dev/mqueue)" ] || fail "queues left in /dev/mqueue: $(ls /dev/mqueue)"
 echo "/dev/mqueue is empty"
