@@ -64,10 +64,13 @@ ls /dev/mqueue
 kill -KILL "$cpid"
 sleep 2
 for w in $cworkers; do
-    [ ! -d "/proc/$w" ] || fail "client worker $w outlived its coordinator by 2 s: $(cat "/proc/$w/status" | head -3)"
+    [ ! -d "/proc/$w" ] || fail "client worker $w outlived its coordinator by 2 s: $(head -3 "/proc/$w/status")"
 done
 echo "no client worker left"
-left=$(ls /dev/mqueue | grep "^vl-procs-$cpid" || true)
+left=
+for q in /dev/mqueue/vl-procs-"$cpid"*; do
+    [ ! -e "$q" ] || left="$left $q"
+done
 [ -z "$left" ] || fail "queues of the killed coordinator left: $left"
 echo "no queue of the killed coordinator left"
 cat "$TMPDIR/cli.out"
