@@ -17,7 +17,7 @@ pub(crate) fn registry() -> MutexGuard<'static, Vec<String>> {
     REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Registers a queue name created outside [`Queue::create`] (e.g. with a raw `mq_open` in a
+/// Registers a queue name created outside [`Queue::create`](super::Queue::create) (e.g. with a raw `mq_open` in a
 /// lesson), so [`unlink_all_registered`] and the signal cleanup remove it too.
 pub fn register_for_cleanup(name: &str) {
     let mut r = registry();

@@ -108,7 +108,7 @@ pub enum MqError {
         what: &'static str,
         after: Duration,
     },
-    /// A nonblocking attempt ([`Queue::try_recv`], [`Queue::try_send`]) found the queue empty
+    /// A nonblocking attempt ([`Queue::try_recv`](super::Queue::try_recv), [`Queue::try_send`](super::Queue::try_send)) found the queue empty
     /// or full.
     WouldBlock { name: String, what: &'static str },
     /// A message that could not be encoded, or received bytes that are not a message.

@@ -65,7 +65,7 @@ impl Queue {
     /// exists. The error names the limit that refused: `maxmsg` above `msg_max` or `msgsize`
     /// above `msgsize_max` (EINVAL), the per-user bytes (EMFILE), `queues_max` (ENOSPC).
     ///
-    /// To carry every [`Msg`], `msgsize` must be at least [`MAX_MSG_LEN`]; a queue that only
+    /// To carry every [`Msg`], `msgsize` must be at least [`MAX_MSG_LEN`](super::MAX_MSG_LEN); a queue that only
     /// carries small messages (`Go`, `Abort`) may be smaller — [`Queue::send`] refuses what
     /// does not fit.
     pub fn create(name: &str, maxmsg: usize, msgsize: usize) -> Result<Queue> {
