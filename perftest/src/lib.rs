@@ -2,12 +2,15 @@
 //! and report, kept apart so that a new test is a small new file and a new output format touches
 //! only the report.
 
+#![forbid(unsafe_code)]
+
 pub mod aggregate;
 pub mod bw;
 pub mod conn;
 pub mod engine;
 pub mod gates;
 pub mod lat;
+pub mod listen;
 pub mod output;
 pub mod params;
 pub mod pattern;
@@ -17,4 +20,5 @@ pub mod proto;
 pub mod report;
 pub mod result;
 pub mod run;
+pub mod signals;
 pub mod stats;

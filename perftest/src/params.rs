@@ -267,6 +267,11 @@ pub struct Params {
     )]
     pub port: u16,
 
+    /// Server: the local address to listen on, IPv4 or IPv6 (default: every address, IPv6 and
+    /// IPv4).
+    #[arg(long = "bind", value_name = "ADDR")]
+    pub bind: Option<std::net::IpAddr>,
+
     /// Do not measure peak bandwidth (the peak column prints 0, as perftest's).
     #[arg(short = 'N', long = "noPeak")]
     pub no_peak: bool,
@@ -337,6 +342,7 @@ impl Params {
         Params::command()
             .name(tool.static_name())
             .about(tool.about())
+            .after_help(crate::run::EXIT_CODES)
     }
 
     /// Parses `args` (the first is the program name) for `tool`.
@@ -407,6 +413,8 @@ pub struct Config {
     /// The server's host (client side), `None` on the server.
     pub host: Option<String>,
     pub port: u16,
+    /// The server's listening address (`--bind`, else every address).
+    pub bind: std::net::IpAddr,
     pub ib_dev: Option<String>,
     pub ib_port: u8,
     pub gid_index: Option<u32>,
@@ -675,11 +683,19 @@ impl Config {
             return Err(format!("-w {warmup}: more than 2^40 warm-up iterations"));
         }
         let (port, worker) = crate::procs::check_params(tool, p)?;
+        if p.bind.is_some() && p.host.is_some() {
+            return Err(
+                "--bind is for the server (the side without a host): the client \
+                        connects to the host it is given"
+                    .into(),
+            );
+        }
 
         Ok(Config {
             tool,
             host: p.host.clone(),
             port,
+            bind: p.bind.unwrap_or(verbs_lab::oob::DEFAULT_BIND),
             ib_dev: p.ib_dev.clone(),
             ib_port: p.ib_port,
             gid_index: p.gid_index,
