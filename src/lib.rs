@@ -10,6 +10,9 @@
 //! - [`cli`]: man pages and shell completions of every binary, from its clap definition;
 //! - [`affinity`]: CPU lists, the CPUs near a NIC, and pinning a benchmark thread;
 //! - [`mq`]: typed, versioned messages over POSIX message queues, for coordinator and workers;
+//! - [`workers`]: the one supervisor of worker processes (spawn, watch, stop, reap; die with the
+//!   coordinator);
+//! - [`wire`]: the one binary codec (a strict `Writer`/`Reader` pair) the records above use.
 //! - [`coll`]: collectives over verbs — launcher bootstrap, the ring communicator, reductions.
 //!
 //! The lessons (`lessons/`) and the benchmarks (`perftest/`) are built on it.
@@ -23,3 +26,5 @@ pub mod mq;
 pub mod oob;
 pub mod sysfs;
 pub mod verbs;
+pub mod wire;
+pub mod workers;

@@ -47,6 +47,14 @@ fn every_kind() -> Vec<Msg> {
             message: "x".repeat(MAX_TEXT),
         },
         Msg::Done { worker: 65_536 },
+        Msg::Barrier {
+            worker: 1,
+            step: 65_536,
+        },
+        Msg::Barrier {
+            worker: 0,
+            step: u64::MAX,
+        },
         Msg::text(COORDINATOR, "hello from the coordinator"),
         Msg::text(5, "grüße, ünïcödé ✓"),
         Msg::Abort {
@@ -212,7 +220,7 @@ fn random_bytes_never_panic_and_what_decodes_is_canonical() {
             let mut b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
             if round % 4 == 0 && b.len() >= 4 {
                 b[..3].copy_from_slice(b"VL\x01");
-                b[3] = 1 + rng.below(9) as u8;
+                b[3] = 1 + rng.below(10) as u8;
             }
             b
         } else {

@@ -37,9 +37,8 @@
 #![forbid(unsafe_code)]
 
 use std::fs;
-use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
@@ -54,9 +53,10 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::stat::Mode;
 use nix::sys::time::TimeSpec;
 use nix::time::{clock_gettime, ClockId};
-use nix::unistd::{getpid, getppid, Pid};
+use nix::unistd::{getpid, Pid};
 use verbs_lab::affinity::allowed_cpus;
 use verbs_lab::mq::{self, Limits, Msg, Queue, MAX_MSG_LEN, MAX_TEXT, PROC_DIR};
+use verbs_lab::workers;
 use verbs_lab_lessons::{report_error, usage_error, Narrator};
 
 const PROGRAM: &str = "lesson10_mqueue";
@@ -529,13 +529,9 @@ fn limit_probe_child(args: &Args) -> Result<()> {
     limit_probes(&Limits::read(), probe, true, &n)
 }
 
-/// Where the mqueue file system is mounted, from `/proc/self/mounts`.
+/// Where the mqueue file system is mounted, from `/proc/mounts` (`verbs_lab::mq`).
 fn mqueue_mount() -> Option<PathBuf> {
-    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
-    mounts.lines().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.len() > 2 && f[2] == "mqueue").then(|| PathBuf::from(f[1]))
-    })
+    mq::mount_point()
 }
 
 /// The `flags:` line of `/proc/self/fdinfo/FD`, explained.
@@ -625,18 +621,18 @@ mod coordinator {
     /// One worker process as the coordinator sees it.
     struct Worker {
         id: u32,
-        child: Child,
+        /// The process, as `verbs_lab::workers` supervises it.
+        proc: workers::Worker,
         inbox: Queue,
         pinned: Option<u32>,
         hello: bool,
         result: Option<WorkResult>,
         done: bool,
-        exit: Option<ExitStatus>,
     }
 
     impl Worker {
         fn pid(&self) -> u32 {
-            self.child.id()
+            self.proc.pid()
         }
         fn finished(&self, phase: Phase) -> bool {
             match phase {
@@ -706,27 +702,27 @@ mod coordinator {
             .chain(inboxes.iter().map(|q| q.name().to_string()))
             .collect();
 
-        // 10. Workers: this same program, re-executed with the hidden --worker flag.
+        // 10. Workers: this same program (/proc/self/exe), re-executed with the hidden --worker
+        //     flag by verbs_lab::workers, which also passes our pid so that each worker dies
+        //     with us (PR_SET_PDEATHSIG) even if we are killed outright.
         n.step(
             10,
-            "Start the workers: std::env::current_exe() --worker N --queue NAME",
+            "Start the workers: /proc/self/exe --worker N --queue NAME (verbs_lab::workers)",
         );
-        let exe = std::env::current_exe().context("finding this program's path")?;
         let mut ws = Vec::new();
         let mut started = Ok(());
         for (w, q) in (0..k).zip(inboxes) {
-            match spawn_worker(&exe, args, &base, w) {
-                Ok(child) => {
-                    n.say(format!("worker {w}: pid {}", child.id()));
+            match spawn_worker(args, &base, w) {
+                Ok(proc) => {
+                    n.say(format!("worker {w}: pid {}", proc.pid()));
                     ws.push(Worker {
                         id: w,
-                        child,
+                        proc,
                         inbox: q,
                         pinned: None,
                         hello: false,
                         result: None,
                         done: false,
-                        exit: None,
                     });
                 }
                 Err(e) => {
@@ -761,24 +757,22 @@ mod coordinator {
         outcome
     }
 
-    fn spawn_worker(exe: &PathBuf, args: &Args, base: &str, w: u32) -> Result<Child> {
-        let mut cmd = Command::new(exe);
-        cmd.args(["--worker", &w.to_string(), "--queue", base])
-            .args(["-n", &args.count.to_string()])
-            .args(["--wait", &args.wait_secs.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null());
+    fn spawn_worker(args: &Args, base: &str, w: u32) -> Result<workers::Worker> {
+        let mut a: Vec<String> = vec!["--worker".into(), w.to_string(), "--queue".into()];
+        a.push(base.into());
+        a.extend(["-k".into(), args.workers.to_string()]);
+        a.extend(["-n".into(), args.count.to_string()]);
+        a.extend(["--wait".into(), args.wait_secs.to_string()]);
         if args.pin {
-            cmd.arg("--pin");
+            a.push("--pin".into());
         }
         if let Some(kw) = args.kill_worker {
-            cmd.args(["--kill-worker", &kw.to_string()]);
+            a.extend(["--kill-worker".into(), kw.to_string()]);
         }
         if let Some(sw) = args.stall_worker {
-            cmd.args(["--stall-worker", &sw.to_string()]);
+            a.extend(["--stall-worker".into(), sw.to_string()]);
         }
-        cmd.spawn()
-            .with_context(|| format!("starting worker {w} ({})", exe.display()))
+        workers::Worker::spawn(w, a, false).map_err(anyhow::Error::msg)
     }
 
     /// Steps 11 to 13: Hello from everyone, Go to everyone, Results from everyone.
@@ -812,8 +806,10 @@ mod coordinator {
         n.step(13, "Collect Result and Done; check each sum");
         collect(inbox, ws, Phase::Results, wait, n)?;
         for w in ws.iter_mut() {
-            let st = wait_exit(&mut w.child, wait)
-                .with_context(|| format!("worker {} (pid {})", w.id, w.pid()))?;
+            let st = w
+                .proc
+                .wait_exit(wait)
+                .map_err(|e| anyhow::anyhow!("worker {} (pid {}): {e}", w.id, w.pid()))?;
             ensure!(
                 st.success(),
                 "worker {} (pid {}) sent Done but then {}",
@@ -821,7 +817,6 @@ mod coordinator {
                 w.pid(),
                 describe(st)
             );
-            w.exit = Some(st);
         }
         print_table(args, ws)
     }
@@ -845,8 +840,7 @@ mod coordinator {
                         if ws[i].finished(phase) {
                             continue;
                         }
-                        if let Some(st) = ws[i].child.try_wait().context("waitpid")? {
-                            ws[i].exit = Some(st);
+                        if let Some(st) = ws[i].proc.try_exit().context("waitpid")? {
                             // What it sent before exiting is in the queue now: take it first.
                             while let Ok((msg, _)) = inbox.try_recv() {
                                 handle(msg, ws, phase, n)?;
@@ -931,9 +925,7 @@ mod coordinator {
     /// Tells the live workers to stop (Abort, priority 10: ahead of anything queued), waits
     /// briefly, then kills what is left. Every child is reaped.
     fn abort(ws: &mut [Worker], reason: &str, n: &Narrator) {
-        let live: Vec<usize> = (0..ws.len())
-            .filter(|&i| ws[i].exit.is_none() && !matches!(ws[i].child.try_wait(), Ok(Some(_))))
-            .collect();
+        let live: Vec<usize> = (0..ws.len()).filter(|&i| ws[i].proc.running()).collect();
         for &i in &live {
             let r = ws[i].inbox.try_send(
                 &Msg::Abort {
@@ -949,7 +941,7 @@ mod coordinator {
             ));
         }
         for w in ws.iter_mut() {
-            match wait_exit(&mut w.child, Duration::from_secs(2)) {
+            match w.proc.wait_exit(Duration::from_secs(2)) {
                 Ok(st) => n.say(format!(
                     "worker {} (pid {}) {}",
                     w.id,
@@ -957,28 +949,10 @@ mod coordinator {
                     describe(st)
                 )),
                 Err(_) => {
-                    let _ = w.child.kill();
-                    let _ = w.child.wait();
+                    let _ = w.proc.kill();
                     n.say(format!("worker {} (pid {}) killed", w.id, w.pid()));
                 }
             }
-        }
-    }
-
-    /// Waits up to `wait` for the child to exit.
-    fn wait_exit(child: &mut Child, wait: Duration) -> Result<ExitStatus> {
-        let deadline = Instant::now() + wait;
-        loop {
-            if let Some(st) = child.try_wait().context("waitpid")? {
-                return Ok(st);
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "still running {} s after it should have exited",
-                    wait.as_secs()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -1028,17 +1002,8 @@ mod coordinator {
         Ok(())
     }
 
-    /// "exited with status 3", "was killed by SIGKILL".
-    pub(crate) fn describe(st: ExitStatus) -> String {
-        match (st.code(), st.signal()) {
-            (Some(c), _) => format!("exited with status {c}"),
-            (None, Some(s)) => match Signal::try_from(s) {
-                Ok(sig) => format!("was killed by {sig}"),
-                Err(_) => format!("was killed by signal {s}"),
-            },
-            _ => format!("ended ({st})"),
-        }
-    }
+    /// "exited with status 3", "was killed by SIGKILL" (`verbs_lab::workers::describe`).
+    pub(crate) use verbs_lab::workers::describe;
 }
 
 mod worker {
@@ -1051,6 +1016,12 @@ mod worker {
             .queue
             .as_deref()
             .expect("clap: --worker requires --queue");
+        // First, before any thread starts: when the coordinator dies — even by SIGKILL — the
+        // kernel signals us (PR_SET_PDEATHSIG); we then remove its queues and exit.
+        let names: Vec<String> = std::iter::once(base.to_string())
+            .chain((0..args.workers).map(|i| worker_queue(base, i)))
+            .collect();
+        workers::follow_coordinator(&names).map_err(anyhow::Error::msg)?;
         let coord = Queue::open(base).context("opening the coordinator's queue")?;
         let r = body(args, w, base, &coord);
         if let Err(e) = &r {
@@ -1060,7 +1031,6 @@ mod worker {
     }
 
     fn body(args: &Args, w: u32, base: &str, coord: &Queue) -> Result<()> {
-        let parent = getppid();
         let wait = Duration::from_secs(args.wait_secs);
         let inbox = Queue::open(&worker_queue(base, w)).context("opening our queue")?;
         let cpu = if args.pin { Some(pin(w)?) } else { None };
@@ -1074,7 +1044,7 @@ mod worker {
                 0,
             )
             .context("sending Hello")?;
-        let start_at = match next(&inbox, wait, parent)? {
+        let start_at = match next(&inbox, wait)? {
             Msg::Go { start_at_ns } => start_at_ns,
             Msg::Abort { reason } => bail!("aborted by the coordinator before Go: {reason}"),
             other => bail!("expected Go, got {other}"),
@@ -1097,7 +1067,7 @@ mod worker {
                 std::process::id()
             );
             // Silent for longer than the coordinator waits: it must notice, not us.
-            let why = match next(&inbox, 3 * wait, parent)? {
+            let why = match next(&inbox, 3 * wait)? {
                 Msg::Abort { reason } => format!("stalled, then aborted: {reason}"),
                 other => format!("stalled, then got {other}"),
             };
@@ -1129,26 +1099,19 @@ mod worker {
         Ok(())
     }
 
-    /// The next message on our queue, within `wait`; gives up early if the coordinator is gone
-    /// (we were re-parented: getppid() changed).
-    fn next(inbox: &Queue, wait: Duration, parent: Pid) -> Result<Msg> {
-        let deadline = Instant::now() + wait;
-        loop {
-            match inbox.recv_timeout(Duration::from_millis(100)) {
-                Ok(m) => return Ok(m),
-                Err(e) if e.is_timeout() => {}
-                Err(e) => return Err(e).context("receiving from the coordinator"),
-            }
-            if getppid() != parent {
-                bail!("the coordinator (pid {parent}) is gone");
-            }
-            if Instant::now() >= deadline {
-                bail!(
+    /// The next message on our queue, within `wait`. (Should the coordinator die meanwhile,
+    /// the kernel ends this process: see `follow_coordinator` above.)
+    fn next(inbox: &Queue, wait: Duration) -> Result<Msg> {
+        inbox.recv_timeout(wait).map_err(|e| {
+            if e.is_timeout() {
+                anyhow::anyhow!(
                     "nothing from the coordinator within {} s (--wait)",
                     wait.as_secs()
-                );
+                )
+            } else {
+                anyhow::Error::new(e).context("receiving from the coordinator")
             }
-        }
+        })
     }
 
     /// Pins this process to the w-th allowed CPU (CPU_ZERO, CPU_SET, sched_setaffinity; lesson

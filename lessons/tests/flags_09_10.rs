@@ -276,7 +276,7 @@ fn lesson10_ctrl_c_removes_the_queues() {
         "{err}"
     );
     assert_no_queue_left(pid, 2);
-    // The stalled worker notices its coordinator is gone (it polls getppid) and exits.
+    // The kernel tells the stalled worker that its coordinator is gone (PR_SET_PDEATHSIG).
     let t0 = Instant::now();
     while workers.iter().any(|p| alive(*p)) {
         assert!(

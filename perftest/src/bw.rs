@@ -38,16 +38,12 @@ pub fn run_size(s: &mut Session<'_>, size: u64) -> Result<Option<BwRow>> {
     s.ch.sync(Phase::Ready, size).map_err(anyhow::Error::new)?;
 
     let warm = if cfg.warmup > 0 {
-        let out = phase(s, Phase::WarmUp, size, RunMode::Iters(cfg.warmup), &[], &[])
-            .with_context(|| format!("warm-up of size {size}"))?;
-        s.ch.sync(Phase::Measure, size)
-            .map_err(anyhow::Error::new)?;
-        out
+        phase(s, Phase::WarmUp, size, RunMode::Iters(cfg.warmup), &[], &[])
+            .with_context(|| format!("warm-up of size {size}"))?
     } else {
-        s.ch.sync(Phase::Measure, size)
-            .map_err(anyhow::Error::new)?;
         PhaseOut::default()
     };
+    s.enter_measure(size)?;
     let out = phase(
         s,
         Phase::Measure,
@@ -63,11 +59,11 @@ pub fn run_size(s: &mut Session<'_>, size: u64) -> Result<Option<BwRow>> {
     }
 
     let qps = cfg.qps as u64;
-    let mine = out
-        .tx
-        .as_ref()
-        .or(out.rx.as_ref())
-        .map(|m| m.row(size, qps, cfg.no_peak));
+    let measured = out.tx.as_ref().or(out.rx.as_ref());
+    if let Some(m) = measured {
+        s.measured(size, m.start, m.end);
+    }
+    let mine = measured.map(|m| m.row(size, qps, cfg.no_peak));
     let row = if cfg.bidirectional {
         let mine = mine.context("a bidirectional side measured nothing")?;
         if cfg.is_server() {

@@ -75,6 +75,24 @@ pub struct Session<'c> {
     pub cq_timeout: Duration,
     /// How long a waiting side accepts silence from a peer that is supposed to be running.
     pub peer_timeout: Duration,
+    /// The caller's hook into each size (a `--procs` worker), if any.
+    pub pacer: Option<&'c mut dyn Pacer>,
+}
+
+/// A caller's hook into each size of a bandwidth run: a `--procs` worker keeps its processes
+/// in step (a barrier across them before each measurement, a common start time) and records
+/// when each measurement ran. See `procs::worker`.
+pub trait Pacer {
+    /// Before the measurement of `size` and this side's barrier with its peer: returns once
+    /// every process may go on, with an optional start time (ns on `CLOCK_MONOTONIC`). Calls
+    /// `beat` while it waits, so that the peer does not take the wait for a stall.
+    fn before_measure(
+        &mut self,
+        size: u64,
+        beat: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Option<u64>>;
+    /// The measurement of `size` ran from `start` (first post) to `end` (last completion).
+    fn measured(&mut self, size: u64, start: Instant, end: Instant);
 }
 
 impl Session<'_> {
@@ -101,6 +119,40 @@ impl Session<'_> {
     /// Whether the transport may drop messages (no retransmission).
     pub fn lossy(&self) -> bool {
         self.cfg.conn != verbs_lab::verbs::QpType::Rc
+    }
+
+    /// Into the measurement of `size`: the pacer's barrier across processes (if any), the
+    /// barrier with the peer, then the pacer's common start time (if it named one).
+    pub fn enter_measure(&mut self, size: u64) -> Result<()> {
+        let start_at = match self.pacer.as_deref_mut() {
+            Some(p) => {
+                let ch = &mut *self.ch;
+                let mut last = Instant::now();
+                let mut beat = || -> Result<()> {
+                    if last.elapsed() >= HEARTBEAT {
+                        last = Instant::now();
+                        ch.send(&Msg::Heartbeat).map_err(anyhow::Error::new)?;
+                    }
+                    Ok(())
+                };
+                p.before_measure(size, &mut beat)?
+            }
+            None => None,
+        };
+        self.ch
+            .sync(Phase::Measure, size)
+            .map_err(anyhow::Error::new)?;
+        if let Some(at) = start_at {
+            verbs_lab::workers::sleep_until_monotonic(at);
+        }
+        Ok(())
+    }
+
+    /// Tells the pacer (if any) when the measurement of `size` ran.
+    pub fn measured(&mut self, size: u64, start: Instant, end: Instant) {
+        if let Some(p) = self.pacer.as_deref_mut() {
+            p.measured(size, start, end);
+        }
     }
 
     /// Posts `wr_ids` (slot numbers) as receives on QP `q`, in chunks, without allocating.

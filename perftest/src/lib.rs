@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod aggregate;
 pub mod bw;
 pub mod coll;
 pub mod conn;

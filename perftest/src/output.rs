@@ -179,6 +179,7 @@ impl Reporter {
                             .iter()
                             .map(|p| ProcessResult {
                                 rows: p.rows.get(self.rows_done..).unwrap_or_default().to_vec(),
+                                spans: p.spans.get(self.rows_done..).unwrap_or_default().to_vec(),
                                 ..p.clone()
                             })
                             .collect();

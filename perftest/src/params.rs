@@ -302,6 +302,12 @@ pub struct Params {
     #[arg(long = "procs", value_name = "N")]
     pub procs: Option<u32>,
 
+    /// With --procs: the processes start each measurement together, USEC microseconds after
+    /// the last of them is ready (on the machine's monotonic clock); 0 starts each as soon as
+    /// it is released.
+    #[arg(long = "procs-start", value_name = "USEC", default_value_t = 5000)]
+    pub procs_start_us: u64,
+
     /// Internal (set by the coordinator of a --procs run): this process is worker I.
     #[arg(
         long = "vl-worker",
@@ -444,6 +450,9 @@ pub struct Config {
     pub procs: Option<u32>,
     /// Set in a worker process of a `--procs` run: its index and the coordinator's queue.
     pub worker: Option<WorkerOf>,
+    /// `--procs-start`: how far ahead of the release the common start time of each
+    /// measurement is (zero: no common start).
+    pub procs_start: Duration,
 }
 
 /// Which worker of a `--procs` run this process is (the hidden `--vl-worker I --vl-queue NAME`).
@@ -713,6 +722,7 @@ impl Config {
             report_gbits: p.output.report_gbits,
             procs: p.procs,
             worker,
+            procs_start: Duration::from_micros(p.procs_start_us),
         })
     }
 

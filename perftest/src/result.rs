@@ -143,4 +143,28 @@ pub struct ProcessResult {
     /// The CPU it was pinned to, and why.
     pub cpu: Option<(usize, String)>,
     pub rows: Vec<BwRow>,
+    /// When each row's measurement ran, on the machine's shared monotonic clock (one per row,
+    /// in the same order; see [`Span`]).
+    pub spans: Vec<Span>,
+}
+
+/// When one measurement ran: from its first post to its last completion, in nanoseconds on
+/// `CLOCK_MONOTONIC` — one clock for every process of a machine, so the spans of the processes
+/// of a `--procs` run can be compared and merged (see `crate::aggregate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Span {
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+impl Span {
+    /// `end - start` (zero if the end is not after the start).
+    pub fn len(&self) -> Duration {
+        Duration::from_nanos(self.end_ns.saturating_sub(self.start_ns))
+    }
+
+    /// True when the span has no length.
+    pub fn is_empty(&self) -> bool {
+        self.end_ns <= self.start_ns
+    }
 }

@@ -20,7 +20,7 @@ use verbs_lab::oob;
 use verbs_lab::verbs::QpType;
 
 use crate::conn::{self, Link, LocalDev};
-use crate::engine::Session;
+use crate::engine::{Pacer, Session};
 use crate::listen::Notified;
 use crate::output::Reporter;
 use crate::params::{Config, Params, RunMode, Sizes, Tool};
@@ -158,6 +158,15 @@ fn peer_knows(e: &anyhow::Error) -> bool {
 /// `sink` as they come; prints nothing itself and never exits. On a failure after the peer is
 /// connected, the peer is sent the reason (it prints it too).
 pub fn run_tool(cfg: &Config, sink: &mut dyn RowSink) -> Result<RunResult> {
+    run_tool_paced(cfg, sink, None)
+}
+
+/// [`run_tool`] with a [`Pacer`] hooked into every size (a `--procs` worker's barrier).
+pub fn run_tool_paced(
+    cfg: &Config,
+    sink: &mut dyn RowSink,
+    pacer: Option<&mut dyn Pacer>,
+) -> Result<RunResult> {
     let dev = conn::open_device(cfg)?;
     let cpu = pin(cfg, &dev)?;
     let cq_timeout = conn::completion_timeout(cfg);
@@ -181,8 +190,16 @@ pub fn run_tool(cfg: &Config, sink: &mut dyn RowSink) -> Result<RunResult> {
     // ends before the channel is closed.
     let _watch = crate::signals::watch_socket(ch.raw_fd());
 
-    session(cfg, dev, cpu, &mut ch, (cq_timeout, peer_timeout), sink)
-        .map_err(|e| tell_peer(&mut ch, e))
+    session(
+        cfg,
+        dev,
+        cpu,
+        &mut ch,
+        (cq_timeout, peer_timeout),
+        sink,
+        pacer,
+    )
+    .map_err(|e| tell_peer(&mut ch, e))
 }
 
 /// Tells the peer why this side stops, unless it knows already (it sent the reason, we refused
@@ -270,6 +287,7 @@ fn session(
     ch: &mut Channel,
     (cq_timeout, peer_timeout): (Duration, Duration),
     sink: &mut dyn RowSink,
+    pacer: Option<&mut dyn Pacer>,
 ) -> Result<RunResult> {
     if !cfg.is_server() {
         client_hello(cfg, ch)?;
@@ -299,6 +317,11 @@ fn session(
         ch,
         cq_timeout,
         peer_timeout,
+        // (Re-borrowed, so that the hook's lifetime may shrink to the session's.)
+        pacer: match pacer {
+            Some(p) => Some(p),
+            None => None,
+        },
     };
     // On a failure the peer hears why before this side tears its QPs down: destroyed first,
     // they would make the peer's requests fail (retries exceeded, remote access) and the peer

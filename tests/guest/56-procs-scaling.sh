@@ -1,5 +1,7 @@
 #!/bin/sh
-# How the sum scales from 1 to 2 processes (informational: under TCG the numbers move with the
+# How the aggregate (total bytes over the union of the processes' intervals, the result row)
+# scales from 1 to 2 processes, beside the plain sum of the per-process averages (the '#sum'
+# row; informational: under TCG the numbers move with the
 # host's load, so nothing is asserted beyond every run working): vl_write_bw --procs 1, --procs 2
 # and, for comparison, two ib_write_bw pairs at once on ports P and P+1 pinned with taskset to
 # cores 0 and 1, their BW averages summed. Same parameters, alternating order, several rounds.
@@ -79,6 +81,9 @@ while [ "$r" -le "$ROUNDS" ]; do
                 name="vl_write_bw --procs $what"
                 proc_rows=$(grep '^#proc' "$CLIENT_OUT" | awk '{ printf "%s%s", (NR > 1 ? " + " : ""), $5 }')
                 echo "round $r: $name processes: $proc_rows"
+                S=$(grep '^#sum' "$CLIENT_OUT" | awk 'NR == 1 { print $5 }')
+                echo "round $r: $name: sum of the processes' averages $S MiB/s; $(grep '^#sum' "$CLIENT_OUT" | sed 's/.*; all ran/all ran/')"
+                [ "$what" = 1 ] || printf '%s\t%s\t%s\n' "$r" "$name (sum)" "$S" >>"$res"
                 ;;
         esac
         echo "round $r: $name: $V MiB/s"
@@ -88,7 +93,7 @@ while [ "$r" -le "$ROUNDS" ]; do
 done
 
 step "summary (MiB/s, BW average of the result row; medians over $ROUNDS rounds)"
-for name in "vl_write_bw --procs 1" "vl_write_bw --procs 2" "ib_write_bw x2"; do
+for name in "vl_write_bw --procs 1" "vl_write_bw --procs 2" "vl_write_bw --procs 2 (sum)" "ib_write_bw x2"; do
     awk -F'\t' -v n="$name" '$2 == n && $3 != "broken" { print $3 }' "$res" | sort -n \
         | awk -v n="$name" '{ v[NR] = $1 } END {
             if (NR == 0) exit

@@ -5,7 +5,8 @@
 //! Gb/s, 9 for Mpps (so 8 MiB messages keep their digits);
 //! a value that is not finite, or a column that does not apply (`tps` outside duration mode),
 //! is an empty field. The first column, `process`, is `all` for a run's totals; a `--procs N`
-//! run adds, before each size's totals, one line per process numbered 0..N-1.
+//! run adds, before each size's totals, one line per process numbered 0..N-1 and a `sum` line
+//! (the plain sum of the processes' own figures; `all` is the aggregate over one interval).
 
 use std::fmt::Write as _;
 
@@ -41,11 +42,15 @@ pub fn render_csv_procs(result: &RunResult, procs: &[ProcessResult], report_gbit
                     num(r.elapsed.as_secs_f64() * 1e6, 3)
                 );
             };
+            let sums = crate::aggregate::aggregate(procs).unwrap_or_default();
             for (j, r) in rows.iter().enumerate() {
                 for p in procs {
                     if let Some(pr) = p.rows.get(j) {
                         line(&mut out, &p.process.to_string(), pr);
                     }
+                }
+                if let Some(t) = sums.get(j) {
+                    line(&mut out, "sum", &t.sum);
                 }
                 line(&mut out, "all", r);
             }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use verbs_lab::json::{Object, Value};
 
 use super::{round_to, BwUnit};
+use crate::aggregate::SizeTotal;
 use crate::result::{BwRow, LatRow, Metric, ProcessResult, Rows, RunInfo, RunResult};
 
 /// The version of this document's layout; raised only for changes that break readers.
@@ -42,25 +43,78 @@ pub fn render_json_procs(
         doc
     } else {
         let list: Vec<Value> = procs.iter().map(|p| process(p).into()).collect();
-        doc.field("processes", list)
+        let sums: Vec<Value> = crate::aggregate::aggregate(procs)
+            .unwrap_or_default()
+            .iter()
+            .map(|t| aggregate_row(t).into())
+            .collect();
+        doc.field("processes", list).field("aggregate", sums)
     };
     let mut text = doc.pretty();
     text.push('\n');
     text
 }
 
-/// One process of a `--procs` run: who, where, and its rows (in the layout of `"results"`).
+/// One process of a `--procs` run: who, where, and its rows (in the layout of `"results"`,
+/// each with its interval: `start_ns` and `end_ns` on the machine's monotonic clock).
 fn process(p: &ProcessResult) -> Object {
     let cpu = p
         .cpu
         .as_ref()
         .map(|(cpu, why)| Object::new().field("cpu", *cpu).field("why", why));
-    let rows: Vec<Value> = p.rows.iter().map(|r| bw_row(r).into()).collect();
+    let rows: Vec<Value> = p
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(j, r)| {
+            let row = bw_row(r);
+            match p.spans.get(j) {
+                Some(s) => row.field("start_ns", s.start_ns).field("end_ns", s.end_ns),
+                None => row,
+            }
+            .into()
+        })
+        .collect();
     Object::new()
         .field("process", p.process)
         .field("pid", p.pid)
         .field("cpu", cpu)
         .field("results", rows)
+}
+
+/// One size of a `--procs` run (see `crate::aggregate`): the union of the processes'
+/// intervals, their overlap, the bytes and messages of all, the aggregate over the union and,
+/// labelled `sum_*`, the plain sum of the processes' own figures.
+fn aggregate_row(t: &SizeTotal) -> Object {
+    let (m, g) = (BwUnit::MiBps, BwUnit::Gbps);
+    let us = |d: Duration| round_to(secs(d) * 1e6, 3);
+    Object::new()
+        .field("bytes", t.row.bytes)
+        .field("start_ns", t.union.start_ns)
+        .field("end_ns", t.union.end_ns)
+        .field("union_us", us(t.union.len()))
+        .field("overlap_us", us(t.overlap))
+        .field("overlap_fraction", round_to(t.overlap_fraction(), 6))
+        .field("total_bytes", t.bytes)
+        .field("total_messages", t.messages)
+        .field(
+            "bw_avg_mib_s",
+            round_to(m.convert(t.row.avg_bps), m.decimals()),
+        )
+        .field(
+            "bw_avg_gbit_s",
+            round_to(g.convert(t.row.avg_bps), g.decimals()),
+        )
+        .field("msg_rate_mpps", round_to(t.row.msg_rate_mpps, 9))
+        .field(
+            "sum_bw_avg_mib_s",
+            round_to(m.convert(t.sum.avg_bps), m.decimals()),
+        )
+        .field(
+            "sum_bw_avg_gbit_s",
+            round_to(g.convert(t.sum.avg_bps), g.decimals()),
+        )
+        .field("sum_msg_rate_mpps", round_to(t.sum.msg_rate_mpps, 9))
 }
 
 fn secs(d: Duration) -> f64 {

@@ -162,11 +162,15 @@ fn rows(result: &RunResult, procs: &[ProcessResult], unit: BwUnit) -> Table {
                 ]);
                 c
             };
+            let sums = crate::aggregate::aggregate(procs).unwrap_or_default();
             for (j, r) in rows.iter().enumerate() {
                 for p in procs {
                     if let Some(pr) = p.rows.get(j) {
                         t.add_row(cells(Some(p.process.to_string()), pr));
                     }
+                }
+                if let Some(s) = sums.get(j) {
+                    t.add_row(cells(Some("sum".to_string()), &s.sum));
                 }
                 t.add_row(cells((!procs.is_empty()).then(|| "all".to_string()), r));
             }

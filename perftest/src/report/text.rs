@@ -15,6 +15,7 @@ use std::str::FromStr;
 use verbs_lab::verbs::Gid;
 
 use super::{cfix, BwUnit};
+use crate::aggregate::SizeTotal;
 use crate::result::{BwRow, LatRow, Metric, ProcessResult, Rows, RunInfo, RunResult, TestKind};
 
 /// perftest's `RESULT_LINE`: 87 dashes.
@@ -36,9 +37,9 @@ pub fn render_text(result: &RunResult, report_gbits: bool) -> String {
 }
 
 /// The text report of a `--procs N` run: the header (with a `CPU pinned` line per process),
-/// then for each size a `#procI` line per process and the sum in the normal row format, then
-/// the footer. A parser of ib_write_bw's output that takes the lines starting with a number
-/// after `#bytes` reads exactly the sums.
+/// then for each size a `#procI` line per process, the `#sum` line, and the aggregate over one
+/// interval in the normal row format, then the footer. A parser of ib_write_bw's output that
+/// takes the lines starting with a number after `#bytes` reads exactly the aggregates.
 pub fn render_text_procs(
     result: &RunResult,
     procs: &[ProcessResult],
@@ -55,8 +56,10 @@ pub fn render_text_procs(
     out
 }
 
-/// For each size: one [`proc_row`] per process that measured it, then the total's [`bw_row`].
+/// For each size: one [`proc_row`] per process that measured it, the [`sum_row`] (when the
+/// processes' intervals are known), then the total's [`bw_row`].
 pub fn procs_rows(totals: &[BwRow], procs: &[ProcessResult], unit: BwUnit) -> String {
+    let sums = crate::aggregate::aggregate(procs).unwrap_or_default();
     let mut out = String::new();
     for (j, total) in totals.iter().enumerate() {
         for p in procs {
@@ -64,9 +67,26 @@ pub fn procs_rows(totals: &[BwRow], procs: &[ProcessResult], unit: BwUnit) -> St
                 out.push_str(&proc_row(p, r, unit));
             }
         }
+        if let Some(t) = sums.get(j) {
+            out.push_str(&sum_row(t, unit));
+        }
         out.push_str(&bw_row(total, unit));
     }
     out
+}
+
+/// The `#sum` line of a size: the plain sum of the processes' own rows, labelled, then how
+/// long all of them ran at once. The result row below it is the aggregate over one interval.
+pub fn sum_row(t: &SizeTotal, unit: BwUnit) -> String {
+    let r = bw_row(&t.sum, unit);
+    format!(
+        "#sum{}\tsum of the processes' own averages; all ran at once for {:.3} of the {:.3} ms \
+         from the first start to the last end ({:.1}%)\n",
+        r.trim_end_matches('\n'),
+        t.overlap.as_secs_f64() * 1e3,
+        t.union.len().as_secs_f64() * 1e3,
+        100.0 * t.overlap_fraction()
+    )
 }
 
 /// One process's row of a `--procs` run: `#procI` glued to the normal row, then a tab and
@@ -180,7 +200,8 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
             &mut s,
             "Processes",
             &format_args!(
-                "{} (--procs: a #proc row per process, then their sum)",
+                "{} (--procs: a #proc row per process, their #sum, then the aggregate over one \
+                 interval)",
                 procs.len()
             ),
         );

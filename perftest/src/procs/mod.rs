@@ -1,0 +1,170 @@
+//! `--procs N`: a bandwidth test run by N worker processes, kept in step and measured over one
+//! interval.
+//!
+//! The tool's process becomes a *coordinator* ([`coordinator`]): it creates its message queues
+//! (`verbs_lab::mq`), re-executes itself N times with the hidden flags `--vl-worker I
+//! --vl-queue NAME` (`verbs_lab::workers`), and never opens a device. Worker I ([`worker`]) is
+//! an ordinary run of the engine with four differences: its TCP port is the base port + I; it
+//! pins itself to its own CPU ([`worker_cpu`]: NIC-local first, else one allowed CPU per
+//! process); once its QPs are connected to its peer worker it reports `Hello` and `Ready` and
+//! waits for the coordinator's `Go`; and before each measurement it waits at a **barrier**
+//! across the processes (`Barrier` to the coordinator, `Go` back once all N arrived at the same
+//! size), so that every process measures the same size at the same time. The `Go` of a barrier
+//! names a common start instant `--procs-start` µs ahead on `CLOCK_MONOTONIC` (the clock every
+//! process of a machine shares): each worker meets its peer, then waits for that instant, so
+//! the processes start posting within microseconds of each other. Both sides must give the same
+//! N: the number of processes is one of the parameters each worker pair compares in its HELLO.
+//!
+//! Results come back as [`WorkerReport`]s — the worker's pid, its run header, its rows and
+//! when each row's measurement ran — cut into chunks that fit a `Msg::Result`. The coordinator
+//! reports each process, the aggregate over one interval (total bytes over latest end minus
+//! earliest start, see [`crate::aggregate`]) as the result row the gates check, and beside it
+//! the labelled sum of the per-process averages and the intervals' overlap.
+//!
+//! Faults: a worker that exits before it has sent everything, sends an `Error`, stays silent
+//! past a deadline, or does not reach a barrier within the peer timeout (or the time the size
+//! took the first worker, if longer) is named (index, pid, CPU, and where it is stuck); the
+//! coordinator then stops the others (`Abort`, then SIGKILL) and fails. A worker seen stopped
+//! (SIGSTOP) for `--wait` is stalled. The queues are removed on every exit path: by their
+//! owner's drop; on SIGINT/SIGTERM/SIGHUP by [`verbs_lab::mq::install_cleanup_on_signals`]; when the
+//! coordinator is killed outright (SIGKILL), by its workers, which the kernel signals at once
+//! (`PR_SET_PDEATHSIG`) and which then exit; and what even they could not remove (all killed
+//! together) by the next run, which removes the queues of coordinators that no longer exist and
+//! says so.
+
+use std::time::Duration;
+
+use verbs_lab::affinity::{self, CpuChoice, CpuList};
+
+use crate::params::{Config, Params, Tool, WorkerOf, MAX_PROCS};
+use crate::result::Metric;
+
+pub mod coordinator;
+pub mod report;
+pub mod worker;
+
+pub use crate::aggregate::{aggregate, aggregate_info, totals};
+pub use coordinator::coordinator_main;
+pub use report::{
+    chunks, Assembler, WorkerReport, CHUNK_DATA, CHUNK_HEADER, REPORT_MAGIC, REPORT_VERSION,
+};
+pub use verbs_lab::workers::describe;
+pub use worker::worker_main;
+
+/// The queues of a run are `/vl-procs-PID` (the coordinator's) and `/vl-procs-PID-wI`.
+pub const QUEUE_PREFIX: &str = "/vl-procs-";
+
+/// How long past `--wait` a worker may take to connect and set up before it is declared stuck.
+pub const SETUP_SLACK: Duration = Duration::from_secs(30);
+
+/// The queue of worker `w` of the coordinator whose queue is `base`.
+pub fn worker_queue(base: &str, w: u32) -> String {
+    format!("{base}-w{w}")
+}
+
+/// Every queue of the run whose coordinator's queue is `base`, with `n` workers.
+pub fn queue_names(base: &str, n: u32) -> Vec<String> {
+    std::iter::once(base.to_string())
+        .chain((0..n).map(|w| worker_queue(base, w)))
+        .collect()
+}
+
+/// How long a side accepts silence from its peer: as the engine's (`run::run_tool`).
+pub fn peer_timeout(cfg: &Config) -> Duration {
+    crate::conn::completion_timeout(cfg).max(Duration::from_secs(15))
+}
+
+/// Checks `--procs` and the hidden worker flags; returns this process's TCP port (the base
+/// port + the worker index) and which worker it is, if one.
+pub fn check_params(tool: Tool, p: &Params) -> Result<(u16, Option<WorkerOf>), String> {
+    let Some(n) = p.procs else {
+        if p.worker.is_some() {
+            return Err("--vl-worker is internal to --procs runs and needs --procs".into());
+        }
+        return Ok((p.port, None));
+    };
+    if tool.metric == Metric::Lat {
+        return Err(format!(
+            "--procs {n}: {} measures latency with one ping-pong; several processes are for the \
+             bandwidth tools (e.g. vl_{}_bw --procs {n})",
+            tool.name(),
+            tool.kind.short()
+        ));
+    }
+    if n == 0 {
+        return Err("--procs 0: at least one process is needed".into());
+    }
+    if n > MAX_PROCS {
+        return Err(format!("--procs {n}: at most {MAX_PROCS} processes"));
+    }
+    let last = u32::from(p.port) + n - 1;
+    if last > u32::from(u16::MAX) {
+        return Err(format!(
+            "--procs {n} with -p {}: the processes use TCP ports {}..{last}, beyond 65535; \
+             lower -p",
+            p.port, p.port
+        ));
+    }
+    if p.procs_start_us > 1_000_000 {
+        return Err(format!(
+            "--procs-start {}: at most 1000000 microseconds (1 s) ahead",
+            p.procs_start_us
+        ));
+    }
+    let worker = match (p.worker, &p.worker_queue) {
+        (None, None) => None,
+        (Some(index), Some(queue)) if index < n => Some(WorkerOf {
+            index,
+            queue: queue.clone(),
+        }),
+        (Some(index), Some(_)) => {
+            return Err(format!(
+                "--vl-worker {index}: workers are numbered 0..{} for --procs {n}",
+                n - 1
+            ))
+        }
+        _ => return Err("--vl-worker and --vl-queue go together (internal to --procs)".into()),
+    };
+    // In range: index < n and p.port + n - 1 <= 65535.
+    let port = p.port + worker.as_ref().map_or(0, |w| w.index as u16);
+    Ok((port, worker))
+}
+
+/// The CPU of worker `index` on device `dev`: [`affinity::cpu_choice`] (the `--cpu` list, else
+/// the NIC-local CPUs); when that does not pin (a virtual NIC such as rxe has no locality), the
+/// `index`-th CPU this process may use, so the workers still get a core each.
+pub fn worker_cpu(
+    dev: &str,
+    requested: Option<&CpuList>,
+    index: u32,
+) -> Result<Option<(usize, String)>, String> {
+    let choice = affinity::cpu_choice(dev, requested, index as usize)?;
+    let allowed =
+        affinity::allowed_cpus().map_err(|e| format!("cannot read the CPU affinity: {e}"))?;
+    Ok(pick_worker_cpu(choice, &allowed, index))
+}
+
+/// [`worker_cpu`] without the machine: the choice made, the allowed CPUs, the index.
+pub fn pick_worker_cpu(
+    choice: CpuChoice,
+    allowed: &CpuList,
+    index: u32,
+) -> Option<(usize, String)> {
+    match choice {
+        CpuChoice::Pin { cpu, why } => Some((cpu, why)),
+        CpuChoice::DontPin { why } if !allowed.is_empty() => {
+            let n = allowed.len();
+            let i = index as usize;
+            let shared = if i >= n {
+                format!(", shared: process {i} wraps around {n} CPUs")
+            } else {
+                String::new()
+            };
+            Some((
+                allowed.cpus()[i % n],
+                format!("one per process among the allowed CPUs {allowed}{shared}; {why}"),
+            ))
+        }
+        CpuChoice::DontPin { .. } => None,
+    }
+}

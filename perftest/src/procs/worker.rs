@@ -1,0 +1,210 @@
+//! A worker process of a `--procs N` run (`--vl-worker I --vl-queue NAME`): an ordinary run of
+//! the engine, tied to its coordinator, that reports Ready once connected, waits at a barrier
+//! across the processes before each measurement, and sends its report at the end.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use verbs_lab::mq::{Msg, Queue};
+use verbs_lab::workers::{follow_coordinator, monotonic_ns_of};
+
+use super::report::{chunks, WorkerReport};
+use super::{peer_timeout, queue_names, worker_queue, SETUP_SLACK};
+use crate::engine::Pacer;
+use crate::params::{Config, WorkerOf};
+use crate::result::{BwRow, LatRow, Rows, RunInfo, Span};
+use crate::run::{run_tool_paced, RowSink};
+
+/// The worker's `main`: ties itself to the coordinator (it dies, and removes the
+/// coordinator's queues, when the coordinator dies), runs, and sends its report and Done. A
+/// failure is sent to the coordinator as an `Error` (printed there); the exit status is 1.
+pub fn worker_main(cfg: &Config) -> ExitCode {
+    let w = cfg
+        .worker
+        .as_ref()
+        .expect("worker_main runs with --vl-worker");
+    let name = cfg.tool.name();
+    let fail = |e: &dyn std::fmt::Display| {
+        eprintln!("{name} worker {}: error: {e}", w.index);
+        ExitCode::FAILURE
+    };
+    // First, before any thread starts: the kernel tells us when the coordinator dies.
+    if let Err(e) = follow_coordinator(&queue_names(&w.queue, cfg.procs.unwrap_or(0))) {
+        return fail(&e);
+    }
+    let coord = match Queue::open(&w.queue) {
+        Ok(q) => q,
+        Err(e) => return fail(&format!("the coordinator's queue: {e}")),
+    };
+    match worker(cfg, w, &coord) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            if let Err(qe) = coord.send(&Msg::error(w.index, format!("{e:#}")), 1) {
+                return fail(&format!(
+                    "{e:#} (and the coordinator could not be told: {qe})"
+                ));
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn worker(cfg: &Config, w: &WorkerOf, coord: &Queue) -> Result<()> {
+    let inbox = Queue::open(&worker_queue(&w.queue, w.index)).context("opening our queue")?;
+    let link = CoordLink {
+        index: w.index,
+        coord,
+        inbox: &inbox,
+    };
+    let mut sink = WorkerSink {
+        link: &link,
+        wait: cfg.wait + SETUP_SLACK,
+    };
+    let mut pacer = WorkerPacer {
+        link: &link,
+        wait: (cfg.wait + SETUP_SLACK).max(2 * peer_timeout(cfg)),
+        released: Instant::now(),
+        spans: Vec::new(),
+    };
+    let result = run_tool_paced(cfg, &mut sink, Some(&mut pacer))?;
+    let rows = match result.rows {
+        Rows::Bw(rows) => rows,
+        Rows::Lat(_) => bail!("a latency run in a --procs worker"),
+    };
+    let spans = rows
+        .iter()
+        .map(|r| {
+            pacer
+                .spans
+                .iter()
+                .find(|(size, _)| *size == r.bytes)
+                .map(|(_, s)| *s)
+                .with_context(|| format!("no measured interval for size {}", r.bytes))
+        })
+        .collect::<Result<Vec<Span>>>()?;
+    let report = WorkerReport {
+        pid: std::process::id(),
+        info: result.info,
+        rows,
+        spans,
+    };
+    let blob = report.encode().context("encoding the report")?;
+    for payload in chunks(&blob).map_err(anyhow::Error::msg)? {
+        let m = Msg::Result {
+            worker: w.index,
+            payload,
+        };
+        coord.send(&m, 0).context("sending the results")?;
+    }
+    coord
+        .send(&Msg::Done { worker: w.index }, 0)
+        .context("sending Done")?;
+    Ok(())
+}
+
+/// The worker's two queues.
+struct CoordLink<'a> {
+    index: u32,
+    coord: &'a Queue,
+    inbox: &'a Queue,
+}
+
+impl CoordLink<'_> {
+    /// Waits up to `wait` for Go (returns its start time) or Abort (an error), calling `tick`
+    /// every 100 ms; `what` names the wait in the error.
+    fn wait_go(
+        &self,
+        wait: Duration,
+        what: &str,
+        tick: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<u64> {
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.inbox.recv_timeout(Duration::from_millis(100)) {
+                Ok(Msg::Go { start_at_ns }) => return Ok(start_at_ns),
+                Ok(Msg::Abort { reason }) => bail!("aborted by the coordinator: {reason}"),
+                Ok(other) => bail!("expected Go from the coordinator {what}, got {other}"),
+                Err(e) if e.is_timeout() => {}
+                Err(e) => return Err(e).with_context(|| format!("waiting for Go {what}")),
+            }
+            tick()?;
+            if Instant::now() >= deadline {
+                bail!(
+                    "no Go from the coordinator {what} within {} s",
+                    wait.as_secs()
+                );
+            }
+        }
+    }
+}
+
+/// The worker's hook into the run: Hello and Ready once connected, then wait for Go.
+struct WorkerSink<'a> {
+    link: &'a CoordLink<'a>,
+    wait: Duration,
+}
+
+impl RowSink for WorkerSink<'_> {
+    fn header(&mut self, _: &RunInfo) {}
+    fn bw_row(&mut self, _: &RunInfo, _: &BwRow) {}
+    fn lat_row(&mut self, _: &RunInfo, _: &LatRow) {}
+
+    fn connected(&mut self, info: &RunInfo) -> Result<()> {
+        let l = self.link;
+        let hello = Msg::Hello {
+            worker: l.index,
+            pid: std::process::id(),
+            cpu: info.cpu.as_ref().map(|(c, _)| *c as u32),
+        };
+        l.coord.send(&hello, 0).context("sending Hello")?;
+        l.coord
+            .send(&Msg::Ready { worker: l.index }, 0)
+            .context("sending Ready")?;
+        l.wait_go(self.wait, "after Ready", &mut || Ok(()))?;
+        Ok(())
+    }
+}
+
+/// The worker's hook into each size: the barrier across the processes, and the intervals.
+struct WorkerPacer<'a> {
+    link: &'a CoordLink<'a>,
+    /// The least this worker waits at a barrier (the coordinator names stragglers sooner).
+    wait: Duration,
+    /// When the last barrier released this worker.
+    released: Instant,
+    /// (size, when it was measured), in the order measured.
+    spans: Vec<(u64, Span)>,
+}
+
+impl Pacer for WorkerPacer<'_> {
+    fn before_measure(
+        &mut self,
+        size: u64,
+        beat: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<Option<u64>> {
+        let l = self.link;
+        l.coord
+            .send(
+                &Msg::Barrier {
+                    worker: l.index,
+                    step: size,
+                },
+                0,
+            )
+            .context("sending Barrier")?;
+        let wait = self.wait.max(2 * self.released.elapsed());
+        let what = format!("at the barrier before measuring {size} bytes");
+        let start_at = l.wait_go(wait, &what, beat)?;
+        self.released = Instant::now();
+        Ok((start_at != 0).then_some(start_at))
+    }
+
+    fn measured(&mut self, size: u64, start: Instant, end: Instant) {
+        let span = Span {
+            start_ns: monotonic_ns_of(start),
+            end_ns: monotonic_ns_of(end),
+        };
+        self.spans.push((size, span));
+    }
+}

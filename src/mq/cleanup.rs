@@ -1,0 +1,235 @@
+//! The registry of names this process created, their removal on SIGINT/SIGTERM/SIGHUP, and
+//! the removal of queues that a coordinator killed outright (SIGKILL) left behind.
+
+use std::fs;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use nix::mqueue::mq_unlink;
+use nix::sys::signal::{raise, SigSet, Signal};
+
+use super::limits::{call_error, MqError, Result};
+
+static REGISTRY: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+pub(crate) fn registry() -> MutexGuard<'static, Vec<String>> {
+    // A panic while holding the lock leaves a usable Vec: keep going.
+    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Registers a queue name created outside [`Queue::create`](super::Queue::create) (e.g. with a raw `mq_open` in a
+/// lesson), so [`unlink_all_registered`] and the signal cleanup remove it too.
+pub fn register_for_cleanup(name: &str) {
+    let mut r = registry();
+    if !r.iter().any(|n| n == name) {
+        r.push(name.to_string());
+    }
+}
+
+/// Forgets a registered name (after the caller unlinked it).
+pub fn forget_registered(name: &str) {
+    registry().retain(|n| n != name);
+}
+
+/// The names this process created and has not removed yet.
+pub fn registered_names() -> Vec<String> {
+    registry().clone()
+}
+
+/// Removes (`mq_unlink`) every registered name and forgets them; returns how many were still
+/// there. Open descriptors stay usable; the names disappear at once.
+pub fn unlink_all_registered() -> usize {
+    let mut r = registry();
+    let n = r
+        .iter()
+        .filter(|name| mq_unlink(name.as_str()).is_ok())
+        .count();
+    r.clear();
+    n
+}
+
+static SIGNALS_INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// The signals [`install_cleanup_on_signals`] handles.
+pub const CLEANUP_SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
+
+/// On SIGINT, SIGTERM or SIGHUP: remove every registered queue, then die of that signal (the
+/// shell sees 130 for Ctrl-C, as without the cleanup).
+///
+/// **Call it first in `main`, before any thread starts.** It works without a signal handler:
+/// it blocks the three signals in the calling thread (`pthread_sigmask(2)`), which every thread
+/// created afterwards inherits, and starts one thread that takes them with `sigwait(3)`. That
+/// thread runs ordinary code — it may lock the registry and format a message — so there is no
+/// async-signal-safety to get wrong and no `unsafe`. (A thread started *before* this call keeps
+/// its mask; a signal delivered to it would kill the process without cleanup.) After the
+/// cleanup the thread unblocks the signal for itself and raises it: the default action ends the
+/// process, so a parent sees "killed by SIGINT". Child processes started with
+/// `std::process::Command` get an empty signal mask (the standard library resets it), so
+/// workers still die of Ctrl-C normally.
+///
+/// A signal the process inherited as ignored (`SIG_IGN`, e.g. SIGINT in a shell's background
+/// job) is left alone. Idempotent: later calls do nothing.
+pub fn install_cleanup_on_signals() -> Result<()> {
+    if SIGNALS_INSTALLED.swap(true, Ordering::SeqCst) {
+        return Ok(());
+    }
+    // A signal this process inherited as ignored (a shell's background job ignores SIGINT) stays
+    // ignored: Linux queues even an ignored signal while it is blocked, so taking it with
+    // sigwait would change what the parent asked for.
+    let ignored = ignored_signals();
+    let mut set = SigSet::empty();
+    for s in CLEANUP_SIGNALS {
+        if ignored & (1u64 << (s as i32 - 1)) == 0 {
+            set.add(s);
+        }
+    }
+    if set.iter().next().is_none() {
+        return Ok(()); // every one of them is ignored: nothing to take
+    }
+    set.thread_block().map_err(|e| {
+        SIGNALS_INSTALLED.store(false, Ordering::SeqCst);
+        call_error("pthread_sigmask", "(signals)", e, "")
+    })?;
+    std::thread::Builder::new()
+        .name("vl-mq-signals".into())
+        .spawn(move || loop {
+            let Ok(sig) = set.wait() else { continue };
+            let n = unlink_all_registered();
+            eprintln!(
+                "{sig}: removed {n} message queue{} this process created; exiting",
+                if n == 1 { "" } else { "s" }
+            );
+            let mut one = SigSet::empty();
+            one.add(sig);
+            let _ = one.thread_unblock();
+            let _ = raise(sig);
+            // Reached only if someone installed a handler that returned.
+            std::process::exit(128 + sig as i32);
+        })
+        .map_err(|e| {
+            MqError::Invalid(format!(
+                "cannot start the signal-cleanup thread: {e} (the signals stay blocked)"
+            ))
+        })?;
+    Ok(())
+}
+
+/// The `SigIgn` mask of `/proc/self/status`: bit N-1 set when signal N is ignored.
+fn ignored_signals() -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("SigIgn:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queues of a coordinator that is gone
+
+/// In a worker: when `sig` arrives — the signal the worker asked to get when its coordinator
+/// dies (`PR_SET_PDEATHSIG`, see `verbs_lab::workers`) — remove the coordinator's queues
+/// `names` (pid `owner`), say so, and die of `sig`. A coordinator killed outright (SIGKILL)
+/// cannot remove its queues; its workers, told by the kernel, do it for it.
+///
+/// Like [`install_cleanup_on_signals`], it blocks `sig` in the calling thread and takes it in a
+/// thread of its own with `sigwait(3)`: **call it before any other thread starts.**
+pub fn remove_on_signal(sig: Signal, owner: u32, names: Vec<String>) -> Result<()> {
+    let mut set = SigSet::empty();
+    set.add(sig);
+    set.thread_block()
+        .map_err(|e| call_error("pthread_sigmask", "(signals)", e, ""))?;
+    std::thread::Builder::new()
+        .name("vl-mq-orphans".into())
+        .spawn(move || loop {
+            let Ok(got) = set.wait() else { continue };
+            let n = names
+                .iter()
+                .filter(|name| mq_unlink(name.as_str()).is_ok())
+                .count();
+            eprintln!(
+                "{got}: the coordinator (pid {owner}) is gone; removed {n} of its message \
+                 queues; exiting"
+            );
+            let _ = set.thread_unblock();
+            let _ = raise(got);
+            std::process::exit(128 + got as i32);
+        })
+        .map_err(|e| MqError::Invalid(format!("cannot start the queue-cleanup thread: {e}")))?;
+    Ok(())
+}
+
+/// Where the mqueue file system is mounted (`/dev/mqueue` on most systems), from
+/// `/proc/mounts`; `None` when it is not mounted (then queues cannot be listed).
+pub fn mount_point() -> Option<std::path::PathBuf> {
+    let mounts = fs::read_to_string("/proc/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (_, dir, fstype) = (f.next()?, f.next()?, f.next()?);
+        (fstype == "mqueue").then(|| dir.into())
+    })
+}
+
+/// The queues named `{prefix}{pid}` or `{prefix}{pid}-…` among `names` (the entries of the
+/// mqueue mount, without the leading '/') whose process `pid` is not `alive`: left by a
+/// coordinator killed outright. Returned as queue names (with the '/'), grouped by pid.
+pub fn orphans_among(
+    names: &[String],
+    prefix: &str,
+    alive: impl Fn(u32) -> bool,
+) -> Vec<(u32, Vec<String>)> {
+    let bare = prefix.trim_start_matches('/');
+    let mut found: Vec<(u32, Vec<String>)> = Vec::new();
+    for n in names {
+        let Some(rest) = n.strip_prefix(bare) else {
+            continue;
+        };
+        let digits = rest.split('-').next().unwrap_or("");
+        let Ok(pid) = digits.parse::<u32>() else {
+            continue;
+        };
+        if digits.starts_with('0')
+            || !(rest.len() == digits.len() || rest[digits.len()..].starts_with('-'))
+        {
+            continue;
+        }
+        if alive(pid) {
+            continue;
+        }
+        let name = format!("/{n}");
+        match found.iter_mut().find(|(p, _)| *p == pid) {
+            Some((_, v)) => v.push(name),
+            None => found.push((pid, vec![name])),
+        }
+    }
+    for (_, v) in &mut found {
+        v.sort();
+    }
+    found.sort();
+    found
+}
+
+/// Removes the queues that coordinators killed outright left behind: those named
+/// `{prefix}{pid}…` (see [`orphans_among`]) whose process no longer exists. Returns what was
+/// removed, by pid; nothing when the mqueue file system is not mounted (no way to list).
+pub fn remove_orphans(prefix: &str) -> Vec<(u32, Vec<String>)> {
+    let Some(dir) = mount_point() else {
+        return Vec::new();
+    };
+    let names: Vec<String> = fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let alive = |pid: u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+    let mut found = orphans_among(&names, prefix, alive);
+    for (_, v) in &mut found {
+        v.retain(|name| mq_unlink(name.as_str()).is_ok());
+    }
+    found.retain(|(_, v)| !v.is_empty());
+    found
+}

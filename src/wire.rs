@@ -1,0 +1,397 @@
+//! The one binary codec of the project: a [`Writer`] and a [`Reader`] for the big-endian
+//! records that processes exchange (the message queues of [`crate::mq`], the worker reports of
+//! the benchmarks' `--procs`).
+//!
+//! The layout is deliberately plain: integers big-endian, `f64` as its IEEE-754 bits, a
+//! boolean as one byte 0 or 1, an optional value as a 0/1 tag byte and the value, a text as a
+//! 16-bit length and UTF-8, a list as a 32-bit count and its items. The [`Reader`] is strict,
+//! because the bytes come from another process that may be of another build, or broken:
+//! every truncation, a boolean or tag that is neither 0 nor 1, text that is not UTF-8, a
+//! count larger than the remaining bytes could hold (checked *before* anything is allocated)
+//! and trailing bytes ([`Reader::finish`]) are refused with a [`WireError`] that names the
+//! field. Decoding never panics, whatever the input.
+//!
+//! ```
+//! use verbs_lab::wire::{Reader, Writer};
+//! let mut w = Writer::new();
+//! w.u32(7);
+//! w.str("rxe0").unwrap();
+//! let bytes = w.into_bytes();
+//! let mut r = Reader::new(&bytes);
+//! assert_eq!(r.u32("count").unwrap(), 7);
+//! assert_eq!(r.str("device").unwrap(), "rxe0");
+//! r.finish().unwrap();
+//! ```
+
+use std::fmt;
+
+/// Why bytes could not be read, or a value could not be written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WireError {
+    /// Fewer bytes than `what` needs.
+    Truncated {
+        what: String,
+        need: usize,
+        at: usize,
+        left: usize,
+    },
+    /// Bytes after the end of the record.
+    Trailing { extra: usize },
+    /// A value that has no meaning in its field (a boolean of 2, a text that is not UTF-8, an
+    /// unknown code, a count the bytes cannot hold, a wrong magic or version).
+    Invalid { what: String, reason: String },
+    /// A value too large for its length field or its limit (writing or reading).
+    TooLong {
+        what: String,
+        len: usize,
+        max: usize,
+    },
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireError::Truncated {
+                what,
+                need,
+                at,
+                left,
+            } => write!(
+                f,
+                "truncated: {what} needs {need} bytes at offset {at}, {left} left"
+            ),
+            WireError::Trailing { extra } => {
+                write!(f, "{extra} bytes after the end of the record")
+            }
+            WireError::Invalid { what, reason } => write!(f, "{what}: {reason}"),
+            WireError::TooLong { what, len, max } => {
+                write!(
+                    f,
+                    "{what}: {len} bytes (or items) exceed the limit of {max}"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+impl WireError {
+    /// An [`WireError::Invalid`] for field `what`.
+    pub fn invalid(what: &str, reason: impl Into<String>) -> WireError {
+        WireError::Invalid {
+            what: what.to_string(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Builds a record.
+#[derive(Debug, Default, Clone)]
+pub struct Writer {
+    buf: Vec<u8>,
+}
+
+impl Writer {
+    pub fn new() -> Writer {
+        Writer::default()
+    }
+
+    pub fn with_capacity(n: usize) -> Writer {
+        Writer {
+            buf: Vec::with_capacity(n),
+        }
+    }
+
+    /// Bytes written so far.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// True when nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// The record.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.buf
+    }
+
+    /// Raw bytes, as they are (a magic, a payload whose length the caller wrote).
+    pub fn raw(&mut self, b: &[u8]) {
+        self.buf.extend_from_slice(b);
+    }
+
+    pub fn u8(&mut self, v: u8) {
+        self.buf.push(v);
+    }
+
+    pub fn u16(&mut self, v: u16) {
+        self.raw(&v.to_be_bytes());
+    }
+
+    pub fn u32(&mut self, v: u32) {
+        self.raw(&v.to_be_bytes());
+    }
+
+    pub fn u64(&mut self, v: u64) {
+        self.raw(&v.to_be_bytes());
+    }
+
+    /// The IEEE-754 bits: NaN and the infinities survive the trip.
+    pub fn f64(&mut self, v: f64) {
+        self.u64(v.to_bits());
+    }
+
+    /// One byte, 0 or 1.
+    pub fn bool(&mut self, v: bool) {
+        self.u8(v.into());
+    }
+
+    /// A 16-bit length, then the UTF-8 bytes; fails beyond 65535 bytes.
+    pub fn str(&mut self, s: &str) -> Result<(), WireError> {
+        let n = u16::try_from(s.len()).map_err(|_| WireError::TooLong {
+            what: "a text".into(),
+            len: s.len(),
+            max: u16::MAX as usize,
+        })?;
+        self.u16(n);
+        self.raw(s.as_bytes());
+        Ok(())
+    }
+
+    /// A 32-bit count of items; fails beyond `u32::MAX`.
+    pub fn count(&mut self, n: usize) -> Result<(), WireError> {
+        let c = u32::try_from(n).map_err(|_| WireError::TooLong {
+            what: "a list".into(),
+            len: n,
+            max: u32::MAX as usize,
+        })?;
+        self.u32(c);
+        Ok(())
+    }
+
+    /// A count, then each text.
+    pub fn strs(&mut self, v: &[String]) -> Result<(), WireError> {
+        self.count(v.len())?;
+        v.iter().try_for_each(|s| self.str(s))
+    }
+}
+
+/// Reads a record, strictly (see the module comment). Each call names the field it reads, for
+/// the error.
+#[derive(Debug, Clone)]
+pub struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(b: &'a [u8]) -> Reader<'a> {
+        Reader { b, at: 0 }
+    }
+
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.b.len() - self.at
+    }
+
+    /// The offset of the next byte.
+    pub fn position(&self) -> usize {
+        self.at
+    }
+
+    /// The next `n` bytes.
+    pub fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], WireError> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|e| *e <= self.b.len())
+            .ok_or_else(|| WireError::Truncated {
+                what: what.to_string(),
+                need: n,
+                at: self.at,
+                left: self.remaining(),
+            })?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    /// Everything not read yet.
+    pub fn rest(&mut self) -> &'a [u8] {
+        let s = &self.b[self.at..];
+        self.at = self.b.len();
+        s
+    }
+
+    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], WireError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N, what)?);
+        Ok(a)
+    }
+
+    pub fn u8(&mut self, what: &str) -> Result<u8, WireError> {
+        Ok(self.array::<1>(what)?[0])
+    }
+
+    pub fn u16(&mut self, what: &str) -> Result<u16, WireError> {
+        self.array(what).map(u16::from_be_bytes)
+    }
+
+    pub fn u32(&mut self, what: &str) -> Result<u32, WireError> {
+        self.array(what).map(u32::from_be_bytes)
+    }
+
+    pub fn u64(&mut self, what: &str) -> Result<u64, WireError> {
+        self.array(what).map(u64::from_be_bytes)
+    }
+
+    pub fn f64(&mut self, what: &str) -> Result<f64, WireError> {
+        self.u64(what).map(f64::from_bits)
+    }
+
+    /// A byte that must be 0 or 1.
+    pub fn bool(&mut self, what: &str) -> Result<bool, WireError> {
+        match self.u8(what)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            v => Err(WireError::invalid(
+                what,
+                format!("{v} is not a boolean (0 or 1)"),
+            )),
+        }
+    }
+
+    /// The tag of an optional value: 0 (absent) or 1 (present, the value follows).
+    pub fn tag(&mut self, what: &str) -> Result<bool, WireError> {
+        match self.u8(what)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            v => Err(WireError::invalid(
+                what,
+                format!("option tag {v} is neither 0 nor 1"),
+            )),
+        }
+    }
+
+    /// A 16-bit length and that many bytes of UTF-8.
+    pub fn str(&mut self, what: &str) -> Result<String, WireError> {
+        let n = self.u16(what)? as usize;
+        let t = self.take(n, what)?;
+        String::from_utf8(t.to_vec()).map_err(|e| {
+            WireError::invalid(
+                what,
+                format!(
+                    "not UTF-8 (invalid byte at {})",
+                    e.utf8_error().valid_up_to()
+                ),
+            )
+        })
+    }
+
+    /// A 32-bit count of items that take at least `min_item` bytes each: a count the
+    /// remaining bytes cannot hold is refused before anything is allocated.
+    pub fn count(&mut self, what: &str, min_item: usize) -> Result<usize, WireError> {
+        let n = self.u32(what)? as usize;
+        if n > self.remaining() / min_item.max(1) {
+            return Err(WireError::invalid(
+                what,
+                format!(
+                    "a count of {n} exceeds what the {} bytes left can hold",
+                    self.remaining()
+                ),
+            ));
+        }
+        Ok(n)
+    }
+
+    /// A count, then that many texts.
+    pub fn strs(&mut self, what: &str) -> Result<Vec<String>, WireError> {
+        let n = self.count(what, 2)?;
+        (0..n).map(|_| self.str(what)).collect()
+    }
+
+    /// Ends the record: refuses trailing bytes.
+    pub fn finish(&self) -> Result<(), WireError> {
+        match self.remaining() {
+            0 => Ok(()),
+            extra => Err(WireError::Trailing { extra }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_strictness() {
+        let mut w = Writer::new();
+        w.raw(b"VL");
+        w.u8(1);
+        w.u16(513);
+        w.u32(7);
+        w.u64(u64::MAX);
+        w.f64(f64::NAN);
+        w.bool(true);
+        w.str("é").unwrap();
+        w.strs(&["a".into(), String::new()]).unwrap();
+        let b = w.into_bytes();
+        let mut r = Reader::new(&b);
+        assert_eq!(r.take(2, "magic").unwrap(), b"VL");
+        assert_eq!(r.u8("v").unwrap(), 1);
+        assert_eq!(r.u16("x").unwrap(), 513);
+        assert_eq!(r.u32("y").unwrap(), 7);
+        assert_eq!(r.u64("z").unwrap(), u64::MAX);
+        assert!(r.f64("f").unwrap().is_nan());
+        assert!(r.bool("b").unwrap());
+        assert_eq!(r.str("s").unwrap(), "é");
+        assert_eq!(r.strs("l").unwrap(), ["a", ""]);
+        r.finish().unwrap();
+        // Every truncation is refused, never a panic.
+        for n in 0..b.len() {
+            let mut r = Reader::new(&b[..n]);
+            let all = (|| -> Result<(), WireError> {
+                r.take(2, "magic")?;
+                r.u8("v")?;
+                r.u16("x")?;
+                r.u32("y")?;
+                r.u64("z")?;
+                r.f64("f")?;
+                r.bool("b")?;
+                r.str("s")?;
+                r.strs("l")?;
+                r.finish()
+            })();
+            assert!(all.is_err(), "{n} bytes");
+        }
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        assert_eq!(
+            Reader::new(&[2]).bool("flag").unwrap_err().to_string(),
+            "flag: 2 is not a boolean (0 or 1)"
+        );
+        assert!(Reader::new(&[0, 1, 0xff])
+            .str("name")
+            .unwrap_err()
+            .to_string()
+            .contains("not UTF-8"));
+        let e = Reader::new(&[0xff, 0xff, 0xff, 0xff, 0, 0])
+            .strs("list")
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("exceeds what the 2 bytes left"),
+            "{e}"
+        );
+        assert_eq!(
+            Reader::new(&[1, 2]).finish().unwrap_err().to_string(),
+            "2 bytes after the end of the record"
+        );
+        let long = "x".repeat(70_000);
+        assert!(Writer::new().str(&long).is_err());
+    }
+}

@@ -1,0 +1,254 @@
+//! The one supervisor of worker processes: a coordinator re-executes its own program as
+//! workers, watches them, stops them and reaps them; a worker ties its life to its coordinator.
+//! Lesson 10 and the benchmarks' `--procs N` use it (and so should any later launcher).
+//!
+//! **Coordinator side.** [`Worker::spawn`] starts `/proc/self/exe` — the very image this
+//! process runs, even if a rebuild has replaced the file at its path meanwhile — with the
+//! caller's arguments, stdin from `/dev/null`, and the coordinator's pid in the environment
+//! ([`COORDINATOR_ENV`]). [`Worker::try_exit`], [`Worker::wait_exit`], [`Worker::is_stopped`]
+//! and [`Worker::stopped_for`] watch it; [`Worker::kill`] stops it (SIGKILL) and reaps it;
+//! [`describe`] says how a process ended. [`Workers`] kills and reaps whatever is still running
+//! when it is dropped, so no exit path of a coordinator leaves a worker behind.
+//!
+//! **Worker side.** [`follow_coordinator`] makes the kernel signal the worker when its
+//! coordinator dies (`prctl(PR_SET_PDEATHSIG)`), removes the coordinator's queues then (a
+//! coordinator killed by SIGKILL cannot), and checks that the coordinator is still its parent
+//! (it may have died before the request was made). So a worker outlives its coordinator by
+//! milliseconds, not by a timeout.
+//!
+//! `PR_SET_PDEATHSIG` fires when the *thread* that started the worker ends: start workers from
+//! a thread that lives as long as they do (the main thread).
+
+use std::ffi::OsStr;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use nix::unistd::getppid;
+
+use crate::mq;
+
+/// The environment variable that carries the coordinator's pid to its workers.
+pub const COORDINATOR_ENV: &str = "VL_COORDINATOR_PID";
+
+/// The signal a worker gets when its coordinator dies (it removes the coordinator's queues,
+/// then dies of it).
+pub const PARENT_DEATH_SIGNAL: Signal = Signal::SIGUSR1;
+
+/// This program's image: `/proc/self/exe` where procfs is mounted, else the path it was
+/// started from.
+pub fn self_exe() -> std::io::Result<PathBuf> {
+    let p = PathBuf::from("/proc/self/exe");
+    if p.exists() {
+        Ok(p)
+    } else {
+        std::env::current_exe()
+    }
+}
+
+/// One worker process as its coordinator sees it.
+#[derive(Debug)]
+pub struct Worker {
+    /// The coordinator's number for it (0..N-1).
+    pub index: u32,
+    child: Child,
+    exit: Option<ExitStatus>,
+    stopped_since: Option<Instant>,
+}
+
+impl Worker {
+    /// Starts worker `index`: this program ([`self_exe`]) with `args`, stdin from /dev/null,
+    /// stdout to /dev/null unless `keep_stdout`, stderr inherited, and [`COORDINATOR_ENV`] set
+    /// to this process's pid. The error says which worker and which program.
+    pub fn spawn<I, S>(index: u32, args: I, keep_stdout: bool) -> Result<Worker, String>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let exe = self_exe().map_err(|e| format!("finding this program's path: {e}"))?;
+        let child = Command::new(&exe)
+            .args(args)
+            .env(COORDINATOR_ENV, std::process::id().to_string())
+            .stdin(Stdio::null())
+            .stdout(if keep_stdout {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
+            .spawn()
+            .map_err(|e| format!("starting worker {index} ({}): {e}", exe.display()))?;
+        Ok(Worker {
+            index,
+            child,
+            exit: None,
+            stopped_since: None,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// How it ended, once seen.
+    pub fn exit(&self) -> Option<ExitStatus> {
+        self.exit
+    }
+
+    /// Looks without waiting (`waitpid(WNOHANG)`): `Some` once it has ended (and is reaped).
+    pub fn try_exit(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        if self.exit.is_none() {
+            self.exit = self.child.try_wait()?;
+        }
+        Ok(self.exit)
+    }
+
+    /// True while it runs (an error of `waitpid` counts as ended).
+    pub fn running(&mut self) -> bool {
+        matches!(self.try_exit(), Ok(None))
+    }
+
+    /// Waits up to `wait` for it to end; the error says how long it ran on.
+    pub fn wait_exit(&mut self, wait: Duration) -> Result<ExitStatus, String> {
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.try_exit() {
+                Ok(Some(st)) => return Ok(st),
+                Ok(None) => {}
+                Err(e) => return Err(format!("waitpid: {e}")),
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("still running {:.1} s later", wait.as_secs_f64()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL and reap, if it still runs; how it ended.
+    pub fn kill(&mut self) -> Result<ExitStatus, String> {
+        if let Ok(Some(st)) = self.try_exit() {
+            return Ok(st);
+        }
+        let _ = self.child.kill();
+        let st = self
+            .child
+            .wait()
+            .map_err(|e| format!("could not be reaped: {e}"))?;
+        self.exit = Some(st);
+        Ok(st)
+    }
+
+    /// True if it is stopped (SIGSTOP, a debugger): state `T` or `t` in `/proc/PID/stat`.
+    pub fn is_stopped(&self) -> bool {
+        is_stopped(self.pid())
+    }
+
+    /// How long it has been seen stopped, counting from the first call that saw it stopped;
+    /// `None` (and the count reset) while it runs.
+    pub fn stopped_for(&mut self) -> Option<Duration> {
+        if self.is_stopped() {
+            Some(
+                self.stopped_since
+                    .get_or_insert_with(Instant::now)
+                    .elapsed(),
+            )
+        } else {
+            self.stopped_since = None;
+            None
+        }
+    }
+}
+
+/// The workers of a coordinator; whatever still runs when this is dropped is killed and reaped.
+#[derive(Debug, Default)]
+pub struct Workers(pub Vec<Worker>);
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for w in &mut self.0 {
+            let _ = w.kill();
+        }
+    }
+}
+
+/// True if process `pid` is stopped (state `T` or `t` in `/proc/PID/stat`).
+pub fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let (_, rest) = s.rsplit_once(") ")?;
+            rest.chars().next()
+        })
+        .is_some_and(|state| state == 'T' || state == 't')
+}
+
+/// "exited with status 3", "was killed by SIGKILL".
+pub fn describe(st: ExitStatus) -> String {
+    match (st.code(), st.signal()) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => match Signal::try_from(s) {
+            Ok(sig) => format!("was killed by {sig}"),
+            Err(_) => format!("was killed by signal {s}"),
+        },
+        _ => format!("ended ({st})"),
+    }
+}
+
+/// In a worker, first thing in `main` (before any thread starts): ties this process to its
+/// coordinator, whose pid [`Worker::spawn`] put in [`COORDINATOR_ENV`]. When the coordinator
+/// dies — even by SIGKILL — the kernel sends [`PARENT_DEATH_SIGNAL`]; this process then removes
+/// the coordinator's queues `queues` (see [`mq::remove_on_signal`]) and dies. Returns the
+/// coordinator's pid; fails when the variable is missing (not started by a coordinator), or
+/// the coordinator is already gone.
+pub fn follow_coordinator(queues: &[String]) -> Result<u32, String> {
+    let var = std::env::var(COORDINATOR_ENV).map_err(|_| {
+        format!("{COORDINATOR_ENV} is not set: worker processes are started by their coordinator")
+    })?;
+    let pid: u32 = var
+        .parse()
+        .map_err(|_| format!("{COORDINATOR_ENV}={var:?} is not a pid"))?;
+    mq::remove_on_signal(PARENT_DEATH_SIGNAL, pid, queues.to_vec()).map_err(|e| e.to_string())?;
+    nix::sys::prctl::set_pdeathsig(PARENT_DEATH_SIGNAL)
+        .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    // The coordinator may have died before the request above: then nobody will signal us.
+    if getppid().as_raw() as u32 != pid {
+        let _ = nix::sys::signal::raise(PARENT_DEATH_SIGNAL);
+        return Err(format!(
+            "the coordinator (pid {pid}) is already gone (our parent is now pid {})",
+            getppid()
+        ));
+    }
+    Ok(pid)
+}
+
+/// Nanoseconds on `CLOCK_MONOTONIC` (see [`mq::monotonic_ns`]) of an `Instant` of this process:
+/// the clock every process of the machine shares, so that processes can compare intervals.
+pub fn monotonic_ns_of(t: Instant) -> u64 {
+    static ANCHOR: std::sync::OnceLock<(Instant, u64)> = std::sync::OnceLock::new();
+    let (at, ns) = *ANCHOR.get_or_init(|| (Instant::now(), mq::monotonic_ns()));
+    match t.checked_duration_since(at) {
+        Some(d) => ns.saturating_add(d.as_nanos() as u64),
+        None => ns.saturating_sub(at.duration_since(t).as_nanos() as u64),
+    }
+}
+
+/// Sleeps until `at_ns` on `CLOCK_MONOTONIC` (at most 10 s; at once if it has passed): a
+/// coarse sleep, then a spin for the last 2 ms — a CPU woken from idle may take longer than
+/// that to run us (measured under emulation) — so that processes released together start
+/// within microseconds of each other.
+pub fn sleep_until_monotonic(at_ns: u64) {
+    const SPIN: u64 = 2_000_000;
+    let now = mq::monotonic_ns();
+    if at_ns <= now {
+        return;
+    }
+    let left = (at_ns - now).min(10_000_000_000);
+    if left > SPIN {
+        std::thread::sleep(Duration::from_nanos(left - SPIN));
+    }
+    let end = at_ns.min(now + left);
+    while mq::monotonic_ns() < end {
+        std::hint::spin_loop();
+    }
+}

@@ -1,0 +1,148 @@
+#!/bin/sh
+# --procs 2 -a on both sides: the processes measure every size together (a barrier across them
+# before each measurement, a common start time) and the aggregate is measured over one interval.
+# From the client's JSON, per size: the aggregate equals the total bytes of both over the union
+# of their intervals, and the intervals overlap by most of the shorter one's length (where both
+# last 100 ms or more: under TCG the processes' starts are tens of ms apart — the emulator's
+# scheduling jitter — while a small size's 4 messages take under a millisecond; all are
+# printed). Under TCG one process is often
+# starved for a while, so the two need not end together: the overlap is measured against the
+# shorter interval, and the start offset is printed. The common start is 100 ms ahead
+# (--procs-start 100000): the emulated guest needs tens of ms to pass a barrier round. Then a
+# client worker stopped (SIGSTOP) in the middle of a sweep is named within the peer timeout, and
+# nothing is left behind: no worker process, no queue.
+# timeout: 300
+set -eu
+# shellcheck source=tests/guest/lib.sh
+. "$VL_TESTS/lib.sh"
+# shellcheck source=tests/guest/perftest-lib.sh
+. "$VL_TESTS/perftest-lib.sh"
+
+require_bin vl_write_bw
+require_bin vl_jsoncheck
+if ! grep -q ' mqueue ' /proc/mounts; then
+    mkdir -p /dev/mqueue
+    mount -t mqueue none /dev/mqueue
+fi
+[ -z "$(ls /dev/mqueue)" ] || fail "/dev/mqueue is not empty before the run: $(ls /dev/mqueue)"
+
+no_workers() {
+    for _f in /proc/[0-9]*/cmdline; do
+        if tr '\0' ' ' 2>/dev/null <"$_f" | grep -q -- '--vl-worker'; then
+            fail "a worker is still running: $(tr '\0' ' ' <"$_f")"
+        fi
+    done
+    echo "no worker process left"
+}
+
+no_queues() {
+    left=$(ls /dev/mqueue)
+    [ -z "$left" ] || fail "queues left in /dev/mqueue: $left"
+    echo "/dev/mqueue is empty"
+}
+
+step "vl_write_bw --procs 2 -a on both sides"
+t0=$(_vl_now)
+vl_pair_ok vl_write_bw "-a -n 4 -w 1 --procs 2 --procs-start 100000 --wait 60" \
+    "--json $TMPDIR/sweep.json"
+next_port # the pair used two ports
+t1=$(_vl_now)
+echo "the sweep took $(((t1 - t0) / 100)) s"
+vl_jsoncheck "$TMPDIR/sweep.json"
+cp "$TMPDIR/sweep.json" "$VL_PT_OUT/procs2-sweep.json"
+[ "$(rows "$CLIENT_OUT" | wc -l)" -eq 23 ] || fail "expected 23 result rows"
+[ "$(grep -c '^#sum' "$CLIENT_OUT")" -eq 23 ] || fail "expected 23 #sum rows"
+
+step "per size: the intervals overlap, and the aggregate is total bytes over their union"
+# The JSON is indented one key per line: "processes" (each process's rows, each with bytes,
+# iterations (= messages: one QP per process), start_ns, end_ns), then "aggregate".
+awk '
+    /"processes": \[/ { sec = "p" }
+    /"aggregate": \[/ { sec = "a" }
+    { v = $2; sub(/,$/, "", v) }
+    sec == "p" && /"process": / { p = v + 0 }
+    sec == "p" && /"bytes": / { b = v + 0; sizes[b] = 1 }
+    sec == "p" && /"iterations": / { it[p, b] = v + 0 }
+    sec == "p" && /"start_ns": / { st[p, b] = v + 0 }
+    sec == "p" && /"end_ns": / { en[p, b] = v + 0 }
+    sec == "a" && /"bytes": / { ab = v + 0 }
+    sec == "a" && /"bw_avg_mib_s": / { agg[ab] = v + 0 }
+    sec == "a" && /"overlap_fraction": / { frac[ab] = v + 0 }
+    END {
+        bad = 0; n = 0
+        for (b in sizes) {
+            n++
+            lo = st[0, b] < st[1, b] ? st[0, b] : st[1, b]
+            hi = en[0, b] > en[1, b] ? en[0, b] : en[1, b]
+            ov = (en[0, b] < en[1, b] ? en[0, b] : en[1, b]) - (st[0, b] > st[1, b] ? st[0, b] : st[1, b])
+            l0 = en[0, b] - st[0, b]; l1 = en[1, b] - st[1, b]; lmin = l0 < l1 ? l0 : l1
+            f = lmin > 0 ? ov / lmin : 1
+            off = st[0, b] - st[1, b]; if (off < 0) off = -off
+            want = (it[0, b] + it[1, b]) * b / ((hi - lo) / 1e9) / 1048576
+            d = want - agg[b]; if (d < 0) d = -d
+            printf "%8d B: intervals %.3f and %.3f ms, starts %.3f ms apart, overlap %.3f ms (%.0f%% of the shorter; of the union: JSON %.2f); aggregate %.3f MiB/s, total bytes / union %.3f\n", b, l0 / 1e6, l1 / 1e6, off / 1e6, ov / 1e6, 100 * f, frac[b], agg[b], want
+            if (d > 0.005 * want + 0.002) { print "  ^ the aggregate is not total bytes over the union"; bad = 1 }
+            if (lmin >= 100e6 && f < 0.5) { print "  ^ the intervals overlap by less than half the shorter"; bad = 1 }
+        }
+        if (n != 23) { print "expected 23 sizes, found " n; bad = 1 }
+        exit bad
+    }' "$TMPDIR/sweep.json" || fail "the intervals or the aggregate are wrong (above)"
+no_workers
+no_queues
+
+# worker_pid INDEX PATTERN: the pid of a --procs worker INDEX whose command line contains PATTERN.
+worker_pid() {
+    for _f in /proc/[0-9]*/cmdline; do
+        _c=$(tr '\0' ' ' 2>/dev/null <"$_f" || true)
+        case $_c in
+            *"--vl-worker $1 "*"$2"* | *"$2"*"--vl-worker $1 "*)
+                _p=${_f#/proc/}
+                echo "${_p%/cmdline}"
+                return 0
+                ;;
+        esac
+    done
+    return 1
+}
+
+step "a client worker stopped (SIGSTOP) in the middle of a sweep is named"
+next_port
+vl_write_bw -d "$VL_DEV0" -u 20 -p "$PORT" -a -n 40 -w 1 --procs 2 --wait 10 >"$TMPDIR/srv.out" 2>&1 &
+spid=$!
+wait_port "$PORT" 60 "$spid"
+vl_write_bw -d "$VL_DEV1" -u 20 -p "$PORT" -a -n 40 -w 1 --procs 2 --wait 10 "$VL_ADDR0" >"$TMPDIR/cli.out" 2>&1 &
+cpid=$!
+next_port
+wpid=
+end=$(($(_vl_now) + 3000))
+while [ -z "$wpid" ] && [ "$(_vl_now)" -lt "$end" ]; do
+    wpid=$(worker_pid 1 "$VL_ADDR0") || wpid=
+    sleep 0.2
+done
+[ -n "$wpid" ] || fail "no client worker 1 appeared"
+# Let it connect and get into the sweep.
+sleep 4
+t0=$(_vl_now)
+kill -STOP "$wpid"
+rc=0
+_vl_watch "$cpid" 90 || rc=$?
+t1=$(_vl_now)
+cat "$TMPDIR/cli.out"
+[ "$rc" -ne 124 ] || fail "the client still ran 90 s after its worker stopped"
+[ "$rc" -ne 0 ] || fail "the client exited 0"
+# Named after --wait (10 s) of being stopped; the peer timeout with -u 20 is over a minute.
+within "client seconds after the stop" $(((t1 - t0) / 100)) 9 30
+expect_contains "$TMPDIR/cli.out" "worker 1 (pid $wpid, CPU 1) has been stopped (SIGSTOP or a debugger)"
+if grep -q "before reaching the barrier" "$TMPDIR/cli.out"; then
+    echo "stopped between barriers: worker 0 waited for it at a barrier"
+else
+    echo "stopped while both measured (no barrier reached yet)"
+fi
+rc=0
+_vl_watch "$spid" 90 || rc=$?
+cat "$TMPDIR/srv.out"
+[ "$rc" -ne 124 ] || fail "the server still ran 90 s after the client failed"
+[ "$rc" -ne 0 ] || fail "the server exited 0"
+sleep 1
+no_workers
+no_queues

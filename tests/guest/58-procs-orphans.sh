@@ -1,0 +1,110 @@
+#!/bin/sh
+# --procs when the coordinator is killed outright (SIGKILL, which it cannot catch): its workers
+# are told by the kernel (PR_SET_PDEATHSIG), remove its queues and exit — within 2 s no worker
+# and no queue of it is left, and the peer side ends too. When the workers are killed as well
+# (nobody left to clean up), the next --procs run finds the queues by the dead coordinator's
+# pid, removes them and says so.
+# timeout: 240
+set -eu
+# shellcheck source=tests/guest/lib.sh
+. "$VL_TESTS/lib.sh"
+# shellcheck source=tests/guest/perftest-lib.sh
+. "$VL_TESTS/perftest-lib.sh"
+
+require_bin vl_write_bw
+if ! grep -q ' mqueue ' /proc/mounts; then
+    mkdir -p /dev/mqueue
+    mount -t mqueue none /dev/mqueue
+fi
+[ -z "$(ls /dev/mqueue)" ] || fail "/dev/mqueue is not empty before the run: $(ls /dev/mqueue)"
+
+# workers_of PATTERN: the pids of the --vl-worker processes whose command line contains PATTERN.
+workers_of() {
+    for _f in /proc/[0-9]*/cmdline; do
+        _c=$(tr '\0' ' ' 2>/dev/null <"$_f" || true)
+        case $_c in
+            *--vl-worker*"$1"* | *"$1"*--vl-worker*)
+                _p=${_f#/proc/}
+                echo "${_p%/cmdline}"
+                ;;
+        esac
+    done
+}
+
+# start_pair: a --procs 2 server and client (-D 60); sets spid, cpid and cworkers (the client's
+# two workers, once both run).
+start_pair() {
+    next_port
+    vl_write_bw -d "$VL_DEV0" -u 20 -p "$PORT" -D 60 --procs 2 --wait 30 >"$TMPDIR/srv.out" 2>&1 &
+    spid=$!
+    wait_port "$PORT" 60 "$spid"
+    vl_write_bw -d "$VL_DEV1" -u 20 -p "$PORT" -D 60 --procs 2 --wait 30 "$VL_ADDR0" \
+        >"$TMPDIR/cli.out" 2>&1 &
+    cpid=$!
+    next_port
+    cworkers=
+    _end=$(($(_vl_now) + 3000))
+    while [ "$(echo "$cworkers" | wc -w)" -lt 2 ] && [ "$(_vl_now)" -lt "$_end" ]; do
+        cworkers=$(workers_of "$VL_ADDR0")
+        sleep 0.2
+    done
+    if [ "$(echo "$cworkers" | wc -w)" -ne 2 ]; then
+        cat "$TMPDIR/srv.out" "$TMPDIR/cli.out"
+        fail "the client's two workers did not appear"
+    fi
+    echo "client coordinator $cpid, workers: $(echo "$cworkers" | tr '\n' ' ')"
+    # Let them connect and start measuring.
+    sleep 5
+}
+
+step "SIGKILL of the client's coordinator: its workers and queues are gone within 2 s"
+start_pair
+ls /dev/mqueue
+[ -e "/dev/mqueue/vl-procs-$cpid" ] || fail "no queue of the client's coordinator during the run"
+kill -KILL "$cpid"
+sleep 2
+for w in $cworkers; do
+    [ ! -d "/proc/$w" ] || fail "client worker $w outlived its coordinator by 2 s: $(head -3 "/proc/$w/status")"
+done
+echo "no client worker left"
+left=
+for q in /dev/mqueue/vl-procs-"$cpid"*; do
+    [ ! -e "$q" ] || left="$left $q"
+done
+[ -z "$left" ] || fail "queues of the killed coordinator left: $left"
+echo "no queue of the killed coordinator left"
+cat "$TMPDIR/cli.out"
+expect_contains "$TMPDIR/cli.out" "the coordinator (pid $cpid) is gone; removed"
+rc=0
+_vl_watch "$spid" 60 || rc=$?
+cat "$TMPDIR/srv.out"
+[ "$rc" -ne 124 ] || fail "the server still ran 60 s after the client's coordinator was killed"
+[ "$rc" -ne 0 ] || fail "the server exited 0"
+sleep 1
+[ -z "$(workers_of vl_write_bw)" ] || fail "workers left: $(workers_of vl_write_bw)"
+[ -z "$(ls /dev/mqueue)" ] || fail "queues left in /dev/mqueue: $(ls /dev/mqueue)"
+echo "no worker and no queue left"
+
+step "coordinator and workers all killed: the next run removes the queues and says so"
+# A server coordinator whose workers wait for a client is enough: it has its three queues.
+next_port
+vl_write_bw -d "$VL_DEV0" -u 20 -p "$PORT" --procs 2 --wait 60 >"$TMPDIR/lone.out" 2>&1 &
+lpid=$!
+wait_port "$PORT" 60 "$lpid"
+next_port
+lworkers=$(workers_of "-p $((PORT - 1)) ")
+echo "coordinator $lpid, workers: $(echo "$lworkers" | tr '\n' ' ')"
+[ "$(echo "$lworkers" | wc -w)" -eq 2 ] || fail "expected 2 workers of coordinator $lpid: $lworkers"
+# Stop the coordinator first so that it cannot clean up, kill its workers, then it.
+kill -STOP "$lpid"
+for w in $lworkers; do kill -KILL "$w"; done
+kill -KILL "$lpid"
+_vl_watch "$lpid" 10 || true
+sleep 1
+ls /dev/mqueue
+[ -e "/dev/mqueue/vl-procs-$lpid" ] || fail "the dead coordinator's queue is not there to be found"
+vl_pair_ok vl_write_bw "-s 65536 -n 100 --procs 1 --wait 60"
+next_port
+expect_contains "$SERVER_OUT" "note: removed 3 message queues left by a coordinator that is gone (pid $lpid): /vl-procs-$lpid /vl-procs-$lpid-w0 /vl-procs-$lpid-w1"
+[ -z "$(ls /dev/mqueue)" ] || fail "queues left in /dev/mqueue: $(ls /dev/mqueue)"
+echo "/dev/mqueue is empty"
