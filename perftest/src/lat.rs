@@ -8,23 +8,24 @@
 //! - **read** and **atomic** report the full round trip of one operation: post, then poll until
 //!   its completion. The server only serves.
 //!
-//! A sample runs from the post to the moment the answer is seen, taken with the monotonic clock
-//! (`Instant`), recorded in nanoseconds into a [`LatRecorder`]; the bookkeeping between samples
-//! (reaping send completions, re-posting receives, checking payloads) stays outside them. Both
-//! sides of a ping-pong report: the server's samples run from its answer to the next message.
+//! Samples are taken between consecutive rounds with one read of the monotonic clock
+//! (`Instant`) per round trip — the end of one sample starts the next, as perftest samples
+//! between consecutive posts — and recorded in nanoseconds into a [`LatRecorder`]. Both sides
+//! of a ping-pong report: the server answers first and reads the clock after; its samples run
+//! from one answer to the next. See `docs/measurement.md`.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use verbs_lab::verbs::{
-    CompChannel, Cq, Mr, Payload, Qp, RemoteBuf, SendOp, SendWr, Sge, UdDest, WcOpcode,
+    CompChannel, Cq, Mr, Payload, Qp, RecvWr, RemoteBuf, SendOp, SendWr, Sge, UdDest, WcOpcode,
     WorkCompletion,
 };
 
 use crate::conn::{Link, Resources};
 use crate::engine::{
-    poll_or_sleep, send_tally, wc_error, PeerWatch, Session, CHANNEL_CHECK, POLL_BATCH, SEQ_MASK,
-    YIELD_AFTER,
+    backoff, poll_or_sleep, send_tally, wc_error, PeerWatch, Session, CHANNEL_CHECK, POLL_BATCH,
+    SEQ_MASK,
 };
 use crate::params::{AtomicType, RunMode};
 use crate::pattern;
@@ -134,6 +135,8 @@ struct Waiter<'w> {
     mask: u32,
     /// A ponger in duration mode stops when the pinger's tally equals its count.
     stop_at: Option<u64>,
+    /// The peer shares our CPUs: long waits give the CPU away (`engine::backoff`).
+    backoff: bool,
     what: &'static str,
 }
 
@@ -160,8 +163,8 @@ impl Waiter<'_> {
             }
             let now = Instant::now();
             let waited = now.duration_since(*start.get_or_insert(now));
-            if waited >= YIELD_AFTER && std::env::var_os("VL_NO_YIELD").is_none() {
-                std::thread::yield_now();
+            if self.backoff {
+                backoff(waited);
             }
             if waited >= CHANNEL_CHECK {
                 self.watch.check(self.ch, now)?;
@@ -304,6 +307,7 @@ fn one_phase(
     let n = size as usize;
     let pingpong = matches!(kind, TestKind::Write | TestKind::Send);
     let (cq_timeout, events) = (s.cq_timeout, cfg.events);
+    let backoff = s.peer_shares_cpus();
 
     let Session {
         link, ch, rx_sges, ..
@@ -385,6 +389,7 @@ fn one_phase(
         cq_timeout,
         mask: if events { 0 } else { 255 },
         stop_at: None,
+        backoff,
         what: "",
     };
     let mut wcs = WorkCompletion::array::<POLL_BATCH>();
@@ -599,5 +604,11 @@ fn after_recv(
             bail!("--validate: received message {seq} ({n} bytes) is wrong: {m}");
         }
     }
-    crate::engine::post_receives(qp, &rx_sges[0], 0, std::iter::once(slot))
+    // One receive back in place of the one consumed (no batch to build).
+    let slot = slot % rx_sges[0].len();
+    qp.post_recv(&[RecvWr {
+        wr_id: slot as u64,
+        sges: std::slice::from_ref(&rx_sges[0][slot]),
+    }])
+    .context("re-posting a receive")
 }
