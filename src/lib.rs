@@ -6,6 +6,7 @@
 //! - [`connect`]: bringing an RC/UC QP pair up from exchanged endpoints;
 //! - [`oob`]: the out-of-band TCP channel, with a timeout on every wait;
 //! - [`sysfs`]: GID attributes, NUMA nodes and counters from sysfs;
+//! - [`diag`]: what the device says when a wait expires (QP state, port counters);
 //! - [`json`]: a tiny JSON writer for the tools' `--json` output;
 //! - [`affinity`]: CPU lists, the CPUs near a NIC, and pinning a benchmark thread;
 //! - [`mq`]: typed, versioned messages over POSIX message queues, for coordinator and workers.
@@ -14,6 +15,7 @@
 
 pub mod affinity;
 pub mod connect;
+pub mod diag;
 pub mod json;
 pub mod mq;
 pub mod oob;

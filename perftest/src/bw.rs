@@ -29,6 +29,7 @@ use crate::params::{AtomicType, RunMode};
 use crate::pattern;
 use crate::proto::{Msg, Phase, WireRow};
 use crate::result::{BwRow, TestKind};
+use verbs_lab::diag::{device_report, PortCounters};
 
 /// Measures one message size; returns the row this side reports (none on a server that only
 /// serves a one-way test).
@@ -411,6 +412,8 @@ fn phase(
     } = res;
     let layout = *layout;
     let n = size as usize;
+    // The port's counters as the phase starts, for the stall message (read outside the loop).
+    let counters = PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port);
 
     // Requests, built once per phase.
     let src_sges: Vec<Vec<Sge>> = (0..nq)
@@ -659,11 +662,12 @@ fn phase(
             if outstanding && now.duration_since(last_progress) > cq_timeout {
                 bail!(
                     "no completion for {:.1} s ({} of {} requests completed): the peer stopped \
-                     responding, or the QP timeout (-u {}) is too short for this link",
+                     responding, or the QP timeout (-u {}) is too short for this link; {}",
                     now.duration_since(last_progress).as_secs_f64(),
                     tx_total,
                     txs.iter().map(|t| t.posted).sum::<u64>(),
-                    cfg.qp_timeout
+                    cfg.qp_timeout,
+                    device_report(qps.first(), &counters)
                 );
             }
         }

@@ -32,6 +32,7 @@ use crate::pattern;
 use crate::proto::Phase;
 use crate::result::{LatRow, TestKind};
 use crate::stats::LatRecorder;
+use verbs_lab::diag::{device_report, PortCounters};
 
 /// The send queue of the one latency QP, counted across phases and sizes: a request left
 /// unsignaled at the end of one phase is accounted for by a later signaled one.
@@ -138,6 +139,10 @@ struct Waiter<'w> {
     /// The peer shares our CPUs: long waits give the CPU away (`engine::backoff`).
     backoff: bool,
     what: &'static str,
+    /// The QP and the port's counters as the phase started: a wait that expires says what
+    /// the device says (`verbs_lab::diag`).
+    qp: &'w Qp,
+    counters: PortCounters,
 }
 
 impl Waiter<'_> {
@@ -177,9 +182,10 @@ impl Waiter<'_> {
             if waited > self.cq_timeout {
                 bail!(
                     "no answer for {:.1} s while waiting for {}: the peer stopped, or the QP \
-                     timeout (-u) is too short for this link",
+                     timeout (-u) is too short for this link; {}",
                     waited.as_secs_f64(),
-                    self.what
+                    self.what,
+                    device_report(Some(self.qp), &self.counters)
                 );
             }
         }
@@ -391,6 +397,8 @@ fn one_phase(
         stop_at: None,
         backoff,
         what: "",
+        qp,
+        counters: PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port),
     };
     let mut wcs = WorkCompletion::array::<POLL_BATCH>();
     let target = match mode {
