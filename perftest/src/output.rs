@@ -56,6 +56,11 @@ pub struct OutputArgs {
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
 
+    /// Draw the sweep as an SVG chart: bandwidth and message rate, or latency percentiles, vs
+    /// message size.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+
     /// Gate: fail (exit code 3) unless every row's average bandwidth is at least N, in the
     /// report's unit (MiB/s, or Gb/s with --report_gbits).
     #[arg(long = "min-bw", value_name = "N", value_parser = crate::gates::parse_min_bw)]
@@ -203,6 +208,11 @@ impl Reporter {
         }
         if let Some(path) = &self.args.csv {
             write_file(path, "--csv", &render_csv_procs(result, procs, gbits))?;
+        }
+        if let Some(path) = &self.args.plot {
+            let doc = verbs_lab::json::parse(&render_json_procs(result, procs, gbits))?;
+            let svg = crate::report::plot::render_svg(&doc).map_err(anyhow::Error::msg)?;
+            write_file(path, "--plot", &svg)?;
         }
 
         if let Err(e) = crate::gates::check_applicable(&self.args, info.metric) {

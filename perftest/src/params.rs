@@ -326,16 +326,20 @@ impl Params {
         Self::try_parse_for(tool, std::env::args_os()).unwrap_or_else(|e| e.exit())
     }
 
+    /// The clap command of `tool`: its name and description over the shared flags.
+    pub fn command_for(tool: Tool) -> clap::Command {
+        Params::command()
+            .name(tool.static_name())
+            .about(tool.about())
+    }
+
     /// Parses `args` (the first is the program name) for `tool`.
     pub fn try_parse_for<I, T>(tool: Tool, args: I) -> Result<Params, clap::Error>
     where
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let cmd = Params::command()
-            .name(tool.static_name())
-            .about(tool.about());
-        let matches = cmd.try_get_matches_from(args)?;
+        let matches = Params::command_for(tool).try_get_matches_from(args)?;
         Params::from_arg_matches(&matches)
     }
 }

@@ -10,6 +10,7 @@
 //! | [`render_table`] | people | a parameter table and every statistic (p99.99 too) |
 //! | [`render_json`] | programs | one document: tool, version, run parameters, every row |
 //! | [`render_csv`] | spreadsheets | one header line, one line per row |
+//! | [`plot::render_svg`] | people | `--plot`: an SVG chart of a sweep, drawn from the JSON |
 //!
 //! ## Multi-process runs (`--procs N`)
 //! Each format has a `render_*_procs` variant taking the processes
@@ -27,6 +28,7 @@ use crate::result::{to_gbits, to_mib_per_sec};
 
 mod csv;
 mod json;
+pub mod plot;
 mod table;
 pub mod text;
 

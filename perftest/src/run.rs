@@ -21,6 +21,7 @@ use crate::conn::{self, Link, LocalDev};
 use crate::engine::Session;
 use crate::output::Reporter;
 use crate::params::{Config, Params, RunMode, Sizes, Tool};
+use crate::progress::Progress;
 use crate::proto::{
     check_hello, Accept, ChanError, Channel, Hello, Msg, PeerFailed, Phase, ProtoError, VERSION,
 };
@@ -65,6 +66,7 @@ impl RowSink for NoSink {
 /// code. Errors are printed as `vl_write_bw: error: ...` on stderr.
 pub fn main(tool: Tool) -> ExitCode {
     let name = tool.name();
+    verbs_lab::cli::generate_if_asked(|| Params::command_for(tool));
     let params = Params::parse_for(tool);
     let cfg = match Config::new(tool, &params) {
         Ok(c) => c,
@@ -315,12 +317,14 @@ fn session(
 
     sink.header(&info);
     let sizes = s.link.sizes.clone();
+    let progress = Progress::start(cfg, &sizes);
     let rows = match cfg.tool.metric {
         Metric::Bw => {
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
+                progress.size(size);
                 if let Some(r) = bw::run_size(&mut s, size)? {
-                    sink.bw_row(&info, &r);
+                    progress.row(|| sink.bw_row(&info, &r));
                     rows.push(r);
                 }
             }
@@ -330,14 +334,16 @@ fn session(
             let mut sq = lat::SendQueue::default();
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
+                progress.size(size);
                 if let Some(r) = lat::run_size(&mut s, size, &mut sq)? {
-                    sink.lat_row(&info, &r);
+                    progress.row(|| sink.lat_row(&info, &r));
                     rows.push(r);
                 }
             }
             Rows::Lat(rows)
         }
     };
+    drop(progress);
     s.ch.sync(Phase::Finish, 0)?;
     Ok(RunResult { info, rows })
 }
