@@ -20,6 +20,7 @@
 # The client's port must have sent at least E packets; for reads it must have received at least
 # (N + W) x ceil(S / MTU) response packets. The out-of-band exchange is TCP, which rxe does not
 # count, and QP set-up sends no packets.
+# slow: a pair of each of the 8 vl_* tools, 10-40 s each under TCG, packet counts checked
 # timeout: 420
 set -eu
 # shellcheck source=tests/guest/lib.sh
