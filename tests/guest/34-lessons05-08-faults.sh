@@ -169,16 +169,16 @@ killed_mid_run lesson07_events 18347 client "[7] " "--wait 15" "-n 3000 --wait 5
     "timed out after 15.0 s waiting for a completion event"
 
 step "nonsense flags are refused with the reason"
-expect_fail_within 10 "size 0" lesson05_rdma_write -d "$VL_DEV0" -s 0
+expect_fail_within 30 "size 0" lesson05_rdma_write -d "$VL_DEV0" -s 0
 expect_contains "$out" "error: -s 0: a write needs at least 1 byte"
 expect_not_contains "$out" "[1] Open the device"
-expect_fail_within 10 "size beyond the buffer" lesson06_rdma_read -d "$VL_DEV1" -s 512K -o 4 "$VL_ADDR0"
+expect_fail_within 30 "size beyond the buffer" lesson06_rdma_read -d "$VL_DEV1" -s 512K -o 4 "$VL_ADDR0"
 expect_contains "$out" "-s 524288 x -o 4 = 2097152 bytes: larger than the 1048576-byte buffer"
 expect_not_contains "$out" "[1] Open the device"
 for b in lesson05_rdma_write lesson06_rdma_read lesson07_events lesson08_atomics; do
-    expect_fail_within 10 "$b unknown device" $b -d nosuchdev0
+    expect_fail_within 30 "$b unknown device" $b -d nosuchdev0
     expect_contains "$out" "RDMA device 'nosuchdev0' not found; available: $VL_DEV0, $VL_DEV1"
-    expect_fail_within 10 "$b empty GID index" $b -d "$VL_DEV0" -g 7
+    expect_fail_within 30 "$b empty GID index" $b -d "$VL_DEV0" -g 7
     expect_contains "$out" "GID index 7 is empty or out of range on this port; populated indexes: 0, 1"
     expect_not_contains "$out" "waiting up to"
 done
