@@ -6,6 +6,7 @@
 //! - [`connect`]: bringing an RC/UC QP pair up from exchanged endpoints;
 //! - [`oob`]: the out-of-band TCP channel, with a timeout on every wait;
 //! - [`sysfs`]: GID attributes, NUMA nodes and counters from sysfs;
+//! - [`diag`]: what the device says when a wait expires (QP state, port counters);
 //! - [`json`]: the one JSON writer (`--json` output) and strict parser (everything reading it);
 //! - [`cli`]: man pages and shell completions of every binary, from its clap definition;
 //! - [`affinity`]: CPU lists, the CPUs near a NIC, and pinning a benchmark thread;
@@ -21,6 +22,7 @@ pub mod affinity;
 pub mod cli;
 pub mod coll;
 pub mod connect;
+pub mod diag;
 pub mod json;
 pub mod mq;
 pub mod oob;

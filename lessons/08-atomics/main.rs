@@ -31,14 +31,16 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::{Parser, ValueEnum};
 use verbs_lab::connect::{bring_up, local_endpoint, random_psn};
+use verbs_lab::diag::PortCounters;
 use verbs_lab::oob::{Listener, OobConn};
 use verbs_lab::verbs::{
     AccessFlags, Cq, Mr, Mtu, Payload, Qp, QpCaps, QpInitAttr, QpType, RemoteBuf, SendOp, SendWr,
     VerbsError, WcOpcode,
 };
 use verbs_lab_lessons::{
-    connect_opts, exchange, exchange_params, oob_connect, open_device, recv_params, report_error,
-    send_params, usage_error, CommonArgs, Device, Narrator, Params, PeerInfo, Role,
+    connect_opts, exchange, exchange_params, oob_connect, open_device, poll_one_explained,
+    recv_params, report_error, send_params, usage_error, CommonArgs, Device, Narrator, Params,
+    PeerInfo, Role,
 };
 
 const PROGRAM: &str = "lesson08_atomics";
@@ -456,12 +458,15 @@ fn client(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
     conn.set_timeout(wait)?;
     conn.barrier("the server's start signal")?;
 
+    // The port's counters as the atomics start: if a completion never comes, the error says
+    // how they moved (retransmissions? answers?) and the QP's state — not just "timed out".
     let atomics = Atomics {
         qp: &qp,
         cq: &cq,
         mr: &mr,
         word,
         wait,
+        counters: PortCounters::snapshot(dev.ctx.name(), args.common.ib_port),
     };
     if args.show_errors {
         n.step(
@@ -515,13 +520,15 @@ fn client(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
     }
 }
 
-/// What every atomic needs: the QP, its CQ, the 8-byte result buffer and the remote word.
+/// What every atomic needs: the QP, its CQ, the 8-byte result buffer and the remote word (and,
+/// for a wait that expires, the port's counters when the atomics began).
 struct Atomics<'a> {
     qp: &'a Qp,
     cq: &'a Cq,
     mr: &'a Mr,
     word: RemoteBuf,
     wait: Duration,
+    counters: PortCounters,
 }
 
 impl Atomics<'_> {
@@ -532,9 +539,8 @@ impl Atomics<'_> {
         self.qp
             .post_send(&[SendWr::new(wr_id, op, Payload::Sges(&[result]))])
             .with_context(|| format!("posting {}", op.name()))?;
-        let wc = self
-            .cq
-            .poll_one(self.wait, &format!("the completion of {}", op.name()))
+        let what = format!("the completion of {}", op.name());
+        let wc = poll_one_explained(self.cq, self.qp, &self.counters, self.wait, &what)
             .with_context(|| format!("{} on the word at {:#x}", op.name(), self.word.addr))?;
         let want = match op {
             SendOp::FetchAdd { .. } => WcOpcode::FETCH_ADD,
@@ -656,7 +662,11 @@ fn show_misaligned(a: &Atomics, conn: &mut OobConn, n: &Narrator) -> Result<()> 
          8-byte aligned), rkey {:#x}",
         bad.addr, bad.rkey
     ));
-    let misaligned = Atomics { word: bad, ..*a };
+    let misaligned = Atomics {
+        word: bad,
+        counters: a.counters.clone(),
+        ..*a
+    };
     let op = SendOp::FetchAdd {
         remote: bad,
         add: 1,
@@ -674,8 +684,8 @@ fn show_misaligned(a: &Atomics, conn: &mut OobConn, n: &Narrator) -> Result<()> 
     let outcome = outcome_word(&e);
     println!("misaligned fetch-and-add at word + 4 -> {outcome}");
     println!("    {e:#}");
-    send_params(conn, &Params::new().with("demo", &outcome), "our report")?;
     if wc_status_name(&e).is_some() {
+        send_params(conn, &Params::new().with("demo", &outcome), "our report")?;
         println!(
             "the remote NIC refused it; our QP is now in the error state (every later request \
              is flushed)"
@@ -684,6 +694,8 @@ fn show_misaligned(a: &Atomics, conn: &mut OobConn, n: &Narrator) -> Result<()> 
     }
     // Refused before it left: nothing reached the wire, and the QP is still usable. Prove it
     // with an aligned compare-and-swap whose compare value cannot match — an atomic *read*.
+    // Only then report: the server closes its QP once it has our report, and an atomic sent
+    // to a QP that is gone is never answered (rxe would retransmit it with no end in sight).
     let probe = a.run(
         SendOp::CompareSwap {
             remote: a.word,
@@ -691,7 +703,9 @@ fn show_misaligned(a: &Atomics, conn: &mut OobConn, n: &Narrator) -> Result<()> 
             swap: 0,
         },
         1,
-    )?;
+    );
+    send_params(conn, &Params::new().with("demo", &outcome), "our report")?;
+    let probe = probe?;
     println!(
         "the request never left this host: the QP still works — an aligned compare-and-swap \
          (compare {}, never equal) read the word: {probe}",

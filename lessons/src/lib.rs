@@ -10,8 +10,11 @@ use std::time::Duration;
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use verbs_lab::connect::Endpoint;
+use verbs_lab::diag::{device_report, PortCounters};
 use verbs_lab::oob::{self, OobConn, OobError};
-use verbs_lab::verbs::{Context, DeviceList, Gid, GidChoice, PortAttr, RemoteBuf};
+use verbs_lab::verbs::{
+    Context, Cq, DeviceList, Gid, GidChoice, PortAttr, Qp, RemoteBuf, VerbsError, WorkCompletion,
+};
 
 /// The flags every two-sided lesson takes, perftest-style: the server is started without a
 /// host, the client with the server's host.
@@ -643,7 +646,30 @@ pub fn connect_opts(
         sgid_index: dev.gid.entry.index as u8,
         path_mtu: peer_mtu.map_or(ours, |p| p.min(ours)),
         timeout: args.qp_timeout,
+        // 6, not 7: rxe (SoftRoCE) takes a retry count of 7 as "retry for ever", so a request
+        // to a peer whose QP is gone would never complete; with 6 it ends in
+        // IBV_WC_RETRY_EXC_ERR after 7 ack timeouts, on every device.
+        retry_cnt: 6,
         ..Default::default()
+    }
+}
+
+/// Waits up to `wait` for one completion on `cq` and checks its status (`Cq::poll_one`). When
+/// the wait expires, the error also says what the device says: `qp`'s state and the counters
+/// of our port that moved since `since` (`verbs_lab::diag`), so that "timed out" is never the
+/// whole story.
+pub fn poll_one_explained(
+    cq: &Cq,
+    qp: &Qp,
+    since: &PortCounters,
+    wait: Duration,
+    what: &str,
+) -> Result<WorkCompletion> {
+    match cq.poll_one(wait, what) {
+        Err(e @ VerbsError::Timeout { .. }) => {
+            Err(anyhow::anyhow!("{e}; {}", device_report(Some(qp), since)))
+        }
+        r => Ok(r?),
     }
 }
 

@@ -22,13 +22,14 @@ use verbs_lab::verbs::{
 
 use crate::conn::{Layout, Link, Resources};
 use crate::engine::{
-    check_tally, completed_through, poll_or_sleep, send_tally, wc_error, wr_id, PeerWatch, Session,
-    LOSSY_GRACE, POLL_BATCH, QP_SHIFT, SEQ_MASK, YIELD_AFTER,
+    backoff, check_tally, completed_through, poll_or_sleep, send_tally, wc_error, wr_id, PeerWatch,
+    Session, LOSSY_GRACE, POLL_BATCH, QP_SHIFT, SEQ_MASK,
 };
 use crate::params::{AtomicType, RunMode};
 use crate::pattern;
 use crate::proto::{Msg, Phase, WireRow};
 use crate::result::{BwRow, TestKind};
+use verbs_lab::diag::{device_report, PortCounters};
 
 /// Measures one message size; returns the row this side reports (none on a server that only
 /// serves a one-way test).
@@ -383,6 +384,7 @@ fn phase(
     let lossy = s.lossy();
     let rx_off = s.rx_offset();
     let (cq_timeout, peer_timeout) = (s.cq_timeout, s.peer_timeout);
+    let shares_cpus = s.peer_shares_cpus();
     let base =
         |v: &[u64]| -> Vec<u64> { (0..nq).map(|q| v.get(q).copied().unwrap_or(0)).collect() };
     let seq_base = base(sent_before);
@@ -407,6 +409,8 @@ fn phase(
     } = res;
     let layout = *layout;
     let n = size as usize;
+    // The port's counters as the phase starts, for the stall message (read outside the loop).
+    let counters = PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port);
 
     // Requests, built once per phase.
     let src_sges: Vec<Vec<Sge>> = (0..nq)
@@ -608,9 +612,16 @@ fn phase(
             last_progress = now;
         }
 
-        // Housekeeping: when idle, else every 64 turns.
+        // Housekeeping (clock, peer, deadline, stall): every 64 turns, every 8 when idle, every
+        // idle turn with -e (which may then sleep). A clock read is not free everywhere (over a
+        // microsecond on the HPET of an emulated guest): an idle spin should mostly poll.
         let idle = got == 0 && posted_now == 0;
-        if !idle && turns & 63 != 0 {
+        let due = if idle {
+            channel.is_some() || turns & 7 == 0
+        } else {
+            turns & 63 == 0
+        };
+        if !due {
             continue;
         }
         let now = Instant::now();
@@ -653,11 +664,12 @@ fn phase(
             if outstanding && now.duration_since(last_progress) > cq_timeout {
                 bail!(
                     "no completion for {:.1} s ({} of {} requests completed): the peer stopped \
-                     responding, or the QP timeout (-u {}) is too short for this link",
+                     responding, or the QP timeout (-u {}) is too short for this link; {}",
                     now.duration_since(last_progress).as_secs_f64(),
                     tx_total,
                     txs.iter().map(|t| t.posted).sum::<u64>(),
-                    cfg.qp_timeout
+                    cfg.qp_timeout,
+                    device_report(qps.first(), &counters)
                 );
             }
         }
@@ -665,8 +677,8 @@ fn phase(
             watch.alive(now, peer_timeout, "the peer's messages")?;
             watch.within_phase(ch, now, "the peer's messages")?;
         }
-        if idle && channel.is_none() && now.duration_since(last_progress) >= YIELD_AFTER {
-            std::thread::yield_now();
+        if idle && shares_cpus && channel.is_none() {
+            backoff(now.duration_since(last_progress));
         }
         sleep = idle;
     }

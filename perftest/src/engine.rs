@@ -25,12 +25,21 @@ pub const LOSSY_GRACE: Duration = Duration::from_millis(200);
 /// One slice of an event wait (`-e`): the loop wakes up this often to watch the peer.
 pub const EVENT_SLICE: Duration = Duration::from_millis(10);
 
-/// A loop that has waited this long without progress yields the CPU (`sched_yield(2)`) each
-/// time it looks at the clock. A hardware NIC answers within microseconds, so a loop waiting on
-/// one never gets here; with SoftRoCE the "NIC" is kernel code (softirq, ksoftirqd) that needs
-/// the very CPU the loop spins on, and without yielding both sides of a ping-pong can stall for
-/// a scheduler tick (4 ms) per round.
+/// When both sides share this machine's CPUs (a loopback test, the SoftRoCE guest), a loop that
+/// has waited this long without progress yields the CPU (`sched_yield(2)`) each time it looks at
+/// the clock: its peer, or SoftRoCE's kernel work (softirq, ksoftirqd), may need that CPU. A
+/// hardware NIC answers within microseconds, and between separate hosts the loops never yield.
+/// (Sleeping instead was tried: under emulation a short sleep lasts about a millisecond, and two
+/// sides that sleep while waiting for each other lock into millisecond rounds.)
 pub const YIELD_AFTER: Duration = Duration::from_micros(100);
+
+/// Gives the CPU away when a co-located loop has waited [`YIELD_AFTER`].
+#[inline]
+pub fn backoff(waited: Duration) {
+    if waited >= YIELD_AFTER {
+        std::thread::yield_now();
+    }
+}
 
 /// `wr_id` = QP index << 40 | request number.
 pub const QP_SHIFT: u32 = 40;
@@ -116,6 +125,13 @@ impl Session<'_> {
             0
         }
     }
+    /// Whether the peer runs on this machine (its address is one of ours): then both sides
+    /// compete for the same CPUs and waiting loops back off (see [`YIELD_AFTER`]).
+    pub fn peer_shares_cpus(&self) -> bool {
+        let ip = self.ch.peer_addr().ip();
+        ip.is_loopback() || std::net::UdpSocket::bind((ip, 0)).is_ok()
+    }
+
     /// Whether the transport may drop messages (no retransmission).
     pub fn lossy(&self) -> bool {
         self.cfg.conn != verbs_lab::verbs::QpType::Rc

@@ -8,10 +8,11 @@
 //! - **read** and **atomic** report the full round trip of one operation: post, then poll until
 //!   its completion. The server only serves.
 //!
-//! A sample runs from the post to the moment the answer is seen, taken with the monotonic clock
-//! (`Instant`), recorded in nanoseconds into a [`LatRecorder`]; the bookkeeping between samples
-//! (reaping send completions, re-posting receives, checking payloads) stays outside them. Both
-//! sides of a ping-pong report: the server's samples run from its answer to the next message.
+//! Samples are taken between consecutive rounds with one read of the monotonic clock
+//! (`Instant`) per round trip — the end of one sample starts the next, as perftest samples
+//! between consecutive posts — and recorded in nanoseconds into a [`LatRecorder`]. Both sides
+//! of a ping-pong report: the server answers first and reads the clock after; its samples run
+//! from one answer to the next. See `docs/measurement.md`.
 
 use std::time::{Duration, Instant};
 
@@ -23,14 +24,15 @@ use verbs_lab::verbs::{
 
 use crate::conn::{Link, Resources};
 use crate::engine::{
-    completed_through, poll_or_sleep, send_tally, wc_error, PeerWatch, Session, CHANNEL_CHECK,
-    POLL_BATCH, SEQ_MASK, YIELD_AFTER,
+    backoff, completed_through, poll_or_sleep, send_tally, wc_error, PeerWatch, Session,
+    CHANNEL_CHECK, POLL_BATCH, SEQ_MASK,
 };
 use crate::params::{AtomicType, RunMode};
 use crate::pattern;
 use crate::proto::Phase;
 use crate::result::{LatRow, TestKind};
 use crate::stats::LatRecorder;
+use verbs_lab::diag::{device_report, PortCounters};
 
 /// The send queue of the one latency QP, counted across phases and sizes: a request left
 /// unsignaled at the end of one phase is accounted for by a later signaled one.
@@ -135,7 +137,13 @@ struct Waiter<'w> {
     mask: u32,
     /// A ponger in duration mode stops when the pinger's tally equals its count.
     stop_at: Option<u64>,
+    /// The peer shares our CPUs: long waits give the CPU away (`engine::backoff`).
+    backoff: bool,
     what: &'static str,
+    /// The QP and the port's counters as the phase started: a wait that expires says what
+    /// the device says (`verbs_lab::diag`).
+    qp: &'w Qp,
+    counters: PortCounters,
 }
 
 impl Waiter<'_> {
@@ -161,8 +169,8 @@ impl Waiter<'_> {
             }
             let now = Instant::now();
             let waited = now.duration_since(*start.get_or_insert(now));
-            if waited >= YIELD_AFTER && std::env::var_os("VL_NO_YIELD").is_none() {
-                std::thread::yield_now();
+            if self.backoff {
+                backoff(waited);
             }
             if waited >= CHANNEL_CHECK {
                 self.watch.check(self.ch, now)?;
@@ -175,9 +183,10 @@ impl Waiter<'_> {
             if waited > self.cq_timeout {
                 bail!(
                     "no answer for {:.1} s while waiting for {}: the peer stopped, or the QP \
-                     timeout (-u) is too short for this link",
+                     timeout (-u) is too short for this link; {}",
                     waited.as_secs_f64(),
-                    self.what
+                    self.what,
+                    device_report(Some(self.qp), &self.counters)
                 );
             }
         }
@@ -304,6 +313,7 @@ fn one_phase(
     let n = size as usize;
     let pingpong = matches!(kind, TestKind::Write | TestKind::Send);
     let (cq_timeout, events) = (s.cq_timeout, cfg.events);
+    let backoff = s.peer_shares_cpus();
 
     let Session { link, ch, .. } = s;
     let Link {
@@ -386,7 +396,10 @@ fn one_phase(
         cq_timeout,
         mask: if events { 0 } else { 255 },
         stop_at: None,
+        backoff,
         what: "",
+        qp,
+        counters: PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port),
     };
     let mut wcs = WorkCompletion::array::<POLL_BATCH>();
     let target = match mode {

@@ -101,19 +101,19 @@ expect_contains "$CLIENT_OUT" "our SEND (wr_id 2) completed with IBV_WC_"
 expect_contains "$CLIENT_OUT" "the usual cause is a different -s on the two sides"
 
 step "nonsense flags are refused with the reason"
-expect_fail_within 10 "size 0" lesson04_send_recv -d "$VL_DEV0" -s 0
+expect_fail_within 30 "size 0" lesson04_send_recv -d "$VL_DEV0" -s 0
 expect_contains "$out" "invalid value '0' for '--size <SIZE>': 0 is not in 1.."
 expect_not_contains "$out" "[1] Open the device"
-expect_fail_within 10 "iters 0" lesson04_send_recv -d "$VL_DEV0" -n 0
+expect_fail_within 30 "iters 0" lesson04_send_recv -d "$VL_DEV0" -n 0
 expect_contains "$out" "invalid value '0' for '--iters <ITERS>'"
-expect_fail_within 10 "MTU 1500" lesson04_send_recv -d "$VL_DEV0" -m 1500
+expect_fail_within 30 "MTU 1500" lesson04_send_recv -d "$VL_DEV0" -m 1500
 expect_contains "$out" "'1500' is not an MTU: use 256, 512, 1024, 2048 or 4096"
-expect_fail_within 10 "unknown device" lesson04_send_recv -d nosuchdev0
+expect_fail_within 30 "unknown device" lesson04_send_recv -d nosuchdev0
 expect_contains "$out" "RDMA device 'nosuchdev0' not found; available: $VL_DEV0, $VL_DEV1"
-expect_fail_within 10 "unknown device (lesson03)" lesson03_connect -d nosuchdev0
+expect_fail_within 30 "unknown device (lesson03)" lesson03_connect -d nosuchdev0
 expect_contains "$out" "available: $VL_DEV0, $VL_DEV1"
-expect_fail_within 10 "empty GID index" lesson04_send_recv -d "$VL_DEV0" -g 7
+expect_fail_within 30 "empty GID index" lesson04_send_recv -d "$VL_DEV0" -g 7
 expect_contains "$out" "GID index 7 is empty or out of range on this port; populated indexes: 0, 1"
-expect_fail_within 10 "size above max_msg_sz" lesson04_send_recv -d "$VL_DEV0" -s 16777216
+expect_fail_within 30 "size above max_msg_sz" lesson04_send_recv -d "$VL_DEV0" -s 16777216
 expect_contains "$out" "-s 16777216: larger than the port's max_msg_sz of"
 echo "fault scenarios passed"

@@ -74,4 +74,29 @@ fi
 [ "$SERVER_RC" -eq 0 ] || fail "the server should confirm the refusal and exit 0 (got $SERVER_RC)"
 expect_contains "$CLIENT_OUT" "completed with IBV_WC_REM_INV_REQ_ERR"
 expect_contains "$SERVER_OUT" "no atomic reached the word (refused with IBV_WC_REM_INV_REQ_ERR)"
+step "the server vanishes while a client's atomics run: IBV_WC_RETRY_EXC_ERR, not a silent hang"
+# Issue 15: an atomic sent to a QP that no longer exists is never answered. The lessons connect
+# with a retry count of 6, so the client's NIC gives up after 7 ack timeouts (-u 18: ~1.1 s
+# each) with a failed completion; with 7, rxe would retransmit for ever and only --wait ends it.
+$L -d "$VL_DEV0" -p 18334 -q >"$TMPDIR/vanish-server.out" 2>&1 &
+spid=$!
+wait_port 18334 30 "$spid"
+$L -d "$VL_DEV1" -p 18334 -n 10000 --wait 60 "$VL_ADDR0" >"$TMPDIR/vanish-client.out" 2>&1 &
+cpid=$!
+n=0
+until grep -q -F "fetch-and-adds of 1, then" "$TMPDIR/vanish-client.out"; do
+    n=$((n + 1))
+    [ "$n" -lt 600 ] || fail "the client never started its atomics (60 s)"
+    sleep 0.1
+done
+kill -9 "$spid"
+rc=0
+_vl_watch "$cpid" 120 || rc=$?
+_vl_show "client (server killed)" "$rc" "$L -n 10000" "$TMPDIR/vanish-client.out" | tail -n 3
+if [ "$rc" -eq 0 ]; then
+    echo "note: the client finished its 20000 atomics before the server was killed: nothing to check"
+else
+    [ "$rc" -eq 1 ] || fail "the client should fail on its own with exit 1 (got $rc)"
+    expect_contains "$TMPDIR/vanish-client.out" "completed with IBV_WC_RETRY_EXC_ERR"
+fi
 echo "lesson 08 scenarios passed"
