@@ -62,41 +62,55 @@ pub fn run_size(s: &mut Session<'_>, size: u64) -> Result<Option<BwRow>> {
         validate(s, size, &warm, &out)?;
     }
 
-    let qps = cfg.qps as u64;
     let mine = out
         .tx
         .as_ref()
         .or(out.rx.as_ref())
-        .map(|m| m.row(size, qps, cfg.no_peak));
-    let row = if cfg.bidirectional {
-        let mine = mine.context("a bidirectional side measured nothing")?;
-        if cfg.is_server() {
-            s.ch.send(&Msg::Result(WireRow::from(&mine)))
-                .map_err(anyhow::Error::new)?;
-            Some(mine)
-        } else {
-            let what = format!("the server's result of size {size}");
-            match s
-                .ch
-                .recv_skipping_heartbeats(&what)
-                .map_err(anyhow::Error::new)?
-            {
-                Msg::Result(w) if w.bytes == size => Some(sum_rows(&mine, &BwRow::from(w))),
-                Msg::Result(w) => bail!(
-                    "protocol out of step: the server sent the result of size {}, expected {size}",
-                    w.bytes
-                ),
-                other => bail!(
-                    "protocol out of step: expected the server's RESULT, got {}",
-                    other.name()
-                ),
-            }
-        }
-    } else {
-        mine
-    };
+        .map(|m| m.row(size, cfg.no_peak));
+    let row = exchange_rows(s, size, mine)?;
     s.ch.sync(Phase::Done, size).map_err(anyhow::Error::new)?;
     Ok(row)
+}
+
+/// The rows both sides print, as perftest's `xchg_bw_reports`: with `-b` each side sends its
+/// own direction and prints the sum of both; in a one-way RDMA Write, Read or atomic test the
+/// server measured nothing and prints the client's row. (The send test's server measures what
+/// it received and prints that.)
+fn exchange_rows(s: &mut Session<'_>, size: u64, mine: Option<BwRow>) -> Result<Option<BwRow>> {
+    let cfg = s.cfg;
+    let server_echoes = cfg.is_server() && !cfg.bidirectional && cfg.tool.kind != TestKind::Send;
+    let client_reports = !cfg.is_server() && !cfg.bidirectional && cfg.tool.kind != TestKind::Send;
+    if cfg.bidirectional || client_reports {
+        let mine = mine.context("this side measured nothing")?;
+        s.ch.send(&Msg::Result(WireRow::from(&mine)))
+            .map_err(anyhow::Error::new)?;
+        if client_reports {
+            return Ok(Some(mine));
+        }
+    }
+    if !(cfg.bidirectional || server_echoes) {
+        return Ok(mine);
+    }
+    let what = format!("the {}'s result of size {size}", s.ch.peer_name());
+    let theirs = match s
+        .ch
+        .recv_skipping_heartbeats(&what)
+        .map_err(anyhow::Error::new)?
+    {
+        Msg::Result(w) if w.bytes == size => BwRow::from(w),
+        Msg::Result(w) => bail!(
+            "protocol out of step: the peer sent the result of size {}, expected {size}",
+            w.bytes
+        ),
+        other => bail!(
+            "protocol out of step: expected the peer's RESULT, got {}",
+            other.name()
+        ),
+    };
+    Ok(Some(match mine {
+        Some(m) if cfg.bidirectional => sum_rows(&m, &theirs),
+        _ => theirs,
+    }))
 }
 
 /// Both directions of a bidirectional run: bandwidths and message rates add up; the elapsed
@@ -148,14 +162,15 @@ pub struct Measured {
 }
 
 impl Measured {
-    /// The report row for `size` bytes per message over `qps` QPs.
-    pub fn row(&self, size: u64, qps: u64, no_peak: bool) -> BwRow {
+    /// The report row for `size` bytes per message.
+    pub fn row(&self, size: u64, no_peak: bool) -> BwRow {
         let elapsed = self.end.saturating_duration_since(self.start);
         let secs = elapsed.as_secs_f64().max(1e-9);
         let avg = self.msgs as f64 * size as f64 / secs;
         BwRow {
             bytes: size,
-            iterations: self.msgs / qps.max(1),
+            // perftest's #iterations: the messages of all QPs (-n × -q).
+            iterations: self.msgs,
             peak_bps: if no_peak { 0.0 } else { self.peak_bps.max(avg) },
             avg_bps: avg,
             msg_rate_mpps: self.msgs as f64 / secs / 1e6,
@@ -849,12 +864,15 @@ mod tests {
             end: t0 + Duration::from_secs(2),
             peak_bps: 0.0,
         };
-        let r = m.row(65536, 2, false);
-        assert_eq!(r.iterations, 1000);
+        let r = m.row(65536, false);
+        assert_eq!(
+            r.iterations, 2000,
+            "perftest's #iterations: every QP's messages"
+        );
         assert_eq!(r.avg_bps, 65536.0 * 1000.0);
         assert_eq!(r.peak_bps, r.avg_bps, "the peak is never below the average");
         assert!((r.msg_rate_mpps - 0.001).abs() < 1e-12);
-        assert_eq!(m.row(65536, 2, true).peak_bps, 0.0);
+        assert_eq!(m.row(65536, true).peak_bps, 0.0);
         let sum = sum_rows(&r, &r);
         assert_eq!(sum.avg_bps, 2.0 * r.avg_bps);
     }

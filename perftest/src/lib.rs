@@ -3,6 +3,7 @@
 //! only the report.
 
 pub mod bw;
+pub mod compat;
 pub mod conn;
 pub mod engine;
 pub mod gates;

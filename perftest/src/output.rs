@@ -35,6 +35,31 @@ pub enum OutputFormat {
     Table,
 }
 
+/// perftest's `--output=UNITS`: print only this number per result, nothing else on stdout.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verbosity {
+    /// BW average, in MiB/s (Gb/s with --report_gbits), as `%lf`.
+    #[value(name = "bandwidth")]
+    Bandwidth,
+    /// MsgRate in Mpps, as `%lf`.
+    #[value(name = "message_rate")]
+    MessageRate,
+    /// t_avg in microseconds, as `%lf`.
+    #[value(name = "latency")]
+    Latency,
+}
+
+impl Verbosity {
+    /// perftest's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verbosity::Bandwidth => "bandwidth",
+            Verbosity::MessageRate => "message_rate",
+            Verbosity::Latency => "latency",
+        }
+    }
+}
+
 /// Output, file and gate options (flatten into a tool's parser with `#[command(flatten)]`).
 #[derive(clap::Args, Debug, Clone, Default)]
 #[command(next_help_heading = "Output and gates")]
@@ -46,7 +71,12 @@ pub struct OutputArgs {
     /// Output layout: `text` is perftest's; `table` adds the median, p99.99 and the run
     /// parameters.
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = OutputFormat::Text)]
-    pub output: OutputFormat,
+    pub format: OutputFormat,
+
+    /// perftest's verbosity: print only BW average (`bandwidth`), MsgRate (`message_rate`) or
+    /// t_avg (`latency`) of each size, one number a line.
+    #[arg(long = "output", value_enum, value_name = "UNITS")]
+    pub verbosity: Option<Verbosity>,
 
     /// Write the run as one JSON document: parameters, device, GID, CPU, version, every row.
     #[arg(long, value_name = "FILE")]
@@ -55,6 +85,16 @@ pub struct OutputArgs {
     /// Write the rows as CSV, one line per message size.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
+
+    /// perftest's bandwidth floor: below N (MiB/s, or Gb/s with --report_gbits) at any size,
+    /// print "Error: BW result is below bw limit" and exit 3. Checked on both sides.
+    #[arg(short = 'w', long = "limit_bw", value_name = "N", value_parser = crate::gates::parse_limit)]
+    pub limit_bw: Option<f64>,
+
+    /// perftest's message-rate floor in Mpps: below it at any size, print "Error: Msg rate  is
+    /// below msg_rate limit" and exit 3.
+    #[arg(short = 'y', long = "limit_msgrate", value_name = "MPPS", value_parser = crate::gates::parse_limit)]
+    pub limit_msgrate: Option<f64>,
 
     /// Gate: fail (exit code 3) unless every row's average bandwidth is at least N, in the
     /// report's unit (MiB/s, or Gb/s with --report_gbits).
@@ -66,6 +106,24 @@ pub struct OutputArgs {
     /// max=200.
     #[arg(long = "max-lat", value_name = "KEY=USEC")]
     pub max_lat: Vec<LatGate>,
+}
+
+impl OutputArgs {
+    /// Whether any gate (ours or perftest's limits) is set.
+    pub fn has_gates(&self) -> bool {
+        self.min_bw.is_some()
+            || !self.max_lat.is_empty()
+            || self.limit_bw.is_some()
+            || self.limit_msgrate.is_some()
+    }
+
+    /// Removes every gate (a side that measures nothing checks none).
+    pub fn clear_gates(&mut self) {
+        self.min_bw = None;
+        self.max_lat.clear();
+        self.limit_bw = None;
+        self.limit_msgrate = None;
+    }
 }
 
 /// Prints a run as perftest does — header first, each row as its size finishes, footer at the
@@ -114,27 +172,39 @@ impl Reporter {
             return;
         }
         self.header_done = true;
-        if self.args.output == OutputFormat::Text {
+        if self.streams_text() {
             let s = text::header(info, self.unit());
             self.emit(&s);
         }
     }
 
-    /// Prints one bandwidth row now (text mode).
+    /// Whether rows are streamed in perftest's text layout (not `--format table`, not
+    /// `--output=UNITS`).
+    fn streams_text(&self) -> bool {
+        self.args.format == OutputFormat::Text && self.args.verbosity.is_none()
+    }
+
+    /// Prints one bandwidth row now (text mode), or its bare number (`--output`).
     pub fn bw_row(&mut self, info: &RunInfo, row: &BwRow) {
         self.header(info);
         self.rows_done += 1;
-        if self.args.output == OutputFormat::Text {
+        if let Some(v) = self.args.verbosity {
+            let s = text::bare_bw(row, v, self.unit());
+            self.emit(&s);
+        } else if self.streams_text() {
             let s = text::bw_row(row, self.unit());
             self.emit(&s);
         }
     }
 
-    /// Prints one latency row now (text mode).
+    /// Prints one latency row now (text mode), or its bare number (`--output=latency`).
     pub fn lat_row(&mut self, info: &RunInfo, row: &LatRow) {
         self.header(info);
         self.rows_done += 1;
-        if self.args.output == OutputFormat::Text {
+        if self.args.verbosity.is_some() {
+            let s = text::bare_lat(row);
+            self.emit(&s);
+        } else if self.streams_text() {
             let s = text::lat_row(info, row);
             self.emit(&s);
         }
@@ -159,7 +229,22 @@ impl Reporter {
         procs: &[ProcessResult],
     ) -> anyhow::Result<GateOutcome> {
         let info = &result.info;
-        match self.args.output {
+        if let Some(v) = self.args.verbosity {
+            let mut rest = String::new();
+            match &result.rows {
+                Rows::Bw(rows) => rows
+                    .iter()
+                    .skip(self.rows_done)
+                    .for_each(|r| rest.push_str(&text::bare_bw(r, v, self.unit()))),
+                Rows::Lat(rows) => rows
+                    .iter()
+                    .skip(self.rows_done)
+                    .for_each(|r| rest.push_str(&text::bare_lat(r))),
+            }
+            self.emit(&rest);
+        }
+        match self.args.format {
+            _ if self.args.verbosity.is_some() => {}
             OutputFormat::Text => {
                 if !self.header_done {
                     self.header_done = true;
@@ -229,13 +314,16 @@ fn write_file(path: &Path, flag: &str, text: &str) -> anyhow::Result<()> {
 
 /// The gates of `args` as the user typed them, or `None` without gates.
 fn gate_summary(args: &OutputArgs) -> Option<String> {
-    let mut g: Vec<String> = args
-        .max_lat
-        .iter()
-        .map(|l| format!("--max-lat {l}"))
-        .collect();
-    if let Some(min) = args.min_bw {
-        g.insert(0, format!("--min-bw {min}"));
+    let mut g: Vec<String> = Vec::new();
+    if let Some(w) = args.limit_bw {
+        g.push(format!("--limit_bw {w}"));
     }
+    if let Some(y) = args.limit_msgrate {
+        g.push(format!("--limit_msgrate {y}"));
+    }
+    if let Some(min) = args.min_bw {
+        g.push(format!("--min-bw {min}"));
+    }
+    g.extend(args.max_lat.iter().map(|l| format!("--max-lat {l}")));
     (!g.is_empty()).then(|| g.join(" "))
 }

@@ -14,7 +14,7 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 use verbs_lab::affinity::CpuList;
 use verbs_lab::verbs::{Mtu, QpType};
 
-use crate::output::OutputArgs;
+use crate::output::{OutputArgs, Verbosity};
 use crate::result::{Metric, TestKind};
 
 /// Which tool is running: the operation and what is measured.
@@ -277,16 +277,34 @@ pub struct Params {
     pub cpu_freq: bool,
 
     /// Pin to a CPU of this list (e.g. 0-3,8); default: a CPU local to the NIC when sysfs tells.
-    #[arg(long = "cpu", value_name = "LIST")]
+    #[arg(long = "cpu", visible_alias = "pin_cores", value_name = "LIST")]
     pub cpu: Option<CpuList>,
 
-    /// Warm-up iterations per QP and per size, run before the measurement and not counted (16).
-    #[arg(short = 'w', long = "warmup", value_name = "N")]
+    /// Do not pin to a CPU local to the NIC by default (perftest's --disable_numa).
+    #[arg(long = "disable_numa", conflicts_with = "cpu")]
+    pub disable_numa: bool,
+
+    /// Warm-up iterations per QP and per size, run before the measurement and not counted (16;
+    /// 0 turns warm-up off).
+    #[arg(long = "warmup", value_name = "N")]
     pub warmup: Option<u64>,
 
+    /// perftest's warm-up switch: warm-up is on by default here, so this only refuses
+    /// `--warmup 0` beside it.
+    #[arg(long = "perform_warm_up")]
+    pub perform_warm_up: bool,
+
     /// Check the payload: a pattern per message, verified by the receiver or reader.
-    #[arg(long = "validate")]
+    #[arg(long = "validate", visible_alias = "data_validation")]
     pub validate: bool,
+
+    /// perftest's switch to ibv_post_send: what the tools always use.
+    #[arg(long = "use_old_post_send", hide = true)]
+    pub use_old_post_send: bool,
+
+    /// Seconds to wait before destroying the QPs, CQs and memory at the end (bandwidth tools).
+    #[arg(long = "wait_destroy", value_name = "SECS")]
+    pub wait_destroy: Option<u64>,
 
     /// Seconds to wait for the peer to connect (server) or to accept (client).
     #[arg(long = "wait", value_name = "SECS", default_value_t = 120)]
@@ -332,10 +350,17 @@ impl Params {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let cmd = Params::command()
-            .name(tool.static_name())
-            .about(tool.about());
-        let matches = cmd.try_get_matches_from(args)?;
+        // perftest parses with getopt_long, which takes any unambiguous prefix of a long name.
+        let mut cmd = crate::compat::register(
+            Params::command()
+                .name(tool.static_name())
+                .about(tool.about())
+                .infer_long_args(true),
+        );
+        let matches = cmd.try_get_matches_from_mut(args)?;
+        if let Some(why) = crate::compat::refusal(&matches) {
+            return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, why));
+        }
         Params::from_arg_matches(&matches)
     }
 }
@@ -423,9 +448,13 @@ pub struct Config {
     pub atomic: Option<AtomicType>,
     pub no_peak: bool,
     pub cpu: Option<CpuList>,
+    /// Pin to a CPU local to the NIC when `--cpu` is not given (off with `--disable_numa`).
+    pub auto_pin: bool,
     pub validate: bool,
     /// How long to wait for the peer to connect or accept.
     pub wait: Duration,
+    /// `--wait_destroy`: how long to keep the resources after the run.
+    pub wait_destroy: Option<Duration>,
     /// `--report_gbits` (the header and the units depend on it).
     pub report_gbits: bool,
     /// `--procs N`: this many worker processes (see `procs.rs`).
@@ -446,222 +475,32 @@ pub const MAX_PROCS: u32 = 64;
 
 impl Config {
     /// Checks `p` for `tool` and resolves the defaults. The error is one sentence naming the
-    /// flag and what to do.
+    /// flag and what to do. The steps, in order: transport, sizes, run length, queues, the
+    /// options that belong to some tools only, the output options, then the rest.
     pub fn new(tool: Tool, p: &Params) -> Result<Config, String> {
-        let Tool { kind, metric } = tool;
-        let name = tool.name();
-        let lat = metric == Metric::Lat;
-        let is = |k: TestKind| kind == k;
-
-        // The transport.
-        if p.conn == QpType::Ud && !is(TestKind::Send) {
-            return Err(format!(
-                "-c UD: only the send tools run over UD (unreliable datagrams carry sends \
-                 only); {name} needs RC{}",
-                if is(TestKind::Write) { " or UC" } else { "" }
-            ));
-        }
-        if p.conn == QpType::Uc && (is(TestKind::Read) || is(TestKind::Atomic)) {
-            return Err(format!(
-                "-c UC: UC carries sends and RDMA writes only; {name} needs RC"
-            ));
-        }
-
-        // Sizes.
-        let sizes = if is(TestKind::Atomic) {
-            match p.size {
-                Some(8) | None => {}
-                Some(s) => {
-                    return Err(format!(
-                        "-s {s}: atomic operations work on 8-byte words; use -s 8 or leave -s out"
-                    ))
-                }
-            }
-            // Atomics have one size: -a is accepted (scripts pass it to every tool) and runs 8.
-            Sizes::Single(8)
-        } else if p.all {
-            if let Some(s) = p.size {
-                return Err(format!(
-                    "-a sweeps the sizes 2..{SWEEP_MAX} itself; leave out -s {s} (or drop -a)"
-                ));
-            }
-            let max = if p.conn == QpType::Ud {
-                4096
-            } else {
-                SWEEP_MAX
-            };
-            Sizes::Sweep { max }
-        } else {
-            let s = p.size.unwrap_or(if lat { 2 } else { 65536 });
-            if s == 0 {
-                return Err(
-                    "-s 0: a message must hold at least 1 byte (perftest's smallest is 1)".into(),
-                );
-            }
-            if s > MAX_SIZE {
-                return Err(format!(
-                    "-s {s}: larger than {MAX_SIZE} bytes, the largest message an SGE describes"
-                ));
-            }
-            if p.conn == QpType::Ud && s > 4096 {
-                return Err(format!(
-                    "-s {s}: a UD message must fit one packet (at most the path MTU, 4096 bytes \
-                     at most); use -c RC for larger messages"
-                ));
-            }
-            Sizes::Single(s)
-        };
-
-        // Run length.
-        let mode = match (p.iters, p.duration) {
-            (Some(_), Some(_)) => {
-                return Err("-n and -D both given: run either N iterations or SECS seconds".into())
-            }
-            (Some(0), None) => return Err("-n 0: at least one iteration is needed".into()),
-            (Some(n), None) => RunMode::Iters(n),
-            (None, Some(0)) => return Err("-D 0: the duration must be at least 1 second".into()),
-            (None, Some(d)) if d > MAX_DURATION_SECS => {
-                return Err(format!(
-                    "-D {d}: longer than a day ({MAX_DURATION_SECS} s); split the run"
-                ))
-            }
-            (None, Some(d)) => RunMode::Duration(Duration::from_secs(d)),
-            (None, None) => RunMode::Iters(if tool == Tool::new(TestKind::Write, Metric::Bw) {
-                5000
-            } else {
-                1000
-            }),
-        };
-        if p.all && matches!(mode, RunMode::Duration(_)) && !is(TestKind::Atomic) {
-            return Err(
-                "-a with -D: a sweep runs a number of iterations per size; use -n with -a".into(),
-            );
-        }
-        if let RunMode::Iters(n) = mode {
-            if n >= 1 << 40 {
-                return Err(format!("-n {n}: more than 2^40 iterations per QP"));
-            }
-        }
-
-        // Queues.
-        if p.qps == 0 {
-            return Err("-q 0: at least one QP is needed".into());
-        }
-        if p.qps > MAX_QPS {
-            return Err(format!("-q {}: at most {MAX_QPS} QPs", p.qps));
-        }
-        if lat && p.qps > 1 {
-            return Err(format!(
-                "-q {}: a latency test runs on one QP (ping-pong); use a bandwidth tool for \
-                 several QPs",
-                p.qps
-            ));
-        }
-        let tx_depth = p.tx_depth.unwrap_or(if lat { 1 } else { 128 });
-        if tx_depth == 0 || tx_depth > MAX_DEPTH {
-            return Err(format!(
-                "-t {tx_depth}: the tx depth must be 1..={MAX_DEPTH}"
-            ));
-        }
-        let rx_depth = p
-            .rx_depth
-            .unwrap_or(if is(TestKind::Send) { 512 } else { 1 });
-        if rx_depth == 0 || rx_depth > MAX_DEPTH {
-            return Err(format!(
-                "-r {rx_depth}: the rx depth must be 1..={MAX_DEPTH}"
-            ));
-        }
-        if p.cq_mod == 0 {
-            return Err(
-                "-Q 0: CQ moderation must be at least 1 (1 = every request signaled)".into(),
-            );
-        }
-        if p.post_list == 0 {
-            return Err("-l 0: a post list holds at least 1 work request".into());
-        }
-        if lat && p.post_list > 1 {
-            return Err(format!(
-                "-l {}: a latency test posts one request at a time; post lists are for the \
-                 bandwidth tools",
-                p.post_list
-            ));
-        }
-        if p.post_list > tx_depth {
-            return Err(format!(
-                "-l {} is larger than the tx depth {tx_depth}: a post list must fit the send \
-                 queue (raise -t)",
-                p.post_list
-            ));
-        }
-        if u64::from(p.qps) * u64::from(tx_depth + rx_depth) > u64::from(MAX_DEPTH) {
-            return Err(format!(
-                "-q {} x (tx depth {tx_depth} + rx depth {rx_depth}) completions exceed the \
-                 {MAX_DEPTH} a completion queue may hold; lower -q, -t or -r",
-                p.qps
-            ));
-        }
-
-        // Options that belong to some tools only.
-        if p.bidirectional && lat {
-            return Err(
-                "-b: bidirectional runs are for the bandwidth tools; a latency test is a \
-                 ping-pong already"
-                    .into(),
-            );
-        }
-        if p.outstanding.is_some() && !(is(TestKind::Read) || is(TestKind::Atomic)) {
-            return Err(format!(
-                "-o limits outstanding RDMA reads and atomics; {name} has none"
-            ));
-        }
-        if let Some(o) = p.outstanding {
-            if o == 0 || o > 255 {
-                return Err(format!("-o {o}: outstanding reads/atomics must be 1..=255"));
-            }
-        }
-        if p.atomic_type.is_some() && !is(TestKind::Atomic) {
-            return Err(format!("-A chooses the atomic operation; {name} runs none"));
-        }
-        if let Some(i) = p.inline_size {
-            if is(TestKind::Read) || is(TestKind::Atomic) {
-                return Err(format!(
-                    "-I: {name} sends no payload from this side (reads and atomics carry none), \
-                     so there is nothing to inline"
-                ));
-            }
-            if i > MAX_INLINE {
-                return Err(format!("-I {i}: at most {MAX_INLINE} bytes"));
-            }
-        }
-        if p.events && tool == Tool::new(TestKind::Write, Metric::Lat) {
-            return Err(
-                "-e: vl_write_lat sees the peer's write by polling memory (no completion is \
-                 generated for it), so there is no event to wait for"
-                    .into(),
-            );
-        }
-        if p.qp_timeout > 31 {
-            return Err(format!(
-                "-u {}: the ack timeout exponent is 5 bits (0..=31; 0 = wait forever)",
-                p.qp_timeout
-            ));
-        }
-        if p.validate && is(TestKind::Atomic) {
-            return Err(
-                "--validate checks payloads of write, read and send; atomics carry none".into(),
-            );
-        }
+        check_transport(tool, p)?;
+        let sizes = resolve_sizes(tool, p)?;
+        let mode = resolve_mode(tool, p)?;
+        let (tx_depth, rx_depth) = resolve_queues(tool, p)?;
+        check_tool_options(tool, p)?;
+        check_output_options(tool, p)?;
+        let warmup = resolve_warmup(p)?;
         if p.ib_port == 0 {
             return Err("-i 0: ports are numbered from 1".into());
         }
         if p.wait_secs == 0 {
             return Err("--wait 0: give the peer at least a second".into());
         }
-        let warmup = p.warmup.unwrap_or(16);
-        if warmup >= 1 << 40 {
-            return Err(format!("-w {warmup}: more than 2^40 warm-up iterations"));
+        if let Some(w) = p.wait_destroy {
+            if tool.metric == Metric::Lat {
+                return Err("--wait_destroy is an option of perftest's bandwidth tools".into());
+            }
+            if w > MAX_DURATION_SECS {
+                return Err(format!("--wait_destroy {w}: longer than a day"));
+            }
         }
         let (port, worker) = crate::procs::check_params(tool, p)?;
+        let is = |k: TestKind| tool.kind == k;
 
         Ok(Config {
             tool,
@@ -688,8 +527,10 @@ impl Config {
             atomic: is(TestKind::Atomic).then(|| p.atomic_type.unwrap_or_default()),
             no_peak: p.no_peak,
             cpu: p.cpu.clone(),
+            auto_pin: !p.disable_numa,
             validate: p.validate,
             wait: Duration::from_secs(p.wait_secs),
+            wait_destroy: p.wait_destroy.map(Duration::from_secs),
             report_gbits: p.output.report_gbits,
             procs: p.procs,
             worker,
@@ -750,6 +591,267 @@ impl Config {
     }
 }
 
+/// `-c`: which tools run over which transport.
+fn check_transport(tool: Tool, p: &Params) -> Result<(), String> {
+    let name = tool.name();
+    let is = |k: TestKind| tool.kind == k;
+    if p.conn == QpType::Ud && !is(TestKind::Send) {
+        return Err(format!(
+            "-c UD: only the send tools run over UD (unreliable datagrams carry sends \
+             only); {name} needs RC{}",
+            if is(TestKind::Write) { " or UC" } else { "" }
+        ));
+    }
+    if p.conn == QpType::Uc && (is(TestKind::Read) || is(TestKind::Atomic)) {
+        return Err(format!(
+            "-c UC: UC carries sends and RDMA writes only; {name} needs RC"
+        ));
+    }
+    Ok(())
+}
+
+/// `-s` / `-a`: the message sizes (atomics: always 8 bytes).
+fn resolve_sizes(tool: Tool, p: &Params) -> Result<Sizes, String> {
+    if tool.kind == TestKind::Atomic {
+        return match p.size {
+            // Atomics have one size: -a is accepted (scripts pass it to every tool) and runs 8.
+            Some(8) | None => Ok(Sizes::Single(8)),
+            Some(s) => Err(format!(
+                "-s {s}: atomic operations work on 8-byte words; use -s 8 or leave -s out"
+            )),
+        };
+    }
+    if p.all {
+        if let Some(s) = p.size {
+            return Err(format!(
+                "-a sweeps the sizes 2..{SWEEP_MAX} itself; leave out -s {s} (or drop -a)"
+            ));
+        }
+        let max = if p.conn == QpType::Ud {
+            4096
+        } else {
+            SWEEP_MAX
+        };
+        return Ok(Sizes::Sweep { max });
+    }
+    let s = p
+        .size
+        .unwrap_or(if tool.metric == Metric::Lat { 2 } else { 65536 });
+    if s == 0 {
+        return Err("-s 0: a message must hold at least 1 byte (perftest's smallest is 1)".into());
+    }
+    if s > MAX_SIZE {
+        return Err(format!(
+            "-s {s}: larger than {MAX_SIZE} bytes, the largest message an SGE describes"
+        ));
+    }
+    if p.conn == QpType::Ud && s > 4096 {
+        return Err(format!(
+            "-s {s}: a UD message must fit one packet (at most the path MTU, 4096 bytes \
+             at most); use -c RC for larger messages"
+        ));
+    }
+    Ok(Sizes::Single(s))
+}
+
+/// `-n` / `-D`: how long each size runs.
+fn resolve_mode(tool: Tool, p: &Params) -> Result<RunMode, String> {
+    let mode = match (p.iters, p.duration) {
+        (Some(_), Some(_)) => {
+            return Err("-n and -D both given: run either N iterations or SECS seconds".into())
+        }
+        (Some(0), None) => return Err("-n 0: at least one iteration is needed".into()),
+        (Some(n), None) if n >= 1 << 40 => {
+            return Err(format!("-n {n}: more than 2^40 iterations per QP"))
+        }
+        (Some(n), None) => RunMode::Iters(n),
+        (None, Some(0)) => return Err("-D 0: the duration must be at least 1 second".into()),
+        (None, Some(d)) if d > MAX_DURATION_SECS => {
+            return Err(format!(
+                "-D {d}: longer than a day ({MAX_DURATION_SECS} s); split the run"
+            ))
+        }
+        (None, Some(d)) => RunMode::Duration(Duration::from_secs(d)),
+        (None, None) => RunMode::Iters(if tool == Tool::new(TestKind::Write, Metric::Bw) {
+            5000
+        } else {
+            1000
+        }),
+    };
+    if p.all && matches!(mode, RunMode::Duration(_)) && tool.kind != TestKind::Atomic {
+        return Err(
+            "-a with -D: a sweep runs a number of iterations per size; use -n with -a".into(),
+        );
+    }
+    Ok(mode)
+}
+
+/// `-q`, `-t`, `-r`, `-Q`, `-l`: the queues; returns the tx and rx depths.
+fn resolve_queues(tool: Tool, p: &Params) -> Result<(u32, u32), String> {
+    let lat = tool.metric == Metric::Lat;
+    if p.qps == 0 {
+        return Err("-q 0: at least one QP is needed".into());
+    }
+    if p.qps > MAX_QPS {
+        return Err(format!("-q {}: at most {MAX_QPS} QPs", p.qps));
+    }
+    if lat && p.qps > 1 {
+        return Err(format!(
+            "-q {}: a latency test runs on one QP (ping-pong); use a bandwidth tool for \
+             several QPs",
+            p.qps
+        ));
+    }
+    let tx_depth = p.tx_depth.unwrap_or(if lat { 1 } else { 128 });
+    if tx_depth == 0 || tx_depth > MAX_DEPTH {
+        return Err(format!(
+            "-t {tx_depth}: the tx depth must be 1..={MAX_DEPTH}"
+        ));
+    }
+    let rx_depth = p
+        .rx_depth
+        .unwrap_or(if tool.kind == TestKind::Send { 512 } else { 1 });
+    if rx_depth == 0 || rx_depth > MAX_DEPTH {
+        return Err(format!(
+            "-r {rx_depth}: the rx depth must be 1..={MAX_DEPTH}"
+        ));
+    }
+    if p.cq_mod == 0 {
+        return Err("-Q 0: CQ moderation must be at least 1 (1 = every request signaled)".into());
+    }
+    if p.post_list == 0 {
+        return Err("-l 0: a post list holds at least 1 work request".into());
+    }
+    if lat && p.post_list > 1 {
+        return Err(format!(
+            "-l {}: a latency test posts one request at a time; post lists are for the \
+             bandwidth tools",
+            p.post_list
+        ));
+    }
+    if p.post_list > tx_depth {
+        return Err(format!(
+            "-l {} is larger than the tx depth {tx_depth}: a post list must fit the send \
+             queue (raise -t)",
+            p.post_list
+        ));
+    }
+    if u64::from(p.qps) * u64::from(tx_depth + rx_depth) > u64::from(MAX_DEPTH) {
+        return Err(format!(
+            "-q {} x (tx depth {tx_depth} + rx depth {rx_depth}) completions exceed the \
+             {MAX_DEPTH} a completion queue may hold; lower -q, -t or -r",
+            p.qps
+        ));
+    }
+    Ok((tx_depth, rx_depth))
+}
+
+/// Options that belong to some tools only: `-b`, `-o`, `-A`, `-I`, `-e`, `-u`, `--validate`.
+fn check_tool_options(tool: Tool, p: &Params) -> Result<(), String> {
+    let name = tool.name();
+    let lat = tool.metric == Metric::Lat;
+    let is = |k: TestKind| tool.kind == k;
+    if p.bidirectional && lat {
+        return Err(
+            "-b: bidirectional runs are for the bandwidth tools; a latency test is a \
+             ping-pong already"
+                .into(),
+        );
+    }
+    if p.outstanding.is_some() && !(is(TestKind::Read) || is(TestKind::Atomic)) {
+        return Err(format!(
+            "-o limits outstanding RDMA reads and atomics; {name} has none"
+        ));
+    }
+    if let Some(o) = p.outstanding {
+        if o == 0 || o > 255 {
+            return Err(format!("-o {o}: outstanding reads/atomics must be 1..=255"));
+        }
+    }
+    if p.atomic_type.is_some() && !is(TestKind::Atomic) {
+        return Err(format!("-A chooses the atomic operation; {name} runs none"));
+    }
+    if let Some(i) = p.inline_size {
+        if is(TestKind::Read) || is(TestKind::Atomic) {
+            return Err(format!(
+                "-I: {name} sends no payload from this side (reads and atomics carry none), \
+                 so there is nothing to inline"
+            ));
+        }
+        if i > MAX_INLINE {
+            return Err(format!("-I {i}: at most {MAX_INLINE} bytes"));
+        }
+    }
+    if p.events && tool == Tool::new(TestKind::Write, Metric::Lat) {
+        return Err(
+            "-e: vl_write_lat sees the peer's write by polling memory (no completion is \
+             generated for it), so there is no event to wait for"
+                .into(),
+        );
+    }
+    if p.qp_timeout > 31 {
+        return Err(format!(
+            "-u {}: the ack timeout exponent is 5 bits (0..=31; 0 = wait forever)",
+            p.qp_timeout
+        ));
+    }
+    if p.validate && is(TestKind::Atomic) {
+        return Err(
+            "--validate checks payloads of write, read and send; atomics carry none".into(),
+        );
+    }
+    Ok(())
+}
+
+/// perftest's output options: `-w`/`-y` and `--output=bandwidth|message_rate` belong to the
+/// bandwidth tools, `--output=latency` to the latency tools (perftest refuses the others too).
+fn check_output_options(tool: Tool, p: &Params) -> Result<(), String> {
+    let name = tool.name();
+    let o = &p.output;
+    if tool.metric == Metric::Lat {
+        if let Some(w) = o.limit_bw {
+            return Err(format!(
+                "-w {w}: --limit_bw is a bandwidth floor, and {name} measures latency \
+                 (use --max-lat KEY=USEC)"
+            ));
+        }
+        if let Some(y) = o.limit_msgrate {
+            return Err(format!(
+                "-y {y}: --limit_msgrate is a message-rate floor, and {name} measures latency \
+                 (use --max-lat KEY=USEC)"
+            ));
+        }
+    }
+    if o.verbosity.is_some() && o.format == crate::output::OutputFormat::Table {
+        return Err("--output=UNITS prints bare numbers; leave out --format table".into());
+    }
+    match (o.verbosity, tool.metric) {
+        (Some(Verbosity::Latency), Metric::Bw) => Err(format!(
+            "--output=latency: {name} measures bandwidth; use --output=bandwidth or \
+             --output=message_rate"
+        )),
+        (Some(v @ (Verbosity::Bandwidth | Verbosity::MessageRate)), Metric::Lat) => Err(format!(
+            "--output={}: {name} measures latency; use --output=latency",
+            v.name()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `--warmup N` (16 by default) and perftest's `--perform_warm_up`.
+fn resolve_warmup(p: &Params) -> Result<u64, String> {
+    let warmup = p.warmup.unwrap_or(16);
+    if warmup >= 1 << 40 {
+        return Err(format!(
+            "--warmup {warmup}: more than 2^40 warm-up iterations"
+        ));
+    }
+    if p.perform_warm_up && warmup == 0 {
+        return Err("--perform_warm_up with --warmup 0: choose one".into());
+    }
+    Ok(warmup)
+}
+
 fn on_off(b: bool) -> String {
     if b { "on" } else { "off" }.to_string()
 }
@@ -761,7 +863,7 @@ pub fn describe_param(key: &str) -> &'static str {
         "size" => "message size (-s / -a)",
         "iterations" => "iterations (-n)",
         "duration" => "duration (-D)",
-        "warmup" => "warm-up iterations (-w)",
+        "warmup" => "warm-up iterations (--warmup)",
         "qps" => "number of QPs (-q)",
         "tx_depth" => "tx depth (-t)",
         "rx_depth" => "rx depth (-r)",

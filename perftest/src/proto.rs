@@ -169,7 +169,8 @@ pub struct Tally {
     pub per_qp: Vec<u64>,
 }
 
-/// One measured bandwidth row, sent by the server to the client in bidirectional runs.
+/// One measured bandwidth row: each side sends its own with `-b`; the client sends its row to
+/// the server of a one-way RDMA Write, Read or atomic test (perftest's `xchg_bw_reports`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WireRow {
     pub bytes: u64,

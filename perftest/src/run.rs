@@ -19,7 +19,7 @@ use verbs_lab::verbs::{QpType, Sge};
 
 use crate::conn::{self, Link, LocalDev};
 use crate::engine::Session;
-use crate::output::Reporter;
+use crate::output::{OutputFormat, Reporter};
 use crate::params::{Config, Params, RunMode, Sizes, Tool};
 use crate::proto::{
     check_hello, Accept, ChanError, Channel, Hello, Msg, PeerFailed, Phase, ProtoError, VERSION,
@@ -81,14 +81,18 @@ pub fn main(tool: Tool) -> ExitCode {
         return ExitCode::from(2);
     }
     let mut out = params.output.clone();
-    if !reports_rows(&cfg) && (out.min_bw.is_some() || !out.max_lat.is_empty()) {
-        // Symmetric command lines are the habit: the gates are the measuring side's business.
+    if !measures(&cfg) && out.has_gates() {
+        // Symmetric command lines are the habit: the gates are the measuring side's business
+        // (perftest's server, too, prints the client's row without checking -w/-y).
         eprintln!(
             "{name}: note: the server measures nothing in this test; the gates are checked by \
              the client"
         );
-        out.min_bw = None;
-        out.max_lat.clear();
+        out.clear_gates();
+    }
+    if cfg.is_server() && out.verbosity.is_none() && out.format == OutputFormat::Text {
+        // perftest's server says so before it blocks in accept.
+        print!("{}", crate::report::text::WAITING_BANNER);
     }
     if cfg.procs.is_some() {
         return crate::procs::coordinator_main(&cfg, &out);
@@ -109,9 +113,16 @@ pub fn main(tool: Tool) -> ExitCode {
     }
 }
 
-/// Whether this side of the test produces rows: the client always; the server when it
-/// receives sends (send bandwidth), sends itself (`-b`) or plays ping-pong (send/write latency).
+/// Whether this side of the test prints rows: every side of a bandwidth test (a server that
+/// measured nothing prints the client's rows, as perftest's), and both sides of the send and
+/// write latency ping-pongs; not the passive server of read and atomic latency.
 pub fn reports_rows(cfg: &Config) -> bool {
+    cfg.tool.metric == Metric::Bw || measures(cfg)
+}
+
+/// Whether this side measures its rows itself: the client always; the server when it receives
+/// sends (send bandwidth), sends itself (`-b`) or plays ping-pong (send/write latency).
+pub fn measures(cfg: &Config) -> bool {
     if !cfg.is_server() {
         return true;
     }
@@ -181,6 +192,7 @@ pub fn run_tool(cfg: &Config, sink: &mut dyn RowSink) -> Result<RunResult> {
 fn pin(cfg: &Config, dev: &LocalDev) -> Result<Option<(usize, String)>> {
     let choice = match &cfg.worker {
         Some(w) => crate::procs::worker_cpu(dev.ctx.name(), cfg.cpu.as_ref(), w.index),
+        None if cfg.cpu.is_none() && !cfg.auto_pin => Ok(None),
         None => affinity::choose_cpu(dev.ctx.name(), cfg.cpu.as_ref(), 0),
     }
     .map_err(anyhow::Error::msg)
@@ -339,6 +351,11 @@ fn session(
         }
     };
     s.ch.sync(Phase::Finish, 0)?;
+    if let Some(d) = cfg.wait_destroy {
+        // perftest's --wait_destroy: keep the QPs, CQs and memory a while (for a look with
+        // rdma-tool or the counters) before they are destroyed.
+        std::thread::sleep(d);
+    }
     Ok(RunResult { info, rows })
 }
 

@@ -812,7 +812,7 @@ fn streaming_prints_what_render_text_prints_and_writes_the_files() {
 fn table_mode_prints_everything_at_the_end() {
     let result = lat_run();
     let args = OutputArgs {
-        output: OutputFormat::Table,
+        format: OutputFormat::Table,
         ..OutputArgs::default()
     };
     let cap = Capture::default();
@@ -859,11 +859,11 @@ fn parse(args: &[&str]) -> Result<OutputArgs, clap::Error> {
 fn command_line() {
     Cli::command().debug_assert();
     let a = parse(&[]).unwrap();
-    assert!(!a.report_gbits && a.output == OutputFormat::Text && a.max_lat.is_empty());
+    assert!(!a.report_gbits && a.format == OutputFormat::Text && a.max_lat.is_empty());
     assert!(parse(&["--report_gbits"]).unwrap().report_gbits);
     assert!(parse(&["--report-gbits"]).unwrap().report_gbits);
     let a = parse(&[
-        "--output",
+        "--format",
         "table",
         "--json",
         "r.json",
@@ -877,7 +877,7 @@ fn command_line() {
         "max=100",
     ])
     .unwrap();
-    assert_eq!(a.output, OutputFormat::Table);
+    assert_eq!(a.format, OutputFormat::Table);
     assert_eq!(a.json, Some(PathBuf::from("r.json")));
     assert_eq!(a.min_bw, Some(900.0));
     let keys: Vec<(&str, f64)> = a
@@ -900,7 +900,9 @@ fn malformed_gates_are_refused_by_the_parser() {
         (&["--min-bw=-5"][..], "not a positive bandwidth"),
         (&["--min-bw", "0"][..], "not a positive bandwidth"),
         (&["--min-bw", "lots"][..], "not a positive bandwidth"),
-        (&["--output", "html"][..], "html"),
+        (&["--format", "html"][..], "html"),
+        (&["--output", "table"][..], "table"),
+        (&["-w", "-1"][..], "not a limit"),
     ] {
         let e = parse(args).expect_err(&format!("{args:?}"));
         assert!(

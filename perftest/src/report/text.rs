@@ -3,10 +3,11 @@
 //! (`REPORT_FMT`, `REPORT_FMT_EXT`, `REPORT_FMT_LAT`, `REPORT_FMT_LAT_DUR` in
 //! `perftest_parameters.h`). Scripts that split ib_write_bw's rows on whitespace read ours.
 //!
-//! What differs on purpose: the header says how we exchange endpoints (`Data ex. method`) and
-//! which CPU we run on (`CPU pinned`), and prints GID bytes in hex (perftest prints them in
-//! decimal between colons, which reads like hex and is not). The numbers differ where perftest
-//! is wrong: t_max is the true maximum and t_stdev keeps its fraction (see `stats.rs`).
+//! The header has perftest 6.x's lines in perftest's order and words (Debian 12's 6.06 layout:
+//! `PCIe relax order` and `ibv_wr* API` without upstream's second columns), GID bytes in decimal
+//! as perftest prints them; our own lines (`CPU pinned`, `Processes`) come after perftest's last
+//! (`Data ex. method`). The numbers differ where perftest is wrong: t_max is the true maximum and
+//! t_stdev keeps its fraction (see `stats.rs`).
 //! p99.99 and the median's neighbours live in the table, JSON and CSV, never here.
 
 use std::fmt::Write as _;
@@ -20,6 +21,11 @@ use crate::result::{BwRow, LatRow, Metric, ProcessResult, Rows, RunInfo, RunResu
 /// perftest's `RESULT_LINE`: 87 dashes.
 pub const SEPARATOR: &str =
     "---------------------------------------------------------------------------------------";
+
+/// What perftest's server prints before it waits for the client (with the empty line before).
+pub const WAITING_BANNER: &str = "\n************************************\n\
+                                  * Waiting for client to connect... *\n\
+                                  ************************************\n";
 
 /// The whole text report: [`header`], every row, [`footer`] — exactly what the
 /// [`Reporter`](crate::output::Reporter) streams.
@@ -127,7 +133,7 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
     s.push('\n');
     let _ = writeln!(s, "                    {}", title(info));
     if info.use_events {
-        s.push_str(" Test with events.\n");
+        let _ = writeln!(s, " Test with events. Using {}_comp0", info.device);
     }
     let _ = writeln!(
         s,
@@ -140,6 +146,9 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
         " Connection type : {}\t\tUsing SRQ      : OFF",
         info.conn_type
     );
+    // Memory is never registered with relaxed ordering; posts go through ibv_post_send.
+    s.push_str(" PCIe relax order: OFF\n");
+    s.push_str(" ibv_wr* API     : OFF\n");
     // Which depths matter on this side: the send queue on a side that posts sends (the client of
     // a one-way bandwidth test, both sides of a latency or bidirectional test), the receive
     // queue on a side that receives sends.
@@ -169,7 +178,8 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
         );
     }
     s.push_str(" rdma_cm QPs\t : OFF\n");
-    line(&mut s, "Data ex. method", &"TCP (verbs-lab)");
+    // perftest's words for an exchange over a TCP socket; ours is the verbs-lab protocol.
+    line(&mut s, "Data ex. method", &"Ethernet");
     if procs.is_empty() {
         match &info.cpu {
             Some((cpu, why)) => line(&mut s, "CPU pinned", &format_args!("{cpu} ({why})")),
@@ -220,12 +230,14 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
     s
 }
 
-/// The 16 bytes of a GID, colon-separated, in hex; text that is not a GID is printed as given.
+/// The 16 bytes of a GID as perftest prints them: colon-separated, each in decimal with at
+/// least two digits (`%02d`: `...:255:255:192:168:77:01`); text that is not a GID is printed as
+/// given.
 fn gid_bytes(gid: &str) -> String {
     match Gid::from_str(gid) {
         Ok(g) => {
             g.0.iter()
-                .map(|b| format!("{b:02x}"))
+                .map(|b| format!("{b:02}"))
                 .collect::<Vec<_>>()
                 .join(":")
         }
@@ -302,6 +314,19 @@ pub fn lat_row(info: &RunInfo, row: &LatRow) -> String {
         cfix(st.p99_us, 7, 2),
         cfix(st.p999_us, 7, 2)
     )
+}
+
+/// One row as perftest's `--output=bandwidth|message_rate` prints it: the number alone, `%lf`.
+pub fn bare_bw(row: &BwRow, v: crate::output::Verbosity, unit: BwUnit) -> String {
+    match v {
+        crate::output::Verbosity::MessageRate => format!("{}\n", cfix(row.msg_rate_mpps, 0, 6)),
+        _ => format!("{}\n", cfix(unit.convert(row.avg_bps), 0, 6)),
+    }
+}
+
+/// One row as perftest's `--output=latency` prints it: t_avg in microseconds alone, `%lf`.
+pub fn bare_lat(row: &LatRow) -> String {
+    format!("{}\n", cfix(row.stats.avg_us, 0, 6))
 }
 
 /// The closing separator.
