@@ -14,7 +14,7 @@ use clap::{CommandFactory, Parser};
 use vl_perftest::gates::{check_applicable, EXIT_GATE_FAILED};
 use vl_perftest::output::{
     check_gates, render_csv, render_json, render_table, render_text, GateOutcome, OutputArgs,
-    OutputFormat, Reporter,
+    OutputFormat, Reporter, Verbosity,
 };
 use vl_perftest::report::{endpoint_line, text};
 use vl_perftest::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult, TestKind};
@@ -384,8 +384,8 @@ fn header_block_reads_like_perftest() {
         " CPU pinned      : 2 (NIC-local: rxe0 NUMA node 0 CPUs 0-3)",
         " local address: LID 0000 QPN 0x0011 PSN 0x3a5b1c RKey 0x001a2b VAddr 0x0055d5c0a01000",
         " remote address: LID 0000 QPN 0x0012 PSN 0xc4d2e RKey 0x002b3c VAddr 0x0056031f402000",
-        " GID: 00:00:00:00:00:00:00:00:00:00:ff:ff:c0:a8:4d:01",
-        " GID: 00:00:00:00:00:00:00:00:00:00:ff:ff:c0:a8:4d:02",
+        " GID: 00:00:00:00:00:00:00:00:00:00:255:255:192:168:77:01",
+        " GID: 00:00:00:00:00:00:00:00:00:00:255:255:192:168:77:02",
     ] {
         assert!(
             text.lines().any(|l| l == line),
@@ -902,7 +902,7 @@ fn malformed_gates_are_refused_by_the_parser() {
         (&["--min-bw", "lots"][..], "not a positive bandwidth"),
         (&["--format", "html"][..], "html"),
         (&["--output", "table"][..], "table"),
-        (&["-w", "-1"][..], "not a limit"),
+        (&["--limit_bw=-1"][..], "not a limit"),
     ] {
         let e = parse(args).expect_err(&format!("{args:?}"));
         assert!(
@@ -1059,4 +1059,116 @@ fn finish_reports_a_missed_gate() {
         ])
     );
     assert_eq!(outcome.exit_code(), ExitCode::from(EXIT_GATE_FAILED));
+}
+
+// ---------------------------------------------------------------------------------------------
+// perftest's server rows, -q, --output=UNITS and -w/-y
+
+/// The server of a one-way write test with `-q 2 -n 5000`: perftest's server prints the
+/// client's row (xchg_bw_reports), and #iterations counts both QPs' messages.
+fn server_q2() -> RunResult {
+    let mut info = bw_info();
+    info.role = "server".into();
+    info.qps = 2;
+    info.local_endpoints.push(endpoint_line(
+        0,
+        0x13,
+        0x1a2b3c,
+        None,
+        Some((0x1a2c, 0x55d5_c0a1_1000)),
+    ));
+    info.remote_endpoints.push(endpoint_line(
+        0,
+        0x14,
+        0x2b3c4d,
+        None,
+        Some((0x2b3d, 0x5603_1f41_2000)),
+    ));
+    RunResult {
+        info,
+        rows: Rows::Bw(vec![bw_row(65536, 10000, 1187.44, 1163.05)]),
+    }
+}
+
+#[test]
+fn golden_server_rows_and_q() {
+    let r = server_q2();
+    golden("server_q2.txt", &render_text(&r, false));
+    let text = render_text(&r, false);
+    assert!(!text.contains("TX depth"), "perftest's server shows no TX depth");
+    let rows = parsed_rows(&text, PERFTEST_BW_HEADER);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0][1], 10000.0, "#iterations: -n x -q");
+}
+
+/// What `--output=UNITS` prints for `result` through the reporter.
+fn bare(result: &RunResult, v: Verbosity, gbits: bool) -> String {
+    let args = OutputArgs {
+        verbosity: Some(v),
+        report_gbits: gbits,
+        ..OutputArgs::default()
+    };
+    let cap = Capture::default();
+    let mut rep = Reporter::with_writer(&args, Box::new(cap.clone()));
+    rep.header(&result.info);
+    if let Rows::Bw(rows) = &result.rows {
+        rep.bw_row(&result.info, &rows[0]);
+    }
+    rep.finish(result).unwrap();
+    cap.text()
+}
+
+#[test]
+fn golden_output_units() {
+    let out = format!(
+        "--output=bandwidth\n{}--output=bandwidth --report_gbits\n{}--output=message_rate\n{}\
+         --output=latency\n{}",
+        bare(&bw_sweep(), Verbosity::Bandwidth, false),
+        bare(&bw_gbits(), Verbosity::Bandwidth, true),
+        bare(&bw_sweep(), Verbosity::MessageRate, false),
+        bare(&lat_run(), Verbosity::Latency, false),
+    );
+    golden("output_units.txt", &out);
+    // perftest prints "%lf\n": one number per size and nothing else.
+    let b = bare(&bw_sweep(), Verbosity::Bandwidth, false);
+    assert_eq!(b, "1.870000\n1163.050000\n1201.180000\n");
+}
+
+#[test]
+fn perftest_limits_fail_with_perftests_error_line() {
+    let args = OutputArgs {
+        limit_bw: Some(1200.0),
+        ..OutputArgs::default()
+    };
+    let GateOutcome::Failed(m) = check_gates(&bw_sweep(), &args) else {
+        panic!("-w 1200 passed rows of 1.87 and 1163.05 MiB/s")
+    };
+    assert_eq!(m[0], "Error: BW result is below bw limit");
+    assert_eq!(m.len(), 3, "{m:?}");
+    assert!(m[1].contains("at 2 bytes") && m[2].contains("at 65536 bytes"), "{m:?}");
+    let args = OutputArgs {
+        limit_msgrate: Some(0.5),
+        ..OutputArgs::default()
+    };
+    let GateOutcome::Failed(m) = check_gates(&bw_sweep(), &args) else {
+        panic!("-y 0.5 passed")
+    };
+    assert_eq!(m[0], "Error: Msg rate  is below msg_rate limit");
+    // Limits at or below every row pass; 0 always passes (perftest: `limit > measured` fails).
+    for (w, y) in [(1.87, 0.0), (0.0, 0.000_15)] {
+        let args = OutputArgs {
+            limit_bw: Some(w),
+            limit_msgrate: Some(y),
+            ..OutputArgs::default()
+        };
+        assert_eq!(check_gates(&bw_sweep(), &args), GateOutcome::Passed, "-w {w} -y {y}");
+    }
+    // In Gb/s with --report_gbits, as perftest.
+    let args = OutputArgs {
+        limit_bw: Some(0.02),
+        report_gbits: true,
+        ..OutputArgs::default()
+    };
+    assert!(!check_gates(&bw_sweep(), &args).passed(), "1.87 MiB/s = 0.0157 Gb/s < 0.02 Gb/s");
+    assert!(check_applicable(&args, Metric::Lat).is_err());
 }
