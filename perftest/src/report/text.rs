@@ -149,17 +149,16 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
     // Memory is never registered with relaxed ordering; posts go through ibv_post_send.
     s.push_str(" PCIe relax order: OFF\n");
     s.push_str(" ibv_wr* API     : OFF\n");
-    // Which depths matter on this side: the send queue on a side that posts sends (the client of
-    // a one-way bandwidth test, both sides of a latency or bidirectional test), the receive
-    // queue on a side that receives sends.
-    let both_post = info.bidirectional || info.metric == Metric::Lat;
-    if info.role != "server" || both_post {
+    // perftest's rule: the TX depth on the client (and both sides of -b), the RX depth of the
+    // send tools on the server (and both sides of -b); latency tests count as one-way here.
+    let client = info.role != "server";
+    if client || info.bidirectional {
         line(&mut s, "TX depth", &info.tx_depth);
     }
     if info.post_list > 1 {
         line(&mut s, "Post List", &info.post_list);
     }
-    if info.test == TestKind::Send && (info.role == "server" || both_post) {
+    if info.test == TestKind::Send && (!client || info.bidirectional) {
         line(&mut s, "RX depth", &info.rx_depth);
     }
     if info.metric == Metric::Bw {
