@@ -263,12 +263,12 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "out_json",
         false,
-        Refused("not supported yet; --json FILE writes our richer document"),
+        Same("perftest's keys; every size of -a under all_results (perftest keeps the last only)"),
     ),
     long(
         "out_json_file",
         true,
-        Refused("not supported yet; --json FILE writes our richer document"),
+        Same("implies --out_json (perftest writes nothing without --out_json)"),
     ),
     long("cpu_util", false, Refused("not supported yet")),
     long(

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 
 pub use crate::gates::{check_gates, GateOutcome, LatGate, EXIT_GATE_FAILED};
-pub use crate::report::{render_csv, render_json, render_table, render_text};
+pub use crate::report::{render_csv, render_json, render_perftest_json, render_table, render_text};
 use crate::report::{render_csv_procs, render_json_procs, render_table_procs, text, BwUnit};
 use crate::result::{BwRow, LatRow, ProcessResult, Rows, RunInfo, RunResult};
 
@@ -81,6 +81,15 @@ pub struct OutputArgs {
     /// Write the run as one JSON document: parameters, device, GID, CPU, version, every row.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+
+    /// perftest's JSON file (perftest's keys: "test_info", "results"; every size under
+    /// "all_results"), to --out_json_file or perftest_out.json.
+    #[arg(long = "out_json")]
+    pub out_json: bool,
+
+    /// The file of --out_json (implies --out_json).
+    #[arg(long = "out_json_file", value_name = "FILE")]
+    pub out_json_file: Option<PathBuf>,
 
     /// Write the rows as CSV, one line per message size.
     #[arg(long, value_name = "FILE")]
@@ -273,7 +282,7 @@ impl Reporter {
                         .skip(self.rows_done)
                         .for_each(|r| rest.push_str(&text::lat_row(info, r))),
                 }
-                rest.push_str(&text::footer());
+                rest.push_str(&text::footer(info));
                 self.emit(&rest);
             }
             OutputFormat::Table => {
@@ -288,6 +297,15 @@ impl Reporter {
         }
         if let Some(path) = &self.args.csv {
             write_file(path, "--csv", &render_csv_procs(result, procs, gbits))?;
+        }
+        if self.args.out_json || self.args.out_json_file.is_some() {
+            let path = self
+                .args
+                .out_json_file
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(crate::report::perftest_json::DEFAULT_FILE));
+            let text = render_perftest_json(result, self.args.verbosity, gbits);
+            write_file(&path, "--out_json", &text)?;
         }
 
         if let Err(e) = crate::gates::check_applicable(&self.args, info.metric) {

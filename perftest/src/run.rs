@@ -380,8 +380,10 @@ fn receive_sges(link: &Link) -> Result<Vec<Vec<Sge>>> {
 /// The header's facts.
 fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo {
     let kind = cfg.tool.kind;
-    let rdma = matches!(kind, TestKind::Write | TestKind::Read | TestKind::Atomic);
-    let reads = matches!(kind, TestKind::Read | TestKind::Atomic);
+    // perftest's address lines: OUT for reads, RKey and VAddr for writes and reads (its atomic
+    // and send tests print neither).
+    let rdma = matches!(kind, TestKind::Write | TestKind::Read);
+    let reads = kind == TestKind::Read;
     let lines = |eps: &crate::proto::Endpoints| -> Vec<String> {
         eps.qps
             .iter()

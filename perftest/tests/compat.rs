@@ -111,8 +111,12 @@ fn every_perftest_option_is_accepted_or_refused_by_name() {
     assert!(listed.len() > 150, "the list looks truncated");
     let mut checked = 0;
     for l in &listed {
-        let o = compat::find(&l.long)
-            .unwrap_or_else(|| panic!("--{} is in tests/perftest-options, not in compat::OPTIONS", l.long));
+        let o = compat::find(&l.long).unwrap_or_else(|| {
+            panic!(
+                "--{} is in tests/perftest-options, not in compat::OPTIONS",
+                l.long
+            )
+        });
         assert_eq!(o.short, l.short, "--{}: short letter", l.long);
         assert_eq!(o.takes_value, l.value.is_some(), "--{}: value", l.long);
         if matches!(o.long, "help" | "version") {
@@ -128,16 +132,24 @@ fn every_perftest_option_is_accepted_or_refused_by_name() {
                 match o.status {
                     Status::Same(_) | Status::NoOp(_) => {
                         if let Err(e) = got {
-                            panic!("{} {args:?}: perftest accepts it, we refuse: {e}", tool.name())
+                            panic!(
+                                "{} {args:?}: perftest accepts it, we refuse: {e}",
+                                tool.name()
+                            )
                         }
                     }
                     Status::Refused(why) => {
                         let e = match got {
-                            Ok(_) => panic!("{} {args:?}: accepted, but the table refuses it", tool.name()),
+                            Ok(_) => panic!(
+                                "{} {args:?}: accepted, but the table refuses it",
+                                tool.name()
+                            ),
                             Err(e) => e,
                         };
                         assert!(
-                            e.contains(&format!("--{}", l.long)) && e.contains("refused") && e.contains(why),
+                            e.contains(&format!("--{}", l.long))
+                                && e.contains("refused")
+                                && e.contains(why),
                             "{} {args:?}: the refusal must name the option and say why: {e}",
                             tool.name()
                         );
@@ -171,13 +183,23 @@ fn perftest_meanings() {
     assert_eq!(p.output.limit_msgrate, Some(0.25));
     assert_eq!(p.output.verbosity, Some(Verbosity::MessageRate));
     let p = a(wbw, "--limit_bw=3 --limit_msgrate 1 --output bandwidth");
-    assert_eq!((p.output.limit_bw, p.output.limit_msgrate), (Some(3.0), Some(1.0)));
+    assert_eq!(
+        (p.output.limit_bw, p.output.limit_msgrate),
+        (Some(3.0), Some(1.0))
+    );
     assert_eq!(p.output.verbosity, Some(Verbosity::Bandwidth));
-    assert_eq!(a(wlat, "--output=latency").output.verbosity, Some(Verbosity::Latency));
+    assert_eq!(
+        a(wlat, "--output=latency").output.verbosity,
+        Some(Verbosity::Latency)
+    );
     // getopt_long takes unambiguous prefixes; so do we.
     assert!(a(wbw, "--report_gbit").output.report_gbits);
     assert_eq!(a(wbw, "--limit_b 2").output.limit_bw, Some(2.0));
-    let c = Config::new(wbw, &a(wbw, "--pin_cores 0-1 --data_validation --wait_destroy 2")).unwrap();
+    let c = Config::new(
+        wbw,
+        &a(wbw, "--pin_cores 0-1 --data_validation --wait_destroy 2"),
+    )
+    .unwrap();
     assert_eq!(c.cpu.unwrap().to_string(), "0-1");
     assert!(c.validate);
     assert_eq!(c.wait_destroy, Some(Duration::from_secs(2)));
@@ -222,7 +244,9 @@ fn the_compatibility_page_shows_the_parsers_table() {
     const END: &str = "<!-- /options -->";
     let path = repo().join("docs/perftest-compat.md");
     let page = std::fs::read_to_string(&path).expect("docs/perftest-compat.md");
-    let (head, rest) = page.split_once(BEGIN).expect("the page has the BEGIN marker");
+    let (head, rest) = page
+        .split_once(BEGIN)
+        .expect("the page has the BEGIN marker");
     let (table, tail) = rest.split_once(END).expect("the page has the END marker");
     let want = expected_table();
     if table != want {
@@ -248,7 +272,10 @@ fn the_compatibility_page_shows_the_parsers_table() {
     }
     // Every status word is explained on the page, and no option is left silent.
     for w in ["same", "no-op", "refused"] {
-        assert!(head.contains(&format!("**{w}**")), "the page explains '{w}'");
+        assert!(
+            head.contains(&format!("**{w}**")),
+            "the page explains '{w}'"
+        );
     }
     assert!(compat::OPTIONS.iter().all(|o| match o.status {
         Status::NoOp(t) | Status::Refused(t) => !t.is_empty(),

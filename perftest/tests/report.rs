@@ -13,8 +13,8 @@ use std::time::Duration;
 use clap::{CommandFactory, Parser};
 use vl_perftest::gates::{check_applicable, EXIT_GATE_FAILED};
 use vl_perftest::output::{
-    check_gates, render_csv, render_json, render_table, render_text, GateOutcome, OutputArgs,
-    OutputFormat, Reporter, Verbosity,
+    check_gates, render_csv, render_json, render_perftest_json, render_table, render_text,
+    GateOutcome, OutputArgs, OutputFormat, Reporter, Verbosity,
 };
 use vl_perftest::report::{endpoint_line, text};
 use vl_perftest::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult, TestKind};
@@ -1095,7 +1095,10 @@ fn golden_server_rows_and_q() {
     let r = server_q2();
     golden("server_q2.txt", &render_text(&r, false));
     let text = render_text(&r, false);
-    assert!(!text.contains("TX depth"), "perftest's server shows no TX depth");
+    assert!(
+        !text.contains("TX depth"),
+        "perftest's server shows no TX depth"
+    );
     let rows = parsed_rows(&text, PERFTEST_BW_HEADER);
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0][1], 10000.0, "#iterations: -n x -q");
@@ -1145,7 +1148,10 @@ fn perftest_limits_fail_with_perftests_error_line() {
     };
     assert_eq!(m[0], "Error: BW result is below bw limit");
     assert_eq!(m.len(), 3, "{m:?}");
-    assert!(m[1].contains("at 2 bytes") && m[2].contains("at 65536 bytes"), "{m:?}");
+    assert!(
+        m[1].contains("at 2 bytes") && m[2].contains("at 65536 bytes"),
+        "{m:?}"
+    );
     let args = OutputArgs {
         limit_msgrate: Some(0.5),
         ..OutputArgs::default()
@@ -1161,7 +1167,11 @@ fn perftest_limits_fail_with_perftests_error_line() {
             limit_msgrate: Some(y),
             ..OutputArgs::default()
         };
-        assert_eq!(check_gates(&bw_sweep(), &args), GateOutcome::Passed, "-w {w} -y {y}");
+        assert_eq!(
+            check_gates(&bw_sweep(), &args),
+            GateOutcome::Passed,
+            "-w {w} -y {y}"
+        );
     }
     // In Gb/s with --report_gbits, as perftest.
     let args = OutputArgs {
@@ -1169,6 +1179,41 @@ fn perftest_limits_fail_with_perftests_error_line() {
         report_gbits: true,
         ..OutputArgs::default()
     };
-    assert!(!check_gates(&bw_sweep(), &args).passed(), "1.87 MiB/s = 0.0157 Gb/s < 0.02 Gb/s");
+    assert!(
+        !check_gates(&bw_sweep(), &args).passed(),
+        "1.87 MiB/s = 0.0157 Gb/s < 0.02 Gb/s"
+    );
     assert!(check_applicable(&args, Metric::Lat).is_err());
+}
+
+#[test]
+fn golden_out_json() {
+    let bw = render_perftest_json(&bw_sweep(), None, false);
+    golden("out_json_bw.json", &bw);
+    golden(
+        "out_json_lat.json",
+        &render_perftest_json(&lat_run(), None, false),
+    );
+    golden(
+        "out_json_bw_output_bandwidth.json",
+        &render_perftest_json(&bw_sweep(), Some(Verbosity::Bandwidth), false),
+    );
+    // Valid JSON, perftest's keys, the last size in "results" and every size in "all_results".
+    let J::Obj(doc) = parse_json(&bw).unwrap() else {
+        panic!("not an object")
+    };
+    let keys: Vec<&str> = doc.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["test_info", "results", "all_results"]);
+    assert!(bw.contains("\"test\": \"RDMA_Write_BW_Test\""), "{bw}");
+    assert!(bw.contains("\"BW_average\": 1201.18"), "{bw}");
+    let lat = render_perftest_json(&lat_run(), None, false);
+    for k in [
+        "t_typical",
+        "percentile_99",
+        "percentile_99.9",
+        "Latency_Test",
+    ] {
+        assert!(lat.contains(k), "{k}: {lat}");
+    }
+    assert!(parse_json(&lat).is_ok());
 }

@@ -37,7 +37,7 @@ pub fn render_text(result: &RunResult, report_gbits: bool) -> String {
         Rows::Bw(rows) => rows.iter().for_each(|r| out.push_str(&bw_row(r, unit))),
         Rows::Lat(rows) => rows.iter().for_each(|r| out.push_str(&lat_row(info, r))),
     }
-    out.push_str(&footer());
+    out.push_str(&footer(info));
     out
 }
 
@@ -57,7 +57,7 @@ pub fn render_text_procs(
         Rows::Bw(rows) => out.push_str(&procs_rows(rows, procs, unit)),
         Rows::Lat(rows) => rows.iter().for_each(|r| out.push_str(&lat_row(info, r))),
     }
-    out.push_str(&footer());
+    out.push_str(&footer(info));
     out
 }
 
@@ -224,9 +224,19 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
     }
     s.push_str(SEPARATOR);
     s.push('\n');
-    s.push_str(&column_header(info, unit));
-    s.push('\n');
+    if !passive(info) {
+        s.push_str(&column_header(info, unit));
+        s.push('\n');
+    }
     s
+}
+
+/// The server of a read or atomic latency test: it only serves the client's operations and,
+/// like perftest's, prints no column header, no row and no closing separator.
+pub fn passive(info: &RunInfo) -> bool {
+    info.role == "server"
+        && info.metric == Metric::Lat
+        && matches!(info.test, TestKind::Read | TestKind::Atomic)
 }
 
 /// The 16 bytes of a GID as perftest prints them: colon-separated, each in decimal with at
@@ -328,7 +338,11 @@ pub fn bare_lat(row: &LatRow) -> String {
     format!("{}\n", cfix(row.stats.avg_us, 0, 6))
 }
 
-/// The closing separator.
-pub fn footer() -> String {
-    format!("{SEPARATOR}\n")
+/// The closing separator (none on a [`passive`] server).
+pub fn footer(info: &RunInfo) -> String {
+    if passive(info) {
+        String::new()
+    } else {
+        format!("{SEPARATOR}\n")
+    }
 }
