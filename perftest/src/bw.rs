@@ -162,6 +162,24 @@ pub struct Measured {
 }
 
 impl Measured {
+    /// perftest's `-f/--margin` of a `-D` run: only the completions between `margin` after the
+    /// start and `margin` before the end of the duration `d` count, read from the log of
+    /// completion counts the loop kept anyway (to within one log window). A run too short to
+    /// hold two log entries inside the margins keeps its whole span.
+    pub fn within_margin(self, log: &PeakLog, d: Duration, margin: Duration) -> Measured {
+        let from = self.start + margin;
+        let to = self.start + d.saturating_sub(margin);
+        match log.between(from, to) {
+            Some((msgs, start, end)) => Measured {
+                msgs,
+                start,
+                end,
+                ..self
+            },
+            None => self,
+        }
+    }
+
     /// The report row for `size` bytes per message.
     pub fn row(&self, size: u64, no_peak: bool) -> BwRow {
         let elapsed = self.end.saturating_duration_since(self.start);
@@ -240,6 +258,21 @@ impl PeakLog {
             self.window *= 2;
             self.next = self.counts[k - 1] + self.window;
         }
+    }
+
+    /// The completions logged between `from` and `to`: the count between the first entry at or
+    /// after `from` and the last at or before `to`, with their times (`None` without two such
+    /// entries).
+    pub fn between(&self, from: Instant, to: Instant) -> Option<(u64, Instant, Instant)> {
+        let i = self.times.iter().position(|t| *t >= from)?;
+        let j = self.times.iter().rposition(|t| *t <= to)?;
+        (j > i).then(|| {
+            (
+                self.counts[j] - self.counts[i],
+                self.times[i],
+                self.times[j],
+            )
+        })
     }
 
     /// The best bandwidth over any stretch of at least `min_window` completions, in bytes per
@@ -701,6 +734,9 @@ fn phase(
                 tx_log.peak(size, min_win)
             },
         });
+        if let (RunMode::Duration(d), Some(margin)) = (mode, cfg.margin) {
+            out.tx = out.tx.map(|m| m.within_margin(&tx_log, d, margin));
+        }
     }
     if receives {
         let msgs = rx.total;
@@ -715,6 +751,9 @@ fn phase(
                 rx_log.peak(size, min_win)
             },
         });
+        if let (RunMode::Duration(d), Some(margin)) = (mode, cfg.margin) {
+            out.rx = out.rx.map(|m| m.within_margin(&rx_log, d, margin));
+        }
         if !lossy {
             if let Some(t) = &watch.tally {
                 for (q, (r, w)) in rx.received.iter().zip(&t.per_qp).enumerate() {
@@ -853,6 +892,27 @@ mod tests {
         // 1 completion per µs of 8 bytes = 8e6 B/s, whatever the window.
         let p = log.peak(8, 1000);
         assert!((p - 8e6).abs() < 1e3, "{p}");
+    }
+
+    #[test]
+    fn margins_cut_the_ramp_and_the_drain() {
+        let t0 = Instant::now();
+        let mut log = PeakLog::new(10, t0);
+        // 100 completions a second for 4 s, logged every 10.
+        for k in 1..=40u64 {
+            log.record(k * 10, t0 + Duration::from_millis(100 * k));
+        }
+        let whole = Measured {
+            msgs: 400,
+            start: t0,
+            end: t0 + Duration::from_secs(4),
+            peak_bps: 0.0,
+        };
+        let m = whole.within_margin(&log, Duration::from_secs(4), Duration::from_secs(1));
+        assert_eq!(m.msgs, 200, "1 s .. 3 s");
+        assert_eq!(m.end.duration_since(m.start), Duration::from_secs(2));
+        let m = whole.within_margin(&log, Duration::from_secs(4), Duration::from_secs(2));
+        assert_eq!(m.msgs, 400, "no room inside the margins: the whole run");
     }
 
     #[test]

@@ -136,7 +136,7 @@ pub const OPTIONS: &[PerftestOption] = &[
         'f',
         "margin",
         true,
-        Refused("not supported yet: -D measures the whole duration (after --warmup iterations)"),
+        Same("bandwidth tools, -D only, default a quarter of -D; refused by the latency tools"),
     ),
     opt(
         'F',

@@ -195,6 +195,11 @@ pub struct Params {
     #[arg(short = 'D', long = "duration", value_name = "SECS")]
     pub duration: Option<u64>,
 
+    /// Margins of a -D run (bandwidth tools): the first and last SECS seconds are not measured
+    /// (perftest's default: a quarter of the duration).
+    #[arg(short = 'f', long = "margin", value_name = "SECS")]
+    pub margin: Option<u64>,
+
     /// Number of QPs (bandwidth tools).
     #[arg(short = 'q', long = "qp", value_name = "N", default_value_t = 1)]
     pub qps: u32,
@@ -427,6 +432,8 @@ pub struct Config {
     pub gid_index: Option<u32>,
     pub sizes: Sizes,
     pub mode: RunMode,
+    /// `-f/--margin` of a `-D` bandwidth run: not measured at either end (`None`: 0).
+    pub margin: Option<Duration>,
     /// Warm-up iterations per QP and size.
     pub warmup: u64,
     pub qps: u32,
@@ -481,6 +488,7 @@ impl Config {
         check_transport(tool, p)?;
         let sizes = resolve_sizes(tool, p)?;
         let mode = resolve_mode(tool, p)?;
+        let margin = resolve_margin(tool, p, mode)?;
         let (tx_depth, rx_depth) = resolve_queues(tool, p)?;
         check_tool_options(tool, p)?;
         check_output_options(tool, p)?;
@@ -511,6 +519,7 @@ impl Config {
             gid_index: p.gid_index,
             sizes,
             mode,
+            margin,
             warmup,
             qps: p.qps,
             tx_depth,
@@ -684,6 +693,40 @@ fn resolve_mode(tool: Tool, p: &Params) -> Result<RunMode, String> {
         );
     }
     Ok(mode)
+}
+
+/// `-f/--margin`: perftest's margins of a `-D` run, a quarter of the duration by default (in
+/// whole seconds); the duration must exceed both margins.
+fn resolve_margin(tool: Tool, p: &Params, mode: RunMode) -> Result<Option<Duration>, String> {
+    let d = match mode {
+        RunMode::Duration(d) => d.as_secs(),
+        RunMode::Iters(_) => {
+            return match p.margin {
+                Some(f) => Err(format!(
+                    "-f {f}: margins cut the ends of a -D run; add -D SECS (or leave -f out)"
+                )),
+                None => Ok(None),
+            }
+        }
+    };
+    if tool.metric == Metric::Lat {
+        return match p.margin {
+            Some(f) => Err(format!(
+                "-f {f}: --margin is refused by the latency tools: they measure the whole -D \
+                 duration (use a bandwidth tool for margins)"
+            )),
+            None => Ok(None),
+        };
+    }
+    let f = p.margin.unwrap_or(d / 4);
+    if d <= 2 * f {
+        return Err(format!(
+            "-f {f}: the two margins ({} s) leave nothing of -D {d} to measure; lower -f or \
+             raise -D",
+            2 * f
+        ));
+    }
+    Ok((f > 0).then(|| Duration::from_secs(f)))
 }
 
 /// `-q`, `-t`, `-r`, `-Q`, `-l`: the queues; returns the tx and rx depths.

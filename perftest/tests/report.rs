@@ -1189,13 +1189,13 @@ fn perftest_limits_fail_with_perftests_error_line() {
 #[test]
 fn golden_out_json() {
     let bw = render_perftest_json(&bw_sweep(), None, false);
-    golden("out_json_bw.json", &bw);
+    golden("bw.out_json", &bw);
     golden(
-        "out_json_lat.json",
+        "lat.out_json",
         &render_perftest_json(&lat_run(), None, false),
     );
     golden(
-        "out_json_bw_output_bandwidth.json",
+        "bw_output_bandwidth.out_json",
         &render_perftest_json(&bw_sweep(), Some(Verbosity::Bandwidth), false),
     );
     // Valid JSON, perftest's keys, the last size in "results" and every size in "all_results".
