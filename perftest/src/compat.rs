@@ -412,7 +412,14 @@ pub const OPTIONS: &[PerftestOption] = &[
          first)",
         ),
     ),
-    long("run_infinitely", false, Refused("not supported yet")),
+    long(
+        "run_infinitely",
+        false,
+        Same(
+            "a row every -D seconds (5 by default); SIGINT or SIGTERM on the client ends it \
+             cleanly after the period under way (exit 0)",
+        ),
+    ),
     long("retry_count", true, RDMA_CM),
     long(
         "tclass",

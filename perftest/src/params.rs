@@ -195,6 +195,11 @@ pub struct Params {
     #[arg(short = 'D', long = "duration", value_name = "SECS")]
     pub duration: Option<u64>,
 
+    /// Run until stopped (SIGINT or SIGTERM on the client), printing a row every -D seconds
+    /// (5 by default); both sides must give it (bandwidth tools).
+    #[arg(long = "run_infinitely")]
+    pub run_infinitely: bool,
+
     /// Margins of a -D run (bandwidth tools): the first and last SECS seconds are not measured
     /// (perftest's default: a quarter of the duration).
     #[arg(short = 'f', long = "margin", value_name = "SECS")]
@@ -434,6 +439,8 @@ pub struct Config {
     pub mode: RunMode,
     /// `-f/--margin` of a `-D` bandwidth run: not measured at either end (`None`: 0).
     pub margin: Option<Duration>,
+    /// `--run_infinitely`: periods of `mode`'s duration until the client is stopped.
+    pub run_infinitely: bool,
     /// Warm-up iterations per QP and size.
     pub warmup: u64,
     pub qps: u32,
@@ -487,9 +494,27 @@ impl Config {
     pub fn new(tool: Tool, p: &Params) -> Result<Config, String> {
         check_transport(tool, p)?;
         let sizes = resolve_sizes(tool, p)?;
-        let mode = resolve_mode(tool, p)?;
-        let margin = resolve_margin(tool, p, mode)?;
+        let (mode, margin) = if p.run_infinitely {
+            check_run_infinitely(tool, p)?
+        } else {
+            let mode = resolve_mode(tool, p)?;
+            (mode, resolve_margin(tool, p, mode)?)
+        };
         let (tx_depth, rx_depth) = resolve_queues(tool, p)?;
+        // perftest's force_dependecies: a queue deeper than the iterations of a counted run is
+        // never filled, and its header shows the depth used.
+        let (tx_depth, rx_depth) = match mode {
+            RunMode::Iters(n) => {
+                let n = u32::try_from(n).unwrap_or(u32::MAX);
+                let rx = if tool.kind == TestKind::Send {
+                    rx_depth.min(n)
+                } else {
+                    rx_depth
+                };
+                (tx_depth.min(n).max(p.post_list), rx)
+            }
+            RunMode::Duration(_) => (tx_depth, rx_depth),
+        };
         check_tool_options(tool, p)?;
         check_output_options(tool, p)?;
         let warmup = resolve_warmup(p)?;
@@ -520,6 +545,7 @@ impl Config {
             sizes,
             mode,
             margin,
+            run_infinitely: p.run_infinitely,
             warmup,
             qps: p.qps,
             tx_depth,
@@ -596,6 +622,12 @@ impl Config {
             ("atomic", opt(self.atomic.map(|a| a.to_string()))),
             ("validate", on_off(self.validate)),
             ("processes", self.procs.unwrap_or(1).to_string()),
+            ("run_infinitely", on_off(self.run_infinitely)),
+            (
+                "margin",
+                self.margin
+                    .map_or("none".into(), |m| format!("{}s", m.as_secs())),
+            ),
         ]
     }
 }
@@ -693,6 +725,39 @@ fn resolve_mode(tool: Tool, p: &Params) -> Result<RunMode, String> {
         );
     }
     Ok(mode)
+}
+
+/// The period of perftest's `--run_infinitely` when `-D` is not given (`DEF_DURATION`).
+pub const INFINITE_PERIOD_SECS: u64 = 5;
+
+/// `--run_infinitely`: one size, a row every `-D` seconds (5 by default), no margins.
+fn check_run_infinitely(tool: Tool, p: &Params) -> Result<(RunMode, Option<Duration>), String> {
+    let why = if tool.metric == Metric::Lat {
+        Some(format!(
+            "it is an option of perftest's bandwidth tools, and {} measures latency",
+            tool.name()
+        ))
+    } else if p.iters.is_some() {
+        Some("it runs periods of -D seconds; leave out -n".to_string())
+    } else if p.all {
+        Some("it runs one size; leave out -a".to_string())
+    } else if p.margin.is_some() {
+        Some("every period is measured whole; leave out -f".to_string())
+    } else if p.procs.is_some() {
+        Some("not with --procs".to_string())
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return Err(format!("--run_infinitely: {why}"));
+    }
+    let d = p.duration.unwrap_or(INFINITE_PERIOD_SECS);
+    if d == 0 || d > MAX_DURATION_SECS {
+        return Err(format!(
+            "-D {d}: the period must be 1..={MAX_DURATION_SECS} seconds"
+        ));
+    }
+    Ok((RunMode::Duration(Duration::from_secs(d)), None))
 }
 
 /// `-f/--margin`: perftest's margins of a `-D` run, a quarter of the duration by default (in
@@ -920,6 +985,8 @@ pub fn describe_param(key: &str) -> &'static str {
         "atomic" => "atomic type (-A)",
         "validate" => "payload validation (--validate)",
         "processes" => "number of processes (--procs)",
+        "run_infinitely" => "--run_infinitely",
+        "margin" => "margins (-f)",
         _ => "parameter",
     }
 }

@@ -10,9 +10,12 @@
 //! ([`EXIT_GATE_FAILED`](crate::gates::EXIT_GATE_FAILED)) the run completed but missed a gate.
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _, Result};
+use nix::sys::signal::{SigSet, Signal};
 use verbs_lab::affinity;
 use verbs_lab::oob;
 use verbs_lab::verbs::{QpType, Sge};
@@ -306,6 +309,11 @@ fn session(
 
     // Receive buffers: posted now, before the peer can send, and kept posted for the run.
     let rx_sges = receive_sges(&link)?;
+    // --run_infinitely warms up before the first period only.
+    let later_periods = Config {
+        warmup: 0,
+        ..cfg.clone()
+    };
     let mut s = Session {
         cfg,
         link,
@@ -328,6 +336,14 @@ fn session(
     sink.header(&info);
     let sizes = s.link.sizes.clone();
     let rows = match cfg.tool.metric {
+        Metric::Bw if cfg.run_infinitely => {
+            let rows = run_infinitely(&mut s, &later_periods, &info, sink)?;
+            // The periods ended with SYNC(finish) already.
+            return Ok(RunResult {
+                info,
+                rows: Rows::Bw(rows),
+            });
+        }
         Metric::Bw => {
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
@@ -357,6 +373,94 @@ fn session(
         std::thread::sleep(d);
     }
     Ok(RunResult { info, rows })
+}
+
+/// perftest's `--run_infinitely`: the size runs for a `-D` period, its row is printed, and
+/// again, until the client is stopped by SIGINT or SIGTERM; it then finishes the period under
+/// way, tells the server with SYNC(finish) instead of SYNC(period) and both sides end cleanly.
+/// (perftest's client dies of the signal and its server fails.) Each period is a run of its own:
+/// between two, the sides exchange their rows and resynchronise over TCP.
+fn run_infinitely<'c>(
+    s: &mut Session<'c>,
+    later: &'c Config,
+    info: &RunInfo,
+    sink: &mut dyn RowSink,
+) -> Result<Vec<BwRow>> {
+    let size = s
+        .link
+        .sizes
+        .first()
+        .copied()
+        .context("no message size to run")?;
+    let stop = if s.cfg.is_server() {
+        None
+    } else {
+        Some(stop_on_signals(&s.cfg.tool.name())?)
+    };
+    let mut rows = Vec::new();
+    for period in 0u64.. {
+        let go = match &stop {
+            Some(flag) => {
+                let go = !flag.load(Ordering::SeqCst);
+                let ph = if go { Phase::Period } else { Phase::Finish };
+                s.ch.sync(ph, if go { period } else { 0 })?;
+                go
+            }
+            None => {
+                let what = "the client's next period or its finish";
+                let go = match s.ch.recv_skipping_heartbeats(what)? {
+                    Msg::Sync(y) if y.phase == Phase::Period && y.size == period => true,
+                    Msg::Sync(y) if y.phase == Phase::Finish => false,
+                    other => bail!(
+                        "protocol out of step: expected SYNC(period, {period}) or \
+                         SYNC(finish), got {}",
+                        other.name()
+                    ),
+                };
+                let (ph, n) = if go {
+                    (Phase::Period, period)
+                } else {
+                    (Phase::Finish, 0)
+                };
+                s.ch.send(&Msg::Sync(crate::proto::Sync { phase: ph, size: n }))?;
+                go
+            }
+        };
+        if !go {
+            break;
+        }
+        if let Some(r) = bw::run_size(s, size)? {
+            sink.bw_row(info, &r);
+            rows.push(r);
+        }
+        s.cfg = later;
+    }
+    Ok(rows)
+}
+
+/// A flag set by SIGINT or SIGTERM, taken with `sigwait(3)` by a thread of its own (no signal
+/// handler, no `unsafe`): the signals are blocked in this thread, which every later thread
+/// inherits. A second signal ends the process at once (exit 130).
+fn stop_on_signals(name: &str) -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    set.thread_block()
+        .context("blocking SIGINT and SIGTERM for --run_infinitely")?;
+    let (f, name) = (flag.clone(), name.to_string());
+    std::thread::Builder::new()
+        .name("vl-stop".into())
+        .spawn(move || loop {
+            let Ok(sig) = set.wait() else { continue };
+            if f.swap(true, Ordering::SeqCst) {
+                eprintln!("{name}: {sig} again: stopping now");
+                std::process::exit(130);
+            }
+            eprintln!("{name}: {sig}: stopping after the current period");
+        })
+        .context("starting the thread that waits for SIGINT")?;
+    Ok(flag)
 }
 
 /// One SGE per destination slot of each QP, `stride` bytes: where receives land.

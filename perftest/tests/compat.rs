@@ -294,3 +294,59 @@ fn the_compatibility_page_shows_the_parsers_table() {
         Status::Same(_) => true,
     }));
 }
+
+#[test]
+fn run_infinitely_and_margins() {
+    let wbw = Tool::new(TestKind::Write, Metric::Bw);
+    let cfg = |s: &str| -> Result<Config, String> {
+        let args: Vec<String> = s.split_whitespace().map(String::from).collect();
+        config(wbw, &args)
+    };
+    let c = cfg("--run_infinitely").unwrap();
+    assert!(c.run_infinitely);
+    assert_eq!(
+        c.mode,
+        vl_perftest::params::RunMode::Duration(Duration::from_secs(5))
+    );
+    assert_eq!(c.margin, None, "every period is measured whole");
+    let c = cfg("--run_infinitely -D 2").unwrap();
+    assert_eq!(
+        c.mode,
+        vl_perftest::params::RunMode::Duration(Duration::from_secs(2))
+    );
+    for (args, says) in [
+        ("--run_infinitely -n 100", "leave out -n"),
+        ("--run_infinitely -a", "leave out -a"),
+        ("--run_infinitely -D 4 -f 1", "leave out -f"),
+    ] {
+        let e = cfg(args).expect_err(args);
+        assert!(
+            e.contains("--run_infinitely") && e.contains(says),
+            "{args}: {e}"
+        );
+    }
+    let e = config(
+        Tool::new(TestKind::Write, Metric::Lat),
+        &["--run_infinitely".into()],
+    )
+    .unwrap_err();
+    assert!(e.contains("--run_infinitely"), "{e}");
+    // perftest's margins: a quarter of -D by default, whole seconds; both must fit.
+    assert_eq!(cfg("-D 8").unwrap().margin, Some(Duration::from_secs(2)));
+    assert_eq!(cfg("-D 3").unwrap().margin, None);
+    assert_eq!(cfg("-D 8 -f 0").unwrap().margin, None);
+    assert_eq!(
+        cfg("-D 8 -f 3").unwrap().margin,
+        Some(Duration::from_secs(3))
+    );
+    assert!(cfg("-D 4 -f 2").unwrap_err().contains("-f 2"));
+    assert!(cfg("-n 10 -f 1").unwrap_err().contains("add -D"));
+    // Both sides must agree on them.
+    let keys: Vec<&str> = cfg("-D 8")
+        .unwrap()
+        .wire_params()
+        .iter()
+        .map(|(k, _)| *k)
+        .collect();
+    assert!(keys.contains(&"margin") && keys.contains(&"run_infinitely"));
+}

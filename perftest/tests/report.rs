@@ -1217,3 +1217,21 @@ fn golden_out_json() {
     }
     assert!(parse_json(&lat).is_ok());
 }
+
+#[test]
+fn golden_run_infinitely() {
+    // Three periods of one size: one row each, as the client and the server print them.
+    let mut info = bw_info();
+    info.duration = Some(Duration::from_secs(2));
+    let r = RunResult {
+        info,
+        rows: Rows::Bw(vec![
+            bw_row(65536, 36000, 1190.12, 1187.44),
+            bw_row(65536, 36100, 1195.50, 1190.02),
+            bw_row(65536, 35900, 1188.00, 1183.70),
+        ]),
+    };
+    let text = render_text(&r, false);
+    golden("run_infinitely.txt", &text);
+    assert_eq!(parsed_rows(&text, PERFTEST_BW_HEADER).len(), 3);
+}
