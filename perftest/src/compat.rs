@@ -236,7 +236,7 @@ pub const OPTIONS: &[PerftestOption] = &[
         'W',
         "report-counters",
         true,
-        Refused("reporting NIC counters is not supported yet"),
+        Same("deltas over the whole run, printed once after the rows; see also --counters"),
     ),
     opt('x', "gid-index", true, Same("")),
     opt(

@@ -5,6 +5,7 @@
 pub mod bw;
 pub mod compat;
 pub mod conn;
+pub mod counters;
 pub mod engine;
 pub mod gates;
 pub mod lat;

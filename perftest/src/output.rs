@@ -22,7 +22,7 @@ use anyhow::{bail, Context};
 
 pub use crate::gates::{check_gates, GateOutcome, LatGate, EXIT_GATE_FAILED};
 pub use crate::report::{render_csv, render_json, render_perftest_json, render_table, render_text};
-use crate::report::{render_csv_procs, render_json_procs, render_table_procs, text, BwUnit};
+use crate::report::{render_csv_procs, render_json_counters, render_table_procs, text, BwUnit};
 use crate::result::{BwRow, LatRow, ProcessResult, Rows, RunInfo, RunResult};
 
 /// How the run is shown on stdout.
@@ -105,6 +105,27 @@ pub struct OutputArgs {
     #[arg(short = 'y', long = "limit_msgrate", value_name = "MPPS", value_parser = crate::gates::parse_limit)]
     pub limit_msgrate: Option<f64>,
 
+    /// Print the port's NIC counters that changed during the run (counters/ and hw_counters/
+    /// deltas: packets, retransmissions, out-of-sequence, RNR NAKs, CNPs, whatever the device
+    /// has) after the rows; --json and --out_json always hold every delta.
+    #[arg(long = "counters")]
+    pub counters: bool,
+
+    /// perftest's counter report: the delta of each listed counter over the run, as
+    /// "\tNAME=DELTA" lines after the rows (e.g. hw_counters/sent_pkts,hw_counters/rcvd_pkts).
+    #[arg(
+        short = 'W',
+        long = "report-counters",
+        value_name = "LIST",
+        value_delimiter = ','
+    )]
+    pub report_counters: Vec<String>,
+
+    /// Gate: fail (exit code 3) if the NIC counter NAME rose by more than N during the run, e.g.
+    /// --max-counter hw_counters/retry_exceeded_err=0. Repeatable.
+    #[arg(long = "max-counter", value_name = "NAME=N")]
+    pub max_counter: Vec<crate::counters::CounterGate>,
+
     /// Gate: fail (exit code 3) unless every row's average bandwidth is at least N, in the
     /// report's unit (MiB/s, or Gb/s with --report_gbits).
     #[arg(long = "min-bw", value_name = "N", value_parser = crate::gates::parse_min_bw)]
@@ -120,7 +141,8 @@ pub struct OutputArgs {
 impl OutputArgs {
     /// Whether any gate (ours or perftest's limits) is set.
     pub fn has_gates(&self) -> bool {
-        self.min_bw.is_some()
+        !self.max_counter.is_empty()
+            || self.min_bw.is_some()
             || !self.max_lat.is_empty()
             || self.limit_bw.is_some()
             || self.limit_msgrate.is_some()
@@ -132,6 +154,7 @@ impl OutputArgs {
         self.max_lat.clear();
         self.limit_bw = None;
         self.limit_msgrate = None;
+        self.max_counter.clear();
     }
 }
 
@@ -145,6 +168,8 @@ pub struct Reporter {
     out: Box<dyn Write + Send>,
     header_done: bool,
     rows_done: usize,
+    /// The run's NIC counter deltas, once known.
+    counters: Option<crate::counters::Snapshot>,
 }
 
 impl Reporter {
@@ -160,6 +185,7 @@ impl Reporter {
             out,
             header_done: false,
             rows_done: 0,
+            counters: None,
         }
     }
 
@@ -191,6 +217,11 @@ impl Reporter {
     /// `--output=UNITS`).
     fn streams_text(&self) -> bool {
         self.args.format == OutputFormat::Text && self.args.verbosity.is_none()
+    }
+
+    /// Keeps the run's NIC counter deltas for the end of the report.
+    pub fn set_counters(&mut self, deltas: crate::counters::Snapshot) {
+        self.counters = Some(deltas);
     }
 
     /// Prints one bandwidth row now (text mode), or its bare number (`--output`).
@@ -282,6 +313,7 @@ impl Reporter {
                         .skip(self.rows_done)
                         .for_each(|r| rest.push_str(&text::lat_row(info, r))),
                 }
+                rest.push_str(&self.counter_lines()?);
                 rest.push_str(&text::footer(info));
                 self.emit(&rest);
             }
@@ -292,8 +324,10 @@ impl Reporter {
         }
 
         let gbits = self.args.report_gbits;
+        let counters = self.counters.as_ref();
         if let Some(path) = &self.args.json {
-            write_file(path, "--json", &render_json_procs(result, procs, gbits))?;
+            let text = render_json_counters(result, procs, gbits, counters);
+            write_file(path, "--json", &text)?;
         }
         if let Some(path) = &self.args.csv {
             write_file(path, "--csv", &render_csv_procs(result, procs, gbits))?;
@@ -304,14 +338,28 @@ impl Reporter {
                 .out_json_file
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(crate::report::perftest_json::DEFAULT_FILE));
-            let text = render_perftest_json(result, self.args.verbosity, gbits);
+            let text = crate::report::perftest_json::render_perftest_json_counters(
+                result,
+                self.args.verbosity,
+                gbits,
+                counters,
+            );
             write_file(&path, "--out_json", &text)?;
         }
 
         if let Err(e) = crate::gates::check_applicable(&self.args, info.metric) {
             bail!("{e}");
         }
-        let outcome = check_gates(result, &self.args);
+        let mut outcome = check_gates(result, &self.args);
+        let misses = crate::counters::check(&self.args.max_counter, counters);
+        if !misses.is_empty() {
+            let mut all = match outcome {
+                GateOutcome::Failed(m) => m,
+                GateOutcome::Passed => Vec::new(),
+            };
+            all.extend(misses);
+            outcome = GateOutcome::Failed(all);
+        }
         match &outcome {
             GateOutcome::Failed(messages) => messages.iter().for_each(|m| eprintln!("{m}")),
             GateOutcome::Passed => {
@@ -321,6 +369,30 @@ impl Reporter {
             }
         }
         Ok(outcome)
+    }
+}
+
+impl Reporter {
+    /// The `--counters` block and perftest's `-W` lines, in text mode (empty without them).
+    fn counter_lines(&self) -> anyhow::Result<String> {
+        let mut s = String::new();
+        let want = self.args.counters || !self.args.report_counters.is_empty();
+        let Some(d) = self.counters.as_ref().filter(|_| want) else {
+            if want {
+                s.push_str(" NIC counters: none read on this side\n");
+            }
+            return Ok(s);
+        };
+        if !self.args.report_counters.is_empty() {
+            s.push_str(
+                &crate::counters::perftest_lines(d, &self.args.report_counters)
+                    .map_err(|e| anyhow::anyhow!("-W/--report-counters: {e}"))?,
+            );
+        }
+        if self.args.counters {
+            s.push_str(&crate::counters::block(d));
+        }
+        Ok(s)
     }
 }
 
@@ -343,5 +415,10 @@ fn gate_summary(args: &OutputArgs) -> Option<String> {
         g.push(format!("--min-bw {min}"));
     }
     g.extend(args.max_lat.iter().map(|l| format!("--max-lat {l}")));
+    g.extend(
+        args.max_counter
+            .iter()
+            .map(|c| format!("--max-counter {c}")),
+    );
     (!g.is_empty()).then(|| g.join(" "))
 }

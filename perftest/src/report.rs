@@ -33,7 +33,7 @@ mod table;
 pub mod text;
 
 pub use csv::{render_csv, render_csv_procs};
-pub use json::{render_json, render_json_procs};
+pub use json::{render_json, render_json_counters, render_json_procs};
 pub use perftest_json::render_perftest_json;
 pub use table::{render_table, render_table_procs};
 pub use text::{render_text, render_text_procs};

@@ -21,6 +21,7 @@ use verbs_lab::oob;
 use verbs_lab::verbs::{QpType, Sge};
 
 use crate::conn::{self, Link, LocalDev};
+use crate::counters;
 use crate::engine::Session;
 use crate::output::{OutputFormat, Reporter};
 use crate::params::{Config, Params, RunMode, Sizes, Tool};
@@ -41,6 +42,8 @@ pub trait RowSink {
     fn connected(&mut self, _info: &RunInfo) -> Result<()> {
         Ok(())
     }
+    /// The port's NIC counter deltas over the run (before the first size to after the last).
+    fn counters(&mut self, _deltas: crate::counters::Snapshot) {}
 }
 
 impl RowSink for Reporter {
@@ -52,6 +55,9 @@ impl RowSink for Reporter {
     }
     fn lat_row(&mut self, info: &RunInfo, row: &LatRow) {
         Reporter::lat_row(self, info, row)
+    }
+    fn counters(&mut self, deltas: crate::counters::Snapshot) {
+        self.set_counters(deltas)
     }
 }
 
@@ -334,10 +340,16 @@ fn session(
     s.ch.sync(Phase::Connected, 0)?;
 
     sink.header(&info);
+    let dev_name = s.link.dev.ctx.name().to_string();
+    let before = counters::read(&dev_name, cfg.ib_port);
     let sizes = s.link.sizes.clone();
     let rows = match cfg.tool.metric {
         Metric::Bw if cfg.run_infinitely => {
             let rows = run_infinitely(&mut s, &later_periods, &info, sink)?;
+            sink.counters(counters::deltas(
+                &before,
+                &counters::read(&dev_name, cfg.ib_port),
+            ));
             // The periods ended with SYNC(finish) already.
             return Ok(RunResult {
                 info,
@@ -366,6 +378,10 @@ fn session(
             Rows::Lat(rows)
         }
     };
+    sink.counters(counters::deltas(
+        &before,
+        &counters::read(&dev_name, cfg.ib_port),
+    ));
     s.ch.sync(Phase::Finish, 0)?;
     if let Some(d) = cfg.wait_destroy {
         // perftest's --wait_destroy: keep the QPs, CQs and memory a while (for a look with

@@ -27,6 +27,17 @@ pub fn render_json_procs(
     procs: &[ProcessResult],
     report_gbits: bool,
 ) -> String {
+    render_json_counters(result, procs, report_gbits, None)
+}
+
+/// [`render_json_procs`] with the run's NIC counter deltas (see `counters.rs`) as
+/// `"counters": {"hw_counters/sent_pkts": N, ..}` after `"results"`.
+pub fn render_json_counters(
+    result: &RunResult,
+    procs: &[ProcessResult],
+    report_gbits: bool,
+    counters: Option<&crate::counters::Snapshot>,
+) -> String {
     let info = &result.info;
     let results: Vec<Value> = match &result.rows {
         Rows::Bw(rows) => rows.iter().map(|r| bw_row(r).into()).collect(),
@@ -38,6 +49,10 @@ pub fn render_json_procs(
         .field("format", FORMAT_VERSION)
         .field("run", run_object(info, BwUnit::new(report_gbits)))
         .field("results", results);
+    let doc = match counters {
+        Some(c) => doc.field("counters", counters_object(c)),
+        None => doc,
+    };
     let doc = if procs.is_empty() {
         doc
     } else {
@@ -47,6 +62,12 @@ pub fn render_json_procs(
     let mut text = doc.pretty();
     text.push('\n');
     text
+}
+
+/// Counter deltas as one object, by name.
+pub(crate) fn counters_object(c: &crate::counters::Snapshot) -> Object {
+    c.iter()
+        .fold(Object::new(), |o, (k, v)| o.field(k.as_str(), *v))
 }
 
 /// One process of a `--procs` run: who, where, and its rows (in the layout of `"results"`).

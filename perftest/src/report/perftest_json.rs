@@ -21,6 +21,16 @@ pub fn render_perftest_json(
     verbosity: Option<Verbosity>,
     report_gbits: bool,
 ) -> String {
+    render_perftest_json_counters(result, verbosity, report_gbits, None)
+}
+
+/// [`render_perftest_json`] with the NIC counter deltas under `"counters"` (our addition).
+pub fn render_perftest_json_counters(
+    result: &RunResult,
+    verbosity: Option<Verbosity>,
+    report_gbits: bool,
+    counters: Option<&crate::counters::Snapshot>,
+) -> String {
     let info = &result.info;
     let unit = BwUnit::new(report_gbits);
     let rows: Vec<Object> = match &result.rows {
@@ -38,6 +48,9 @@ pub fn render_perftest_json(
         doc.insert("results", last.clone());
     }
     doc.insert("all_results", Value::array(rows));
+    if let Some(c) = counters {
+        doc.insert("counters", super::json::counters_object(c));
+    }
     let mut text = doc.pretty();
     text.push('\n');
     text
