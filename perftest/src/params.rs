@@ -365,6 +365,10 @@ impl Params {
             Params::command()
                 .name(tool.static_name())
                 .about(tool.about())
+                .after_help(
+                    "perftest's options are accepted with perftest's meaning or refused by name \
+                     with the reason; docs/perftest-compat.md lists every one.",
+                )
                 .infer_long_args(true),
         );
         let matches = cmd.try_get_matches_from_mut(args)?;
