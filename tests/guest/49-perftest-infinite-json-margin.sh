@@ -2,8 +2,8 @@
 # perftest's run modes and files on SoftRoCE: --run_infinitely prints a row per -D period and
 # ends cleanly (exit 0 on both sides) when the client gets SIGINT; --out_json writes perftest's
 # keys (valid JSON, the same row as the text); -f/--margin measures the middle of a -D run
-# (fewer iterations than the whole run); -w/--limit_bw and -y/--limit_msgrate pass and fail as
-# perftest's, and perftest's own options we refuse are refused by name.
+# (fewer iterations than the whole run); the NIC counter deltas (-W, --counters, --json, --max-counter) agree with the
+# packets the run sent; and perftest's own options we refuse are refused by name.
 # timeout: 300
 set -eu
 # shellcheck source=tests/guest/lib.sh
@@ -63,6 +63,23 @@ middle=$(row_field "$CLIENT_OUT" 2)
 echo "iterations: whole 4 s $whole, within 1 s margins $middle"
 [ "$middle" -lt "$whole" ] || fail "-f 1 counted $middle iterations, not fewer than the whole run's $whole"
 [ "$middle" -gt 0 ] || fail "-f 1 counted nothing"
+
+step "NIC counters: -W and --counters agree with the packets the run sent"
+vl_pair_ok vl_write_bw "-s 4096 -n 200 --warmup 16" \
+    "--counters -W hw_counters/sent_pkts,hw_counters/rcvd_pkts --max-counter hw_counters/retry_exceeded_err=0 --json $VL_PT_OUT/49-counters.json"
+expect_contains "$CLIENT_OUT" "NIC counters (port deltas over the whole run):"
+sent=$(sed -n 's/^\thw_counters\/sent_pkts=//p' "$CLIENT_OUT")
+[ -n "$sent" ] || { cat "$CLIENT_OUT"; fail "no -W line for hw_counters/sent_pkts"; }
+# 216 writes of 4096 bytes at MTU 4096: one request packet each (plus retransmissions, if any).
+within "hw_counters/sent_pkts of $VL_DEV1 (216 writes)" "$sent" 216 $((216 + 216 / 50 + 32))
+expect_contains "$VL_PT_OUT/49-counters.json" '"hw_counters/sent_pkts": '"$sent"
+expect_contains "$CLIENT_OUT" "gates passed: --max-counter hw_counters/retry_exceeded_err=0"
+vl_pair vl_write_bw "-s 4096 -n 50" "--max-counter hw_counters/sent_pkts=1" || true
+[ "$CLIENT_RC" = 3 ] || fail "--max-counter sent_pkts=1: the client exited $CLIENT_RC, expected 3"
+expect_contains "$CLIENT_OUT" "gate failed: NIC counter hw_counters/sent_pkts rose by"
+vl_pair vl_write_bw "-s 4096 -n 50" "--max-counter hw_counters/no_such_counter=0" || true
+[ "$CLIENT_RC" = 3 ] || fail "--max-counter on a missing counter: exit $CLIENT_RC, expected 3"
+expect_contains "$CLIENT_OUT" "the port has no counter 'hw_counters/no_such_counter'"
 
 step "perftest's options we do not support are refused by name"
 for o in "--use-srq" "-R" "--tclass 3" "--run_infinitely -n 5"; do
