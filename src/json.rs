@@ -1,7 +1,8 @@
-//! A tiny JSON writer for the tools' `--json` output (verbs-lab has no serde).
+//! The one JSON writer and parser of verbs-lab: the tools' `--json` output, and everything that
+//! reads it back (`vl_jsoncheck`, `--plot`'s tests, the report tests).
 //!
 //! Build a [`Value`] tree, then print it compact (`to_string()`, via [`Display`](fmt::Display))
-//! or indented ([`Value::pretty`]). Whatever the tree holds, the text is valid JSON (RFC 8259):
+//! or indented ([`Value::pretty`]); read a text back with [`parse`] (strict RFC 8259). Whatever the tree holds, the text is valid JSON (RFC 8259):
 //! strings are escaped, non-finite floats (`NaN`, `±inf`) become `null`, and object keys are kept
 //! unique and in insertion order.
 //!
@@ -21,6 +22,9 @@
 //! ```
 
 use std::fmt::{self, Write};
+
+mod parse;
+pub use parse::{parse, ParseError, MAX_DEPTH};
 
 /// A JSON value.
 #[derive(Debug, Clone, PartialEq)]
@@ -287,193 +291,6 @@ impl<T: Into<Value>> From<Option<T>> for Value {
 mod tests {
     use super::*;
 
-    /// A strict RFC 8259 recognizer, so the tests check validity, not just expected strings.
-    /// Returns the decoded strings it met, in order, to check escaping round-trips.
-    fn validate(text: &str) -> Result<Vec<String>, String> {
-        struct P<'a> {
-            b: &'a [u8],
-            i: usize,
-            strings: Vec<String>,
-        }
-        impl P<'_> {
-            fn err<T>(&self, what: &str) -> Result<T, String> {
-                Err(format!("{what} at byte {}", self.i))
-            }
-            fn ws(&mut self) {
-                while self.i < self.b.len() && b" \t\r\n".contains(&self.b[self.i]) {
-                    self.i += 1;
-                }
-            }
-            fn eat(&mut self, lit: &[u8]) -> bool {
-                if self.b[self.i..].starts_with(lit) {
-                    self.i += lit.len();
-                    true
-                } else {
-                    false
-                }
-            }
-            fn digits(&mut self) -> usize {
-                let s = self.i;
-                while self.i < self.b.len() && self.b[self.i].is_ascii_digit() {
-                    self.i += 1;
-                }
-                self.i - s
-            }
-            fn value(&mut self) -> Result<(), String> {
-                self.ws();
-                match self.b.get(self.i) {
-                    Some(b'{') => {
-                        self.i += 1;
-                        self.ws();
-                        if self.eat(b"}") {
-                            return Ok(());
-                        }
-                        loop {
-                            self.ws();
-                            self.string()?;
-                            self.ws();
-                            if !self.eat(b":") {
-                                return self.err("expected ':'");
-                            }
-                            self.value()?;
-                            self.ws();
-                            if self.eat(b"}") {
-                                return Ok(());
-                            }
-                            if !self.eat(b",") {
-                                return self.err("expected ',' or '}'");
-                            }
-                        }
-                    }
-                    Some(b'[') => {
-                        self.i += 1;
-                        self.ws();
-                        if self.eat(b"]") {
-                            return Ok(());
-                        }
-                        loop {
-                            self.value()?;
-                            self.ws();
-                            if self.eat(b"]") {
-                                return Ok(());
-                            }
-                            if !self.eat(b",") {
-                                return self.err("expected ',' or ']'");
-                            }
-                        }
-                    }
-                    Some(b'"') => self.string(),
-                    Some(b't') if self.eat(b"true") => Ok(()),
-                    Some(b'f') if self.eat(b"false") => Ok(()),
-                    Some(b'n') if self.eat(b"null") => Ok(()),
-                    Some(b'-' | b'0'..=b'9') => {
-                        self.eat(b"-");
-                        if !self.eat(b"0") && self.digits() == 0 {
-                            return self.err("expected digits");
-                        }
-                        if self.eat(b".") && self.digits() == 0 {
-                            return self.err("expected fraction digits");
-                        }
-                        if self.eat(b"e") || self.eat(b"E") {
-                            let _ = self.eat(b"+") || self.eat(b"-");
-                            if self.digits() == 0 {
-                                return self.err("expected exponent digits");
-                            }
-                        }
-                        Ok(())
-                    }
-                    _ => self.err("expected a value"),
-                }
-            }
-            fn string(&mut self) -> Result<(), String> {
-                if !self.eat(b"\"") {
-                    return self.err("expected '\"'");
-                }
-                let mut s: Vec<u16> = Vec::new();
-                loop {
-                    let Some(&c) = self.b.get(self.i) else {
-                        return self.err("unterminated string");
-                    };
-                    self.i += 1;
-                    match c {
-                        b'"' => break,
-                        0..=0x1f => return self.err("raw control character in string"),
-                        b'\\' => {
-                            let Some(&e) = self.b.get(self.i) else {
-                                return self.err("unterminated escape");
-                            };
-                            self.i += 1;
-                            let u = match e {
-                                b'"' => 0x22,
-                                b'\\' => 0x5c,
-                                b'/' => 0x2f,
-                                b'b' => 8,
-                                b'f' => 12,
-                                b'n' => 10,
-                                b'r' => 13,
-                                b't' => 9,
-                                b'u' => {
-                                    let hex = self.b.get(self.i..self.i + 4).unwrap_or(b"");
-                                    let hex = std::str::from_utf8(hex).unwrap_or("");
-                                    let Ok(u) = u16::from_str_radix(hex, 16) else {
-                                        return self.err("bad \\u escape");
-                                    };
-                                    self.i += 4;
-                                    u
-                                }
-                                _ => return self.err("bad escape"),
-                            };
-                            s.push(u);
-                        }
-                        _ => {
-                            // Copy one UTF-8 sequence (the input is a &str, so it is valid).
-                            let start = self.i - 1;
-                            while self.i < self.b.len() && self.b[self.i] & 0xc0 == 0x80 {
-                                self.i += 1;
-                            }
-                            let ch = std::str::from_utf8(&self.b[start..self.i]).unwrap();
-                            s.extend(ch.encode_utf16());
-                        }
-                    }
-                }
-                self.strings
-                    .push(String::from_utf16(&s).map_err(|e| e.to_string())?);
-                Ok(())
-            }
-        }
-        let mut p = P {
-            b: text.as_bytes(),
-            i: 0,
-            strings: Vec::new(),
-        };
-        p.value()?;
-        p.ws();
-        if p.i != p.b.len() {
-            return p.err("trailing characters");
-        }
-        Ok(p.strings)
-    }
-
-    #[test]
-    fn the_validator_rejects_invalid_json() {
-        for bad in [
-            "",
-            "{",
-            "[1,]",
-            "{\"a\":1,}",
-            "\"\n\"",
-            "01",
-            "1.",
-            "NaN",
-            "{a:1}",
-            "[1] 2",
-            "\"\\x\"",
-        ] {
-            assert!(validate(bad).is_err(), "accepted {bad:?}");
-        }
-        assert!(validate(" {\"a\" : [1, -2.5e-3, true, null, {}]} ").is_ok());
-    }
-
     #[test]
     fn strings_are_escaped_and_round_trip() {
         let nasty = "quote \" backslash \\ slash / nl \n cr \r tab \t bs \u{8} ff \u{c} \
@@ -482,13 +299,13 @@ mod tests {
         assert!(!q.chars().any(|c| (c as u32) < 0x20), "{q}");
         assert!(q.contains(r#"\""#) && q.contains(r"\\") && q.contains(r"\n"));
         assert!(q.contains(r"\u0000") && q.contains(r"\u001b") && q.contains(r"\u2028"));
-        assert_eq!(validate(&q).unwrap(), vec![nasty.to_string()]);
+        assert_eq!(parse(&q).unwrap(), Value::from(nasty));
         assert_eq!(quote(""), "\"\"");
         assert_eq!(quote("plain"), "\"plain\"");
         // Keys are escaped like values.
         let o = Object::new().field("k\"ey\n", "v");
         assert_eq!(o.to_string(), r#"{"k\"ey\n":"v"}"#);
-        assert_eq!(validate(&o.to_string()).unwrap(), vec!["k\"ey\n", "v"]);
+        assert_eq!(parse(&o.to_string()).unwrap(), Value::Object(o));
     }
 
     #[test]
@@ -515,7 +332,10 @@ mod tests {
             2.5e-3,
         ] {
             let s = Value::from(x).to_string();
-            validate(&s).unwrap_or_else(|e| panic!("{s}: {e}"));
+            assert_eq!(
+                parse(&s).unwrap_or_else(|e| panic!("{s}: {e}")),
+                Value::from(x)
+            );
             assert_eq!(s.parse::<f64>().unwrap(), x, "{s}");
         }
     }
@@ -538,6 +358,15 @@ mod tests {
             .into()
     }
 
+    /// [`sample`] as [`parse`] reads it: NaN was written as null.
+    fn sample_read_back() -> Value {
+        let mut v = sample();
+        if let Value::Object(o) = &mut v {
+            o.insert("rate", Value::Null);
+        }
+        v
+    }
+
     #[test]
     fn compact_output() {
         assert_eq!(
@@ -548,7 +377,7 @@ mod tests {
                 r#""ports":[{"port":1,"gids":["fe80::1","::ffff:192.168.77.1"]}]}"#
             )
         );
-        validate(&sample().to_string()).unwrap();
+        assert_eq!(parse(&sample().to_string()).unwrap(), sample_read_back());
     }
 
     #[test]
@@ -575,7 +404,7 @@ mod tests {
   ]
 }"#
         );
-        validate(&p).unwrap();
+        assert_eq!(parse(&p).unwrap(), sample_read_back());
         assert_eq!(Value::Null.pretty(), "null");
         assert_eq!(Value::array([1_u8, 2]).pretty(), "[\n  1,\n  2\n]");
     }

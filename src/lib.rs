@@ -6,13 +6,15 @@
 //! - [`connect`]: bringing an RC/UC QP pair up from exchanged endpoints;
 //! - [`oob`]: the out-of-band TCP channel, with a timeout on every wait;
 //! - [`sysfs`]: GID attributes, NUMA nodes and counters from sysfs;
-//! - [`json`]: a tiny JSON writer for the tools' `--json` output;
+//! - [`json`]: the one JSON writer (`--json` output) and strict parser (everything reading it);
+//! - [`cli`]: man pages and shell completions of every binary, from its clap definition;
 //! - [`affinity`]: CPU lists, the CPUs near a NIC, and pinning a benchmark thread;
 //! - [`mq`]: typed, versioned messages over POSIX message queues, for coordinator and workers.
 //!
 //! The lessons (`lessons/`) and the benchmarks (`perftest/`) are built on it.
 
 pub mod affinity;
+pub mod cli;
 pub mod connect;
 pub mod json;
 pub mod mq;

@@ -64,7 +64,7 @@ const IBV_LINK_LAYER_INFINIBAND: u8 = 1;
 const IBV_LINK_LAYER_ETHERNET: u8 = 2;
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = verbs_lab::cli::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report_error("lesson01_devices", &e),

@@ -312,7 +312,7 @@ fn say_refusal<T: std::fmt::Display>(
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = verbs_lab::cli::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report_error("lesson02_resources", &e),

@@ -350,7 +350,7 @@ fn show_record(rec: &[u8]) -> String {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = verbs_lab::cli::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report_error("lesson03_connect", &e),

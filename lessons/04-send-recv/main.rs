@@ -664,7 +664,7 @@ fn poll_one_any(cq: &Cq, wait: Duration, what: &str) -> Result<WorkCompletion> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = verbs_lab::cli::parse();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report_error("lesson04_send_recv", &e),

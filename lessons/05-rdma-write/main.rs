@@ -565,7 +565,7 @@ fn wait_for_flag(mr: &Mr, qp: &Qp, i: u32, wait: Duration) -> Result<String> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = verbs_lab::cli::parse();
     let test = check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
     match run(&args, test) {
         Ok(()) => ExitCode::SUCCESS,

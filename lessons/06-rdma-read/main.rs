@@ -545,7 +545,7 @@ fn check(mr: &Mr, want: &[u8], round: u32, how: &str) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = verbs_lab::cli::parse();
     let test = check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
     match run(&args, test) {
         Ok(()) => ExitCode::SUCCESS,

@@ -751,7 +751,7 @@ fn print_table(
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = verbs_lab::cli::parse();
     let test = check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
     match run(&args, test) {
         Ok(()) => ExitCode::SUCCESS,

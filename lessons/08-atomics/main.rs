@@ -703,7 +703,7 @@ fn wc_status_name(e: &anyhow::Error) -> Option<String> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = verbs_lab::cli::parse();
     if let Err(e) = check_flags(&args) {
         usage_error::<Args>(&e);
     }

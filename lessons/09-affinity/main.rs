@@ -149,7 +149,7 @@ fn check_flags(a: &Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = verbs_lab::cli::parse();
     check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,

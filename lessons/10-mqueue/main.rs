@@ -140,7 +140,7 @@ fn check_flags(a: &Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = verbs_lab::cli::parse();
     check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
     if args.limit_probe {
         return match limit_probe_child(&args) {

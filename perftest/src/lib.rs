@@ -13,6 +13,7 @@ pub mod output;
 pub mod params;
 pub mod pattern;
 pub mod procs;
+pub mod progress;
 pub mod proto;
 pub mod report;
 pub mod result;

@@ -22,7 +22,9 @@ use anyhow::{bail, Context};
 
 pub use crate::gates::{check_gates, GateOutcome, LatGate, EXIT_GATE_FAILED};
 pub use crate::report::{render_csv, render_json, render_perftest_json, render_table, render_text};
-use crate::report::{render_csv_procs, render_json_counters, render_table_procs, text, BwUnit};
+use crate::report::{
+    render_csv_procs, render_json_counters, render_json_procs, render_table_procs, text, BwUnit,
+};
 use crate::result::{BwRow, LatRow, ProcessResult, Rows, RunInfo, RunResult};
 
 /// How the run is shown on stdout.
@@ -125,6 +127,11 @@ pub struct OutputArgs {
     /// --max-counter hw_counters/retry_exceeded_err=0. Repeatable.
     #[arg(long = "max-counter", value_name = "NAME=N")]
     pub max_counter: Vec<crate::counters::CounterGate>,
+
+    /// Draw the sweep as an SVG chart: bandwidth and message rate, or latency percentiles, vs
+    /// message size.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
 
     /// Gate: fail (exit code 3) unless every row's average bandwidth is at least N, in the
     /// report's unit (MiB/s, or Gb/s with --report_gbits).
@@ -345,6 +352,11 @@ impl Reporter {
                 counters,
             );
             write_file(&path, "--out_json", &text)?;
+        }
+        if let Some(path) = &self.args.plot {
+            let doc = verbs_lab::json::parse(&render_json_procs(result, procs, gbits))?;
+            let svg = crate::report::plot::render_svg(&doc).map_err(anyhow::Error::msg)?;
+            write_file(path, "--plot", &svg)?;
         }
 
         if let Err(e) = crate::gates::check_applicable(&self.args, info.metric) {

@@ -354,14 +354,11 @@ impl Params {
         Self::try_parse_for(tool, std::env::args_os()).unwrap_or_else(|e| e.exit())
     }
 
-    /// Parses `args` (the first is the program name) for `tool`.
-    pub fn try_parse_for<I, T>(tool: Tool, args: I) -> Result<Params, clap::Error>
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
-    {
-        // perftest parses with getopt_long, which takes any unambiguous prefix of a long name.
-        let mut cmd = crate::compat::register(
+    /// The clap command of `tool`: its name and description over the shared flags.
+    /// perftest's other options are registered hidden (see `compat.rs`), and long options may be
+    /// abbreviated to any unambiguous prefix, as perftest's getopt_long allows.
+    pub fn command_for(tool: Tool) -> clap::Command {
+        crate::compat::register(
             Params::command()
                 .name(tool.static_name())
                 .about(tool.about())
@@ -370,7 +367,16 @@ impl Params {
                      with the reason; docs/perftest-compat.md lists every one.",
                 )
                 .infer_long_args(true),
-        );
+        )
+    }
+
+    /// Parses `args` (the first is the program name) for `tool`.
+    pub fn try_parse_for<I, T>(tool: Tool, args: I) -> Result<Params, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let mut cmd = Params::command_for(tool);
         let matches = cmd.try_get_matches_from_mut(args)?;
         if let Some(why) = crate::compat::refusal(&matches) {
             return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, why));

@@ -11,6 +11,7 @@
 //! | [`render_json`] | programs | one document: tool, version, run parameters, every row |
 //! | [`render_csv`] | spreadsheets | one header line, one line per row |
 //! | [`render_perftest_json`] | readers of perftest's `--out_json` file | perftest's keys: `test_info`, `results` |
+//! | [`plot::render_svg`] | people | `--plot`: an SVG chart of a sweep, drawn from the JSON |
 //!
 //! ## Multi-process runs (`--procs N`)
 //! Each format has a `render_*_procs` variant taking the processes
@@ -29,6 +30,7 @@ use crate::result::{to_gbits, to_mib_per_sec};
 mod csv;
 mod json;
 pub mod perftest_json;
+pub mod plot;
 mod table;
 pub mod text;
 

@@ -25,6 +25,7 @@ use crate::counters;
 use crate::engine::Session;
 use crate::output::{OutputFormat, Reporter};
 use crate::params::{Config, Params, RunMode, Sizes, Tool};
+use crate::progress::Progress;
 use crate::proto::{
     check_hello, Accept, ChanError, Channel, Hello, Msg, PeerFailed, Phase, ProtoError, VERSION,
 };
@@ -74,6 +75,7 @@ impl RowSink for NoSink {
 /// code. Errors are printed as `vl_write_bw: error: ...` on stderr.
 pub fn main(tool: Tool) -> ExitCode {
     let name = tool.name();
+    verbs_lab::cli::generate_if_asked(|| Params::command_for(tool));
     let params = Params::parse_for(tool);
     let cfg = match Config::new(tool, &params) {
         Ok(c) => c,
@@ -343,6 +345,7 @@ fn session(
     let dev_name = s.link.dev.ctx.name().to_string();
     let before = counters::read(&dev_name, cfg.ib_port);
     let sizes = s.link.sizes.clone();
+    let progress = Progress::start(cfg, &sizes);
     let rows = match cfg.tool.metric {
         Metric::Bw if cfg.run_infinitely => {
             let rows = run_infinitely(&mut s, &later_periods, &info, sink)?;
@@ -359,8 +362,9 @@ fn session(
         Metric::Bw => {
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
+                progress.size(size);
                 if let Some(r) = bw::run_size(&mut s, size)? {
-                    sink.bw_row(&info, &r);
+                    progress.row(|| sink.bw_row(&info, &r));
                     rows.push(r);
                 }
             }
@@ -370,8 +374,9 @@ fn session(
             let mut sq = lat::SendQueue::default();
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
+                progress.size(size);
                 if let Some(r) = lat::run_size(&mut s, size, &mut sq)? {
-                    sink.lat_row(&info, &r);
+                    progress.row(|| sink.lat_row(&info, &r));
                     rows.push(r);
                 }
             }
@@ -382,6 +387,7 @@ fn session(
         &before,
         &counters::read(&dev_name, cfg.ib_port),
     ));
+    drop(progress);
     s.ch.sync(Phase::Finish, 0)?;
     if let Some(d) = cfg.wait_destroy {
         // perftest's --wait_destroy: keep the QPs, CQs and memory a while (for a look with

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
+use verbs_lab::json::{self, Value};
 use vl_perftest::gates::{check_applicable, EXIT_GATE_FAILED};
 use vl_perftest::output::{
     check_gates, render_csv, render_json, render_perftest_json, render_table, render_text,
@@ -415,252 +416,38 @@ fn titles() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// JSON: a strict parser, to prove validity and read the rows back
+// JSON: read back with the one strict parser (verbs_lab::json::parse)
 
-#[derive(Debug, Clone, PartialEq)]
-enum J {
-    Null,
-    Bool(bool),
-    Num(f64),
-    Str(String),
-    Arr(Vec<J>),
-    Obj(Vec<(String, J)>),
+/// Reading a parsed report in a test: a missing key or a wrong type is a failed test.
+trait Field<'a> {
+    fn get(self, key: &str) -> Option<&'a Value>;
+    fn num(self) -> f64;
+    fn arr(self) -> &'a [Value];
+    fn str(self) -> &'a str;
 }
 
-impl J {
-    fn get(&self, key: &str) -> &J {
-        match self {
-            J::Obj(fields) => fields
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| v)
+impl<'a> Field<'a> for Option<&'a Value> {
+    fn get(self, key: &str) -> Option<&'a Value> {
+        Some(
+            self.unwrap_or_else(|| panic!("no value to read {key:?} from"))
+                .get(key)
                 .unwrap_or_else(|| panic!("no key {key:?}")),
-            other => panic!("{other:?} is not an object"),
-        }
+        )
     }
-    fn num(&self) -> f64 {
-        match self {
-            J::Num(x) => *x,
-            other => panic!("{other:?} is not a number"),
-        }
+    fn num(self) -> f64 {
+        self.and_then(Value::as_f64).expect("a number")
     }
-    fn arr(&self) -> &[J] {
-        match self {
-            J::Arr(a) => a,
-            other => panic!("{other:?} is not an array"),
-        }
+    fn arr(self) -> &'a [Value] {
+        self.and_then(Value::as_array).expect("an array")
     }
-    fn str(&self) -> &str {
-        match self {
-            J::Str(s) => s,
-            other => panic!("{other:?} is not a string"),
-        }
+    fn str(self) -> &'a str {
+        self.and_then(Value::as_str).expect("a string")
     }
-}
-
-/// RFC 8259, strictly: no trailing commas, no leading zeros, no bare NaN, no raw control
-/// characters in strings, no duplicate keys, nothing after the value.
-fn parse_json(text: &str) -> Result<J, String> {
-    struct P<'a> {
-        b: &'a [u8],
-        i: usize,
-    }
-    impl P<'_> {
-        fn err<T>(&self, what: &str) -> Result<T, String> {
-            Err(format!("{what} at byte {}", self.i))
-        }
-        fn ws(&mut self) {
-            while self.i < self.b.len() && b" \t\r\n".contains(&self.b[self.i]) {
-                self.i += 1;
-            }
-        }
-        fn eat(&mut self, lit: &[u8]) -> bool {
-            let ok = self.b[self.i..].starts_with(lit);
-            if ok {
-                self.i += lit.len();
-            }
-            ok
-        }
-        fn digits(&mut self) -> usize {
-            let s = self.i;
-            while self.i < self.b.len() && self.b[self.i].is_ascii_digit() {
-                self.i += 1;
-            }
-            self.i - s
-        }
-        fn value(&mut self) -> Result<J, String> {
-            self.ws();
-            let v = match self.b.get(self.i) {
-                Some(b'{') => {
-                    self.i += 1;
-                    let mut fields: Vec<(String, J)> = Vec::new();
-                    self.ws();
-                    if !self.eat(b"}") {
-                        loop {
-                            self.ws();
-                            let k = self.string()?;
-                            if fields.iter().any(|(f, _)| *f == k) {
-                                return self.err(&format!("duplicate key {k:?}"));
-                            }
-                            self.ws();
-                            if !self.eat(b":") {
-                                return self.err("expected ':'");
-                            }
-                            fields.push((k, self.value()?));
-                            self.ws();
-                            if self.eat(b"}") {
-                                break;
-                            }
-                            if !self.eat(b",") {
-                                return self.err("expected ',' or '}'");
-                            }
-                        }
-                    }
-                    J::Obj(fields)
-                }
-                Some(b'[') => {
-                    self.i += 1;
-                    let mut items = Vec::new();
-                    self.ws();
-                    if !self.eat(b"]") {
-                        loop {
-                            items.push(self.value()?);
-                            self.ws();
-                            if self.eat(b"]") {
-                                break;
-                            }
-                            if !self.eat(b",") {
-                                return self.err("expected ',' or ']'");
-                            }
-                        }
-                    }
-                    J::Arr(items)
-                }
-                Some(b'"') => J::Str(self.string()?),
-                Some(b't') if self.eat(b"true") => J::Bool(true),
-                Some(b'f') if self.eat(b"false") => J::Bool(false),
-                Some(b'n') if self.eat(b"null") => J::Null,
-                Some(b'-' | b'0'..=b'9') => {
-                    let start = self.i;
-                    self.eat(b"-");
-                    if !self.eat(b"0") && self.digits() == 0 {
-                        return self.err("expected digits");
-                    }
-                    if self.eat(b".") && self.digits() == 0 {
-                        return self.err("expected fraction digits");
-                    }
-                    if self.eat(b"e") || self.eat(b"E") {
-                        let _ = self.eat(b"+") || self.eat(b"-");
-                        if self.digits() == 0 {
-                            return self.err("expected exponent digits");
-                        }
-                    }
-                    let s = std::str::from_utf8(&self.b[start..self.i]).unwrap();
-                    J::Num(s.parse().map_err(|e| format!("{s}: {e}"))?)
-                }
-                _ => return self.err("expected a value"),
-            };
-            Ok(v)
-        }
-        fn string(&mut self) -> Result<String, String> {
-            if !self.eat(b"\"") {
-                return self.err("expected '\"'");
-            }
-            let mut s: Vec<u16> = Vec::new();
-            loop {
-                let Some(&c) = self.b.get(self.i) else {
-                    return self.err("unterminated string");
-                };
-                self.i += 1;
-                match c {
-                    b'"' => break,
-                    0..=0x1f => return self.err("raw control character in string"),
-                    b'\\' => {
-                        let Some(&e) = self.b.get(self.i) else {
-                            return self.err("unterminated escape");
-                        };
-                        self.i += 1;
-                        s.push(match e {
-                            b'"' => 0x22,
-                            b'\\' => 0x5c,
-                            b'/' => 0x2f,
-                            b'b' => 8,
-                            b'f' => 12,
-                            b'n' => 10,
-                            b'r' => 13,
-                            b't' => 9,
-                            b'u' => {
-                                let hex = self.b.get(self.i..self.i + 4).unwrap_or(b"");
-                                let hex = std::str::from_utf8(hex).unwrap_or("");
-                                let Ok(u) = u16::from_str_radix(hex, 16) else {
-                                    return self.err("bad \\u escape");
-                                };
-                                self.i += 4;
-                                u
-                            }
-                            _ => return self.err("bad escape"),
-                        });
-                    }
-                    _ => {
-                        let start = self.i - 1;
-                        while self.i < self.b.len() && self.b[self.i] & 0xc0 == 0x80 {
-                            self.i += 1;
-                        }
-                        let ch = std::str::from_utf8(&self.b[start..self.i]).unwrap();
-                        s.extend(ch.encode_utf16());
-                    }
-                }
-            }
-            String::from_utf16(&s).map_err(|e| e.to_string())
-        }
-    }
-    let mut p = P {
-        b: text.as_bytes(),
-        i: 0,
-    };
-    let v = p.value()?;
-    p.ws();
-    if p.i != p.b.len() {
-        return p.err("trailing characters");
-    }
-    Ok(v)
-}
-
-#[test]
-fn the_json_parser_is_strict() {
-    for bad in [
-        "",
-        "{",
-        "[1,]",
-        "{\"a\":1,}",
-        "01",
-        "1.",
-        "NaN",
-        "{a:1}",
-        "[1] 2",
-        "{\"a\":1,\"a\":2}",
-        "\"\t\"",
-    ] {
-        assert!(parse_json(bad).is_err(), "accepted {bad:?}");
-    }
-    assert_eq!(
-        parse_json(" {\"a\" : [1, -2.5e-3, true, null, \"\\u00e9\"]} ").unwrap(),
-        J::Obj(vec![(
-            "a".into(),
-            J::Arr(vec![
-                J::Num(1.0),
-                J::Num(-2.5e-3),
-                J::Bool(true),
-                J::Null,
-                J::Str("é".into())
-            ])
-        )])
-    );
 }
 
 #[test]
 fn json_holds_every_row_of_a_sweep_and_the_run() {
-    let doc = parse_json(&render_json(&bw_sweep(), false)).expect("valid JSON");
+    let doc = json::parse(&render_json(&bw_sweep(), false)).expect("valid JSON");
     assert_eq!(doc.get("tool").str(), "vl_write_bw");
     assert_eq!(doc.get("version").str(), "0.1.0");
     assert_eq!(doc.get("format").num(), 1.0);
@@ -670,7 +457,7 @@ fn json_holds_every_row_of_a_sweep_and_the_run() {
     assert_eq!(run.get("gid_index").num(), 1.0);
     assert_eq!(run.get("cpu").get("cpu").num(), 2.0);
     assert!(run.get("cpu").get("why").str().contains("NIC-local"));
-    assert_eq!(run.get("duration_s"), &J::Null);
+    assert_eq!(run.get("duration_s"), Some(&Value::Null));
     let rows = doc.get("results").arr();
     let sizes: Vec<f64> = rows.iter().map(|r| r.get("bytes").num()).collect();
     assert_eq!(sizes, vec![2.0, 65536.0, 8388608.0], "every size survives");
@@ -680,15 +467,15 @@ fn json_holds_every_row_of_a_sweep_and_the_run() {
     let gbit = rows[1].get("bw_avg_gbit_s").num();
     assert!((gbit - 1163.05 * MIB * 8.0 / 1e9).abs() < 1e-6, "{gbit}");
 
-    let doc = parse_json(&render_json(&lat_run(), false)).expect("valid JSON");
+    let doc = json::parse(&render_json(&lat_run(), false)).expect("valid JSON");
     let rows = doc.get("results").arr();
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0].get("t_p99_99_us").num(), 244.412);
     assert_eq!(rows[0].get("t_max_us").num(), 257.404);
-    assert_eq!(rows[0].get("tps"), &J::Null);
-    assert_eq!(doc.get("run").get("cpu"), &J::Null);
+    assert_eq!(rows[0].get("tps"), Some(&Value::Null));
+    assert_eq!(doc.get("run").get("cpu"), Some(&Value::Null));
 
-    let doc = parse_json(&render_json(&lat_duration(), false)).expect("valid JSON");
+    let doc = json::parse(&render_json(&lat_duration(), false)).expect("valid JSON");
     assert_eq!(doc.get("run").get("duration_s").num(), 5.0);
     assert!(doc.get("results").arr()[0].get("tps").num() > 49_000.0);
 }
@@ -700,10 +487,10 @@ fn non_finite_numbers_become_null_or_empty() {
         rows[0].avg_bps = f64::NAN;
         rows[0].peak_bps = f64::INFINITY;
     }
-    let doc = parse_json(&render_json(&r, false)).expect("valid JSON despite NaN");
+    let doc = json::parse(&render_json(&r, false)).expect("valid JSON despite NaN");
     let row = &doc.get("results").arr()[0];
-    assert_eq!(row.get("bw_avg_mib_s"), &J::Null);
-    assert_eq!(row.get("bw_peak_gbit_s"), &J::Null);
+    assert_eq!(row.get("bw_avg_mib_s"), Some(&Value::Null));
+    assert_eq!(row.get("bw_peak_gbit_s"), Some(&Value::Null));
     let csv = render_csv(&r, false);
     assert!(
         csv.lines().nth(1).unwrap().starts_with("all,2,5000,,,"),
@@ -714,7 +501,7 @@ fn non_finite_numbers_become_null_or_empty() {
     // And an RunInfo string with quotes and newlines stays valid JSON.
     let mut r = bw_sweep();
     r.info.cpu = Some((0, "odd \"why\"\nline".into()));
-    let doc = parse_json(&render_json(&r, false)).unwrap();
+    let doc = json::parse(&render_json(&r, false)).unwrap();
     assert_eq!(
         doc.get("run").get("cpu").get("why").str(),
         "odd \"why\"\nline"
@@ -1199,10 +986,10 @@ fn golden_out_json() {
         &render_perftest_json(&bw_sweep(), Some(Verbosity::Bandwidth), false),
     );
     // Valid JSON, perftest's keys, the last size in "results" and every size in "all_results".
-    let J::Obj(doc) = parse_json(&bw).unwrap() else {
+    let Value::Object(doc) = json::parse(&bw).expect("valid JSON") else {
         panic!("not an object")
     };
-    let keys: Vec<&str> = doc.iter().map(|(k, _)| k.as_str()).collect();
+    let keys: Vec<&str> = doc.iter().map(|(k, _)| k).collect();
     assert_eq!(keys, ["test_info", "results", "all_results"]);
     assert!(bw.contains("\"test\": \"RDMA_Write_BW_Test\""), "{bw}");
     assert!(bw.contains("\"BW_average\": 1201.18"), "{bw}");
@@ -1215,7 +1002,7 @@ fn golden_out_json() {
     ] {
         assert!(lat.contains(k), "{k}: {lat}");
     }
-    assert!(parse_json(&lat).is_ok());
+    assert!(json::parse(&lat).is_ok());
 }
 
 #[test]

@@ -1,0 +1,315 @@
+//! `--plot FILE.svg`: a sweep as a chart, drawn from the run's own JSON report so that the
+//! chart shows exactly the numbers the report holds.
+//!
+//! | tool | panels (x: message size, log₂ axis) |
+//! |---|---|
+//! | `vl_*_bw` | average and peak bandwidth (the report's unit); message rate (Mpps) |
+//! | `vl_*_lat` | latency percentiles: min, median, p99, p99.9, p99.99, max (µs) |
+//!
+//! plotters draws it with its SVG backend and its built-in font metrics: no system font is
+//! read, so it works in the busybox guest and on CI machines without fonts; the viewer
+//! renders the text with its own sans-serif.
+//!
+//! Each series has a colour of its own ([`Series::color`]), drawn as one `<polyline>` with a
+//! point per message size. [`check_svg`] uses that to read an SVG back and prove that its
+//! points are the report's numbers (`vl_jsoncheck --plot`, and the host tests).
+
+use std::fmt::Write as _;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use verbs_lab::json::Value;
+
+/// Width of the chart, and height of each panel, in pixels.
+const WIDTH: u32 = 800;
+const PANEL_HEIGHT: u32 = 380;
+
+/// The x axis's description, on every panel.
+pub const X_DESC: &str = "message size [bytes]";
+
+/// One line of a panel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    pub name: &'static str,
+    /// The JSON key of each row the line plots.
+    pub key: String,
+    pub color: RGBColor,
+    /// (bytes, value) per row, in the report's order.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// One chart of the SVG: a title, the y axis's description and its lines.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Panel {
+    pub title: String,
+    pub y_desc: String,
+    pub series: Vec<Series>,
+    /// The legend's corner: where the lines usually are not (message rate falls with size).
+    pub legend: SeriesLabelPosition,
+}
+
+/// A line as drawn: its points in pixels.
+pub type Pixels = Vec<(i32, i32)>;
+
+/// Colours, one per series of a chart, distinct and readable on white.
+const BLUE: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
+const ORANGE: RGBColor = RGBColor(0xff, 0x7f, 0x0e);
+const GREEN: RGBColor = RGBColor(0x2c, 0xa0, 0x2c);
+const RED: RGBColor = RGBColor(0xd6, 0x27, 0x28);
+const PURPLE: RGBColor = RGBColor(0x94, 0x67, 0xbd);
+const GREY: RGBColor = RGBColor(0x7f, 0x7f, 0x7f);
+
+/// The panels of a `--json` report: bandwidth and message rate for `"metric": "bw"`, latency
+/// percentiles for `"lat"`. An error names what the document lacks.
+pub fn panels(doc: &Value) -> Result<Vec<Panel>, String> {
+    let run = doc.get("run").ok_or("the report has no \"run\"")?;
+    let rows = doc
+        .get("results")
+        .and_then(Value::as_array)
+        .ok_or("the report has no \"results\" array")?;
+    if rows.is_empty() {
+        return Err("the report has no result rows to plot".into());
+    }
+    let title = run.get("title").and_then(Value::as_str).unwrap_or("vl_*");
+    let series = |name: &'static str, key: &str, color: RGBColor| -> Result<Series, String> {
+        let points = rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let x = r.get("bytes").and_then(Value::as_f64);
+                let y = r.get(key).and_then(Value::as_f64);
+                x.zip(y)
+                    .ok_or_else(|| format!("results[{i}] has no numeric \"bytes\" and \"{key}\""))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Series {
+            name,
+            key: key.to_string(),
+            color,
+            points,
+        })
+    };
+    match run.get("metric").and_then(Value::as_str) {
+        Some("bw") => {
+            let (unit, key) = match run.get("report_unit").and_then(Value::as_str) {
+                Some("Gb/s") => ("Gb/s", "gbit_s"),
+                _ => ("MiB/s", "mib_s"),
+            };
+            Ok(vec![
+                Panel {
+                    title: format!("{title}: bandwidth"),
+                    y_desc: format!("bandwidth [{unit}]"),
+                    series: vec![
+                        series("average", &format!("bw_avg_{key}"), BLUE)?,
+                        series("peak", &format!("bw_peak_{key}"), ORANGE)?,
+                    ],
+                    legend: SeriesLabelPosition::UpperLeft,
+                },
+                Panel {
+                    title: format!("{title}: message rate"),
+                    y_desc: "message rate [Mpps]".into(),
+                    series: vec![series("message rate", "msg_rate_mpps", GREEN)?],
+                    legend: SeriesLabelPosition::UpperRight,
+                },
+            ])
+        }
+        Some("lat") => Ok(vec![Panel {
+            title: format!("{title}: latency"),
+            y_desc: "latency [usec]".into(),
+            series: vec![
+                series("min", "t_min_us", GREY)?,
+                series("median", "t_median_us", BLUE)?,
+                series("p99", "t_p99_us", GREEN)?,
+                series("p99.9", "t_p99_9_us", ORANGE)?,
+                series("p99.99", "t_p99_99_us", RED)?,
+                series("max", "t_max_us", PURPLE)?,
+            ],
+            legend: SeriesLabelPosition::UpperLeft,
+        }]),
+        other => Err(format!(
+            "the report's \"run\".\"metric\" is {other:?}, expected \"bw\" or \"lat\""
+        )),
+    }
+}
+
+/// The SVG of a `--json` report (see the module docs).
+pub fn render_svg(doc: &Value) -> Result<String, String> {
+    let panels = panels(doc)?;
+    let mut svg = String::new();
+    draw(&panels, &mut svg).map_err(|e| format!("drawing the chart: {e}"))?;
+    Ok(svg)
+}
+
+/// Draws `panels` into `svg` and returns where each series' points landed, in pixels.
+fn draw(panels: &[Panel], svg: &mut String) -> Result<Vec<Vec<Pixels>>, String> {
+    let height = PANEL_HEIGHT * panels.len() as u32;
+    let root = SVGBackend::with_string(svg, (WIDTH, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let areas = root.split_evenly((panels.len(), 1));
+    let mut pixels = Vec::new();
+    for (panel, area) in panels.iter().zip(&areas) {
+        pixels.push(draw_panel(panel, area).map_err(|e| e.to_string())?);
+    }
+    root.present().map_err(|e| e.to_string())?;
+    Ok(pixels)
+}
+
+type DrawResult<T> = Result<T, DrawingAreaErrorKind<std::io::Error>>;
+
+fn draw_panel(p: &Panel, area: &DrawingArea<SVGBackend<'_>, Shift>) -> DrawResult<Vec<Pixels>> {
+    let all = || p.series.iter().flat_map(|s| s.points.iter());
+    let x_min = all().map(|pt| pt.0).fold(f64::INFINITY, f64::min).max(1.0);
+    let mut x_max = all().map(|pt| pt.0).fold(0.0, f64::max);
+    if x_max <= x_min {
+        // One size: widen the axis around it so the point sits inside.
+        x_max = x_min * 4.0;
+    }
+    let y_top = all().map(|pt| pt.1).fold(0.0, f64::max);
+    let y_top = if y_top > 0.0 { y_top * 1.1 } else { 1.0 };
+
+    let mut chart = ChartBuilder::on(area)
+        .caption(&p.title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d((x_min / 1.5..x_max * 1.5).log_scale().base(2.0), 0.0..y_top)?;
+    chart
+        .configure_mesh()
+        .x_desc(X_DESC)
+        .y_desc(&p.y_desc)
+        .x_label_formatter(&|x| size_label(*x))
+        .draw()?;
+    let mut pixels = Vec::new();
+    for s in &p.series {
+        let color = s.color;
+        chart
+            .draw_series(LineSeries::new(
+                s.points.iter().copied(),
+                color.stroke_width(2),
+            ))?
+            .label(s.name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 4), (x + 14, y + 4)], color.filled()));
+        chart.draw_series(
+            s.points
+                .iter()
+                .map(|&pt| Circle::new(pt, 3, color.filled())),
+        )?;
+        pixels.push(s.points.iter().map(|pt| chart.backend_coord(pt)).collect());
+    }
+    chart
+        .configure_series_labels()
+        .position(p.legend.clone())
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(pixels)
+}
+
+/// "512", "64K", "8M": the x axis's tick labels.
+fn size_label(x: f64) -> String {
+    let b = x.round() as u64;
+    match b {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
+        b => b.to_string(),
+    }
+}
+
+/// Checks that `svg` is the chart of `doc`: for every series of [`panels`], one `<polyline>`
+/// in its colour whose points are exactly where the report's numbers fall on the axes, and
+/// the axes' descriptions. Returns a one-line summary.
+pub fn check_svg(svg: &str, doc: &Value) -> Result<String, String> {
+    let panels = panels(doc)?;
+    let mut scratch = String::new();
+    let expected = draw(&panels, &mut scratch)?;
+    let lines = polylines(svg)?;
+    let mut n_series = 0;
+    for (panel, want_panel) in panels.iter().zip(&expected) {
+        for text in [X_DESC, &panel.y_desc, &panel.title] {
+            if !has_text(svg, text) {
+                return Err(format!("no text \"{text}\" in the SVG"));
+            }
+        }
+        for (s, want) in panel.series.iter().zip(want_panel) {
+            let color = format!("#{:02X}{:02X}{:02X}", s.color.0, s.color.1, s.color.2);
+            let mine: Vec<&Pixels> = lines
+                .iter()
+                .filter(|(c, _)| c.eq_ignore_ascii_case(&color))
+                .map(|(_, pts)| pts)
+                .collect();
+            match mine.as_slice() {
+                [got] if *got == want => n_series += 1,
+                [got] => {
+                    return Err(format!(
+                        "the \"{}\" line ({}) has the points {got:?}, but the report's \"{}\" \
+                         values fall at {want:?}",
+                        s.name, color, s.key
+                    ))
+                }
+                other => {
+                    return Err(format!(
+                        "expected one line in {color} for \"{}\", found {}",
+                        s.name,
+                        other.len()
+                    ))
+                }
+            }
+        }
+    }
+    let sizes = panels[0].series[0].points.len();
+    Ok(format!(
+        "{n_series} line(s) of {sizes} point(s) each, at the report's numbers"
+    ))
+}
+
+/// Every `<polyline>` of an SVG (the axes and ticks are black ones): its stroke colour and its
+/// points.
+pub fn polylines(svg: &str) -> Result<Vec<(String, Pixels)>, String> {
+    let mut out = Vec::new();
+    for (i, tag) in svg.match_indices("<polyline").map(|(i, _)| (i, &svg[i..])) {
+        let tag = &tag[..tag
+            .find("/>")
+            .ok_or(format!("unterminated <polyline> at byte {i}"))?];
+        let attr = |name: &str| -> Option<&str> {
+            let start = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+            let len = tag[start..].find('"')?;
+            Some(&tag[start..start + len])
+        };
+        let stroke = attr("stroke").ok_or(format!("<polyline> without stroke at byte {i}"))?;
+        let points = attr("points")
+            .ok_or(format!("<polyline> without points at byte {i}"))?
+            .split_whitespace()
+            .map(|pair| {
+                let (x, y) = pair.split_once(',')?;
+                Some((x.parse().ok()?, y.parse().ok()?))
+            })
+            .collect::<Option<Vec<(i32, i32)>>>()
+            .ok_or(format!("<polyline> with unreadable points at byte {i}"))?;
+        out.push((stroke.to_string(), points));
+    }
+    Ok(out)
+}
+
+/// Whether `svg` has a `<text>` element saying exactly `text`.
+pub fn has_text(svg: &str, text: &str) -> bool {
+    let t = xml_escape(text);
+    // plotters writes `<text ...>` and `</text>` on lines of their own.
+    svg.contains(&format!(">{t}<")) || svg.contains(&format!(">\n{t}\n<"))
+}
+
+fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => {
+                let _ = write!(out, "{c}");
+            }
+        }
+    }
+    out
+}

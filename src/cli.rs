@@ -1,0 +1,152 @@
+//! Shell completions and man pages for every binary, generated from its own clap definition.
+//!
+//! Each binary parses its command line through [`parse`] (or calls [`generate_if_asked`] with
+//! its `clap::Command`). Run normally, that is plain `Args::parse()`. Run with the environment
+//! variable [`GENERATE_ENV`] set to a directory, the binary writes its documentation there and
+//! exits 0 without doing anything else — `scripts/install` does this for every binary:
+//!
+//! ```text
+//! DIR/man/man1/NAME.1                       the man page (roff)
+//! DIR/bash-completion/completions/NAME      bash
+//! DIR/zsh/site-functions/_NAME              zsh
+//! DIR/fish/vendor_completions.d/NAME.fish   fish
+//! ```
+//!
+//! `DIR` laid over `PREFIX/share` is where each shell and `man` look for them.
+
+use std::ffi::OsString;
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+
+use clap::{Command, Parser};
+use clap_complete::Shell;
+
+/// The environment variable that turns a binary into its own documentation generator.
+pub const GENERATE_ENV: &str = "VERBS_LAB_GENERATE";
+
+/// `T::parse()`, after writing the documentation and exiting when [`GENERATE_ENV`] is set.
+pub fn parse<T: Parser>() -> T {
+    generate_if_asked(T::command);
+    T::parse()
+}
+
+/// When [`GENERATE_ENV`] names a directory, writes `command()`'s man page and completions there
+/// and exits (0 on success, 1 with a message otherwise). Otherwise returns at once.
+pub fn generate_if_asked(command: impl FnOnce() -> Command) {
+    let Some(dir) = std::env::var_os(GENERATE_ENV).filter(|d| !d.is_empty()) else {
+        return;
+    };
+    // Named as the binary is (a derive without `name = ...` would say the package's name).
+    let mut cmd = command();
+    if let Some(bin) = std::env::args_os().next().as_deref().map(Path::new) {
+        if let Some(file) = bin.file_name().and_then(|f| f.to_str()) {
+            // The process exits right after: leaking the name for clap's 'static is harmless.
+            cmd = cmd.name(&*file.to_string().leak());
+        }
+    }
+    let name = cmd.get_name().to_string();
+    match generate(cmd, Path::new(&dir)) {
+        Ok(files) => {
+            let mut out = io::stdout().lock();
+            for f in files {
+                // A closed stdout (`| head`) changes nothing: the files are written.
+                let _ = writeln!(out, "{}", f.display());
+            }
+            std::process::exit(0)
+        }
+        Err(e) => {
+            eprintln!(
+                "{name}: error: cannot write the man page and completions into {} ({GENERATE_ENV}): {e}",
+                PathBuf::from(dir).display()
+            );
+            std::process::exit(1)
+        }
+    }
+}
+
+/// Writes the man page and the bash, zsh and fish completions of `cmd` under `dir` (layout in
+/// the module docs) and returns the files written.
+pub fn generate(mut cmd: Command, dir: &Path) -> io::Result<Vec<PathBuf>> {
+    cmd.build();
+    let name = cmd.get_name().to_string();
+    let mut written = Vec::new();
+
+    let man = dir.join("man/man1").join(format!("{name}.1"));
+    let mut page = Vec::new();
+    clap_mangen::Man::new(cmd.clone()).render(&mut page)?;
+    write(&man, &page)?;
+    written.push(man);
+
+    for (shell, sub, file) in [
+        (Shell::Bash, "bash-completion/completions", name.clone()),
+        (Shell::Zsh, "zsh/site-functions", format!("_{name}")),
+        (
+            Shell::Fish,
+            "fish/vendor_completions.d",
+            format!("{name}.fish"),
+        ),
+    ] {
+        let mut text = Vec::new();
+        clap_complete::generate(shell, &mut cmd, name.clone(), &mut text);
+        let path = dir.join(sub).join(file);
+        write(&path, &text)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, bytes)
+}
+
+/// Runs the binary `exe` as a generator into a fresh directory under `scratch` and checks that
+/// its man page and every completion mention `flag` (e.g. `--ib-dev`). Returns the files, or
+/// what is missing. Used by each package's tests to prove every binary documents itself.
+pub fn check_generated(exe: &Path, scratch: &Path, flag: &str) -> Result<Vec<PathBuf>, String> {
+    let name = exe
+        .file_name()
+        .map(OsString::from)
+        .ok_or_else(|| format!("{} has no file name", exe.display()))?;
+    let dir = scratch.join(&name);
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = std::process::Command::new(exe)
+        .env(GENERATE_ENV, &dir)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} {GENERATE_ENV}=…: {}: {}",
+            exe.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let listed: Vec<PathBuf> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(PathBuf::from)
+        .collect();
+    if listed.len() != 4 {
+        return Err(format!(
+            "expected 4 files, {} listed {listed:?}",
+            exe.display()
+        ));
+    }
+    // How each file spells a long flag: roff escapes '-' as '\-'; fish says `-l name`.
+    let roff = flag.replace('-', "\\-");
+    let fish = format!("-l {}", flag.trim_start_matches('-'));
+    for f in &listed {
+        let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+        let found = match f.extension().and_then(|e| e.to_str()) {
+            Some("1") => text.contains(&roff),
+            Some("fish") => text.contains(&fish),
+            _ => text.contains(flag),
+        };
+        if !found {
+            return Err(format!("{} does not mention {flag}", f.display()));
+        }
+    }
+    Ok(listed)
+}
