@@ -87,6 +87,7 @@ pair atomic_lat "-n 100"
 
 step "--output=UNITS: one bare number on each side"
 for spec in "write_bw bandwidth" "read_bw message_rate" "write_lat latency"; do
+    # shellcheck disable=SC2086 # two words: the tool and the units
     set -- $spec
     next_port
     server_client "$PORT" "vl_$1 -d $VL_DEV0 -x 1 -u 20 -p $PORT -n 100 --output=$2" \
@@ -94,8 +95,10 @@ for spec in "write_bw bandwidth" "read_bw message_rate" "write_lat latency"; do
         || fail "vl_$1 --output=$2 failed"
     for f in "$CLIENT_OUT" "$SERVER_OUT"; do
         # write_lat's server measures its side too; the others print the client's number.
-        grep -Eqx '[0-9]+\.[0-9]{6}' "$f" && [ "$(grep -c . "$f")" = 1 ] \
-            || { cat "$f"; fail "vl_$1 --output=$2: not one bare number in $f"; }
+        if ! grep -Eqx '[0-9]+\.[0-9]{6}' "$f" || [ "$(grep -c . "$f")" != 1 ]; then
+            cat "$f"
+            fail "vl_$1 --output=$2: not one bare number in $f"
+        fi
     done
     echo "vl_$1 --output=$2: client $(cat "$CLIENT_OUT"), server $(cat "$SERVER_OUT")"
 done
