@@ -270,7 +270,14 @@ pub const OPTIONS: &[PerftestOption] = &[
         true,
         Same("implies --out_json (perftest writes nothing without --out_json)"),
     ),
-    long("cpu_util", false, Refused("not supported yet")),
+    long(
+        "cpu_util",
+        false,
+        Same(
+            "with -D, as perftest: per size, user time over user + idle of all CPUs (perftest's \
+             formula); the JSON files add this process's CPU time",
+        ),
+    ),
     long(
         "cqe_poll",
         true,

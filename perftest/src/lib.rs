@@ -6,6 +6,7 @@ pub mod bw;
 pub mod compat;
 pub mod conn;
 pub mod counters;
+pub mod cpu_util;
 pub mod engine;
 pub mod gates;
 pub mod lat;

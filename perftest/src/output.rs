@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
+use crate::cpu_util::CpuSample;
 pub use crate::gates::{check_gates, GateOutcome, LatGate, EXIT_GATE_FAILED};
 pub use crate::report::{render_csv, render_json, render_perftest_json, render_table, render_text};
 use crate::report::{
@@ -107,6 +108,11 @@ pub struct OutputArgs {
     #[arg(short = 'y', long = "limit_msgrate", value_name = "MPPS", value_parser = crate::gates::parse_limit)]
     pub limit_msgrate: Option<f64>,
 
+    /// perftest's CPU utilisation column (with -D): the user share of all CPUs during each
+    /// size, perftest's formula; the JSON files also get this process's CPU time.
+    #[arg(long = "cpu_util")]
+    pub cpu_util: bool,
+
     /// Print the port's NIC counters that changed during the run (counters/ and hw_counters/
     /// deltas: packets, retransmissions, out-of-sequence, RNR NAKs, CNPs, whatever the device
     /// has) after the rows; --json and --out_json always hold every delta.
@@ -177,6 +183,11 @@ pub struct Reporter {
     rows_done: usize,
     /// The run's NIC counter deltas, once known.
     counters: Option<crate::counters::Snapshot>,
+    /// `--cpu_util`: the sample at the start of the run and at the last row, and each streamed
+    /// row's utilisation.
+    cpu_first: Option<CpuSample>,
+    cpu_mark: Option<CpuSample>,
+    cpu_utils: Vec<f64>,
 }
 
 impl Reporter {
@@ -193,6 +204,9 @@ impl Reporter {
             header_done: false,
             rows_done: 0,
             counters: None,
+            cpu_first: None,
+            cpu_mark: None,
+            cpu_utils: Vec::new(),
         }
     }
 
@@ -214,9 +228,41 @@ impl Reporter {
             return;
         }
         self.header_done = true;
+        if self.args.cpu_util {
+            let now = crate::cpu_util::sample();
+            self.cpu_first = Some(now);
+            self.cpu_mark = Some(now);
+        }
         if self.streams_text() {
-            let s = text::header(info, self.unit());
+            let mut s = text::header(info, self.unit());
+            if self.args.cpu_util && !text::passive(info) {
+                // perftest's RESULT_EXT_CPU_UTIL after the column header.
+                s.pop();
+                s.push_str("    CPU_Util[%]\n");
+            }
             self.emit(&s);
+        }
+    }
+
+    /// `--cpu_util`: the utilisation since the previous row (or the header), recorded.
+    fn cpu_tick(&mut self) -> Option<f64> {
+        let mark = self.cpu_mark?;
+        let now = crate::cpu_util::sample();
+        let u = crate::cpu_util::utilisation(&mark, &now);
+        self.cpu_mark = Some(now);
+        self.cpu_utils.push(u);
+        Some(u)
+    }
+
+    /// A text row with perftest's CPU column (`REPORT_EXT_CPU_UTIL`) when there is one.
+    fn with_cpu(row: String, util: Option<f64>) -> String {
+        match util {
+            Some(u) => format!(
+                "{}\t    {}\n",
+                row.trim_end_matches('\n'),
+                crate::report::cfix(u, 3, 2)
+            ),
+            None => row,
         }
     }
 
@@ -235,11 +281,12 @@ impl Reporter {
     pub fn bw_row(&mut self, info: &RunInfo, row: &BwRow) {
         self.header(info);
         self.rows_done += 1;
+        let util = self.cpu_tick();
         if let Some(v) = self.args.verbosity {
             let s = text::bare_bw(row, v, self.unit());
             self.emit(&s);
         } else if self.streams_text() {
-            let s = text::bw_row(row, self.unit());
+            let s = Self::with_cpu(text::bw_row(row, self.unit()), util);
             self.emit(&s);
         }
     }
@@ -248,11 +295,12 @@ impl Reporter {
     pub fn lat_row(&mut self, info: &RunInfo, row: &LatRow) {
         self.header(info);
         self.rows_done += 1;
+        let util = self.cpu_tick();
         if self.args.verbosity.is_some() {
             let s = text::bare_lat(row);
             self.emit(&s);
         } else if self.streams_text() {
-            let s = text::lat_row(info, row);
+            let s = Self::with_cpu(text::lat_row(info, row), util);
             self.emit(&s);
         }
     }
@@ -332,8 +380,9 @@ impl Reporter {
 
         let gbits = self.args.report_gbits;
         let counters = self.counters.as_ref();
+        let cpu = self.cpu_report();
         if let Some(path) = &self.args.json {
-            let text = render_json_counters(result, procs, gbits, counters);
+            let text = render_json_counters(result, procs, gbits, counters, cpu.as_ref());
             write_file(path, "--json", &text)?;
         }
         if let Some(path) = &self.args.csv {
@@ -350,6 +399,7 @@ impl Reporter {
                 self.args.verbosity,
                 gbits,
                 counters,
+                cpu.as_ref(),
             );
             write_file(&path, "--out_json", &text)?;
         }
@@ -385,6 +435,17 @@ impl Reporter {
 }
 
 impl Reporter {
+    /// `--cpu_util`'s figures for the JSON files: each streamed row's utilisation and this
+    /// process's CPU time since the header.
+    fn cpu_report(&self) -> Option<crate::cpu_util::CpuReport> {
+        let first = self.cpu_first?;
+        let now = crate::cpu_util::sample();
+        Some(crate::cpu_util::CpuReport {
+            util_percent: self.cpu_utils.clone(),
+            process_cpu: now.process.saturating_sub(first.process),
+        })
+    }
+
     /// The `--counters` block and perftest's `-W` lines, in text mode (empty without them).
     fn counter_lines(&self) -> anyhow::Result<String> {
         let mut s = String::new();

@@ -940,6 +940,18 @@ fn check_output_options(tool: Tool, p: &Params) -> Result<(), String> {
             ));
         }
     }
+    if o.cpu_util {
+        if p.duration.is_none() && !p.run_infinitely {
+            return Err(
+                "--cpu_util measures the CPUs during a -D run (perftest reports it in duration \
+                 mode only); add -D SECS"
+                    .into(),
+            );
+        }
+        if p.procs.is_some() {
+            return Err("--cpu_util: not with --procs (each worker shares the CPUs)".into());
+        }
+    }
     if o.verbosity.is_some() && o.format == crate::output::OutputFormat::Table {
         return Err("--output=UNITS prints bare numbers; leave out --format table".into());
     }

@@ -29,6 +29,7 @@ struct Listed {
     short: Option<char>,
     long: String,
     value: Option<String>,
+    context: Vec<String>,
     tools: Vec<Tool>,
 }
 
@@ -92,7 +93,12 @@ fn listed() -> Vec<Listed> {
             Listed {
                 short: (f[0] != "-").then(|| f[0].chars().next().unwrap()),
                 long: f[1].to_string(),
-                value: (f[2] != "-").then(|| f[2].to_string()),
+                // "-" is a flag; "-,CTX" a flag that needs the options CTX.
+                value: (f[2] != "-" && !f[2].starts_with("-,")).then(|| f[2].to_string()),
+                context: f[2]
+                    .strip_prefix("-,")
+                    .map(|c| c.split(',').map(String::from).collect())
+                    .unwrap_or_default(),
                 tools: tools_of(f[3]),
             }
         })
@@ -128,6 +134,7 @@ fn every_perftest_option_is_accepted_or_refused_by_name() {
             // A value with commas carries the context the option needs: "1,-D,4".
             let mut args = vec![spelled.clone()];
             args.extend(l.value.iter().flat_map(|v| v.split(',').map(String::from)));
+            args.extend(l.context.iter().cloned());
             for &tool in &l.tools {
                 let got = config(tool, &args);
                 match o.status {

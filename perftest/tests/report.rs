@@ -1022,3 +1022,47 @@ fn golden_run_infinitely() {
     golden("run_infinitely.txt", &text);
     assert_eq!(parsed_rows(&text, PERFTEST_BW_HEADER).len(), 3);
 }
+
+#[test]
+fn cpu_util_adds_perftests_column_and_json_fields() {
+    let mut result = bw_sweep();
+    result.info.duration = Some(Duration::from_secs(2));
+    let dir = temp_dir("cpu");
+    let args = OutputArgs {
+        cpu_util: true,
+        json: Some(dir.join("run.json")),
+        out_json: true,
+        out_json_file: Some(dir.join("pt.json")),
+        ..OutputArgs::default()
+    };
+    let cap = Capture::default();
+    let mut rep = Reporter::with_writer(&args, Box::new(cap.clone()));
+    rep.header(&result.info);
+    let Rows::Bw(rows) = &result.rows else {
+        unreachable!()
+    };
+    for r in rows {
+        rep.bw_row(&result.info, r);
+    }
+    rep.finish(&result).unwrap();
+    let text = cap.text();
+    assert!(
+        text.contains(&format!("{PERFTEST_BW_HEADER}    CPU_Util[%]\n")),
+        "{text}"
+    );
+    // Every row: perftest's five fields, then a tab and the utilisation.
+    let n = text
+        .lines()
+        .filter(|l| l.starts_with(' ') && l.split_whitespace().count() == 6)
+        .filter(|l| l.split_whitespace().nth(5).unwrap().parse::<f64>().is_ok())
+        .count();
+    assert_eq!(n, 3, "{text}");
+    let ours = std::fs::read_to_string(dir.join("run.json")).unwrap();
+    assert!(
+        ours.contains("\"cpu_util\"") && ours.contains("\"process_cpu_s\""),
+        "{ours}"
+    );
+    let pt = std::fs::read_to_string(dir.join("pt.json")).unwrap();
+    assert!(pt.contains("\"CPU_util\""), "{pt}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

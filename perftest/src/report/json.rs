@@ -27,16 +27,18 @@ pub fn render_json_procs(
     procs: &[ProcessResult],
     report_gbits: bool,
 ) -> String {
-    render_json_counters(result, procs, report_gbits, None)
+    render_json_counters(result, procs, report_gbits, None, None)
 }
 
 /// [`render_json_procs`] with the run's NIC counter deltas (see `counters.rs`) as
-/// `"counters": {"hw_counters/sent_pkts": N, ..}` after `"results"`.
+/// `"counters": {"hw_counters/sent_pkts": N, ..}` after `"results"`, and with `--cpu_util`
+/// `"cpu_util": {"util_percent": [..], "process_cpu_s": S}`.
 pub fn render_json_counters(
     result: &RunResult,
     procs: &[ProcessResult],
     report_gbits: bool,
     counters: Option<&crate::counters::Snapshot>,
+    cpu: Option<&crate::cpu_util::CpuReport>,
 ) -> String {
     let info = &result.info;
     let results: Vec<Value> = match &result.rows {
@@ -51,6 +53,18 @@ pub fn render_json_counters(
         .field("results", results);
     let doc = match counters {
         Some(c) => doc.field("counters", counters_object(c)),
+        None => doc,
+    };
+    let doc = match cpu {
+        Some(c) => doc.field(
+            "cpu_util",
+            Object::new()
+                .field(
+                    "util_percent",
+                    Value::array(c.util_percent.iter().map(|u| round_to(*u, 2))),
+                )
+                .field("process_cpu_s", round_to(c.process_cpu.as_secs_f64(), 6)),
+        ),
         None => doc,
     };
     let doc = if procs.is_empty() {

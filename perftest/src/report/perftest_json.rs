@@ -21,7 +21,7 @@ pub fn render_perftest_json(
     verbosity: Option<Verbosity>,
     report_gbits: bool,
 ) -> String {
-    render_perftest_json_counters(result, verbosity, report_gbits, None)
+    render_perftest_json_counters(result, verbosity, report_gbits, None, None)
 }
 
 /// [`render_perftest_json`] with the NIC counter deltas under `"counters"` (our addition).
@@ -30,10 +30,11 @@ pub fn render_perftest_json_counters(
     verbosity: Option<Verbosity>,
     report_gbits: bool,
     counters: Option<&crate::counters::Snapshot>,
+    cpu: Option<&crate::cpu_util::CpuReport>,
 ) -> String {
     let info = &result.info;
     let unit = BwUnit::new(report_gbits);
-    let rows: Vec<Object> = match &result.rows {
+    let mut rows: Vec<Object> = match &result.rows {
         Rows::Bw(rows) => rows
             .iter()
             .map(|r| bw_results(r, verbosity, unit))
@@ -43,6 +44,12 @@ pub fn render_perftest_json_counters(
             .map(|r| lat_results(info, r, verbosity))
             .collect(),
     };
+    // perftest's REPORT_EXT_CPU_UTIL_JSON: "CPU_util" after each row's numbers.
+    if let Some(c) = cpu {
+        for (o, u) in rows.iter_mut().zip(&c.util_percent) {
+            o.insert("CPU_util", round_to(*u, 2));
+        }
+    }
     let mut doc = Object::new().field("test_info", test_info(info));
     if let Some(last) = rows.last() {
         doc.insert("results", last.clone());
@@ -50,6 +57,9 @@ pub fn render_perftest_json_counters(
     doc.insert("all_results", Value::array(rows));
     if let Some(c) = counters {
         doc.insert("counters", super::json::counters_object(c));
+    }
+    if let Some(c) = cpu {
+        doc.insert("process_cpu_s", round_to(c.process_cpu.as_secs_f64(), 6));
     }
     let mut text = doc.pretty();
     text.push('\n');
