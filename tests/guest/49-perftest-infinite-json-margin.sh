@@ -3,7 +3,7 @@
 # ends cleanly (exit 0 on both sides) when the client gets SIGINT; --out_json writes perftest's
 # keys (valid JSON, the same row as the text); -f/--margin measures the middle of a -D run
 # (fewer iterations than the whole run); the NIC counter deltas (-W, --counters, --json, --max-counter) agree with the
-# packets the run sent; and perftest's own options we refuse are refused by name.
+# packets the run sent; --cpu_util adds perftest's column; and perftest's own options we refuse are refused by name.
 # timeout: 300
 set -eu
 # shellcheck source=tests/guest/lib.sh
@@ -82,6 +82,13 @@ expect_contains "$CLIENT_OUT" "gate failed: NIC counter hw_counters/sent_pkts ro
 vl_pair vl_write_bw "-s 4096 -n 50" "--max-counter hw_counters/no_such_counter=0" || true
 [ "$CLIENT_RC" = 3 ] || fail "--max-counter on a missing counter: exit $CLIENT_RC, expected 3"
 expect_contains "$CLIENT_OUT" "the port has no counter 'hw_counters/no_such_counter'"
+
+step "--cpu_util -D 2: perftest's CPU_Util column on each row"
+vl_pair_ok vl_write_bw "-s 4096 -D 2 --cpu_util"
+expect_contains "$CLIENT_OUT" "MsgRate[Mpps]    CPU_Util[%]"
+u=$(row_field "$CLIENT_OUT" 6)
+echo "$u" | grep -Eq '^[0-9]+\.[0-9]{2}$' || { cat "$CLIENT_OUT"; fail "no CPU_Util value in the row: '$u'"; }
+echo "CPU_Util: $u %"
 
 step "perftest's options we do not support are refused by name"
 for o in "--use-srq" "-R" "--tclass 3" "--run_infinitely -n 5"; do
