@@ -42,7 +42,8 @@ pub struct ConnectOpts {
     pub sgid_index: u8,
     /// Path MTU: at most both ports' active MTU.
     pub path_mtu: Mtu,
-    /// Remote operations we accept on this QP.
+    /// Remote operations we accept on this QP. The default is none: a side that lets its peer
+    /// write, read or run atomics says so, and grants only that.
     pub access: AccessFlags,
     /// Ack timeout exponent (4.096 µs × 2^timeout). perftest uses 14 (~67 ms); under software
     /// emulation (QEMU TCG) 20 (~4.3 s) avoids spurious retry failures.
@@ -63,10 +64,7 @@ impl Default for ConnectOpts {
             port_num: 1,
             sgid_index: 0,
             path_mtu: Mtu::Mtu1024,
-            access: AccessFlags::LOCAL_WRITE
-                | AccessFlags::REMOTE_WRITE
-                | AccessFlags::REMOTE_READ
-                | AccessFlags::REMOTE_ATOMIC,
+            access: AccessFlags::EMPTY,
             timeout: 14,
             retry_cnt: 7,
             rnr_retry: 7,
@@ -201,6 +199,12 @@ mod tests {
         assert!(path_mtu(Some(Mtu::Mtu1024), Some(Mtu::Mtu4096))
             .unwrap_err()
             .contains("active MTU 1024"));
+    }
+
+    #[test]
+    fn default_grants_no_remote_access() {
+        assert!(ConnectOpts::default().access.is_empty());
+        assert!(init_attr(&ConnectOpts::default()).access.is_empty());
     }
 
     #[test]

@@ -2,13 +2,28 @@
 //! before it can run (QPN, PSN, GID, rkey, address) and to synchronise afterwards.
 //!
 //! Every wait is bounded: accepting, connecting and each read carry a timeout, and the error
-//! says which step was waiting. Framed messages have a length limit checked before allocating,
-//! so a hostile or confused peer cannot make us allocate or read without bound.
+//! says which step was waiting. A read's timeout is a deadline for the whole frame (or the whole
+//! raw read), not restarted by each byte, so a peer that trickles one byte at a time cannot hold
+//! a reader longer than a silent one. Framed messages have a length limit checked before
+//! allocating, so a hostile or confused peer cannot make us allocate or read without bound.
+//!
+//! A server listens on [`DEFAULT_BIND`] (every IPv6 and IPv4 address of the host) unless told
+//! otherwise ([`Listener::bind_on`]); a [`Listener`] outlives its accepts, so a server can drop a
+//! stray connection and wait for the next one, and can turn away a second client while a run is
+//! in progress ([`Listener::refuse_others`]).
 
 use std::fmt;
 use std::io::{self, ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// Where a server listens unless told otherwise: every address, IPv6 and IPv4 (`[::]` with
+/// `IPV6_V6ONLY` off, so IPv4 clients arrive as `::ffff:a.b.c.d`); on a kernel without IPv6,
+/// every IPv4 address (`0.0.0.0`).
+pub const DEFAULT_BIND: IpAddr = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
 
 /// What went wrong on the out-of-band channel.
 #[derive(Debug)]
@@ -71,35 +86,70 @@ pub struct OobConn {
     stream: TcpStream,
     peer: SocketAddr,
     timeout: Duration,
+    /// Bytes received but not yet handed out: the start of a frame read without blocking
+    /// ([`OobConn::try_recv_msg`]) or the bytes after one.
+    pending: Vec<u8>,
+    /// When the oldest byte of `pending` arrived: the frame's deadline runs from here.
+    pending_since: Option<Instant>,
 }
 
 const POLL_STEP: Duration = Duration::from_millis(50);
 
-/// Waits for one client on `port` (all addresses), at most `timeout`.
+/// Waits for one client on `port` ([`DEFAULT_BIND`]), at most `timeout`.
 pub fn accept(port: u16, timeout: Duration) -> Result<OobConn> {
     Listener::bind(port)?.accept(timeout)
 }
 
 /// A listening socket that stays open between accepts, for a server that takes several clients
-/// on one port. (Binding anew for each client would not do: a client that connects while the
-/// previous listener still exists lands in its backlog, and is reset when that listener closes.)
+/// on one port, or drops stray connections and keeps waiting. (Binding anew for each client
+/// would not do: a client that connects while the previous listener still exists lands in its
+/// backlog, and is reset when that listener closes.)
 pub struct Listener {
     listener: TcpListener,
     port: u16,
+    addr: SocketAddr,
 }
 
 impl Listener {
-    /// Listens on `port` (all addresses).
+    /// Listens on `port` of [`DEFAULT_BIND`].
     pub fn bind(port: u16) -> Result<Listener> {
-        let listener = TcpListener::bind(("0.0.0.0", port)).map_err(|e| OobError::Io {
-            what: format!("cannot listen on TCP port {port} (another server running? try -p)"),
+        Self::bind_on(DEFAULT_BIND, port)
+    }
+
+    /// Listens on `port` of `ip`: one local address, or `::` / `0.0.0.0` for all of them.
+    pub fn bind_on(ip: IpAddr, port: u16) -> Result<Listener> {
+        let listener = match ip {
+            IpAddr::V6(v6) if v6.is_unspecified() => match dual_stack(port) {
+                Ok(l) => Ok(l),
+                // No IPv6 in this kernel: every IPv4 address is the next best "everywhere".
+                Err(e) if e.raw_os_error() == Some(nix::libc::EAFNOSUPPORT) => {
+                    TcpListener::bind((Ipv4Addr::UNSPECIFIED, port))
+                }
+                Err(e) => Err(e),
+            },
+            _ => TcpListener::bind((ip, port)),
+        }
+        .map_err(|e| OobError::Io {
+            what: format!(
+                "cannot listen on TCP port {port} of {} (another server running? try -p; a \
+                 --bind address must be one of this host's)",
+                fmt_ip(ip)
+            ),
             err: e,
         })?;
         listener.set_nonblocking(true).map_err(|err| OobError::Io {
             what: "set_nonblocking".into(),
             err,
         })?;
-        Ok(Listener { listener, port })
+        let addr = listener.local_addr().map_err(|err| OobError::Io {
+            what: "the listener's address".into(),
+            err,
+        })?;
+        Ok(Listener {
+            listener,
+            port: addr.port(),
+            addr,
+        })
     }
 
     /// The port listened on.
@@ -107,24 +157,37 @@ impl Listener {
         self.port
     }
 
+    /// The address listened on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// Waits for the next client, at most `timeout`.
     pub fn accept(&self, timeout: Duration) -> Result<OobConn> {
+        self.accept_conn(timeout, timeout)
+    }
+
+    /// Waits for the next client, at most `wait`; the connection's reads and writes get
+    /// `timeout` each.
+    pub fn accept_conn(&self, wait: Duration, timeout: Duration) -> Result<OobConn> {
         let port = self.port;
         let start = Instant::now();
         loop {
             match self.listener.accept() {
-                Ok((stream, peer)) => return OobConn::new(stream, peer, timeout),
+                Ok((stream, peer)) => return OobConn::new(stream, canonical(peer), timeout),
                 Err(e)
                     if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted =>
                 {
-                    if start.elapsed() >= timeout {
+                    if start.elapsed() >= wait {
                         return Err(OobError::Timeout {
                             what: format!("a client to connect to TCP port {port}"),
-                            after: timeout,
+                            after: wait,
                         });
                     }
                     std::thread::sleep(POLL_STEP);
                 }
+                // A client that connected and reset before we took it: not our failure.
+                Err(e) if e.kind() == ErrorKind::ConnectionAborted => continue,
                 Err(e) => {
                     return Err(OobError::Io {
                         what: format!("accept on port {port}"),
@@ -133,6 +196,97 @@ impl Listener {
                 }
             }
         }
+    }
+
+    /// From now until the returned guard is dropped, a thread takes every further connection
+    /// and turns it away: it reads what the client opens with (at most `REFUSE_READ`, so that
+    /// closing does not reset the connection before the client reads our answer), sends it
+    /// `reply` as one frame, logs one line through `log`, and closes. The run in progress is
+    /// not touched. Dropping the guard stops the thread and closes the listener.
+    pub fn refuse_others(
+        self,
+        reply: Vec<u8>,
+        log: impl Fn(SocketAddr) + Send + 'static,
+    ) -> Refuser {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                match self.listener.accept() {
+                    Ok((stream, peer)) => {
+                        if let Ok(mut c) = OobConn::new(stream, canonical(peer), REFUSE_READ) {
+                            let _ = c.recv_msg(64 * 1024, "the opening message");
+                            let _ = c.send_msg(&reply, "the refusal");
+                            let _ = c.stream.shutdown(std::net::Shutdown::Write);
+                            let mut sink = [0u8; 256];
+                            let _ = c.stream.read(&mut sink);
+                        }
+                        log(canonical(peer));
+                    }
+                    Err(_) => std::thread::sleep(POLL_STEP),
+                }
+            }
+        });
+        Refuser {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+/// How long [`Listener::refuse_others`] reads a refused client's opening message.
+const REFUSE_READ: Duration = Duration::from_secs(2);
+
+/// Turns away further clients while it lives (see [`Listener::refuse_others`]).
+pub struct Refuser {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Refuser {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// `[::]:port` with IPV6_V6ONLY off: IPv6 and IPv4 clients alike, whatever the sysctl default.
+fn dual_stack(port: u16) -> io::Result<TcpListener> {
+    use nix::sys::socket::{
+        bind, listen, setsockopt, socket, sockopt, AddressFamily, Backlog, SockFlag, SockType,
+        SockaddrIn6,
+    };
+    let fd = socket(
+        AddressFamily::Inet6,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    setsockopt(&fd, sockopt::Ipv6V6Only, &false)?;
+    setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    let sa = SockaddrIn6::from(std::net::SocketAddrV6::new(
+        Ipv6Addr::UNSPECIFIED,
+        port,
+        0,
+        0,
+    ));
+    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &sa)?;
+    listen(&fd, Backlog::new(128).unwrap_or(Backlog::MAXCONN))?;
+    Ok(TcpListener::from(fd))
+}
+
+/// An IPv4 client of a dual-stack listener as plain IPv4.
+fn canonical(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip().to_canonical(), a.port())
+}
+
+fn fmt_ip(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V6(v6) if v6.is_unspecified() => "every address ([::] and 0.0.0.0)".into(),
+        IpAddr::V4(v4) if v4.is_unspecified() => "every IPv4 address (0.0.0.0)".into(),
+        other => other.to_string(),
     }
 }
 
@@ -169,6 +323,13 @@ pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<OobConn> {
     })
 }
 
+impl std::os::fd::AsRawFd for OobConn {
+    /// The socket, e.g. for a signal thread that shuts down its reading side to wake a reader.
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.stream.as_raw_fd()
+    }
+}
+
 impl OobConn {
     fn new(stream: TcpStream, peer: SocketAddr, timeout: Duration) -> Result<OobConn> {
         let io = |err| OobError::Io {
@@ -183,6 +344,8 @@ impl OobConn {
             stream,
             peer,
             timeout,
+            pending: Vec::new(),
+            pending_since: None,
         })
     }
 
@@ -215,19 +378,77 @@ impl OobConn {
             .map_err(|e| self.classify(e, &format!("sending {what}")))
     }
 
-    /// Reads exactly `buf.len()` bytes, within the timeout (which restarts on every byte
-    /// received: a slow but live peer is not cut off, a silent one is).
+    /// Reads exactly `buf.len()` bytes, all within the timeout: a deadline for the whole read,
+    /// not restarted by each byte, so a trickling peer is cut off like a silent one.
     pub fn recv_raw(&mut self, buf: &mut [u8], what: &str) -> Result<()> {
-        let mut got = 0;
-        while got < buf.len() {
-            match self.stream.read(&mut buf[got..]) {
+        let deadline = self.deadline();
+        self.fill_until(buf.len(), deadline, what)?;
+        buf.copy_from_slice(&self.pending[..buf.len()]);
+        self.consume(buf.len());
+        Ok(())
+    }
+
+    /// The deadline of the next read: the timeout from now, or from the arrival of the first
+    /// byte already waiting (a frame begun earlier does not get a fresh timeout).
+    fn deadline(&self) -> Instant {
+        self.pending_since.unwrap_or_else(Instant::now) + self.timeout
+    }
+
+    /// Blocks until `pending` holds `need` bytes or `deadline` passes.
+    fn fill_until(&mut self, need: usize, deadline: Instant, what: &str) -> Result<()> {
+        let mut chunk = [0u8; 4096];
+        while self.pending.len() < need {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(self.timed_out(what));
+            }
+            self.stream
+                .set_read_timeout(Some(left))
+                .map_err(|e| self.classify(e, what))?;
+            // Never read past `need`: what follows belongs to the next read (a lesson may hand
+            // the socket's next bytes to someone else, e.g. after a barrier).
+            let want = (need - self.pending.len()).min(chunk.len());
+            match self.stream.read(&mut chunk[..want]) {
                 Ok(0) => return Err(OobError::Closed { what: what.into() }),
-                Ok(n) => got += n,
+                Ok(n) => self.keep(&chunk[..n]),
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return Err(self.timed_out(what))
+                }
                 Err(e) => return Err(self.classify(e, what)),
             }
         }
         Ok(())
+    }
+
+    fn timed_out(&self, what: &str) -> OobError {
+        if self.pending.is_empty() {
+            OobError::Timeout {
+                what: what.into(),
+                after: self.timeout,
+            }
+        } else {
+            OobError::Timeout {
+                what: format!(
+                    "the rest of {what} (the peer sent {} byte(s) of it, then too little)",
+                    self.pending.len()
+                ),
+                after: self.timeout,
+            }
+        }
+    }
+
+    fn keep(&mut self, bytes: &[u8]) {
+        if self.pending.is_empty() {
+            self.pending_since = Some(Instant::now());
+        }
+        self.pending.extend_from_slice(bytes);
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pending.drain(..n);
+        // What is left is the start of the next frame, which arrived just now for its purposes.
+        self.pending_since = (!self.pending.is_empty()).then(Instant::now);
     }
 
     /// Sends one framed message: a 4-byte big-endian length, then the bytes.
@@ -244,11 +465,62 @@ impl OobConn {
     }
 
     /// Receives one framed message of at most `max` bytes; a longer announcement is refused
-    /// before anything is allocated.
+    /// before anything is allocated. The whole frame must arrive within the timeout.
     pub fn recv_msg(&mut self, max: usize, what: &str) -> Result<Vec<u8>> {
-        let mut len = [0u8; 4];
-        self.recv_raw(&mut len, what)?;
-        let len = u32::from_be_bytes(len) as usize;
+        let deadline = self.deadline();
+        self.fill_until(4, deadline, what)?;
+        let len = self.frame_len(max, what)?;
+        self.fill_until(4 + len, deadline, what)?;
+        Ok(self.take_frame(len))
+    }
+
+    /// Receives one framed message if a whole one has arrived, without blocking: reads what
+    /// the socket holds now and keeps a partial frame for later. A partial frame older than the
+    /// timeout is an error (a peer that sends half a frame and stops).
+    pub fn try_recv_msg(&mut self, max: usize, what: &str) -> Result<Option<Vec<u8>>> {
+        use nix::sys::socket::{recv, MsgFlags};
+        use std::os::fd::AsRawFd;
+        let mut chunk = [0u8; 4096];
+        loop {
+            if self.pending.len() >= 4 {
+                let len = self.frame_len(max, what)?;
+                if self.pending.len() >= 4 + len {
+                    return Ok(Some(self.take_frame(len)));
+                }
+            }
+            // Only what completes this frame: later bytes stay in the socket.
+            let need = if self.pending.len() < 4 {
+                4 - self.pending.len()
+            } else {
+                4 + self.frame_len(max, what)? - self.pending.len()
+            };
+            let want = need.min(chunk.len());
+            match recv(
+                self.stream.as_raw_fd(),
+                &mut chunk[..want],
+                MsgFlags::MSG_DONTWAIT,
+            ) {
+                Ok(0) => return Err(OobError::Closed { what: what.into() }),
+                Ok(n) => self.keep(&chunk[..n]),
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(nix::errno::Errno::EAGAIN) => break,
+                Err(e) => return Err(self.classify(io::Error::from(e), what)),
+            }
+        }
+        if self
+            .pending_since
+            .is_some_and(|t| t.elapsed() > self.timeout)
+        {
+            return Err(self.timed_out(what));
+        }
+        Ok(None)
+    }
+
+    /// The length announced by the frame at the head of `pending` (4 bytes present), checked.
+    fn frame_len(&self, max: usize, what: &str) -> Result<usize> {
+        let mut b = [0u8; 4];
+        b.copy_from_slice(&self.pending[..4]);
+        let len = u32::from_be_bytes(b) as usize;
         if len > max {
             return Err(OobError::TooLong {
                 what: what.into(),
@@ -256,9 +528,13 @@ impl OobConn {
                 max,
             });
         }
-        let mut buf = vec![0u8; len];
-        self.recv_raw(&mut buf, what)?;
-        Ok(buf)
+        Ok(len)
+    }
+
+    fn take_frame(&mut self, len: usize) -> Vec<u8> {
+        let frame = self.pending[4..4 + len].to_vec();
+        self.consume(4 + len);
+        frame
     }
 
     /// A barrier: both sides send a one-byte token and wait for the other's.
@@ -280,6 +556,9 @@ impl OobConn {
     /// without blocking on it.
     pub fn poll_readable(&self, wait: Duration) -> Result<bool> {
         use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        if !self.pending.is_empty() {
+            return Ok(true);
+        }
         use std::os::fd::AsFd;
         let ms = wait.as_millis().min(i32::MAX as u128) as i32;
         let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
@@ -421,5 +700,130 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.to_string().contains("a client to connect"), "{e}");
+    }
+
+    #[test]
+    fn a_trickling_peer_is_cut_off_by_the_frame_deadline() {
+        let port = free_port();
+        let t = std::thread::spawn(move || {
+            let mut c = accept(port, Duration::from_secs(10)).unwrap();
+            // Announce 8 bytes, then one byte every 100 ms: each byte alone is within the
+            // timeout, the frame as a whole is not.
+            c.send_raw(&8u32.to_be_bytes(), "len").unwrap();
+            for _ in 0..8 {
+                std::thread::sleep(Duration::from_millis(100));
+                if c.send_raw(b"x", "byte").is_err() {
+                    break;
+                }
+            }
+        });
+        let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
+        c.set_timeout(Duration::from_millis(350)).unwrap();
+        let start = Instant::now();
+        let e = c.recv_msg(100, "the tally").unwrap_err();
+        assert!(matches!(e, OobError::Timeout { .. }), "{e}");
+        assert!(e.to_string().contains("the rest of the tally"), "{e}");
+        assert!(
+            start.elapsed() < Duration::from_millis(700),
+            "{:?}",
+            start.elapsed()
+        );
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn try_recv_keeps_half_a_frame_without_blocking() {
+        let port = free_port();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let mut c = accept(port, Duration::from_secs(10)).unwrap();
+            c.send_raw(&[0, 0, 0, 3, b'a'], "half").unwrap();
+            go_rx.recv().unwrap();
+            c.send_raw(b"bc", "rest").unwrap();
+            c.send_msg(b"next", "next").unwrap();
+            go_rx.recv().unwrap();
+        });
+        let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let start = Instant::now();
+        assert_eq!(c.try_recv_msg(100, "m").unwrap(), None);
+        assert!(start.elapsed() < Duration::from_millis(50));
+        go_tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            c.try_recv_msg(100, "m").unwrap().as_deref(),
+            Some(&b"abc"[..])
+        );
+        // The next frame is still whole for a blocking read.
+        assert_eq!(c.recv_msg(100, "m").unwrap(), b"next");
+        go_tx.send(()).unwrap();
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn half_a_frame_left_too_long_is_an_error() {
+        let port = free_port();
+        let t = std::thread::spawn(move || {
+            let mut c = accept(port, Duration::from_secs(10)).unwrap();
+            c.send_raw(&[0, 0], "half a length").unwrap();
+            std::thread::sleep(Duration::from_millis(800));
+        });
+        let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
+        c.set_timeout(Duration::from_millis(200)).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(c.try_recv_msg(100, "a heartbeat").unwrap(), None);
+        std::thread::sleep(Duration::from_millis(250));
+        let e = c.try_recv_msg(100, "a heartbeat").unwrap_err();
+        assert!(e.to_string().contains("the rest of a heartbeat"), "{e}");
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn listens_on_ipv4_ipv6_and_both() {
+        // The default takes IPv4 clients too (dual stack), and names them as IPv4.
+        let l = Listener::bind(0).unwrap();
+        let port = l.port();
+        let t = std::thread::spawn(move || {
+            connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
+        });
+        let c = l.accept(Duration::from_secs(5)).unwrap();
+        assert_eq!(c.peer().ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+        t.join().unwrap();
+        // A given IPv6 address.
+        if let Ok(l) = Listener::bind_on(IpAddr::V6(Ipv6Addr::LOCALHOST), 0) {
+            let port = l.port();
+            let t = std::thread::spawn(move || {
+                connect("::1", port, Duration::from_secs(5)).unwrap();
+            });
+            let c = l.accept(Duration::from_secs(5)).unwrap();
+            assert_eq!(c.peer().ip(), IpAddr::V6(Ipv6Addr::LOCALHOST));
+            t.join().unwrap();
+        }
+        // A given IPv4 address; an address not of this host is refused with a hint.
+        let l = Listener::bind_on(IpAddr::V4(Ipv4Addr::LOCALHOST), 0).unwrap();
+        assert!(l.local_addr().is_ipv4());
+        let e = Listener::bind_on("192.0.2.1".parse().unwrap(), 0)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("--bind"), "{e}");
+    }
+
+    #[test]
+    fn a_refuser_answers_later_clients_and_stops() {
+        let l = Listener::bind_on(IpAddr::V4(Ipv4Addr::LOCALHOST), 0).unwrap();
+        let port = l.port();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let guard = l.refuse_others(b"busy".to_vec(), move |a| {
+            let _ = tx.send(a);
+        });
+        let mut c = connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
+        c.send_msg(b"hello", "hello").unwrap();
+        assert_eq!(c.recv_msg(100, "the answer").unwrap(), b"busy");
+        let logged = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(logged.ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+        drop(guard);
+        // The listener is closed with the guard.
+        let e = connect("127.0.0.1", port, Duration::from_millis(300)).err();
+        assert!(e.is_some());
     }
 }

@@ -7,6 +7,8 @@
 //!
 //! One process, no peer: `lesson02_resources -d rxe0`.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};

@@ -9,6 +9,8 @@
 //! talk to that tool. Then each side walks its QP through the states, reading the state back
 //! after every step, and proves the connection with a barrier and one small SEND.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use anyhow::{bail, ensure, Context as _, Result};
@@ -53,7 +55,7 @@ fn run(args: &Args) -> Result<()> {
     // 2. PD, MR, CQ and QP, as lesson 02 taught. A new QP is in RESET: it can do nothing.
     n.step(2, "Create PD, MR, CQ and an RC QP (lesson 02)");
     let pd = dev.ctx.alloc_pd().context("ibv_alloc_pd")?;
-    let mut mr = pd
+    let mr = pd
         .reg_mr(MSG_LEN, AccessFlags::LOCAL_WRITE)
         .context("ibv_reg_mr")?;
     let cq = dev.ctx.create_cq(16, None).context("ibv_create_cq")?;
@@ -289,7 +291,7 @@ fn run(args: &Args) -> Result<()> {
             wc.opcode()
         );
         let len = wc.byte_len() as usize;
-        let text = String::from_utf8_lossy(&mr.as_slice()[..len.min(MSG_LEN)]).into_owned();
+        let text = String::from_utf8_lossy(&mr.to_vec(0..len.min(MSG_LEN))?).into_owned();
         n.say(format!(
             "RECV completion: {len} bytes from QP {:#x}: \"{text}\"",
             remote.qpn
@@ -298,7 +300,7 @@ fn run(args: &Args) -> Result<()> {
             .context("echoing the proof message")?;
     } else {
         let text = format!("hello from QP {:#x}", qp.qpn());
-        mr.as_mut_slice()[..text.len()].copy_from_slice(text.as_bytes());
+        mr.write(0, text.as_bytes())?;
         let sge = mr.sge(0..text.len())?;
         qp.post_send(&[SendWr::new(2, SendOp::Send, Payload::Sges(&[sge]))])
             .context("ibv_post_send")?;

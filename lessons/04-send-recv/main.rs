@@ -11,6 +11,8 @@
 //! `--show-rnr` (on both sides) shows what happens when the receive is NOT posted: the server
 //! posts none, the client sends with `rnr_retry` 0 and gets `IBV_WC_RNR_RETRY_EXC_ERR`.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -103,7 +105,7 @@ fn run(args: &Args) -> Result<()> {
     //    what we send is gathered from the second. Receives need LOCAL_WRITE: the NIC writes them.
     n.step(2, "Create PD, MR, CQ and QP (lesson 02)");
     let pd = dev.ctx.alloc_pd().context("ibv_alloc_pd")?;
-    let mut mr = pd
+    let mr = pd
         .reg_mr(2 * size, AccessFlags::LOCAL_WRITE)
         .context("ibv_reg_mr")?;
     let recv_sge = mr.sge(0..size)?;
@@ -240,7 +242,7 @@ fn run(args: &Args) -> Result<()> {
             &dev.ctx,
             &qp,
             &cq,
-            &mut mr,
+            &mr,
             conn,
             &remote,
             &rnr_before,
@@ -265,7 +267,7 @@ fn run(args: &Args) -> Result<()> {
     let start = Instant::now();
     if !server {
         posted_at = Instant::now();
-        post_message(&qp, &mut mr, size, 2 * scnt + my_seq, &send_sge, &n)?;
+        post_message(&qp, &mr, size, 2 * scnt + my_seq, &send_sge, &n)?;
         pending |= SEND_WRID;
     }
     let mut wcs: [WorkCompletion; 2] = WorkCompletion::array();
@@ -325,8 +327,9 @@ fn run(args: &Args) -> Result<()> {
                         wc.byte_len()
                     );
                     let want = pattern(2 * rcnt + peer_seq, size);
-                    let (got, sent) = mr.as_slice().split_at(size);
-                    check.message(rcnt, got, &want, sent, &n)?;
+                    // A copy: the NIC may write this buffer again as soon as the receive is re-posted.
+                    let (got, sent) = (mr.to_vec(0..size)?, mr.to_vec(size..2 * size)?);
+                    check.message(rcnt, &got, &want, &sent, &n)?;
                     if rcnt == 0 {
                         n.say(format!(
                             "first RECV completion: {} bytes from QP {:#x} (wr_id {RECV_WRID})",
@@ -352,7 +355,7 @@ fn run(args: &Args) -> Result<()> {
             if scnt < iters && pending == 0 {
                 // A round trip starts before the post: on rxe the post itself does real work.
                 posted_at = Instant::now();
-                post_message(&qp, &mut mr, size, 2 * scnt + my_seq, &send_sge, &n)?;
+                post_message(&qp, &mr, size, 2 * scnt + my_seq, &send_sge, &n)?;
                 pending = RECV_WRID | SEND_WRID;
             }
         }
@@ -434,13 +437,13 @@ fn connect_qp(
 /// Writes message `seq` into the send half and posts it as one signaled SEND.
 fn post_message(
     qp: &Qp,
-    mr: &mut verbs_lab::verbs::Mr,
+    mr: &verbs_lab::verbs::Mr,
     size: usize,
     seq: u64,
     send_sge: &verbs_lab::verbs::Sge,
     n: &Narrator,
 ) -> Result<()> {
-    mr.as_mut_slice()[size..2 * size].copy_from_slice(&pattern(seq, size));
+    mr.write(size, &pattern(seq, size))?;
     qp.post_send(&[SendWr::new(
         SEND_WRID,
         SendOp::Send,
@@ -559,7 +562,7 @@ fn show_rnr(
     ctx: &verbs_lab::verbs::Context,
     qp: &Qp,
     cq: &Cq,
-    mr: &mut verbs_lab::verbs::Mr,
+    mr: &verbs_lab::verbs::Mr,
     mut conn: OobConn,
     remote: &Endpoint,
     before: &[Option<u64>],
@@ -609,7 +612,7 @@ fn show_rnr(
         );
         return Ok(());
     }
-    mr.as_mut_slice()[size..2 * size].copy_from_slice(&pattern(0, size));
+    mr.write(size, &pattern(0, size))?;
     let sge = mr.sge(size..2 * size)?;
     qp.post_send(&[SendWr::new(SEND_WRID, SendOp::Send, Payload::Sges(&[sge]))])
         .context("ibv_post_send")?;

@@ -24,6 +24,8 @@
 //! client:  lesson05_rdma_write -d rxe1 -s 4096 -n 5 --notify imm 192.168.77.1
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
@@ -191,7 +193,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
     } else {
         AccessFlags::EMPTY
     };
-    let mut mr = pd
+    let mr = pd
         .reg_mr(BUF_LEN, mr_access)
         .context("ibv_reg_mr (the write buffer)")?;
     n.say(format!(
@@ -292,7 +294,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
             ),
         );
         writer(
-            &mut mr,
+            &mr,
             &qp,
             &cq,
             &mut conn,
@@ -309,7 +311,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
 /// buffer, tell the target (immediate data or flag word), wait until the target checked it.
 #[allow(clippy::too_many_arguments)]
 fn writer(
-    mr: &mut Mr,
+    mr: &Mr,
     qp: &Qp,
     cq: &Cq,
     conn: &mut OobConn,
@@ -342,7 +344,7 @@ fn writer(
     for i in 0..t.iters {
         // The NIC reads the buffer when it executes the request, not when we post it: the bytes
         // must be in place before ibv_post_send and left alone until the completion.
-        mr.as_mut_slice()[..t.size].copy_from_slice(&pattern(i as u64, t.size));
+        mr.write(0, &pattern(i as u64, t.size))?;
         let data = mr.sge(0..t.size)?;
         let t0 = Instant::now();
         match t.notify {
@@ -362,7 +364,7 @@ fn writer(
             Notify::Flag => {
                 // The flag value is the iteration + 1, so 0 (the buffer's initial state) never
                 // counts as "arrived".
-                mr.as_mut_slice()[FLAG_OFF..BUF_LEN].copy_from_slice(&(i as u64 + 1).to_ne_bytes());
+                mr.write(FLAG_OFF, &(i as u64 + 1).to_ne_bytes())?;
                 let flag = mr.sge(FLAG_OFF..BUF_LEN)?;
                 n.say(format!(
                     "iteration {i}: ibv_post_send [IBV_WR_RDMA_WRITE {} bytes -> {:#x} (unsignaled), \
@@ -492,11 +494,12 @@ fn target(
             t0.elapsed().as_micros()
         ));
         let want = pattern(i as u64, t.size);
-        if let Some(off) = first_mismatch(&mr.as_slice()[..t.size], &want) {
+        let got = mr.to_vec(0..t.size)?;
+        if let Some(off) = first_mismatch(&got, &want) {
             bail!(
                 "iteration {i}: byte {off} of the written data is {:#04x}, expected {:#04x} \
                  (pattern({i}))",
-                mr.as_slice()[off],
+                got[off],
                 want[off]
             );
         }

@@ -20,6 +20,8 @@
 //! client:  lesson06_rdma_read -d rxe1 -s 4096 -o 4 -n 3 192.168.77.1
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -158,7 +160,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
     } else {
         AccessFlags::LOCAL_WRITE
     };
-    let mut mr = pd
+    let mr = pd
         .reg_mr(BUF_LEN, mr_access)
         .context("ibv_reg_mr (the read buffer)")?;
     n.say(format!(
@@ -301,7 +303,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
                 test.rounds, test.outstanding, test.size
             ),
         );
-        target(&mut mr, &mut conn, &test, &n)
+        target(&mr, &mut conn, &test, &n)
     } else {
         n.step(
             6,
@@ -311,7 +313,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
             ),
         );
         reader(
-            &mut mr,
+            &mr,
             &qp,
             &cq,
             &mut conn,
@@ -350,9 +352,9 @@ fn adopt(args: &Args, theirs: &Params) -> Result<Test> {
 
 /// The server: each round, fill the buffer with a new pattern and let the client read it.
 /// Our CPU takes no part in the reads themselves — it only waits for the client's report.
-fn target(mr: &mut Mr, conn: &mut OobConn, t: &Test, n: &Narrator) -> Result<()> {
+fn target(mr: &Mr, conn: &mut OobConn, t: &Test, n: &Narrator) -> Result<()> {
     for r in 0..t.rounds {
-        mr.as_mut_slice()[..t.span()].copy_from_slice(&pattern(r as u64, t.span()));
+        mr.write(0, &pattern(r as u64, t.span()))?;
         n.say(format!(
             "round {r}: filled bytes 0..{} with pattern({r}); the client may read",
             t.span()
@@ -379,7 +381,7 @@ fn target(mr: &mut Mr, conn: &mut OobConn, t: &Test, n: &Narrator) -> Result<()>
 /// The client: per round, read the N chunks one at a time, then all N at once; check each.
 #[allow(clippy::too_many_arguments)]
 fn reader(
-    mr: &mut Mr,
+    mr: &Mr,
     qp: &Qp,
     cq: &Cq,
     conn: &mut OobConn,
@@ -440,7 +442,7 @@ fn reader(
             [true, false]
         };
         for all_at_once in passes {
-            mr.as_mut_slice()[..t.span()].fill(0);
+            mr.fill(0..t.span(), 0)?;
             if all_at_once {
                 // One ibv_post_send with N linked requests: the NIC keeps up to max_rd_atomic
                 // of them in flight, the answers come back to back.
@@ -533,11 +535,12 @@ fn collect(cq: &Cq, count: usize, wait: Duration, what: &str, rkey: u32) -> Resu
 }
 
 fn check(mr: &Mr, want: &[u8], round: u32, how: &str) -> Result<()> {
-    if let Some(off) = first_mismatch(&mr.as_slice()[..want.len()], want) {
+    let got = mr.to_vec(0..want.len())?;
+    if let Some(off) = first_mismatch(&got, want) {
         bail!(
             "round {round} ({how}): byte {off} read back as {:#04x}, expected {:#04x} \
              (pattern({round}))",
-            mr.as_slice()[off],
+            got[off],
             want[off]
         );
     }

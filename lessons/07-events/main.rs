@@ -33,6 +33,8 @@
 //! client:  lesson07_events -d rxe1 -n 500 --show-race 192.168.77.1
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -361,7 +363,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
 
     n.step(3, "Register the buffer and create the RC QP (lesson 02)");
     let pd = dev.ctx.alloc_pd().context("ibv_alloc_pd")?;
-    let mut mr = pd
+    let mr = pd
         .reg_mr(2 * MAX_SIZE, AccessFlags::LOCAL_WRITE)
         .context("ibv_reg_mr")?;
     let qp = pd
@@ -480,9 +482,9 @@ fn run(args: &Args, asked: Test) -> Result<()> {
         let t0 = Instant::now();
         let u0 = usage()?;
         if server {
-            pong(&qp, &mut mr, &slots, &mut waiter, test.iters)?;
+            pong(&qp, &mr, &slots, &mut waiter, test.iters)?;
         } else {
-            rtts[m] = ping(&qp, &mut mr, &slots, &mut waiter, test.iters, m as u64)?;
+            rtts[m] = ping(&qp, &mr, &slots, &mut waiter, test.iters, m as u64)?;
         }
         let u1 = usage()?;
         let wall = t0.elapsed();
@@ -546,7 +548,7 @@ fn adopt(args: &Args, theirs: &Params) -> Result<Test> {
 /// Client: `iters` round trips; returns each round trip in µs. Every pong is checked.
 fn ping(
     qp: &Qp,
-    mr: &mut Mr,
+    mr: &Mr,
     slots: &Slots,
     w: &mut Waiter,
     iters: u32,
@@ -558,7 +560,7 @@ fn ping(
     for i in 0..iters {
         let seq = run_no * MAX_ITERS as u64 + i as u64;
         let msg = pattern(seq, slots.size);
-        mr.as_mut_slice()[slots.send()].copy_from_slice(&msg);
+        mr.write(slots.send().start, &msg)?;
         let (send, recv) = (mr.sge(slots.send())?, mr.sge(slots.recv())?);
         let (sends, recvs) = (base_s + i as u64 + 1, base_r + i as u64 + 1);
         let t0 = Instant::now();
@@ -571,7 +573,7 @@ fn ping(
         w.until(sends, recvs, &format!("the pong of round trip {i}"))
             .with_context(|| format!("{} run, round trip {i}", w.mode.name()))?;
         rtts.push(t0.elapsed().as_secs_f64() * 1e6);
-        if let Some(off) = first_mismatch(&mr.as_slice()[slots.recv()], &msg) {
+        if let Some(off) = first_mismatch(&mr.to_vec(slots.recv())?, &msg) {
             bail!("round trip {i}: byte {off} of the pong differs from the ping");
         }
     }
@@ -579,7 +581,7 @@ fn ping(
 }
 
 /// Server: `iters` times, wait for a ping, re-post the receive, echo the bytes back.
-fn pong(qp: &Qp, mr: &mut Mr, slots: &Slots, w: &mut Waiter, iters: u32) -> Result<()> {
+fn pong(qp: &Qp, mr: &Mr, slots: &Slots, w: &mut Waiter, iters: u32) -> Result<()> {
     // Absolute targets, not "one more than now": while we wait for the SEND completion of pong
     // i, the RECV of ping i+1 may already be polled (the client answers before our ack comes).
     let (base_s, base_r) = (w.sends, w.recvs);
@@ -587,8 +589,8 @@ fn pong(qp: &Qp, mr: &mut Mr, slots: &Slots, w: &mut Waiter, iters: u32) -> Resu
         let recvs = base_r + i as u64 + 1;
         w.until(0, recvs, &format!("the ping of round trip {i}"))
             .with_context(|| format!("{} run, round trip {i}", w.mode.name()))?;
-        let ping = mr.as_slice()[slots.recv()].to_vec();
-        mr.as_mut_slice()[slots.send()].copy_from_slice(&ping);
+        let ping = mr.to_vec(slots.recv())?;
+        mr.write(slots.send().start, &ping)?;
         let (send, recv) = (mr.sge(slots.send())?, mr.sge(slots.recv())?);
         qp.post_recv(&[RecvWr {
             wr_id: i as u64 + 1,

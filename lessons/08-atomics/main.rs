@@ -23,6 +23,8 @@
 //! clients:  lesson08_atomics -d rxe1 -n 100 192.168.77.1   (twice, at the same time)
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -172,10 +174,10 @@ fn server(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
     if args.no_atomic_access != Some(NoAtomic::Mr) {
         mr_access |= AccessFlags::REMOTE_ATOMIC;
     }
-    let mut mr = pd
+    let mr = pd
         .reg_mr(MR_LEN, mr_access)
         .context("ibv_reg_mr (the word)")?;
-    mr.as_mut_slice()[WORD_OFF..WORD_OFF + 8].copy_from_slice(&args.initial.to_ne_bytes());
+    mr.write(WORD_OFF, &args.initial.to_ne_bytes())?;
     let word = mr.remote(WORD_OFF..WORD_OFF + 8)?;
     n.say(format!(
         "ibv_reg_mr: {MR_LEN} bytes, access {mr_access}, rkey {:#x}; the word is at {:#x} \
@@ -543,9 +545,7 @@ impl Atomics<'_> {
             "expected a {want} completion, got {}",
             wc.opcode()
         );
-        Ok(u64::from_ne_bytes(
-            self.mr.as_slice()[..8].try_into().expect("8 bytes"),
-        ))
+        Ok(self.mr.read_u64_volatile(0))
     }
 }
 

@@ -27,6 +27,8 @@
 //! lesson09_affinity -n 100 -s 4096 --cpus 1,0  # the pinned placements use CPUs 1 and 0
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::fs;
 use std::process::ExitCode;
 use std::sync::mpsc;
@@ -42,7 +44,7 @@ use verbs_lab::connect::{bring_up, local_endpoint, random_psn, ConnectOpts, Endp
 use verbs_lab::sysfs;
 use verbs_lab::verbs::{
     AccessFlags, Context, Cq, DeviceList, GidChoice, Mr, Mtu, Payload, PortState, Qp, QpCaps,
-    QpInitAttr, QpType, RecvWr, SendOp, SendWr, Sge, WorkCompletion,
+    QpInitAttr, QpType, RecvWr, SendOp, SendWr, WorkCompletion,
 };
 use verbs_lab_lessons::{first_mismatch, pattern, report_error, usage_error, Narrator};
 
@@ -494,8 +496,6 @@ struct Side {
     cq: Cq,
     qp: Qp,
     mr: Mr,
-    recv: Sge,
-    send: Sge,
     ep: Endpoint,
     gid: GidChoice,
     mtu: Mtu,
@@ -522,8 +522,6 @@ impl Side {
         let mr = pd
             .reg_mr(2 * size, AccessFlags::LOCAL_WRITE)
             .context("ibv_reg_mr")?;
-        let recv = mr.sge(0..size)?;
-        let send = mr.sge(size..2 * size)?;
         let cq = ctx.create_cq(RX_DEPTH + 2, None).context("ibv_create_cq")?;
         let qp = pd
             .create_qp(&QpInitAttr {
@@ -548,8 +546,6 @@ impl Side {
             cq,
             qp,
             mr,
-            recv,
-            send,
             ep,
             gid,
             size,
@@ -568,10 +564,12 @@ impl Side {
         bring_up(&self.qp, &self.ep, remote, &opts).with_context(|| {
             format!("connecting QP {:#x} on {}", self.qp.qpn(), self.ctx.name())
         })?;
+        // The receive half: bytes 0..size (the send half follows it).
+        let recv = self.mr.sge(0..self.size)?;
         let wrs: Vec<RecvWr> = (0..RX_DEPTH)
             .map(|_| RecvWr {
                 wr_id: RECV_WRID,
-                sges: std::slice::from_ref(&self.recv),
+                sges: std::slice::from_ref(&recv),
             })
             .collect();
         self.qp.post_recv(&wrs).context("ibv_post_recv")?;
@@ -720,7 +718,7 @@ impl Poller {
                         side.qp
                             .post_recv(&[RecvWr {
                                 wr_id: RECV_WRID,
-                                sges: std::slice::from_ref(&side.recv),
+                                sges: &[side.mr.sge(0..side.size)?],
                             }])
                             .context("re-posting a receive")?;
                     }
@@ -736,12 +734,12 @@ impl Poller {
 /// Writes message `seq` into the send half and posts it.
 fn send_message(side: &mut Side, seq: u64) -> Result<()> {
     let size = side.size;
-    side.mr.as_mut_slice()[size..2 * size].copy_from_slice(&pattern(seq, size));
+    side.mr.write(size, &pattern(seq, size))?;
     side.qp
         .post_send(&[SendWr::new(
             SEND_WRID,
             SendOp::Send,
-            Payload::Sges(std::slice::from_ref(&side.send)),
+            Payload::Sges(&[side.mr.sge(size..2 * size)?]),
         )])
         .context("ibv_post_send")
 }
@@ -750,7 +748,7 @@ fn send_message(side: &mut Side, seq: u64) -> Result<()> {
 fn check_message(side: &Side, seq: u64) -> Result<()> {
     let size = side.size;
     let want = pattern(seq, size);
-    if let Some(at) = first_mismatch(&side.mr.as_slice()[..size], &want) {
+    if let Some(at) = first_mismatch(&side.mr.to_vec(0..size)?, &want) {
         bail!("message {seq} is corrupt at byte {at}");
     }
     Ok(())

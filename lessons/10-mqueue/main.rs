@@ -34,6 +34,8 @@
 //!
 //! No RDMA device is needed: this lesson runs on any Linux machine.
 
+#![forbid(unsafe_code)]
+
 use std::fs;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;

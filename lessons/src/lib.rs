@@ -2,6 +2,8 @@
 //! endpoints with the peer. What a lesson *teaches* stays in its own `main.rs`; this file holds
 //! only what earlier lessons already taught.
 
+#![forbid(unsafe_code)]
+
 use std::fmt;
 use std::time::Duration;
 

@@ -22,8 +22,8 @@ use verbs_lab::verbs::{
 
 use crate::conn::{Layout, Link, Resources};
 use crate::engine::{
-    check_tally, poll_or_sleep, send_tally, wc_error, PeerWatch, Session, LOSSY_GRACE, POLL_BATCH,
-    QP_SHIFT, SEQ_MASK, YIELD_AFTER,
+    check_tally, completed_through, poll_or_sleep, send_tally, wc_error, wr_id, PeerWatch, Session,
+    LOSSY_GRACE, POLL_BATCH, QP_SHIFT, SEQ_MASK, YIELD_AFTER,
 };
 use crate::params::{AtomicType, RunMode};
 use crate::pattern;
@@ -34,7 +34,7 @@ use crate::result::{BwRow, TestKind};
 /// serves a one-way test).
 pub fn run_size(s: &mut Session<'_>, size: u64) -> Result<Option<BwRow>> {
     let cfg = s.cfg;
-    prepare(s, size);
+    prepare(s, size)?;
     s.ch.sync(Phase::Ready, size).map_err(anyhow::Error::new)?;
 
     let warm = if cfg.warmup > 0 {
@@ -129,25 +129,27 @@ pub fn sum_rows(a: &BwRow, b: &BwRow) -> BwRow {
 
 /// Buffers for `--validate`: the RDMA Write target is cleared (so a message that never landed
 /// shows); the RDMA Read source holds message 0 of each QP and the read destination is cleared.
-fn prepare(s: &mut Session<'_>, size: u64) {
+fn prepare(s: &Session<'_>, size: u64) -> Result<()> {
     if !s.cfg.validate {
-        return;
+        return Ok(());
     }
     let n = size as usize;
-    let Resources { mr, layout, .. } = &mut s.link.res;
-    let buf = mr.as_mut_slice();
-    for q in 0..s.cfg.qps as usize {
+    let Resources {
+        src, dst, layout, ..
+    } = &s.link.res;
+    for (q, rx) in dst.iter().enumerate() {
         match s.cfg.tool.kind {
-            TestKind::Write => buf[layout.dst_region(q)].fill(0),
+            TestKind::Write => rx.fill(layout.dst_region(q), 0)?,
             TestKind::Read => {
                 let d = layout.dst(q, 0);
-                pattern::fill_body(&mut buf[d..d + n], q);
-                pattern::stamp(&mut buf[d..d + n], 0, false);
-                buf[layout.src_region(q)].fill(0);
+                pattern::fill_body_mr(rx, d..d + n, q)?;
+                pattern::stamp_mr(rx, d, n, 0, false)?;
+                src.fill(layout.src_region(q), 0)?;
             }
             TestKind::Send | TestKind::Atomic => {}
         }
     }
+    Ok(())
 }
 
 /// What a phase measured on one side.
@@ -304,7 +306,7 @@ impl PeakLog {
 struct TxQp<'a> {
     qp: &'a Qp,
     batch: Vec<SendWr<'a>>,
-    sges: &'a [Sge],
+    sges: &'a [Sge<'a>],
     remote: RemoteBuf,
     remote_slots: u64,
     remote_stride: u64,
@@ -336,7 +338,7 @@ const RUNNING: u64 = u64::MAX / 2;
 /// Fills `tx`'s window with post lists (the last list of a run may be shorter). Returns how
 /// many requests were posted.
 #[inline]
-fn post_some(tx: &mut TxQp<'_>, q: usize, c: &TxCfg, mr: &mut Mr, layout: &Layout) -> Result<u64> {
+fn post_some(tx: &mut TxQp<'_>, q: usize, c: &TxCfg, mr: &Mr, layout: &Layout) -> Result<u64> {
     let mut total = 0;
     loop {
         let room = c.window - (tx.posted - tx.completed);
@@ -356,13 +358,13 @@ fn post_list(
     q: usize,
     n: u64,
     c: &TxCfg,
-    mr: &mut Mr,
+    mr: &Mr,
     layout: &Layout,
 ) -> Result<()> {
     for k in 0..n {
         let count = tx.posted + k;
         let wr = &mut tx.batch[k as usize];
-        wr.wr_id = ((q as u64) << QP_SHIFT) | count;
+        wr.wr_id = wr_id(q, count);
         // One signaled request every `cq_mod` (a countdown, not a division per request), and
         // the last one always.
         wr.signaled = count + 1 == tx.next_signal || count + 1 == tx.target;
@@ -385,7 +387,7 @@ fn post_list(
             };
             if c.stamp {
                 let off = layout.src(q, slot);
-                pattern::stamp(&mut mr.as_mut_slice()[off..off + c.size], seq, false);
+                pattern::stamp_mr(mr, off, c.size, seq, false)?;
             }
         }
     }
@@ -438,9 +440,7 @@ fn phase(
     let seq_base = base(sent_before);
     let rx_seq_base = base(peer_sent_before);
 
-    let Session {
-        link, ch, rx_sges, ..
-    } = s;
+    let Session { link, ch, .. } = s;
     let Link {
         res,
         remote,
@@ -449,7 +449,8 @@ fn phase(
         ..
     } = link;
     let Resources {
-        mr,
+        src: mr,
+        dst,
         qps,
         cq,
         channel,
@@ -614,20 +615,20 @@ fn phase(
                     }
                     if cfg.validate {
                         let off = layout.dst(q, slot) + rx_off;
-                        let msg = &mr.as_slice()[off..off + n];
-                        check_received(msg, q, &mut rx.next_seq[q], lossy, ph, size)?;
+                        let msg = dst[q].to_vec(off..off + n)?;
+                        check_received(&msg, q, &mut rx.next_seq[q], lossy, ph, size)?;
                     }
                     rx.received[q] += 1;
                     rx.total += 1;
                     rx.pending[q].push(slot);
                 } else {
-                    let done = (wc.wr_id() & SEQ_MASK) + 1;
                     let Some(tx) = txs.get_mut(q) else {
                         bail!(
                             "a send completion ({}) on a side that sends nothing",
                             wc.opcode()
                         );
                     };
+                    let done = completed_through(tx.completed, wc.wr_id());
                     if done > tx.completed {
                         tx_total += done - tx.completed;
                         tx.completed = done;
@@ -635,10 +636,15 @@ fn phase(
                 }
             }
             if receives {
-                for q in 0..nq {
+                for (q, qp) in qps.iter().enumerate().take(nq) {
                     if !rx.pending[q].is_empty() {
-                        let qp = &qps[q];
-                        crate::engine::post_receives(qp, &rx_sges[q], q, rx.pending[q].drain(..))?;
+                        crate::engine::post_receives(
+                            qp,
+                            &dst[q],
+                            &layout,
+                            q,
+                            rx.pending[q].drain(..),
+                        )?;
                     }
                 }
                 if rx.total > 0 {
@@ -815,19 +821,24 @@ fn check_received(
 fn validate(s: &mut Session<'_>, size: u64, warm: &PhaseOut, out: &PhaseOut) -> Result<()> {
     let n = size as usize;
     let layout = s.link.res.layout;
-    let buf = s.link.res.mr.as_slice();
+    let (src, dst) = (&s.link.res.src, &s.link.res.dst);
     match s.cfg.tool.kind {
         TestKind::Write if s.bw_peer_sends() => {
-            for q in 0..s.cfg.qps as usize {
-                let total = warm.peer_sent.get(q).copied().unwrap_or(0)
-                    + out.peer_sent.get(q).copied().unwrap_or(0);
+            for (q, rx) in dst.iter().enumerate() {
+                let total = warm
+                    .peer_sent
+                    .get(q)
+                    .copied()
+                    .unwrap_or(0)
+                    .checked_add(out.peer_sent.get(q).copied().unwrap_or(0))
+                    .context("--validate: the peer's message counts overflow (protocol error)")?;
                 let slots = layout.dst_slots as u64;
                 for slot in 0..slots {
                     let Some(seq) = pattern::last_seq_in_slot(total, slots, slot) else {
                         continue;
                     };
                     let off = layout.dst(q, slot as usize);
-                    if let Err(m) = pattern::check(&buf[off..off + n], q, seq, false) {
+                    if let Err(m) = pattern::check(&rx.to_vec(off..off + n)?, q, seq, false) {
                         bail!(
                             "--validate: after {total} RDMA writes of {size} bytes, QP {q}'s \
                              slot {slot} should hold message {seq}, but {m}"
@@ -839,7 +850,7 @@ fn validate(s: &mut Session<'_>, size: u64, warm: &PhaseOut, out: &PhaseOut) -> 
         TestKind::Read if s.bw_sends() => {
             for q in 0..s.cfg.qps as usize {
                 let off = layout.src(q, 0);
-                if let Err(m) = pattern::check(&buf[off..off + n], q, 0, false) {
+                if let Err(m) = pattern::check(&src.to_vec(off..off + n)?, q, 0, false) {
                     bail!(
                         "--validate: what QP {q} read ({size} bytes) differs from the peer's \
                          buffer: {m}"

@@ -2,11 +2,17 @@
 //! (and its completion channel with `-e`), `-q` QPs; the exchange of endpoints; the QPs walked to
 //! RTS (or address handles made, for UD).
 //!
-//! ## The buffer
-//! One memory region holds, per QP, two regions of `stride`-byte slots:
-//! - `src`: what this side sends (write, send) or where its reads and atomics land;
-//! - `dst`: what the peer accesses (the target of its writes, the source of its reads, the word
-//!   of its atomics) or where its sends arrive (our receive buffers).
+//! ## The buffers
+//! Two kinds of memory region hold `stride`-byte slots:
+//! - `src` (one MR for all QPs): what this side sends (write, send) or where its reads and
+//!   atomics land;
+//! - `dst` (one MR per QP): what the peer accesses (the target of its writes, the source of its
+//!   reads, the word of its atomics) or where its sends arrive (our receive buffers).
+//!
+//! Each region is registered with only the rights its traffic needs ([`rights`]): the peer's
+//! rkey for QP `q` reaches QP `q`'s `dst` slots and nothing else, and only with the one remote
+//! operation of the test, and only when the peer initiates that operation at all; the QPs
+//! accept that operation alone. See `docs/oob-protocol.md` for the table.
 //!
 //! Without `--validate` each region is one slot: every message of a QP reuses the same bytes, as
 //! perftest does. With `--validate` the regions hold up to a queue's worth of slots (within
@@ -82,7 +88,64 @@ pub fn open_device(cfg: &Config) -> Result<LocalDev> {
     })
 }
 
-/// Where each QP's slots lie in the memory region.
+/// What this side's regions and QPs let the NIC and the peer do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rights {
+    /// The source slots (one MR for every QP).
+    pub src: AccessFlags,
+    /// Each QP's destination slots (one MR per QP: its rkey is what the peer gets).
+    pub dst: AccessFlags,
+    /// `qp_access_flags` of every QP (at INIT).
+    pub qp: AccessFlags,
+}
+
+/// The least rights of this side's regions and QPs for `cfg`: the peer's one remote operation
+/// on `dst` (and on the QPs) when the peer initiates it; LOCAL_WRITE where our NIC writes (the
+/// receive buffers, the landing slots of our reads and atomics); nothing else.
+pub fn rights(cfg: &Config) -> Rights {
+    let kind = cfg.tool.kind;
+    let server = cfg.is_server();
+    // Who posts requests: the client; the server too with -b, or in a ping-pong (latency of
+    // write and send).
+    let (we_post, peer_posts) = match cfg.tool.metric {
+        Metric::Bw => (!server || cfg.bidirectional, server || cfg.bidirectional),
+        Metric::Lat if matches!(kind, TestKind::Write | TestKind::Send) => (true, true),
+        Metric::Lat => (!server, server),
+    };
+    let none = AccessFlags::EMPTY;
+    let local = AccessFlags::LOCAL_WRITE;
+    let remote = match kind {
+        TestKind::Write => AccessFlags::REMOTE_WRITE,
+        TestKind::Read => AccessFlags::REMOTE_READ,
+        TestKind::Atomic => AccessFlags::REMOTE_ATOMIC,
+        TestKind::Send => none,
+    };
+    let exposed = peer_posts && !remote.is_empty();
+    let dst = match kind {
+        // Receives land here whenever they are posted (both sides post them).
+        TestKind::Send => local,
+        // REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE too (ibv_reg_mr(3)).
+        TestKind::Write | TestKind::Atomic if exposed => local | remote,
+        TestKind::Read if exposed => remote,
+        _ => none,
+    };
+    let src = match kind {
+        TestKind::Read | TestKind::Atomic if we_post => local,
+        _ => none,
+    };
+    Rights {
+        src,
+        dst,
+        qp: if exposed && cfg.conn != QpType::Ud {
+            remote
+        } else {
+            none
+        },
+    }
+}
+
+/// Where each QP's slots lie: source slots in the one source MR, destination slots in the QP's
+/// own destination MR.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
     /// Bytes per slot: the largest message (plus the GRH on UD), rounded up to 64.
@@ -119,29 +182,29 @@ impl Layout {
         }
     }
 
-    fn per_qp(&self) -> usize {
-        (self.src_slots + self.dst_slots) * self.stride
+    /// Bytes of the source MR for `qps` QPs.
+    pub fn src_total(&self, qps: usize) -> usize {
+        self.src_slots * self.stride * qps
     }
 
-    /// Bytes of the whole region for `qps` QPs.
-    pub fn total(&self, qps: usize) -> usize {
-        self.per_qp() * qps
+    /// Bytes of one QP's destination MR.
+    pub fn dst_total(&self) -> usize {
+        self.dst_slots * self.stride
     }
 
-    /// Offset of a source slot.
+    /// Offset of a source slot in the source MR.
     pub fn src(&self, qp: usize, slot: usize) -> usize {
-        qp * self.per_qp() + (slot % self.src_slots) * self.stride
+        (qp * self.src_slots + slot % self.src_slots) * self.stride
     }
 
-    /// Offset of a destination slot.
-    pub fn dst(&self, qp: usize, slot: usize) -> usize {
-        qp * self.per_qp() + (self.src_slots + slot % self.dst_slots) * self.stride
+    /// Offset of a destination slot in QP `qp`'s destination MR (the same for every QP).
+    pub fn dst(&self, _qp: usize, slot: usize) -> usize {
+        (slot % self.dst_slots) * self.stride
     }
 
-    /// The whole destination region of a QP.
-    pub fn dst_region(&self, qp: usize) -> Range<usize> {
-        let start = self.dst(qp, 0);
-        start..start + self.dst_slots * self.stride
+    /// The whole destination region of a QP: all of its destination MR.
+    pub fn dst_region(&self, _qp: usize) -> Range<usize> {
+        0..self.dst_total()
     }
 
     /// The whole source region of a QP.
@@ -156,12 +219,26 @@ pub struct Resources {
     pub pd: Pd,
     pub cq: Cq,
     pub channel: Option<CompChannel>,
-    pub mr: Mr,
+    /// Every QP's source slots.
+    pub src: Mr,
+    /// Each QP's destination slots, one MR per QP.
+    pub dst: Vec<Mr>,
+    pub rights: Rights,
     pub qps: Vec<Qp>,
     pub psns: Vec<u32>,
     pub layout: Layout,
     /// Receives posted per QP (send tools): `-r`, or fewer with `--validate` (one slot each).
     pub rx_posted: u32,
+}
+
+impl Drop for Resources {
+    /// Teardown in the order the hardware needs, spelled out rather than left to field order:
+    /// the QPs first (no request of theirs, nor of the peer, can touch our memory any more),
+    /// then — as the fields drop — the MR, the CQ and its channel, and the PD last (the `Arc`s
+    /// of the safe layer keep each parent alive until its last child is gone anyway).
+    fn drop(&mut self) {
+        self.qps.clear();
+    }
 }
 
 /// A connected run: the device, the resources, the peer and what was agreed.
@@ -235,20 +312,36 @@ pub fn create_resources(cfg: &Config, dev: &LocalDev, max_size: u64) -> Result<R
     let cq = ctx
         .create_cq(cqe as u32, channel.as_ref())
         .with_context(|| format!("ibv_create_cq with {cqe} entries"))?;
-    let bytes = layout.total(qps);
-    let mut mr = pd.reg_mr(bytes, AccessFlags::ALL_REMOTE).with_context(|| {
+    let rights = rights(cfg);
+    let bytes = layout.src_total(qps);
+    let src = pd.reg_mr(bytes, rights.src).with_context(|| {
         format!(
-            "ibv_reg_mr of {bytes} bytes ({qps} QP(s) x {} slot(s) of {} bytes)",
-            layout.src_slots + layout.dst_slots,
-            layout.stride
+            "ibv_reg_mr of the source slots, {bytes} bytes ({qps} QP(s) x {} slot(s) of {} \
+             bytes), access {}",
+            layout.src_slots, layout.stride, rights.src
         )
     })?;
+    let dst = (0..qps)
+        .map(|q| {
+            pd.reg_mr(layout.dst_total(), rights.dst).with_context(|| {
+                format!(
+                    "ibv_reg_mr of QP {q}'s destination slots, {} bytes ({} slot(s) of {} \
+                     bytes), access {}",
+                    layout.dst_total(),
+                    layout.dst_slots,
+                    layout.stride,
+                    rights.dst
+                )
+            })
+        })
+        .collect::<Result<Vec<Mr>>>()?;
     // Payload bytes that are not all zero, so a NIC that moved nothing is not mistaken for one
     // that moved zeros; --validate rewrites them per message.
     for q in 0..qps {
         for s in 0..layout.src_slots {
             let off = layout.src(q, s);
-            crate::pattern::fill_body(&mut mr.as_mut_slice()[off..off + layout.stride], q);
+            crate::pattern::fill_body_mr(&src, off..off + layout.stride, q)
+                .context("filling the send buffers")?;
         }
     }
 
@@ -292,7 +385,9 @@ pub fn create_resources(cfg: &Config, dev: &LocalDev, max_size: u64) -> Result<R
         pd,
         cq,
         channel,
-        mr,
+        src,
+        dst,
+        rights,
         qps: qp_list,
         psns,
         layout,
@@ -318,8 +413,8 @@ pub fn local_endpoints(dev: &LocalDev, res: &Resources) -> Endpoints {
                 psn: res.psns[q],
                 lid: dev.port.lid,
                 gid: dev.gid.entry.gid,
-                rkey: res.mr.rkey(),
-                addr: res.mr.addr() + l.dst(q, 0) as u64,
+                rkey: res.dst[q].rkey(),
+                addr: res.dst[q].addr() + l.dst(q, 0) as u64,
                 slot_stride: l.stride as u32,
                 slots: l.dst_slots as u32,
             })
@@ -409,6 +504,8 @@ pub fn connect(
         }
     }
 
+    check_remote_slots(cfg, &remote, *sizes.last().unwrap_or(&0))?;
+
     let needs_rd = matches!(cfg.tool.kind, TestKind::Read | TestKind::Atomic);
     let ours_accept = dev.attr.max_qp_rd_atom.clamp(1, 255) as u8;
     let init_max = dev.attr.max_qp_init_rd_atom.clamp(1, 255) as u32;
@@ -423,7 +520,7 @@ pub fn connect(
         port_num: cfg.ib_port,
         sgid_index: dev.gid.entry.index as u8,
         path_mtu,
-        access: AccessFlags::ALL_REMOTE,
+        access: res.rights.qp,
         timeout: cfg.qp_timeout,
         retry_cnt: 7,
         rnr_retry: 7,
@@ -499,6 +596,34 @@ pub fn connect(
         granted_inline,
         outstanding: if needs_rd { outstanding } else { 0 },
     })
+}
+
+/// Refuses a peer whose advertised slots cannot hold our largest message (RDMA tests: our
+/// requests address `slot * stride` of its region, so a stride below the message size would
+/// overlap slots), that advertises no slot, or whose region would wrap the address space.
+pub fn check_remote_slots(cfg: &Config, remote: &Endpoints, largest: u64) -> Result<()> {
+    if cfg.tool.kind == TestKind::Send {
+        return Ok(()); // the peer's receive buffers are its own business
+    }
+    for (q, r) in remote.qps.iter().enumerate() {
+        if r.slots == 0 || u64::from(r.slot_stride) < largest {
+            bail!(
+                "the peer's QP {q} offers {} slot(s) of {} bytes, too small for messages of \
+                 {largest} bytes (protocol error: is the peer a verbs-lab tool of this release?)",
+                r.slots,
+                r.slot_stride
+            );
+        }
+        let span = u64::from(r.slots) * u64::from(r.slot_stride);
+        if r.addr.checked_add(span).is_none() {
+            bail!(
+                "the peer's QP {q} advertises {span} bytes at {:#x}, beyond the end of the \
+                 address space (protocol error)",
+                r.addr
+            );
+        }
+    }
+    Ok(())
 }
 
 fn endpoint(e: &QpEndpoint) -> Endpoint {

@@ -6,10 +6,10 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use verbs_lab::verbs::{CompChannel, Cq, RecvWr, Sge, VerbsError, WorkCompletion};
+use verbs_lab::verbs::{CompChannel, Cq, Mr, Qp, RecvWr, Sge, VerbsError, WorkCompletion};
 
-use crate::conn::Link;
-use crate::params::{Config, UD_GRH};
+use crate::conn::{Layout, Link};
+use crate::params::{Config, RunMode, UD_GRH};
 use crate::proto::{ChanError, Channel, Msg, Phase, Tally};
 use crate::result::TestKind;
 
@@ -36,14 +36,40 @@ pub const YIELD_AFTER: Duration = Duration::from_micros(100);
 pub const QP_SHIFT: u32 = 40;
 pub const SEQ_MASK: u64 = (1 << QP_SHIFT) - 1;
 
+/// The slowest rate a phase is allowed: per message, and per byte (1 MB/s — far below any
+/// NIC, SoftRoCE under emulation included). Only the bound on a stuck peer uses them.
+const SLOWEST_PER_MSG: Duration = Duration::from_millis(5);
+const SLOWEST_BYTES_PER_SEC: u64 = 1 << 20;
+
+/// The longest one phase of a size may take — the wait for a tally, a barrier, the endpoints —
+/// while the peer sends nothing but heartbeats: the run's own length (`-D`, or `-n` plus the
+/// warm-up messages at the slowest allowed rate for the largest size on every QP), plus two
+/// completion timeouts (the QPs' retries) and 30 s of slack. A peer that is alive but stuck
+/// ends the run after this, with a message that names what was awaited.
+pub fn phase_limit(cfg: &Config, cq_timeout: Duration) -> Duration {
+    let slack = cq_timeout.saturating_mul(2) + Duration::from_secs(30);
+    let size = cfg.sizes.max();
+    let per_msg =
+        SLOWEST_PER_MSG + Duration::from_secs_f64(size as f64 / SLOWEST_BYTES_PER_SEC as f64);
+    let warm = per_msg.saturating_mul(cfg.warmup.min(u64::from(u32::MAX)) as u32);
+    let run = match cfg.mode {
+        RunMode::Duration(d) => d,
+        RunMode::Iters(n) => {
+            let msgs = n
+                .saturating_mul(u64::from(cfg.qps))
+                .min(u64::from(u32::MAX));
+            per_msg.saturating_mul(msgs as u32)
+        }
+    };
+    run.saturating_add(warm.saturating_mul(cfg.qps))
+        .saturating_add(slack)
+}
+
 /// A connected run.
 pub struct Session<'c> {
     pub cfg: &'c Config,
     pub link: Link,
     pub ch: &'c mut Channel,
-    /// Receive buffers (send tools): one SGE per destination slot, `stride` bytes long so that
-    /// one posted receive fits every size of a sweep.
-    pub rx_sges: Vec<Vec<Sge>>,
     /// How long one completion may take before the run is declared stalled.
     pub cq_timeout: Duration,
     /// How long a waiting side accepts silence from a peer that is supposed to be running.
@@ -78,41 +104,74 @@ impl Session<'_> {
 
     /// Posts `wr_ids` (slot numbers) as receives on QP `q`, in chunks, without allocating.
     pub fn post_receives(&self, q: usize, slots: impl Iterator<Item = usize>) -> Result<()> {
-        post_receives(&self.link.res.qps[q], &self.rx_sges[q], q, slots)
+        let res = &self.link.res;
+        post_receives(&res.qps[q], &res.dst[q], &res.layout, q, slots)
     }
 }
 
-/// Posts receives for `slots` of QP `q` (one SGE each, from `sges`), 32 per call.
+/// Posts receives for `slots` of QP `q`, 32 per call: one SGE each, a whole destination slot
+/// (`stride` bytes, so that one posted receive fits every size of a sweep).
 pub fn post_receives(
-    qp: &verbs_lab::verbs::Qp,
-    sges: &[Sge],
+    qp: &Qp,
+    mr: &Mr,
+    layout: &Layout,
     q: usize,
     mut slots: impl Iterator<Item = usize>,
 ) -> Result<()> {
     const CHUNK: usize = 32;
-    let first = match sges.first() {
-        Some(s) => s,
-        None => return Ok(()),
+    let slot_sge = |slot: usize| -> Result<Sge<'_>> {
+        let off = layout.dst(q, slot);
+        mr.sge(off..off + layout.stride)
+            .with_context(|| format!("the receive SGE of QP {q}'s slot {slot}"))
     };
-    let mut wrs = [RecvWr {
-        wr_id: 0,
-        sges: std::slice::from_ref(first),
-    }; CHUNK];
+    let first = slot_sge(0)?;
+    let mut sges = [first; CHUNK];
+    let mut ids = [0u64; CHUNK];
     loop {
         let mut n = 0;
         for slot in slots.by_ref().take(CHUNK) {
-            let slot = slot % sges.len();
-            wrs[n] = RecvWr {
-                wr_id: ((q as u64) << QP_SHIFT) | slot as u64,
-                sges: std::slice::from_ref(&sges[slot]),
-            };
+            let slot = slot % layout.dst_slots.max(1);
+            sges[n] = slot_sge(slot)?;
+            ids[n] = wr_id(q, slot as u64);
             n += 1;
         }
         if n == 0 {
             return Ok(());
         }
+        let mut wrs = [RecvWr {
+            wr_id: 0,
+            sges: std::slice::from_ref(&sges[0]),
+        }; CHUNK];
+        for (k, wr) in wrs[..n].iter_mut().enumerate() {
+            *wr = RecvWr {
+                wr_id: ids[k],
+                sges: std::slice::from_ref(&sges[k]),
+            };
+        }
         qp.post_recv(&wrs[..n])
             .with_context(|| format!("re-posting {n} receive(s) on QP {q}"))?;
+    }
+}
+
+/// The `wr_id` of request `seq` of QP `q`: the QP index above [`QP_SHIFT`], the request number
+/// (masked to [`SEQ_MASK`], so a long `-D` run wraps the number instead of corrupting the QP
+/// index) below it.
+#[inline]
+pub fn wr_id(q: usize, seq: u64) -> u64 {
+    ((q as u64) << QP_SHIFT) | (seq & SEQ_MASK)
+}
+
+/// How many requests are complete once the completion of `wr_id` (request number masked to
+/// [`SEQ_MASK`]) arrives, given `completed` before it: completions arrive in order, fewer than
+/// 2^39 apart, so the masked number is unwrapped against the count so far. A stale or repeated
+/// completion leaves the count as it was.
+#[inline]
+pub fn completed_through(completed: u64, wr_id: u64) -> u64 {
+    let ahead = ((wr_id & SEQ_MASK) + 1).wrapping_sub(completed) & SEQ_MASK;
+    if ahead != 0 && ahead < 1 << (QP_SHIFT - 1) {
+        completed + ahead
+    } else {
+        completed
     }
 }
 
@@ -182,13 +241,16 @@ impl PeerWatch {
             return Ok(());
         }
         self.last_check = now;
+        crate::signals::check().map_err(anyhow::Error::new)?;
         // Up to this phase's TALLY: what follows it (a RESULT, the next SYNC) belongs to the
-        // steps after the loop.
-        while self.tally.is_none() && ch.readable(Duration::ZERO).map_err(anyhow::Error::new)? {
-            let m = ch
-                .recv(&format!("the {}'s messages", ch.peer_name()))
-                .map_err(anyhow::Error::new)?;
-            self.take(m)?;
+        // steps after the loop. Whole messages only: half a frame stays for the next look
+        // (bounded by the channel's timeout), the loop never blocks on it.
+        while self.tally.is_none() {
+            let what = format!("the {}'s messages", ch.peer_name());
+            match ch.try_recv(&what).map_err(anyhow::Error::new)? {
+                Some(m) => self.take(m)?,
+                None => break,
+            }
         }
         Ok(())
     }
@@ -201,6 +263,14 @@ impl PeerWatch {
                 if self.tally.is_some() {
                     bail!(
                         "protocol out of step: a second TALLY for the {} of size {}",
+                        t.phase,
+                        t.size
+                    );
+                }
+                if let Some(n) = t.per_qp.iter().find(|n| **n > MAX_TALLY) {
+                    bail!(
+                        "the peer's tally of the {} of size {} claims {n} messages, more than \
+                         any run can send (protocol error)",
                         t.phase,
                         t.size
                     );
@@ -241,9 +311,11 @@ impl PeerWatch {
         Ok(())
     }
 
-    /// Blocks until the peer's TALLY of this phase arrives (HEARTBEATs keep it waiting; each
-    /// wait for the next message is bounded by the channel's timeout).
+    /// Blocks until the peer's TALLY of this phase arrives. Each message must come within the
+    /// channel's timeout, and HEARTBEATs keep the wait going only up to the channel's phase
+    /// limit: a peer that is alive but never finishes ends the run, named.
     pub fn wait_tally(&mut self, ch: &mut Channel) -> Result<Tally> {
+        let start = Instant::now();
         while self.tally.is_none() {
             let what = format!(
                 "the {}'s tally of the {} of size {}",
@@ -253,6 +325,9 @@ impl PeerWatch {
             );
             let m = ch.recv(&what).map_err(anyhow::Error::new)?;
             self.take(m)?;
+            if self.tally.is_none() {
+                ch.check_stalled(start, &what).map_err(anyhow::Error::new)?;
+            }
         }
         Ok(self.tally.clone().expect("set above"))
     }
@@ -268,7 +343,11 @@ pub fn send_tally(ch: &mut Channel, phase: Phase, size: u64, per_qp: Vec<u64>) -
     .map_err(anyhow::Error::new)
 }
 
-/// Checks that a tally holds one count per QP.
+/// The largest message count a tally may carry: far beyond any run (2^62 messages would take
+/// a century at 1.5 billion messages a second), yet any two of them add up without overflow.
+pub const MAX_TALLY: u64 = 1 << 62;
+
+/// Checks that a tally holds one count per QP, each a count a real run could reach.
 pub fn check_tally(t: &Tally, qps: usize) -> Result<()> {
     if t.per_qp.len() != qps {
         bail!(
@@ -276,5 +355,57 @@ pub fn check_tally(t: &Tally, qps: usize) -> Result<()> {
             t.per_qp.len()
         );
     }
+    if let Some((q, n)) = t.per_qp.iter().enumerate().find(|(_, n)| **n > MAX_TALLY) {
+        bail!(
+            "the peer's tally claims {n} messages on QP {q}, more than any run can send \
+             (protocol error)"
+        );
+    }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn implausible_tallies_are_refused() {
+        let t = |per_qp: Vec<u64>| Tally {
+            phase: Phase::Measure,
+            size: 64,
+            per_qp,
+        };
+        assert!(check_tally(&t(vec![5, 6]), 2).is_ok());
+        assert!(check_tally(&t(vec![5]), 2).is_err());
+        let e = check_tally(&t(vec![1, u64::MAX]), 2)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("QP 1") && e.contains("protocol error"), "{e}");
+        assert!(check_tally(&t(vec![MAX_TALLY, MAX_TALLY]), 2).is_ok());
+        assert!(MAX_TALLY.checked_add(MAX_TALLY).is_some());
+    }
+
+    #[test]
+    fn wr_ids_keep_the_qp_index_past_the_mask() {
+        let past = SEQ_MASK + 6;
+        assert_eq!(wr_id(3, past) >> QP_SHIFT, 3);
+        assert_eq!(wr_id(3, past) & SEQ_MASK, 5);
+        assert_eq!(wr_id(0, 7), 7);
+    }
+
+    #[test]
+    fn completion_counts_unwrap_the_masked_number() {
+        assert_eq!(completed_through(0, wr_id(1, 0)), 1);
+        assert_eq!(completed_through(10, wr_id(1, 19)), 20);
+        // Stale or repeated completions change nothing.
+        assert_eq!(completed_through(20, wr_id(1, 19)), 20);
+        assert_eq!(completed_through(20, wr_id(1, 5)), 20);
+        // Across the wrap of the 40-bit request number.
+        let before = SEQ_MASK - 1;
+        assert_eq!(completed_through(before, wr_id(2, SEQ_MASK)), SEQ_MASK + 1);
+        assert_eq!(
+            completed_through(SEQ_MASK + 1, wr_id(2, SEQ_MASK + 4)),
+            SEQ_MASK + 5
+        );
+    }
 }

@@ -23,8 +23,8 @@ use verbs_lab::verbs::{
 
 use crate::conn::{Link, Resources};
 use crate::engine::{
-    poll_or_sleep, send_tally, wc_error, PeerWatch, Session, CHANNEL_CHECK, POLL_BATCH, SEQ_MASK,
-    YIELD_AFTER,
+    completed_through, poll_or_sleep, send_tally, wc_error, PeerWatch, Session, CHANNEL_CHECK,
+    POLL_BATCH, SEQ_MASK, YIELD_AFTER,
 };
 use crate::params::{AtomicType, RunMode};
 use crate::pattern;
@@ -46,7 +46,7 @@ pub struct SendQueue {
 /// server that took no sample).
 pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Option<LatRow>> {
     let cfg = s.cfg;
-    prepare(s, size);
+    prepare(s, size)?;
     s.ch.sync(Phase::Ready, size).map_err(anyhow::Error::new)?;
     let mut warm_count = 0;
     if cfg.warmup > 0 {
@@ -79,8 +79,8 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Op
         let layout = s.link.res.layout;
         let off = layout.dst(0, 0);
         let last = warm_count + m.count - 1;
-        let buf = &s.link.res.mr.as_slice()[off..off + size as usize];
-        if let Err(e) = pattern::check(buf, 0, last, true) {
+        let buf = s.link.res.dst[0].to_vec(off..off + size as usize)?;
+        if let Err(e) = pattern::check(&buf, 0, last, true) {
             bail!(
                 "--validate: after {} RDMA writes of {size} bytes the buffer should hold \
                  message {last}, but {e}",
@@ -101,12 +101,13 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Op
 }
 
 /// Clears the destination (write: so the poll byte starts at 0) and stamps nothing yet.
-fn prepare(s: &mut Session<'_>, size: u64) {
-    let Resources { mr, layout, .. } = &mut s.link.res;
+fn prepare(s: &Session<'_>, size: u64) -> Result<()> {
+    let Resources { dst, layout, .. } = &s.link.res;
     if s.cfg.tool.kind == TestKind::Write {
         let d = layout.dst(0, 0);
-        mr.as_mut_slice()[d..d + size as usize].fill(0);
+        dst[0].fill(d..d + size as usize, 0)?;
     }
+    Ok(())
 }
 
 /// What a phase did.
@@ -199,8 +200,7 @@ fn take(wcs: &[WorkCompletion], sq: &mut SendQueue, recv: &mut Recv, size: u64) 
             }
             *recv = Some(((wc.wr_id() & SEQ_MASK) as usize, wc.byte_len()));
         } else {
-            let done = (wc.wr_id() & SEQ_MASK) + 1;
-            sq.completed = sq.completed.max(done);
+            sq.completed = completed_through(sq.completed, wc.wr_id());
         }
     }
     Ok(())
@@ -305,9 +305,7 @@ fn one_phase(
     let pingpong = matches!(kind, TestKind::Write | TestKind::Send);
     let (cq_timeout, events) = (s.cq_timeout, cfg.events);
 
-    let Session {
-        link, ch, rx_sges, ..
-    } = s;
+    let Session { link, ch, .. } = s;
     let Link {
         res,
         remote,
@@ -315,14 +313,17 @@ fn one_phase(
         inline_limit,
         ..
     } = link;
+    // `mr`: the source slots (what we send, where reads land); `rx`: QP 0's destination slots.
     let Resources {
-        mr,
+        src: mr,
+        dst,
         qps,
         cq,
         channel,
         layout,
         ..
     } = res;
+    let rx: &Mr = &dst[0];
     let layout = *layout;
     let channel = channel.as_ref();
     let qp = &qps[0];
@@ -340,7 +341,7 @@ fn one_phase(
 
     let src = layout.src(0, 0);
     let local_len = if kind == TestKind::Atomic { 8 } else { n };
-    let sge: Sge = mr.sge(src..src + local_len).context("building the SGE")?;
+    let sge: Sge<'_> = mr.sge(src..src + local_len).context("building the SGE")?;
     let sges = [sge];
     let rb = RemoteBuf {
         addr: r.addr,
@@ -416,7 +417,7 @@ fn one_phase(
                     break;
                 }
             }
-            stamp(mr, src, n, seq, kind, stamp_all);
+            stamp(mr, src, n, seq, kind, stamp_all)?;
             // Room in the send queue before the clock starts: the sample is the round trip.
             post.make_room(sq, &mut waiter, &mut wcs, &mut recv)?;
             // One clock read per round trip, as perftest samples between consecutive posts: the
@@ -432,7 +433,7 @@ fn one_phase(
                 TestKind::Write => {
                     let want = pattern::poll_byte(seq);
                     waiter.what = "the server's RDMA write (its last byte)";
-                    let m: &Mr = mr;
+                    let m: &Mr = rx;
                     waiter.wait(|| Ok(m.read_volatile(poll_off) == want))?;
                     Instant::now()
                 }
@@ -462,9 +463,7 @@ fn one_phase(
             // Bookkeeping between the answer and the next post (perftest's samples include it
             // too; keep it small).
             if let Some(got) = recv.take() {
-                after_recv(
-                    mr, rx_sges, qp, layout, got, rx_off, n, seq, lossy, stamp_all,
-                )?;
+                after_recv(rx, qp, layout, got, rx_off, n, seq, lossy, stamp_all)?;
             }
             if pingpong {
                 reap(cq, &mut wcs, sq, &mut recv, size)?;
@@ -478,7 +477,7 @@ fn one_phase(
                 TestKind::Write => {
                     let want = pattern::poll_byte(seq);
                     waiter.what = "the client's RDMA write (its last byte)";
-                    let m: &Mr = mr;
+                    let m: &Mr = rx;
                     waiter.wait(|| Ok(m.read_volatile(poll_off) == want))?
                 }
                 _ => {
@@ -492,7 +491,7 @@ fn one_phase(
             }
             // Answer first, read the clock after: nothing stands between the arrival and the
             // answer. The ponger's samples run from one answer to the next (a round trip).
-            stamp(mr, src, n, seq, kind, stamp_all);
+            stamp(mr, src, n, seq, kind, stamp_all)?;
             post.make_room(sq, &mut waiter, &mut wcs, &mut recv)?;
             post.post(mr, sq)?;
             let t1 = Instant::now();
@@ -504,9 +503,7 @@ fn one_phase(
             last = t1;
             count += 1;
             if let Some(got) = recv.take() {
-                after_recv(
-                    mr, rx_sges, qp, layout, got, rx_off, n, seq, lossy, stamp_all,
-                )?;
+                after_recv(rx, qp, layout, got, rx_off, n, seq, lossy, stamp_all)?;
             }
             reap(cq, &mut wcs, sq, &mut recv, size)?;
         }
@@ -537,13 +534,14 @@ fn one_phase(
 /// Writes what message `seq` carries: write latency's poll byte (and with `--validate` the
 /// stamps); send latency's stamps with `--validate`.
 #[inline]
-fn stamp(mr: &mut Mr, src: usize, n: usize, seq: u64, kind: TestKind, all: bool) {
+fn stamp(mr: &Mr, src: usize, n: usize, seq: u64, kind: TestKind, all: bool) -> Result<()> {
     match kind {
-        TestKind::Write if all => pattern::stamp(&mut mr.as_mut_slice()[src..src + n], seq, true),
-        TestKind::Write => mr.as_mut_slice()[src + n - 1] = pattern::poll_byte(seq),
-        TestKind::Send if all => pattern::stamp(&mut mr.as_mut_slice()[src..src + n], seq, false),
+        TestKind::Write if all => pattern::stamp_mr(mr, src, n, seq, true)?,
+        TestKind::Write => mr.write(src + n - 1, &[pattern::poll_byte(seq)])?,
+        TestKind::Send if all => pattern::stamp_mr(mr, src, n, seq, false)?,
         _ => {}
     }
+    Ok(())
 }
 
 /// Waits for one receive completion (taking send completions on the way).
@@ -571,7 +569,6 @@ fn wait_recv(
 #[allow(clippy::too_many_arguments)]
 fn after_recv(
     mr: &Mr,
-    rx_sges: &[Vec<Sge>],
     qp: &Qp,
     layout: crate::conn::Layout,
     (slot, bytes): (usize, u32),
@@ -589,15 +586,15 @@ fn after_recv(
     }
     if validate {
         let off = layout.dst(0, slot) + rx_off;
-        let msg = &mr.as_slice()[off..off + n];
+        let msg = mr.to_vec(off..off + n)?;
         let r = if lossy {
-            pattern::check_body(msg, 0).map(|_| ())
+            pattern::check_body(&msg, 0).map(|_| ())
         } else {
-            pattern::check(msg, 0, seq, false)
+            pattern::check(&msg, 0, seq, false)
         };
         if let Err(m) = r {
             bail!("--validate: received message {seq} ({n} bytes) is wrong: {m}");
         }
     }
-    crate::engine::post_receives(qp, &rx_sges[0], 0, std::iter::once(slot))
+    crate::engine::post_receives(qp, mr, &layout, 0, std::iter::once(slot))
 }

@@ -2,6 +2,8 @@
 //! and report, kept apart so that a new test is a small new file and a new output format touches
 //! only the report.
 
+#![forbid(unsafe_code)]
+
 pub mod bw;
 pub mod compat;
 pub mod conn;
@@ -10,6 +12,7 @@ pub mod cpu_util;
 pub mod engine;
 pub mod gates;
 pub mod lat;
+pub mod listen;
 pub mod output;
 pub mod params;
 pub mod pattern;
@@ -19,4 +22,5 @@ pub mod proto;
 pub mod report;
 pub mod result;
 pub mod run;
+pub mod signals;
 pub mod stats;

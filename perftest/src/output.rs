@@ -404,9 +404,21 @@ impl Reporter {
             write_file(&path, "--out_json", &text)?;
         }
         if let Some(path) = &self.args.plot {
-            let doc = verbs_lab::json::parse(&render_json_procs(result, procs, gbits))?;
-            let svg = crate::report::plot::render_svg(&doc).map_err(anyhow::Error::msg)?;
-            write_file(path, "--plot", &svg)?;
+            let measured = match &result.rows {
+                Rows::Bw(rows) => !rows.is_empty(),
+                Rows::Lat(rows) => !rows.is_empty(),
+            };
+            if measured {
+                let doc = verbs_lab::json::parse(&render_json_procs(result, procs, gbits))?;
+                let svg = crate::report::plot::render_svg(&doc).map_err(anyhow::Error::msg)?;
+                write_file(path, "--plot", &svg)?;
+            } else {
+                // Symmetric command lines are the habit: a passive side has nothing to draw.
+                eprintln!(
+                    "note: this side measured nothing; no --plot chart written to {}",
+                    path.display()
+                );
+            }
         }
 
         if let Err(e) = crate::gates::check_applicable(&self.args, info.metric) {

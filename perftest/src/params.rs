@@ -277,6 +277,11 @@ pub struct Params {
     )]
     pub port: u16,
 
+    /// Server: the local address to listen on, IPv4 or IPv6 (default: every address, IPv6 and
+    /// IPv4).
+    #[arg(long = "bind", value_name = "ADDR")]
+    pub bind: Option<std::net::IpAddr>,
+
     /// Do not measure peak bandwidth (the peak column prints 0, as perftest's).
     #[arg(short = 'N', long = "noPeak")]
     pub no_peak: bool,
@@ -362,10 +367,11 @@ impl Params {
             Params::command()
                 .name(tool.static_name())
                 .about(tool.about())
-                .after_help(
-                    "perftest's options are accepted with perftest's meaning or refused by name \
-                     with the reason; docs/perftest-compat.md lists every one.",
-                )
+                .after_help(format!(
+                    "{}\n\nperftest's options are accepted with perftest's meaning or refused by \
+                     name with the reason; docs/perftest-compat.md lists every one.",
+                    crate::run::EXIT_CODES
+                ))
                 .infer_long_args(true),
         )
     }
@@ -442,6 +448,8 @@ pub struct Config {
     /// The server's host (client side), `None` on the server.
     pub host: Option<String>,
     pub port: u16,
+    /// The server's listening address (`--bind`, else every address).
+    pub bind: std::net::IpAddr,
     pub ib_dev: Option<String>,
     pub ib_port: u8,
     pub gid_index: Option<u32>,
@@ -543,12 +551,20 @@ impl Config {
             }
         }
         let (port, worker) = crate::procs::check_params(tool, p)?;
+        if p.bind.is_some() && p.host.is_some() {
+            return Err(
+                "--bind is for the server (the side without a host): the client \
+                        connects to the host it is given"
+                    .into(),
+            );
+        }
         let is = |k: TestKind| tool.kind == k;
 
         Ok(Config {
             tool,
             host: p.host.clone(),
             port,
+            bind: p.bind.unwrap_or(verbs_lab::oob::DEFAULT_BIND),
             ib_dev: p.ib_dev.clone(),
             ib_port: p.ib_port,
             gid_index: p.gid_index,

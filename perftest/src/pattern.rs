@@ -8,6 +8,8 @@
 //! of stores per message. Latency tests of RDMA Write end the message with a poll byte instead
 //! (see [`poll_byte`]).
 
+use verbs_lab::verbs::{Mr, VerbsError};
+
 /// Byte `i` of the body of QP `q`.
 #[inline]
 pub fn body_byte(q: usize, i: usize) -> u8 {
@@ -43,6 +45,45 @@ pub fn stamp(msg: &mut [u8], seq: u64, poll_last: bool) {
     if poll_last && n > 0 {
         msg[n - 1] = poll_byte(seq);
     }
+}
+
+/// Stamps message `seq` into the `n` bytes at `off` of `mr` (as [`stamp`] does to a slice).
+///
+/// The NIC may read the region at any time, so it is reached only through copies: a stamp
+/// touches at most the first 8 and the last 9 bytes, so messages longer than 64 bytes are
+/// stamped through a copy of their first and last 32 bytes (stamping that 64-byte excerpt puts
+/// every stamp byte where it belongs in the whole message).
+pub fn stamp_mr(
+    mr: &Mr,
+    off: usize,
+    n: usize,
+    seq: u64,
+    poll_last: bool,
+) -> Result<(), VerbsError> {
+    const EDGE: usize = 32;
+    if n <= 2 * EDGE {
+        let mut msg = [0u8; 2 * EDGE];
+        let msg = &mut msg[..n];
+        mr.read(off, msg)?;
+        stamp(msg, seq, poll_last);
+        return mr.write(off, msg);
+    }
+    let tail = off
+        .checked_add(n - EDGE)
+        .ok_or_else(|| VerbsError::InvalidArgument(format!("message at {off} overflows")))?;
+    let mut ends = [0u8; 2 * EDGE];
+    mr.read(off, &mut ends[..EDGE])?;
+    mr.read(tail, &mut ends[EDGE..])?;
+    stamp(&mut ends, seq, poll_last);
+    mr.write(off, &ends[..EDGE])?;
+    mr.write(tail, &ends[EDGE..])
+}
+
+/// Writes QP `q`'s body over `range` of `mr` (as [`fill_body`] does to a slice).
+pub fn fill_body_mr(mr: &Mr, range: std::ops::Range<usize>, q: usize) -> Result<(), VerbsError> {
+    let mut body = vec![0u8; range.len()];
+    fill_body(&mut body, q);
+    mr.write(range.start, &body)
 }
 
 /// What byte `i` of message `seq` (of `n` bytes) on QP `q` must hold.
@@ -153,6 +194,27 @@ mod tests {
                     let e = check(&m, 3, 1234, poll).unwrap_err();
                     assert_eq!(e.offset, 9);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn excerpt_stamping_matches_whole_message_stamping() {
+        // stamp_mr stamps long messages through their first and last 32 bytes; the stamp bytes
+        // must land exactly where stamping the whole message puts them.
+        for n in [65usize, 100, 4096] {
+            for poll in [false, true] {
+                let mut whole = vec![0u8; n];
+                fill_body(&mut whole, 2);
+                let mut ends: Vec<u8> = whole[..32]
+                    .iter()
+                    .chain(&whole[n - 32..])
+                    .copied()
+                    .collect();
+                stamp(&mut whole, 77, poll);
+                stamp(&mut ends, 77, poll);
+                assert_eq!(&ends[..32], &whole[..32], "n={n} poll={poll}");
+                assert_eq!(&ends[32..], &whole[n - 32..], "n={n} poll={poll}");
             }
         }
     }

@@ -835,9 +835,20 @@ impl std::error::Error for PeerFailed {}
 #[derive(Debug)]
 pub enum ChanError {
     Oob(OobError),
-    Proto { what: String, err: ProtoError },
+    Proto {
+        what: String,
+        err: ProtoError,
+    },
     Peer(PeerFailed),
-    Unexpected { what: String, got: String },
+    Unexpected {
+        what: String,
+        got: String,
+    },
+    /// The peer stayed alive (heartbeats) but did not send `what` within the phase's limit.
+    Stalled {
+        what: String,
+        after: Duration,
+    },
 }
 
 impl fmt::Display for ChanError {
@@ -849,6 +860,12 @@ impl fmt::Display for ChanError {
             ChanError::Unexpected { what, got } => write!(
                 f,
                 "protocol out of step: expected {what}, the peer sent {got}"
+            ),
+            ChanError::Stalled { what, after } => write!(
+                f,
+                "waited {:.0} s for {what}, and the peer sent only heartbeats: it is alive but \
+                 stuck (the limit follows from -n/-D, -s and -u; see docs/oob-protocol.md)",
+                after.as_secs_f64()
             ),
         }
     }
@@ -869,16 +886,41 @@ pub struct Channel {
     conn: OobConn,
     /// "server" or "client": what the other side is called in messages.
     peer: &'static str,
+    /// The longest a wait for one message may last while the peer sends only heartbeats.
+    phase_limit: Duration,
+    /// An ERROR went out: the peer knows why this side stops.
+    error_sent: bool,
 }
 
 impl Channel {
     pub fn new(conn: OobConn, peer: &'static str) -> Channel {
-        Channel { conn, peer }
+        let phase_limit = conn.timeout() * 4;
+        Channel {
+            conn,
+            peer,
+            phase_limit,
+            error_sent: false,
+        }
+    }
+
+    /// The longest a wait for one message (a tally, a barrier, endpoints) may last while the
+    /// peer sends only heartbeats; a run sets it from its parameters.
+    pub fn set_phase_limit(&mut self, limit: Duration) {
+        self.phase_limit = limit;
+    }
+
+    pub fn phase_limit(&self) -> Duration {
+        self.phase_limit
     }
 
     /// "server" or "client".
     pub fn peer_name(&self) -> &'static str {
         self.peer
+    }
+
+    /// The socket (see [`crate::signals::watch_socket`]).
+    pub fn raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.conn)
     }
 
     pub fn peer_addr(&self) -> std::net::SocketAddr {
@@ -902,7 +944,22 @@ impl Channel {
     /// Receives the next message; `what` names what we wait for (in timeout errors). An ERROR
     /// from the peer becomes [`ChanError::Peer`].
     pub fn recv(&mut self, what: &str) -> Result<Msg, ChanError> {
-        let rec = match self.conn.recv_msg(MAX_FRAME, what) {
+        let rec = self.conn.recv_msg(MAX_FRAME, what);
+        self.decode_frame(rec, what)
+    }
+
+    /// The next message if a whole one has arrived; never blocks (a partial frame waits for
+    /// the next call, and fails once it is older than the timeout).
+    pub fn try_recv(&mut self, what: &str) -> Result<Option<Msg>, ChanError> {
+        match self.conn.try_recv_msg(MAX_FRAME, what) {
+            Ok(None) => Ok(None),
+            Ok(Some(rec)) => self.decode_frame(Ok(rec), what).map(Some),
+            Err(e) => self.decode_frame(Err(e), what).map(Some),
+        }
+    }
+
+    fn decode_frame(&self, rec: Result<Vec<u8>, OobError>, what: &str) -> Result<Msg, ChanError> {
+        let rec = match rec {
             Ok(r) => r,
             Err(OobError::TooLong { len, .. }) => {
                 return Err(ChanError::Proto {
@@ -932,14 +989,28 @@ impl Channel {
         }
     }
 
-    /// Receives the next message other than a HEARTBEAT.
+    /// Receives the next message other than a HEARTBEAT, within the phase limit: a peer that
+    /// sends only heartbeats ends the wait with [`ChanError::Stalled`] naming `what`.
     pub fn recv_skipping_heartbeats(&mut self, what: &str) -> Result<Msg, ChanError> {
+        let start = std::time::Instant::now();
         loop {
             match self.recv(what)? {
-                Msg::Heartbeat => continue,
+                Msg::Heartbeat => self.check_stalled(start, what)?,
                 m => return Ok(m),
             }
         }
+    }
+
+    /// Fails with [`ChanError::Stalled`] once a wait that began at `start` is past the limit.
+    pub fn check_stalled(&self, start: std::time::Instant, what: &str) -> Result<(), ChanError> {
+        let waited = start.elapsed();
+        if waited > self.phase_limit {
+            return Err(ChanError::Stalled {
+                what: what.to_string(),
+                after: waited,
+            });
+        }
+        Ok(())
     }
 
     /// True when a message (or the peer's close) is waiting: never blocks longer than `wait`.
@@ -966,7 +1037,13 @@ impl Channel {
 
     /// Best effort: tells the peer why we stop. Errors are ignored (the peer may be gone).
     pub fn send_error(&mut self, text: &str) {
+        self.error_sent = true;
         let _ = self.send(&Msg::Error(text.to_string()));
+    }
+
+    /// Whether an ERROR was sent on this channel.
+    pub fn error_sent(&self) -> bool {
+        self.error_sent
     }
 
     /// After a local failure: an ERROR the peer may have sent in the meantime (it often explains

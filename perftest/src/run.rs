@@ -5,33 +5,40 @@
 //! measured — a [`Reporter`] for the tools, something else for a caller that runs several
 //! processes and merges their results.
 //!
-//! Exit codes: 0 success; 1 the run failed (the error says which step, and the peer's reason
-//! when it reported one); 2 a bad command line (nothing was run); 3
-//! ([`EXIT_GATE_FAILED`](crate::gates::EXIT_GATE_FAILED)) the run completed but missed a gate.
+//! Exit codes ([`EXIT_CODES`], printed by every tool's `--help`): 0 success; 1 the run failed
+//! (the error says which step, and the peer's reason when it reported one); 2 a bad command
+//! line (nothing was run); 3 ([`EXIT_GATE_FAILED`](crate::gates::EXIT_GATE_FAILED)) the run
+//! completed but missed a gate; 130 and 143 the run was stopped by SIGINT or SIGTERM (see
+//! [`crate::signals`]).
 
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use nix::sys::signal::{SigSet, Signal};
 use verbs_lab::affinity;
 use verbs_lab::oob;
-use verbs_lab::verbs::{QpType, Sge};
+use verbs_lab::verbs::QpType;
 
 use crate::conn::{self, Link, LocalDev};
 use crate::counters;
 use crate::engine::Session;
+use crate::listen::Notified;
 use crate::output::{OutputFormat, Reporter};
 use crate::params::{Config, Params, RunMode, Sizes, Tool};
 use crate::progress::Progress;
-use crate::proto::{
-    check_hello, Accept, ChanError, Channel, Hello, Msg, PeerFailed, Phase, ProtoError, VERSION,
-};
+use crate::proto::{ChanError, Channel, Hello, Msg, PeerFailed, Phase, ProtoError, VERSION};
 use crate::report::endpoint_line;
 use crate::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult, TestKind};
 use crate::{bw, lat};
+
+/// The exit codes of every `vl_*` tool, as `--help` prints them.
+pub const EXIT_CODES: &str = "Exit codes:
+  0    the run completed (and met every gate)
+  1    the run failed: the error names the step, and the peer's reason when it sent one
+  2    bad command line: nothing was run
+  3    the run completed but missed a gate (--min-bw, --max-lat)
+  130  stopped by SIGINT (Ctrl-C): torn down cleanly, the peer was told
+  143  stopped by SIGTERM: torn down cleanly, the peer was told";
 
 /// Where a run's header and rows go as they are measured.
 pub trait RowSink {
@@ -75,6 +82,10 @@ impl RowSink for NoSink {
 /// code. Errors are printed as `vl_write_bw: error: ...` on stderr.
 pub fn main(tool: Tool) -> ExitCode {
     let name = tool.name();
+    if let Err(e) = crate::signals::install(&name) {
+        eprintln!("{name}: error: cannot set up the handling of SIGINT and SIGTERM: {e}");
+        return ExitCode::FAILURE;
+    }
     verbs_lab::cli::generate_if_asked(|| Params::command_for(tool));
     let params = Params::parse_for(tool);
     let cfg = match Config::new(tool, &params) {
@@ -117,10 +128,16 @@ pub fn main(tool: Tool) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Err(e) => {
-            eprintln!("{name}: error: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => match crate::signals::received() {
+            Some(i) => {
+                eprintln!("{name}: {i}: the peer was told, the run torn down");
+                ExitCode::from(i.exit_code())
+            }
+            None => {
+                eprintln!("{name}: error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 
@@ -144,18 +161,6 @@ pub fn measures(cfg: &Config) -> bool {
     }
 }
 
-/// An error this side already sent to the peer (a refused HELLO): not to be sent again.
-#[derive(Debug)]
-struct Notified(String);
-
-impl std::fmt::Display for Notified {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Notified {}
-
 /// Whether the peer already knows about this error (it sent it, or we told it).
 fn peer_knows(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
@@ -174,28 +179,47 @@ pub fn run_tool(cfg: &Config, sink: &mut dyn RowSink) -> Result<RunResult> {
     let cpu = pin(cfg, &dev)?;
     let cq_timeout = conn::completion_timeout(cfg);
     let peer_timeout = cq_timeout.max(Duration::from_secs(15));
-    let conn = match &cfg.host {
-        None => oob::accept(cfg.port, cfg.wait)
-            .with_context(|| format!("waiting for a client on TCP port {}", cfg.port))?,
-        Some(h) => oob::connect(h, cfg.port, cfg.wait)
-            .with_context(|| format!("connecting to the server {h}:{}", cfg.port))?,
-    };
-    let mut ch = Channel::new(conn, if cfg.is_server() { "client" } else { "server" });
-    ch.set_timeout(peer_timeout)?;
-
-    match session(cfg, dev, cpu, &mut ch, (cq_timeout, peer_timeout), sink) {
-        Ok(r) => Ok(r),
-        Err(e) if peer_knows(&e) => Err(e),
-        Err(e) => {
-            // The peer may have failed first and said why (a refused validation makes our
-            // completions fail): prefer its reason, and tell it ours.
-            let theirs = ch.pending_peer_error(Duration::from_millis(300));
-            ch.send_error(&format!("{e:#}"));
-            match theirs {
-                Some(p) => Err(anyhow!("{p} (and on this side: {e:#})")),
-                None => Err(e),
-            }
+    // The server's guard turns away other clients until the run ends (it is dropped last).
+    let (mut ch, _refuser) = match &cfg.host {
+        None => {
+            let a = crate::listen::accept_client(cfg, &our_hello(cfg), peer_timeout)?;
+            (a.ch, Some(a.refuser))
         }
+        Some(h) => {
+            let conn = oob::connect(h, cfg.port, cfg.wait)
+                .with_context(|| format!("connecting to the server {h}:{}", cfg.port))?;
+            let mut ch = Channel::new(conn, "server");
+            ch.set_timeout(peer_timeout)?;
+            (ch, None)
+        }
+    };
+    ch.set_phase_limit(crate::engine::phase_limit(cfg, cq_timeout));
+    // From here a signal stops the run through its error path (and tells the peer); the watch
+    // ends before the channel is closed.
+    let _watch = crate::signals::watch_socket(ch.raw_fd());
+
+    session(cfg, dev, cpu, &mut ch, (cq_timeout, peer_timeout), sink)
+        .map_err(|e| tell_peer(&mut ch, e))
+}
+
+/// Tells the peer why this side stops, unless it knows already (it sent the reason, we refused
+/// its HELLO, or this error was sent before). The peer may have failed first and said why (a
+/// refused validation makes our completions fail): its reason is preferred.
+fn tell_peer(ch: &mut Channel, e: anyhow::Error) -> anyhow::Error {
+    if let Some(i) = crate::signals::received() {
+        if !ch.error_sent() {
+            ch.send_error(&format!("{i} (Ctrl-C or kill): it stopped the run"));
+        }
+        return anyhow::Error::new(i);
+    }
+    if peer_knows(&e) || ch.error_sent() {
+        return e;
+    }
+    let theirs = ch.pending_peer_error(Duration::from_millis(300));
+    ch.send_error(&format!("{e:#}"));
+    match theirs {
+        Some(p) => anyhow!("{p} (and on this side: {e:#})"),
+        None => e,
     }
 }
 
@@ -216,10 +240,9 @@ fn pin(cfg: &Config, dev: &LocalDev) -> Result<Option<(usize, String)>> {
     Ok(choice)
 }
 
-/// HELLO and its answer. The server checks every parameter and refuses a mismatch with an ERROR
-/// that names each differing parameter with both values.
-fn handshake(cfg: &Config, ch: &mut Channel) -> Result<()> {
-    let ours = Hello {
+/// This side's HELLO: the tool and every parameter that must match.
+pub fn our_hello(cfg: &Config) -> Hello {
+    Hello {
         version: VERSION,
         tool: cfg.tool.name(),
         test: cfg.tool.kind,
@@ -229,62 +252,32 @@ fn handshake(cfg: &Config, ch: &mut Channel) -> Result<()> {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
-    };
-    if cfg.is_server() {
-        let client = ch.peer_addr();
-        let refuse = |ch: &mut Channel, why: String| -> anyhow::Error {
-            ch.send_error(&why);
-            anyhow::Error::new(Notified(format!("refused the client {client}: {why}")))
-        };
-        match ch.recv("the client's HELLO") {
-            Ok(Msg::Hello(h)) => {
-                if let Err(why) = check_hello(&ours, &h) {
-                    return Err(refuse(ch, why));
-                }
-                ch.send(&Msg::Accept(Accept {
-                    version: VERSION,
-                    tool: ours.tool.clone(),
-                }))?;
-                Ok(())
-            }
-            Ok(other) => Err(refuse(
-                ch,
-                format!("protocol error: expected HELLO, got {}", other.name()),
-            )),
-            Err(ChanError::Proto {
-                err: ProtoError::Version { peer },
-                ..
-            }) => Err(refuse(
-                ch,
-                format!(
-                    "protocol version mismatch: the client speaks version {peer}, the server \
-                     version {VERSION}; run the same verbs-lab release on both sides"
-                ),
-            )),
-            Err(ChanError::Proto { err, .. }) => Err(refuse(ch, format!("bad HELLO: {err}"))),
-            Err(e) => Err(anyhow::Error::new(e).context("waiting for the client's HELLO")),
-        }
-    } else {
-        ch.send(&Msg::Hello(ours))?;
-        match ch.recv("the server's answer to HELLO") {
-            Ok(Msg::Accept(_)) => Ok(()),
-            Ok(other) => bail!(
-                "protocol error: the server answered HELLO with {}",
-                other.name()
-            ),
-            Err(ChanError::Peer(p)) => Err(anyhow::Error::new(Notified(format!(
-                "the server refused the run: {}",
-                p.text
-            )))),
-            Err(ChanError::Proto {
-                err: ProtoError::Version { peer },
-                ..
-            }) => bail!(
-                "protocol version mismatch: the server speaks version {peer}, the client \
-                 version {VERSION}; run the same verbs-lab release on both sides"
-            ),
-            Err(e) => Err(anyhow::Error::new(e).context("waiting for the server's answer")),
-        }
+    }
+}
+
+/// The client's HELLO and the server's answer. (The server takes the HELLO while accepting,
+/// in [`crate::listen`]: it checks every parameter and refuses a mismatch with an ERROR that
+/// names each differing parameter with both values.)
+fn client_hello(cfg: &Config, ch: &mut Channel) -> Result<()> {
+    ch.send(&Msg::Hello(our_hello(cfg)))?;
+    match ch.recv("the server's answer to HELLO") {
+        Ok(Msg::Accept(_)) => Ok(()),
+        Ok(other) => bail!(
+            "protocol error: the server answered HELLO with {}",
+            other.name()
+        ),
+        Err(ChanError::Peer(p)) => Err(anyhow::Error::new(Notified(format!(
+            "the server refused the run: {}",
+            p.text
+        )))),
+        Err(ChanError::Proto {
+            err: ProtoError::Version { peer },
+            ..
+        }) => bail!(
+            "protocol version mismatch: the server speaks version {peer}, the client \
+             version {VERSION}; run the same verbs-lab release on both sides"
+        ),
+        Err(e) => Err(anyhow::Error::new(e).context("waiting for the server's answer")),
     }
 }
 
@@ -296,7 +289,9 @@ fn session(
     (cq_timeout, peer_timeout): (Duration, Duration),
     sink: &mut dyn RowSink,
 ) -> Result<RunResult> {
-    handshake(cfg, ch)?;
+    if !cfg.is_server() {
+        client_hello(cfg, ch)?;
+    }
 
     // Buffers sized for the largest message this side can carry; the sweep is capped by both
     // sides once the endpoints are exchanged.
@@ -315,21 +310,35 @@ fn session(
     let remote = conn::exchange_endpoints(cfg, ch, &local)?;
     let link = conn::connect(cfg, dev, res, local, remote)?;
 
-    // Receive buffers: posted now, before the peer can send, and kept posted for the run.
-    let rx_sges = receive_sges(&link)?;
     // --run_infinitely warms up before the first period only.
     let later_periods = Config {
         warmup: 0,
         ..cfg.clone()
     };
+    // Receive buffers: posted now, before the peer can send, and kept posted for the run.
     let mut s = Session {
         cfg,
         link,
         ch,
-        rx_sges,
         cq_timeout,
         peer_timeout,
     };
+    // On a failure the peer hears why before this side tears its QPs down: destroyed first,
+    // they would make the peer's requests fail (retries exceeded, remote access) and the peer
+    // would print that instead of the cause.
+    let r = measure(&mut s, &later_periods, cpu, sink);
+    r.map_err(|e| tell_peer(s.ch, e))
+    // `s`, and with it the QPs, MR and CQ, is torn down here.
+}
+
+/// Posts the receives, runs every size and the final barrier.
+fn measure<'c>(
+    s: &mut Session<'c>,
+    later_periods: &'c Config,
+    cpu: Option<(usize, String)>,
+    sink: &mut dyn RowSink,
+) -> Result<RunResult> {
+    let cfg = s.cfg;
     if cfg.tool.kind == TestKind::Send {
         let posted = s.link.res.rx_posted as usize;
         for q in 0..cfg.qps as usize {
@@ -348,7 +357,7 @@ fn session(
     let progress = Progress::start(cfg, &sizes);
     let rows = match cfg.tool.metric {
         Metric::Bw if cfg.run_infinitely => {
-            let rows = run_infinitely(&mut s, &later_periods, &info, sink)?;
+            let rows = run_infinitely(s, later_periods, &info, sink)?;
             sink.counters(counters::deltas(
                 &before,
                 &counters::read(&dev_name, cfg.ib_port),
@@ -363,7 +372,7 @@ fn session(
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
                 progress.size(size);
-                if let Some(r) = bw::run_size(&mut s, size)? {
+                if let Some(r) = bw::run_size(s, size)? {
                     progress.row(|| sink.bw_row(&info, &r));
                     rows.push(r);
                 }
@@ -375,7 +384,7 @@ fn session(
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
                 progress.size(size);
-                if let Some(r) = lat::run_size(&mut s, size, &mut sq)? {
+                if let Some(r) = lat::run_size(s, size, &mut sq)? {
                     progress.row(|| sink.lat_row(&info, &r));
                     rows.push(r);
                 }
@@ -414,21 +423,22 @@ fn run_infinitely<'c>(
         .first()
         .copied()
         .context("no message size to run")?;
-    let stop = if s.cfg.is_server() {
-        None
-    } else {
-        Some(stop_on_signals(&s.cfg.tool.name())?)
-    };
+    // The client's first SIGINT or SIGTERM asks for a clean stop after the period under way
+    // (a second one exits at once, see signals.rs); the server stops when the client says so.
+    let client = !s.cfg.is_server();
+    if client {
+        crate::signals::stop_softly();
+    }
     let mut rows = Vec::new();
     for period in 0u64.. {
-        let go = match &stop {
-            Some(flag) => {
-                let go = !flag.load(Ordering::SeqCst);
+        let go = match client {
+            true => {
+                let go = !crate::signals::soft_stop_requested();
                 let ph = if go { Phase::Period } else { Phase::Finish };
                 s.ch.sync(ph, if go { period } else { 0 })?;
                 go
             }
-            None => {
+            false => {
                 let what = "the client's next period or its finish";
                 let go = match s.ch.recv_skipping_heartbeats(what)? {
                     Msg::Sync(y) if y.phase == Phase::Period && y.size == period => true,
@@ -458,49 +468,6 @@ fn run_infinitely<'c>(
         s.cfg = later;
     }
     Ok(rows)
-}
-
-/// A flag set by SIGINT or SIGTERM, taken with `sigwait(3)` by a thread of its own (no signal
-/// handler, no `unsafe`): the signals are blocked in this thread, which every later thread
-/// inherits. A second signal ends the process at once (exit 130).
-fn stop_on_signals(name: &str) -> Result<Arc<AtomicBool>> {
-    let flag = Arc::new(AtomicBool::new(false));
-    let mut set = SigSet::empty();
-    set.add(Signal::SIGINT);
-    set.add(Signal::SIGTERM);
-    set.thread_block()
-        .context("blocking SIGINT and SIGTERM for --run_infinitely")?;
-    let (f, name) = (flag.clone(), name.to_string());
-    std::thread::Builder::new()
-        .name("vl-stop".into())
-        .spawn(move || loop {
-            let Ok(sig) = set.wait() else { continue };
-            if f.swap(true, Ordering::SeqCst) {
-                eprintln!("{name}: {sig} again: stopping now");
-                std::process::exit(130);
-            }
-            eprintln!("{name}: {sig}: stopping after the current period");
-        })
-        .context("starting the thread that waits for SIGINT")?;
-    Ok(flag)
-}
-
-/// One SGE per destination slot of each QP, `stride` bytes: where receives land.
-fn receive_sges(link: &Link) -> Result<Vec<Vec<Sge>>> {
-    let l = link.res.layout;
-    (0..link.res.qps.len())
-        .map(|q| {
-            (0..l.dst_slots)
-                .map(|k| {
-                    let off = l.dst(q, k);
-                    link.res
-                        .mr
-                        .sge(off..off + l.stride)
-                        .context("building receive SGEs")
-                })
-                .collect()
-        })
-        .collect()
 }
 
 /// The header's facts.

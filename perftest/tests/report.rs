@@ -596,6 +596,32 @@ fn streaming_prints_what_render_text_prints_and_writes_the_files() {
 }
 
 #[test]
+fn plot_is_written_from_the_rows_and_skipped_without_any() {
+    let dir = temp_dir("plot");
+    let args = OutputArgs {
+        plot: Some(dir.join("run.svg")),
+        ..OutputArgs::default()
+    };
+    let result = bw_sweep();
+    let rep = Reporter::with_writer(&args, Box::new(Capture::default()));
+    assert_eq!(rep.finish(&result).unwrap(), GateOutcome::Passed);
+    let svg = std::fs::read_to_string(dir.join("run.svg")).unwrap();
+    let doc = json::parse(&render_json(&result, false)).unwrap();
+    assert!(vl_perftest::report::plot::check_svg(&svg, &doc).is_ok());
+    // A passive server (no rows) with the same command line: no chart, and no failure.
+    let mut empty = bw_sweep();
+    empty.rows = Rows::Bw(vec![]);
+    let args = OutputArgs {
+        plot: Some(dir.join("server.svg")),
+        ..OutputArgs::default()
+    };
+    let rep = Reporter::with_writer(&args, Box::new(Capture::default()));
+    assert_eq!(rep.finish(&empty).unwrap(), GateOutcome::Passed);
+    assert!(!dir.join("server.svg").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn table_mode_prints_everything_at_the_end() {
     let result = lat_run();
     let args = OutputArgs {

@@ -20,7 +20,12 @@ use verbs_lab::verbs::{
 
 /// Show RDMA devices, ports, GID tables and capabilities (like `ibv_devinfo -v`).
 #[derive(Parser, Debug)]
-#[command(name = "vl_devinfo", version)]
+#[command(
+    name = "vl_devinfo",
+    version,
+    after_help = "Exit codes:\n  0  devices listed\n  1  no device, or a query failed (the \
+                  message says what to do)\n  2  bad command line"
+)]
 struct Args {
     /// Only this device (e.g. rxe0); default: every device
     #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]

@@ -19,7 +19,9 @@ use verbs_lab::verbs::{
 #[derive(Parser, Debug)]
 #[command(
     version,
-    about = "Check that RDMA works between two local devices, byte for byte"
+    about = "Check that RDMA works between two local devices, byte for byte",
+    after_help = "Exit codes:\n  0  every check passed\n  1  a check or a verbs call failed (the \
+                  message names it)\n  2  bad command line"
 )]
 struct Args {
     /// Device of side A (default: the first device).
@@ -141,28 +143,32 @@ fn run(args: &Args) -> Result<()> {
         .unwrap_or_else(|| names.get(1).unwrap_or(&names[0]).clone());
     let wait = Duration::from_secs(args.wait_secs);
 
-    let mut a = open_side(&a_name, args.port, args.gid_index)?;
-    let mut b = open_side(&b_name, args.port, args.gid_index)?;
+    let a = open_side(&a_name, args.port, args.gid_index)?;
+    let b = open_side(&b_name, args.port, args.gid_index)?;
     println!("A: {} {}", a.name, a.gid);
     println!("B: {} {}", b.name, b.gid);
     let mtu_a = a.ctx.query_port(args.port)?.active_mtu;
     let mtu_b = b.ctx.query_port(args.port)?.active_mtu;
     let mtu = path_mtu(mtu_a.min(mtu_b), None).map_err(anyhow::Error::msg)?;
-    let opts = |s: &Side| ConnectOpts {
+    // A initiates every operation; only B's QP lets its peer write, read and run atomics.
+    let opts = |s: &Side, access: AccessFlags| ConnectOpts {
         port_num: args.port,
         sgid_index: s.gid.entry.index as u8,
         path_mtu: mtu,
         timeout: args.timeout,
+        access,
         ..Default::default()
     };
-    bring_up(&a.qp, &a.ep, &b.ep, &opts(&a)).context("connecting A's QP to B")?;
-    bring_up(&b.qp, &b.ep, &a.ep, &opts(&b)).context("connecting B's QP to A")?;
+    let remote = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
+    bring_up(&a.qp, &a.ep, &b.ep, &opts(&a, AccessFlags::EMPTY))
+        .context("connecting A's QP to B")?;
+    bring_up(&b.qp, &b.ep, &a.ep, &opts(&b, remote)).context("connecting B's QP to A")?;
     println!("connected: A {} <-> B {} (path MTU {mtu})", a.ep, b.ep);
 
     let n = args.size;
     // SEND A -> B: B posts a receive first, then A sends.
     let msg = pattern(1, n);
-    a.mr.as_mut_slice()[..n].copy_from_slice(&msg);
+    a.mr.write(0, &msg)?;
     let rsge = b.mr.sge(0..n)?;
     b.qp.post_recv(&[RecvWr {
         wr_id: 100,
@@ -182,7 +188,7 @@ fn run(args: &Args) -> Result<()> {
         wc.opcode() == WcOpcode::RECV && wc.byte_len() as usize == n,
         format!("B received {} bytes (expected {n})", wc.byte_len()),
     )?;
-    let mm = first_mismatch(&b.mr.as_slice()[..n], &msg);
+    let mm = first_mismatch(&b.mr.to_vec(0..n)?, &msg);
     check(
         "SEND bytes",
         mm.is_none(),
@@ -191,7 +197,7 @@ fn run(args: &Args) -> Result<()> {
 
     // RDMA WRITE A -> B at offset BUF/2 of B's buffer.
     let wdata = pattern(77, n);
-    a.mr.as_mut_slice()[..n].copy_from_slice(&wdata);
+    a.mr.write(0, &wdata)?;
     let remote = b.mr.remote(BUF / 2..BUF / 2 + n)?;
     let ssge = a.mr.sge(0..n)?;
     a.qp.post_send(&[SendWr::new(
@@ -201,7 +207,7 @@ fn run(args: &Args) -> Result<()> {
     )])?;
     a.cq.poll_one(wait, "A's RDMA WRITE completion")?;
     // An RC write completes only after the responder acknowledged it: the bytes are in B's memory.
-    let got = b.mr.as_slice()[BUF / 2..BUF / 2 + n].to_vec();
+    let got = b.mr.to_vec(BUF / 2..BUF / 2 + n)?;
     let mm = first_mismatch(&got, &wdata);
     check(
         "RDMA WRITE",
@@ -213,7 +219,7 @@ fn run(args: &Args) -> Result<()> {
     )?;
 
     // RDMA READ: A reads B's region (written above) back into A's buffer at offset BUF/2.
-    a.mr.as_mut_slice()[BUF / 2..BUF / 2 + n].fill(0);
+    a.mr.fill(BUF / 2..BUF / 2 + n, 0)?;
     let dsge = a.mr.sge(BUF / 2..BUF / 2 + n)?;
     a.qp.post_send(&[SendWr::new(3, SendOp::Read(remote), Payload::Sges(&[dsge]))])?;
     let wc = a.cq.poll_one(wait, "A's RDMA READ completion")?;
@@ -222,7 +228,7 @@ fn run(args: &Args) -> Result<()> {
         "expected RDMA_READ completion, got {}",
         wc.opcode()
     );
-    let mm = first_mismatch(&a.mr.as_slice()[BUF / 2..BUF / 2 + n], &wdata);
+    let mm = first_mismatch(&a.mr.to_vec(BUF / 2..BUF / 2 + n)?, &wdata);
     check(
         "RDMA READ",
         mm.is_none(),
@@ -230,7 +236,7 @@ fn run(args: &Args) -> Result<()> {
     )?;
 
     // Atomics on B's last 8-byte word: fetch-and-add 5 three times, then compare-and-swap.
-    b.mr.as_mut_slice()[ATOMIC_OFF..].copy_from_slice(&100u64.to_ne_bytes());
+    b.mr.write(ATOMIC_OFF, &100u64.to_ne_bytes())?;
     let word = b.mr.remote(ATOMIC_OFF..BUF)?;
     let old_sge = a.mr.sge(0..8)?;
     let mut olds = Vec::new();
@@ -244,7 +250,7 @@ fn run(args: &Args) -> Result<()> {
             Payload::Sges(&[old_sge]),
         )])?;
         a.cq.poll_one(wait, "A's FETCH_ADD completion")?;
-        olds.push(u64::from_ne_bytes(a.mr.as_slice()[..8].try_into().unwrap()));
+        olds.push(a.mr.read_u64_volatile(0));
     }
     let now = b.mr.read_u64_volatile(ATOMIC_OFF);
     check(
@@ -262,7 +268,7 @@ fn run(args: &Args) -> Result<()> {
         Payload::Sges(&[old_sge]),
     )])?;
     a.cq.poll_one(wait, "A's CMP_AND_SWP completion")?;
-    let old = u64::from_ne_bytes(a.mr.as_slice()[..8].try_into().unwrap());
+    let old = a.mr.read_u64_volatile(0);
     let now = b.mr.read_u64_volatile(ATOMIC_OFF);
     check(
         "CMP_AND_SWP",
@@ -271,7 +277,7 @@ fn run(args: &Args) -> Result<()> {
     )?;
 
     // A wrong rkey must fail with IBV_WC_REM_ACCESS_ERR and leave B's memory untouched.
-    let before = b.mr.as_slice().to_vec();
+    let before = b.mr.to_vec(0..BUF)?;
     let mut bad = remote;
     bad.rkey ^= 0x5a5a_0000;
     let ssge = a.mr.sge(0..n)?;
@@ -282,7 +288,7 @@ fn run(args: &Args) -> Result<()> {
     let status = err.as_ref().and_then(|e| e.wc_status());
     check(
         "wrong rkey",
-        status == Some(WcStatus::REM_ACCESS_ERR) && b.mr.as_slice() == before.as_slice(),
+        status == Some(WcStatus::REM_ACCESS_ERR) && b.mr.to_vec(0..BUF)? == before,
         format!(
             "completion: {}",
             err.map_or("success (!)".to_string(), |e| e.to_string())

@@ -7,6 +7,7 @@
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ops::Range;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use rdma_sys::{ibv_dereg_mr, ibv_mr, ibv_reg_mr, ibv_sge};
@@ -19,6 +20,22 @@ use super::wr::{RemoteBuf, Sge};
 const ALIGN: usize = 4096;
 
 /// A registered, NIC-accessible buffer.
+///
+/// The NIC and, with remote rights, the peer may write the buffer at any moment, so the CPU
+/// reaches it only through copies and byte-wise atomic accessors ([`Mr::read`], [`Mr::write`],
+/// [`Mr::fill`], [`Mr::read_volatile`]); there is no `&[u8]` or `&mut [u8]` view:
+///
+/// ```compile_fail,E0599
+/// # fn f(mr: &verbs_lab::verbs::Mr) {
+/// let bytes: &[u8] = mr.as_slice(); // error: no such method
+/// # }
+/// ```
+///
+/// ```compile_fail,E0599
+/// # fn f(mr: &mut verbs_lab::verbs::Mr) {
+/// let bytes: &mut [u8] = mr.as_mut_slice(); // error: no such method
+/// # }
+/// ```
 pub struct Mr {
     ptr: *mut ibv_mr,
     buf: *mut u8,
@@ -27,8 +44,8 @@ pub struct Mr {
     _pd: Arc<PdInner>,
 }
 
-// SAFETY: the MR handle is thread-safe in libibverbs; the buffer is only reachable through
-// &self / &mut self methods, so Rust's aliasing rules govern CPU access to it.
+// SAFETY: the MR handle is thread-safe in libibverbs; the CPU reaches the buffer only through
+// byte-wise atomic accessors, which may race with each other and with the NIC without UB.
 unsafe impl Send for Mr {}
 // SAFETY: as above.
 unsafe impl Sync for Mr {}
@@ -100,42 +117,144 @@ impl Mr {
         self.access
     }
 
-    /// The buffer's bytes. A remote peer may change them at any time through RDMA Write or
-    /// Atomics when the MR allows it; read flags that a peer sets with [`Mr::read_volatile`].
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: buf..buf+len is our live allocation.
-        unsafe { std::slice::from_raw_parts(self.buf, self.len) }
-    }
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: buf..buf+len is our live allocation; &mut self makes this the only CPU view.
-        unsafe { std::slice::from_raw_parts_mut(self.buf, self.len) }
+    /// Copies `dst.len()` bytes starting at `offset` out of the region.
+    ///
+    /// The NIC (a posted receive, a peer's RDMA Write or Atomic) may write these bytes at any
+    /// moment, so the region is never lent out as a `&[u8]`: every access is a copy made of
+    /// single-byte relaxed atomic loads, which the compiler may neither elide nor assume stable,
+    /// and which cannot race with another thread using these accessors. What a copy holds while
+    /// the NIC is still writing is unspecified bytes, never undefined behaviour.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let start = self.span(offset, dst.len())?;
+        for (i, d) in dst.iter_mut().enumerate() {
+            *d = self.byte(start + i).load(Ordering::Relaxed);
+        }
+        Ok(())
     }
 
-    /// Reads a byte the NIC may have written behind the compiler's back (polled flags).
+    /// A copy of `range` of the region (see [`Mr::read`]).
+    pub fn to_vec(&self, range: Range<usize>) -> Result<Vec<u8>> {
+        self.bounds(&range)?;
+        let mut v = vec![0u8; range.end - range.start];
+        self.read(range.start, &mut v)?;
+        Ok(v)
+    }
+
+    /// Copies `src` into the region at `offset` (single-byte relaxed atomic stores; see
+    /// [`Mr::read`]). Bytes a posted request is still sending may go out old or new.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
+        let start = self.span(offset, src.len())?;
+        for (i, s) in src.iter().enumerate() {
+            self.byte(start + i).store(*s, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Sets every byte of `range` to `value`.
+    pub fn fill(&self, range: Range<usize>, value: u8) -> Result<()> {
+        self.bounds(&range)?;
+        for i in range {
+            self.byte(i).store(value, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Reads a byte the NIC may have written behind the compiler's back (polled flags): a
+    /// fresh load on every call.
+    ///
+    /// # Panics
+    /// When `offset` is outside the region.
     pub fn read_volatile(&self, offset: usize) -> u8 {
         assert!(
             offset < self.len,
             "offset {offset} outside MR of {} bytes",
             self.len
         );
-        // SAFETY: bounds checked above; volatile forces a fresh load on every call.
-        unsafe { std::ptr::read_volatile(self.buf.add(offset)) }
+        self.byte(offset).load(Ordering::Relaxed)
     }
 
-    /// Reads an aligned 8-byte word (e.g. an atomic target) written by the NIC, in host order.
+    /// Reads an 8-byte word (e.g. an atomic target) written by the NIC, in host order. Read
+    /// after the completion that wrote it, so byte-wise loads see one value.
+    ///
+    /// # Panics
+    /// When `offset` is not 8-byte aligned or the word is not inside the region (the bound is
+    /// checked without overflow, whatever `offset` is).
     pub fn read_u64_volatile(&self, offset: usize) -> u64 {
+        let fits = offset.checked_add(8).is_some_and(|end| end <= self.len);
         assert!(
-            offset % 8 == 0 && offset + 8 <= self.len,
-            "bad u64 offset {offset}"
+            offset % 8 == 0 && fits,
+            "bad u64 offset {offset} in an MR of {} bytes",
+            self.len
         );
-        // SAFETY: in bounds and 8-byte aligned (the buffer is page aligned).
-        unsafe { std::ptr::read_volatile(self.buf.add(offset).cast::<u64>()) }
+        let mut b = [0u8; 8];
+        for (i, d) in b.iter_mut().enumerate() {
+            *d = self.byte(offset + i).load(Ordering::Relaxed);
+        }
+        u64::from_ne_bytes(b)
+    }
+
+    /// Byte `i` of the buffer as an atomic. Callers check `i < len` first.
+    fn byte(&self, i: usize) -> &AtomicU8 {
+        debug_assert!(i < self.len);
+        // SAFETY: i < len (checked by every caller), so the pointer is inside our live
+        // allocation, which outlives &self; u8 atomics need no alignment. The buffer is only
+        // ever accessed through these atomics on the CPU side (no &[u8] is handed out), and the
+        // NIC's DMA is outside Rust's memory model.
+        unsafe { AtomicU8::from_ptr(self.buf.add(i)) }
+    }
+
+    /// The start of `offset..offset+len` after checking it lies in the region.
+    fn span(&self, offset: usize, len: usize) -> Result<usize> {
+        match offset.checked_add(len) {
+            Some(end) => self.bounds(&(offset..end)).map(|()| offset),
+            None => Err(VerbsError::InvalidArgument(format!(
+                "{len} bytes at offset {offset} overflow the address space"
+            ))),
+        }
     }
 
     /// A scatter/gather element naming `range` of this MR, for work requests.
-    pub fn sge(&self, range: Range<usize>) -> Result<Sge> {
+    ///
+    /// The `Sge` borrows this MR, so the MR cannot be deregistered (dropped or moved) while a
+    /// request built from it exists:
+    ///
+    /// ```compile_fail,E0505
+    /// # fn f(pd: &verbs_lab::verbs::Pd) -> verbs_lab::verbs::Result<()> {
+    /// use verbs_lab::verbs::AccessFlags;
+    /// let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE)?;
+    /// let sge = mr.sge(0..64)?;
+    /// drop(mr); // error: `mr` is still borrowed by `sge`
+    /// let _ = sge.len();
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// and neither an `Sge` nor the work requests built from it can outlive the MR:
+    ///
+    /// ```compile_fail,E0597
+    /// # fn f(pd: &verbs_lab::verbs::Pd) -> verbs_lab::verbs::Result<()> {
+    /// use verbs_lab::verbs::{AccessFlags, Sge};
+    /// let sge: Sge<'static> = {
+    ///     let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE)?;
+    ///     mr.sge(0..64)? // error: `mr` does not live long enough
+    /// };
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The same steps with the MR alive throughout compile:
+    ///
+    /// ```no_run
+    /// # fn f(pd: &verbs_lab::verbs::Pd) -> verbs_lab::verbs::Result<()> {
+    /// use verbs_lab::verbs::{AccessFlags, RecvWr};
+    /// let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE)?;
+    /// let sge = mr.sge(0..64)?;
+    /// let wr = RecvWr { wr_id: 1, sges: &[sge] };
+    /// let _ = (wr.wr_id, sge.len());
+    /// drop(mr);
+    /// # Ok(()) }
+    /// ```
+    pub fn sge(&self, range: Range<usize>) -> Result<Sge<'_>> {
         self.check(&range)?;
-        Ok(Sge(ibv_sge {
+        Ok(Sge::new(ibv_sge {
             addr: self.addr() + range.start as u64,
             length: (range.end - range.start) as u32,
             lkey: self.lkey(),
@@ -152,11 +271,21 @@ impl Mr {
         })
     }
 
+    /// `range` lies in the buffer and is short enough for one SGE (32-bit length).
     fn check(&self, range: &Range<usize>) -> Result<()> {
-        if range.start > range.end
-            || range.end > self.len
-            || range.end - range.start > u32::MAX as usize
-        {
+        self.bounds(range)?;
+        if range.end - range.start > u32::MAX as usize {
+            return Err(VerbsError::InvalidArgument(format!(
+                "range {}..{} is longer than one work request can name (4 GiB)",
+                range.start, range.end
+            )));
+        }
+        Ok(())
+    }
+
+    /// `range` lies in the buffer.
+    fn bounds(&self, range: &Range<usize>) -> Result<()> {
+        if range.start > range.end || range.end > self.len {
             return Err(VerbsError::InvalidArgument(format!(
                 "range {}..{} is outside the registered buffer of {} bytes",
                 range.start, range.end, self.len

@@ -360,6 +360,16 @@ impl Qp {
             if wr.fence {
                 flags |= ibv_send_flags::IBV_SEND_FENCE.0;
             }
+            let inline = matches!(wr.payload, Payload::Inline(_))
+                || (inline_from.is_some() && matches!(wr.payload, Payload::Sges(_)));
+            if inline && !wr.op.may_inline() {
+                return Err(VerbsError::InvalidArgument(format!(
+                    "send request {}: {} cannot be sent inline (only SEND and RDMA WRITE carry \
+                     outgoing data; a READ or an atomic writes into its local SGE)",
+                    first_index + i,
+                    wr.op.name()
+                )));
+            }
             let (sg_list, num_sge) = match wr.payload {
                 Payload::None => (std::ptr::null_mut(), 0),
                 // Sge is repr(transparent) over ibv_sge; the slice outlives this call, and the
@@ -373,9 +383,21 @@ impl Qp {
                 }
                 Payload::Inline(bytes) => {
                     flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+                    let length = u32::try_from(bytes.len())
+                        .ok()
+                        .filter(|l| *l <= self.caps.max_inline_data)
+                        .ok_or_else(|| {
+                            VerbsError::InvalidArgument(format!(
+                                "send request {}: {} bytes inline, but the QP grants \
+                                 max_inline_data {}",
+                                first_index + i,
+                                bytes.len(),
+                                self.caps.max_inline_data
+                            ))
+                        })?;
                     inline_sge[i].write(ibv_sge {
                         addr: bytes.as_ptr() as u64,
-                        length: bytes.len() as u32,
+                        length,
                         lkey: 0,
                     });
                     (inline_sge[i].as_mut_ptr(), 1)
@@ -452,7 +474,7 @@ impl Qp {
                      it is copied from"
                 )));
             }
-            total += len;
+            total = total.saturating_add(len);
         }
         if total > u64::from(self.caps.max_inline_data) {
             return Err(VerbsError::InvalidArgument(format!(

@@ -1,19 +1,33 @@
 //! Work requests: what `ibv_post_send(3)` and `ibv_post_recv(3)` take, in a form that can only
 //! name registered memory.
 
+use std::marker::PhantomData;
+
 use rdma_sys::ibv_sge;
 
 use super::ah::Ah;
+use super::mr::Mr;
 
 /// One scatter/gather element: a range of a registered buffer (`struct ibv_sge`).
 ///
 /// Only [`Mr::sge`](super::mr::Mr::sge) makes one, after checking the range against the MR, so a
-/// work request built from `Sge`s can only name registered memory.
+/// work request built from `Sge`s can only name registered memory. It borrows its MR (the
+/// lifetime `'mr`), so the MR cannot be deregistered while an `Sge` — or a request holding one —
+/// exists. Nothing outside this crate can make one from raw parts:
+///
+/// ```compile_fail,E0423
+/// # use verbs_lab::verbs::Sge;
+/// let forged = Sge(rdma_sys::ibv_sge { addr: 0x1000, length: 64, lkey: 1 }); // private field
+/// ```
 #[derive(Clone, Copy)]
 #[repr(transparent)]
-pub struct Sge(pub(crate) ibv_sge);
+pub struct Sge<'mr>(pub(crate) ibv_sge, PhantomData<&'mr Mr>);
 
-impl Sge {
+impl<'mr> Sge<'mr> {
+    pub(crate) fn new(raw: ibv_sge) -> Sge<'mr> {
+        Sge(raw, PhantomData)
+    }
+
     pub fn addr(&self) -> u64 {
         self.0.addr
     }
@@ -27,14 +41,14 @@ impl Sge {
         self.0.lkey
     }
     /// The first `len` bytes of this element (never longer than it).
-    pub fn prefix(self, len: u32) -> Sge {
+    pub fn prefix(self, len: u32) -> Sge<'mr> {
         let mut s = self;
         s.0.length = len.min(self.0.length);
         s
     }
 }
 
-impl std::fmt::Debug for Sge {
+impl std::fmt::Debug for Sge<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
@@ -57,7 +71,7 @@ impl RemoteBuf {
     /// A sub-range `offset..offset+len`, or `None` if it does not fit the advertised length.
     pub fn slice(&self, offset: u32, len: u32) -> Option<RemoteBuf> {
         (offset.checked_add(len)? <= self.len).then_some(RemoteBuf {
-            addr: self.addr + offset as u64,
+            addr: self.addr.checked_add(u64::from(offset))?,
             rkey: self.rkey,
             len,
         })
@@ -100,6 +114,16 @@ impl SendOp {
             SendOp::CompareSwap { .. } => "IBV_WR_ATOMIC_CMP_AND_SWP",
         }
     }
+
+    /// Whether the payload of this operation may be sent inline (`IBV_SEND_INLINE`): only
+    /// for data this side sends (SEND, RDMA WRITE). A READ or an atomic has no outgoing
+    /// payload; its local SGE is where the NIC *writes* the answer, which inline would drop.
+    pub fn may_inline(&self) -> bool {
+        matches!(
+            self,
+            SendOp::Send | SendOp::SendWithImm(_) | SendOp::Write(_) | SendOp::WriteWithImm(..)
+        )
+    }
 }
 
 /// Where the local bytes of a send-queue request come from.
@@ -108,9 +132,11 @@ pub enum Payload<'a> {
     /// No local data (a zero-byte send or write).
     None,
     /// Registered memory, gathered by the NIC when it executes the request.
-    Sges(&'a [Sge]),
+    Sges(&'a [Sge<'a>]),
     /// Bytes copied into the work queue entry at post time (`IBV_SEND_INLINE`): no lkey needed,
-    /// the buffer may be reused at once; at most the QP's `max_inline_data` bytes.
+    /// the buffer may be reused at once; at most the QP's `max_inline_data` bytes. Only SEND
+    /// and RDMA WRITE carry one ([`SendOp::may_inline`]); posting it with another opcode is
+    /// refused.
     Inline(&'a [u8]),
 }
 
@@ -186,7 +212,7 @@ impl<'a> SendWr<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct RecvWr<'a> {
     pub wr_id: u64,
-    pub sges: &'a [Sge],
+    pub sges: &'a [Sge<'a>],
 }
 
 #[cfg(test)]
@@ -210,11 +236,35 @@ mod tests {
         );
         assert_eq!(r.slice(10, 91), None);
         assert_eq!(r.slice(u32::MAX, 2), None);
+        // A peer advertising an address at the very top does not wrap around.
+        let top = RemoteBuf {
+            addr: u64::MAX - 4,
+            rkey: 7,
+            len: 100,
+        };
+        assert_eq!(top.slice(10, 1), None);
+    }
+
+    #[test]
+    fn inline_only_for_outgoing_data() {
+        let r = RemoteBuf::default();
+        assert!(SendOp::Send.may_inline());
+        assert!(SendOp::SendWithImm(1).may_inline());
+        assert!(SendOp::Write(r).may_inline());
+        assert!(SendOp::WriteWithImm(r, 1).may_inline());
+        assert!(!SendOp::Read(r).may_inline());
+        assert!(!SendOp::FetchAdd { remote: r, add: 1 }.may_inline());
+        assert!(!SendOp::CompareSwap {
+            remote: r,
+            compare: 0,
+            swap: 1
+        }
+        .may_inline());
     }
 
     #[test]
     fn payload_lengths() {
-        let s = Sge(ibv_sge {
+        let s = Sge::new(ibv_sge {
             addr: 0,
             length: 10,
             lkey: 1,

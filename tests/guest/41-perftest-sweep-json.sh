@@ -12,11 +12,6 @@ set -eu
 
 require_bin vl_jsoncheck
 
-# sizes FROM TO: the powers of two FROM..TO, comma-separated.
-sizes() {
-    awk -v a="$1" -v b="$2" 'BEGIN { s = ""; for (x = a; x <= b; x *= 2) s = s (s == "" ? "" : ",") x; print s }'
-}
-
 step "vl_write_bw -a: 23 rows, 2 B .. 8 MiB, in the text and in the JSON"
 json=$VL_PT_OUT/41-write-bw-sweep.json
 rm -f "$json"

@@ -49,7 +49,8 @@ spid=$!
 wait_port "$PORT" 30 "$spid"
 vl_send_bw -d "$VL_DEV1" -u 17 -p "$PORT" -D 60 "$VL_ADDR0" >"$TMPDIR/cli.out" 2>&1 &
 cpid=$!
-sleep 4
+wait_header "$TMPDIR/cli.out" "$cpid"
+wait_traffic "$VL_DEV1" 3000 "$cpid" # 16 warm-up sends of 65536 bytes are 256 packets
 kill -STOP "$spid"
 rc=0
 _vl_watch "$cpid" 60 || rc=$?
@@ -72,7 +73,8 @@ spid=$!
 wait_port "$PORT" 30 "$spid"
 vl_send_bw -d "$VL_DEV1" -u 20 -p "$PORT" -D 60 "$VL_ADDR0" >"$TMPDIR/cli.out" 2>&1 &
 cpid=$!
-sleep 4
+wait_header "$TMPDIR/cli.out" "$cpid"
+wait_traffic "$VL_DEV1" 3000 "$cpid"
 kill -KILL "$cpid"
 rc=0
 _vl_watch "$spid" 30 || rc=$?
@@ -88,7 +90,8 @@ spid=$!
 wait_port "$PORT" 30 "$spid"
 vl_read_lat -d "$VL_DEV1" -u 20 -p "$PORT" -D 8 "$VL_ADDR0" >"$TMPDIR/cli.out" 2>&1 &
 cpid=$!
-sleep 3
+wait_header "$TMPDIR/cli.out" "$cpid"
+wait_traffic "$VL_DEV1" 200 "$cpid"
 kill -STOP "$spid"
 sleep 5
 kill -CONT "$spid"

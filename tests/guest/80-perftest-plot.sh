@@ -12,11 +12,6 @@ set -eu
 
 require_bin vl_jsoncheck
 
-# sizes FROM TO: the powers of two FROM..TO, comma-separated.
-sizes() {
-    awk -v a="$1" -v b="$2" 'BEGIN { s = ""; for (x = a; x <= b; x *= 2) s = s (s == "" ? "" : ",") x; print s }'
-}
-
 # line_points SVG COLOUR: the number of points of the <polyline> drawn in COLOUR.
 line_points() {
     grep -o "stroke=\"$2\"[^>]*points=\"[^\"]*\"" "$1" | sed 's/.*points="//; s/"$//' |
@@ -26,8 +21,12 @@ line_points() {
 step "vl_write_bw -a --plot: bandwidth and message rate, 23 sizes each"
 json=$VL_PT_OUT/80-write-bw-sweep.json
 svg=$VL_PT_OUT/80-write-bw-sweep.svg
-rm -f "$json" "$svg"
-vl_pair_ok vl_write_bw "-a -n 4 -w 1" "--json $json --plot $svg"
+rm -f "$json" "$svg" "$VL_PT_OUT/80-server.svg"
+# The server gets --plot too, as a symmetric command line would: it measures nothing, says so,
+# and still exits 0.
+vl_pair_ok vl_write_bw "-a -n 4 -w 1" "--json $json --plot $svg" "--plot $VL_PT_OUT/80-server.svg"
+expect_contains "$SERVER_OUT" "this side measured nothing; no --plot chart written"
+[ ! -e "$VL_PT_OUT/80-server.svg" ] || fail "the passive server wrote a chart"
 [ -s "$svg" ] || fail "the client wrote no $svg"
 head -c 4 "$svg" | grep -q '<svg' || fail "$svg does not start with <svg"
 expect_contains "$svg" "message size [bytes]"

@@ -36,6 +36,11 @@ vl_pair_ok() {
     vl_pair "$@" || fail "$1 $2: the pair failed (outputs above)"
 }
 
+# sizes FROM TO: the powers of two FROM..TO, comma-separated.
+sizes() {
+    awk -v a="$1" -v b="$2" 'BEGIN { s = ""; for (x = a; x <= b; x *= 2) s = s (s == "" ? "" : ",") x; print s }'
+}
+
 # rows FILE: the result rows of a report (lines after a '#bytes' header that start with a number).
 rows() {
     awk '/#bytes/ { hdr = 1; next } hdr && $1 ~ /^[0-9]+$/ { print }' "$1"
@@ -74,4 +79,33 @@ within() {
         fail "$1: $2 is outside [$3, $4]"
     fi
     echo "$1: $2 in [$3, $4]"
+}
+
+# wait_header FILE PID: until FILE shows a result header ('#bytes': the run is under way), at
+# most 60 s; fails if process PID exits first. For faults injected mid-run: a fixed sleep is
+# too short on a loaded machine.
+wait_header() {
+    _wh=0
+    while ! grep -q '#bytes' "$1" 2>/dev/null; do
+        _vl_alive "$2" || { cat "$1"; fail "the tool (pid $2) exited before its run started"; }
+        _wh=$((_wh + 1))
+        [ "$_wh" -lt 600 ] || { cat "$1"; fail "no run under way after 60 s"; }
+        sleep 0.1
+    done
+}
+
+# wait_traffic DEV PKTS PID: until DEV has sent PKTS more RoCE packets than when called (rxe's
+# hw_counters/sent_pkts), at most 60 s; fails if process PID exits first. Past the warm-up's
+# few hundred packets this means the measured run is under way.
+wait_traffic() {
+    _wt_f=/sys/class/infiniband/$1/ports/1/hw_counters/sent_pkts
+    [ -r "$_wt_f" ] || fail "wait_traffic: no $_wt_f"
+    _wt_end=$(($(cat "$_wt_f") + $2))
+    _wt=0
+    while [ "$(cat "$_wt_f")" -lt "$_wt_end" ]; do
+        _vl_alive "$3" || fail "the tool (pid $3) exited before sending $2 packets"
+        _wt=$((_wt + 1))
+        [ "$_wt" -lt 600 ] || fail "$1 sent fewer than $2 packets in 60 s"
+        sleep 0.1
+    done
 }

@@ -1,5 +1,7 @@
 //! vl_atomic_bw: drop-in for perftest's ib_atomic_bw. See `vl_atomic_bw --help` and docs/measurement.md.
 
+#![forbid(unsafe_code)]
+
 use vl_perftest::params::Tool;
 use vl_perftest::result::{Metric, TestKind};
 

@@ -1,5 +1,7 @@
 //! vl_atomic_lat: drop-in for perftest's ib_atomic_lat. See `vl_atomic_lat --help` and docs/measurement.md.
 
+#![forbid(unsafe_code)]
+
 use vl_perftest::params::Tool;
 use vl_perftest::result::{Metric, TestKind};
 

@@ -1,13 +1,17 @@
 //! vl_jsoncheck — checks a `--json` report where no JSON tool is at hand (the SoftRoCE guest is
-//! busybox only): the file must be one valid JSON text (RFC 8259, read by the strict `verbs_lab::json::parse`), a
-//! vl_* report with a `results` array whose rows have positive `iterations` and a positive
-//! average (`bw_avg_gbit_s` or `t_avg_us`), and — with `--sizes` — exactly those message sizes,
-//! in order; with `--plot FILE.svg`, the run's chart must plot exactly the report's numbers.
+//! busybox only): the file must be one valid JSON text (RFC 8259, read by the strict
+//! `verbs_lab::json::parse`), a vl_* report with a `results` array whose rows have positive
+//! `iterations` and a positive average (`bw_avg_gbit_s` or `t_avg_us`), and — with `--sizes` —
+//! exactly those message sizes, in order; with `--plot FILE.svg`, the run's chart must plot
+//! exactly the report's numbers (`vl_perftest::report::plot::check_svg`).
 //!
 //! ```text
 //! vl_jsoncheck sweep.json --sizes 2,4,8,16 --plot sweep.svg
 //! ```
-//! Exit status 0 when every check holds, 1 otherwise (the message says which).
+//! Exit status 0 when every check holds, 1 otherwise (the message says which), 2 for a bad
+//! command line.
+
+#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,5 +1,7 @@
 //! vl_send_bw: drop-in for perftest's ib_send_bw. See `vl_send_bw --help` and docs/measurement.md.
 
+#![forbid(unsafe_code)]
+
 use vl_perftest::params::Tool;
 use vl_perftest::result::{Metric, TestKind};
 

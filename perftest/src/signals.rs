@@ -1,0 +1,179 @@
+//! SIGINT and SIGTERM for the `vl_*` tools: a clean stop the peer hears about.
+//!
+//! [`install`] blocks both signals in the main thread (and so in every thread it starts) and
+//! takes them in one thread of its own with `sigwait(2)` — no async-signal handler, no unsafe.
+//! Before a peer is connected there is nothing to tell anyone: the tool exits at once with
+//! 128 + the signal (130 for SIGINT, 143 for SIGTERM). Once connected, the signal is recorded,
+//! the out-of-band socket's reading side is shut down (which wakes a blocking read at once), and
+//! the running loop — which looks at [`check`] every few milliseconds — stops with
+//! [`Interrupted`]. The error path then sends the peer an ERROR naming the signal *before* the
+//! QPs are torn down, and the tool exits 130 or 143. A second signal, or a stop that takes
+//! longer than [`GRACE`], exits at once.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use nix::sys::signal::{SigSet, Signal};
+
+/// The signal received, 0 while none.
+static RECEIVED: AtomicI32 = AtomicI32::new(0);
+/// The out-of-band socket of the run in progress, if one is connected.
+static SOCKET: Mutex<Option<RawFd>> = Mutex::new(None);
+/// The tool's name, for the lines printed on the signal thread.
+static TOOL: Mutex<String> = Mutex::new(String::new());
+
+/// How long a connected run may take to stop cleanly after a signal.
+pub const GRACE: Duration = Duration::from_secs(10);
+
+/// A run stopped by a signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interrupted(pub Signal);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "interrupted by {}", self.0.as_str())
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+impl Interrupted {
+    /// The exit code: 128 + the signal number (130 for SIGINT, 143 for SIGTERM).
+    pub fn exit_code(self) -> u8 {
+        128u8.saturating_add(self.0 as i32 as u8)
+    }
+}
+
+/// Takes SIGINT and SIGTERM on a thread of their own from now on. Call first thing in `main`,
+/// before any other thread is started (they inherit the blocked mask).
+pub fn install(tool: &str) -> nix::Result<()> {
+    if let Ok(mut t) = TOOL.lock() {
+        *t = tool.to_string();
+    }
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    set.thread_block()?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || loop {
+            if let Ok(sig) = set.wait() {
+                on_signal(sig);
+            }
+        })
+        .map_err(|_| nix::errno::Errno::EAGAIN)?;
+    Ok(())
+}
+
+/// Set by [`stop_softly`]: the first signal only asks for a clean stop.
+static SOFT: AtomicBool = AtomicBool::new(false);
+/// The first signal came while [`SOFT`] was set.
+static SOFT_RECEIVED: AtomicBool = AtomicBool::new(false);
+
+/// From now on the first SIGINT or SIGTERM only asks the run to stop at its next boundary
+/// ([`soft_stop_requested`]; `--run_infinitely` finishes its period and ends both sides
+/// cleanly); a second one takes the usual path.
+pub fn stop_softly() {
+    SOFT.store(true, Ordering::SeqCst);
+}
+
+/// Whether a signal asked for a clean stop (see [`stop_softly`]).
+pub fn soft_stop_requested() -> bool {
+    SOFT_RECEIVED.load(Ordering::SeqCst)
+}
+
+fn on_signal(sig: Signal) {
+    let tool = TOOL.lock().map(|t| t.clone()).unwrap_or_default();
+    if SOFT.load(Ordering::SeqCst) && !SOFT_RECEIVED.swap(true, Ordering::SeqCst) {
+        eprintln!(
+            "{tool}: {}: stopping after the current period",
+            sig.as_str()
+        );
+        return;
+    }
+    let code = Interrupted(sig).exit_code();
+    if RECEIVED.swap(sig as i32, Ordering::SeqCst) != 0 {
+        eprintln!("{tool}: {} again: exiting now", sig.as_str());
+        std::process::exit(code.into());
+    }
+    // Under the lock, so that the socket cannot be closed (and its number reused) meanwhile.
+    let connected = match SOCKET.lock() {
+        Ok(s) => match *s {
+            Some(fd) => {
+                // Wake a read blocked on the peer; writing (our ERROR) still works.
+                let _ = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Read);
+                true
+            }
+            None => false,
+        },
+        Err(_) => false,
+    };
+    if !connected {
+        eprintln!(
+            "{tool}: interrupted by {} (no peer connected yet)",
+            sig.as_str()
+        );
+        std::process::exit(code.into());
+    }
+    std::thread::sleep(GRACE);
+    eprintln!(
+        "{tool}: interrupted by {}: the run did not stop within {} s; exiting",
+        sig.as_str(),
+        GRACE.as_secs()
+    );
+    std::process::exit(code.into());
+}
+
+/// The signal that stopped the run, if one came.
+pub fn received() -> Option<Interrupted> {
+    match RECEIVED.load(Ordering::SeqCst) {
+        0 => None,
+        n => Signal::try_from(n).ok().map(Interrupted),
+    }
+}
+
+/// Fails with [`Interrupted`] once a signal has come: loops call it as they look at the peer.
+pub fn check() -> Result<(), Interrupted> {
+    match received() {
+        Some(i) => Err(i),
+        None => Ok(()),
+    }
+}
+
+/// While the returned guard lives, a signal shuts down the reading side of `fd` (the run's
+/// out-of-band socket) instead of exiting: the run stops through its error path and tells the
+/// peer. Drop the guard before the socket is closed.
+pub fn watch_socket(fd: RawFd) -> SocketWatch {
+    if let Ok(mut s) = SOCKET.lock() {
+        *s = Some(fd);
+    }
+    SocketWatch(())
+}
+
+/// See [`watch_socket`].
+pub struct SocketWatch(());
+
+impl Drop for SocketWatch {
+    fn drop(&mut self) {
+        if let Ok(mut s) = SOCKET.lock() {
+            *s = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_are_128_plus_the_signal() {
+        assert_eq!(Interrupted(Signal::SIGINT).exit_code(), 130);
+        assert_eq!(Interrupted(Signal::SIGTERM).exit_code(), 143);
+        assert_eq!(
+            Interrupted(Signal::SIGTERM).to_string(),
+            "interrupted by SIGTERM"
+        );
+    }
+}
