@@ -59,41 +59,55 @@ pub fn run_size(s: &mut Session<'_>, size: u64) -> Result<Option<BwRow>> {
         validate(s, size, &warm, &out)?;
     }
 
-    let qps = cfg.qps as u64;
     let measured = out.tx.as_ref().or(out.rx.as_ref());
     if let Some(m) = measured {
         s.measured(size, m.start, m.end);
     }
-    let mine = measured.map(|m| m.row(size, qps, cfg.no_peak));
-    let row = if cfg.bidirectional {
-        let mine = mine.context("a bidirectional side measured nothing")?;
-        if cfg.is_server() {
-            s.ch.send(&Msg::Result(WireRow::from(&mine)))
-                .map_err(anyhow::Error::new)?;
-            Some(mine)
-        } else {
-            let what = format!("the server's result of size {size}");
-            match s
-                .ch
-                .recv_skipping_heartbeats(&what)
-                .map_err(anyhow::Error::new)?
-            {
-                Msg::Result(w) if w.bytes == size => Some(sum_rows(&mine, &BwRow::from(w))),
-                Msg::Result(w) => bail!(
-                    "protocol out of step: the server sent the result of size {}, expected {size}",
-                    w.bytes
-                ),
-                other => bail!(
-                    "protocol out of step: expected the server's RESULT, got {}",
-                    other.name()
-                ),
-            }
-        }
-    } else {
-        mine
-    };
+    let mine = measured.map(|m| m.row(size, cfg.no_peak));
+    let row = exchange_rows(s, size, mine)?;
     s.ch.sync(Phase::Done, size).map_err(anyhow::Error::new)?;
     Ok(row)
+}
+
+/// The rows both sides print, as perftest's `xchg_bw_reports`: with `-b` each side sends its
+/// own direction and prints the sum of both; in a one-way RDMA Write, Read or atomic test the
+/// server measured nothing and prints the client's row. (The send test's server measures what
+/// it received and prints that.)
+fn exchange_rows(s: &mut Session<'_>, size: u64, mine: Option<BwRow>) -> Result<Option<BwRow>> {
+    let cfg = s.cfg;
+    let server_echoes = cfg.is_server() && !cfg.bidirectional && cfg.tool.kind != TestKind::Send;
+    let client_reports = !cfg.is_server() && !cfg.bidirectional && cfg.tool.kind != TestKind::Send;
+    if cfg.bidirectional || client_reports {
+        let mine = mine.context("this side measured nothing")?;
+        s.ch.send(&Msg::Result(WireRow::from(&mine)))
+            .map_err(anyhow::Error::new)?;
+        if client_reports {
+            return Ok(Some(mine));
+        }
+    }
+    if !(cfg.bidirectional || server_echoes) {
+        return Ok(mine);
+    }
+    let what = format!("the {}'s result of size {size}", s.ch.peer_name());
+    let theirs = match s
+        .ch
+        .recv_skipping_heartbeats(&what)
+        .map_err(anyhow::Error::new)?
+    {
+        Msg::Result(w) if w.bytes == size => BwRow::from(w),
+        Msg::Result(w) => bail!(
+            "protocol out of step: the peer sent the result of size {}, expected {size}",
+            w.bytes
+        ),
+        other => bail!(
+            "protocol out of step: expected the peer's RESULT, got {}",
+            other.name()
+        ),
+    };
+    Ok(Some(match mine {
+        Some(m) if cfg.bidirectional => sum_rows(&m, &theirs),
+        _ => theirs,
+    }))
 }
 
 /// Both directions of a bidirectional run: bandwidths and message rates add up; the elapsed
@@ -147,14 +161,33 @@ pub struct Measured {
 }
 
 impl Measured {
-    /// The report row for `size` bytes per message over `qps` QPs.
-    pub fn row(&self, size: u64, qps: u64, no_peak: bool) -> BwRow {
+    /// perftest's `-f/--margin` of a `-D` run: only the completions between `margin` after the
+    /// start and `margin` before the end of the duration `d` count, read from the log of
+    /// completion counts the loop kept anyway (to within one log window). A run too short to
+    /// hold two log entries inside the margins keeps its whole span.
+    pub fn within_margin(self, log: &PeakLog, d: Duration, margin: Duration) -> Measured {
+        let from = self.start + margin;
+        let to = self.start + d.saturating_sub(margin);
+        match log.between(from, to) {
+            Some((msgs, start, end)) => Measured {
+                msgs,
+                start,
+                end,
+                ..self
+            },
+            None => self,
+        }
+    }
+
+    /// The report row for `size` bytes per message.
+    pub fn row(&self, size: u64, no_peak: bool) -> BwRow {
         let elapsed = self.end.saturating_duration_since(self.start);
         let secs = elapsed.as_secs_f64().max(1e-9);
         let avg = self.msgs as f64 * size as f64 / secs;
         BwRow {
             bytes: size,
-            iterations: self.msgs / qps.max(1),
+            // perftest's #iterations: the messages of all QPs (-n × -q).
+            iterations: self.msgs,
             peak_bps: if no_peak { 0.0 } else { self.peak_bps.max(avg) },
             avg_bps: avg,
             msg_rate_mpps: self.msgs as f64 / secs / 1e6,
@@ -224,6 +257,21 @@ impl PeakLog {
             self.window *= 2;
             self.next = self.counts[k - 1] + self.window;
         }
+    }
+
+    /// The completions logged between `from` and `to`: the count between the first entry at or
+    /// after `from` and the last at or before `to`, with their times (`None` without two such
+    /// entries).
+    pub fn between(&self, from: Instant, to: Instant) -> Option<(u64, Instant, Instant)> {
+        let i = self.times.iter().position(|t| *t >= from)?;
+        let j = self.times.iter().rposition(|t| *t <= to)?;
+        (j > i).then(|| {
+            (
+                self.counts[j] - self.counts[i],
+                self.times[i],
+                self.times[j],
+            )
+        })
     }
 
     /// The best bandwidth over any stretch of at least `min_window` completions, in bytes per
@@ -701,6 +749,9 @@ fn phase(
                 tx_log.peak(size, min_win)
             },
         });
+        if let (RunMode::Duration(d), Some(margin)) = (mode, cfg.margin) {
+            out.tx = out.tx.map(|m| m.within_margin(&tx_log, d, margin));
+        }
     }
     if receives {
         let msgs = rx.total;
@@ -715,6 +766,9 @@ fn phase(
                 rx_log.peak(size, min_win)
             },
         });
+        if let (RunMode::Duration(d), Some(margin)) = (mode, cfg.margin) {
+            out.rx = out.rx.map(|m| m.within_margin(&rx_log, d, margin));
+        }
         if !lossy {
             if let Some(t) = &watch.tally {
                 for (q, (r, w)) in rx.received.iter().zip(&t.per_qp).enumerate() {
@@ -861,6 +915,27 @@ mod tests {
     }
 
     #[test]
+    fn margins_cut_the_ramp_and_the_drain() {
+        let t0 = Instant::now();
+        let mut log = PeakLog::new(10, t0);
+        // 100 completions a second for 4 s, logged every 10.
+        for k in 1..=40u64 {
+            log.record(k * 10, t0 + Duration::from_millis(100 * k));
+        }
+        let whole = Measured {
+            msgs: 400,
+            start: t0,
+            end: t0 + Duration::from_secs(4),
+            peak_bps: 0.0,
+        };
+        let m = whole.within_margin(&log, Duration::from_secs(4), Duration::from_secs(1));
+        assert_eq!(m.msgs, 200, "1 s .. 3 s");
+        assert_eq!(m.end.duration_since(m.start), Duration::from_secs(2));
+        let m = whole.within_margin(&log, Duration::from_secs(4), Duration::from_secs(2));
+        assert_eq!(m.msgs, 400, "no room inside the margins: the whole run");
+    }
+
+    #[test]
     fn rows_from_measurements() {
         let t0 = Instant::now();
         let m = Measured {
@@ -869,12 +944,15 @@ mod tests {
             end: t0 + Duration::from_secs(2),
             peak_bps: 0.0,
         };
-        let r = m.row(65536, 2, false);
-        assert_eq!(r.iterations, 1000);
+        let r = m.row(65536, false);
+        assert_eq!(
+            r.iterations, 2000,
+            "perftest's #iterations: every QP's messages"
+        );
         assert_eq!(r.avg_bps, 65536.0 * 1000.0);
         assert_eq!(r.peak_bps, r.avg_bps, "the peak is never below the average");
         assert!((r.msg_rate_mpps - 0.001).abs() < 1e-12);
-        assert_eq!(m.row(65536, 2, true).peak_bps, 0.0);
+        assert_eq!(m.row(65536, true).peak_bps, 0.0);
         let sum = sum_rows(&r, &r);
         assert_eq!(sum.avg_bps, 2.0 * r.avg_bps);
     }

@@ -1,9 +1,11 @@
-//! Pass/fail thresholds for CI: `--min-bw N` and `--max-lat KEY=USEC`.
+//! Pass/fail thresholds for CI: perftest's `-w/--limit_bw N` and `-y/--limit_msgrate N`, and
+//! our `--min-bw N` and `--max-lat KEY=USEC`.
 //!
 //! A gate checks every row of a sweep, and a missed gate says what was expected and what was
 //! measured, at which size. The tool then exits with [`EXIT_GATE_FAILED`] — distinct from 1
 //! (the run itself failed) and 2 (bad command line) — so a CI job can tell a slow link from a
-//! broken one. (nccl-tests' `NCCL_TESTS_MIN_BW` is the model; perftest has no such thing.)
+//! broken one. (perftest's limits print perftest's own error line first, for scripts that grep it;
+//! perftest exits 1 there, we exit 3.)
 
 use std::fmt;
 use std::process::ExitCode;
@@ -90,6 +92,20 @@ pub fn parse_min_bw(s: &str) -> Result<f64, String> {
     }
 }
 
+/// The clap value parser of `-w/--limit_bw` and `-y/--limit_msgrate`: a finite number, not
+/// negative (perftest refuses negative limits too).
+pub fn parse_limit(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err(format!("'{s}' is not a limit (a number, 0 or more)")),
+    }
+}
+
+/// perftest's message when `-w/--limit_bw` is missed (its exact words, for scripts that grep).
+pub const PERFTEST_BW_LIMIT_ERROR: &str = "Error: BW result is below bw limit";
+/// perftest's message when `-y/--limit_msgrate` is missed (two spaces, as perftest prints it).
+pub const PERFTEST_MSGRATE_LIMIT_ERROR: &str = "Error: Msg rate  is below msg_rate limit";
+
 /// Whether the gates were met.
 #[derive(Debug, Clone, PartialEq)]
 pub enum GateOutcome {
@@ -122,6 +138,11 @@ pub fn check_applicable(args: &OutputArgs, metric: Metric) -> Result<(), String>
             "--min-bw gates bandwidth, but this tool measures latency (use --max-lat KEY=USEC)"
                 .into(),
         ),
+        Metric::Lat if args.limit_bw.is_some() || args.limit_msgrate.is_some() => Err(
+            "-w/--limit_bw and -y/--limit_msgrate gate bandwidth, but this tool measures latency \
+             (use --max-lat KEY=USEC)"
+                .into(),
+        ),
         Metric::Bw if !args.max_lat.is_empty() => {
             Err("--max-lat gates latency, but this tool measures bandwidth (use --min-bw N)".into())
         }
@@ -138,8 +159,42 @@ pub fn check_gates(result: &RunResult, args: &OutputArgs) -> GateOutcome {
     }
     match &result.rows {
         Rows::Bw(rows) => {
+            let unit = BwUnit::new(args.report_gbits);
+            if let Some(limit) = args.limit_bw {
+                let below: Vec<String> = rows
+                    .iter()
+                    .filter(|r| below(unit.convert(r.avg_bps), limit))
+                    .map(|r| {
+                        format!(
+                            "gate failed: -w/--limit_bw {limit} {u}: BW average {} {u} at {} bytes",
+                            show(unit.convert(r.avg_bps), unit),
+                            r.bytes,
+                            u = unit.label()
+                        )
+                    })
+                    .collect();
+                if rows.is_empty() || !below.is_empty() {
+                    failures.push(PERFTEST_BW_LIMIT_ERROR.to_string());
+                    failures.extend(below);
+                }
+            }
+            if let Some(limit) = args.limit_msgrate {
+                let below: Vec<String> = rows
+                    .iter()
+                    .filter(|r| below(r.msg_rate_mpps, limit))
+                    .map(|r| {
+                        format!(
+                            "gate failed: -y/--limit_msgrate {limit} Mpps: MsgRate {:.6} Mpps at {} bytes",
+                            r.msg_rate_mpps, r.bytes
+                        )
+                    })
+                    .collect();
+                if rows.is_empty() || !below.is_empty() {
+                    failures.push(PERFTEST_MSGRATE_LIMIT_ERROR.to_string());
+                    failures.extend(below);
+                }
+            }
             if let Some(min) = args.min_bw {
-                let unit = BwUnit::new(args.report_gbits);
                 let u = unit.label();
                 if rows.is_empty() {
                     failures.push(format!(
@@ -182,6 +237,12 @@ pub fn check_gates(result: &RunResult, args: &OutputArgs) -> GateOutcome {
     } else {
         GateOutcome::Failed(failures)
     }
+}
+
+/// perftest's test `limit > measured`, made strict about NaN: a value that is not a number
+/// never passes.
+fn below(measured: f64, limit: f64) -> bool {
+    measured.is_nan() || measured < limit
 }
 
 fn metric_of(rows: &Rows) -> Metric {

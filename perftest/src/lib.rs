@@ -7,7 +7,10 @@
 pub mod aggregate;
 pub mod bw;
 pub mod coll;
+pub mod compat;
 pub mod conn;
+pub mod counters;
+pub mod cpu_util;
 pub mod engine;
 pub mod gates;
 pub mod lat;

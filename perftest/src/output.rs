@@ -20,9 +20,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
+use crate::cpu_util::CpuSample;
 pub use crate::gates::{check_gates, GateOutcome, LatGate, EXIT_GATE_FAILED};
-pub use crate::report::{render_csv, render_json, render_table, render_text};
-use crate::report::{render_csv_procs, render_json_procs, render_table_procs, text, BwUnit};
+pub use crate::report::{render_csv, render_json, render_perftest_json, render_table, render_text};
+use crate::report::{
+    render_csv_procs, render_json_counters, render_json_procs, render_table_procs, text, BwUnit,
+};
 use crate::result::{BwRow, LatRow, ProcessResult, Rows, RunInfo, RunResult};
 
 /// How the run is shown on stdout.
@@ -33,6 +36,31 @@ pub enum OutputFormat {
     Text,
     /// a parameter table and a results table with every percentile, at the end.
     Table,
+}
+
+/// perftest's `--output=UNITS`: print only this number per result, nothing else on stdout.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verbosity {
+    /// BW average, in MiB/s (Gb/s with --report_gbits), as `%lf`.
+    #[value(name = "bandwidth")]
+    Bandwidth,
+    /// MsgRate in Mpps, as `%lf`.
+    #[value(name = "message_rate")]
+    MessageRate,
+    /// t_avg in microseconds, as `%lf`.
+    #[value(name = "latency")]
+    Latency,
+}
+
+impl Verbosity {
+    /// perftest's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verbosity::Bandwidth => "bandwidth",
+            Verbosity::MessageRate => "message_rate",
+            Verbosity::Latency => "latency",
+        }
+    }
 }
 
 /// Output, file and gate options (flatten into a tool's parser with `#[command(flatten)]`).
@@ -46,15 +74,65 @@ pub struct OutputArgs {
     /// Output layout: `text` is perftest's; `table` adds the median, p99.99 and the run
     /// parameters.
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = OutputFormat::Text)]
-    pub output: OutputFormat,
+    pub format: OutputFormat,
+
+    /// perftest's verbosity: print only BW average (`bandwidth`), MsgRate (`message_rate`) or
+    /// t_avg (`latency`) of each size, one number a line.
+    #[arg(long = "output", value_enum, value_name = "UNITS")]
+    pub verbosity: Option<Verbosity>,
 
     /// Write the run as one JSON document: parameters, device, GID, CPU, version, every row.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 
+    /// perftest's JSON file (perftest's keys: "test_info", "results"; every size under
+    /// "all_results"), to --out_json_file or perftest_out.json.
+    #[arg(long = "out_json")]
+    pub out_json: bool,
+
+    /// The file of --out_json (implies --out_json).
+    #[arg(long = "out_json_file", value_name = "FILE")]
+    pub out_json_file: Option<PathBuf>,
+
     /// Write the rows as CSV, one line per message size.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
+
+    /// perftest's bandwidth floor: below N (MiB/s, or Gb/s with --report_gbits) at any size,
+    /// print "Error: BW result is below bw limit" and exit 3. Checked on both sides.
+    #[arg(short = 'w', long = "limit_bw", value_name = "N", value_parser = crate::gates::parse_limit)]
+    pub limit_bw: Option<f64>,
+
+    /// perftest's message-rate floor in Mpps: below it at any size, print "Error: Msg rate  is
+    /// below msg_rate limit" and exit 3.
+    #[arg(short = 'y', long = "limit_msgrate", value_name = "MPPS", value_parser = crate::gates::parse_limit)]
+    pub limit_msgrate: Option<f64>,
+
+    /// perftest's CPU utilisation column (with -D): the user share of all CPUs during each
+    /// size, perftest's formula; the JSON files also get this process's CPU time.
+    #[arg(long = "cpu_util")]
+    pub cpu_util: bool,
+
+    /// Print the port's NIC counters that changed during the run (counters/ and hw_counters/
+    /// deltas: packets, retransmissions, out-of-sequence, RNR NAKs, CNPs, whatever the device
+    /// has) after the rows; --json and --out_json always hold every delta.
+    #[arg(long = "counters")]
+    pub counters: bool,
+
+    /// perftest's counter report: the delta of each listed counter over the run, as
+    /// "\tNAME=DELTA" lines after the rows (e.g. hw_counters/sent_pkts,hw_counters/rcvd_pkts).
+    #[arg(
+        short = 'W',
+        long = "report-counters",
+        value_name = "LIST",
+        value_delimiter = ','
+    )]
+    pub report_counters: Vec<String>,
+
+    /// Gate: fail (exit code 3) if the NIC counter NAME rose by more than N during the run, e.g.
+    /// --max-counter hw_counters/retry_exceeded_err=0. Repeatable.
+    #[arg(long = "max-counter", value_name = "NAME=N")]
+    pub max_counter: Vec<crate::counters::CounterGate>,
 
     /// Draw the sweep as an SVG chart: bandwidth and message rate, or latency percentiles, vs
     /// message size.
@@ -73,6 +151,26 @@ pub struct OutputArgs {
     pub max_lat: Vec<LatGate>,
 }
 
+impl OutputArgs {
+    /// Whether any gate (ours or perftest's limits) is set.
+    pub fn has_gates(&self) -> bool {
+        !self.max_counter.is_empty()
+            || self.min_bw.is_some()
+            || !self.max_lat.is_empty()
+            || self.limit_bw.is_some()
+            || self.limit_msgrate.is_some()
+    }
+
+    /// Removes every gate (a side that measures nothing checks none).
+    pub fn clear_gates(&mut self) {
+        self.min_bw = None;
+        self.max_lat.clear();
+        self.limit_bw = None;
+        self.limit_msgrate = None;
+        self.max_counter.clear();
+    }
+}
+
 /// Prints a run as perftest does — header first, each row as its size finishes, footer at the
 /// end — then writes `--json` / `--csv` and checks the gates.
 ///
@@ -83,6 +181,13 @@ pub struct Reporter {
     out: Box<dyn Write + Send>,
     header_done: bool,
     rows_done: usize,
+    /// The run's NIC counter deltas, once known.
+    counters: Option<crate::counters::Snapshot>,
+    /// `--cpu_util`: the sample at the start of the run and at the last row, and each streamed
+    /// row's utilisation.
+    cpu_first: Option<CpuSample>,
+    cpu_mark: Option<CpuSample>,
+    cpu_utils: Vec<f64>,
 }
 
 impl Reporter {
@@ -98,6 +203,10 @@ impl Reporter {
             out,
             header_done: false,
             rows_done: 0,
+            counters: None,
+            cpu_first: None,
+            cpu_mark: None,
+            cpu_utils: Vec::new(),
         }
     }
 
@@ -119,28 +228,79 @@ impl Reporter {
             return;
         }
         self.header_done = true;
-        if self.args.output == OutputFormat::Text {
-            let s = text::header(info, self.unit());
+        if self.args.cpu_util {
+            let now = crate::cpu_util::sample();
+            self.cpu_first = Some(now);
+            self.cpu_mark = Some(now);
+        }
+        if self.streams_text() {
+            let mut s = text::header(info, self.unit());
+            if self.args.cpu_util && !text::passive(info) {
+                // perftest's RESULT_EXT_CPU_UTIL after the column header.
+                s.pop();
+                s.push_str("    CPU_Util[%]\n");
+            }
             self.emit(&s);
         }
     }
 
-    /// Prints one bandwidth row now (text mode).
+    /// `--cpu_util`: the utilisation since the previous row (or the header), recorded.
+    fn cpu_tick(&mut self) -> Option<f64> {
+        let mark = self.cpu_mark?;
+        let now = crate::cpu_util::sample();
+        let u = crate::cpu_util::utilisation(&mark, &now);
+        self.cpu_mark = Some(now);
+        self.cpu_utils.push(u);
+        Some(u)
+    }
+
+    /// A text row with perftest's CPU column (`REPORT_EXT_CPU_UTIL`) when there is one.
+    fn with_cpu(row: String, util: Option<f64>) -> String {
+        match util {
+            Some(u) => format!(
+                "{}\t    {}\n",
+                row.trim_end_matches('\n'),
+                crate::report::cfix(u, 3, 2)
+            ),
+            None => row,
+        }
+    }
+
+    /// Whether rows are streamed in perftest's text layout (not `--format table`, not
+    /// `--output=UNITS`).
+    fn streams_text(&self) -> bool {
+        self.args.format == OutputFormat::Text && self.args.verbosity.is_none()
+    }
+
+    /// Keeps the run's NIC counter deltas for the end of the report.
+    pub fn set_counters(&mut self, deltas: crate::counters::Snapshot) {
+        self.counters = Some(deltas);
+    }
+
+    /// Prints one bandwidth row now (text mode), or its bare number (`--output`).
     pub fn bw_row(&mut self, info: &RunInfo, row: &BwRow) {
         self.header(info);
         self.rows_done += 1;
-        if self.args.output == OutputFormat::Text {
-            let s = text::bw_row(row, self.unit());
+        let util = self.cpu_tick();
+        if let Some(v) = self.args.verbosity {
+            let s = text::bare_bw(row, v, self.unit());
+            self.emit(&s);
+        } else if self.streams_text() {
+            let s = Self::with_cpu(text::bw_row(row, self.unit()), util);
             self.emit(&s);
         }
     }
 
-    /// Prints one latency row now (text mode).
+    /// Prints one latency row now (text mode), or its bare number (`--output=latency`).
     pub fn lat_row(&mut self, info: &RunInfo, row: &LatRow) {
         self.header(info);
         self.rows_done += 1;
-        if self.args.output == OutputFormat::Text {
-            let s = text::lat_row(info, row);
+        let util = self.cpu_tick();
+        if self.args.verbosity.is_some() {
+            let s = text::bare_lat(row);
+            self.emit(&s);
+        } else if self.streams_text() {
+            let s = Self::with_cpu(text::lat_row(info, row), util);
             self.emit(&s);
         }
     }
@@ -164,7 +324,22 @@ impl Reporter {
         procs: &[ProcessResult],
     ) -> anyhow::Result<GateOutcome> {
         let info = &result.info;
-        match self.args.output {
+        if let Some(v) = self.args.verbosity {
+            let mut rest = String::new();
+            match &result.rows {
+                Rows::Bw(rows) => rows
+                    .iter()
+                    .skip(self.rows_done)
+                    .for_each(|r| rest.push_str(&text::bare_bw(r, v, self.unit()))),
+                Rows::Lat(rows) => rows
+                    .iter()
+                    .skip(self.rows_done)
+                    .for_each(|r| rest.push_str(&text::bare_lat(r))),
+            }
+            self.emit(&rest);
+        }
+        match self.args.format {
+            _ if self.args.verbosity.is_some() => {}
             OutputFormat::Text => {
                 if !self.header_done {
                     self.header_done = true;
@@ -194,7 +369,8 @@ impl Reporter {
                         .skip(self.rows_done)
                         .for_each(|r| rest.push_str(&text::lat_row(info, r))),
                 }
-                rest.push_str(&text::footer());
+                rest.push_str(&self.counter_lines()?);
+                rest.push_str(&text::footer(info));
                 self.emit(&rest);
             }
             OutputFormat::Table => {
@@ -204,11 +380,29 @@ impl Reporter {
         }
 
         let gbits = self.args.report_gbits;
+        let counters = self.counters.as_ref();
+        let cpu = self.cpu_report();
         if let Some(path) = &self.args.json {
-            write_file(path, "--json", &render_json_procs(result, procs, gbits))?;
+            let text = render_json_counters(result, procs, gbits, counters, cpu.as_ref());
+            write_file(path, "--json", &text)?;
         }
         if let Some(path) = &self.args.csv {
             write_file(path, "--csv", &render_csv_procs(result, procs, gbits))?;
+        }
+        if self.args.out_json || self.args.out_json_file.is_some() {
+            let path = self
+                .args
+                .out_json_file
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(crate::report::perftest_json::DEFAULT_FILE));
+            let text = crate::report::perftest_json::render_perftest_json_counters(
+                result,
+                self.args.verbosity,
+                gbits,
+                counters,
+                cpu.as_ref(),
+            );
+            write_file(&path, "--out_json", &text)?;
         }
         if let Some(path) = &self.args.plot {
             let measured = match &result.rows {
@@ -231,7 +425,16 @@ impl Reporter {
         if let Err(e) = crate::gates::check_applicable(&self.args, info.metric) {
             bail!("{e}");
         }
-        let outcome = check_gates(result, &self.args);
+        let mut outcome = check_gates(result, &self.args);
+        let misses = crate::counters::check(&self.args.max_counter, counters);
+        if !misses.is_empty() {
+            let mut all = match outcome {
+                GateOutcome::Failed(m) => m,
+                GateOutcome::Passed => Vec::new(),
+            };
+            all.extend(misses);
+            outcome = GateOutcome::Failed(all);
+        }
         match &outcome {
             GateOutcome::Failed(messages) => messages.iter().for_each(|m| eprintln!("{m}")),
             GateOutcome::Passed => {
@@ -244,6 +447,41 @@ impl Reporter {
     }
 }
 
+impl Reporter {
+    /// `--cpu_util`'s figures for the JSON files: each streamed row's utilisation and this
+    /// process's CPU time since the header.
+    fn cpu_report(&self) -> Option<crate::cpu_util::CpuReport> {
+        let first = self.cpu_first?;
+        let now = crate::cpu_util::sample();
+        Some(crate::cpu_util::CpuReport {
+            util_percent: self.cpu_utils.clone(),
+            process_cpu: now.process.saturating_sub(first.process),
+        })
+    }
+
+    /// The `--counters` block and perftest's `-W` lines, in text mode (empty without them).
+    fn counter_lines(&self) -> anyhow::Result<String> {
+        let mut s = String::new();
+        let want = self.args.counters || !self.args.report_counters.is_empty();
+        let Some(d) = self.counters.as_ref().filter(|_| want) else {
+            if want {
+                s.push_str(" NIC counters: none read on this side\n");
+            }
+            return Ok(s);
+        };
+        if !self.args.report_counters.is_empty() {
+            s.push_str(
+                &crate::counters::perftest_lines(d, &self.args.report_counters)
+                    .map_err(|e| anyhow::anyhow!("-W/--report-counters: {e}"))?,
+            );
+        }
+        if self.args.counters {
+            s.push_str(&crate::counters::block(d));
+        }
+        Ok(s)
+    }
+}
+
 /// Writes a report file (once, at the end, holding every row).
 fn write_file(path: &Path, flag: &str, text: &str) -> anyhow::Result<()> {
     fs::write(path, text)
@@ -252,13 +490,21 @@ fn write_file(path: &Path, flag: &str, text: &str) -> anyhow::Result<()> {
 
 /// The gates of `args` as the user typed them, or `None` without gates.
 fn gate_summary(args: &OutputArgs) -> Option<String> {
-    let mut g: Vec<String> = args
-        .max_lat
-        .iter()
-        .map(|l| format!("--max-lat {l}"))
-        .collect();
-    if let Some(min) = args.min_bw {
-        g.insert(0, format!("--min-bw {min}"));
+    let mut g: Vec<String> = Vec::new();
+    if let Some(w) = args.limit_bw {
+        g.push(format!("--limit_bw {w}"));
     }
+    if let Some(y) = args.limit_msgrate {
+        g.push(format!("--limit_msgrate {y}"));
+    }
+    if let Some(min) = args.min_bw {
+        g.push(format!("--min-bw {min}"));
+    }
+    g.extend(args.max_lat.iter().map(|l| format!("--max-lat {l}")));
+    g.extend(
+        args.max_counter
+            .iter()
+            .map(|c| format!("--max-counter {c}")),
+    );
     (!g.is_empty()).then(|| g.join(" "))
 }

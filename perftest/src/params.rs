@@ -14,7 +14,7 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 use verbs_lab::affinity::CpuList;
 use verbs_lab::verbs::{Mtu, QpType};
 
-use crate::output::OutputArgs;
+use crate::output::{OutputArgs, Verbosity};
 use crate::result::{Metric, TestKind};
 
 /// Which tool is running: the operation and what is measured.
@@ -195,6 +195,16 @@ pub struct Params {
     #[arg(short = 'D', long = "duration", value_name = "SECS")]
     pub duration: Option<u64>,
 
+    /// Run until stopped (SIGINT or SIGTERM on the client), printing a row every -D seconds
+    /// (5 by default); both sides must give it (bandwidth tools).
+    #[arg(long = "run_infinitely")]
+    pub run_infinitely: bool,
+
+    /// Margins of a -D run (bandwidth tools): the first and last SECS seconds are not measured
+    /// (perftest's default: a quarter of the duration).
+    #[arg(short = 'f', long = "margin", value_name = "SECS")]
+    pub margin: Option<u64>,
+
     /// Number of QPs (bandwidth tools).
     #[arg(short = 'q', long = "qp", value_name = "N", default_value_t = 1)]
     pub qps: u32,
@@ -282,16 +292,34 @@ pub struct Params {
     pub cpu_freq: bool,
 
     /// Pin to a CPU of this list (e.g. 0-3,8); default: a CPU local to the NIC when sysfs tells.
-    #[arg(long = "cpu", value_name = "LIST")]
+    #[arg(long = "cpu", visible_alias = "pin_cores", value_name = "LIST")]
     pub cpu: Option<CpuList>,
 
-    /// Warm-up iterations per QP and per size, run before the measurement and not counted (16).
-    #[arg(short = 'w', long = "warmup", value_name = "N")]
+    /// Do not pin to a CPU local to the NIC by default (perftest's --disable_numa).
+    #[arg(long = "disable_numa", conflicts_with = "cpu")]
+    pub disable_numa: bool,
+
+    /// Warm-up iterations per QP and per size, run before the measurement and not counted (16;
+    /// 0 turns warm-up off).
+    #[arg(long = "warmup", value_name = "N")]
     pub warmup: Option<u64>,
 
+    /// perftest's warm-up switch: warm-up is on by default here, so this only refuses
+    /// `--warmup 0` beside it.
+    #[arg(long = "perform_warm_up")]
+    pub perform_warm_up: bool,
+
     /// Check the payload: a pattern per message, verified by the receiver or reader.
-    #[arg(long = "validate")]
+    #[arg(long = "validate", visible_alias = "data_validation")]
     pub validate: bool,
+
+    /// perftest's switch to ibv_post_send: what the tools always use.
+    #[arg(long = "use_old_post_send", hide = true)]
+    pub use_old_post_send: bool,
+
+    /// Seconds to wait before destroying the QPs, CQs and memory at the end (bandwidth tools).
+    #[arg(long = "wait_destroy", value_name = "SECS")]
+    pub wait_destroy: Option<u64>,
 
     /// Seconds to wait for the peer to connect (server) or to accept (client).
     #[arg(long = "wait", value_name = "SECS", default_value_t = 120)]
@@ -338,11 +366,20 @@ impl Params {
     }
 
     /// The clap command of `tool`: its name and description over the shared flags.
+    /// perftest's other options are registered hidden (see `compat.rs`), and long options may be
+    /// abbreviated to any unambiguous prefix, as perftest's getopt_long allows.
     pub fn command_for(tool: Tool) -> clap::Command {
-        Params::command()
-            .name(tool.static_name())
-            .about(tool.about())
-            .after_help(crate::run::EXIT_CODES)
+        crate::compat::register(
+            Params::command()
+                .name(tool.static_name())
+                .about(tool.about())
+                .after_help(format!(
+                    "{}\n\nperftest's options are accepted with perftest's meaning or refused by \
+                     name with the reason; docs/perftest-compat.md lists every one.",
+                    crate::run::EXIT_CODES
+                ))
+                .infer_long_args(true),
+        )
     }
 
     /// Parses `args` (the first is the program name) for `tool`.
@@ -351,7 +388,11 @@ impl Params {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let matches = Params::command_for(tool).try_get_matches_from(args)?;
+        let mut cmd = Params::command_for(tool);
+        let matches = cmd.try_get_matches_from_mut(args)?;
+        if let Some(why) = crate::compat::refusal(&matches) {
+            return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, why));
+        }
         Params::from_arg_matches(&matches)
     }
 }
@@ -420,6 +461,10 @@ pub struct Config {
     pub gid_index: Option<u32>,
     pub sizes: Sizes,
     pub mode: RunMode,
+    /// `-f/--margin` of a `-D` bandwidth run: not measured at either end (`None`: 0).
+    pub margin: Option<Duration>,
+    /// `--run_infinitely`: periods of `mode`'s duration until the client is stopped.
+    pub run_infinitely: bool,
     /// Warm-up iterations per QP and size.
     pub warmup: u64,
     pub qps: u32,
@@ -441,9 +486,13 @@ pub struct Config {
     pub atomic: Option<AtomicType>,
     pub no_peak: bool,
     pub cpu: Option<CpuList>,
+    /// Pin to a CPU local to the NIC when `--cpu` is not given (off with `--disable_numa`).
+    pub auto_pin: bool,
     pub validate: bool,
     /// How long to wait for the peer to connect or accept.
     pub wait: Duration,
+    /// `--wait_destroy`: how long to keep the resources after the run.
+    pub wait_destroy: Option<Duration>,
     /// `--report_gbits` (the header and the units depend on it).
     pub report_gbits: bool,
     /// `--procs N`: this many worker processes (see `procs.rs`).
@@ -467,220 +516,48 @@ pub const MAX_PROCS: u32 = 64;
 
 impl Config {
     /// Checks `p` for `tool` and resolves the defaults. The error is one sentence naming the
-    /// flag and what to do.
+    /// flag and what to do. The steps, in order: transport, sizes, run length, queues, the
+    /// options that belong to some tools only, the output options, then the rest.
     pub fn new(tool: Tool, p: &Params) -> Result<Config, String> {
-        let Tool { kind, metric } = tool;
-        let name = tool.name();
-        let lat = metric == Metric::Lat;
-        let is = |k: TestKind| kind == k;
-
-        // The transport.
-        if p.conn == QpType::Ud && !is(TestKind::Send) {
-            return Err(format!(
-                "-c UD: only the send tools run over UD (unreliable datagrams carry sends \
-                 only); {name} needs RC{}",
-                if is(TestKind::Write) { " or UC" } else { "" }
-            ));
-        }
-        if p.conn == QpType::Uc && (is(TestKind::Read) || is(TestKind::Atomic)) {
-            return Err(format!(
-                "-c UC: UC carries sends and RDMA writes only; {name} needs RC"
-            ));
-        }
-
-        // Sizes.
-        let sizes = if is(TestKind::Atomic) {
-            match p.size {
-                Some(8) | None => {}
-                Some(s) => {
-                    return Err(format!(
-                        "-s {s}: atomic operations work on 8-byte words; use -s 8 or leave -s out"
-                    ))
-                }
-            }
-            // Atomics have one size: -a is accepted (scripts pass it to every tool) and runs 8.
-            Sizes::Single(8)
-        } else if p.all {
-            if let Some(s) = p.size {
-                return Err(format!(
-                    "-a sweeps the sizes 2..{SWEEP_MAX} itself; leave out -s {s} (or drop -a)"
-                ));
-            }
-            let max = if p.conn == QpType::Ud {
-                4096
-            } else {
-                SWEEP_MAX
-            };
-            Sizes::Sweep { max }
+        check_transport(tool, p)?;
+        let sizes = resolve_sizes(tool, p)?;
+        let (mode, margin) = if p.run_infinitely {
+            check_run_infinitely(tool, p)?
         } else {
-            let s = p.size.unwrap_or(if lat { 2 } else { 65536 });
-            if s == 0 {
-                return Err(
-                    "-s 0: a message must hold at least 1 byte (perftest's smallest is 1)".into(),
-                );
-            }
-            if s > MAX_SIZE {
-                return Err(format!(
-                    "-s {s}: larger than {MAX_SIZE} bytes, the largest message an SGE describes"
-                ));
-            }
-            if p.conn == QpType::Ud && s > 4096 {
-                return Err(format!(
-                    "-s {s}: a UD message must fit one packet (at most the path MTU, 4096 bytes \
-                     at most); use -c RC for larger messages"
-                ));
-            }
-            Sizes::Single(s)
+            let mode = resolve_mode(tool, p)?;
+            (mode, resolve_margin(tool, p, mode)?)
         };
-
-        // Run length.
-        let mode = match (p.iters, p.duration) {
-            (Some(_), Some(_)) => {
-                return Err("-n and -D both given: run either N iterations or SECS seconds".into())
+        let (tx_depth, rx_depth) = resolve_queues(tool, p)?;
+        // perftest's force_dependecies: a queue deeper than the iterations of a counted run is
+        // never filled, and its header shows the depth used.
+        let (tx_depth, rx_depth) = match mode {
+            RunMode::Iters(n) => {
+                let n = u32::try_from(n).unwrap_or(u32::MAX);
+                let rx = if tool.kind == TestKind::Send {
+                    rx_depth.min(n)
+                } else {
+                    rx_depth
+                };
+                (tx_depth.min(n).max(p.post_list), rx)
             }
-            (Some(0), None) => return Err("-n 0: at least one iteration is needed".into()),
-            (Some(n), None) => RunMode::Iters(n),
-            (None, Some(0)) => return Err("-D 0: the duration must be at least 1 second".into()),
-            (None, Some(d)) if d > MAX_DURATION_SECS => {
-                return Err(format!(
-                    "-D {d}: longer than a day ({MAX_DURATION_SECS} s); split the run"
-                ))
-            }
-            (None, Some(d)) => RunMode::Duration(Duration::from_secs(d)),
-            (None, None) => RunMode::Iters(if tool == Tool::new(TestKind::Write, Metric::Bw) {
-                5000
-            } else {
-                1000
-            }),
+            RunMode::Duration(_) => (tx_depth, rx_depth),
         };
-        if p.all && matches!(mode, RunMode::Duration(_)) && !is(TestKind::Atomic) {
-            return Err(
-                "-a with -D: a sweep runs a number of iterations per size; use -n with -a".into(),
-            );
-        }
-        if let RunMode::Iters(n) = mode {
-            if n >= 1 << 40 {
-                return Err(format!("-n {n}: more than 2^40 iterations per QP"));
-            }
-        }
-
-        // Queues.
-        if p.qps == 0 {
-            return Err("-q 0: at least one QP is needed".into());
-        }
-        if p.qps > MAX_QPS {
-            return Err(format!("-q {}: at most {MAX_QPS} QPs", p.qps));
-        }
-        if lat && p.qps > 1 {
-            return Err(format!(
-                "-q {}: a latency test runs on one QP (ping-pong); use a bandwidth tool for \
-                 several QPs",
-                p.qps
-            ));
-        }
-        let tx_depth = p.tx_depth.unwrap_or(if lat { 1 } else { 128 });
-        if tx_depth == 0 || tx_depth > MAX_DEPTH {
-            return Err(format!(
-                "-t {tx_depth}: the tx depth must be 1..={MAX_DEPTH}"
-            ));
-        }
-        let rx_depth = p
-            .rx_depth
-            .unwrap_or(if is(TestKind::Send) { 512 } else { 1 });
-        if rx_depth == 0 || rx_depth > MAX_DEPTH {
-            return Err(format!(
-                "-r {rx_depth}: the rx depth must be 1..={MAX_DEPTH}"
-            ));
-        }
-        if p.cq_mod == 0 {
-            return Err(
-                "-Q 0: CQ moderation must be at least 1 (1 = every request signaled)".into(),
-            );
-        }
-        if p.post_list == 0 {
-            return Err("-l 0: a post list holds at least 1 work request".into());
-        }
-        if lat && p.post_list > 1 {
-            return Err(format!(
-                "-l {}: a latency test posts one request at a time; post lists are for the \
-                 bandwidth tools",
-                p.post_list
-            ));
-        }
-        if p.post_list > tx_depth {
-            return Err(format!(
-                "-l {} is larger than the tx depth {tx_depth}: a post list must fit the send \
-                 queue (raise -t)",
-                p.post_list
-            ));
-        }
-        if u64::from(p.qps) * u64::from(tx_depth + rx_depth) > u64::from(MAX_DEPTH) {
-            return Err(format!(
-                "-q {} x (tx depth {tx_depth} + rx depth {rx_depth}) completions exceed the \
-                 {MAX_DEPTH} a completion queue may hold; lower -q, -t or -r",
-                p.qps
-            ));
-        }
-
-        // Options that belong to some tools only.
-        if p.bidirectional && lat {
-            return Err(
-                "-b: bidirectional runs are for the bandwidth tools; a latency test is a \
-                 ping-pong already"
-                    .into(),
-            );
-        }
-        if p.outstanding.is_some() && !(is(TestKind::Read) || is(TestKind::Atomic)) {
-            return Err(format!(
-                "-o limits outstanding RDMA reads and atomics; {name} has none"
-            ));
-        }
-        if let Some(o) = p.outstanding {
-            if o == 0 || o > 255 {
-                return Err(format!("-o {o}: outstanding reads/atomics must be 1..=255"));
-            }
-        }
-        if p.atomic_type.is_some() && !is(TestKind::Atomic) {
-            return Err(format!("-A chooses the atomic operation; {name} runs none"));
-        }
-        if let Some(i) = p.inline_size {
-            if is(TestKind::Read) || is(TestKind::Atomic) {
-                return Err(format!(
-                    "-I: {name} sends no payload from this side (reads and atomics carry none), \
-                     so there is nothing to inline"
-                ));
-            }
-            if i > MAX_INLINE {
-                return Err(format!("-I {i}: at most {MAX_INLINE} bytes"));
-            }
-        }
-        if p.events && tool == Tool::new(TestKind::Write, Metric::Lat) {
-            return Err(
-                "-e: vl_write_lat sees the peer's write by polling memory (no completion is \
-                 generated for it), so there is no event to wait for"
-                    .into(),
-            );
-        }
-        if p.qp_timeout > 31 {
-            return Err(format!(
-                "-u {}: the ack timeout exponent is 5 bits (0..=31; 0 = wait forever)",
-                p.qp_timeout
-            ));
-        }
-        if p.validate && is(TestKind::Atomic) {
-            return Err(
-                "--validate checks payloads of write, read and send; atomics carry none".into(),
-            );
-        }
+        check_tool_options(tool, p)?;
+        check_output_options(tool, p)?;
+        let warmup = resolve_warmup(p)?;
         if p.ib_port == 0 {
             return Err("-i 0: ports are numbered from 1".into());
         }
         if p.wait_secs == 0 {
             return Err("--wait 0: give the peer at least a second".into());
         }
-        let warmup = p.warmup.unwrap_or(16);
-        if warmup >= 1 << 40 {
-            return Err(format!("-w {warmup}: more than 2^40 warm-up iterations"));
+        if let Some(w) = p.wait_destroy {
+            if tool.metric == Metric::Lat {
+                return Err("--wait_destroy is an option of perftest's bandwidth tools".into());
+            }
+            if w > MAX_DURATION_SECS {
+                return Err(format!("--wait_destroy {w}: longer than a day"));
+            }
         }
         let (port, worker) = crate::procs::check_params(tool, p)?;
         if p.bind.is_some() && p.host.is_some() {
@@ -690,6 +567,7 @@ impl Config {
                     .into(),
             );
         }
+        let is = |k: TestKind| tool.kind == k;
 
         Ok(Config {
             tool,
@@ -701,6 +579,8 @@ impl Config {
             gid_index: p.gid_index,
             sizes,
             mode,
+            margin,
+            run_infinitely: p.run_infinitely,
             warmup,
             qps: p.qps,
             tx_depth,
@@ -717,8 +597,10 @@ impl Config {
             atomic: is(TestKind::Atomic).then(|| p.atomic_type.unwrap_or_default()),
             no_peak: p.no_peak,
             cpu: p.cpu.clone(),
+            auto_pin: !p.disable_numa,
             validate: p.validate,
             wait: Duration::from_secs(p.wait_secs),
+            wait_destroy: p.wait_destroy.map(Duration::from_secs),
             report_gbits: p.output.report_gbits,
             procs: p.procs,
             worker,
@@ -776,8 +658,354 @@ impl Config {
             ("atomic", opt(self.atomic.map(|a| a.to_string()))),
             ("validate", on_off(self.validate)),
             ("processes", self.procs.unwrap_or(1).to_string()),
+            ("run_infinitely", on_off(self.run_infinitely)),
+            (
+                "margin",
+                self.margin
+                    .map_or("none".into(), |m| format!("{}s", m.as_secs())),
+            ),
         ]
     }
+}
+
+/// `-c`: which tools run over which transport.
+fn check_transport(tool: Tool, p: &Params) -> Result<(), String> {
+    let name = tool.name();
+    let is = |k: TestKind| tool.kind == k;
+    if p.conn == QpType::Ud && !is(TestKind::Send) {
+        return Err(format!(
+            "-c UD: only the send tools run over UD (unreliable datagrams carry sends \
+             only); {name} needs RC{}",
+            if is(TestKind::Write) { " or UC" } else { "" }
+        ));
+    }
+    if p.conn == QpType::Uc && (is(TestKind::Read) || is(TestKind::Atomic)) {
+        return Err(format!(
+            "-c UC: UC carries sends and RDMA writes only; {name} needs RC"
+        ));
+    }
+    Ok(())
+}
+
+/// `-s` / `-a`: the message sizes (atomics: always 8 bytes).
+fn resolve_sizes(tool: Tool, p: &Params) -> Result<Sizes, String> {
+    if tool.kind == TestKind::Atomic {
+        return match p.size {
+            // Atomics have one size: -a is accepted (scripts pass it to every tool) and runs 8.
+            Some(8) | None => Ok(Sizes::Single(8)),
+            Some(s) => Err(format!(
+                "-s {s}: atomic operations work on 8-byte words; use -s 8 or leave -s out"
+            )),
+        };
+    }
+    if p.all {
+        if let Some(s) = p.size {
+            return Err(format!(
+                "-a sweeps the sizes 2..{SWEEP_MAX} itself; leave out -s {s} (or drop -a)"
+            ));
+        }
+        let max = if p.conn == QpType::Ud {
+            4096
+        } else {
+            SWEEP_MAX
+        };
+        return Ok(Sizes::Sweep { max });
+    }
+    let s = p
+        .size
+        .unwrap_or(if tool.metric == Metric::Lat { 2 } else { 65536 });
+    if s == 0 {
+        return Err("-s 0: a message must hold at least 1 byte (perftest's smallest is 1)".into());
+    }
+    if s > MAX_SIZE {
+        return Err(format!(
+            "-s {s}: larger than {MAX_SIZE} bytes, the largest message an SGE describes"
+        ));
+    }
+    if p.conn == QpType::Ud && s > 4096 {
+        return Err(format!(
+            "-s {s}: a UD message must fit one packet (at most the path MTU, 4096 bytes \
+             at most); use -c RC for larger messages"
+        ));
+    }
+    Ok(Sizes::Single(s))
+}
+
+/// `-n` / `-D`: how long each size runs.
+fn resolve_mode(tool: Tool, p: &Params) -> Result<RunMode, String> {
+    let mode = match (p.iters, p.duration) {
+        (Some(_), Some(_)) => {
+            return Err("-n and -D both given: run either N iterations or SECS seconds".into())
+        }
+        (Some(0), None) => return Err("-n 0: at least one iteration is needed".into()),
+        (Some(n), None) if n >= 1 << 40 => {
+            return Err(format!("-n {n}: more than 2^40 iterations per QP"))
+        }
+        (Some(n), None) => RunMode::Iters(n),
+        (None, Some(0)) => return Err("-D 0: the duration must be at least 1 second".into()),
+        (None, Some(d)) if d > MAX_DURATION_SECS => {
+            return Err(format!(
+                "-D {d}: longer than a day ({MAX_DURATION_SECS} s); split the run"
+            ))
+        }
+        (None, Some(d)) => RunMode::Duration(Duration::from_secs(d)),
+        (None, None) => RunMode::Iters(if tool == Tool::new(TestKind::Write, Metric::Bw) {
+            5000
+        } else {
+            1000
+        }),
+    };
+    if p.all && matches!(mode, RunMode::Duration(_)) && tool.kind != TestKind::Atomic {
+        return Err(
+            "-a with -D: a sweep runs a number of iterations per size; use -n with -a".into(),
+        );
+    }
+    Ok(mode)
+}
+
+/// The period of perftest's `--run_infinitely` when `-D` is not given (`DEF_DURATION`).
+pub const INFINITE_PERIOD_SECS: u64 = 5;
+
+/// `--run_infinitely`: one size, a row every `-D` seconds (5 by default), no margins.
+fn check_run_infinitely(tool: Tool, p: &Params) -> Result<(RunMode, Option<Duration>), String> {
+    let why = if tool.metric == Metric::Lat {
+        Some(format!(
+            "it is an option of perftest's bandwidth tools, and {} measures latency",
+            tool.name()
+        ))
+    } else if p.iters.is_some() {
+        Some("it runs periods of -D seconds; leave out -n".to_string())
+    } else if p.all {
+        Some("it runs one size; leave out -a".to_string())
+    } else if p.margin.is_some() {
+        Some("every period is measured whole; leave out -f".to_string())
+    } else if p.procs.is_some() {
+        Some("not with --procs".to_string())
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return Err(format!("--run_infinitely: {why}"));
+    }
+    let d = p.duration.unwrap_or(INFINITE_PERIOD_SECS);
+    if d == 0 || d > MAX_DURATION_SECS {
+        return Err(format!(
+            "-D {d}: the period must be 1..={MAX_DURATION_SECS} seconds"
+        ));
+    }
+    Ok((RunMode::Duration(Duration::from_secs(d)), None))
+}
+
+/// `-f/--margin`: perftest's margins of a `-D` run, a quarter of the duration by default (in
+/// whole seconds); the duration must exceed both margins.
+fn resolve_margin(tool: Tool, p: &Params, mode: RunMode) -> Result<Option<Duration>, String> {
+    let d = match mode {
+        RunMode::Duration(d) => d.as_secs(),
+        RunMode::Iters(_) => {
+            return match p.margin {
+                Some(f) => Err(format!(
+                    "-f {f}: margins cut the ends of a -D run; add -D SECS (or leave -f out)"
+                )),
+                None => Ok(None),
+            }
+        }
+    };
+    if tool.metric == Metric::Lat {
+        return match p.margin {
+            Some(f) => Err(format!(
+                "-f {f}: --margin is refused by the latency tools: they measure the whole -D \
+                 duration (use a bandwidth tool for margins)"
+            )),
+            None => Ok(None),
+        };
+    }
+    let f = p.margin.unwrap_or(d / 4);
+    if d <= 2 * f {
+        return Err(format!(
+            "-f {f}: the two margins ({} s) leave nothing of -D {d} to measure; lower -f or \
+             raise -D",
+            2 * f
+        ));
+    }
+    Ok((f > 0).then(|| Duration::from_secs(f)))
+}
+
+/// `-q`, `-t`, `-r`, `-Q`, `-l`: the queues; returns the tx and rx depths.
+fn resolve_queues(tool: Tool, p: &Params) -> Result<(u32, u32), String> {
+    let lat = tool.metric == Metric::Lat;
+    if p.qps == 0 {
+        return Err("-q 0: at least one QP is needed".into());
+    }
+    if p.qps > MAX_QPS {
+        return Err(format!("-q {}: at most {MAX_QPS} QPs", p.qps));
+    }
+    if lat && p.qps > 1 {
+        return Err(format!(
+            "-q {}: a latency test runs on one QP (ping-pong); use a bandwidth tool for \
+             several QPs",
+            p.qps
+        ));
+    }
+    let tx_depth = p.tx_depth.unwrap_or(if lat { 1 } else { 128 });
+    if tx_depth == 0 || tx_depth > MAX_DEPTH {
+        return Err(format!(
+            "-t {tx_depth}: the tx depth must be 1..={MAX_DEPTH}"
+        ));
+    }
+    let rx_depth = p
+        .rx_depth
+        .unwrap_or(if tool.kind == TestKind::Send { 512 } else { 1 });
+    if rx_depth == 0 || rx_depth > MAX_DEPTH {
+        return Err(format!(
+            "-r {rx_depth}: the rx depth must be 1..={MAX_DEPTH}"
+        ));
+    }
+    if p.cq_mod == 0 {
+        return Err("-Q 0: CQ moderation must be at least 1 (1 = every request signaled)".into());
+    }
+    if p.post_list == 0 {
+        return Err("-l 0: a post list holds at least 1 work request".into());
+    }
+    if lat && p.post_list > 1 {
+        return Err(format!(
+            "-l {}: a latency test posts one request at a time; post lists are for the \
+             bandwidth tools",
+            p.post_list
+        ));
+    }
+    if p.post_list > tx_depth {
+        return Err(format!(
+            "-l {} is larger than the tx depth {tx_depth}: a post list must fit the send \
+             queue (raise -t)",
+            p.post_list
+        ));
+    }
+    if u64::from(p.qps) * u64::from(tx_depth + rx_depth) > u64::from(MAX_DEPTH) {
+        return Err(format!(
+            "-q {} x (tx depth {tx_depth} + rx depth {rx_depth}) completions exceed the \
+             {MAX_DEPTH} a completion queue may hold; lower -q, -t or -r",
+            p.qps
+        ));
+    }
+    Ok((tx_depth, rx_depth))
+}
+
+/// Options that belong to some tools only: `-b`, `-o`, `-A`, `-I`, `-e`, `-u`, `--validate`.
+fn check_tool_options(tool: Tool, p: &Params) -> Result<(), String> {
+    let name = tool.name();
+    let lat = tool.metric == Metric::Lat;
+    let is = |k: TestKind| tool.kind == k;
+    if p.bidirectional && lat {
+        return Err(
+            "-b: bidirectional runs are for the bandwidth tools; a latency test is a \
+             ping-pong already"
+                .into(),
+        );
+    }
+    if p.outstanding.is_some() && !(is(TestKind::Read) || is(TestKind::Atomic)) {
+        return Err(format!(
+            "-o limits outstanding RDMA reads and atomics; {name} has none"
+        ));
+    }
+    if let Some(o) = p.outstanding {
+        if o == 0 || o > 255 {
+            return Err(format!("-o {o}: outstanding reads/atomics must be 1..=255"));
+        }
+    }
+    if p.atomic_type.is_some() && !is(TestKind::Atomic) {
+        return Err(format!("-A chooses the atomic operation; {name} runs none"));
+    }
+    if let Some(i) = p.inline_size {
+        if is(TestKind::Read) || is(TestKind::Atomic) {
+            return Err(format!(
+                "-I: {name} sends no payload from this side (reads and atomics carry none), \
+                 so there is nothing to inline"
+            ));
+        }
+        if i > MAX_INLINE {
+            return Err(format!("-I {i}: at most {MAX_INLINE} bytes"));
+        }
+    }
+    if p.events && tool == Tool::new(TestKind::Write, Metric::Lat) {
+        return Err(
+            "-e: vl_write_lat sees the peer's write by polling memory (no completion is \
+             generated for it), so there is no event to wait for"
+                .into(),
+        );
+    }
+    if p.qp_timeout > 31 {
+        return Err(format!(
+            "-u {}: the ack timeout exponent is 5 bits (0..=31; 0 = wait forever)",
+            p.qp_timeout
+        ));
+    }
+    if p.validate && is(TestKind::Atomic) {
+        return Err(
+            "--validate checks payloads of write, read and send; atomics carry none".into(),
+        );
+    }
+    Ok(())
+}
+
+/// perftest's output options: `-w`/`-y` and `--output=bandwidth|message_rate` belong to the
+/// bandwidth tools, `--output=latency` to the latency tools (perftest refuses the others too).
+fn check_output_options(tool: Tool, p: &Params) -> Result<(), String> {
+    let name = tool.name();
+    let o = &p.output;
+    if tool.metric == Metric::Lat {
+        if let Some(w) = o.limit_bw {
+            return Err(format!(
+                "-w {w}: --limit_bw is a bandwidth floor, and {name} measures latency \
+                 (use --max-lat KEY=USEC)"
+            ));
+        }
+        if let Some(y) = o.limit_msgrate {
+            return Err(format!(
+                "-y {y}: --limit_msgrate is a message-rate floor, and {name} measures latency \
+                 (use --max-lat KEY=USEC)"
+            ));
+        }
+    }
+    if o.cpu_util {
+        if p.duration.is_none() && !p.run_infinitely {
+            return Err(
+                "--cpu_util measures the CPUs during a -D run (perftest reports it in duration \
+                 mode only); add -D SECS"
+                    .into(),
+            );
+        }
+        if p.procs.is_some() {
+            return Err("--cpu_util: not with --procs (each worker shares the CPUs)".into());
+        }
+    }
+    if o.verbosity.is_some() && o.format == crate::output::OutputFormat::Table {
+        return Err("--output=UNITS prints bare numbers; leave out --format table".into());
+    }
+    match (o.verbosity, tool.metric) {
+        (Some(Verbosity::Latency), Metric::Bw) => Err(format!(
+            "--output=latency: {name} measures bandwidth; use --output=bandwidth or \
+             --output=message_rate"
+        )),
+        (Some(v @ (Verbosity::Bandwidth | Verbosity::MessageRate)), Metric::Lat) => Err(format!(
+            "--output={}: {name} measures latency; use --output=latency",
+            v.name()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `--warmup N` (16 by default) and perftest's `--perform_warm_up`.
+fn resolve_warmup(p: &Params) -> Result<u64, String> {
+    let warmup = p.warmup.unwrap_or(16);
+    if warmup >= 1 << 40 {
+        return Err(format!(
+            "--warmup {warmup}: more than 2^40 warm-up iterations"
+        ));
+    }
+    if p.perform_warm_up && warmup == 0 {
+        return Err("--perform_warm_up with --warmup 0: choose one".into());
+    }
+    Ok(warmup)
 }
 
 fn on_off(b: bool) -> String {
@@ -791,7 +1019,7 @@ pub fn describe_param(key: &str) -> &'static str {
         "size" => "message size (-s / -a)",
         "iterations" => "iterations (-n)",
         "duration" => "duration (-D)",
-        "warmup" => "warm-up iterations (-w)",
+        "warmup" => "warm-up iterations (--warmup)",
         "qps" => "number of QPs (-q)",
         "tx_depth" => "tx depth (-t)",
         "rx_depth" => "rx depth (-r)",
@@ -805,6 +1033,8 @@ pub fn describe_param(key: &str) -> &'static str {
         "atomic" => "atomic type (-A)",
         "validate" => "payload validation (--validate)",
         "processes" => "number of processes (--procs)",
+        "run_infinitely" => "--run_infinitely",
+        "margin" => "margins (-f)",
         _ => "parameter",
     }
 }

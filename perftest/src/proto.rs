@@ -111,6 +111,9 @@ pub enum Phase {
     Done,
     /// The last message of a run.
     Finish,
+    /// `--run_infinitely`: the client asks for one more period (SYNC(period, N)); it sends
+    /// SYNC(finish, 0) instead to stop, and the server answers in kind.
+    Period,
 }
 
 impl Phase {
@@ -122,6 +125,7 @@ impl Phase {
             Phase::Measure => 4,
             Phase::Done => 5,
             Phase::Finish => 6,
+            Phase::Period => 7,
         }
     }
     fn from_code(c: u8) -> Option<Phase> {
@@ -132,6 +136,7 @@ impl Phase {
             4 => Phase::Measure,
             5 => Phase::Done,
             6 => Phase::Finish,
+            7 => Phase::Period,
             _ => return None,
         })
     }
@@ -143,6 +148,7 @@ impl Phase {
             Phase::Measure => "measurement",
             Phase::Done => "done",
             Phase::Finish => "finish",
+            Phase::Period => "period",
         }
     }
 }
@@ -169,7 +175,8 @@ pub struct Tally {
     pub per_qp: Vec<u64>,
 }
 
-/// One measured bandwidth row, sent by the server to the client in bidirectional runs.
+/// One measured bandwidth row: each side sends its own with `-b`; the client sends its row to
+/// the server of a one-way RDMA Write, Read or atomic test (perftest's `xchg_bw_reports`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WireRow {
     pub bytes: u64,

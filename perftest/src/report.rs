@@ -10,6 +10,7 @@
 //! | [`render_table`] | people | a parameter table and every statistic (p99.99 too) |
 //! | [`render_json`] | programs | one document: tool, version, run parameters, every row |
 //! | [`render_csv`] | spreadsheets | one header line, one line per row |
+//! | [`render_perftest_json`] | readers of perftest's `--out_json` file | perftest's keys: `test_info`, `results` |
 //! | [`plot::render_svg`] | people | `--plot`: an SVG chart of a sweep, drawn from the JSON |
 //!
 //! ## Multi-process runs (`--procs N`)
@@ -28,12 +29,14 @@ use crate::result::{to_gbits, to_mib_per_sec};
 
 mod csv;
 mod json;
+pub mod perftest_json;
 pub mod plot;
 mod table;
 pub mod text;
 
 pub use csv::{render_csv, render_csv_procs};
-pub use json::{render_json, render_json_procs};
+pub use json::{render_json, render_json_counters, render_json_procs};
+pub use perftest_json::render_perftest_json;
 pub use table::{render_table, render_table_procs};
 pub use text::{render_text, render_text_procs};
 

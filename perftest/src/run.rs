@@ -20,9 +20,10 @@ use verbs_lab::oob;
 use verbs_lab::verbs::QpType;
 
 use crate::conn::{self, Link, LocalDev};
+use crate::counters;
 use crate::engine::{Pacer, Session};
 use crate::listen::Notified;
-use crate::output::Reporter;
+use crate::output::{OutputFormat, Reporter};
 use crate::params::{Config, Params, RunMode, Sizes, Tool};
 use crate::progress::Progress;
 use crate::proto::{ChanError, Channel, Hello, Msg, PeerFailed, Phase, ProtoError, VERSION};
@@ -49,6 +50,8 @@ pub trait RowSink {
     fn connected(&mut self, _info: &RunInfo) -> Result<()> {
         Ok(())
     }
+    /// The port's NIC counter deltas over the run (before the first size to after the last).
+    fn counters(&mut self, _deltas: crate::counters::Snapshot) {}
 }
 
 impl RowSink for Reporter {
@@ -60,6 +63,9 @@ impl RowSink for Reporter {
     }
     fn lat_row(&mut self, info: &RunInfo, row: &LatRow) {
         Reporter::lat_row(self, info, row)
+    }
+    fn counters(&mut self, deltas: crate::counters::Snapshot) {
+        self.set_counters(deltas)
     }
 }
 
@@ -97,14 +103,18 @@ pub fn main(tool: Tool) -> ExitCode {
         return ExitCode::from(2);
     }
     let mut out = params.output.clone();
-    if !reports_rows(&cfg) && (out.min_bw.is_some() || !out.max_lat.is_empty()) {
-        // Symmetric command lines are the habit: the gates are the measuring side's business.
+    if !measures(&cfg) && out.has_gates() {
+        // Symmetric command lines are the habit: the gates are the measuring side's business
+        // (perftest's server, too, prints the client's row without checking -w/-y).
         eprintln!(
             "{name}: note: the server measures nothing in this test; the gates are checked by \
              the client"
         );
-        out.min_bw = None;
-        out.max_lat.clear();
+        out.clear_gates();
+    }
+    if cfg.is_server() && out.verbosity.is_none() && out.format == OutputFormat::Text {
+        // perftest's server says so before it blocks in accept.
+        print!("{}", crate::report::text::WAITING_BANNER);
     }
     if cfg.procs.is_some() {
         return crate::procs::coordinator_main(&cfg, &out);
@@ -131,9 +141,16 @@ pub fn main(tool: Tool) -> ExitCode {
     }
 }
 
-/// Whether this side of the test produces rows: the client always; the server when it
-/// receives sends (send bandwidth), sends itself (`-b`) or plays ping-pong (send/write latency).
+/// Whether this side of the test prints rows: every side of a bandwidth test (a server that
+/// measured nothing prints the client's rows, as perftest's), and both sides of the send and
+/// write latency ping-pongs; not the passive server of read and atomic latency.
 pub fn reports_rows(cfg: &Config) -> bool {
+    cfg.tool.metric == Metric::Bw || measures(cfg)
+}
+
+/// Whether this side measures its rows itself: the client always; the server when it receives
+/// sends (send bandwidth), sends itself (`-b`) or plays ping-pong (send/write latency).
+pub fn measures(cfg: &Config) -> bool {
     if !cfg.is_server() {
         return true;
     }
@@ -227,6 +244,7 @@ fn tell_peer(ch: &mut Channel, e: anyhow::Error) -> anyhow::Error {
 fn pin(cfg: &Config, dev: &LocalDev) -> Result<Option<(usize, String)>> {
     let choice = match &cfg.worker {
         Some(w) => crate::procs::worker_cpu(dev.ctx.name(), cfg.cpu.as_ref(), w.index),
+        None if cfg.cpu.is_none() && !cfg.auto_pin => Ok(None),
         None => affinity::choose_cpu(dev.ctx.name(), cfg.cpu.as_ref(), 0),
     }
     .map_err(anyhow::Error::msg)
@@ -310,6 +328,11 @@ fn session(
     let remote = conn::exchange_endpoints(cfg, ch, &local)?;
     let link = conn::connect(cfg, dev, res, local, remote)?;
 
+    // --run_infinitely warms up before the first period only.
+    let later_periods = Config {
+        warmup: 0,
+        ..cfg.clone()
+    };
     // Receive buffers: posted now, before the peer can send, and kept posted for the run.
     let mut s = Session {
         cfg,
@@ -326,14 +349,15 @@ fn session(
     // On a failure the peer hears why before this side tears its QPs down: destroyed first,
     // they would make the peer's requests fail (retries exceeded, remote access) and the peer
     // would print that instead of the cause.
-    let r = measure(&mut s, cpu, sink);
+    let r = measure(&mut s, &later_periods, cpu, sink);
     r.map_err(|e| tell_peer(s.ch, e))
     // `s`, and with it the QPs, MR and CQ, is torn down here.
 }
 
 /// Posts the receives, runs every size and the final barrier.
-fn measure(
-    s: &mut Session<'_>,
+fn measure<'c>(
+    s: &mut Session<'c>,
+    later_periods: &'c Config,
     cpu: Option<(usize, String)>,
     sink: &mut dyn RowSink,
 ) -> Result<RunResult> {
@@ -350,9 +374,23 @@ fn measure(
     s.ch.sync(Phase::Connected, 0)?;
 
     sink.header(&info);
+    let dev_name = s.link.dev.ctx.name().to_string();
+    let before = counters::read(&dev_name, cfg.ib_port);
     let sizes = s.link.sizes.clone();
     let progress = Progress::start(cfg, &sizes);
     let rows = match cfg.tool.metric {
+        Metric::Bw if cfg.run_infinitely => {
+            let rows = run_infinitely(s, later_periods, &info, sink)?;
+            sink.counters(counters::deltas(
+                &before,
+                &counters::read(&dev_name, cfg.ib_port),
+            ));
+            // The periods ended with SYNC(finish) already.
+            return Ok(RunResult {
+                info,
+                rows: Rows::Bw(rows),
+            });
+        }
         Metric::Bw => {
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
@@ -377,16 +415,91 @@ fn measure(
             Rows::Lat(rows)
         }
     };
+    sink.counters(counters::deltas(
+        &before,
+        &counters::read(&dev_name, cfg.ib_port),
+    ));
     drop(progress);
     s.ch.sync(Phase::Finish, 0)?;
+    if let Some(d) = cfg.wait_destroy {
+        // perftest's --wait_destroy: keep the QPs, CQs and memory a while (for a look with
+        // rdma-tool or the counters) before they are destroyed.
+        std::thread::sleep(d);
+    }
     Ok(RunResult { info, rows })
+}
+
+/// perftest's `--run_infinitely`: the size runs for a `-D` period, its row is printed, and
+/// again, until the client is stopped by SIGINT or SIGTERM; it then finishes the period under
+/// way, tells the server with SYNC(finish) instead of SYNC(period) and both sides end cleanly.
+/// (perftest's client dies of the signal and its server fails.) Each period is a run of its own:
+/// between two, the sides exchange their rows and resynchronise over TCP.
+fn run_infinitely<'c>(
+    s: &mut Session<'c>,
+    later: &'c Config,
+    info: &RunInfo,
+    sink: &mut dyn RowSink,
+) -> Result<Vec<BwRow>> {
+    let size = s
+        .link
+        .sizes
+        .first()
+        .copied()
+        .context("no message size to run")?;
+    // The client's first SIGINT or SIGTERM asks for a clean stop after the period under way
+    // (a second one exits at once, see signals.rs); the server stops when the client says so.
+    let client = !s.cfg.is_server();
+    if client {
+        crate::signals::stop_softly();
+    }
+    let mut rows = Vec::new();
+    for period in 0u64.. {
+        let go = match client {
+            true => {
+                let go = !crate::signals::soft_stop_requested();
+                let ph = if go { Phase::Period } else { Phase::Finish };
+                s.ch.sync(ph, if go { period } else { 0 })?;
+                go
+            }
+            false => {
+                let what = "the client's next period or its finish";
+                let go = match s.ch.recv_skipping_heartbeats(what)? {
+                    Msg::Sync(y) if y.phase == Phase::Period && y.size == period => true,
+                    Msg::Sync(y) if y.phase == Phase::Finish => false,
+                    other => bail!(
+                        "protocol out of step: expected SYNC(period, {period}) or \
+                         SYNC(finish), got {}",
+                        other.name()
+                    ),
+                };
+                let (ph, n) = if go {
+                    (Phase::Period, period)
+                } else {
+                    (Phase::Finish, 0)
+                };
+                s.ch.send(&Msg::Sync(crate::proto::Sync { phase: ph, size: n }))?;
+                go
+            }
+        };
+        if !go {
+            break;
+        }
+        if let Some(r) = bw::run_size(s, size)? {
+            sink.bw_row(info, &r);
+            rows.push(r);
+        }
+        s.cfg = later;
+    }
+    Ok(rows)
 }
 
 /// The header's facts.
 fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo {
     let kind = cfg.tool.kind;
-    let rdma = matches!(kind, TestKind::Write | TestKind::Read | TestKind::Atomic);
-    let reads = matches!(kind, TestKind::Read | TestKind::Atomic);
+    // perftest's address lines: OUT for reads, RKey and VAddr for writes and reads (its atomic
+    // and send tests print neither).
+    let rdma = matches!(kind, TestKind::Write | TestKind::Read);
+    let reads = kind == TestKind::Read;
     let lines = |eps: &crate::proto::Endpoints| -> Vec<String> {
         eps.qps
             .iter()

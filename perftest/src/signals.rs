@@ -11,7 +11,7 @@
 //! longer than [`GRACE`], exits at once.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -67,8 +67,32 @@ pub fn install(tool: &str) -> nix::Result<()> {
     Ok(())
 }
 
+/// Set by [`stop_softly`]: the first signal only asks for a clean stop.
+static SOFT: AtomicBool = AtomicBool::new(false);
+/// The first signal came while [`SOFT`] was set.
+static SOFT_RECEIVED: AtomicBool = AtomicBool::new(false);
+
+/// From now on the first SIGINT or SIGTERM only asks the run to stop at its next boundary
+/// ([`soft_stop_requested`]; `--run_infinitely` finishes its period and ends both sides
+/// cleanly); a second one takes the usual path.
+pub fn stop_softly() {
+    SOFT.store(true, Ordering::SeqCst);
+}
+
+/// Whether a signal asked for a clean stop (see [`stop_softly`]).
+pub fn soft_stop_requested() -> bool {
+    SOFT_RECEIVED.load(Ordering::SeqCst)
+}
+
 fn on_signal(sig: Signal) {
     let tool = TOOL.lock().map(|t| t.clone()).unwrap_or_default();
+    if SOFT.load(Ordering::SeqCst) && !SOFT_RECEIVED.swap(true, Ordering::SeqCst) {
+        eprintln!(
+            "{tool}: {}: stopping after the current period",
+            sig.as_str()
+        );
+        return;
+    }
     let code = Interrupted(sig).exit_code();
     if RECEIVED.swap(sig as i32, Ordering::SeqCst) != 0 {
         eprintln!("{tool}: {} again: exiting now", sig.as_str());

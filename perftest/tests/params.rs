@@ -96,7 +96,7 @@ fn defaults_are_perftests() {
 #[test]
 fn short_and_long_forms_agree() {
     let short = "-d rxe1 -i 2 -x 1 -s 4096 -n 300 -q 4 -t 64 -r 256 -Q 8 -l 4 -c UC -b -I 32 \
-                 -e -m 1024 -u 20 -p 20000 -N -F -w 3 host1";
+                 -e -m 1024 -u 20 -p 20000 -N -F --warmup 3 host1";
     let long = "--ib-dev rxe1 --ib-port 2 --gid-index 1 --size 4096 --iters 300 --qp 4 \
                 --tx-depth 64 --rx-depth 256 --cq-mod 8 --post_list 4 --connection UC \
                 --bidirectional --inline_size 32 --events --mtu 1024 --qp-timeout 20 \
@@ -145,7 +145,7 @@ fn short_and_long_forms_agree() {
 fn output_options_are_shared() {
     let p = parse(
         WRITE_BW,
-        "--json out.json --csv out.csv --min-bw 10 --output table",
+        "--json out.json --csv out.csv --min-bw 10 --format table -w 5 -y 0.5",
     )
     .unwrap();
     assert_eq!(
@@ -153,6 +153,10 @@ fn output_options_are_shared() {
         Some(std::path::Path::new("out.json"))
     );
     assert_eq!(p.output.min_bw, Some(10.0));
+    assert_eq!(
+        (p.output.limit_bw, p.output.limit_msgrate),
+        (Some(5.0), Some(0.5))
+    );
     let p = parse(WRITE_LAT, "--max-lat p99=5 --max-lat max=10").unwrap();
     assert_eq!(p.output.max_lat.len(), 2);
 }

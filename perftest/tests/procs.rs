@@ -744,7 +744,7 @@ fn the_reporter_prints_and_writes_the_processes_and_gates_the_sum() {
 
     // Table mode prints both tables with the process column.
     let args = OutputArgs {
-        output: OutputFormat::Table,
+        format: OutputFormat::Table,
         ..OutputArgs::default()
     };
     let out = Captured::default();

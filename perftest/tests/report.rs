@@ -14,8 +14,8 @@ use clap::{CommandFactory, Parser};
 use verbs_lab::json::{self, Value};
 use vl_perftest::gates::{check_applicable, EXIT_GATE_FAILED};
 use vl_perftest::output::{
-    check_gates, render_csv, render_json, render_table, render_text, GateOutcome, OutputArgs,
-    OutputFormat, Reporter,
+    check_gates, render_csv, render_json, render_perftest_json, render_table, render_text,
+    GateOutcome, OutputArgs, OutputFormat, Reporter, Verbosity,
 };
 use vl_perftest::report::{endpoint_line, text};
 use vl_perftest::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult, TestKind};
@@ -385,8 +385,8 @@ fn header_block_reads_like_perftest() {
         " CPU pinned      : 2 (NIC-local: rxe0 NUMA node 0 CPUs 0-3)",
         " local address: LID 0000 QPN 0x0011 PSN 0x3a5b1c RKey 0x001a2b VAddr 0x0055d5c0a01000",
         " remote address: LID 0000 QPN 0x0012 PSN 0xc4d2e RKey 0x002b3c VAddr 0x0056031f402000",
-        " GID: 00:00:00:00:00:00:00:00:00:00:ff:ff:c0:a8:4d:01",
-        " GID: 00:00:00:00:00:00:00:00:00:00:ff:ff:c0:a8:4d:02",
+        " GID: 00:00:00:00:00:00:00:00:00:00:255:255:192:168:77:01",
+        " GID: 00:00:00:00:00:00:00:00:00:00:255:255:192:168:77:02",
     ] {
         assert!(
             text.lines().any(|l| l == line),
@@ -625,7 +625,7 @@ fn plot_is_written_from_the_rows_and_skipped_without_any() {
 fn table_mode_prints_everything_at_the_end() {
     let result = lat_run();
     let args = OutputArgs {
-        output: OutputFormat::Table,
+        format: OutputFormat::Table,
         ..OutputArgs::default()
     };
     let cap = Capture::default();
@@ -672,11 +672,11 @@ fn parse(args: &[&str]) -> Result<OutputArgs, clap::Error> {
 fn command_line() {
     Cli::command().debug_assert();
     let a = parse(&[]).unwrap();
-    assert!(!a.report_gbits && a.output == OutputFormat::Text && a.max_lat.is_empty());
+    assert!(!a.report_gbits && a.format == OutputFormat::Text && a.max_lat.is_empty());
     assert!(parse(&["--report_gbits"]).unwrap().report_gbits);
     assert!(parse(&["--report-gbits"]).unwrap().report_gbits);
     let a = parse(&[
-        "--output",
+        "--format",
         "table",
         "--json",
         "r.json",
@@ -690,7 +690,7 @@ fn command_line() {
         "max=100",
     ])
     .unwrap();
-    assert_eq!(a.output, OutputFormat::Table);
+    assert_eq!(a.format, OutputFormat::Table);
     assert_eq!(a.json, Some(PathBuf::from("r.json")));
     assert_eq!(a.min_bw, Some(900.0));
     let keys: Vec<(&str, f64)> = a
@@ -713,7 +713,9 @@ fn malformed_gates_are_refused_by_the_parser() {
         (&["--min-bw=-5"][..], "not a positive bandwidth"),
         (&["--min-bw", "0"][..], "not a positive bandwidth"),
         (&["--min-bw", "lots"][..], "not a positive bandwidth"),
-        (&["--output", "html"][..], "html"),
+        (&["--format", "html"][..], "html"),
+        (&["--output", "table"][..], "table"),
+        (&["--limit_bw=-1"][..], "not a limit"),
     ] {
         let e = parse(args).expect_err(&format!("{args:?}"));
         assert!(
@@ -870,4 +872,223 @@ fn finish_reports_a_missed_gate() {
         ])
     );
     assert_eq!(outcome.exit_code(), ExitCode::from(EXIT_GATE_FAILED));
+}
+
+// ---------------------------------------------------------------------------------------------
+// perftest's server rows, -q, --output=UNITS and -w/-y
+
+/// The server of a one-way write test with `-q 2 -n 5000`: perftest's server prints the
+/// client's row (xchg_bw_reports), and #iterations counts both QPs' messages.
+fn server_q2() -> RunResult {
+    let mut info = bw_info();
+    info.role = "server".into();
+    info.qps = 2;
+    info.local_endpoints.push(endpoint_line(
+        0,
+        0x13,
+        0x1a2b3c,
+        None,
+        Some((0x1a2c, 0x55d5_c0a1_1000)),
+    ));
+    info.remote_endpoints.push(endpoint_line(
+        0,
+        0x14,
+        0x2b3c4d,
+        None,
+        Some((0x2b3d, 0x5603_1f41_2000)),
+    ));
+    RunResult {
+        info,
+        rows: Rows::Bw(vec![bw_row(65536, 10000, 1187.44, 1163.05)]),
+    }
+}
+
+#[test]
+fn golden_server_rows_and_q() {
+    let r = server_q2();
+    golden("server_q2.txt", &render_text(&r, false));
+    let text = render_text(&r, false);
+    assert!(
+        !text.contains("TX depth"),
+        "perftest's server shows no TX depth"
+    );
+    let rows = parsed_rows(&text, PERFTEST_BW_HEADER);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0][1], 10000.0, "#iterations: -n x -q");
+}
+
+/// What `--output=UNITS` prints for `result` through the reporter.
+fn bare(result: &RunResult, v: Verbosity, gbits: bool) -> String {
+    let args = OutputArgs {
+        verbosity: Some(v),
+        report_gbits: gbits,
+        ..OutputArgs::default()
+    };
+    let cap = Capture::default();
+    let mut rep = Reporter::with_writer(&args, Box::new(cap.clone()));
+    rep.header(&result.info);
+    if let Rows::Bw(rows) = &result.rows {
+        rep.bw_row(&result.info, &rows[0]);
+    }
+    rep.finish(result).unwrap();
+    cap.text()
+}
+
+#[test]
+fn golden_output_units() {
+    let out = format!(
+        "--output=bandwidth\n{}--output=bandwidth --report_gbits\n{}--output=message_rate\n{}\
+         --output=latency\n{}",
+        bare(&bw_sweep(), Verbosity::Bandwidth, false),
+        bare(&bw_gbits(), Verbosity::Bandwidth, true),
+        bare(&bw_sweep(), Verbosity::MessageRate, false),
+        bare(&lat_run(), Verbosity::Latency, false),
+    );
+    golden("output_units.txt", &out);
+    // perftest prints "%lf\n": one number per size and nothing else.
+    let b = bare(&bw_sweep(), Verbosity::Bandwidth, false);
+    assert_eq!(b, "1.870000\n1163.050000\n1201.180000\n");
+}
+
+#[test]
+fn perftest_limits_fail_with_perftests_error_line() {
+    let args = OutputArgs {
+        limit_bw: Some(1200.0),
+        ..OutputArgs::default()
+    };
+    let GateOutcome::Failed(m) = check_gates(&bw_sweep(), &args) else {
+        panic!("-w 1200 passed rows of 1.87 and 1163.05 MiB/s")
+    };
+    assert_eq!(m[0], "Error: BW result is below bw limit");
+    assert_eq!(m.len(), 3, "{m:?}");
+    assert!(
+        m[1].contains("at 2 bytes") && m[2].contains("at 65536 bytes"),
+        "{m:?}"
+    );
+    let args = OutputArgs {
+        limit_msgrate: Some(0.5),
+        ..OutputArgs::default()
+    };
+    let GateOutcome::Failed(m) = check_gates(&bw_sweep(), &args) else {
+        panic!("-y 0.5 passed")
+    };
+    assert_eq!(m[0], "Error: Msg rate  is below msg_rate limit");
+    // Limits at or below every row pass; 0 always passes (perftest: `limit > measured` fails).
+    for (w, y) in [(1.87, 0.0), (0.0, 0.000_15)] {
+        let args = OutputArgs {
+            limit_bw: Some(w),
+            limit_msgrate: Some(y),
+            ..OutputArgs::default()
+        };
+        assert_eq!(
+            check_gates(&bw_sweep(), &args),
+            GateOutcome::Passed,
+            "-w {w} -y {y}"
+        );
+    }
+    // In Gb/s with --report_gbits, as perftest.
+    let args = OutputArgs {
+        limit_bw: Some(0.02),
+        report_gbits: true,
+        ..OutputArgs::default()
+    };
+    assert!(
+        !check_gates(&bw_sweep(), &args).passed(),
+        "1.87 MiB/s = 0.0157 Gb/s < 0.02 Gb/s"
+    );
+    assert!(check_applicable(&args, Metric::Lat).is_err());
+}
+
+#[test]
+fn golden_out_json() {
+    let bw = render_perftest_json(&bw_sweep(), None, false);
+    golden("bw.out_json", &bw);
+    golden(
+        "lat.out_json",
+        &render_perftest_json(&lat_run(), None, false),
+    );
+    golden(
+        "bw_output_bandwidth.out_json",
+        &render_perftest_json(&bw_sweep(), Some(Verbosity::Bandwidth), false),
+    );
+    // Valid JSON, perftest's keys, the last size in "results" and every size in "all_results".
+    let Value::Object(doc) = json::parse(&bw).expect("valid JSON") else {
+        panic!("not an object")
+    };
+    let keys: Vec<&str> = doc.iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["test_info", "results", "all_results"]);
+    assert!(bw.contains("\"test\": \"RDMA_Write_BW_Test\""), "{bw}");
+    assert!(bw.contains("\"BW_average\": 1201.18"), "{bw}");
+    let lat = render_perftest_json(&lat_run(), None, false);
+    for k in [
+        "t_typical",
+        "percentile_99",
+        "percentile_99.9",
+        "Latency_Test",
+    ] {
+        assert!(lat.contains(k), "{k}: {lat}");
+    }
+    assert!(json::parse(&lat).is_ok());
+}
+
+#[test]
+fn golden_run_infinitely() {
+    // Three periods of one size: one row each, as the client and the server print them.
+    let mut info = bw_info();
+    info.duration = Some(Duration::from_secs(2));
+    let r = RunResult {
+        info,
+        rows: Rows::Bw(vec![
+            bw_row(65536, 36000, 1190.12, 1187.44),
+            bw_row(65536, 36100, 1195.50, 1190.02),
+            bw_row(65536, 35900, 1188.00, 1183.70),
+        ]),
+    };
+    let text = render_text(&r, false);
+    golden("run_infinitely.txt", &text);
+    assert_eq!(parsed_rows(&text, PERFTEST_BW_HEADER).len(), 3);
+}
+
+#[test]
+fn cpu_util_adds_perftests_column_and_json_fields() {
+    let mut result = bw_sweep();
+    result.info.duration = Some(Duration::from_secs(2));
+    let dir = temp_dir("cpu");
+    let args = OutputArgs {
+        cpu_util: true,
+        json: Some(dir.join("run.json")),
+        out_json: true,
+        out_json_file: Some(dir.join("pt.json")),
+        ..OutputArgs::default()
+    };
+    let cap = Capture::default();
+    let mut rep = Reporter::with_writer(&args, Box::new(cap.clone()));
+    rep.header(&result.info);
+    let Rows::Bw(rows) = &result.rows else {
+        unreachable!()
+    };
+    for r in rows {
+        rep.bw_row(&result.info, r);
+    }
+    rep.finish(&result).unwrap();
+    let text = cap.text();
+    assert!(
+        text.contains(&format!("{PERFTEST_BW_HEADER}    CPU_Util[%]\n")),
+        "{text}"
+    );
+    // Every row: perftest's five fields, then a tab and the utilisation.
+    let n = text
+        .lines()
+        .filter(|l| l.starts_with(' ') && l.split_whitespace().count() == 6)
+        .filter(|l| l.split_whitespace().nth(5).unwrap().parse::<f64>().is_ok())
+        .count();
+    assert_eq!(n, 3, "{text}");
+    let ours = std::fs::read_to_string(dir.join("run.json")).unwrap();
+    assert!(
+        ours.contains("\"cpu_util\"") && ours.contains("\"process_cpu_s\""),
+        "{ours}"
+    );
+    let pt = std::fs::read_to_string(dir.join("pt.json")).unwrap();
+    assert!(pt.contains("\"CPU_util\""), "{pt}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -28,6 +28,19 @@ pub fn render_json_procs(
     procs: &[ProcessResult],
     report_gbits: bool,
 ) -> String {
+    render_json_counters(result, procs, report_gbits, None, None)
+}
+
+/// [`render_json_procs`] with the run's NIC counter deltas (see `counters.rs`) as
+/// `"counters": {"hw_counters/sent_pkts": N, ..}` after `"results"`, and with `--cpu_util`
+/// `"cpu_util": {"util_percent": [..], "process_cpu_s": S}`.
+pub fn render_json_counters(
+    result: &RunResult,
+    procs: &[ProcessResult],
+    report_gbits: bool,
+    counters: Option<&crate::counters::Snapshot>,
+    cpu: Option<&crate::cpu_util::CpuReport>,
+) -> String {
     let info = &result.info;
     let results: Vec<Value> = match &result.rows {
         Rows::Bw(rows) => rows.iter().map(|r| bw_row(r).into()).collect(),
@@ -39,6 +52,22 @@ pub fn render_json_procs(
         .field("format", FORMAT_VERSION)
         .field("run", run_object(info, BwUnit::new(report_gbits)))
         .field("results", results);
+    let doc = match counters {
+        Some(c) => doc.field("counters", counters_object(c)),
+        None => doc,
+    };
+    let doc = match cpu {
+        Some(c) => doc.field(
+            "cpu_util",
+            Object::new()
+                .field(
+                    "util_percent",
+                    Value::array(c.util_percent.iter().map(|u| round_to(*u, 2))),
+                )
+                .field("process_cpu_s", round_to(c.process_cpu.as_secs_f64(), 6)),
+        ),
+        None => doc,
+    };
     let doc = if procs.is_empty() {
         doc
     } else {
@@ -53,6 +82,12 @@ pub fn render_json_procs(
     let mut text = doc.pretty();
     text.push('\n');
     text
+}
+
+/// Counter deltas as one object, by name.
+pub(crate) fn counters_object(c: &crate::counters::Snapshot) -> Object {
+    c.iter()
+        .fold(Object::new(), |o, (k, v)| o.field(k.as_str(), *v))
 }
 
 /// One process of a `--procs` run: who, where, and its rows (in the layout of `"results"`,

@@ -1,4 +1,4 @@
-//! `--output table`: the run's parameters and its rows as two tables, with every statistic the
+//! `--format table`: the run's parameters and its rows as two tables, with every statistic the
 //! text layout leaves out (median, p99.99, the sample count). Markdown-style tables, so the
 //! output reads in a terminal and renders when pasted into an issue or a CI summary.
 

@@ -3,10 +3,11 @@
 //! (`REPORT_FMT`, `REPORT_FMT_EXT`, `REPORT_FMT_LAT`, `REPORT_FMT_LAT_DUR` in
 //! `perftest_parameters.h`). Scripts that split ib_write_bw's rows on whitespace read ours.
 //!
-//! What differs on purpose: the header says how we exchange endpoints (`Data ex. method`) and
-//! which CPU we run on (`CPU pinned`), and prints GID bytes in hex (perftest prints them in
-//! decimal between colons, which reads like hex and is not). The numbers differ where perftest
-//! is wrong: t_max is the true maximum and t_stdev keeps its fraction (see `stats.rs`).
+//! The header has perftest 6.x's lines in perftest's order and words (Debian 12's 6.06 layout:
+//! `PCIe relax order` and `ibv_wr* API` without upstream's second columns), GID bytes in decimal
+//! as perftest prints them; our own lines (`CPU pinned`, `Processes`) come after perftest's last
+//! (`Data ex. method`). The numbers differ where perftest is wrong: t_max is the true maximum and
+//! t_stdev keeps its fraction (see `stats.rs`).
 //! p99.99 and the median's neighbours live in the table, JSON and CSV, never here.
 
 use std::fmt::Write as _;
@@ -22,6 +23,11 @@ use crate::result::{BwRow, LatRow, Metric, ProcessResult, Rows, RunInfo, RunResu
 pub const SEPARATOR: &str =
     "---------------------------------------------------------------------------------------";
 
+/// What perftest's server prints before it waits for the client (with the empty line before).
+pub const WAITING_BANNER: &str = "\n************************************\n\
+                                  * Waiting for client to connect... *\n\
+                                  ************************************\n";
+
 /// The whole text report: [`header`], every row, [`footer`] — exactly what the
 /// [`Reporter`](crate::output::Reporter) streams.
 pub fn render_text(result: &RunResult, report_gbits: bool) -> String {
@@ -32,7 +38,7 @@ pub fn render_text(result: &RunResult, report_gbits: bool) -> String {
         Rows::Bw(rows) => rows.iter().for_each(|r| out.push_str(&bw_row(r, unit))),
         Rows::Lat(rows) => rows.iter().for_each(|r| out.push_str(&lat_row(info, r))),
     }
-    out.push_str(&footer());
+    out.push_str(&footer(info));
     out
 }
 
@@ -52,7 +58,7 @@ pub fn render_text_procs(
         Rows::Bw(rows) => out.push_str(&procs_rows(rows, procs, unit)),
         Rows::Lat(rows) => rows.iter().for_each(|r| out.push_str(&lat_row(info, r))),
     }
-    out.push_str(&footer());
+    out.push_str(&footer(info));
     out
 }
 
@@ -147,7 +153,7 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
     s.push('\n');
     let _ = writeln!(s, "                    {}", title(info));
     if info.use_events {
-        s.push_str(" Test with events.\n");
+        let _ = writeln!(s, " Test with events. Using {}_comp0", info.device);
     }
     let _ = writeln!(
         s,
@@ -160,17 +166,19 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
         " Connection type : {}\t\tUsing SRQ      : OFF",
         info.conn_type
     );
-    // Which depths matter on this side: the send queue on a side that posts sends (the client of
-    // a one-way bandwidth test, both sides of a latency or bidirectional test), the receive
-    // queue on a side that receives sends.
-    let both_post = info.bidirectional || info.metric == Metric::Lat;
-    if info.role != "server" || both_post {
+    // Memory is never registered with relaxed ordering; posts go through ibv_post_send.
+    s.push_str(" PCIe relax order: OFF\n");
+    s.push_str(" ibv_wr* API     : OFF\n");
+    // perftest's rule: the TX depth on the client (and both sides of -b), the RX depth of the
+    // send tools on the server (and both sides of -b); latency tests count as one-way here.
+    let client = info.role != "server";
+    if client || info.bidirectional {
         line(&mut s, "TX depth", &info.tx_depth);
     }
     if info.post_list > 1 {
         line(&mut s, "Post List", &info.post_list);
     }
-    if info.test == TestKind::Send && (info.role == "server" || both_post) {
+    if info.test == TestKind::Send && (!client || info.bidirectional) {
         line(&mut s, "RX depth", &info.rx_depth);
     }
     if info.metric == Metric::Bw {
@@ -189,7 +197,8 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
         );
     }
     s.push_str(" rdma_cm QPs\t : OFF\n");
-    line(&mut s, "Data ex. method", &"TCP (verbs-lab)");
+    // perftest's words for an exchange over a TCP socket; ours is the verbs-lab protocol.
+    line(&mut s, "Data ex. method", &"Ethernet");
     if procs.is_empty() {
         match &info.cpu {
             Some((cpu, why)) => line(&mut s, "CPU pinned", &format_args!("{cpu} ({why})")),
@@ -236,17 +245,29 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
     }
     s.push_str(SEPARATOR);
     s.push('\n');
-    s.push_str(&column_header(info, unit));
-    s.push('\n');
+    if !passive(info) {
+        s.push_str(&column_header(info, unit));
+        s.push('\n');
+    }
     s
 }
 
-/// The 16 bytes of a GID, colon-separated, in hex; text that is not a GID is printed as given.
+/// The server of a read or atomic latency test: it only serves the client's operations and,
+/// like perftest's, prints no column header, no row and no closing separator.
+pub fn passive(info: &RunInfo) -> bool {
+    info.role == "server"
+        && info.metric == Metric::Lat
+        && matches!(info.test, TestKind::Read | TestKind::Atomic)
+}
+
+/// The 16 bytes of a GID as perftest prints them: colon-separated, each in decimal with at
+/// least two digits (`%02d`: `...:255:255:192:168:77:01`); text that is not a GID is printed as
+/// given.
 fn gid_bytes(gid: &str) -> String {
     match Gid::from_str(gid) {
         Ok(g) => {
             g.0.iter()
-                .map(|b| format!("{b:02x}"))
+                .map(|b| format!("{b:02}"))
                 .collect::<Vec<_>>()
                 .join(":")
         }
@@ -325,7 +346,24 @@ pub fn lat_row(info: &RunInfo, row: &LatRow) -> String {
     )
 }
 
-/// The closing separator.
-pub fn footer() -> String {
-    format!("{SEPARATOR}\n")
+/// One row as perftest's `--output=bandwidth|message_rate` prints it: the number alone, `%lf`.
+pub fn bare_bw(row: &BwRow, v: crate::output::Verbosity, unit: BwUnit) -> String {
+    match v {
+        crate::output::Verbosity::MessageRate => format!("{}\n", cfix(row.msg_rate_mpps, 0, 6)),
+        _ => format!("{}\n", cfix(unit.convert(row.avg_bps), 0, 6)),
+    }
+}
+
+/// One row as perftest's `--output=latency` prints it: t_avg in microseconds alone, `%lf`.
+pub fn bare_lat(row: &LatRow) -> String {
+    format!("{}\n", cfix(row.stats.avg_us, 0, 6))
+}
+
+/// The closing separator (none on a [`passive`] server).
+pub fn footer(info: &RunInfo) -> String {
+    if passive(info) {
+        String::new()
+    } else {
+        format!("{SEPARATOR}\n")
+    }
 }

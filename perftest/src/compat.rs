@@ -1,0 +1,608 @@
+//! Every perftest 6.x option, and what the `vl_*` tools do with it: the same thing, nothing (a
+//! documented no-op), or a refusal that names the option and says why.
+//!
+//! [`OPTIONS`] is the one table. [`register`] adds a hidden argument to the parser for each
+//! option our own [`Params`](crate::params::Params) does not define, so that perftest's command
+//! lines parse; [`refusal`] turns a refused option that was given into a usage error (exit 2).
+//! `docs/perftest-compat.md` shows the same table, and `perftest/tests/compat.rs` checks it
+//! against this one and against `tests/perftest-options` (perftest's list), so the three cannot
+//! drift apart.
+
+use clap::{Arg, ArgAction, ArgMatches, Command};
+
+/// What a `vl_*` tool does with a perftest option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Accepted with perftest's meaning (the note says where ours differs in detail).
+    Same(&'static str),
+    /// Accepted and ignored, for the reason given: it changes nothing here.
+    NoOp(&'static str),
+    /// Refused (usage error, exit 2) with this reason.
+    Refused(&'static str),
+}
+
+impl Status {
+    /// The word the compatibility page uses: `same`, `no-op` or `refused`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Status::Same(_) => "same",
+            Status::NoOp(_) => "no-op",
+            Status::Refused(_) => "refused",
+        }
+    }
+
+    /// The note or reason.
+    pub fn text(self) -> &'static str {
+        match self {
+            Status::Same(t) | Status::NoOp(t) | Status::Refused(t) => t,
+        }
+    }
+}
+
+/// One perftest option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerftestOption {
+    pub short: Option<char>,
+    /// The long name without `--`.
+    pub long: &'static str,
+    /// Whether it takes a value.
+    pub takes_value: bool,
+    pub status: Status,
+}
+
+const fn opt(short: char, long: &'static str, takes_value: bool, status: Status) -> PerftestOption {
+    PerftestOption {
+        short: Some(short),
+        long,
+        takes_value,
+        status,
+    }
+}
+
+const fn long(long: &'static str, takes_value: bool, status: Status) -> PerftestOption {
+    PerftestOption {
+        short: None,
+        long,
+        takes_value,
+        status,
+    }
+}
+
+use Status::{NoOp, Refused, Same};
+
+const GPU: Status = Refused(
+    "accelerator memory (CUDA, ROCm, MUSA, Neuron, Habana, MLU, OpenCL, device memory) is not \
+     supported: the vl_* tools register host memory only",
+);
+const RAW: Status = Refused(
+    "an option of perftest's raw Ethernet tools (raw_ethernet_*), which verbs-lab does not have",
+);
+const CRYPTO: Status =
+    Refused("mlx5 crypto and signature offload are not supported (no such device here)");
+const DC: Status = Refused("the DC transport (mlx5) is not supported; use -c RC, UC or UD");
+const RDMA_CM: Status = Refused(
+    "rdma_cm is not supported yet: the vl_* tools connect QPs over their own TCP exchange \
+     (the librdmacm mode is being written)",
+);
+const MCAST: Status = Refused("multicast is not supported; the send tools run unicast");
+const RATE: Status =
+    Refused("rate limiting is not supported: the vl_* tools always send as fast as the QP allows");
+
+/// perftest 6.29's options (and Debian 12's 6.06 names), in perftest's usage order.
+pub const OPTIONS: &[PerftestOption] = &[
+    opt(
+        'a',
+        "all",
+        false,
+        Same("sizes 2..2^23; accepted by the atomic tools, which run 8 bytes"),
+    ),
+    opt('A', "atomic_type", true, Same("")),
+    opt(
+        'b',
+        "bidirectional",
+        false,
+        Same("both sides print the sum of both directions"),
+    ),
+    opt(
+        'c',
+        "connection",
+        true,
+        Same("RC, UC, UD; XRC, DC and SRD are refused by value"),
+    ),
+    opt(
+        'C',
+        "report-cycles",
+        false,
+        Refused(
+            "the vl_* tools time with the kernel's monotonic clock in nanoseconds, not a cycle \
+         counter, so there are no cycles to report",
+        ),
+    ),
+    opt('d', "ib-dev", true, Same("")),
+    opt('D', "duration", true, Same("")),
+    opt(
+        'e',
+        "events",
+        false,
+        Same("refused by vl_write_lat, which polls memory"),
+    ),
+    opt(
+        'X',
+        "vector",
+        true,
+        Refused("choosing the completion vector is not supported: the CQ uses vector 0"),
+    ),
+    opt(
+        'f',
+        "margin",
+        true,
+        Same("bandwidth tools, -D only, default a quarter of -D; refused by the latency tools"),
+    ),
+    opt(
+        'F',
+        "CPU-freq",
+        false,
+        NoOp("there is no cycle-counter calibration, so no CPU frequency warning to silence"),
+    ),
+    opt('g', "mcg", false, MCAST),
+    opt('h', "help", false, Same("")),
+    opt(
+        'H',
+        "report-histogrm",
+        false,
+        Refused(
+            "printing every sample is not supported; --json and --format table carry the \
+         percentiles",
+        ),
+    ),
+    long(
+        "report-histogram",
+        false,
+        Refused(
+            "printing every sample is not supported; --json and --format table carry the \
+         percentiles",
+        ),
+    ),
+    opt('i', "ib-port", true, Same("")),
+    opt(
+        'I',
+        "inline_size",
+        true,
+        Same("the size granted by the QP is read back and shown"),
+    ),
+    opt('l', "post_list", true, Same("")),
+    long(
+        "recv_post_list",
+        true,
+        Refused("receive post lists are not supported: receives are posted one by one"),
+    ),
+    opt(
+        'L',
+        "hop_limit",
+        true,
+        Refused("setting the GRH hop limit is not supported yet: the QP uses 64"),
+    ),
+    opt('m', "mtu", true, Same("")),
+    opt('M', "MGID", true, MCAST),
+    long("connectionless", false, MCAST),
+    opt('n', "iters", true, Same("")),
+    opt('N', "noPeak", false, Same("")),
+    opt('o', "outs", true, Same("")),
+    opt(
+        'O',
+        "dualport",
+        false,
+        Refused(
+            "dual-port runs are not supported: run one tool per port (or --procs N on one port)",
+        ),
+    ),
+    opt('p', "port", true, Same("")),
+    opt(
+        'q',
+        "qp",
+        true,
+        Same("#iterations counts the messages of all QPs, as perftest"),
+    ),
+    opt('Q', "cq-mod", true, Same("")),
+    opt('r', "rx-depth", true, Same("")),
+    opt('R', "rdma_cm", false, RDMA_CM),
+    opt('s', "size", true, Same("")),
+    opt(
+        'S',
+        "sl",
+        true,
+        Refused("setting the service level is not supported yet: the QP uses SL 0"),
+    ),
+    opt('t', "tx-depth", true, Same("")),
+    opt('T', "tos", true, RDMA_CM),
+    opt('u', "qp-timeout", true, Same("")),
+    opt(
+        'U',
+        "report-unsorted",
+        false,
+        Refused(
+            "printing every sample is not supported; --json and --format table carry the \
+         percentiles",
+        ),
+    ),
+    opt('V', "version", false, Same("prints verbs-lab's version")),
+    opt(
+        'w',
+        "limit_bw",
+        true,
+        Same("a floor on BW average in the report's unit; below it: perftest's error line, exit 3"),
+    ),
+    opt(
+        'W',
+        "report-counters",
+        true,
+        Same("deltas over the whole run, printed once after the rows; see also --counters"),
+    ),
+    opt('x', "gid-index", true, Same("")),
+    opt(
+        'y',
+        "limit_msgrate",
+        true,
+        Same("a floor on MsgRate in Mpps, checked on its own (perftest checks it only with -w)"),
+    ),
+    long(
+        "disable_dynamic_polling",
+        false,
+        NoOp(
+            "the CQ is always drained in batches of 32; there is no dynamic adaptation to disable",
+        ),
+    ),
+    long("data_validation", false, Same("the same as our --validate")),
+    long(
+        "data_validation_debug",
+        false,
+        Refused("no debug output: --validate names the first bad message and byte"),
+    ),
+    opt('z', "comm_rdma_cm", false, RDMA_CM),
+    long("com_rdma_cm", false, RDMA_CM),
+    long(
+        "out_json",
+        false,
+        Same("perftest's keys; every size of -a under all_results (perftest keeps the last only)"),
+    ),
+    long(
+        "out_json_file",
+        true,
+        Same("implies --out_json (perftest writes nothing without --out_json)"),
+    ),
+    long(
+        "cpu_util",
+        false,
+        Same(
+            "with -D, as perftest: per size, user time over user + idle of all CPUs (perftest's \
+             formula); the JSON files add this process's CPU time",
+        ),
+    ),
+    long(
+        "cqe_poll",
+        true,
+        Refused("the CQ is always drained in batches of 32"),
+    ),
+    long("tph_mem", true, Refused("PCIe TPH hints are not supported")),
+    long("cpu_id", true, Refused("PCIe TPH hints are not supported")),
+    long("ph", true, Refused("PCIe TPH hints are not supported")),
+    long(
+        "congest_type",
+        true,
+        Refused("hns congestion control is not supported"),
+    ),
+    long("pin_cores", true, Same("the same as our --cpu LIST")),
+    long(
+        "numa_node",
+        true,
+        Refused("choose CPUs with --cpu LIST (by default the tools pin to a CPU local to the NIC)"),
+    ),
+    long(
+        "disable_numa",
+        false,
+        Same("no automatic pinning to a CPU local to the NIC"),
+    ),
+    long(
+        "dlid",
+        true,
+        Refused("the destination LID always comes from the peer (RoCE has no LIDs)"),
+    ),
+    long(
+        "dont_xchg_versions",
+        false,
+        NoOp("the tools always exchange their HELLO; it carries the version and is needed"),
+    ),
+    long(
+        "force-link",
+        true,
+        Refused("the link layer is read from the port"),
+    ),
+    long(
+        "use-srq",
+        false,
+        Refused("shared receive queues are not supported yet"),
+    ),
+    long(
+        "no_lock",
+        false,
+        Refused("thread domains are not supported"),
+    ),
+    long(
+        "no_enhanced_reorder",
+        false,
+        Refused("mlx5 enhanced reorder is not supported"),
+    ),
+    long(
+        "ipv6",
+        false,
+        Refused(
+            "choose an IPv6 GID with -x IDX (the default is the first RoCE v2 GID with an IPv4 \
+         address)",
+        ),
+    ),
+    long(
+        "ipv6-addr",
+        false,
+        NoOp("the TCP exchange resolves the server's name or address, IPv4 or IPv6, by itself"),
+    ),
+    long("bind_source_ip", true, RDMA_CM),
+    long(
+        "inline_recv",
+        true,
+        Refused("inline receive (mlx5) is not supported"),
+    ),
+    long(
+        "latency_gap",
+        true,
+        Refused("a delay between latency samples is not supported"),
+    ),
+    long(
+        "mmap",
+        true,
+        Refused("buffers from an mmap'd file are not supported"),
+    ),
+    long(
+        "mmap-offset",
+        true,
+        Refused("buffers from an mmap'd file are not supported"),
+    ),
+    long(
+        "mr_per_qp",
+        false,
+        Refused("one memory region serves all QPs"),
+    ),
+    long("odp", false, Refused("on-demand paging is not supported")),
+    long(
+        "output",
+        true,
+        Same(
+            "bandwidth or message_rate (bw tools), latency (lat tools): only that number is \
+         printed; our layout selector is --format",
+        ),
+    ),
+    long(
+        "payload_file_path",
+        true,
+        Refused("payloads are our pattern (see --validate); a payload file is not supported"),
+    ),
+    long(
+        "use_old_post_send",
+        false,
+        Same("the tools always use ibv_post_send"),
+    ),
+    long(
+        "perform_warm_up",
+        false,
+        Same("warm-up is on by default (--warmup N, 16 iterations); the flag keeps it on"),
+    ),
+    long(
+        "pkey_index",
+        true,
+        Refused("the QP always uses P_Key index 0"),
+    ),
+    long(
+        "report-both",
+        false,
+        Refused("not supported yet: -b prints the sum only"),
+    ),
+    long("report_gbits", false, Same("")),
+    long(
+        "report-per-port",
+        false,
+        Refused("dual-port runs are not supported"),
+    ),
+    long(
+        "reversed",
+        false,
+        Refused(
+            "not supported: start the tool the other way round (the server side never sends \
+         first)",
+        ),
+    ),
+    long(
+        "run_infinitely",
+        false,
+        Same(
+            "a row every -D seconds (5 by default); SIGINT or SIGTERM on the client ends it \
+             cleanly after the period under way (exit 0)",
+        ),
+    ),
+    long("retry_count", true, RDMA_CM),
+    long(
+        "tclass",
+        true,
+        Refused("setting the GRH traffic class is not supported yet: the QP uses traffic class 0"),
+    ),
+    long(
+        "flow_label",
+        true,
+        Refused("setting the GRH flow label is not supported yet: the QP uses flow label 0"),
+    ),
+    long("use_cuda", true, GPU),
+    long("cuda_mem_type", true, GPU),
+    long("use_cuda_bus_id", true, GPU),
+    long("use_cuda_dmabuf", false, GPU),
+    long("use_cuda_pcie_mapping", false, GPU),
+    long("use_data_direct", false, GPU),
+    long("use_musa", true, GPU),
+    long("use_musa_bus_id", true, GPU),
+    long("use_musa_dmabuf", false, GPU),
+    long("use_musa_pcie_mapping", false, GPU),
+    long("use_rocm", true, GPU),
+    long("use_rocm_dmabuf", false, GPU),
+    long("use_neuron", true, GPU),
+    long("use_neuron_dmabuf", false, GPU),
+    long("use_hl", true, GPU),
+    long("use_mlu", true, GPU),
+    long("use_mlu_dmabuf", false, GPU),
+    long("use_opencl", true, GPU),
+    long("opencl_platform_id", true, GPU),
+    long("use_ib_dm_dmabuf", true, GPU),
+    long("gpu_touch", true, GPU),
+    long(
+        "use_hugepages",
+        false,
+        Refused("huge-page buffers are not supported"),
+    ),
+    long(
+        "use-null-mr",
+        false,
+        Refused("null memory regions are not supported"),
+    ),
+    long("wait_destroy", true, Same("")),
+    long(
+        "disable_pcie_relaxed",
+        false,
+        NoOp("memory is never registered with relaxed ordering, so it is always disabled"),
+    ),
+    long("burst_size", true, RATE),
+    long("typical_pkt_size", true, RATE),
+    long("rate_limit", true, RATE),
+    long("rate_units", true, RATE),
+    long("rate_limit_type", true, RATE),
+    long(
+        "use_ooo",
+        false,
+        Refused("out-of-order placement (mlx5) is not supported"),
+    ),
+    long(
+        "write_with_imm",
+        false,
+        Refused("RDMA Write with immediate is not supported yet"),
+    ),
+    long(
+        "unsolicited_write",
+        false,
+        Refused("RDMA Write with immediate is not supported yet"),
+    ),
+    long(
+        "send_with_imm",
+        false,
+        Refused("Send with immediate is not supported yet"),
+    ),
+    long("log_dci_streams", true, DC),
+    long("log_active_dci_streams", true, DC),
+    long("aes_xts", false, CRYPTO),
+    long("encrypt_on_tx", false, CRYPTO),
+    long("sig_before", false, CRYPTO),
+    long("aes_block_size", true, CRYPTO),
+    long("data_enc_keys_number", true, CRYPTO),
+    long("kek_path", true, CRYPTO),
+    long("credentials_path", true, CRYPTO),
+    long("data_enc_key_app_path", true, CRYPTO),
+    long("sig_offload", false, CRYPTO),
+    opt('B', "source_mac", true, RAW),
+    opt('E', "dest_mac", true, RAW),
+    opt('J', "dest_ip", true, RAW),
+    opt('j', "source_ip", true, RAW),
+    opt('K', "dest_port", true, RAW),
+    opt('k', "source_port", true, RAW),
+    opt('Y', "ethertype", true, RAW),
+    opt('Z', "server", false, RAW),
+    opt('P', "client", false, RAW),
+    opt('v', "mac_fwd", false, RAW),
+    opt('G', "use_rss", false, RAW),
+    long("remote_mac", true, RAW),
+    long("local_mac", true, RAW),
+    long("remote_ip", true, RAW),
+    long("local_ip", true, RAW),
+    long("remote_port", true, RAW),
+    long("local_port", true, RAW),
+    long("tcp", false, RAW),
+    long("flows", true, RAW),
+    long("flows_burst", true, RAW),
+    long("reply_every", true, RAW),
+    long("vlan_en", false, RAW),
+    long("vlan_pcp", true, RAW),
+    long("promiscuous", false, RAW),
+    long("sniffer", false, RAW),
+    long("raw_mcast", false, RAW),
+    long("raw_ipv6", false, RAW),
+];
+
+/// The entry of `long` (without `--`).
+pub fn find(long: &str) -> Option<&'static PerftestOption> {
+    OPTIONS.iter().find(|o| o.long == long)
+}
+
+/// The argument id of a perftest option registered by [`register`].
+fn id(o: &PerftestOption) -> String {
+    format!("perftest:{}", o.long)
+}
+
+/// Whether `cmd` already defines this long name (or alias) or short letter.
+fn defined(cmd: &Command, o: &PerftestOption) -> bool {
+    cmd.get_arguments().any(|a| {
+        a.get_long() == Some(o.long)
+            || a.get_all_aliases().is_some_and(|al| al.contains(&o.long))
+            || (o.short.is_some() && a.get_short() == o.short)
+    })
+}
+
+/// Adds a hidden argument for every perftest option `cmd` does not define itself (refused ones
+/// and no-ops), so that perftest's command lines parse and [`refusal`] can name what was given.
+pub fn register(mut cmd: Command) -> Command {
+    for o in OPTIONS {
+        // -h/--help and -V/--version are clap's own, generated when the parser is built.
+        if defined(&cmd, o) || matches!(o.long, "help" | "version") {
+            continue;
+        }
+        // clap ids are 'static: ~150 short strings, once per process.
+        let name: &'static str = Box::leak(id(o).into_boxed_str());
+        let mut a = Arg::new(name).long(o.long).hide(true);
+        if let Some(c) = o.short {
+            a = a.short(c);
+        }
+        a = if o.takes_value {
+            a.action(ArgAction::Set)
+                .num_args(1)
+                .allow_hyphen_values(true)
+        } else {
+            a.action(ArgAction::SetTrue)
+        };
+        cmd = cmd.arg(a);
+    }
+    cmd
+}
+
+/// The first refused perftest option given on the command line, as a usage error's text:
+/// `--tclass is not supported: ...`. No-ops pass.
+pub fn refusal(m: &ArgMatches) -> Option<String> {
+    OPTIONS.iter().find_map(|o| {
+        let given = m.try_get_raw(&id(o)).ok().flatten().is_some_and(|_| {
+            m.value_source(&id(o)) == Some(clap::parser::ValueSource::CommandLine)
+        });
+        match o.status {
+            Refused(why) if given => Some(format!("{} is refused: {why}", spell(o))),
+            _ => None,
+        }
+    })
+}
+
+/// `-S/--sl`, or `--tclass`.
+pub fn spell(o: &PerftestOption) -> String {
+    match o.short {
+        Some(c) => format!("-{c}/--{}", o.long),
+        None => format!("--{}", o.long),
+    }
+}

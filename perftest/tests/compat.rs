@@ -1,0 +1,359 @@
+//! perftest compatibility, table-driven: every option of perftest 6.x (the checked-in list
+//! `tests/perftest-options`, derived from perftest's usage text) is accepted by the `vl_*` parser
+//! with perftest's meaning, or refused by name with a reason; `docs/perftest-compat.md` shows
+//! exactly the table the parser uses ([`compat::OPTIONS`]). Run with `UPDATE_GOLDEN=1` to
+//! rewrite the page's table from the code after a deliberate change, then review the diff.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use vl_perftest::compat::{self, Status};
+use vl_perftest::output::Verbosity;
+use vl_perftest::params::{Config, Params, Tool};
+use vl_perftest::result::{Metric, TestKind};
+
+const KINDS: [TestKind; 4] = [
+    TestKind::Write,
+    TestKind::Read,
+    TestKind::Send,
+    TestKind::Atomic,
+];
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// One line of `tests/perftest-options`.
+#[derive(Debug)]
+struct Listed {
+    short: Option<char>,
+    long: String,
+    value: Option<String>,
+    context: Vec<String>,
+    tools: Vec<Tool>,
+}
+
+fn kind_of(word: &str) -> Option<TestKind> {
+    KINDS.into_iter().find(|k| k.short() == word)
+}
+
+/// `all`, `bw`, `lat`, kinds joined with `+`, `-KIND` to remove one, or a tool like `send_bw`.
+fn tools_of(expr: &str) -> Vec<Tool> {
+    let all: Vec<Tool> = KINDS
+        .into_iter()
+        .flat_map(|k| [Tool::new(k, Metric::Bw), Tool::new(k, Metric::Lat)])
+        .collect();
+    let mut parts = expr.split('-');
+    let first = parts.next().unwrap();
+    let mut set: Vec<Tool> = first
+        .split('+')
+        .flat_map(|w| -> Vec<Tool> {
+            match w {
+                "all" => all.clone(),
+                "bw" => all
+                    .iter()
+                    .copied()
+                    .filter(|t| t.metric == Metric::Bw)
+                    .collect(),
+                "lat" => all
+                    .iter()
+                    .copied()
+                    .filter(|t| t.metric == Metric::Lat)
+                    .collect(),
+                _ => match kind_of(w) {
+                    Some(k) => vec![Tool::new(k, Metric::Bw), Tool::new(k, Metric::Lat)],
+                    None => {
+                        let t = all
+                            .iter()
+                            .copied()
+                            .find(|t| t.name() == format!("vl_{w}"))
+                            .unwrap_or_else(|| panic!("unknown tools '{w}' in '{expr}'"));
+                        vec![t]
+                    }
+                },
+            }
+        })
+        .collect();
+    for minus in parts {
+        let k = kind_of(minus).unwrap_or_else(|| panic!("unknown kind '{minus}' in '{expr}'"));
+        set.retain(|t| t.kind != k);
+    }
+    assert!(!set.is_empty(), "'{expr}' names no tool");
+    set
+}
+
+fn listed() -> Vec<Listed> {
+    let path = repo().join("tests/perftest-options");
+    let text = std::fs::read_to_string(&path).expect("tests/perftest-options");
+    text.lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 4, "4 columns expected: {l}");
+            Listed {
+                short: (f[0] != "-").then(|| f[0].chars().next().unwrap()),
+                long: f[1].to_string(),
+                // "-" is a flag; "-,CTX" a flag that needs the options CTX.
+                value: (f[2] != "-" && !f[2].starts_with("-,")).then(|| f[2].to_string()),
+                context: f[2]
+                    .strip_prefix("-,")
+                    .map(|c| c.split(',').map(String::from).collect())
+                    .unwrap_or_default(),
+                tools: tools_of(f[3]),
+            }
+        })
+        .collect()
+}
+
+fn config(tool: Tool, args: &[String]) -> Result<Config, String> {
+    let argv = std::iter::once(tool.name()).chain(args.iter().cloned());
+    let p = Params::try_parse_for(tool, argv).map_err(|e| e.to_string())?;
+    Config::new(tool, &p)
+}
+
+#[test]
+fn every_perftest_option_is_accepted_or_refused_by_name() {
+    let listed = listed();
+    assert!(listed.len() > 150, "the list looks truncated");
+    let mut checked = 0;
+    for l in &listed {
+        let o = compat::find(&l.long).unwrap_or_else(|| {
+            panic!(
+                "--{} is in tests/perftest-options, not in compat::OPTIONS",
+                l.long
+            )
+        });
+        assert_eq!(o.short, l.short, "--{}: short letter", l.long);
+        assert_eq!(o.takes_value, l.value.is_some(), "--{}: value", l.long);
+        if matches!(o.long, "help" | "version") {
+            continue; // clap prints and exits (tested by clap).
+        }
+        let mut spellings = vec![format!("--{}", l.long)];
+        spellings.extend(l.short.map(|c| format!("-{c}")));
+        for spelled in &spellings {
+            // A value with commas carries the context the option needs: "1,-D,4".
+            let mut args = vec![spelled.clone()];
+            args.extend(l.value.iter().flat_map(|v| v.split(',').map(String::from)));
+            args.extend(l.context.iter().cloned());
+            for &tool in &l.tools {
+                let got = config(tool, &args);
+                match o.status {
+                    // A note that says "refused by" names tools that refuse it by name.
+                    Status::Same(note) if note.contains("refused by") => {
+                        if let Err(e) = got {
+                            assert!(
+                                e.contains(spelled.as_str())
+                                    || e.contains(&format!("--{}", l.long)),
+                                "{} {args:?}: the refusal must name the option: {e}",
+                                tool.name()
+                            );
+                        }
+                    }
+                    Status::Same(_) | Status::NoOp(_) => {
+                        if let Err(e) = got {
+                            panic!(
+                                "{} {args:?}: perftest accepts it, we refuse: {e}",
+                                tool.name()
+                            )
+                        }
+                    }
+                    Status::Refused(why) => {
+                        let e = match got {
+                            Ok(_) => panic!(
+                                "{} {args:?}: accepted, but the table refuses it",
+                                tool.name()
+                            ),
+                            Err(e) => e,
+                        };
+                        assert!(
+                            e.contains(&format!("--{}", l.long))
+                                && e.contains("refused")
+                                && e.contains(why),
+                            "{} {args:?}: the refusal must name the option and say why: {e}",
+                            tool.name()
+                        );
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 1000, "{checked}");
+    // And nothing in the table that perftest does not have.
+    for o in compat::OPTIONS {
+        assert!(
+            listed.iter().any(|l| l.long == o.long),
+            "--{} is in compat::OPTIONS but not in tests/perftest-options",
+            o.long
+        );
+    }
+}
+
+#[test]
+fn perftest_meanings() {
+    let a = |t: Tool, s: &str| -> Params {
+        let argv = std::iter::once(t.name()).chain(s.split_whitespace().map(String::from));
+        Params::try_parse_for(t, argv).unwrap_or_else(|e| panic!("{s}: {e}"))
+    };
+    let wbw = Tool::new(TestKind::Write, Metric::Bw);
+    let wlat = Tool::new(TestKind::Write, Metric::Lat);
+    let p = a(wbw, "-w 9.5 -y 0.25 --output=message_rate");
+    assert_eq!(p.output.limit_bw, Some(9.5));
+    assert_eq!(p.output.limit_msgrate, Some(0.25));
+    assert_eq!(p.output.verbosity, Some(Verbosity::MessageRate));
+    let p = a(wbw, "--limit_bw=3 --limit_msgrate 1 --output bandwidth");
+    assert_eq!(
+        (p.output.limit_bw, p.output.limit_msgrate),
+        (Some(3.0), Some(1.0))
+    );
+    assert_eq!(p.output.verbosity, Some(Verbosity::Bandwidth));
+    assert_eq!(
+        a(wlat, "--output=latency").output.verbosity,
+        Some(Verbosity::Latency)
+    );
+    // getopt_long takes unambiguous prefixes; so do we.
+    assert!(a(wbw, "--report_gbit").output.report_gbits);
+    assert_eq!(a(wbw, "--limit_b 2").output.limit_bw, Some(2.0));
+    let c = Config::new(
+        wbw,
+        &a(wbw, "--pin_cores 0-1 --data_validation --wait_destroy 2"),
+    )
+    .unwrap();
+    assert_eq!(c.cpu.unwrap().to_string(), "0-1");
+    assert!(c.validate);
+    assert_eq!(c.wait_destroy, Some(Duration::from_secs(2)));
+    let c = Config::new(wbw, &a(wbw, "--disable_numa --perform_warm_up")).unwrap();
+    assert!(!c.auto_pin);
+    assert_eq!(c.warmup, 16);
+    assert_eq!(Config::new(wbw, &a(wbw, "--warmup 0")).unwrap().warmup, 0);
+    // What perftest refuses, we refuse, naming it.
+    for (t, args, says) in [
+        (wbw, "--output=latency", "--output=latency"),
+        (wlat, "--output=bandwidth", "--output=bandwidth"),
+        (wlat, "-w 5", "-w 5"),
+        (wbw, "--perform_warm_up --warmup 0", "--perform_warm_up"),
+        (wbw, "--output=bandwidth --format table", "--format table"),
+    ] {
+        let e = Config::new(t, &a(t, args)).expect_err(args);
+        assert!(e.contains(says), "{args}: {e}");
+    }
+    let e = Params::try_parse_for(wbw, ["vl_write_bw", "--output", "table"]).unwrap_err();
+    assert!(e.to_string().contains("table"), "{e}");
+    let e = Params::try_parse_for(wbw, ["vl_write_bw", "--limit_bw=-3"]).unwrap_err();
+    assert!(e.to_string().contains("not a limit"), "{e}");
+}
+
+/// The table of `docs/perftest-compat.md`, between its markers, as the code says it must be.
+fn expected_table() -> String {
+    let mut s = String::from("| perftest option | here | note or reason |\n|---|---|---|\n");
+    for o in compat::OPTIONS {
+        s.push_str(&format!(
+            "| `{}` | {} | {} |\n",
+            compat::spell(o),
+            o.status.word(),
+            o.status.text()
+        ));
+    }
+    s
+}
+
+#[test]
+fn the_compatibility_page_shows_the_parsers_table() {
+    const BEGIN: &str = "<!-- options: generated from perftest/src/compat.rs, checked by perftest/tests/compat.rs -->\n";
+    const END: &str = "<!-- /options -->";
+    let path = repo().join("docs/perftest-compat.md");
+    let page = std::fs::read_to_string(&path).expect("docs/perftest-compat.md");
+    let (head, rest) = page
+        .split_once(BEGIN)
+        .expect("the page has the BEGIN marker");
+    let (table, tail) = rest.split_once(END).expect("the page has the END marker");
+    let want = expected_table();
+    if table != want {
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, format!("{head}{BEGIN}{want}{END}{tail}")).unwrap();
+            return;
+        }
+        let diff: Vec<String> = want
+            .lines()
+            .filter(|l| !table.lines().any(|t| t == *l))
+            .map(|l| format!("  missing or different: {l}"))
+            .chain(
+                table
+                    .lines()
+                    .filter(|t| !want.lines().any(|l| l == *t))
+                    .map(|t| format!("  not in the code: {t}")),
+            )
+            .collect();
+        panic!(
+            "docs/perftest-compat.md disagrees with compat::OPTIONS (UPDATE_GOLDEN=1 rewrites it):\n{}",
+            diff.join("\n")
+        );
+    }
+    // Every status word is explained on the page, and no option is left silent.
+    for w in ["same", "no-op", "refused"] {
+        assert!(
+            head.contains(&format!("**{w}**")),
+            "the page explains '{w}'"
+        );
+    }
+    assert!(compat::OPTIONS.iter().all(|o| match o.status {
+        Status::NoOp(t) | Status::Refused(t) => !t.is_empty(),
+        Status::Same(_) => true,
+    }));
+}
+
+#[test]
+fn run_infinitely_and_margins() {
+    let wbw = Tool::new(TestKind::Write, Metric::Bw);
+    let cfg = |s: &str| -> Result<Config, String> {
+        let args: Vec<String> = s.split_whitespace().map(String::from).collect();
+        config(wbw, &args)
+    };
+    let c = cfg("--run_infinitely").unwrap();
+    assert!(c.run_infinitely);
+    assert_eq!(
+        c.mode,
+        vl_perftest::params::RunMode::Duration(Duration::from_secs(5))
+    );
+    assert_eq!(c.margin, None, "every period is measured whole");
+    let c = cfg("--run_infinitely -D 2").unwrap();
+    assert_eq!(
+        c.mode,
+        vl_perftest::params::RunMode::Duration(Duration::from_secs(2))
+    );
+    for (args, says) in [
+        ("--run_infinitely -n 100", "leave out -n"),
+        ("--run_infinitely -a", "leave out -a"),
+        ("--run_infinitely -D 4 -f 1", "leave out -f"),
+    ] {
+        let e = cfg(args).expect_err(args);
+        assert!(
+            e.contains("--run_infinitely") && e.contains(says),
+            "{args}: {e}"
+        );
+    }
+    let e = config(
+        Tool::new(TestKind::Write, Metric::Lat),
+        &["--run_infinitely".into()],
+    )
+    .unwrap_err();
+    assert!(e.contains("--run_infinitely"), "{e}");
+    // perftest's margins: a quarter of -D by default, whole seconds; both must fit.
+    assert_eq!(cfg("-D 8").unwrap().margin, Some(Duration::from_secs(2)));
+    assert_eq!(cfg("-D 3").unwrap().margin, None);
+    assert_eq!(cfg("-D 8 -f 0").unwrap().margin, None);
+    assert_eq!(
+        cfg("-D 8 -f 3").unwrap().margin,
+        Some(Duration::from_secs(3))
+    );
+    assert!(cfg("-D 4 -f 2").unwrap_err().contains("-f 2"));
+    assert!(cfg("-n 10 -f 1").unwrap_err().contains("add -D"));
+    // Both sides must agree on them.
+    let keys: Vec<&str> = cfg("-D 8")
+        .unwrap()
+        .wire_params()
+        .iter()
+        .map(|(k, _)| *k)
+        .collect();
+    assert!(keys.contains(&"margin") && keys.contains(&"run_infinitely"));
+}
