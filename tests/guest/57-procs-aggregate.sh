@@ -43,7 +43,7 @@ no_queues() {
 
 step "vl_write_bw --procs 2 -a on both sides"
 t0=$(_vl_now)
-vl_pair_ok vl_write_bw "-a -n 4 -w 1 --procs 2 --procs-start 100000 --wait 60" \
+vl_pair_ok vl_write_bw "-a -n 4 --warmup 1 --procs 2 --procs-start 100000 --wait 60" \
     "--json $TMPDIR/sweep.json"
 next_port # the pair used two ports
 t1=$(_vl_now)
@@ -107,10 +107,10 @@ worker_pid() {
 
 step "a client worker stopped (SIGSTOP) in the middle of a sweep is named"
 next_port
-vl_write_bw -d "$VL_DEV0" -u 20 -p "$PORT" -a -n 40 -w 1 --procs 2 --wait 10 >"$TMPDIR/srv.out" 2>&1 &
+vl_write_bw -d "$VL_DEV0" -u 20 -p "$PORT" -a -n 40 --warmup 1 --procs 2 --wait 10 >"$TMPDIR/srv.out" 2>&1 &
 spid=$!
 wait_port "$PORT" 60 "$spid"
-vl_write_bw -d "$VL_DEV1" -u 20 -p "$PORT" -a -n 40 -w 1 --procs 2 --wait 10 "$VL_ADDR0" >"$TMPDIR/cli.out" 2>&1 &
+vl_write_bw -d "$VL_DEV1" -u 20 -p "$PORT" -a -n 40 --warmup 1 --procs 2 --wait 10 "$VL_ADDR0" >"$TMPDIR/cli.out" 2>&1 &
 cpid=$!
 next_port
 wpid=

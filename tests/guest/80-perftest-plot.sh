@@ -24,7 +24,7 @@ svg=$VL_PT_OUT/80-write-bw-sweep.svg
 rm -f "$json" "$svg" "$VL_PT_OUT/80-server.svg"
 # The server gets --plot too, as a symmetric command line would: it measures nothing, says so,
 # and still exits 0.
-vl_pair_ok vl_write_bw "-a -n 4 -w 1" "--json $json --plot $svg" "--plot $VL_PT_OUT/80-server.svg"
+vl_pair_ok vl_write_bw "-a -n 4 --warmup 1" "--json $json --plot $svg" "--plot $VL_PT_OUT/80-server.svg"
 expect_contains "$SERVER_OUT" "this side measured nothing; no --plot chart written"
 [ ! -e "$VL_PT_OUT/80-server.svg" ] || fail "the passive server wrote a chart"
 [ -s "$svg" ] || fail "the client wrote no $svg"
@@ -44,7 +44,7 @@ step "vl_send_lat -a -c UD --plot: six percentile lines (min .. max), a point pe
 json=$VL_PT_OUT/80-send-lat-ud-sweep.json
 svg=$VL_PT_OUT/80-send-lat-ud-sweep.svg
 rm -f "$json" "$svg"
-vl_pair_ok vl_send_lat "-a -c UD -n 20 -w 2" "--json $json --plot $svg"
+vl_pair_ok vl_send_lat "-a -c UD -n 20 --warmup 2" "--json $json --plot $svg"
 mtu=$(header_value "$CLIENT_OUT" Mtu | tr -dc 0-9)
 nsizes=$(sizes 2 "$mtu" | tr ',' '\n' | wc -l)
 expect_contains "$svg" "latency [usec]"
