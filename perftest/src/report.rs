@@ -113,12 +113,15 @@ pub fn endpoint_line(
         let _ = write!(s, " OUT {}", c_alt_hex(o.into(), 4));
     }
     if let Some((rkey, vaddr)) = rdma {
-        let _ = write!(
-            s,
-            " RKey {} VAddr {}",
-            c_alt_hex(rkey.into(), 8),
-            c_alt_hex(vaddr, 16)
-        );
+        // A region registered without remote rights (least privilege: the write client's
+        // source) has rkey 0 on rxe, which C's %#08x prints as "00000000". perftest never
+        // shows that (its MRs always carry remote rights), and parsers of its output expect
+        // "0x": keep the prefix so they read the line unchanged.
+        let rkey = match rkey {
+            0 => "0x000000".to_string(),
+            k => c_alt_hex(k.into(), 8),
+        };
+        let _ = write!(s, " RKey {rkey} VAddr {}", c_alt_hex(vaddr, 16));
     }
     s
 }
@@ -179,6 +182,11 @@ mod tests {
         assert_eq!(
             endpoint_line(1, 0x1c2, 0x5, Some(16), None),
             "LID 0x01 QPN 0x01c2 PSN 0x0005 OUT 0x10"
+        );
+        // No remote rights, no rkey: still "0x…", so perftest's parsers read the line.
+        assert_eq!(
+            endpoint_line(0, 0x10e, 0x6543b, None, Some((0, 0x55e5_9892_b000))),
+            "LID 0000 QPN 0x010e PSN 0x6543b RKey 0x000000 VAddr 0x0055e59892b000"
         );
     }
 
