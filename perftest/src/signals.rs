@@ -55,7 +55,12 @@ pub fn install(tool: &str) -> nix::Result<()> {
     let mut set = SigSet::empty();
     set.add(Signal::SIGINT);
     set.add(Signal::SIGTERM);
-    set.thread_block()?;
+    // The parent-death signal of `--procs` workers (verbs_lab::workers) is taken by the worker's
+    // own thread; blocked here first, so that this thread — started before it — cannot receive
+    // it and die of its default action without the workers' cleanup.
+    let mut blocked = set;
+    blocked.add(verbs_lab::workers::PARENT_DEATH_SIGNAL);
+    blocked.thread_block()?;
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || loop {
@@ -96,7 +101,7 @@ fn on_signal(sig: Signal) {
     let code = Interrupted(sig).exit_code();
     if RECEIVED.swap(sig as i32, Ordering::SeqCst) != 0 {
         eprintln!("{tool}: {} again: exiting now", sig.as_str());
-        std::process::exit(code.into());
+        exit_now(sig, code);
     }
     // Under the lock, so that the socket cannot be closed (and its number reused) meanwhile.
     let connected = match SOCKET.lock() {
@@ -115,7 +120,7 @@ fn on_signal(sig: Signal) {
             "{tool}: interrupted by {} (no peer connected yet)",
             sig.as_str()
         );
-        std::process::exit(code.into());
+        exit_now(sig, code);
     }
     std::thread::sleep(GRACE);
     eprintln!(
@@ -123,10 +128,23 @@ fn on_signal(sig: Signal) {
         sig.as_str(),
         GRACE.as_secs()
     );
-    std::process::exit(code.into());
+    exit_now(sig, code);
 }
 
 /// The signal that stopped the run, if one came.
+/// Ends the process with `code`, first removing the POSIX message queues it created (a `--procs`
+/// coordinator's): this thread takes SIGINT/SIGTERM before the queues' own signal cleanup can.
+fn exit_now(sig: Signal, code: u8) -> ! {
+    let n = verbs_lab::mq::unlink_all_registered();
+    if n > 0 {
+        eprintln!(
+            "{sig}: removed {n} message queue{} this process created; exiting",
+            if n == 1 { "" } else { "s" }
+        );
+    }
+    std::process::exit(code.into())
+}
+
 pub fn received() -> Option<Interrupted> {
     match RECEIVED.load(Ordering::SeqCst) {
         0 => None,

@@ -7,6 +7,7 @@
 # exchange, #bytes, #iterations, the number of columns). Our own extra header lines (CPU
 # pinned) may follow perftest's. Numbers are not compared (see 47-perftest-vs-ib).
 # timeout: 420
+# slow: eight tool pairs, each run twice (ib_* and vl_*) with the same flags on both sides
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"

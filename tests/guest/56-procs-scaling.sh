@@ -7,6 +7,7 @@
 # cores 0 and 1, their BW averages summed. Same parameters, alternating order, several rounds.
 # The numbers go to .vm-out/perftest/procs-scaling.txt (for docs/benchmarks.md).
 # timeout: 900
+# slow: alternating rounds of --procs 1 and --procs 2 bandwidth runs, for the scaling ratio
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"

@@ -6,6 +6,7 @@
 # active MTU — the payload went over RDMA, not TCP.
 # Took 398 s on a busy 2-core host (TCG guest, seven builds and guests sharing it).
 # timeout: 600
+# slow: five collectives, each a sweep of 8 B to 4 MiB over four ranks with every element checked, under emulation
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
