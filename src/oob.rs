@@ -30,8 +30,9 @@ pub const DEFAULT_BIND: IpAddr = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
 pub enum OobError {
     /// Nothing arrived (or no peer came) within the timeout.
     Timeout { what: String, after: Duration },
-    /// The peer closed the connection: it exited or crashed.
-    Closed { what: String },
+    /// The peer closed the connection: it exited or crashed. `got` counts the bytes of the
+    /// unfinished message that arrived before it closed (0: it closed between messages).
+    Closed { what: String, got: usize },
     /// A socket operation failed.
     Io { what: String, err: io::Error },
     /// A framed message announced more bytes than the limit.
@@ -53,9 +54,16 @@ impl fmt::Display for OobError {
                  port and parameters?",
                 after.as_secs_f64()
             ),
-            OobError::Closed { what } => {
-                write!(f, "the peer closed the connection while we waited for {what} (did it exit with an error?)")
-            }
+            OobError::Closed { what, got: 0 } => write!(
+                f,
+                "the peer closed the connection while we waited for {what} (did it exit with an \
+                 error?)"
+            ),
+            OobError::Closed { what, got } => write!(
+                f,
+                "the peer closed the connection after {got} byte(s) of {what}, in the middle of \
+                 it (did it exit with an error?)"
+            ),
             OobError::Io { what, err } => write!(f, "{what}: {err}"),
             OobError::TooLong { what, len, max } => {
                 write!(
@@ -409,7 +417,7 @@ impl OobConn {
             // the socket's next bytes to someone else, e.g. after a barrier).
             let want = (need - self.pending.len()).min(chunk.len());
             match self.stream.read(&mut chunk[..want]) {
-                Ok(0) => return Err(OobError::Closed { what: what.into() }),
+                Ok(0) => return Err(self.closed(what)),
                 Ok(n) => self.keep(&chunk[..n]),
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
@@ -419,6 +427,13 @@ impl OobConn {
             }
         }
         Ok(())
+    }
+
+    fn closed(&self, what: &str) -> OobError {
+        OobError::Closed {
+            what: what.into(),
+            got: self.pending.len(),
+        }
     }
 
     fn timed_out(&self, what: &str) -> OobError {
@@ -500,7 +515,7 @@ impl OobConn {
                 &mut chunk[..want],
                 MsgFlags::MSG_DONTWAIT,
             ) {
-                Ok(0) => return Err(OobError::Closed { what: what.into() }),
+                Ok(0) => return Err(self.closed(what)),
                 Ok(n) => self.keep(&chunk[..n]),
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(nix::errno::Errno::EAGAIN) => break,
@@ -584,7 +599,7 @@ impl OobConn {
                 after: self.timeout,
             },
             ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::BrokenPipe => {
-                OobError::Closed { what: what.into() }
+                self.closed(what)
             }
             _ => OobError::Io {
                 what: what.into(),
@@ -653,7 +668,25 @@ mod tests {
         assert!(e.to_string().contains("the server's endpoint"));
         c.set_timeout(Duration::from_secs(5)).unwrap();
         let e = c.recv_raw(&mut b, "the server's endpoint").unwrap_err();
-        assert!(matches!(e, OobError::Closed { .. }), "{e}");
+        assert!(matches!(e, OobError::Closed { got: 0, .. }), "{e}");
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn a_peer_that_closes_mid_frame_is_told_apart_from_one_that_closes_between_frames() {
+        let port = free_port();
+        let t = std::thread::spawn(move || {
+            let mut c = accept(port, Duration::from_secs(10)).unwrap();
+            // A frame announcing 64 bytes, then 3 of them, then the end of the connection.
+            c.send_raw(&[0, 0, 0, 64, 1, 2, 3], "half a frame").unwrap();
+        });
+        let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
+        let e = c.recv_msg(1024, "the HELLO").unwrap_err();
+        assert!(matches!(e, OobError::Closed { got: 7, .. }), "{e}");
+        assert!(
+            e.to_string().contains("after 7 byte(s) of the HELLO"),
+            "{e}"
+        );
         t.join().unwrap();
     }
 

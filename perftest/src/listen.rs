@@ -135,9 +135,12 @@ pub fn server_hello(ours: &Hello, ch: &mut Channel) -> Result<Greeting> {
             })
         }
         Err(ChanError::Peer(p)) => stray(format!("it opened with an ERROR: {}", p.text)),
-        Err(ChanError::Oob(OobError::Closed { .. })) => {
+        Err(ChanError::Oob(OobError::Closed { got: 0, .. })) => {
             stray("it closed the connection without a word".into())
         }
+        Err(ChanError::Oob(OobError::Closed { got, .. })) => stray(format!(
+            "it sent {got} byte(s) of a HELLO, then closed the connection"
+        )),
         Err(ChanError::Oob(OobError::Timeout { what, .. })) => stray(format!(
             "no whole HELLO within {} s (waited for {what})",
             HELLO_WAIT.as_secs()

@@ -29,16 +29,18 @@ nc -w 2 "$VL_ADDR0" "$PORT" </dev/null >/dev/null 2>&1 || true
 printf '\000\000\000\004\336\255\276\357' | nc -w 2 "$VL_ADDR0" "$PORT" >/dev/null 2>&1 || true
 # 3. a perftest client: its text exchange is no frame of ours.
 run_timeout 30 ib_write_bw -d "$VL_DEV1" -p "$PORT" "$VL_ADDR0" >"$TMPDIR/ib.out" 2>&1 || true
-# 4. silence for longer than the HELLO bound, and 5. a HELLO trickled a byte a second (both
-# held open in the background while the server judges them one after the other).
-(sleep 7) | nc "$VL_ADDR0" "$PORT" >/dev/null 2>&1 &
-quiet=$!
+# 4. a HELLO trickled a byte a second: first, so that the server reads it from the moment it
+# connects (nc does not forward what it was given while its connection waits in the backlog),
+# and 5. silence for longer than the HELLO bound (held open well past it).
 (for b in '\000' '\000' '\000' '\100' '\001' '\126' '\114' '\120' '\124'; do
     # shellcheck disable=SC2059 # $b is an octal escape: the format is the byte to send
     printf "$b"
     sleep 1
 done) | nc "$VL_ADDR0" "$PORT" >/dev/null 2>&1 &
 trickle=$!
+sleep 1
+(sleep 20) | nc "$VL_ADDR0" "$PORT" >/dev/null 2>&1 &
+quiet=$!
 sleep 1
 rc=0
 run_timeout 90 vl_write_bw -d "$VL_DEV1" $VL_PT_COMMON -p "$PORT" -s 4096 -n 200 --validate \
