@@ -5,14 +5,14 @@
 //! before it needs a device, then says there is none; its bad flags are refused up front.
 
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::mqueue::{mq_close, mq_open, MQ_OFlag};
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::{kill, signal, SigHandler, Signal};
 use nix::sys::stat::Mode;
 use nix::unistd::Pid;
 
@@ -235,7 +235,19 @@ fn lesson10_reports_a_silent_worker_when_the_wait_runs_out() {
 
 #[test]
 fn lesson10_ctrl_c_removes_the_queues() {
-    let mut child = Command::new(L10)
+    let mut cmd = Command::new(L10);
+    // A test run started with SIGINT ignored (under nohup, or as `cmd &` in a script) hands
+    // that on to the lesson, which then rightly ignores Ctrl-C as a background job should.
+    // The child gets the default action back, as it would have in a terminal.
+    // SAFETY: between fork and exec only `sigaction`, which is async-signal-safe, runs.
+    unsafe {
+        cmd.pre_exec(|| {
+            signal(Signal::SIGINT, SigHandler::SigDfl)
+                .map(drop)
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = cmd
         .args(["--no-tour", "--stall-worker", "0", "--wait", "60"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
