@@ -46,8 +46,8 @@ one_ib() {
     s0=$!
     taskset -c 1 ib_write_bw -d "$VL_DEV0" -p "$p1" $PARAMS >"$TMPDIR/s1" 2>&1 &
     s1=$!
-    wait_port "$p0" 30 "$s0"
-    wait_port "$p1" 30 "$s1"
+    wait_port "$p0" 60 "$s0"
+    wait_port "$p1" 60 "$s1"
     taskset -c 0 ib_write_bw -d "$VL_DEV1" -p "$p0" $PARAMS "$VL_ADDR0" >"$TMPDIR/c0" 2>&1 &
     c0=$!
     taskset -c 1 ib_write_bw -d "$VL_DEV1" -p "$p1" $PARAMS "$VL_ADDR0" >"$TMPDIR/c1" 2>&1 &
