@@ -381,9 +381,17 @@ impl OobConn {
 
     /// Writes all of `buf`; `what` names it in errors.
     pub fn send_raw(&mut self, buf: &[u8], what: &str) -> Result<()> {
-        self.stream
-            .write_all(buf)
-            .map_err(|e| self.classify(e, &format!("sending {what}")))
+        self.stream.write_all(buf).map_err(|e| {
+            match self.classify(e, &format!("{what} to be sent")) {
+                // "... while we waited for X to be sent"; a plain socket error reads better
+                // as "sending X: ...".
+                OobError::Io { err, .. } => OobError::Io {
+                    what: format!("sending {what}"),
+                    err,
+                },
+                other => other,
+            }
+        })
     }
 
     /// Reads exactly `buf.len()` bytes, all within the timeout: a deadline for the whole read,

@@ -154,17 +154,29 @@ pub(crate) fn cfix(x: f64, width: usize, prec: usize) -> String {
 }
 
 /// `x` rounded to `decimals` places, so JSON prints `11034.16`, not `11034.160000000002`.
-/// Non-finite values pass through (JSON prints them as `null`).
+/// A value too small for `decimals` places keeps 6 significant digits instead of becoming 0 (a
+/// few bytes over a slow interval are still a positive bandwidth). Non-finite values pass
+/// through (JSON prints them as `null`).
 pub(crate) fn round_to(x: f64, decimals: usize) -> f64 {
     if !x.is_finite() {
         return x;
     }
-    let scale = 10f64.powi(decimals as i32);
-    let r = (x * scale).round() / scale;
-    if r.is_finite() {
-        r
+    let at = |places: i32| {
+        let scale = 10f64.powi(places);
+        let r = (x * scale).round() / scale;
+        if r.is_finite() {
+            r
+        } else {
+            x
+        }
+    };
+    let r = at(decimals as i32);
+    if r == 0.0 && x != 0.0 {
+        // 6 significant digits: the first one is 10^floor(log10 |x|).
+        let first = x.abs().log10().floor() as i32;
+        at((5 - first).min(300))
     } else {
-        x
+        r
     }
 }
 
@@ -203,5 +215,10 @@ mod tests {
         assert_eq!(round_to(11034.160000000002, 3).to_string(), "11034.16");
         assert!(round_to(f64::NAN, 3).is_nan());
         assert_eq!(round_to(f64::MAX, 3), f64::MAX);
+        // Too small for 6 places: 6 significant digits, never 0.
+        assert_eq!(round_to(4.2345678e-8, 6), 4.23457e-8);
+        assert_eq!(round_to(-4.2345678e-8, 6), -4.23457e-8);
+        assert_eq!(round_to(0.0, 6), 0.0);
+        assert_eq!(round_to(0.0000004, 6), 0.0000004);
     }
 }

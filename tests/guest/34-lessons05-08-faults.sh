@@ -163,8 +163,10 @@ killed_mid_run lesson05_rdma_write 18346 server "iteration 3: wrote" "--wait 15"
     "while we waited for the server's check of iteration" \
     "timed out after 5.0 s waiting for the completion of iteration" \
     "IBV_WC_RETRY_EXC_ERR"
+# -n 3000: on an idle host 1000 event-mode round trips ended within the second between the
+# mark and the kill.
 step "lesson07 (event mode): the client dies; the sleeping server wakes by its timeout"
-killed_mid_run lesson07_events 18347 client "[7] " "--wait 15" "-n 1000 --wait 5" \
+killed_mid_run lesson07_events 18347 client "[7] " "--wait 15" "-n 3000 --wait 5" \
     "sleeping until the ping of round trip" \
     "timed out after 15.0 s waiting for a completion event"
 
