@@ -40,10 +40,12 @@ use clap::Parser;
 use nix::sys::resource::{getrusage, UsageWho};
 use verbs_lab::connect::{bring_up, local_endpoint, random_psn, ConnectOpts, Endpoint};
 use verbs_lab::verbs::{
-    AccessFlags, CompChannel, Context, Cq, DeviceList, GidChoice, Mr, Mtu, Payload, Pd, PortState,
-    Qp, QpCaps, QpInitAttr, QpType, RecvWr, SendOp, SendWr, Sge, WcOpcode, WorkCompletion,
+    AccessFlags, CompChannel, Context, Cq, DeviceList, GidChoice, Mr, Mtu, Payload, Pd, Qp, QpCaps,
+    QpInitAttr, QpType, RecvWr, SendOp, SendWr, Sge, WcOpcode, WorkCompletion,
 };
-use verbs_lab_lessons::{first_mismatch, pattern, report_error, usage_error, Narrator};
+use verbs_lab_lessons::{
+    first_mismatch, open_device, pattern, report_error, usage_error, CommonArgs, Device, Narrator,
+};
 
 const PROGRAM: &str = "lesson14_tuning";
 /// Send-queue depth of the measured QPs, and the most writes in flight.
@@ -158,19 +160,20 @@ struct Side {
 
 impl Side {
     fn open(args: &Args, dev: &str, n: &Narrator) -> Result<Side> {
-        let ctx = DeviceList::open(Some(dev)).context("opening the RDMA device")?;
-        let port = ctx
-            .query_port(args.ib_port)
-            .with_context(|| format!("ibv_query_port({dev}, {})", args.ib_port))?;
-        ensure!(
-            port.state == PortState::ACTIVE,
-            "{dev} port {} is {}, not ACTIVE (rdma link show)",
-            args.ib_port,
-            port.state
-        );
-        let gid = ctx
-            .choose_gid(args.ib_port, args.gid_idx)
-            .context("choosing a GID")?;
+        // Lesson 01's steps: open the device, check the port is ACTIVE, choose the GID.
+        let Device { ctx, port, gid } = open_device(
+            &CommonArgs {
+                host: None,
+                port: 0,
+                ib_dev: Some(dev.to_string()),
+                ib_port: args.ib_port,
+                gid_idx: args.gid_idx,
+                qp_timeout: args.qp_timeout,
+                wait_secs: args.wait_secs,
+                quiet: args.quiet,
+            },
+            n,
+        )?;
         let size = args.size;
         let pd = ctx.alloc_pd().context("ibv_alloc_pd")?;
         let mr = pd

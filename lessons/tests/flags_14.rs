@@ -19,9 +19,18 @@ fn nonsense_flags_are_refused_with_the_reason() {
         (&["-s", "4"][..], "-s 4: messages of 8 to 4096 bytes"),
         (&["-s", "8192"][..], "-s 8192: messages of 8 to 4096 bytes"),
         (&["-r", "0"][..], "-r 0: 1 to 100 rounds"),
-        (&["--pp-iters", "0"][..], "--pp-iters 0: 1 to 1000000 round trips"),
-        (&["-u", "32"][..], "-u 32: the QP ack timeout is a 5-bit exponent"),
-        (&["--wait", "0"][..], "--wait 0: every run needs at least 1 s"),
+        (
+            &["--pp-iters", "0"][..],
+            "--pp-iters 0: 1 to 1000000 round trips",
+        ),
+        (
+            &["-u", "32"][..],
+            "-u 32: the QP ack timeout is a 5-bit exponent",
+        ),
+        (
+            &["--wait", "0"][..],
+            "--wait 0: every run needs at least 1 s",
+        ),
     ] {
         let out = run(args);
         let err = String::from_utf8_lossy(&out.stderr);
