@@ -21,7 +21,10 @@
 //! 4. CQ moderation: `ibv_modify_cq` with `IBV_CQ_ATTR_MODERATE` — accepted, or the refusal.
 //! 5. Send-queue slots: fill a small send queue with unsignaled writes, let them all execute,
 //!    and post one more — does the provider take it?
-//! 6. The table: the median of the rounds for each setting and its ratio to the first setting
+//! 6. A memory window: a type 2 window bound to a fresh region (`IBV_WR_BIND_MW`), the peer
+//!    writes through its rkey, the owner invalidates it (`IBV_WR_LOCAL_INV`), and the peer's next
+//!    write fails with a remote access error, the region unchanged.
+//! 7. The table: the median of the rounds for each setting and its ratio to the first setting
 //!    of its knob.
 //!
 //! ```text
@@ -375,9 +378,15 @@ fn run(args: &Args) -> Result<()> {
 
     n.step(
         6,
+        "A memory window: bind, the peer writes through it, invalidate, the peer's next write",
+    );
+    let window = memory_window(args, &a, &b, mtu, wait, &n)?;
+
+    n.step(
+        7,
         "The table: medians of the rounds, ratios within each knob",
     );
-    print_table(&cases, &results, &moderation, &slots, args);
+    print_table(&cases, &results, &moderation, &slots, &window, args);
     Ok(())
 }
 
@@ -773,32 +782,13 @@ fn sq_slot_probe(
     n: &Narrator,
 ) -> Result<String> {
     let size = a.size;
-    let mk = |s: &Side, cq: &Cq| {
-        s.pd.create_qp(&QpInitAttr {
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            caps: QpCaps {
-                max_send_wr: PROBE_DEPTH,
-                max_recv_wr: 1,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-        })
-        .context("ibv_create_qp (probe)")
-    };
     // Their own CQs: nothing of this experiment can reach the measured CQs.
     let (cqa, cqb) = (
         a.ctx.create_cq(8, None).context("ibv_create_cq")?,
         b.ctx.create_cq(8, None).context("ibv_create_cq")?,
     );
-    let (qa, qb) = (mk(a, &cqa)?, mk(b, &cqb)?);
-    let ea = local_endpoint(&a.ctx, args.ib_port, &qa, &a.gid, random_psn())?;
-    let eb = local_endpoint(&b.ctx, args.ib_port, &qb, &b.gid, random_psn())?;
-    bring_up(&qa, &ea, &eb, &a.opts(args, mtu)).context("connecting the probe QP")?;
-    bring_up(&qb, &eb, &ea, &b.opts(args, mtu)).context("connecting the probe peer QP")?;
+    // The peer QP only has to exist (and stay connected) while the writes land.
+    let (qa, _qb) = probe_pair(args, a, b, &cqa, &cqb, mtu)?;
     let depth = qa.caps().max_send_wr.min(DEPTH);
     b.mr.fill(0..stream_len(size), 0)?;
     let remote = b.mr.remote(0..stream_len(size))?;
@@ -844,6 +834,133 @@ fn sq_slot_probe(
     Ok(verdict)
 }
 
+/// A second connected QP pair with a send queue of `PROBE_DEPTH`, for experiments that may break
+/// it (fill its queue, or end in a remote access error that moves it to the error state).
+fn probe_pair(args: &Args, a: &Side, b: &Side, cqa: &Cq, cqb: &Cq, mtu: Mtu) -> Result<(Qp, Qp)> {
+    let mk = |s: &Side, cq: &Cq| {
+        s.pd.create_qp(&QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            qp_type: QpType::Rc,
+            caps: QpCaps {
+                max_send_wr: PROBE_DEPTH,
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        })
+        .context("ibv_create_qp (probe)")
+    };
+    let (qa, qb) = (mk(a, cqa)?, mk(b, cqb)?);
+    let ea = local_endpoint(&a.ctx, args.ib_port, &qa, &a.gid, random_psn())?;
+    let eb = local_endpoint(&b.ctx, args.ib_port, &qb, &b.gid, random_psn())?;
+    bring_up(&qa, &ea, &eb, &a.opts(args, mtu)).context("connecting the probe QP")?;
+    bring_up(&qb, &eb, &ea, &b.opts(args, mtu)).context("connecting the probe peer QP")?;
+    Ok((qa, qb))
+}
+
+/// A type 2 memory window on a fresh region of `b`: `b`'s QP binds it (`IBV_WR_BIND_MW`), `a`
+/// writes through its rkey, `b` invalidates it (`IBV_WR_LOCAL_INV`), `a` writes again and must
+/// get a remote access error, the window's bytes unchanged.
+fn memory_window(
+    args: &Args,
+    a: &Side,
+    b: &Side,
+    mtu: Mtu,
+    wait: Duration,
+    n: &Narrator,
+) -> Result<String> {
+    let size = a.size;
+    // Declared before the QPs, so dropped after them.
+    let region =
+        b.pd.reg_mr(
+            size,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::MW_BIND,
+        )
+        .context("ibv_reg_mr with IBV_ACCESS_MW_BIND")?;
+    let mw =
+        b.pd.alloc_mw_type2()
+            .context("ibv_alloc_mw(IBV_MW_TYPE_2)")?;
+    let (cqa, cqb) = (
+        a.ctx.create_cq(8, None).context("ibv_create_cq")?,
+        b.ctx.create_cq(8, None).context("ibv_create_cq")?,
+    );
+    let (qa, qb) = probe_pair(args, a, b, &cqa, &cqb, mtu)?;
+    n.say(format!(
+        "{}: region of {size} bytes (rkey {:#x}, access {}), window allocated with rkey {:#x}",
+        b.ctx.name(),
+        region.rkey(),
+        region.access(),
+        mw.rkey()
+    ));
+
+    let rkey = qb
+        .post_bind_mw(1, &mw, &region, 0..size, AccessFlags::REMOTE_WRITE)
+        .context("binding the window")?;
+    cqb.poll_one(wait, "the IBV_WR_BIND_MW completion")?;
+    n.say(format!(
+        "IBV_WR_BIND_MW on QP {:#x}: window -> region bytes 0..{size}, REMOTE_WRITE, new rkey \
+         {rkey:#x} (ibv_inc_rkey of the old one); completed",
+        qb.qpn()
+    ));
+
+    let through = |slot: usize| -> Result<WorkCompletion> {
+        let sge = a.mr.sge(slot * size..(slot + 1) * size)?;
+        let dst = verbs_lab::verbs::RemoteBuf {
+            addr: region.addr(),
+            rkey,
+            len: size as u32,
+        };
+        qa.post_send(&[SendWr::new(
+            slot as u64,
+            SendOp::Write(dst),
+            Payload::Sges(std::slice::from_ref(&sge)),
+        )
+        .signaled(true)])
+            .context("ibv_post_send(RDMA WRITE through the window)")?;
+        let mut wc = WorkCompletion::array::<1>();
+        cqa.poll_timeout(&mut wc, wait, "the write through the window")?;
+        let [wc] = wc;
+        Ok(wc)
+    };
+    through(0)?
+        .ok()
+        .context("the write through the bound window")?;
+    let want = a.mr.to_vec(0..size)?;
+    ensure!(
+        region.to_vec(0..size)? == want,
+        "the write through the window completed but its bytes are not in the region"
+    );
+    n.say(format!(
+        "{}: RDMA WRITE of {size} bytes to rkey {rkey:#x}: completed, bytes in the region checked",
+        a.ctx.name()
+    ));
+
+    qb.post_local_inv(2, rkey)
+        .context("invalidating the window")?;
+    cqb.poll_one(wait, "the IBV_WR_LOCAL_INV completion")?;
+    n.say(format!("IBV_WR_LOCAL_INV of rkey {rkey:#x}: completed"));
+
+    let wc = through(1)?;
+    ensure!(
+        !wc.is_success(),
+        "the write through the invalidated window succeeded"
+    );
+    ensure!(
+        region.to_vec(0..size)? == want,
+        "the write through the invalidated window changed the region"
+    );
+    let verdict = format!(
+        "write through rkey {rkey:#x} arrived; after IBV_WR_LOCAL_INV the next one: {}, region \
+         unchanged",
+        wc.status().name()
+    );
+    n.say(&verdict);
+    Ok(verdict)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -854,6 +971,7 @@ fn print_table(
     results: &[Vec<Measured>],
     moderation: &str,
     slots: &str,
+    window: &str,
     args: &Args,
 ) {
     let find = |key: &str| cases.iter().position(|c| c.key == key);
@@ -932,6 +1050,7 @@ fn print_table(
         "{:<11} {:<26} {slots}",
         "SQ slots", "unsignaled, queue full"
     );
+    println!("{:<11} {:<26} {window}", "MW", "type 2: bind, invalidate");
     println!(
         "ratio: speed-up against the knob's first row (writes/s up, or round trip down); \
          above 1 is better"

@@ -2,7 +2,8 @@
 # Lesson 14: every row of the tuning table is printed, the bytes arrived (the lesson compares the
 # receiving slots after each run and exits 1 on a difference; rxe1's packet counter must grow by
 # at least one packet per write), CQ moderation gives its verdict, and the send-queue slot probe
-# reports what the provider did. No timing is asserted: the lesson measures, the test checks.
+# reports what the provider did; a type 2 memory window is bound, written through, invalidated
+# and then refuses the peer's write. No timing is asserted: the lesson measures, the test checks.
 # timeout: 240
 set -eu
 # shellcheck source=tests/guest/lib.sh
@@ -41,6 +42,12 @@ expect_contains "$out" "1000 writes: 63 ibv_post_send, 63 completions in "
 expect_contains "$out" "1000 writes: 1000 ibv_post_send, 1000 completions in 1000 ibv_poll_cq"
 expect_contains "$out" "moderation  ibv_modify_cq              refused: ibv_modify_cq failed: Operation not supported on transport endpoint (EOPNOTSUPP)"
 expect_contains "$out" "accepted: this provider frees slots of executed unsignaled requests without a polled completion"
+# The memory window: bound, written through (bytes checked by the lesson), invalidated, refused.
+expect_contains "$out" "region of 64 bytes (rkey "
+expect_contains "$out" "access LOCAL_WRITE|REMOTE_WRITE|MW_BIND), window allocated with rkey"
+expect_contains "$out" ": completed, bytes in the region checked"
+expect_contains "$out" "MW          type 2: bind, invalidate   write through rkey "
+expect_contains "$out" "after IBV_WR_LOCAL_INV the next one: IBV_WC_REM_ACCESS_ERR, region unchanged"
 
 step "$L -n 10: a usage error, exit 2"
 rc=0
