@@ -782,13 +782,9 @@ fn sq_slot_probe(
     n: &Narrator,
 ) -> Result<String> {
     let size = a.size;
-    // Their own CQs: nothing of this experiment can reach the measured CQs.
-    let (cqa, cqb) = (
-        a.ctx.create_cq(8, None).context("ibv_create_cq")?,
-        b.ctx.create_cq(8, None).context("ibv_create_cq")?,
-    );
-    // The peer QP only has to exist (and stay connected) while the writes land.
-    let (qa, _qb) = probe_pair(args, a, b, &cqa, &cqb, mtu)?;
+    // The peer QP only has to exist (and stay connected) while the writes land: `_peer` keeps
+    // it alive to the end of this function (a `..` would drop it here).
+    let Probe { qa, qb: _peer, .. } = probe_pair(args, a, b, mtu)?;
     let depth = qa.caps().max_send_wr.min(DEPTH);
     b.mr.fill(0..stream_len(size), 0)?;
     let remote = b.mr.remote(0..stream_len(size))?;
@@ -836,7 +832,12 @@ fn sq_slot_probe(
 
 /// A second connected QP pair with a send queue of `PROBE_DEPTH`, for experiments that may break
 /// it (fill its queue, or end in a remote access error that moves it to the error state).
-fn probe_pair(args: &Args, a: &Side, b: &Side, cqa: &Cq, cqb: &Cq, mtu: Mtu) -> Result<(Qp, Qp)> {
+fn probe_pair(args: &Args, a: &Side, b: &Side, mtu: Mtu) -> Result<Probe> {
+    // Their own CQs: nothing of these experiments can reach the measured CQs.
+    let (cqa, cqb) = (
+        a.ctx.create_cq(8, None).context("ibv_create_cq")?,
+        b.ctx.create_cq(8, None).context("ibv_create_cq")?,
+    );
     let mk = |s: &Side, cq: &Cq| {
         s.pd.create_qp(&QpInitAttr {
             send_cq: cq,
@@ -853,12 +854,20 @@ fn probe_pair(args: &Args, a: &Side, b: &Side, cqa: &Cq, cqb: &Cq, mtu: Mtu) -> 
         })
         .context("ibv_create_qp (probe)")
     };
-    let (qa, qb) = (mk(a, cqa)?, mk(b, cqb)?);
+    let (qa, qb) = (mk(a, &cqa)?, mk(b, &cqb)?);
     let ea = local_endpoint(&a.ctx, args.ib_port, &qa, &a.gid, random_psn())?;
     let eb = local_endpoint(&b.ctx, args.ib_port, &qb, &b.gid, random_psn())?;
     bring_up(&qa, &ea, &eb, &a.opts(args, mtu)).context("connecting the probe QP")?;
     bring_up(&qb, &eb, &ea, &b.opts(args, mtu)).context("connecting the probe peer QP")?;
-    Ok((qa, qb))
+    Ok(Probe { qa, qb, cqa, cqb })
+}
+
+/// [`probe_pair`]'s QPs and their own CQs.
+struct Probe {
+    qa: Qp,
+    qb: Qp,
+    cqa: Cq,
+    cqb: Cq,
 }
 
 /// A type 2 memory window on a fresh region of `b`: `b`'s QP binds it (`IBV_WR_BIND_MW`), `a`
@@ -883,11 +892,7 @@ fn memory_window(
     let mw =
         b.pd.alloc_mw_type2()
             .context("ibv_alloc_mw(IBV_MW_TYPE_2)")?;
-    let (cqa, cqb) = (
-        a.ctx.create_cq(8, None).context("ibv_create_cq")?,
-        b.ctx.create_cq(8, None).context("ibv_create_cq")?,
-    );
-    let (qa, qb) = probe_pair(args, a, b, &cqa, &cqb, mtu)?;
+    let Probe { qa, qb, cqa, cqb } = probe_pair(args, a, b, mtu)?;
     n.say(format!(
         "{}: region of {size} bytes (rkey {:#x}, access {}), window allocated with rkey {:#x}",
         b.ctx.name(),
