@@ -45,6 +45,7 @@ one() {
 
 run_all() {
     one l01 'lesson01_devices'
+    one l14 'lesson14_tuning'
     one l01q 'lesson01_devices --quiet'
     one l01i2 'lesson01_devices -d rxe0 -i 2'
     pair l03 'lesson03_connect -d rxe0' 'lesson03_connect -d rxe1 192.168.77.1'

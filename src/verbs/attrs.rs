@@ -172,17 +172,20 @@ impl AccessFlags {
     /// A remote peer may run atomics on this memory.
     pub const REMOTE_ATOMIC: AccessFlags =
         AccessFlags(ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC.0);
+    /// Memory windows may be bound to this region (`IBV_ACCESS_MW_BIND`).
+    pub const MW_BIND: AccessFlags = AccessFlags(ibv_access_flags::IBV_ACCESS_MW_BIND.0);
     pub const EMPTY: AccessFlags = AccessFlags(0);
     /// Everything a benchmark or lesson buffer may need.
     pub const ALL_REMOTE: AccessFlags = AccessFlags(
         Self::LOCAL_WRITE.0 | Self::REMOTE_WRITE.0 | Self::REMOTE_READ.0 | Self::REMOTE_ATOMIC.0,
     );
 
-    const NAMES: [(AccessFlags, &'static str); 4] = [
+    const NAMES: [(AccessFlags, &'static str); 5] = [
         (Self::LOCAL_WRITE, "LOCAL_WRITE"),
         (Self::REMOTE_WRITE, "REMOTE_WRITE"),
         (Self::REMOTE_READ, "REMOTE_READ"),
         (Self::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+        (Self::MW_BIND, "MW_BIND"),
     ];
 
     pub fn contains(self, other: AccessFlags) -> bool {

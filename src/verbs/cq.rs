@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use rdma_sys::{
-    ibv_ack_cq_events, ibv_cq, ibv_create_cq, ibv_destroy_cq, ibv_poll_cq, ibv_req_notify_cq,
+    ibv_ack_cq_events, ibv_cq, ibv_cq_attr_mask, ibv_create_cq, ibv_destroy_cq, ibv_moderate_cq,
+    ibv_modify_cq, ibv_modify_cq_attr, ibv_poll_cq, ibv_req_notify_cq,
 };
 
 use super::channel::{ChannelInner, CompChannel};
@@ -144,6 +145,25 @@ impl Cq {
         let ret = unsafe { ibv_req_notify_cq(self.inner.ptr, solicited_only as i32) };
         if ret != 0 {
             return Err(VerbsError::from_ret("ibv_req_notify_cq", ret));
+        }
+        Ok(())
+    }
+
+    /// Sets completion moderation (`ibv_modify_cq(3)` with `IBV_CQ_ATTR_MODERATE`): the device
+    /// raises a completion event only after `count` completions or `period_us` microseconds,
+    /// whichever comes first. Providers without it (rxe among them) refuse with EOPNOTSUPP.
+    pub fn modify_moderation(&self, count: u16, period_us: u16) -> Result<()> {
+        let mut attr = ibv_modify_cq_attr {
+            attr_mask: ibv_cq_attr_mask::IBV_CQ_ATTR_MODERATE.0,
+            moderate: ibv_moderate_cq {
+                cq_count: count,
+                cq_period: period_us,
+            },
+        };
+        // SAFETY: the CQ is live; `attr` is a valid ibv_modify_cq_attr for the call's duration.
+        let ret = unsafe { ibv_modify_cq(self.inner.ptr, &mut attr) };
+        if ret != 0 {
+            return Err(VerbsError::from_ret("ibv_modify_cq", ret));
         }
         Ok(())
     }

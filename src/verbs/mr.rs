@@ -37,7 +37,7 @@ const ALIGN: usize = 4096;
 /// # }
 /// ```
 pub struct Mr {
-    ptr: *mut ibv_mr,
+    pub(crate) ptr: *mut ibv_mr,
     buf: *mut u8,
     len: usize,
     access: AccessFlags,

@@ -66,6 +66,12 @@ impl Pd {
     }
 
     /// A queue pair (`ibv_create_qp(3)`); the granted capabilities are read back.
+    /// Allocates a type 2 memory window (`ibv_alloc_mw(3)`); bind it with
+    /// [`Qp::post_bind_mw`](super::qp::Qp::post_bind_mw).
+    pub fn alloc_mw_type2(&self) -> Result<super::mw::Mw> {
+        super::mw::Mw::alloc_type2(self)
+    }
+
     pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<Qp> {
         Qp::create(self, attr)
     }

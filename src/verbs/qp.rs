@@ -96,7 +96,7 @@ pub struct RtsAttr {
 
 /// A queue pair. Holds its PD and CQs, so they can never be freed before it.
 pub struct Qp {
-    ptr: *mut ibv_qp,
+    pub(crate) ptr: *mut ibv_qp,
     qp_type: QpType,
     caps: QpCaps,
     _pd: Arc<PdInner>,

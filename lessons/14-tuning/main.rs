@@ -1,0 +1,1063 @@
+//! # Lesson 14 — Performance tuning: each knob of the data path, measured
+//!
+//! Lessons 02–09 built a correct data path. This one turns its knobs one at a time and measures
+//! what each is worth, on the verbs it teaches, with its own loops:
+//!
+//! 1. Two RC QPs in this one process, one per device (`--dev-a` sends, `--dev-b` receives),
+//!    connected to each other (lessons 02–05). One process holds both ends, so every knob runs
+//!    against the same peer in the same boot, in alternating rounds, and a table can compare them.
+//! 2. A stream of RDMA WRITEs (`-n` of `-s` bytes, at most 64 in flight) under five settings:
+//!    - **signaling**: `IBV_SEND_SIGNALED` on every request, or on every 16th. A send-queue slot
+//!      is free again only once the application has *polled* a completion at or after it: the
+//!      unsignaled requests before a signaled one are retired by that one completion.
+//!    - **inline**: `IBV_SEND_INLINE` copies the payload into the work queue entry at post time.
+//!    - **post lists**: one `ibv_post_send` per request, or one call with a chain of 16 (`next`).
+//!    - **batched polling**: `ibv_poll_cq` asking for 1 completion per call, or for 16.
+//! 3. A SEND/RECV ping-pong between two threads (the client on `--dev-a`, the server on
+//!    `--dev-b`) under two more:
+//!    - **busy polling vs events**: spin on `ibv_poll_cq`, or arm the CQ (`ibv_req_notify_cq`),
+//!      sleep in `poll(2)` on the completion channel and take the event (`ibv_get_cq_event`).
+//!    - **CPU placement**: both threads pinned to one core, or to two (`core_affinity`).
+//! 4. CQ moderation: `ibv_modify_cq` with `IBV_CQ_ATTR_MODERATE` — accepted, or the refusal.
+//! 5. Send-queue slots: fill a small send queue with unsignaled writes, let them all execute,
+//!    and post one more — does the provider take it?
+//! 6. A memory window: a type 2 window bound to a fresh region (`IBV_WR_BIND_MW`), the peer
+//!    writes through its rkey, the owner invalidates it (`IBV_WR_LOCAL_INV`), and the peer's next
+//!    write fails with a remote access error, the region unchanged.
+//! 7. The table: the median of the rounds for each setting and its ratio to the first setting
+//!    of its knob.
+//!
+//! ```text
+//! lesson14_tuning                          # rxe0 -> rxe1 in the guest, 2000 writes, 200 round trips
+//! lesson14_tuning -n 4000 --pp-iters 400 -r 5
+//! lesson14_tuning -s 256                   # above max_inline_data: the inline row says so
+//! ```
+
+#![forbid(unsafe_code)]
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context as _, Result};
+use clap::Parser;
+use nix::sys::resource::{getrusage, UsageWho};
+use verbs_lab::connect::{bring_up, local_endpoint, random_psn, ConnectOpts, Endpoint};
+use verbs_lab::verbs::{
+    AccessFlags, CompChannel, Context, Cq, DeviceList, GidChoice, Mr, Mtu, Payload, Pd, Qp, QpCaps,
+    QpInitAttr, QpType, RecvWr, SendOp, SendWr, Sge, WcOpcode, WorkCompletion,
+};
+use verbs_lab_lessons::{
+    first_mismatch, open_device, pattern, report_error, usage_error, CommonArgs, Device, Narrator,
+};
+
+const PROGRAM: &str = "lesson14_tuning";
+/// Send-queue depth of the measured QPs, and the most writes in flight.
+const DEPTH: u32 = 64;
+/// Receives kept posted for the ping-pong.
+const RX_DEPTH: u32 = 8;
+/// The inline payload asked for at QP creation (rxe grants what it is asked, up to its limit).
+const INLINE_ASK: u32 = 64;
+/// Send-queue depth asked for the slot experiment of step 5.
+const PROBE_DEPTH: u32 = 4;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = PROGRAM,
+    version,
+    about = "Lesson 14: performance tuning — signaling, inline, post lists, batched polling, events, CPU placement, CQ moderation — each measured",
+    after_help = "Examples:\n  lesson14_tuning\n  lesson14_tuning -n 4000 --pp-iters 400 -r 5\n  lesson14_tuning --dev-a rxe0 --dev-b rxe0"
+)]
+struct Args {
+    /// Device of the sending QP (default: the first device)
+    #[arg(long = "dev-a")]
+    dev_a: Option<String>,
+    /// Device of the receiving QP (default: the second device, or the first again)
+    #[arg(long = "dev-b")]
+    dev_b: Option<String>,
+    /// Port of both devices
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    ib_port: u8,
+    /// GID index on both devices (default: chosen automatically)
+    #[arg(short = 'g', long = "gid-idx")]
+    gid_idx: Option<u32>,
+    /// RDMA WRITEs per stream run (at least 64)
+    #[arg(short = 'n', long = "iters", default_value_t = 2000)]
+    iters: u32,
+    /// Round trips per ping-pong run
+    #[arg(long = "pp-iters", default_value_t = 200)]
+    pp_iters: u32,
+    /// Rounds over all settings, in alternating order; the table shows the median of the rounds
+    #[arg(short = 'r', long = "rounds", default_value_t = 3)]
+    rounds: u32,
+    /// Bytes per message (8 to 4096)
+    #[arg(short = 's', long = "size", default_value_t = 64)]
+    size: usize,
+    /// QP ack timeout exponent: 4.096 µs × 2^N before a retransmit
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 20)]
+    qp_timeout: u8,
+    /// Seconds any one run may last
+    #[arg(long = "wait", default_value_t = 60)]
+    wait_secs: u64,
+    /// No narration: print only the rounds and the table
+    #[arg(short = 'q', long = "quiet")]
+    quiet: bool,
+}
+
+fn check_flags(a: &Args) -> Result<()> {
+    ensure!(
+        (8..=4096).contains(&a.size),
+        "-s {}: messages of 8 to 4096 bytes (a sequence number fills the first 8)",
+        a.size
+    );
+    ensure!(
+        (u64::from(DEPTH)..=10_000_000).contains(&u64::from(a.iters)),
+        "-n {}: {DEPTH} to 10000000 writes (every one of the {DEPTH} slots is written and checked)",
+        a.iters
+    );
+    ensure!(
+        (1..=1_000_000).contains(&a.pp_iters),
+        "--pp-iters {}: 1 to 1000000 round trips",
+        a.pp_iters
+    );
+    ensure!(
+        (1..=100).contains(&a.rounds),
+        "-r {}: 1 to 100 rounds",
+        a.rounds
+    );
+    ensure!(a.ib_port >= 1, "-i 0: ports are numbered from 1");
+    ensure!(
+        a.qp_timeout <= 31,
+        "-u {}: the QP ack timeout is a 5-bit exponent (0..=31)",
+        a.qp_timeout
+    );
+    ensure!(a.wait_secs >= 1, "--wait 0: every run needs at least 1 s");
+    if let Some(g) = a.gid_idx {
+        ensure!(g <= 255, "-g {g}: a source GID index is 8 bits (0..=255)");
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Args = verbs_lab::cli::parse();
+    check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => report_error(PROGRAM, &e),
+    }
+}
+
+/// One end: its device, a PD, one MR (the stream's 64 slots, then the ping-pong's receive and
+/// send halves), a CQ with a completion channel, and an RC QP.
+struct Side {
+    ctx: Context,
+    pd: Pd,
+    channel: CompChannel,
+    cq: Cq,
+    qp: Qp,
+    mr: Mr,
+    ep: Endpoint,
+    gid: GidChoice,
+    mtu: Mtu,
+    size: usize,
+}
+
+impl Side {
+    fn open(args: &Args, dev: &str, n: &Narrator) -> Result<Side> {
+        // Lesson 01's steps: open the device, check the port is ACTIVE, choose the GID.
+        let Device { ctx, port, gid } = open_device(
+            &CommonArgs {
+                host: None,
+                port: 0,
+                ib_dev: Some(dev.to_string()),
+                ib_port: args.ib_port,
+                gid_idx: args.gid_idx,
+                qp_timeout: args.qp_timeout,
+                wait_secs: args.wait_secs,
+                quiet: args.quiet,
+            },
+            n,
+        )?;
+        let size = args.size;
+        let pd = ctx.alloc_pd().context("ibv_alloc_pd")?;
+        let mr = pd
+            .reg_mr(
+                stream_len(size) + 2 * size,
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            )
+            .context("ibv_reg_mr")?;
+        let channel = ctx
+            .create_comp_channel()
+            .context("ibv_create_comp_channel")?;
+        let cq = ctx
+            .create_cq(DEPTH + RX_DEPTH + 8, Some(&channel))
+            .context("ibv_create_cq")?;
+        let qp = pd
+            .create_qp(&QpInitAttr {
+                send_cq: &cq,
+                recv_cq: &cq,
+                qp_type: QpType::Rc,
+                caps: QpCaps {
+                    max_send_wr: DEPTH,
+                    max_recv_wr: RX_DEPTH,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: INLINE_ASK,
+                },
+                sq_sig_all: false,
+            })
+            .context("ibv_create_qp")?;
+        let ep = local_endpoint(&ctx, args.ib_port, &qp, &gid, random_psn())?;
+        n.say(format!(
+            "{dev}: QP {:#x}, send queue {} (granted), max_inline_data {} (granted), CQ of {} \
+             with completion channel fd {}",
+            qp.qpn(),
+            qp.caps().max_send_wr,
+            qp.caps().max_inline_data,
+            cq.capacity(),
+            channel.fd()
+        ));
+        Ok(Side {
+            mtu: port.active_mtu.unwrap_or(Mtu::Mtu1024),
+            ctx,
+            pd,
+            channel,
+            cq,
+            qp,
+            mr,
+            ep,
+            gid,
+            size,
+        })
+    }
+
+    fn opts(&self, args: &Args, mtu: Mtu) -> ConnectOpts {
+        ConnectOpts {
+            port_num: args.ib_port,
+            sgid_index: self.gid.entry.index as u8,
+            path_mtu: mtu,
+            access: AccessFlags::REMOTE_WRITE,
+            timeout: args.qp_timeout,
+            ..Default::default()
+        }
+    }
+
+    /// The ping-pong's receive half and send half of the MR.
+    fn recv_sge(&self) -> Result<Sge<'_>> {
+        let base = stream_len(self.size);
+        Ok(self.mr.sge(base..base + self.size)?)
+    }
+    fn send_range(&self) -> std::ops::Range<usize> {
+        let base = stream_len(self.size) + self.size;
+        base..base + self.size
+    }
+
+    fn post_recvs(&self, count: u32) -> Result<()> {
+        let sge = self.recv_sge()?;
+        let wrs: Vec<RecvWr> = (0..count)
+            .map(|_| RecvWr {
+                wr_id: 0,
+                sges: std::slice::from_ref(&sge),
+            })
+            .collect();
+        self.qp.post_recv(&wrs).context("ibv_post_recv")
+    }
+}
+
+/// Bytes of the stream's slots: one message per send-queue slot.
+fn stream_len(size: usize) -> usize {
+    DEPTH as usize * size
+}
+
+fn run(args: &Args) -> Result<()> {
+    let n = Narrator { quiet: args.quiet };
+
+    n.step(
+        1,
+        "Two RC QPs connected to each other in this process (lessons 02–05)",
+    );
+    let names = DeviceList::new().context("listing RDMA devices")?.names();
+    let dev_a = match &args.dev_a {
+        Some(d) => d.clone(),
+        None => names.first().cloned().ok_or_else(|| {
+            anyhow::anyhow!(
+                "no RDMA device: run scripts/softroce-vm (or scripts/softroce-up on a kernel \
+                 with rdma_rxe)"
+            )
+        })?,
+    };
+    let dev_b = match &args.dev_b {
+        Some(d) => d.clone(),
+        None => names.get(1).cloned().unwrap_or_else(|| dev_a.clone()),
+    };
+    let a = Side::open(args, &dev_a, &n).with_context(|| format!("sending side on {dev_a}"))?;
+    let b = Side::open(args, &dev_b, &n).with_context(|| format!("receiving side on {dev_b}"))?;
+    let mtu = a.mtu.min(b.mtu);
+    bring_up(&a.qp, &a.ep, &b.ep, &a.opts(args, mtu)).context("connecting the sending QP")?;
+    bring_up(&b.qp, &b.ep, &a.ep, &b.opts(args, mtu)).context("connecting the receiving QP")?;
+    a.post_recvs(RX_DEPTH)?;
+    b.post_recvs(RX_DEPTH)?;
+    // Each of the 64 source slots holds its own pattern; a write copies slot k to the peer's
+    // slot k, so after a run the peer's slots must equal ours byte for byte.
+    for k in 0..DEPTH as usize {
+        a.mr.write(k * args.size, &pattern(k as u64, args.size))?;
+    }
+    n.say(format!(
+        "QP {:#x} ({dev_a}) -> QP {:#x} ({dev_b}): RTS, path MTU {mtu}, {RX_DEPTH} receives \
+         posted on each",
+        a.ep.qpn, b.ep.qpn
+    ));
+    let inline_cap = a.qp.caps().max_inline_data as usize;
+    let cores: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    ensure!(
+        !cores.is_empty(),
+        "core_affinity::get_core_ids() found no CPU this process may use"
+    );
+
+    n.step(2, "The settings, each a run of its own");
+    let cases = cases(args.size <= inline_cap, &cores);
+    for c in &cases {
+        n.say(format!("{:<12} {}", c.key, c.describe()));
+    }
+    if args.size > inline_cap {
+        n.say(format!(
+            "-s {} exceeds the granted max_inline_data {inline_cap}: no inline run",
+            args.size
+        ));
+    }
+    if cores.len() < 2 {
+        n.say("only one CPU: no 'different cores' run");
+    }
+
+    n.step(
+        3,
+        "Rounds over the settings, in alternating order (A B C .., .. C B A)",
+    );
+    let mut results: Vec<Vec<Measured>> = vec![Vec::new(); cases.len()];
+    let wait = Duration::from_secs(args.wait_secs);
+    for r in 0..args.rounds {
+        let mut order: Vec<usize> = (0..cases.len()).collect();
+        if r % 2 == 1 {
+            order.reverse();
+        }
+        let mut line = Vec::new();
+        for i in order {
+            let m = match cases[i].kind {
+                Kind::Stream(s) => stream(&a, &b, s, u64::from(args.iters), wait),
+                Kind::PingPong(p) => ping_pong(&a, &b, p, args.pp_iters, wait),
+            }
+            .with_context(|| format!("round {}, {}", r + 1, cases[i].describe()))?;
+            line.push(format!("{} {}", cases[i].key, m.show()));
+            results[i].push(m);
+        }
+        println!("round {}: {}", r + 1, line.join(", "));
+    }
+    n.say(format!(
+        "after every stream run, the {DEPTH} slots on {dev_b} equalled the {DEPTH} source slots \
+         byte for byte; every ping-pong message carried the expected sequence number"
+    ));
+
+    n.step(
+        4,
+        "CQ moderation: ibv_modify_cq(cq, {IBV_CQ_ATTR_MODERATE, cq_count 16, cq_period 10 µs})",
+    );
+    let moderation = match a.cq.modify_moderation(16, 10) {
+        Ok(()) => "accepted: the CQ raises an event per 16 completions or 10 µs".to_string(),
+        Err(e) => format!("refused: {e}"),
+    };
+    n.say(format!("{dev_a}: {moderation}"));
+
+    n.step(
+        5,
+        "Send-queue slots: fill a small send queue with unsignaled writes, let them execute, post one more",
+    );
+    let slots = sq_slot_probe(args, &a, &b, mtu, wait, &n)?;
+
+    n.step(
+        6,
+        "A memory window: bind, the peer writes through it, invalidate, the peer's next write",
+    );
+    let window = memory_window(args, &a, &b, mtu, wait, &n)?;
+
+    n.step(
+        7,
+        "The table: medians of the rounds, ratios within each knob",
+    );
+    print_table(&cases, &results, &moderation, &slots, &window, args);
+    Ok(())
+}
+
+/// One stream setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stream {
+    /// `IBV_SEND_SIGNALED` on every `signal_every`-th request (and the last).
+    signal_every: u64,
+    /// `IBV_SEND_INLINE`.
+    inline: bool,
+    /// Requests chained into one `ibv_post_send`.
+    list: u64,
+    /// Completions asked for per `ibv_poll_cq`.
+    poll_batch: usize,
+}
+
+/// How a ping-pong thread waits for its completions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Busy,
+    Events,
+}
+
+/// One ping-pong setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PingPong {
+    wait: Wait,
+    /// The CPUs of the client and the server thread; `None`: not pinned.
+    cpus: Option<(usize, usize)>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Stream(Stream),
+    PingPong(PingPong),
+}
+
+/// A setting, measured once per round; a table row names it by knob and variant.
+struct Case {
+    key: &'static str,
+    kind: Kind,
+}
+
+impl Case {
+    fn describe(&self) -> String {
+        match self.kind {
+            Kind::Stream(s) => format!(
+                "RDMA WRITE stream: signal every {}, inline {}, {} WR{} per ibv_post_send, \
+                 ibv_poll_cq(n={})",
+                s.signal_every,
+                if s.inline { "on" } else { "off" },
+                s.list,
+                if s.list == 1 { "" } else { "s" },
+                s.poll_batch
+            ),
+            Kind::PingPong(p) => format!(
+                "SEND ping-pong: {}, {}",
+                match p.wait {
+                    Wait::Busy => "busy polling",
+                    Wait::Events => "completion events",
+                },
+                match p.cpus {
+                    None => "threads not pinned".to_string(),
+                    Some((x, y)) => format!("client on CPU {x}, server on CPU {y}"),
+                }
+            ),
+        }
+    }
+}
+
+/// Every setting the table compares, each once (a setting shared by two knobs runs once).
+fn cases(inline: bool, cores: &[usize]) -> Vec<Case> {
+    let s = |key, signal_every, inline, list, poll_batch| Case {
+        key,
+        kind: Kind::Stream(Stream {
+            signal_every,
+            inline,
+            list,
+            poll_batch,
+        }),
+    };
+    let p = |key, wait, cpus| Case {
+        key,
+        kind: Kind::PingPong(PingPong { wait, cpus }),
+    };
+    let mut v = vec![
+        s("sig1", 1, false, 1, 16),
+        s("sig16", 16, false, 1, 16),
+        s("list16", 16, false, 16, 16),
+        s("poll1", 1, false, 1, 1),
+        p("busy", Wait::Busy, None),
+        p("events", Wait::Events, None),
+        p("same-core", Wait::Busy, Some((cores[0], cores[0]))),
+    ];
+    if inline {
+        v.insert(2, s("inline", 16, true, 1, 16));
+    }
+    if cores.len() > 1 {
+        v.push(p("diff-cores", Wait::Busy, Some((cores[0], cores[1]))));
+    }
+    v
+}
+
+/// What one run measured.
+#[derive(Debug, Clone, Copy)]
+enum Measured {
+    Stream {
+        secs: f64,
+        msgs: u64,
+        post_calls: u64,
+        /// Work completions taken, and the `ibv_poll_cq` calls that returned at least one.
+        wcs: u64,
+        fruitful_polls: u64,
+    },
+    PingPong {
+        /// Median round trip.
+        rtt_us: f64,
+        /// The client thread's CPU time (user + system) as a share of its run's wall time.
+        cpu_share: f64,
+    },
+}
+
+impl Measured {
+    /// The number the table compares: thousands of writes per second, or the median round trip.
+    fn value(&self) -> f64 {
+        match *self {
+            Measured::Stream { secs, msgs, .. } => msgs as f64 / secs / 1000.0,
+            Measured::PingPong { rtt_us, .. } => rtt_us,
+        }
+    }
+    fn show(&self) -> String {
+        match self {
+            Measured::Stream { .. } => format!("{:.1} kmsg/s", self.value()),
+            Measured::PingPong { rtt_us, .. } => format!("{rtt_us:.0} µs"),
+        }
+    }
+}
+
+/// The stream: `count` RDMA WRITEs from `a`'s slot k to `b`'s slot k (k = i mod 64), at most
+/// 64 in flight, under one setting. Checks that `b`'s slots equal `a`'s afterwards.
+fn stream(a: &Side, b: &Side, s: Stream, count: u64, wait: Duration) -> Result<Measured> {
+    let size = a.size;
+    let depth = u64::from(DEPTH);
+    b.mr.fill(0..stream_len(size), 0)?;
+    let remote = b.mr.remote(0..stream_len(size))?;
+    let sges: Vec<Sge> = (0..DEPTH as usize)
+        .map(|k| a.mr.sge(k * size..(k + 1) * size))
+        .collect::<std::result::Result<_, _>>()?;
+    let mut wrs: Vec<SendWr> = Vec::with_capacity(s.list as usize);
+    let mut wcs = WorkCompletion::array::<16>();
+    let (mut posted, mut done) = (0u64, 0u64);
+    let (mut post_calls, mut wcs_taken, mut fruitful_polls, mut empty) = (0u64, 0u64, 0u64, 0u32);
+    let start = Instant::now();
+    while done < count {
+        // Post while the send queue has room. `done` moves only when a *signaled* completion
+        // is polled: the slots of the unsignaled requests before it are free from then on, not
+        // earlier — so `posted - done` is what the send queue holds, as far as we may know.
+        while posted < count && posted - done < depth {
+            let k = s.list.min(count - posted).min(depth - (posted - done));
+            wrs.clear();
+            for i in posted..posted + k {
+                let slot = (i % depth) as u32;
+                let dst = remote
+                    .slice(slot * size as u32, size as u32)
+                    .expect("slot inside the region");
+                let last = i + 1 == count;
+                wrs.push(
+                    SendWr::new(
+                        i,
+                        SendOp::Write(dst),
+                        Payload::Sges(std::slice::from_ref(&sges[slot as usize])),
+                    )
+                    .signaled((i + 1) % s.signal_every == 0 || last),
+                );
+            }
+            // One call: the k requests go down as one linked list (wr.next), one doorbell.
+            if s.inline {
+                a.qp.post_send_inline(&wrs, &a.mr)
+            } else {
+                a.qp.post_send(&wrs)
+            }
+            .context("ibv_post_send")?;
+            post_calls += 1;
+            posted += k;
+        }
+        let got = a.cq.poll(&mut wcs[..s.poll_batch]).context("ibv_poll_cq")?;
+        if got > 0 {
+            fruitful_polls += 1;
+            wcs_taken += got as u64;
+        }
+        for wc in &wcs[..got] {
+            wc.ok().context("an RDMA WRITE failed")?;
+            // A signaled completion retires itself and every unsignaled request before it.
+            done = done.max(wc.wr_id() + 1);
+        }
+        if got == 0 {
+            empty = empty.wrapping_add(1);
+            if empty % 1024 == 0 && start.elapsed() > wait {
+                bail!("{done} of {count} writes completed after {wait:?}");
+            }
+            std::hint::spin_loop();
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let (got, want) = (
+        b.mr.to_vec(0..stream_len(size))?,
+        a.mr.to_vec(0..stream_len(size))?,
+    );
+    if let Some(at) = first_mismatch(&got, &want) {
+        bail!(
+            "byte {at} of the receiving side's slots (slot {}) differs from what was written",
+            at / size
+        );
+    }
+    Ok(Measured::Stream {
+        secs,
+        msgs: count,
+        post_calls,
+        wcs: wcs_taken,
+        fruitful_polls,
+    })
+}
+
+/// Completions one ping-pong thread still waits for.
+struct Awaited {
+    recvs: u32,
+    sends: u32,
+}
+
+/// Takes completions off `side`'s CQ until `want` is met: spinning on `ibv_poll_cq`, or
+/// sleeping on the completion channel between polls (lesson 07's loop).
+fn await_completions(side: &Side, mode: Wait, mut want: Awaited, wait: Duration) -> Result<()> {
+    let deadline = Instant::now() + wait;
+    let mut wcs = WorkCompletion::array::<4>();
+    let mut spins = 0u32;
+    while want.recvs > 0 || want.sends > 0 {
+        let got = side.cq.poll(&mut wcs).context("ibv_poll_cq")?;
+        if got > 0 {
+            take(&wcs[..got], &mut want)?;
+            continue;
+        }
+        match mode {
+            Wait::Busy => {
+                spins = spins.wrapping_add(1);
+                if spins % 1024 == 0 && Instant::now() > deadline {
+                    bail!("no completion within {wait:?}");
+                }
+                std::hint::spin_loop();
+            }
+            Wait::Events => {
+                // Arm, then poll once more: a completion that landed before the arm raises no
+                // event, and sleeping on it would wait forever.
+                side.cq.req_notify(false).context("ibv_req_notify_cq")?;
+                let got = side.cq.poll(&mut wcs).context("ibv_poll_cq")?;
+                if got > 0 {
+                    take(&wcs[..got], &mut want)?;
+                    continue;
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if !side.channel.poll_readable(left)? {
+                    bail!("no completion event within {wait:?}");
+                }
+                // Taken here, acknowledged in one ibv_ack_cq_events at the end of the run.
+                side.channel
+                    .get_cq_event(&side.cq)
+                    .context("ibv_get_cq_event")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Counts polled completions against what a thread waits for.
+fn take(wcs: &[WorkCompletion], want: &mut Awaited) -> Result<()> {
+    for wc in wcs {
+        wc.ok().context("a ping-pong completion failed")?;
+        if wc.opcode() == WcOpcode::RECV {
+            want.recvs = want.recvs.saturating_sub(1);
+        } else {
+            want.sends = want.sends.saturating_sub(1);
+        }
+    }
+    Ok(())
+}
+
+/// CPU time (user + system) the calling thread has used.
+fn thread_cpu() -> Duration {
+    getrusage(UsageWho::RUSAGE_THREAD).map_or(Duration::ZERO, |u| {
+        let t = |tv: nix::sys::time::TimeVal| {
+            Duration::new(tv.tv_sec() as u64, tv.tv_usec() as u32 * 1000)
+        };
+        t(u.user_time()) + t(u.system_time())
+    })
+}
+
+fn pin(cpu: Option<usize>) -> Result<()> {
+    if let Some(id) = cpu {
+        ensure!(
+            core_affinity::set_for_current(core_affinity::CoreId { id }),
+            "core_affinity::set_for_current(CPU {id}) failed: is CPU {id} among the CPUs this \
+             process may use?"
+        );
+    }
+    Ok(())
+}
+
+/// One side's sequence number into its send half, then one signaled SEND of it.
+fn send_seq(side: &Side, seq: u64) -> Result<()> {
+    let range = side.send_range();
+    side.mr.write(range.start, &seq.to_le_bytes())?;
+    let sge = side.mr.sge(range)?;
+    side.qp
+        .post_send(&[
+            SendWr::new(seq, SendOp::Send, Payload::Sges(std::slice::from_ref(&sge)))
+                .signaled(true),
+        ])
+        .context("ibv_post_send(SEND)")
+}
+
+/// The sequence number a receive brought; checked, and the receive re-posted.
+fn recv_seq(side: &Side, want: u64) -> Result<()> {
+    let base = stream_len(side.size);
+    let got = side.mr.to_vec(base..base + 8)?;
+    let seq = u64::from_le_bytes(got.try_into().expect("8 bytes"));
+    ensure!(
+        seq == want,
+        "the message carried sequence number {seq}, expected {want}"
+    );
+    side.post_recvs(1)
+}
+
+/// The ping-pong: the client thread sends, the server thread answers, `count` times.
+fn ping_pong(a: &Side, b: &Side, p: PingPong, count: u32, wait: Duration) -> Result<Measured> {
+    let (ca, cb) = (p.cpus.map(|c| c.0), p.cpus.map(|c| c.1));
+    let (client, server) = std::thread::scope(|scope| {
+        let server = scope.spawn(|| -> Result<()> {
+            pin(cb)?;
+            for i in 0..u64::from(count) {
+                // Wait for the request, and for our previous answer's completion: its buffer
+                // is rewritten next.
+                let sends = u32::from(i > 0);
+                await_completions(b, p.wait, Awaited { recvs: 1, sends }, wait)
+                    .context("server")?;
+                recv_seq(b, i)?;
+                send_seq(b, i)?;
+            }
+            await_completions(b, p.wait, Awaited { recvs: 0, sends: 1 }, wait)
+        });
+        let client = scope.spawn(|| -> Result<(Vec<f64>, f64)> {
+            pin(ca)?;
+            let (cpu0, wall0) = (thread_cpu(), Instant::now());
+            let mut rtts = Vec::with_capacity(count as usize);
+            for i in 0..u64::from(count) {
+                let t0 = Instant::now();
+                send_seq(a, i)?;
+                await_completions(a, p.wait, Awaited { recvs: 1, sends: 1 }, wait)
+                    .context("client")?;
+                recv_seq(a, i)?;
+                rtts.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+            Ok((
+                rtts,
+                (thread_cpu() - cpu0).as_secs_f64() / wall0.elapsed().as_secs_f64(),
+            ))
+        });
+        (client.join(), server.join())
+    });
+    a.cq.ack_events();
+    b.cq.ack_events();
+    server
+        .map_err(|_| anyhow::anyhow!("the server thread panicked"))?
+        .context("server thread")?;
+    let (mut rtts, cpu_share) = client
+        .map_err(|_| anyhow::anyhow!("the client thread panicked"))?
+        .context("client thread")?;
+    rtts.sort_by(f64::total_cmp);
+    Ok(Measured::PingPong {
+        rtt_us: rtts[rtts.len() / 2],
+        cpu_share,
+    })
+}
+
+/// A separate QP pair with a send queue of `PROBE_DEPTH`: post as many unsignaled writes as
+/// the queue holds, wait until the last one's bytes arrived (so all have executed), then post
+/// one more. Portable code must assume it is refused: the provider may learn that slots are
+/// free only from a polled completion, and unsignaled requests produce none.
+fn sq_slot_probe(
+    args: &Args,
+    a: &Side,
+    b: &Side,
+    mtu: Mtu,
+    wait: Duration,
+    n: &Narrator,
+) -> Result<String> {
+    let size = a.size;
+    // The peer QP only has to exist (and stay connected) while the writes land: `_peer` keeps
+    // it alive to the end of this function (a `..` would drop it here).
+    let Probe { qa, qb: _peer, .. } = probe_pair(args, a, b, mtu)?;
+    let depth = qa.caps().max_send_wr.min(DEPTH);
+    b.mr.fill(0..stream_len(size), 0)?;
+    let remote = b.mr.remote(0..stream_len(size))?;
+    let write = |k: u32| -> Result<()> {
+        let sge = a.mr.sge(k as usize * size..(k as usize + 1) * size)?;
+        let dst = remote
+            .slice(k * size as u32, size as u32)
+            .expect("slot inside the region");
+        Ok(qa.post_send(&[SendWr::new(
+            u64::from(k),
+            SendOp::Write(dst),
+            Payload::Sges(std::slice::from_ref(&sge)),
+        )
+        .signaled(false)])?)
+    };
+    for k in 0..depth {
+        write(k).with_context(|| format!("unsignaled write {k} of {depth}"))?;
+    }
+    // Every write has executed once the last one's bytes are there (RC executes in order).
+    let last = (depth as usize - 1) * size;
+    let want = a.mr.to_vec(last..last + size)?;
+    let start = Instant::now();
+    while b.mr.to_vec(last..last + size)? != want {
+        ensure!(
+            start.elapsed() < wait,
+            "the {depth} unsignaled writes did not arrive within {wait:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    n.say(format!(
+        "send queue of {depth} (granted for {PROBE_DEPTH} asked): {depth} unsignaled writes \
+         posted, all executed (the last one's bytes arrived), no completion to poll"
+    ));
+    let verdict = match write(depth) {
+        Ok(()) => format!(
+            "write {} accepted: this provider frees slots of executed unsignaled requests \
+             without a polled completion",
+            depth + 1
+        ),
+        Err(e) => format!("write {} refused: {e:#}", depth + 1),
+    };
+    n.say(&verdict);
+    Ok(verdict)
+}
+
+/// A second connected QP pair with a send queue of `PROBE_DEPTH`, for experiments that may break
+/// it (fill its queue, or end in a remote access error that moves it to the error state).
+fn probe_pair(args: &Args, a: &Side, b: &Side, mtu: Mtu) -> Result<Probe> {
+    // Their own CQs: nothing of these experiments can reach the measured CQs.
+    let (cqa, cqb) = (
+        a.ctx.create_cq(8, None).context("ibv_create_cq")?,
+        b.ctx.create_cq(8, None).context("ibv_create_cq")?,
+    );
+    let mk = |s: &Side, cq: &Cq| {
+        s.pd.create_qp(&QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            qp_type: QpType::Rc,
+            caps: QpCaps {
+                max_send_wr: PROBE_DEPTH,
+                max_recv_wr: 1,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        })
+        .context("ibv_create_qp (probe)")
+    };
+    let (qa, qb) = (mk(a, &cqa)?, mk(b, &cqb)?);
+    let ea = local_endpoint(&a.ctx, args.ib_port, &qa, &a.gid, random_psn())?;
+    let eb = local_endpoint(&b.ctx, args.ib_port, &qb, &b.gid, random_psn())?;
+    bring_up(&qa, &ea, &eb, &a.opts(args, mtu)).context("connecting the probe QP")?;
+    bring_up(&qb, &eb, &ea, &b.opts(args, mtu)).context("connecting the probe peer QP")?;
+    Ok(Probe { qa, qb, cqa, cqb })
+}
+
+/// [`probe_pair`]'s QPs and their own CQs.
+struct Probe {
+    qa: Qp,
+    qb: Qp,
+    cqa: Cq,
+    cqb: Cq,
+}
+
+/// A type 2 memory window on a fresh region of `b`: `b`'s QP binds it (`IBV_WR_BIND_MW`), `a`
+/// writes through its rkey, `b` invalidates it (`IBV_WR_LOCAL_INV`), `a` writes again and must
+/// get a remote access error, the window's bytes unchanged.
+fn memory_window(
+    args: &Args,
+    a: &Side,
+    b: &Side,
+    mtu: Mtu,
+    wait: Duration,
+    n: &Narrator,
+) -> Result<String> {
+    let size = a.size;
+    // Declared before the QPs, so dropped after them.
+    let region =
+        b.pd.reg_mr(
+            size,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::MW_BIND,
+        )
+        .context("ibv_reg_mr with IBV_ACCESS_MW_BIND")?;
+    let mw =
+        b.pd.alloc_mw_type2()
+            .context("ibv_alloc_mw(IBV_MW_TYPE_2)")?;
+    let Probe { qa, qb, cqa, cqb } = probe_pair(args, a, b, mtu)?;
+    n.say(format!(
+        "{}: region of {size} bytes (rkey {:#x}, access {}), window allocated with rkey {:#x}",
+        b.ctx.name(),
+        region.rkey(),
+        region.access(),
+        mw.rkey()
+    ));
+
+    let rkey = qb
+        .post_bind_mw(1, &mw, &region, 0..size, AccessFlags::REMOTE_WRITE)
+        .context("binding the window")?;
+    cqb.poll_one(wait, "the IBV_WR_BIND_MW completion")?;
+    n.say(format!(
+        "IBV_WR_BIND_MW on QP {:#x}: window -> region bytes 0..{size}, REMOTE_WRITE, new rkey \
+         {rkey:#x} (ibv_inc_rkey of the old one); completed",
+        qb.qpn()
+    ));
+
+    let through = |slot: usize| -> Result<WorkCompletion> {
+        let sge = a.mr.sge(slot * size..(slot + 1) * size)?;
+        let dst = verbs_lab::verbs::RemoteBuf {
+            addr: region.addr(),
+            rkey,
+            len: size as u32,
+        };
+        qa.post_send(&[SendWr::new(
+            slot as u64,
+            SendOp::Write(dst),
+            Payload::Sges(std::slice::from_ref(&sge)),
+        )
+        .signaled(true)])
+            .context("ibv_post_send(RDMA WRITE through the window)")?;
+        let mut wc = WorkCompletion::array::<1>();
+        cqa.poll_timeout(&mut wc, wait, "the write through the window")?;
+        let [wc] = wc;
+        Ok(wc)
+    };
+    through(0)?
+        .ok()
+        .context("the write through the bound window")?;
+    let want = a.mr.to_vec(0..size)?;
+    ensure!(
+        region.to_vec(0..size)? == want,
+        "the write through the window completed but its bytes are not in the region"
+    );
+    n.say(format!(
+        "{}: RDMA WRITE of {size} bytes to rkey {rkey:#x}: completed, bytes in the region checked",
+        a.ctx.name()
+    ));
+
+    qb.post_local_inv(2, rkey)
+        .context("invalidating the window")?;
+    cqb.poll_one(wait, "the IBV_WR_LOCAL_INV completion")?;
+    n.say(format!("IBV_WR_LOCAL_INV of rkey {rkey:#x}: completed"));
+
+    let wc = through(1)?;
+    ensure!(
+        !wc.is_success(),
+        "the write through the invalidated window succeeded"
+    );
+    ensure!(
+        region.to_vec(0..size)? == want,
+        "the write through the invalidated window changed the region"
+    );
+    let verdict = format!(
+        "write through rkey {rkey:#x} arrived; after IBV_WR_LOCAL_INV the next one: {}, region \
+         unchanged",
+        wc.status().name()
+    );
+    n.say(&verdict);
+    Ok(verdict)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn print_table(
+    cases: &[Case],
+    results: &[Vec<Measured>],
+    moderation: &str,
+    slots: &str,
+    window: &str,
+    args: &Args,
+) {
+    let find = |key: &str| cases.iter().position(|c| c.key == key);
+    let med = |i: usize| median(results[i].iter().map(Measured::value).collect());
+    // (knob, variant, case key) — the first variant of a knob is its baseline.
+    let rows: [(&str, &str, &str); 12] = [
+        ("signaling", "every WR signaled", "sig1"),
+        ("signaling", "every 16th signaled", "sig16"),
+        ("inline", "off (NIC reads the SGE)", "sig16"),
+        ("inline", "IBV_SEND_INLINE", "inline"),
+        ("post list", "1 WR per ibv_post_send", "sig16"),
+        ("post list", "16 WRs per ibv_post_send", "list16"),
+        ("poll batch", "ibv_poll_cq n=1", "poll1"),
+        ("poll batch", "ibv_poll_cq n=16", "sig1"),
+        ("wait", "busy polling", "busy"),
+        ("wait", "events (channel)", "events"),
+        ("placement", "same core", "same-core"),
+        ("placement", "different cores", "diff-cores"),
+    ];
+    println!(
+        "\n{} bytes per message; stream: {} RDMA WRITEs per run, 64 in flight; ping-pong: {} \
+         round trips per run; median of {} rounds",
+        args.size, args.iters, args.pp_iters, args.rounds
+    );
+    println!(
+        "{:<11} {:<26} {:>14} {:>8}  detail (last round)",
+        "knob", "setting", "result", "ratio"
+    );
+    let mut base = f64::NAN;
+    let mut knob = "";
+    for (k, variant, key) in rows {
+        if k != knob {
+            knob = k;
+            base = f64::NAN;
+        }
+        let Some(i) = find(key) else {
+            println!("{k:<11} {variant:<26} {:>14} {:>8}  not run here", "-", "-");
+            continue;
+        };
+        let v = med(i);
+        if base.is_nan() {
+            base = v;
+        }
+        let last = results[i].last().expect("at least one round");
+        let (result, ratio, detail) = match *last {
+            Measured::Stream {
+                msgs,
+                post_calls,
+                wcs,
+                fruitful_polls,
+                ..
+            } => (
+                format!("{v:.1} kmsg/s"),
+                v / base,
+                format!(
+                    "{msgs} writes: {post_calls} ibv_post_send, {wcs} completions in \
+                     {fruitful_polls} ibv_poll_cq"
+                ),
+            ),
+            Measured::PingPong { cpu_share, .. } => (
+                format!("{v:.0} µs RTT"),
+                base / v,
+                format!(
+                    "client thread on a CPU {:.0}% of its run",
+                    cpu_share * 100.0
+                ),
+            ),
+        };
+        println!(
+            "{k:<11} {variant:<26} {result:>14} {:>7.2}x  {detail}",
+            ratio
+        );
+    }
+    println!("{:<11} {:<26} {moderation}", "moderation", "ibv_modify_cq");
+    println!(
+        "{:<11} {:<26} {slots}",
+        "SQ slots", "unsignaled, queue full"
+    );
+    println!("{:<11} {:<26} {window}", "MW", "type 2: bind, invalidate");
+    println!(
+        "ratio: speed-up against the knob's first row (writes/s up, or round trip down); \
+         above 1 is better"
+    );
+}
