@@ -61,6 +61,14 @@ struct Args {
     #[arg(short = 'S', long = "size", default_value_t = 64,
           value_parser = clap::value_parser!(u32).range(MIN_SIZE as i64..=MAX_SIZE as i64))]
     size: u32,
+    /// RDMA Reads we may have outstanding towards the peer (`rdma_conn_param.initiator_depth`).
+    #[arg(long = "initiator-depth", default_value_t = 1,
+          value_parser = clap::value_parser!(u8).range(0..=16))]
+    initiator_depth: u8,
+    /// RDMA Reads the peer may have outstanding against us (`responder_resources`).
+    #[arg(long = "responder-resources", default_value_t = 1,
+          value_parser = clap::value_parser!(u8).range(0..=16))]
+    responder_resources: u8,
     /// Print every ping's data, as rping -v does.
     #[arg(short = 'v', long = "verbose")]
     verbose: bool,
@@ -312,11 +320,13 @@ fn server(args: &Args, n: &Narrator) -> Result<()> {
         1,
         "rdma_create_event_channel, rdma_create_id(RDMA_PS_TCP), rdma_bind_addr, rdma_listen",
     );
-    let cm = EventChannel::create().context("rdma_create_event_channel")?;
-    let listen_id = CmId::create(&cm, PortSpace::Tcp).context("rdma_create_id")?;
+    let cm = EventChannel::create().context("opening the connection manager")?;
+    let listen_id = CmId::create(&cm, PortSpace::Tcp).context("creating an rdma_cm id")?;
     let bind = SocketAddr::new(args.addr.unwrap_or(IpAddr::from([0, 0, 0, 0])), args.port);
-    listen_id.bind_addr(bind).context("rdma_bind_addr")?;
-    listen_id.listen(1).context("rdma_listen")?;
+    listen_id
+        .bind_addr(bind)
+        .with_context(|| format!("binding {bind}"))?;
+    listen_id.listen(1).context("listening")?;
     n.say(format!(
         "event channel fd {}; listening on {bind} (no TCP socket: the rdma_cm port space)",
         cm.fd()
@@ -416,16 +426,16 @@ fn server(args: &Args, n: &Narrator) -> Result<()> {
     let banner_buf = banner.remote(0..banner_text.len())?;
     id.accept(&ConnParam {
         private_data: encode_private(banner_buf),
-        responder_resources: 1,
-        initiator_depth: 1,
+        responder_resources: args.responder_resources,
+        initiator_depth: args.initiator_depth,
         retry_count: 7,
         rnr_retry_count: 7,
         ..ConnParam::default()
     })
-    .context("rdma_accept")?;
+    .context("accepting the connection")?;
     n.say(format!(
-        "accepted: responder_resources 1, initiator_depth 1, private data {PD_LEN} bytes: banner addr {:#x} rkey {:#x} len {}",
-        banner_buf.addr, banner_buf.rkey, banner_buf.len
+        "accepted: responder_resources {}, initiator_depth {}, private data {PD_LEN} bytes: banner addr {:#x} rkey {:#x} len {}",
+        args.responder_resources, args.initiator_depth, banner_buf.addr, banner_buf.rkey, banner_buf.len
     ));
     let est = cm
         .get_event(wait)
@@ -519,7 +529,7 @@ fn server(args: &Args, n: &Narrator) -> Result<()> {
         6,
         "rdma_disconnect, then destroy the QP, the ids and the channel",
     );
-    id.disconnect().context("rdma_disconnect")?;
+    id.disconnect().context("disconnecting")?;
     println!("server: {pings} pings of up to {size} bytes read, checked and written back; the client disconnected");
     Ok(())
 }
@@ -552,8 +562,8 @@ fn client(args: &Args, host: &str, n: &Narrator) -> Result<()> {
     // 1. Address resolution: which local device and port reach this IP address (the routing
     //    table and ARP/ND, as for TCP), and the peer's hardware address.
     n.step(1, "rdma_create_event_channel, rdma_create_id, rdma_resolve_addr -> RDMA_CM_EVENT_ADDR_RESOLVED");
-    let cm = EventChannel::create().context("rdma_create_event_channel")?;
-    let mut id = CmId::create(&cm, PortSpace::Tcp).context("rdma_create_id")?;
+    let cm = EventChannel::create().context("opening the connection manager")?;
+    let mut id = CmId::create(&cm, PortSpace::Tcp).context("creating an rdma_cm id")?;
     let resolving = || format!("resolving {dst} to a local RDMA device");
     id.resolve_addr(src, dst, Duration::from_millis(2000))
         .with_context(resolving)?;
@@ -574,7 +584,7 @@ fn client(args: &Args, host: &str, n: &Narrator) -> Result<()> {
     // 2. Route resolution: the path (on RoCE: GIDs, hop limit, traffic class from the IP route).
     n.step(2, "rdma_resolve_route -> RDMA_CM_EVENT_ROUTE_RESOLVED");
     id.resolve_route(Duration::from_millis(2000))
-        .context("rdma_resolve_route")?;
+        .with_context(|| format!("resolving the route to {dst}"))?;
     let ev = cm
         .get_event(wait)
         .context("waiting for route resolution")?
@@ -622,17 +632,17 @@ fn client(args: &Args, host: &str, n: &Narrator) -> Result<()> {
     let sink = bufs.rdma.remote(0..size)?;
     id.connect(&ConnParam {
         private_data: encode_private(sink),
-        responder_resources: 1,
-        initiator_depth: 1,
+        responder_resources: args.responder_resources,
+        initiator_depth: args.initiator_depth,
         retry_count: 7,
         rnr_retry_count: 7,
         ..ConnParam::default()
     })
-    .context("rdma_connect")?;
+    .with_context(|| format!("connecting to {dst}"))?;
     n.say(format!(
-        "REQ sent: responder_resources 1, initiator_depth 1, retry_count 7, rnr_retry_count 7, \
+        "REQ sent: responder_resources {}, initiator_depth {}, retry_count 7, rnr_retry_count 7, \
          private data {PD_LEN} bytes: our sink addr {:#x} rkey {:#x} len {}",
-        sink.addr, sink.rkey, sink.len
+        args.responder_resources, args.initiator_depth, sink.addr, sink.rkey, sink.len
     ));
     let est = cm
         .get_event(wait)
@@ -716,7 +726,7 @@ fn client(args: &Args, host: &str, n: &Narrator) -> Result<()> {
         "rdma_disconnect -> RDMA_CM_EVENT_DISCONNECTED; the posted receive is flushed",
     );
     conn.drain_sends()?;
-    id.disconnect().context("rdma_disconnect")?;
+    id.disconnect().context("disconnecting")?;
     let ev = cm
         .get_event(wait)
         .context("waiting for DISCONNECTED")?

@@ -749,7 +749,11 @@ mod tests {
             private_data: vec![0; MAX_CONNECT_PRIVATE_DATA + 1],
             ..ConnParam::default()
         };
-        let e = p.to_raw(MAX_CONNECT_PRIVATE_DATA).unwrap_err().to_string();
+        let e = p
+            .to_raw(MAX_CONNECT_PRIVATE_DATA)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(
             e.contains("57 bytes of private data; at most 56 fit"),
             "{e}"

@@ -57,7 +57,14 @@ step "exercise 2: the client's default (our sink in 24 bytes of private data) ar
 server_client "$port" "lesson13_rdma_cm -p $port --wait 60" "lesson13_rdma_cm -q -p $port -C 1 --wait 60 $VL_ADDR0"
 expect_contains "$SERVER_OUT" "private data: 56 bytes, ours"
 
-step "exercise 3: server -S 64, client -S 128"
+step "exercise 3: the client offers initiator depth 4 and responder resources 2, the server 1 and 1"
+server_client "$port" "lesson13_rdma_cm -p $port --wait 60" \
+    "lesson13_rdma_cm -p $port -C 1 --initiator-depth 4 --responder-resources 2 --wait 60 $VL_ADDR0"
+expect_contains "$SERVER_OUT" "the client asks: initiator_depth 4 (reads it may issue; our responder_resources), responder_resources 2 (reads it accepts; our initiator_depth)"
+expect_contains "$CLIENT_OUT" "REQ sent: responder_resources 2, initiator_depth 4,"
+expect_contains "$CLIENT_OUT" "is RTS (max_rd_atomic 1, max_dest_rd_atomic 1)"
+
+step "mismatched sizes: server -S 64, client -S 128"
 server_client "$port" "lesson13_rdma_cm -q -p $port -S 64 --wait 30" \
     "lesson13_rdma_cm -q -p $port -S 128 --wait 30 $VL_ADDR0" && fail "mismatched sizes passed"
 expect_contains "$SERVER_OUT" "the client's pings are 128 bytes, our buffer is 64: start the server with -S 128"
