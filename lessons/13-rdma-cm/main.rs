@@ -198,7 +198,29 @@ struct Conn<'a> {
     received: VecDeque<RemoteBuf>,
 }
 
-impl Conn<'_> {
+impl<'a> Conn<'a> {
+    /// Wraps a connection whose QP exists, and posts its first receive: rping's peer may SEND
+    /// as soon as the connection is established, before we get to look.
+    fn new(
+        id: &'a CmId,
+        cq: &'a Cq,
+        cm: &'a EventChannel,
+        bufs: &'a Buffers,
+        wait: Duration,
+    ) -> Result<Conn<'a>> {
+        let conn = Conn {
+            id,
+            cq,
+            cm,
+            bufs,
+            wait,
+            sends_in_flight: 0,
+            received: VecDeque::new(),
+        };
+        conn.post_recv()?;
+        Ok(conn)
+    }
+
     fn qp(&self) -> &Qp {
         self.id.qp().expect("the QP was created")
     }
@@ -406,16 +428,7 @@ fn server(args: &Args, n: &Narrator) -> Result<()> {
         qp.state()?,
         bufs.rdma.rkey()
     ));
-    let mut conn = Conn {
-        id: &id,
-        cq: &cq,
-        cm: &cm,
-        bufs: &bufs,
-        wait,
-        sends_in_flight: 0,
-        received: VecDeque::new(),
-    };
-    conn.post_recv()?;
+    let mut conn = Conn::new(&id, &cq, &cm, &bufs, wait)?;
 
     // 4. Accept: our depths and private data go back in the REP. The REP carries up to 196
     //    bytes: we advertise a banner the client may RDMA-READ at once.
@@ -612,16 +625,7 @@ fn client(args: &Args, host: &str, n: &Narrator) -> Result<()> {
         qp.qpn(),
         qp.state()?
     ));
-    let mut conn = Conn {
-        id: &id,
-        cq: &cq,
-        cm: &cm,
-        bufs: &bufs,
-        wait,
-        sends_in_flight: 0,
-        received: VecDeque::new(),
-    };
-    conn.post_recv()?;
+    let mut conn = Conn::new(&id, &cq, &cm, &bufs, wait)?;
 
     // 4. Connect: the REQ carries our depths and 24 bytes of private data (our sink buffer);
     //    the server's REP comes back as ESTABLISHED with *its* private data — or REJECTED.

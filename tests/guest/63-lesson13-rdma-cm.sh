@@ -13,23 +13,6 @@ port=18613
 out=$TMPDIR/l13.out
 SC_WAIT=wait_cm_port
 
-# expect_fail_within SECS NAME CMD...: CMD must exit non-zero (not by our timeout) within SECS;
-# its output is left in $out.
-expect_fail_within() {
-    _secs=$1 _name=$2
-    shift 2
-    echo "\$ $*"
-    _t0=$(_vl_now)
-    _rc=0
-    run_timeout "$_secs" "$@" >"$out" 2>&1 || _rc=$?
-    _took=$(( ($(_vl_now) - _t0) / 100 ))
-    cat "$out"
-    [ "$_rc" -ne 124 ] || fail "$_name: still running after ${_secs}s"
-    [ "$_rc" -ne 0 ] || fail "$_name: exited 0"
-    echo "($_name: exit $_rc after ~${_took}s)"
-    FAIL_RC=$_rc
-}
-
 step "our server on every address <- our client from $VL_ADDR1 ($VL_DEV1): 20 pings of 100 bytes"
 server_client "$port" "lesson13_rdma_cm -p $port -S 100 --wait 60" \
     "lesson13_rdma_cm -p $port -S 100 -C 20 -a $VL_ADDR1 --wait 60 $VL_ADDR0"

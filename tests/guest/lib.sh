@@ -206,6 +206,22 @@ server_client() {
 
 # ---- assertions -------------------------------------------------------------------------------
 
+# expect_fail_within SECS NAME CMD...: CMD must exit non-zero (not by our timeout) within SECS.
+# Its output is printed and left in "$out" (the caller sets out=FILE); FAIL_RC holds its status.
+expect_fail_within() {
+    _ef_secs=$1 _ef_name=$2 _ef_out=${out:?expect_fail_within: set out=FILE first}
+    shift 2
+    echo "\$ $*"
+    _ef_t0=$(_vl_now)
+    FAIL_RC=0
+    run_timeout "$_ef_secs" "$@" >"$_ef_out" 2>&1 || FAIL_RC=$?
+    _ef_took=$(( ($(_vl_now) - _ef_t0) / 100 ))
+    cat "$_ef_out"
+    [ "$FAIL_RC" -ne 124 ] || fail "$_ef_name: still running after ${_ef_secs}s"
+    [ "$FAIL_RC" -ne 0 ] || fail "$_ef_name: exited 0"
+    echo "($_ef_name: exit $FAIL_RC after ~${_ef_took}s)"
+}
+
 # expect_contains FILE TEXT: FILE must contain the fixed string TEXT.
 expect_contains() {
     [ -f "$1" ] || fail "expect_contains: no file $1"
