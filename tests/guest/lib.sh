@@ -115,12 +115,12 @@ _vl_cm_listening() {
         | grep -q -E "state LISTEN .*src-addr [^ ]*:$1( |\$)"
 }
 
-# _vl_wait_listen CHECK WHAT PORT [TIMEOUT=30] [PID]: wait until `CHECK PORT` is true.
+# _vl_wait_listen CHECK WHAT PORT [TIMEOUT=60] [PID]: wait until `CHECK PORT` is true.
 _vl_wait_listen() {
     _wp_check=$1
     _wp_what=$2
     _wp_port=$3
-    _wp_secs=${4:-30}
+    _wp_secs=${4:-60}
     _wp_pid=${5:-}
     _wp_end=$(($(_vl_now) + _wp_secs * 100))
     while ! "$_wp_check" "$_wp_port"; do
@@ -136,11 +136,11 @@ _vl_wait_listen() {
     done
 }
 
-# wait_port PORT [TIMEOUT=30] [PID]: wait until something listens on TCP PORT. Fails after
+# wait_port PORT [TIMEOUT=60] [PID]: wait until something listens on TCP PORT. Fails after
 # TIMEOUT seconds, or as soon as process PID (the server, if given) has exited.
 wait_port() { _vl_wait_listen _vl_listening TCP "$@"; }
 
-# wait_cm_port PORT [TIMEOUT=30] [PID]: as wait_port, for an rdma_cm listener on PORT.
+# wait_cm_port PORT [TIMEOUT=60] [PID]: as wait_port, for an rdma_cm listener on PORT.
 wait_cm_port() { _vl_wait_listen _vl_cm_listening rdma_cm "$@"; }
 
 # _vl_show LABEL STATUS COMMAND FILE: print one side's output under a heading.
@@ -156,7 +156,7 @@ _vl_show() {
 #   Afterwards: SERVER_OUT and CLIENT_OUT name files holding each side's output (stdout+stderr),
 #   SERVER_RC and CLIENT_RC hold the exit statuses (124: killed by a timeout).
 #   Knobs (environment): SC_WAIT (wait_port; wait_cm_port for rdma_cm servers),
-#   SC_LISTEN_TIMEOUT (30 s, for the server to listen), SC_CLIENT_TIMEOUT
+#   SC_LISTEN_TIMEOUT (60 s, for the server to listen), SC_CLIENT_TIMEOUT
 #   (120 s), SC_SERVER_TIMEOUT (30 s, for the server to exit once the client is done).
 server_client() {
     [ $# -eq 3 ] || fail "server_client: usage: server_client PORT 'SERVER CMD' 'CLIENT CMD'"
@@ -170,7 +170,7 @@ server_client() {
     echo "server_client: server: $_sc_server"
     sh -c "$_sc_server" >"$SERVER_OUT" 2>&1 </dev/null &
     _sc_spid=$!
-    if ! "${SC_WAIT:-wait_port}" "$_sc_port" "${SC_LISTEN_TIMEOUT:-30}" "$_sc_spid"; then
+    if ! "${SC_WAIT:-wait_port}" "$_sc_port" "${SC_LISTEN_TIMEOUT:-60}" "$_sc_spid"; then
         kill_tree TERM "$_sc_spid"
         SERVER_RC=0
         _vl_watch "$_sc_spid" 5 || SERVER_RC=$?
