@@ -22,6 +22,7 @@ fn every_binary_documents_itself() {
             env!("CARGO_BIN_EXE_lesson12_srq_events"),
             "--show-port-down",
         ),
+        (env!("CARGO_BIN_EXE_lesson13_rdma_cm"), "--count"),
         (env!("CARGO_BIN_EXE_lesson14_tuning"), "--pp-iters"),
     ] {
         verbs_lab::cli::check_generated(Path::new(exe), &scratch, flag)

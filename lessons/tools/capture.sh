@@ -36,6 +36,17 @@ killed() {
     wait "$cpid" 2>/dev/null || true
     wait "$spid" || echo "   (server exit $?)"
 }
+# cmpair NAME 'SERVER COMMAND' 'CLIENT COMMAND': as pair, for rdma_cm servers (lesson 13, rping),
+# which listen on rping's port 7174 and open no TCP socket.
+cmpair() {
+    echo "== $1: $2  |  $3"
+    sh -c "$2" >"$out/$1.server" 2>&1 &
+    spid=$!
+    wait_cm_port 7174 60 "$spid" || true
+    sh -c "$3" >"$out/$1.client" 2>&1 || echo "   (client exit $?)"
+    wait "$spid" || echo "   (server exit $?)"
+    sleep 1
+}
 # one NAME 'COMMAND': a program without a peer.
 one() {
     echo "== $1: $2"
@@ -73,11 +84,18 @@ run_all() {
     pair l12 'lesson12_srq_events -d rxe0' 'lesson12_srq_events -d rxe1 192.168.77.1'
     pair l12c 'lesson12_srq_events -d rxe0 -q' 'ibv_srq_pingpong -d rxe1 -g 1 192.168.77.1'
     pair l12s 'ibv_srq_pingpong -d rxe0 -g 1' 'lesson12_srq_events -d rxe1 -q 192.168.77.1'
+    cmpair l13 'lesson13_rdma_cm' 'lesson13_rdma_cm -a 192.168.77.2 192.168.77.1'
+    cmpair l13rc 'lesson13_rdma_cm -q -v' 'rping -c -a 192.168.77.1 -C 3 -v -V'
+    cmpair l13rs 'rping -s -a 192.168.77.1 -v' 'lesson13_rdma_cm -v -C 3 192.168.77.1'
+    cmpair l13depth 'lesson13_rdma_cm' 'lesson13_rdma_cm -C 1 --initiator-depth 4 --responder-resources 2 192.168.77.1'
+    cmpair l13size 'lesson13_rdma_cm -q -S 64' 'lesson13_rdma_cm -q -S 128 192.168.77.1'
+    cmpair l13rsize 'timeout 30 rping -s -a 192.168.77.1 -S 64' 'lesson13_rdma_cm -q -S 128 -C 1 --wait 10 192.168.77.1'
+    one l13nosrv 'lesson13_rdma_cm -q 192.168.77.1'
 }
 if [ $# -gt 0 ]; then
     # Only the named captures: run_all's lines for them.
     for name in "$@"; do
-        eval "$(sed -n "/^    \(pair\|one\|killed\) $name /p" "$0")"
+        eval "$(sed -n "/^    \(pair\|cmpair\|one\|killed\) $name /p" "$0")"
     done
 else
     run_all

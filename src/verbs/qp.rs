@@ -165,6 +165,12 @@ impl Qp {
         Ok(qp)
     }
 
+    /// The raw handle, for the connection manager (`cm.rs`), which attaches the QP to its
+    /// `rdma_cm_id` so that librdmacm walks it through INIT → RTR → RTS.
+    pub(crate) fn as_ptr(&self) -> *mut ibv_qp {
+        self.ptr
+    }
+
     /// The QP number the peer must be told.
     pub fn qpn(&self) -> u32 {
         // SAFETY: ptr is a live QP.

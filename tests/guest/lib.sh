@@ -108,25 +108,40 @@ _vl_listening() {
     return 1
 }
 
-# wait_port PORT [TIMEOUT=60] [PID]: wait until something listens on TCP PORT. Fails after
-# TIMEOUT seconds, or as soon as process PID (the server, if given) has exited.
-wait_port() {
-    _wp_port=$1
-    _wp_secs=${2:-60}
-    _wp_pid=${3:-}
+# _vl_cm_listening PORT: true when an rdma_cm id listens on PORT. rdma_cm listeners (rping -s,
+# lesson 13) open no TCP socket; iproute2's `rdma resource show cm_id` lists them.
+_vl_cm_listening() {
+    rdma resource show cm_id 2>/dev/null \
+        | grep -q -E "state LISTEN .*src-addr [^ ]*:$1( |\$)"
+}
+
+# _vl_wait_listen CHECK WHAT PORT [TIMEOUT=60] [PID]: wait until `CHECK PORT` is true.
+_vl_wait_listen() {
+    _wp_check=$1
+    _wp_what=$2
+    _wp_port=$3
+    _wp_secs=${4:-60}
+    _wp_pid=${5:-}
     _wp_end=$(($(_vl_now) + _wp_secs * 100))
-    while ! _vl_listening "$_wp_port"; do
+    while ! "$_wp_check" "$_wp_port"; do
         if [ -n "$_wp_pid" ] && ! _vl_alive "$_wp_pid"; then
-            echo "wait_port: the server (pid $_wp_pid) exited before listening on TCP port $_wp_port" >&2
+            echo "wait_port: the server (pid $_wp_pid) exited before listening on $_wp_what port $_wp_port" >&2
             return 1
         fi
         if [ "$(_vl_now)" -ge "$_wp_end" ]; then
-            echo "wait_port: nothing listens on TCP port $_wp_port after ${_wp_secs}s" >&2
+            echo "wait_port: nothing listens on $_wp_what port $_wp_port after ${_wp_secs}s" >&2
             return 1
         fi
         sleep 0.1
     done
 }
+
+# wait_port PORT [TIMEOUT=60] [PID]: wait until something listens on TCP PORT. Fails after
+# TIMEOUT seconds, or as soon as process PID (the server, if given) has exited.
+wait_port() { _vl_wait_listen _vl_listening TCP "$@"; }
+
+# wait_cm_port PORT [TIMEOUT=60] [PID]: as wait_port, for an rdma_cm listener on PORT.
+wait_cm_port() { _vl_wait_listen _vl_cm_listening rdma_cm "$@"; }
 
 # _vl_show LABEL STATUS COMMAND FILE: print one side's output under a heading.
 _vl_show() {
@@ -140,7 +155,8 @@ _vl_show() {
 #   Returns 0 when both exited 0; otherwise says which side failed and returns 1.
 #   Afterwards: SERVER_OUT and CLIENT_OUT name files holding each side's output (stdout+stderr),
 #   SERVER_RC and CLIENT_RC hold the exit statuses (124: killed by a timeout).
-#   Knobs (environment): SC_LISTEN_TIMEOUT (60 s, for the server to listen), SC_CLIENT_TIMEOUT
+#   Knobs (environment): SC_WAIT (wait_port; wait_cm_port for rdma_cm servers),
+#   SC_LISTEN_TIMEOUT (60 s, for the server to listen), SC_CLIENT_TIMEOUT
 #   (120 s), SC_SERVER_TIMEOUT (30 s, for the server to exit once the client is done).
 server_client() {
     [ $# -eq 3 ] || fail "server_client: usage: server_client PORT 'SERVER CMD' 'CLIENT CMD'"
@@ -154,12 +170,12 @@ server_client() {
     echo "server_client: server: $_sc_server"
     sh -c "$_sc_server" >"$SERVER_OUT" 2>&1 </dev/null &
     _sc_spid=$!
-    if ! wait_port "$_sc_port" "${SC_LISTEN_TIMEOUT:-60}" "$_sc_spid"; then
+    if ! "${SC_WAIT:-wait_port}" "$_sc_port" "${SC_LISTEN_TIMEOUT:-60}" "$_sc_spid"; then
         kill_tree TERM "$_sc_spid"
         SERVER_RC=0
         _vl_watch "$_sc_spid" 5 || SERVER_RC=$?
         _vl_show server "$SERVER_RC" "$_sc_server" "$SERVER_OUT"
-        echo "server_client: FAILED: the server never listened on TCP port $_sc_port; the client was not started" >&2
+        echo "server_client: FAILED: the server never listened on port $_sc_port; the client was not started" >&2
         return 1
     fi
     echo "server_client: client: $_sc_client"
@@ -189,6 +205,22 @@ server_client() {
 }
 
 # ---- assertions -------------------------------------------------------------------------------
+
+# expect_fail_within SECS NAME CMD...: CMD must exit non-zero (not by our timeout) within SECS.
+# Its output is printed and left in "$out" (the caller sets out=FILE); FAIL_RC holds its status.
+expect_fail_within() {
+    _ef_secs=$1 _ef_name=$2 _ef_out=${out:?expect_fail_within: set out=FILE first}
+    shift 2
+    echo "\$ $*"
+    _ef_t0=$(_vl_now)
+    FAIL_RC=0
+    run_timeout "$_ef_secs" "$@" >"$_ef_out" 2>&1 || FAIL_RC=$?
+    _ef_took=$(( ($(_vl_now) - _ef_t0) / 100 ))
+    cat "$_ef_out"
+    [ "$FAIL_RC" -ne 124 ] || fail "$_ef_name: still running after ${_ef_secs}s"
+    [ "$FAIL_RC" -ne 0 ] || fail "$_ef_name: exited 0"
+    echo "($_ef_name: exit $FAIL_RC after ~${_ef_took}s)"
+}
 
 # expect_contains FILE TEXT: FILE must contain the fixed string TEXT.
 expect_contains() {
