@@ -14,7 +14,7 @@
 //! **Safety of the buffers.** The destination buffer is registered for local access only: only
 //! our own NIC reads it (for our writes), and the plan orders every overwrite of a range after the
 //! completion of every send reading it. Between collectives nothing is posted on it, so
-//! [`Comm::input_mut`] and [`Comm::output`] hand it out as plain slices. The slots, which the
+//! [`Comm::write_input`] and [`Comm::read_output`] copy in and out of it. The slots, which the
 //! left neighbour writes, are read only between a message's completion and its credit — the
 //! window in which the protocol forbids the neighbour to touch them — and never handed out.
 

@@ -6,7 +6,7 @@
 # and devices with UCX held to its verbs transports: 0 wrong, and the rxe port counters moved at
 # least the packets its payload needs — Open MPI went over RDMA, not shared memory.
 # (scripts/bench-coll-vs-mpi compares the two speeds; this scenario only proves both work.)
-# Took ~100 s on a busy 2-core host (TCG guest).
+# Took 66-117 s on a busy 2-core host (TCG guest, load average 13-16).
 # timeout: 300
 # slow: two mpirun jobs of four ranks each, 8 B to 512 KiB with every element checked, under emulation
 set -eu
