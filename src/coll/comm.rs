@@ -14,7 +14,7 @@
 //! **Safety of the buffers.** The destination buffer is registered for local access only: only
 //! our own NIC reads it (for our writes), and the plan orders every overwrite of a range after the
 //! completion of every send reading it. Between collectives nothing is posted on it, so
-//! [`Comm::input_mut`] and [`Comm::output`] hand it out as plain slices. The slots, which the
+//! [`Comm::write_input`] and [`Comm::read_output`] copy in and out of it. The slots, which the
 //! left neighbour writes, are read only between a message's completion and its credit — the
 //! window in which the protocol forbids the neighbour to touch them — and never handed out.
 
@@ -78,6 +78,28 @@ pub struct TraceEvent<'a> {
     pub msg: &'a RecvMsg,
     /// The whole destination buffer after the message was applied.
     pub buffer: &'a [u8],
+}
+
+/// Where a rank's time went inside the collectives since the last [`Comm::take_phases`]: the
+/// profile behind `--profile` of the vl_*_perf tools (issue 10's "why is it slow").
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Phases {
+    /// Collectives run.
+    pub collectives: u64,
+    /// Building and posting the RDMA WRITEs (step 1 of the engine's loop).
+    pub post: Duration,
+    /// Copying arrived pieces out of the slots and reducing them into the destination, and
+    /// posting the credits (step 2).
+    pub apply: Duration,
+    /// `ibv_poll_cq` and re-posting receives (step 3).
+    pub poll: Duration,
+    /// Asleep on the completion channel, or spinning with nothing to do.
+    pub idle: Duration,
+    /// Bytes copied or reduced out of the slots.
+    pub applied_bytes: u64,
+    /// Pieces sent (RDMA WRITE WITH IMM) and times the rank went to sleep.
+    pub writes: u64,
+    pub sleeps: u64,
 }
 
 /// The observer of [`TraceEvent`]s (lesson 15 prints the vector after every step).
@@ -151,6 +173,7 @@ pub struct Comm {
     /// Set once a collective failed: the ring's state is unknown, later calls are refused.
     broken: bool,
     tracer: Option<Tracer>,
+    phases: Phases,
     _pd: Option<Pd>,
 }
 
@@ -210,6 +233,7 @@ impl Comm {
                 peer_timeout: opts.peer_timeout,
                 broken: false,
                 tracer: None,
+                phases: Phases::default(),
                 _pd: None,
             });
         }
@@ -369,6 +393,7 @@ impl Comm {
             peer_timeout: opts.peer_timeout,
             broken: false,
             tracer: None,
+            phases: Phases::default(),
             _pd: Some(pd),
         })
     }
@@ -401,6 +426,10 @@ impl Comm {
     /// Observes every message applied (narration); `None` stops.
     pub fn set_tracer(&mut self, t: Option<Tracer>) {
         self.tracer = t;
+    }
+    /// Where the time went since the last call (and starts counting afresh).
+    pub fn take_phases(&mut self) -> Phases {
+        std::mem::take(&mut self.phases)
     }
     /// The star of TCP connections around rank 0 (gathers, barriers for tools).
     pub fn star(&mut self) -> &mut Star {
@@ -628,8 +657,10 @@ impl Comm {
             mem,
             star,
             tracer,
+            phases,
             ..
         } = self;
+        phases.collectives += 1;
         let ring = ring
             .as_mut()
             .expect("a ring when the world has more than one rank");
@@ -643,6 +674,13 @@ impl Comm {
         let mut last_check = Instant::now();
         let mut spins = 0u32;
         let mut armed = false;
+        let mut t = Instant::now();
+        // lap(slot): charge the time since the last lap to `slot`.
+        let lap = |t: &mut Instant, slot: &mut Duration| {
+            let now = Instant::now();
+            *slot += now - *t;
+            *t = now;
+        };
         while processed < nrecv || completed < nsend {
             let mut progress = false;
             // 1. Post what the credits and the dependencies allow.
@@ -675,8 +713,10 @@ impl Comm {
                 ring.credits -= 1;
                 ring.sq_right += 1;
                 posted += 1;
+                phases.writes += 1;
                 progress = true;
             }
+            lap(&mut t, &mut phases.post);
             // 2. Apply what has arrived, in order, and hand the slots back.
             while processed < nrecv && ring.sq_left < ring.sq_depth {
                 let Some(&(imm, len)) = ring.arrived.front() else {
@@ -717,6 +757,7 @@ impl Comm {
                 }
                 ring.rx_seq += 1;
                 processed += 1;
+                phases.applied_bytes += u64::from(len);
                 let credit = SendWr::new(
                     WR_CREDIT,
                     SendOp::SendWithImm(ring.rx_seq as u32),
@@ -737,6 +778,7 @@ impl Comm {
                     });
                 }
             }
+            lap(&mut t, &mut phases.apply);
             // 3. Reap completions.
             let n = ring.cq.poll(&mut wcs).map_err(verbs("ibv_poll_cq"))?;
             for wc in &wcs[..n] {
@@ -773,6 +815,7 @@ impl Comm {
                     other => return Err(CollError::Failed(format!("unknown completion {other}"))),
                 }
             }
+            lap(&mut t, &mut phases.poll);
             // 4. Bounded waits: no progress for the peer timeout is a gone neighbour; the star
             // says at once when a rank died.
             if n > 0 || progress {
@@ -794,7 +837,10 @@ impl Comm {
                     armed = true;
                     continue;
                 }
-                match ring.channel.wait(&ring.cq, SLEEP_SLICE) {
+                phases.sleeps += 1;
+                let slept = ring.channel.wait(&ring.cq, SLEEP_SLICE);
+                lap(&mut t, &mut phases.idle);
+                match slept {
                     Ok(()) | Err(VerbsError::Timeout { .. }) => {}
                     Err(e) => return Err(verbs("waiting for a completion event")(e)),
                 }
@@ -822,6 +868,7 @@ impl Comm {
                 continue;
             }
             std::hint::spin_loop();
+            lap(&mut t, &mut phases.idle);
         }
         Ok(())
     }

@@ -19,7 +19,7 @@ pub mod launch;
 pub mod schedule;
 
 pub use bootstrap::{CollError, RankRecord};
-pub use comm::{Comm, CommOpts};
+pub use comm::{Comm, CommOpts, Phases};
 pub use env::{RankFlags, RankInfo};
 pub use kernels::{DataType, RedOp};
 pub use schedule::Coll;

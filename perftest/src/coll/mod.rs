@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use verbs_lab::coll::bootstrap::Put;
 use verbs_lab::coll::kernels::{self, count_wrong, fill_input, input_value};
-use verbs_lab::coll::{launch, Coll, CollError, Comm, CommOpts, DataType, RankFlags, RedOp};
+use verbs_lab::coll::{
+    launch, Coll, CollError, Comm, CommOpts, DataType, Phases, RankFlags, RedOp,
+};
 use verbs_lab::json::Object;
 
 use report::{Measure, Row, Table};
@@ -113,6 +115,10 @@ pub struct Args {
     /// Every rank prints its own rows too.
     #[arg(long = "all-ranks")]
     pub all_ranks: bool,
+    /// Print to stderr where rank 0's time went in each size's timed loop (posting, applying,
+    /// polling, idle); with --all-ranks, every rank's.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// `4096`, `64K`, `4M`, `1G`.
@@ -477,11 +483,24 @@ fn bench_one(
         call(comm, coll, args, count, in_place).map_err(failed)?;
     }
     comm.barrier().map_err(failed)?;
+    comm.take_phases();
     let t0 = Instant::now();
     for _ in 0..args.iters {
         call(comm, coll, args, count, in_place).map_err(failed)?;
     }
     let us = t0.elapsed().as_secs_f64() * 1e6 / f64::from(args.iters);
+    if args.profile && (comm.rank() == 0 || args.all_ranks) {
+        eprintln!(
+            "{}",
+            profile_line(
+                comm.rank(),
+                count * args.dtype.size(),
+                in_place,
+                us,
+                &comm.take_phases()
+            )
+        );
+    }
     let wrong = if args.check == 1 {
         prepare_check(comm, coll, args, count, in_place);
         call(comm, coll, args, count, in_place).map_err(failed)?;
@@ -490,6 +509,25 @@ fn bench_one(
         None
     };
     Ok((us, wrong))
+}
+
+/// One `--profile` line: per collective, where the time went, in ms.
+fn profile_line(rank: usize, bytes: usize, in_place: bool, us: f64, p: &Phases) -> String {
+    let n = p.collectives.max(1) as f64;
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3 / n;
+    format!(
+        "# profile rank {rank} {bytes} B {}: {:.2} ms per collective = post {:.2} + apply {:.2} \
+         ({:.0} B) + poll {:.2} + idle {:.2} ms; {:.1} writes, {:.1} sleeps",
+        if in_place { "in-place" } else { "out-of-place" },
+        us / 1e3,
+        ms(p.post),
+        ms(p.apply),
+        p.applied_bytes as f64 / n,
+        ms(p.poll),
+        ms(p.idle),
+        p.writes as f64 / n,
+        p.sleeps as f64 / n
+    )
 }
 
 /// The exact value every element should hold after a checked run, and who contributes what.
