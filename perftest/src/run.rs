@@ -8,9 +8,9 @@
 //! Exit codes ([`EXIT_CODES`], printed by every tool's `--help`): 0 success; 1 the run failed
 //! (the error says which step, and the peer's reason when it reported one); 2 a bad command
 //! line (nothing was run); 3 ([`EXIT_GATE_FAILED`](crate::gates::EXIT_GATE_FAILED)) the run
-//! completed but missed a gate (a fatal asynchronous event of the device — a port that went
-//! down, a QP in a fatal error — fails the run with 1, named, see [`crate::events`]); 130 and 143 the run was stopped by SIGINT or SIGTERM (see
-//! [`crate::signals`]).
+//! completed but missed a gate; 130 and 143 the run was stopped by SIGINT or SIGTERM (see
+//! [`crate::signals`]). A fatal event of the device (a port that went down, a QP in a fatal
+//! error, the device being removed) fails the run with 1, named: see [`crate::events`].
 
 use std::process::ExitCode;
 use std::time::Duration;
