@@ -22,7 +22,7 @@ use std::time::Duration;
 use verbs_lab::verbs::{AsyncEvent, AsyncEventKind, Context};
 
 /// One wait of the watcher: how late a stop request is seen (at the end of a run).
-const SLICE: Duration = Duration::from_millis(100);
+pub const SLICE: Duration = Duration::from_millis(100);
 
 /// The first event that ended the run, if one came.
 static FATAL: Mutex<Option<DeviceEvent>> = Mutex::new(None);
