@@ -48,6 +48,8 @@ pub struct ConnectOpts {
     /// Ack timeout exponent (4.096 µs × 2^timeout). perftest uses 14 (~67 ms); under software
     /// emulation (QEMU TCG) 20 (~4.3 s) avoids spurious retry failures.
     pub timeout: u8,
+    /// Retransmissions after an ack timeout before IBV_WC_RETRY_EXC_ERR; [`RETRY_CNT`] by
+    /// default.
     pub retry_cnt: u8,
     pub rnr_retry: u8,
     pub min_rnr_timer: u8,
@@ -58,6 +60,15 @@ pub struct ConnectOpts {
     pub traffic_class: u8,
 }
 
+/// The retry count every verbs-lab QP connects with: 6, not the 7 that perftest and the
+/// rdma-core examples use. The IB spec makes 7 a plain count (only `rnr_retry` 7 means "for
+/// ever"), but rxe (SoftRoCE) never counts 7 down: a request to a peer whose QP is gone is
+/// retransmitted for ever and no completion comes (measured in the guest with the peer killed:
+/// retry_cnt 7 gave completer_retry_err +11, retry_exceeded_err +0 and no completion in 15 s;
+/// retry_cnt 6 gave IBV_WC_RETRY_EXC_ERR after 7 s with retry_exceeded_err +1). With 6 a dead
+/// peer ends in an error completion on every device, after 7 ack timeouts.
+pub const RETRY_CNT: u8 = 6;
+
 impl Default for ConnectOpts {
     fn default() -> Self {
         ConnectOpts {
@@ -66,7 +77,7 @@ impl Default for ConnectOpts {
             path_mtu: Mtu::Mtu1024,
             access: AccessFlags::EMPTY,
             timeout: 14,
-            retry_cnt: 7,
+            retry_cnt: RETRY_CNT,
             rnr_retry: 7,
             min_rnr_timer: 12,
             max_rd_atomic: 16,

@@ -251,8 +251,10 @@ fn run(args: &Args) -> Result<()> {
         // Wait 4.096 us x 2^timeout for an ACK before retransmitting (-u; 18 = 1.07 s, for
         // slow emulation; 14 = 67 ms is usual on hardware).
         timeout: a.qp_timeout,
-        // Retransmissions before giving up with IBV_WC_RETRY_EXC_ERR (at most 7).
-        retry_cnt: 7,
+        // Retransmissions before giving up with IBV_WC_RETRY_EXC_ERR (at most 7). We use 6:
+        // rxe (SoftRoCE) never counts 7 down, so a dead peer would be retried for ever
+        // (verbs_lab::connect::RETRY_CNT has the measurement).
+        retry_cnt: verbs_lab::connect::RETRY_CNT,
         // Retries after an RNR NAK before IBV_WC_RNR_RETRY_EXC_ERR; 7 means forever.
         rnr_retry: 7,
         // RDMA READs/atomics we may have outstanding towards the peer (initiator depth).

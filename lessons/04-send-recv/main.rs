@@ -154,7 +154,8 @@ fn run(args: &Args) -> Result<()> {
         // SEND/RECV needs no remote access rights (ibv_rc_pingpong uses none either).
         access: AccessFlags::EMPTY,
         timeout: a.qp_timeout,
-        retry_cnt: 7,
+        // 6, as in lesson 03: on rxe a retry count of 7 never runs out.
+        retry_cnt: verbs_lab::connect::RETRY_CNT,
         // With --show-rnr the client gives up at the first RNR NAK instead of retrying forever.
         rnr_retry: if args.show_rnr { 0 } else { 7 },
         min_rnr_timer: 12,

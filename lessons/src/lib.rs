@@ -646,10 +646,8 @@ pub fn connect_opts(
         sgid_index: dev.gid.entry.index as u8,
         path_mtu: peer_mtu.map_or(ours, |p| p.min(ours)),
         timeout: args.qp_timeout,
-        // 6, not 7: rxe (SoftRoCE) takes a retry count of 7 as "retry for ever", so a request
-        // to a peer whose QP is gone would never complete; with 6 it ends in
-        // IBV_WC_RETRY_EXC_ERR after 7 ack timeouts, on every device.
-        retry_cnt: 6,
+        // 6, not 7: on rxe a retry count of 7 never runs out (see RETRY_CNT).
+        retry_cnt: verbs_lab::connect::RETRY_CNT,
         ..Default::default()
     }
 }

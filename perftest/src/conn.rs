@@ -522,7 +522,7 @@ pub fn connect(
         path_mtu,
         access: res.rights.qp,
         timeout: cfg.qp_timeout,
-        retry_cnt: 7,
+        retry_cnt: verbs_lab::connect::RETRY_CNT,
         rnr_retry: 7,
         min_rnr_timer: 12,
         max_rd_atomic: if needs_rd { outstanding as u8 } else { 1 },

@@ -48,7 +48,7 @@ killed_mid_run() {
     _srv=$TMPDIR/srv.out _cli=$TMPDIR/cli.out
     lesson04_send_recv -d "$VL_DEV0" -p "$_port" -n 1000000 --wait 5 >"$_srv" 2>&1 &
     _spid=$!
-    wait_port "$_port" 30 "$_spid"
+    wait_port "$_port" 60 "$_spid"
     lesson04_send_recv -d "$VL_DEV1" -p "$_port" -n 1000000 --wait 5 "$VL_ADDR0" >"$_cli" 2>&1 &
     _cpid=$!
     # Wait (bounded) until the client narrates its first send: the ping-pong is running.

@@ -22,7 +22,7 @@ srv=$TMPDIR/srv.out cli=$TMPDIR/cli.out err=$TMPDIR/cli.err out=$TMPDIR/one.out
 pair() {
     sh -c "$2" >"$srv" 2>&1 </dev/null &
     _p_spid=$!
-    wait_port "$1" 30 "$_p_spid"
+    wait_port "$1" 60 "$_p_spid"
     CRC=0
     run_timeout 60 sh -c "$3" >"$cli" 2>"$err" </dev/null || CRC=$?
     SRC=0
@@ -111,7 +111,7 @@ killed_mid_run() {
     # shellcheck disable=SC2086 # the argument strings are word lists
     $_l -d "$VL_DEV0" -p "$_port" $_sargs >"$srv" 2>&1 &
     _spid=$!
-    wait_port "$_port" 30 "$_spid"
+    wait_port "$_port" 60 "$_spid"
     # shellcheck disable=SC2086
     $_l -d "$VL_DEV1" -p "$_port" $_cargs "$VL_ADDR0" >"$cli" 2>&1 &
     _cpid=$!

@@ -60,7 +60,7 @@ trap restore EXIT
 srv=$TMPDIR/pd-server.out cli=$TMPDIR/pd-client.out
 lesson12_srq_events -d "$VL_DEV0" -p "$port" --show-port-down --wait 60 >"$srv" 2>&1 &
 spid=$!
-wait_port "$port" 30 "$spid"
+wait_port "$port" 60 "$spid"
 lesson12_srq_events -d "$VL_DEV1" -p "$port" --show-port-down --wait 60 "$VL_ADDR0" >"$cli" 2>&1 &
 cpid=$!
 i=0

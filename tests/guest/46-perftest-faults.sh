@@ -46,7 +46,7 @@ next_port
 # -u 17: a 0.5 s ack timeout, so that the stall is declared within ~10 s (timeout x 8 x 2).
 vl_send_bw -d "$VL_DEV0" -u 17 -p "$PORT" -D 60 >"$TMPDIR/srv.out" 2>&1 &
 spid=$!
-wait_port "$PORT" 30 "$spid"
+wait_port "$PORT" 60 "$spid"
 vl_send_bw -d "$VL_DEV1" -u 17 -p "$PORT" -D 60 "$VL_ADDR0" >"$TMPDIR/cli.out" 2>&1 &
 cpid=$!
 wait_header "$TMPDIR/cli.out" "$cpid"
@@ -70,7 +70,7 @@ step "the client of vl_send_bw is killed mid-run: the server notices at once"
 next_port
 vl_send_bw -d "$VL_DEV0" -u 20 -p "$PORT" -D 60 >"$TMPDIR/srv.out" 2>&1 &
 spid=$!
-wait_port "$PORT" 30 "$spid"
+wait_port "$PORT" 60 "$spid"
 vl_send_bw -d "$VL_DEV1" -u 20 -p "$PORT" -D 60 "$VL_ADDR0" >"$TMPDIR/cli.out" 2>&1 &
 cpid=$!
 wait_header "$TMPDIR/cli.out" "$cpid"
@@ -87,7 +87,7 @@ step "the server of vl_read_lat pauses (SIGSTOP, 5 s): its NIC answers alone; bo
 next_port
 vl_read_lat -d "$VL_DEV0" -u 20 -p "$PORT" -D 8 >"$TMPDIR/srv.out" 2>&1 &
 spid=$!
-wait_port "$PORT" 30 "$spid"
+wait_port "$PORT" 60 "$spid"
 vl_read_lat -d "$VL_DEV1" -u 20 -p "$PORT" -D 8 "$VL_ADDR0" >"$TMPDIR/cli.out" 2>&1 &
 cpid=$!
 wait_header "$TMPDIR/cli.out" "$cpid"

@@ -17,7 +17,7 @@ srv=$TMPDIR/inf.server cli=$TMPDIR/inf.client
 # shellcheck disable=SC2086 # VL_PT_COMMON holds several options
 vl_write_bw -d "$VL_DEV0" $VL_PT_COMMON -p "$PORT" -s 4096 -D 1 --run_infinitely >"$srv" 2>&1 &
 spid=$!
-wait_port "$PORT" 30 "$spid" || fail "the server never listened"
+wait_port "$PORT" 60 "$spid" || fail "the server never listened"
 # shellcheck disable=SC2086 # VL_PT_COMMON holds several options
 vl_write_bw -d "$VL_DEV1" $VL_PT_COMMON -p "$PORT" -s 4096 -D 1 --run_infinitely "$VL_ADDR0" \
     >"$cli" 2>&1 &

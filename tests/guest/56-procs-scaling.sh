@@ -5,16 +5,19 @@
 # host's load, so nothing is asserted beyond every run working): vl_write_bw --procs 1, --procs 2
 # and, for comparison, two ib_write_bw pairs at once on ports P and P+1 pinned with taskset to
 # cores 0 and 1, their BW averages summed. Same parameters, alternating order, several rounds.
-# The numbers go to .vm-out/perftest/procs-scaling.txt (for docs/benchmarks.md).
-# timeout: 900
-# slow: alternating rounds of --procs 1 and --procs 2 bandwidth runs, for the scaling ratio
+# The numbers go to .vm-out/perftest/procs-scaling.txt. In the suite one round proves that every
+# run works; the measurement of docs/benchmarks.md is this scenario with more rounds
+# (`scripts/softroce-vm run -- 'mkdir -p /tmp/s; TMPDIR=/tmp/s VL_PROCS_ROUNDS=5 sh
+# tests/guest/56-procs-scaling.sh'`): speed is measured by benchmarks, and a test's time must
+# not grow with how many rounds a statistic wants.
+# timeout: 600
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
 # shellcheck source=tests/guest/perftest-lib.sh
 . "$VL_TESTS/perftest-lib.sh"
 
-ROUNDS=${VL_PROCS_ROUNDS:-5}
+ROUNDS=${VL_PROCS_ROUNDS:-1}
 PARAMS="-x 1 -u 20 -F -s 65536 -n 1000 -Q 1 -I 0"
 res=$VL_PT_OUT/procs-scaling.txt
 : >"$res"
@@ -43,8 +46,8 @@ one_ib() {
     s0=$!
     taskset -c 1 ib_write_bw -d "$VL_DEV0" -p "$p1" $PARAMS >"$TMPDIR/s1" 2>&1 &
     s1=$!
-    wait_port "$p0" 30 "$s0"
-    wait_port "$p1" 30 "$s1"
+    wait_port "$p0" 60 "$s0"
+    wait_port "$p1" 60 "$s1"
     taskset -c 0 ib_write_bw -d "$VL_DEV1" -p "$p0" $PARAMS "$VL_ADDR0" >"$TMPDIR/c0" 2>&1 &
     c0=$!
     taskset -c 1 ib_write_bw -d "$VL_DEV1" -p "$p1" $PARAMS "$VL_ADDR0" >"$TMPDIR/c1" 2>&1 &

@@ -22,7 +22,7 @@ next_port
 vl_write_bw -d "$VL_DEV0" $VL_PT_COMMON -p "$PORT" -s 4096 -n 200 --validate --wait 120 \
     >"$srv" 2>&1 &
 spid=$!
-wait_port "$PORT" 30 "$spid"
+wait_port "$PORT" 60 "$spid"
 # 1. connect and close (a port scan).
 nc -w 2 "$VL_ADDR0" "$PORT" </dev/null >/dev/null 2>&1 || true
 # 2. a well-formed frame of 4 bytes of garbage (message type 0xde).
@@ -71,7 +71,7 @@ step "a second client during a run is refused at once; the first run completes"
 next_port
 vl_write_bw -d "$VL_DEV0" $VL_PT_COMMON -p "$PORT" -D 6 >"$srv" 2>&1 &
 spid=$!
-wait_port "$PORT" 30 "$spid"
+wait_port "$PORT" 60 "$spid"
 vl_write_bw -d "$VL_DEV1" $VL_PT_COMMON -p "$PORT" -D 6 "$VL_ADDR0" >"$cli" 2>&1 &
 cpid=$!
 sleep 3

@@ -22,7 +22,7 @@ stop_one() {
     next_port
     "$3" -d "$VL_DEV0" $VL_PT_COMMON -p "$PORT" -D 60 >"$srv" 2>&1 &
     _spid=$!
-    wait_port "$PORT" 30 "$_spid"
+    wait_port "$PORT" 60 "$_spid"
     "$3" -d "$VL_DEV1" $VL_PT_COMMON -p "$PORT" -D 60 "$VL_ADDR0" >"$cli" 2>&1 &
     _cpid=$!
     wait_header "$cli" "$_cpid"
@@ -63,7 +63,7 @@ step "SIGINT to a server still waiting for its client: 130 at once"
 next_port
 vl_read_bw -d "$VL_DEV0" -p "$PORT" >"$srv" 2>&1 &
 spid=$!
-wait_port "$PORT" 30 "$spid"
+wait_port "$PORT" 60 "$spid"
 kill -INT "$spid"
 rc=0
 _vl_watch "$spid" 5 || rc=$?
@@ -77,7 +77,7 @@ grep -q '^vlnobody:' /etc/passwd || echo 'vlnobody:x:65534:65534::/tmp:/bin/sh' 
 next_port
 vl_write_bw -d "$VL_DEV0" $VL_PT_COMMON -p "$PORT" -s 1048576 -n 10 -q 4 >"$srv" 2>&1 &
 spid=$!
-wait_port "$PORT" 30 "$spid"
+wait_port "$PORT" 60 "$spid"
 rc=0
 su vlnobody -s /bin/sh -c "ulimit -l 64 && exec $(command -v vl_write_bw) -d $VL_DEV1 \
     $VL_PT_COMMON -p $PORT -s 1048576 -n 10 -q 4 $VL_ADDR0" >"$cli" 2>&1 || rc=$?

@@ -108,11 +108,11 @@ _vl_listening() {
     return 1
 }
 
-# wait_port PORT [TIMEOUT=30] [PID]: wait until something listens on TCP PORT. Fails after
+# wait_port PORT [TIMEOUT=60] [PID]: wait until something listens on TCP PORT. Fails after
 # TIMEOUT seconds, or as soon as process PID (the server, if given) has exited.
 wait_port() {
     _wp_port=$1
-    _wp_secs=${2:-30}
+    _wp_secs=${2:-60}
     _wp_pid=${3:-}
     _wp_end=$(($(_vl_now) + _wp_secs * 100))
     while ! _vl_listening "$_wp_port"; do
@@ -140,7 +140,7 @@ _vl_show() {
 #   Returns 0 when both exited 0; otherwise says which side failed and returns 1.
 #   Afterwards: SERVER_OUT and CLIENT_OUT name files holding each side's output (stdout+stderr),
 #   SERVER_RC and CLIENT_RC hold the exit statuses (124: killed by a timeout).
-#   Knobs (environment): SC_LISTEN_TIMEOUT (30 s, for the server to listen), SC_CLIENT_TIMEOUT
+#   Knobs (environment): SC_LISTEN_TIMEOUT (60 s, for the server to listen), SC_CLIENT_TIMEOUT
 #   (120 s), SC_SERVER_TIMEOUT (30 s, for the server to exit once the client is done).
 server_client() {
     [ $# -eq 3 ] || fail "server_client: usage: server_client PORT 'SERVER CMD' 'CLIENT CMD'"
@@ -154,7 +154,7 @@ server_client() {
     echo "server_client: server: $_sc_server"
     sh -c "$_sc_server" >"$SERVER_OUT" 2>&1 </dev/null &
     _sc_spid=$!
-    if ! wait_port "$_sc_port" "${SC_LISTEN_TIMEOUT:-30}" "$_sc_spid"; then
+    if ! wait_port "$_sc_port" "${SC_LISTEN_TIMEOUT:-60}" "$_sc_spid"; then
         kill_tree TERM "$_sc_spid"
         SERVER_RC=0
         _vl_watch "$_sc_spid" 5 || SERVER_RC=$?
