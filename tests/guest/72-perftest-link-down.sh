@@ -59,7 +59,7 @@ start_pair() {
     next_port
     "$1" -d "$VL_DEV0" $VL_PT_COMMON -p "$PORT" -D 40 >"$srv" 2>&1 &
     SPID=$!
-    wait_port "$PORT" 30 "$SPID"
+    wait_port "$PORT" 60 "$SPID"
     "$1" -d "$VL_DEV1" $VL_PT_COMMON -p "$PORT" -D 40 "$VL_ADDR0" >"$cli" 2>&1 &
     CPID=$!
     wait_header "$cli" "$CPID"
