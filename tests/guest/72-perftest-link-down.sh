@@ -11,7 +11,7 @@
 # After each: veth1 up (or rxe1 re-created on veth1), both ports ACTIVE with their GIDs, and a
 # short vl_send_bw pair proves traffic flows again.
 # timeout: 360
-# slow: three faulted runs under TCG, each followed by a restore and a vl_send_bw pair that proves the devices work again (~70 s)
+# slow: three faulted runs under TCG, each followed by a restore and a vl_send_bw pair that proves the devices work again (33-67 s)
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
