@@ -322,6 +322,27 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// xorshift64*: a small deterministic stream of numbers for the codecs' property tests (here,
+/// `tests/mq.rs`, `perftest/tests/proto.rs`), so that they need no crate and fail the same way
+/// every time. Not for anything that needs unpredictable numbers.
+#[derive(Debug, Clone)]
+pub struct XorShift(pub u64);
+
+impl XorShift {
+    /// The next number (the seed must not be 0).
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,5 +414,159 @@ mod tests {
         );
         let long = "x".repeat(70_000);
         assert!(Writer::new().str(&long).is_err());
+    }
+
+    /// One field of a random record, with its value.
+    #[derive(Debug, Clone, PartialEq)]
+    enum Field {
+        U8(u8),
+        U16(u16),
+        U32(u32),
+        U64(u64),
+        F64(u64), // the bits: NaN payloads must survive too
+        Bool(bool),
+        Tag(bool),
+        Str(String),
+        Strs(Vec<String>),
+    }
+
+    fn random_text(rng: &mut XorShift) -> String {
+        // Mostly ASCII, some multi-byte characters, sometimes empty.
+        let n = rng.below(12) as usize;
+        (0..n)
+            .map(|_| match rng.below(6) {
+                0 => 'é',
+                1 => '€',
+                2 => '\u{1f980}',
+                _ => (b'a' + rng.below(26) as u8) as char,
+            })
+            .collect()
+    }
+
+    fn random_field(rng: &mut XorShift) -> Field {
+        let edge = |rng: &mut XorShift, max: u64| match rng.below(4) {
+            0 => 0,
+            1 => max,
+            _ => rng.next_u64() & max,
+        };
+        match rng.below(9) {
+            0 => Field::U8(edge(rng, 0xff) as u8),
+            1 => Field::U16(edge(rng, 0xffff) as u16),
+            2 => Field::U32(edge(rng, u64::from(u32::MAX)) as u32),
+            3 => Field::U64(edge(rng, u64::MAX)),
+            4 => Field::F64(rng.next_u64()),
+            5 => Field::Bool(rng.below(2) == 1),
+            6 => Field::Tag(rng.below(2) == 1),
+            7 => Field::Str(random_text(rng)),
+            _ => Field::Strs((0..rng.below(5)).map(|_| random_text(rng)).collect()),
+        }
+    }
+
+    fn write(w: &mut Writer, f: &Field) {
+        match f {
+            Field::U8(v) => w.u8(*v),
+            Field::U16(v) => w.u16(*v),
+            Field::U32(v) => w.u32(*v),
+            Field::U64(v) => w.u64(*v),
+            Field::F64(bits) => w.f64(f64::from_bits(*bits)),
+            Field::Bool(v) => w.bool(*v),
+            Field::Tag(v) => w.u8(u8::from(*v)),
+            Field::Str(s) => w.str(s).unwrap(),
+            Field::Strs(v) => w.strs(v).unwrap(),
+        }
+    }
+
+    /// Reads a field of `like`'s type.
+    fn read(r: &mut Reader<'_>, like: &Field) -> Result<Field, WireError> {
+        Ok(match like {
+            Field::U8(_) => Field::U8(r.u8("u8")?),
+            Field::U16(_) => Field::U16(r.u16("u16")?),
+            Field::U32(_) => Field::U32(r.u32("u32")?),
+            Field::U64(_) => Field::U64(r.u64("u64")?),
+            Field::F64(_) => Field::F64(r.f64("f64")?.to_bits()),
+            Field::Bool(_) => Field::Bool(r.bool("bool")?),
+            Field::Tag(_) => Field::Tag(r.tag("tag")?),
+            Field::Str(_) => Field::Str(r.str("str")?),
+            Field::Strs(_) => Field::Strs(r.strs("strs")?),
+        })
+    }
+
+    fn read_all(bytes: &[u8], schema: &[Field]) -> Result<Vec<Field>, WireError> {
+        let mut r = Reader::new(bytes);
+        let got = schema
+            .iter()
+            .map(|f| read(&mut r, f))
+            .collect::<Result<Vec<_>, _>>()?;
+        r.finish()?;
+        Ok(got)
+    }
+
+    #[test]
+    fn random_records_round_trip_and_every_cut_is_refused() {
+        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        for round in 0..5_000 {
+            let fields: Vec<Field> = (0..rng.below(10)).map(|_| random_field(&mut rng)).collect();
+            let mut w = Writer::new();
+            fields.iter().for_each(|f| write(&mut w, f));
+            let bytes = w.into_bytes();
+            assert_eq!(
+                read_all(&bytes, &fields).as_ref(),
+                Ok(&fields),
+                "round {round}"
+            );
+            // Cut anywhere, or one byte too many: refused, named, never a panic.
+            let cut = rng.below(bytes.len() as u64) as usize;
+            if cut < bytes.len() {
+                let e = read_all(&bytes[..cut], &fields).unwrap_err();
+                assert!(!e.to_string().is_empty());
+            }
+            let mut longer = bytes.clone();
+            longer.push(0);
+            assert_eq!(
+                read_all(&longer, &fields),
+                Err(WireError::Trailing { extra: 1 }),
+                "round {round}"
+            );
+        }
+    }
+
+    #[test]
+    fn random_bytes_and_mutated_records_read_or_fail_never_panic() {
+        let mut rng = XorShift(0x0bad_cafe_f00d_d00d);
+        let (mut ok, mut refused) = (0u32, 0u32);
+        for round in 0..50_000 {
+            let fields: Vec<Field> = (0..1 + rng.below(8))
+                .map(|_| random_field(&mut rng))
+                .collect();
+            let bytes = if round % 2 == 0 {
+                (0..rng.below(64)).map(|_| rng.next_u64() as u8).collect()
+            } else {
+                let mut w = Writer::new();
+                fields.iter().for_each(|f| write(&mut w, f));
+                let mut b = w.into_bytes();
+                // A few bytes set to edge values: counts and lengths of all ones among them.
+                for _ in 0..1 + rng.below(3) {
+                    if !b.is_empty() {
+                        let i = rng.below(b.len() as u64) as usize;
+                        b[i] = [0, 0xff, 1, rng.next_u64() as u8][rng.below(4) as usize];
+                    }
+                }
+                b
+            };
+            match read_all(&bytes, &fields) {
+                // What is read writes back to the same bytes: one spelling per record.
+                Ok(got) => {
+                    ok += 1;
+                    let mut w = Writer::new();
+                    got.iter().for_each(|f| write(&mut w, f));
+                    assert_eq!(w.into_bytes(), bytes, "round {round}: {got:?}");
+                }
+                Err(e) => {
+                    refused += 1;
+                    assert!(!e.to_string().is_empty());
+                }
+            }
+        }
+        assert!(ok > 100 && refused > 100, "{ok} read, {refused} refused");
     }
 }

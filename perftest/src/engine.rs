@@ -314,6 +314,7 @@ impl PeerWatch {
         }
         self.last_check = now;
         crate::signals::check().map_err(anyhow::Error::new)?;
+        crate::events::check().map_err(anyhow::Error::new)?;
         // Up to this phase's TALLY: what follows it (a RESULT, the next SYNC) belongs to the
         // steps after the loop. Whole messages only: half a frame stays for the next look
         // (bounded by the channel's timeout), the loop never blocks on it.

@@ -12,6 +12,7 @@ pub mod conn;
 pub mod counters;
 pub mod cpu_util;
 pub mod engine;
+pub mod events;
 pub mod gates;
 pub mod lat;
 pub mod listen;

@@ -9,7 +9,8 @@
 //! (the error says which step, and the peer's reason when it reported one); 2 a bad command
 //! line (nothing was run); 3 ([`EXIT_GATE_FAILED`](crate::gates::EXIT_GATE_FAILED)) the run
 //! completed but missed a gate; 130 and 143 the run was stopped by SIGINT or SIGTERM (see
-//! [`crate::signals`]).
+//! [`crate::signals`]). A fatal event of the device (a port that went down, a QP in a fatal
+//! error, the device being removed) fails the run with 1, named: see [`crate::events`].
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -35,6 +36,7 @@ use crate::{bw, lat};
 pub const EXIT_CODES: &str = "Exit codes:
   0    the run completed (and met every gate)
   1    the run failed: the error names the step, and the peer's reason when it sent one
+       (a port that went down or a fatal device event ends the run at once, named)
   2    bad command line: nothing was run
   3    the run completed but missed a gate (--min-bw, --max-lat)
   130  stopped by SIGINT (Ctrl-C): torn down cleanly, the peer was told
@@ -185,6 +187,14 @@ pub fn run_tool_paced(
     pacer: Option<&mut dyn Pacer>,
 ) -> Result<RunResult> {
     let dev = conn::open_device(cfg)?;
+    // The device's asynchronous events (a port going down, a fatal QP or device error) end
+    // the run within a moment, named (see events.rs); the watch outlives the channel below.
+    let _events = crate::events::watch(&dev.ctx, cfg.ib_port).with_context(|| {
+        format!(
+            "starting the thread that reads {}'s asynchronous events",
+            dev.ctx.name()
+        )
+    })?;
     let cpu = pin(cfg, &dev)?;
     let cq_timeout = conn::completion_timeout(cfg);
     let peer_timeout = cq_timeout.max(Duration::from_secs(15));
@@ -228,6 +238,14 @@ fn tell_peer(ch: &mut Channel, e: anyhow::Error) -> anyhow::Error {
             ch.send_error(&format!("{i} (Ctrl-C or kill): it stopped the run"));
         }
         return anyhow::Error::new(i);
+    }
+    // A fatal device event explains whatever the loop met after it (failed completions, the
+    // socket woken to stop a blocked read): the event is the error, and the peer hears it.
+    if let Some(ev) = crate::events::fatal() {
+        if !ch.error_sent() {
+            ch.send_error(&ev.to_string());
+        }
+        return anyhow::Error::new(ev);
     }
     if peer_knows(&e) || ch.error_sent() {
         return e;

@@ -103,19 +103,7 @@ fn on_signal(sig: Signal) {
         eprintln!("{tool}: {} again: exiting now", sig.as_str());
         exit_now(sig, code);
     }
-    // Under the lock, so that the socket cannot be closed (and its number reused) meanwhile.
-    let connected = match SOCKET.lock() {
-        Ok(s) => match *s {
-            Some(fd) => {
-                // Wake a read blocked on the peer; writing (our ERROR) still works.
-                let _ = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Read);
-                true
-            }
-            None => false,
-        },
-        Err(_) => false,
-    };
-    if !connected {
+    if !wake_reader() {
         eprintln!(
             "{tool}: interrupted by {} (no peer connected yet)",
             sig.as_str()
@@ -131,7 +119,24 @@ fn on_signal(sig: Signal) {
     exit_now(sig, code);
 }
 
-/// The signal that stopped the run, if one came.
+/// Shuts down the reading side of the run's out-of-band socket, if one is connected (see
+/// [`watch_socket`]): a read blocked on the peer returns at once, while writing (our ERROR)
+/// still works. Used on a signal, and by [`crate::events`] on a fatal device event. Returns
+/// whether a socket was connected.
+pub fn wake_reader() -> bool {
+    // Under the lock, so that the socket cannot be closed (and its number reused) meanwhile.
+    match SOCKET.lock() {
+        Ok(s) => match *s {
+            Some(fd) => {
+                let _ = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Read);
+                true
+            }
+            None => false,
+        },
+        Err(_) => false,
+    }
+}
+
 /// Ends the process with `code`, first removing the POSIX message queues it created (a `--procs`
 /// coordinator's): this thread takes SIGINT/SIGTERM before the queues' own signal cleanup can.
 fn exit_now(sig: Signal, code: u8) -> ! {
@@ -145,6 +150,7 @@ fn exit_now(sig: Signal, code: u8) -> ! {
     std::process::exit(code.into())
 }
 
+/// The signal that stopped the run, if one came.
 pub fn received() -> Option<Interrupted> {
     match RECEIVED.load(Ordering::SeqCst) {
         0 => None,

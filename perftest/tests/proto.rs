@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use verbs_lab::oob;
 use verbs_lab::verbs::Gid;
+use verbs_lab::wire::XorShift;
 use vl_perftest::proto::{
     check_hello, decode, encode, Accept, ChanError, Channel, Endpoints, Hello, Msg, Phase,
-    ProtoError, QpEndpoint, Sync, Tally, WireRow, MAGIC, MAX_FRAME, MAX_PARAMS, MAX_QPS, VERSION,
+    ProtoError, QpEndpoint, Sync, Tally, WireRow, MAGIC, MAX_FRAME, MAX_KEY, MAX_NAME, MAX_PARAMS,
+    MAX_QPS, MAX_TEXT, MAX_VALUE, VERSION,
 };
 use vl_perftest::result::{Metric, TestKind};
 
@@ -274,20 +276,17 @@ fn bad_values_are_named() {
     assert_eq!(decode(&[]), Err(ProtoError::Empty));
 }
 
-/// A small deterministic generator (xorshift64*), so the fuzz loop needs no crate.
-struct Rng(u64);
+/// The codecs' deterministic generator (no crate), with the draws these tests need.
+struct Rng(XorShift);
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        self.0.next_u64()
     }
 }
 
 #[test]
 fn garbage_never_panics() {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng(XorShift(0x9e37_79b9_7f4a_7c15));
     let valid: Vec<Vec<u8>> = samples().iter().map(encode).collect();
     let mut accepted = 0;
     for round in 0..200_000 {
@@ -452,4 +451,300 @@ fn channel_turns_errors_and_out_of_step_messages_into_errors() {
     assert!(server
         .pending_peer_error(Duration::from_millis(50))
         .is_none());
+}
+
+// ---- property tests: random valid messages, random mutations, semantically bad records ----
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0.below(n)
+    }
+    /// 0..=max, with the edges (0, 1, max) more often than chance would give them.
+    fn upto(&mut self, max: u64) -> u64 {
+        match self.below(8) {
+            0 => 0,
+            1 => max.min(1),
+            2 => max,
+            _ => self.next() % max.saturating_add(1).max(1),
+        }
+    }
+    fn ident(&mut self, max: usize) -> String {
+        const SET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789_";
+        let n = 1 + self.below(max as u64) as usize;
+        (0..n)
+            .map(|_| SET[self.below(SET.len() as u64) as usize] as char)
+            .collect()
+    }
+    fn printable(&mut self, max: usize) -> String {
+        let n = 1 + self.below(max as u64) as usize;
+        (0..n)
+            .map(|_| (b' ' + self.below(95) as u8) as char)
+            .collect()
+    }
+    fn phase(&mut self) -> Phase {
+        let all = [
+            Phase::Connected,
+            Phase::Ready,
+            Phase::WarmUp,
+            Phase::Measure,
+            Phase::Done,
+            Phase::Finish,
+            Phase::Period,
+        ];
+        all[self.below(all.len() as u64) as usize]
+    }
+    fn rate(&mut self) -> f64 {
+        match self.below(4) {
+            0 => 0.0,
+            1 => f64::MAX,
+            _ => (self.next() >> 11) as f64 / 1e3,
+        }
+    }
+}
+
+/// A random message that is valid by construction: every field within its limits.
+fn random_msg(rng: &mut Rng) -> Msg {
+    let kinds = [
+        TestKind::Write,
+        TestKind::Read,
+        TestKind::Send,
+        TestKind::Atomic,
+    ];
+    match rng.below(8) {
+        0 => {
+            let mut params: Vec<(String, String)> = Vec::new();
+            for _ in 0..rng.upto(MAX_PARAMS as u64) {
+                let k = rng.ident(MAX_KEY);
+                if params.iter().all(|(p, _)| *p != k) {
+                    params.push((k, rng.printable(MAX_VALUE)));
+                }
+            }
+            Msg::Hello(Hello {
+                version: VERSION,
+                tool: rng.ident(MAX_NAME),
+                test: kinds[rng.below(4) as usize],
+                metric: if rng.below(2) == 0 {
+                    Metric::Bw
+                } else {
+                    Metric::Lat
+                },
+                params,
+            })
+        }
+        1 => Msg::Accept(Accept {
+            version: VERSION,
+            tool: rng.ident(MAX_NAME),
+        }),
+        2 => Msg::Error(rng.printable(MAX_TEXT)),
+        3 => {
+            let n = 1 + rng.upto(MAX_QPS as u64 - 1) as usize;
+            let qps = (0..n)
+                .map(|_| {
+                    let slot_stride = 1 + rng.upto(u64::from(u32::MAX) - 1) as u32;
+                    let slots = 1 + rng.upto(u64::from(u32::MAX) - 1) as u32;
+                    let span = u64::from(slot_stride) * u64::from(slots);
+                    let mut gid = [0u8; 16];
+                    gid.iter_mut().for_each(|b| *b = rng.next() as u8);
+                    QpEndpoint {
+                        qpn: 1 + rng.upto(0xff_fffe) as u32,
+                        psn: rng.upto(0xff_ffff) as u32,
+                        lid: rng.next() as u16,
+                        gid: Gid(gid),
+                        rkey: rng.next() as u32,
+                        addr: rng.upto(u64::MAX - span),
+                        slot_stride,
+                        slots,
+                    }
+                })
+                .collect();
+            Msg::Endpoints(Endpoints {
+                device: rng.printable(MAX_NAME),
+                active_mtu: 256 << rng.below(5),
+                max_msg_sz: 1 + rng.upto(u64::from(u32::MAX) - 1) as u32,
+                max_dest_rd_atomic: rng.next() as u8,
+                qkey: rng.next() as u32,
+                qps,
+            })
+        }
+        4 => Msg::Sync(Sync {
+            phase: rng.phase(),
+            size: rng.upto(u64::MAX),
+        }),
+        5 => Msg::Tally(Tally {
+            phase: rng.phase(),
+            size: rng.upto(u64::MAX),
+            per_qp: (0..rng.upto(MAX_QPS as u64))
+                .map(|_| rng.upto(u64::MAX))
+                .collect(),
+        }),
+        6 => Msg::Result(WireRow {
+            bytes: rng.upto(u64::MAX),
+            iterations: rng.upto(u64::MAX),
+            peak_bps: rng.rate(),
+            avg_bps: rng.rate(),
+            msg_rate_mpps: rng.rate(),
+            elapsed_ns: rng.upto(u64::MAX),
+        }),
+        _ => Msg::Heartbeat,
+    }
+}
+
+#[test]
+fn random_valid_messages_round_trip_within_a_frame() {
+    let mut rng = Rng(XorShift(0x0123_4567_89ab_cdef));
+    for round in 0..5_000 {
+        let m = random_msg(&mut rng);
+        let rec = encode(&m);
+        assert!(rec.len() <= MAX_FRAME, "round {round}: {} bytes", rec.len());
+        assert_eq!(decode(&rec), Ok(m.clone()), "round {round}: {m:?}");
+    }
+}
+
+/// One random mutation of a record: a cut, an insertion, a deletion, a duplicated or spliced
+/// stretch, a byte or a 2/4/8-byte field set to an edge value (0, all ones, one more).
+fn mutate(rng: &mut Rng, rec: &mut Vec<u8>, other: &[u8]) {
+    let at = |rng: &mut Rng, len: usize| rng.below(len as u64 + 1) as usize;
+    match rng.below(7) {
+        0 => {
+            let n = at(rng, rec.len());
+            rec.truncate(n);
+        }
+        1 => {
+            let i = at(rng, rec.len());
+            let n = 1 + rng.below(8) as usize;
+            let bytes: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+            rec.splice(i..i, bytes);
+        }
+        2 => {
+            let i = at(rng, rec.len());
+            let j = (i + 1 + rng.below(8) as usize).min(rec.len());
+            rec.drain(i..j);
+        }
+        3 => {
+            let i = at(rng, rec.len());
+            let j = (i + rng.below(16) as usize).min(rec.len());
+            let copy = rec[i..j].to_vec();
+            rec.splice(j..j, copy);
+        }
+        4 => {
+            let i = at(rng, rec.len());
+            let k = at(rng, other.len());
+            rec.truncate(i);
+            rec.extend_from_slice(&other[k..]);
+        }
+        _ => {
+            let w = [1usize, 2, 4, 8][rng.below(4) as usize];
+            if rec.len() >= w {
+                let i = rng.below((rec.len() - w + 1) as u64) as usize;
+                let field = &mut rec[i..i + w];
+                match rng.below(3) {
+                    0 => field.fill(0),
+                    1 => field.fill(0xff),
+                    _ => {
+                        // One more than the field holds now (a count or length off by one).
+                        for b in field.iter_mut().rev() {
+                            *b = b.wrapping_add(1);
+                            if *b != 0 {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn mutated_frames_decode_or_are_refused_never_panic() {
+    let mut rng = Rng(XorShift(0xdead_beef_0bad_f00d));
+    let (mut accepted, mut refused) = (0u32, 0u32);
+    for round in 0..10_000 {
+        let mut rec = encode(&random_msg(&mut rng));
+        let other = encode(&random_msg(&mut rng));
+        for _ in 0..1 + rng.below(3) {
+            mutate(&mut rng, &mut rec, &other);
+        }
+        match decode(&rec) {
+            // One spelling per message: what is accepted encodes back to the same bytes.
+            Ok(m) => {
+                accepted += 1;
+                assert_eq!(encode(&m), rec, "round {round}: {m:?}");
+            }
+            Err(e) => {
+                refused += 1;
+                assert!(!e.to_string().is_empty(), "round {round}: an empty error");
+            }
+        }
+    }
+    // Both outcomes occur, or the mutations test nothing.
+    assert!(
+        accepted > 100 && refused > 1000,
+        "{accepted} accepted, {refused} refused"
+    );
+}
+
+#[test]
+fn semantically_bad_records_are_refused_where_they_are_used() {
+    // A HELLO or ACCEPT from a future release: refused by the codec, naming both versions.
+    for future in [VERSION + 1, u16::MAX] {
+        let mut h = hello(&[("size", "8")]);
+        h.version = future;
+        let e = decode(&encode(&Msg::Hello(h))).unwrap_err();
+        assert_eq!(e, ProtoError::Version { peer: future });
+        let t = e.to_string();
+        assert!(
+            t.contains(&format!("version {future}")) && t.contains(&format!("version {VERSION}")),
+            "{t}"
+        );
+        let a = Msg::Accept(Accept {
+            version: future,
+            tool: "vl_write_bw".into(),
+        });
+        assert_eq!(
+            decode(&encode(&a)),
+            Err(ProtoError::Version { peer: future })
+        );
+    }
+
+    // A tally of u64::MAX messages: the codec carries it, the engine refuses it (and sums of
+    // accepted tallies cannot overflow).
+    let t = Tally {
+        phase: Phase::Measure,
+        size: 8,
+        per_qp: vec![3, u64::MAX],
+    };
+    assert_eq!(
+        decode(&encode(&Msg::Tally(t.clone()))),
+        Ok(Msg::Tally(t.clone()))
+    );
+    let e = vl_perftest::engine::check_tally(&t, 2)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("QP 1") && e.contains("protocol error"), "{e}");
+
+    // Slots smaller than the message (stride < size), or none: an RDMA test refuses the peer
+    // before it posts anything.
+    use vl_perftest::params::{Config, Params, Tool};
+    let tool = Tool::new(TestKind::Write, Metric::Bw);
+    let argv = ["vl_write_bw", "-s", "65536", "127.0.0.1"];
+    let cfg = Config::new(tool, &Params::try_parse_for(tool, argv).unwrap()).unwrap();
+    let eps = |stride: u32, slots: u32| Endpoints {
+        device: "rxe0".into(),
+        active_mtu: 4096,
+        max_msg_sz: 1 << 31,
+        max_dest_rd_atomic: 16,
+        qkey: 0,
+        qps: vec![QpEndpoint {
+            slot_stride: stride,
+            slots,
+            ..endpoint(1)
+        }],
+    };
+    let check = vl_perftest::conn::check_remote_slots;
+    assert!(check(&cfg, &eps(65536, 1), 65536).is_ok());
+    let e = check(&cfg, &eps(4096, 16), 65536).unwrap_err().to_string();
+    assert!(e.contains("16 slot(s) of 4096 bytes"), "{e}");
+    assert!(e.contains("too small for messages of 65536 bytes"), "{e}");
+    assert!(check(&cfg, &eps(65536, 0), 65536).is_err());
 }

@@ -6,8 +6,10 @@
 //! acknowledges it before returning, so no event is ever left unacknowledged (an object with
 //! an unacked event cannot be destroyed: `ibv_destroy_qp` and friends would wait for ever).
 
+use std::ffi::CStr;
 use std::mem::MaybeUninit;
 use std::os::fd::BorrowedFd;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{fcntl, FcntlArg, OFlag};
@@ -137,6 +139,27 @@ impl std::fmt::Display for AsyncEvent {
 }
 
 impl Context {
+    /// The sysfs directory of the device's user-verbs character device (`ibv_device::dev_path`,
+    /// e.g. `/sys/class/infiniband_verbs/uverbs1`).
+    pub fn uverbs_sysfs_path(&self) -> PathBuf {
+        // SAFETY: the context is open, so its device is; `dev_path` is a NUL-terminated array
+        // inside it (libibverbs fills it at discovery), copied before the borrow ends.
+        let path = unsafe { CStr::from_ptr((*(*self.inner.ptr).device).dev_path.as_ptr()) };
+        PathBuf::from(path.to_string_lossy().into_owned())
+    }
+
+    /// Whether the kernel has begun to remove the device (`rdma link delete`, its driver
+    /// unloading): it deletes the user-verbs character device first, so its sysfs directory
+    /// ([`Context::uverbs_sysfs_path`]) is gone. A driver that can detach its user contexts
+    /// then reports `IBV_EVENT_DEVICE_FATAL`; one that cannot (rxe) sends nothing and the
+    /// removal waits until every process has closed the device — a program that watches for
+    /// this ends its work instead of holding the removal up. Meaningful only where the node
+    /// was there when the device was opened (sysfs mounted): compare with that first look.
+    pub fn being_removed(&self) -> bool {
+        let p = self.uverbs_sysfs_path();
+        !p.as_os_str().is_empty() && !p.exists()
+    }
+
     /// The file descriptor of the context's async event queue (`ibv_context::async_fd`).
     pub fn async_fd(&self) -> i32 {
         // SAFETY: the context is open for as long as `self` lives.

@@ -1,0 +1,145 @@
+#!/bin/sh
+# shellcheck disable=SC2086 # $VL_PT_COMMON holds several options, split on purpose
+# A link that goes away under a running benchmark ends it, named, on both sides — and the
+# guest's devices are put back exactly as the guest's /init made them.
+# 1. `ip link set veth1 down` in the middle of a -D run: the device's asynchronous event
+#    (IBV_EVENT_PORT_ERR; rxe0 sees it too, as veth0 loses its carrier) ends both sides within
+#    seconds, exit 1, each naming the port that went down (or the peer's report of it).
+# 2. `rdma link delete rxe1` in the middle of a -D run: the tool on rxe1 sees the device being
+#    removed, ends (exit 1, named) and tells its peer (exit 1, naming the client's report);
+#    the delete, which on rxe waits for every process to close the device, then returns.
+# After each: veth1 up (or rxe1 re-created on veth1), both ports ACTIVE with their GIDs, and a
+# short vl_send_bw pair proves traffic flows again.
+# timeout: 360
+# slow: three faulted runs under TCG, each followed by a restore and a vl_send_bw pair that proves the devices work again (33-67 s)
+set -eu
+# shellcheck source=tests/guest/lib.sh
+. "$VL_TESTS/lib.sh"
+# shellcheck source=tests/guest/perftest-lib.sh
+. "$VL_TESTS/perftest-lib.sh"
+
+IP=/usr/sbin/ip
+srv=$TMPDIR/srv.out
+cli=$TMPDIR/cli.out
+
+# ready DEV ADDR: DEV's port 1 is ACTIVE and GID 1 is ADDR's IPv4-mapped RoCEv2 GID (as the
+# guest's /init waits for them), within 60 s.
+ready() {
+    _r_p=/sys/class/infiniband/$1/ports/1
+    _r_want=$(echo "$2" | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x\n", $1, $2, $3, $4 }')
+    _r=0
+    while :; do
+        if grep -q ACTIVE "$_r_p/state" 2>/dev/null \
+            && [ "$(cat "$_r_p/gids/1" 2>/dev/null)" = "$_r_want" ] \
+            && [ "$(cat "$_r_p/gid_attrs/types/1" 2>/dev/null)" = "RoCE v2" ]; then
+            return 0
+        fi
+        _r=$((_r + 1))
+        [ "$_r" -lt 600 ] || return 1
+        sleep 0.1
+    done
+}
+
+# restore: the guest's set-up as /init made it — veth1 up with MTU 9000 and 192.168.77.2/24,
+# rxe1 on veth1 — whatever this scenario left; then both devices ready.
+restore() {
+    $IP link set veth1 mtu 9000 2>/dev/null || true
+    $IP link set veth1 up 2>/dev/null || true
+    $IP addr show dev veth1 | grep -q 'inet 192.168.77.2/24' \
+        || $IP addr add 192.168.77.2/24 dev veth1 2>/dev/null || true
+    [ -d /sys/class/infiniband/rxe1 ] || rdma link add rxe1 type rxe netdev veth1 2>/dev/null || true
+    ready rxe0 192.168.77.1 && ready rxe1 192.168.77.2 \
+        || echo "restore: rxe0/rxe1 not ready 60 s after the restore" >&2
+}
+trap restore EXIT
+
+# start_pair TOOL: a -D 40 pair, server on rxe0, client on rxe1; returns once the measured
+# run is under way. Sets SPID, CPID.
+start_pair() {
+    next_port
+    "$1" -d "$VL_DEV0" $VL_PT_COMMON -p "$PORT" -D 40 >"$srv" 2>&1 &
+    SPID=$!
+    wait_port "$PORT" 60 "$SPID"
+    "$1" -d "$VL_DEV1" $VL_PT_COMMON -p "$PORT" -D 40 "$VL_ADDR0" >"$cli" 2>&1 &
+    CPID=$!
+    wait_header "$cli" "$CPID"
+    sleep 2
+}
+
+# end_pair LIMIT: waits (at most LIMIT s each) for both sides; sets SRC, CRC and SECS (whole
+# seconds from T0 until both had ended); prints both outputs.
+end_pair() {
+    CRC=0
+    _vl_watch "$CPID" "$1" || CRC=$?
+    SRC=0
+    _vl_watch "$SPID" "$1" || SRC=$?
+    _ep=$(($(_vl_now) - T0))
+    SECS=$((_ep / 100))
+    echo "both sides ended $SECS.$((_ep % 100 / 10)) s after the fault (server exit $SRC, client exit $CRC)"
+    echo "--- server (exit $SRC)"
+    cat "$srv"
+    echo "--- client (exit $CRC)"
+    cat "$cli"
+}
+
+# traffic_again: both devices as /init left them, and a short send_bw pair carries traffic.
+traffic_again() {
+    restore
+    ready rxe0 192.168.77.1 || fail "rxe0 not ACTIVE with its GID after the restore"
+    ready rxe1 192.168.77.2 || fail "rxe1 not ACTIVE with its GID after the restore"
+    rdma link show rxe1/1 | grep -q 'netdev veth1' || fail "rxe1 is not on veth1: $(rdma link show)"
+    $IP link show veth1 | grep -q 'mtu 9000' || fail "veth1 lost its MTU 9000"
+    vl_pair_ok vl_send_bw "-s 4096 -n 100"
+    expect_row "$CLIENT_OUT" "vl_send_bw after the restore (client)"
+    expect_row "$SERVER_OUT" "vl_send_bw after the restore (server)"
+}
+
+# link_down TOOL: veth1 goes down in the middle of a TOOL -D 40 pair; both sides end within
+# 10 s, exit 1, each naming the port that went down (rxe0 loses its carrier with veth1, so the
+# server may name its own port or the client's report); then the devices are restored.
+link_down() {
+    step "ip link set veth1 down in the middle of $1 -D 40"
+    start_pair "$1"
+    T0=$(_vl_now)
+    $IP link set veth1 down
+    end_pair 30
+    within "seconds until both sides ended after the link went down" "$SECS" 0 10
+    [ "$CRC" = 1 ] || fail "the client exited $CRC, expected 1"
+    [ "$SRC" = 1 ] || fail "the server exited $SRC, expected 1"
+    expect_contains "$cli" "port 1 of rxe1 went down (IBV_EVENT_PORT_ERR)"
+    grep -q -E "port 1 of rxe[01] went down \(IBV_EVENT_PORT_ERR\)" "$srv" \
+        || fail "the server does not name the port that went down"
+    # Named at once, not after the QP's retries ran out.
+    expect_not_contains "$cli" "RETRY_EXC_ERR"
+    traffic_again
+}
+
+link_down vl_write_bw
+link_down vl_send_lat
+
+step "rdma link delete rxe1 in the middle of vl_write_bw -D 40"
+# rxe cannot detach a process from a device (no disassociate_ucontext): the kernel sends no
+# event and `rdma link delete` waits until every process has closed the device. It removes the
+# device's uverbs node first; the tool's watcher sees that, ends the run named, tells the peer
+# and closes the device, so the delete completes at once instead of after the run.
+start_pair vl_write_bw
+T0=$(_vl_now)
+del=$TMPDIR/delete.out
+rdma link delete rxe1 >"$del" 2>&1 &
+DPID=$!
+end_pair 30
+DRC=0
+_vl_watch "$DPID" 30 || DRC=$?
+DCS=$(($(_vl_now) - T0))
+echo "--- rdma link delete rxe1 (exit $DRC, returned $((DCS / 100)).$((DCS % 100 / 10)) s after it began)"
+cat "$del"
+within "seconds until both sides ended after the delete began" "$SECS" 0 10
+[ "$CRC" = 1 ] || fail "the client exited $CRC, expected 1"
+[ "$SRC" = 1 ] || fail "the server exited $SRC, expected 1"
+expect_contains "$cli" "rxe1 is being removed (rdma link delete"
+expect_contains "$srv" "the client reported: rxe1 is being removed"
+[ "$DRC" = 0 ] || fail "rdma link delete rxe1 exited $DRC"
+within "seconds until rdma link delete returned" $((DCS / 100)) 0 15
+[ ! -e /sys/class/infiniband/rxe1 ] || fail "rxe1 still exists after rdma link delete returned"
+traffic_again
+echo "link-down and device-delete runs end on both sides, named; the devices are restored"
