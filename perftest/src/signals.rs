@@ -111,12 +111,29 @@ fn on_signal(sig: Signal) {
         exit_now(sig, code);
     }
     std::thread::sleep(GRACE);
-    eprintln!(
-        "{tool}: interrupted by {}: the run did not stop within {} s; exiting",
+    let why = format!(
+        "interrupted by {}: the run did not stop within {} s; exiting",
         sig.as_str(),
         GRACE.as_secs()
     );
+    eprintln!("{tool}: {why}");
+    tell_peer(&why);
     exit_now(sig, code);
+}
+
+/// The last resort of a run that did not stop in time: one ERROR frame written straight to the
+/// out-of-band socket, without waiting (the peer then names the interruption instead of a
+/// closed connection). The run's own thread is stuck somewhere, so it is not writing.
+fn tell_peer(why: &str) {
+    use nix::sys::socket::{send, MsgFlags};
+    let rec = crate::proto::encode(&crate::proto::Msg::Error(why.to_string()));
+    let mut frame = (rec.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&rec);
+    if let Ok(s) = SOCKET.lock() {
+        if let Some(fd) = *s {
+            let _ = send(fd, &frame, MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL);
+        }
+    }
 }
 
 /// Shuts down the reading side of the run's out-of-band socket, if one is connected (see

@@ -133,7 +133,9 @@ _vl_watch "$DPID" 30 || DRC=$?
 DCS=$(($(_vl_now) - T0))
 echo "--- rdma link delete rxe1 (exit $DRC, returned $((DCS / 100)).$((DCS % 100 / 10)) s after it began)"
 cat "$del"
-within "seconds until both sides ended after the delete began" "$SECS" 0 10
+# 20 s: both sides ended 0.7-1.7 s after the delete began in three runs, and 11 s in a fourth
+# (the kernel removes the device's uverbs directory, which the tools watch, only partway through).
+within "seconds until both sides ended after the delete began" "$SECS" 0 20
 [ "$CRC" = 1 ] || fail "the client exited $CRC, expected 1"
 [ "$SRC" = 1 ] || fail "the server exited $SRC, expected 1"
 expect_contains "$cli" "rxe1 is being removed (rdma link delete"
