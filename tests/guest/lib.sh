@@ -222,6 +222,54 @@ expect_fail_within() {
     echo "($_ef_name: exit $FAIL_RC after ~${_ef_took}s)"
 }
 
+# killed_mid_run PROG PORT VICTIM MARK "SERVER ARGS" "CLIENT ARGS" PATTERNS...: start a long run
+# of PROG (server on $VL_DEV0, client on $VL_DEV1), SIGKILL VICTIM (client or server) once the
+# client's output shows MARK, then the survivor must fail within 40 s with "PROG: error: " and
+# one of PATTERNS (fixed strings), i.e. naming the step it waited at. Outputs: $srv and $cli
+# (default $TMPDIR/srv.out, cli.out).
+killed_mid_run() {
+    srv=${srv:-$TMPDIR/srv.out} cli=${cli:-$TMPDIR/cli.out}
+    _l=$1 _port=$2 _victim=$3 _mark=$4 _sargs=$5 _cargs=$6
+    shift 6
+    # shellcheck disable=SC2086 # the argument strings are word lists
+    $_l -d "$VL_DEV0" -p "$_port" $_sargs >"$srv" 2>&1 &
+    _spid=$!
+    wait_port "$_port" 60 "$_spid"
+    # shellcheck disable=SC2086
+    $_l -d "$VL_DEV1" -p "$_port" $_cargs "$VL_ADDR0" >"$cli" 2>&1 &
+    _cpid=$!
+    # Up to 240 s for the mark: lesson07's 3000 busy-polled round trips before its [7] took
+    # over 90 s on a busy host (scripts/test --under-load 2).
+    _end=$(($(_vl_now) + 24000))
+    until grep -q -F -e "$_mark" "$cli"; do
+        [ "$(_vl_now)" -lt "$_end" ] || { cat "$srv" "$cli"; fail "'$_mark' never appeared"; }
+        _vl_alive "$_cpid" || { cat "$srv" "$cli"; fail "the client ended before '$_mark'"; }
+        sleep 0.1
+    done
+    sleep 1
+    if [ "$_victim" = client ]; then
+        _kill=$_cpid _other=$_spid _other_out=$srv
+    else
+        _kill=$_spid _other=$_cpid _other_out=$cli
+    fi
+    kill -KILL "$_kill"
+    _t0=$(_vl_now)
+    _rc=0
+    _vl_watch "$_other" 40 || _rc=$?
+    wait "$_kill" 2>/dev/null || true
+    echo "--- survivor ($_l, $_victim killed): exit $_rc after ~$(( ($(_vl_now) - _t0) / 100 ))s"
+    tail -n 8 "$_other_out"
+    [ "$_rc" -ne 124 ] || fail "the survivor was still running 40 s after its peer was killed"
+    [ "$_rc" -ne 0 ] || fail "the survivor exited 0 although its peer died mid-run"
+    expect_contains "$_other_out" "$_l: error: "
+    _named=
+    for _p in "$@"; do
+        if grep -q -F -e "$_p" "$_other_out"; then _named=$_p; fi
+    done
+    [ -n "$_named" ] || fail "the survivor's error does not name the step it waited at"
+    echo "(the survivor named: '$_named')"
+}
+
 # expect_contains FILE TEXT: FILE must contain the fixed string TEXT.
 expect_contains() {
     [ -f "$1" ] || fail "expect_contains: no file $1"
