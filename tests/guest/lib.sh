@@ -204,6 +204,64 @@ server_client() {
     echo "server_client: both sides exited 0"
 }
 
+# ---- several processes (--procs, --np) ------------------------------------------------------
+
+# mqueue_ready: /dev/mqueue mounted and empty (a queue left by an earlier scenario fails here).
+mqueue_ready() {
+    if ! grep -q ' mqueue ' /proc/mounts; then
+        mkdir -p /dev/mqueue
+        mount -t mqueue none /dev/mqueue
+    fi
+    [ -z "$(ls /dev/mqueue)" ] || fail "/dev/mqueue is not empty before the run: $(ls /dev/mqueue)"
+}
+
+# no_queues: nothing is left in /dev/mqueue.
+no_queues() {
+    _nq_left=$(ls /dev/mqueue)
+    [ -z "$_nq_left" ] || fail "queues left in /dev/mqueue: $_nq_left"
+    echo "/dev/mqueue is empty"
+}
+
+# workers_of PATTERN [INDEX]: the pids of the worker processes (--vl-worker, INDEX if given)
+# whose command line contains PATTERN.
+workers_of() {
+    _wo_w="--vl-worker${2:+ $2 }"
+    for _f in /proc/[0-9]*/cmdline; do
+        _c=$(tr '\0' ' ' 2>/dev/null <"$_f" || true)
+        case $_c in
+            *"$_wo_w"*"$1"* | *"$1"*"$_wo_w"*)
+                _p=${_f#/proc/}
+                echo "${_p%/cmdline}"
+                ;;
+        esac
+    done
+}
+
+# wait_worker_pid INDEX PATTERN: the pid of worker INDEX whose command line contains PATTERN,
+# waited for up to 30 s (fails the scenario if it never appears).
+wait_worker_pid() {
+    _ww_end=$(($(_vl_now) + 3000))
+    while [ "$(_vl_now)" -lt "$_ww_end" ]; do
+        _ww_pid=$(workers_of "$2" "$1" | head -n 1)
+        if [ -n "$_ww_pid" ]; then
+            echo "$_ww_pid"
+            return 0
+        fi
+        sleep 0.2
+    done
+    fail "no worker $1 ($2) appeared within 30 s"
+}
+
+# no_workers: no worker process (--vl-worker) is left running.
+no_workers() {
+    for _f in /proc/[0-9]*/cmdline; do
+        if tr '\0' ' ' 2>/dev/null <"$_f" | grep -q -- '--vl-worker'; then
+            fail "a worker is still running: $(tr '\0' ' ' <"$_f")"
+        fi
+    done
+    echo "no worker process left"
+}
+
 # ---- assertions -------------------------------------------------------------------------------
 
 # expect_fail_within SECS NAME CMD...: CMD must exit non-zero (not by our timeout) within SECS.
