@@ -15,7 +15,7 @@ mount -t tmpfs tmpfs /tmp
 mount -t tmpfs tmpfs /run
 hostname softroce
 
-mode='' repo='' job='' cols='' rows=''
+mode='' repo='' job='' cols='' rows='' scale=1
 # shellcheck disable=SC2013  # the kernel command line is one line of words
 for w in $(cat /proc/cmdline); do
     case $w in
@@ -24,6 +24,7 @@ for w in $(cat /proc/cmdline); do
         vl.job=*) job=${w#vl.job=} ;;
         vl.cols=*) cols=${w#vl.cols=} ;;
         vl.rows=*) rows=${w#vl.rows=} ;;
+        vl.scale=*) scale=${w#vl.scale=} ;;
     esac
 done
 jobdir=
@@ -111,7 +112,9 @@ say "rxe0 (veth0, 192.168.77.1) and rxe1 (veth1, 192.168.77.2) ACTIVE at $(uptim
 
 # shellcheck disable=SC3045  # busybox ash has ulimit -l (RLIMIT_MEMLOCK)
 ulimit -l unlimited
+# VL_TIME_SCALE: how much slower than on an idle host the scenarios may be (softroce-vm test).
 export VL_DEV0=rxe0 VL_DEV1=rxe1 VL_ADDR0=192.168.77.1 VL_ADDR1=192.168.77.2 VL_GUEST=1
+export VL_TIME_SCALE="$scale"
 export VL_REPO="$repo" VL_TESTS="$repo/tests/guest" HOME=/root
 export PATH="$repo/target/release:/usr/sbin:/usr/bin"
 cd "$repo" || die "cannot cd to $repo"

@@ -27,7 +27,7 @@ start_pair() {
     cpid=$!
     next_port
     cworkers=
-    _end=$(($(_vl_now) + 3000))
+    _end=$(($(_vl_now) + $(scaled 30) * 100))
     while [ "$(echo "$cworkers" | wc -w)" -lt 2 ] && [ "$(_vl_now)" -lt "$_end" ]; do
         cworkers=$(workers_of "$VL_ADDR0")
         sleep 0.2

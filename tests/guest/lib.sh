@@ -115,12 +115,18 @@ _vl_cm_listening() {
         | grep -q -E "state LISTEN .*src-addr [^ ]*:$1( |\$)"
 }
 
-# _vl_wait_listen CHECK WHAT PORT [TIMEOUT=60] [PID]: wait until `CHECK PORT` is true.
+# scaled SECS: SECS times VL_TIME_SCALE (softroce-vm test sets it from the host's load), for the
+# waits that only bound setup — a server starting to listen, workers appearing — not for the
+# bounds a scenario checks the tools against.
+scaled() { echo $(($1 * ${VL_TIME_SCALE:-1})); }
+
+# _vl_wait_listen CHECK WHAT PORT [TIMEOUT=60] [PID]: wait until `CHECK PORT` is true (TIMEOUT is
+# scaled).
 _vl_wait_listen() {
     _wp_check=$1
     _wp_what=$2
     _wp_port=$3
-    _wp_secs=${4:-60}
+    _wp_secs=$(scaled "${4:-60}")
     _wp_pid=${5:-}
     _wp_end=$(($(_vl_now) + _wp_secs * 100))
     while ! "$_wp_check" "$_wp_port"; do
@@ -157,7 +163,8 @@ _vl_show() {
 #   SERVER_RC and CLIENT_RC hold the exit statuses (124: killed by a timeout).
 #   Knobs (environment): SC_WAIT (wait_port; wait_cm_port for rdma_cm servers),
 #   SC_LISTEN_TIMEOUT (60 s, for the server to listen), SC_CLIENT_TIMEOUT
-#   (120 s), SC_SERVER_TIMEOUT (30 s, for the server to exit once the client is done).
+#   (120 s), SC_SERVER_TIMEOUT (30 s, for the server to exit once the client is done); the
+#   defaults are scaled (VL_TIME_SCALE), values that are set are not.
 server_client() {
     [ $# -eq 3 ] || fail "server_client: usage: server_client PORT 'SERVER CMD' 'CLIENT CMD'"
     _sc_port=$1 _sc_server=$2 _sc_client=$3
@@ -180,21 +187,21 @@ server_client() {
     fi
     echo "server_client: client: $_sc_client"
     CLIENT_RC=0
-    run_timeout "${SC_CLIENT_TIMEOUT:-120}" sh -c "$_sc_client" >"$CLIENT_OUT" 2>&1 </dev/null \
+    run_timeout "${SC_CLIENT_TIMEOUT:-$(scaled 120)}" sh -c "$_sc_client" >"$CLIENT_OUT" 2>&1 </dev/null \
         || CLIENT_RC=$?
     SERVER_RC=0
-    _vl_watch "$_sc_spid" "${SC_SERVER_TIMEOUT:-30}" || SERVER_RC=$?
+    _vl_watch "$_sc_spid" "${SC_SERVER_TIMEOUT:-$(scaled 30)}" || SERVER_RC=$?
     _vl_show server "$SERVER_RC" "$_sc_server" "$SERVER_OUT"
     _vl_show client "$CLIENT_RC" "$_sc_client" "$CLIENT_OUT"
     _sc_why=
     case $CLIENT_RC in
         0) ;;
-        124) _sc_why="the client timed out after ${SC_CLIENT_TIMEOUT:-120}s and was killed" ;;
+        124) _sc_why="the client timed out after ${SC_CLIENT_TIMEOUT:-$(scaled 120)}s and was killed" ;;
         *) _sc_why="the client exited with status $CLIENT_RC" ;;
     esac
     case $SERVER_RC in
         0) ;;
-        124) _sc_why="${_sc_why:+$_sc_why; }the server was still running ${SC_SERVER_TIMEOUT:-30}s after the client finished and was killed" ;;
+        124) _sc_why="${_sc_why:+$_sc_why; }the server was still running ${SC_SERVER_TIMEOUT:-$(scaled 30)}s after the client finished and was killed" ;;
         *) _sc_why="${_sc_why:+$_sc_why; }the server exited with status $SERVER_RC" ;;
     esac
     if [ -n "$_sc_why" ]; then
@@ -238,9 +245,9 @@ workers_of() {
 }
 
 # wait_worker_pid INDEX PATTERN: the pid of worker INDEX whose command line contains PATTERN,
-# waited for up to 30 s (fails the scenario if it never appears).
+# waited for up to 30 s, scaled (fails the scenario if it never appears).
 wait_worker_pid() {
-    _ww_end=$(($(_vl_now) + 3000))
+    _ww_end=$(($(_vl_now) + $(scaled 30) * 100))
     while [ "$(_vl_now)" -lt "$_ww_end" ]; do
         _ww_pid=$(workers_of "$2" "$1" | head -n 1)
         if [ -n "$_ww_pid" ]; then
@@ -249,7 +256,7 @@ wait_worker_pid() {
         fi
         sleep 0.2
     done
-    fail "no worker $1 ($2) appeared within 30 s"
+    fail "no worker $1 ($2) appeared within $(scaled 30) s"
 }
 
 # no_workers: no worker process (--vl-worker) is left running.
@@ -298,7 +305,7 @@ killed_mid_run() {
     _cpid=$!
     # Up to 240 s for the mark: lesson07's 3000 busy-polled round trips before its [7] took
     # over 90 s on a busy host (scripts/test --under-load 2).
-    _end=$(($(_vl_now) + 24000))
+    _end=$(($(_vl_now) + $(scaled 240) * 100))
     until grep -q -F -e "$_mark" "$cli"; do
         [ "$(_vl_now)" -lt "$_end" ] || { cat "$srv" "$cli"; fail "'$_mark' never appeared"; }
         _vl_alive "$_cpid" || { cat "$srv" "$cli"; fail "the client ended before '$_mark'"; }
