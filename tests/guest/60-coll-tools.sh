@@ -12,20 +12,13 @@
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
+# shellcheck source=tests/guest/coll-lib.sh
+. "$VL_TESTS/coll-lib.sh"
 
 for t in all_reduce reduce_scatter all_gather broadcast sendrecv; do
     require_bin "vl_${t}_perf"
 done
 
-if ! grep -q ' mqueue ' /proc/mounts; then
-    mkdir -p /dev/mqueue
-    mount -t mqueue none /dev/mqueue
-fi
-# no_queues_left WHAT: no --np queue remains in /dev/mqueue.
-no_queues_left() {
-    q=$(for f in /dev/mqueue/vl-coll-*; do [ ! -e "$f" ] || echo "${f##*/}"; done)
-    [ -z "$q" ] || fail "$1 left message queues behind: $q"
-}
 no_queues_left "an earlier scenario"
 
 # pkts DEV: packets sent by DEV's port 1.

@@ -14,18 +14,11 @@
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
+# shellcheck source=tests/guest/coll-lib.sh
+. "$VL_TESTS/coll-lib.sh"
 
 require_bin vl_all_reduce_perf
 
-if ! grep -q ' mqueue ' /proc/mounts; then
-    mkdir -p /dev/mqueue
-    mount -t mqueue none /dev/mqueue
-fi
-# no_queues_left WHAT: no --np queue remains in /dev/mqueue.
-no_queues_left() {
-    q=$(for f in /dev/mqueue/vl-coll-*; do [ ! -e "$f" ] || echo "${f##*/}"; done)
-    [ -z "$q" ] || fail "$1 left message queues behind: $q"
-}
 
 # start_ranks PORT WORLD ARGS...: starts ranks 0..WORLD-1 of vl_all_reduce_perf in the background
 # with torchrun's variables; their pids in PID0.., their outputs in $TMPDIR/rN.out.
