@@ -1,16 +1,23 @@
 //! The rendezvous over loopback TCP (no RDMA needed): the table reaches every rank, and a rank
 //! with the wrong world size, protocol version or a taken number is refused by name; a missing
 //! rank is named by number; a rank that dies afterwards is named to the others. And world size
-//! 1, which needs no NIC, runs every collective.
+//! 1, which needs no NIC, runs every collective. The same star over real POSIX message queues
+//! (a local run, `--np`): the table, strings longer than one queue message, the launcher's notice
+//! naming a rank that ended, a missing rank named within the bound, no queue left behind.
 
 use std::net::TcpListener;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use verbs_lab::coll::bootstrap::{rendezvous, CollError, RankRecord, PROTOCOL_VERSION};
+use verbs_lab::coll::bootstrap::{
+    rendezvous, rendezvous_mq, CollError, RankRecord, PROTOCOL_VERSION,
+};
 use verbs_lab::coll::env::{resolve, RankFlags};
 use verbs_lab::coll::kernels::{count_wrong, expected_value, fill_input, DataType, RedOp};
+use verbs_lab::coll::mqlink::{gone_notice, queue_names, QUEUE_DEPTH};
 use verbs_lab::coll::{Comm, CommOpts};
+use verbs_lab::mq::{Queue, MAX_MSG_LEN};
 use verbs_lab::verbs::{Gid, RemoteBuf};
 
 fn port() -> u16 {
@@ -208,4 +215,129 @@ fn world_size_one_runs_every_collective_without_a_nic() {
     let e = c.broadcast(t, 10, 1, true).unwrap_err();
     assert!(e.to_string().contains("root 1"), "{e}");
     c.finish().unwrap();
+}
+
+/// Fresh queues for `world` ranks, as the launcher makes them (not the launcher's name pattern,
+/// so that no launcher's orphan sweep takes them for its own).
+fn queues(world: u32) -> (String, Vec<Queue>) {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let base = format!(
+        "/vl-colltest-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    let qs = queue_names(&base, world)
+        .iter()
+        .map(|n| Queue::create(n, QUEUE_DEPTH, MAX_MSG_LEN).unwrap())
+        .collect();
+    (base, qs)
+}
+
+fn gone_from_dev_mqueue(names: &[String]) -> bool {
+    names
+        .iter()
+        .all(|n| !std::path::Path::new(&format!("/dev/mqueue{n}")).exists())
+}
+
+#[test]
+fn table_and_long_gathers_arrive_whole_and_the_queues_go() {
+    let world = 4;
+    let (base, qs) = queues(world);
+    let hs: Vec<_> = (0..world)
+        .map(|r| {
+            let base = base.clone();
+            thread::spawn(move || {
+                let mut s = rendezvous_mq(record(r, world), &base, T).unwrap();
+                s.barrier().unwrap();
+                // Three queue messages' worth from each rank, different per rank.
+                let mine: Vec<u8> = (0..20_000u32).map(|i| (i * (r + 1)) as u8).collect();
+                let all = s.gather(&mine).unwrap();
+                let back = s.broadcast(&[r as u8; 9000]).unwrap();
+                s.barrier().unwrap();
+                (s.table().to_vec(), all, back)
+            })
+        })
+        .collect();
+    let want: Vec<RankRecord> = (0..world).map(|r| record(r, world)).collect();
+    for (r, h) in hs.into_iter().enumerate() {
+        let (table, all, back) = h.join().unwrap();
+        assert_eq!(table, want, "rank {r}");
+        assert_eq!(back, vec![0u8; 9000], "rank {r} got rank 0's broadcast");
+        if r == 0 {
+            let all = all.expect("rank 0 gathers");
+            for (from, got) in all.iter().enumerate() {
+                let expect: Vec<u8> = (0..20_000u32)
+                    .map(|i| (i * (from as u32 + 1)) as u8)
+                    .collect();
+                assert_eq!(got, &expect, "from rank {from}");
+            }
+        } else {
+            assert!(all.is_none());
+        }
+    }
+    let names = queue_names(&base, world);
+    drop(qs);
+    assert!(gone_from_dev_mqueue(&names), "{names:?} left behind");
+}
+
+#[test]
+fn the_launchers_notice_names_the_rank_that_ended() {
+    let world = 3;
+    let (base, qs) = queues(world);
+    let hs: Vec<_> = (0..world - 1)
+        .map(|r| {
+            let base = base.clone();
+            thread::spawn(move || {
+                let mut s = rendezvous_mq(record(r, world), &base, T).unwrap();
+                let start = Instant::now();
+                loop {
+                    if let Err(e) = s.check_alive() {
+                        return (e, start.elapsed());
+                    }
+                    assert!(start.elapsed() < T, "rank {r} never heard");
+                    thread::sleep(Duration::from_millis(10));
+                }
+            })
+        })
+        .collect();
+    // Rank 2 joins and "dies": the launcher tells the others.
+    let s2 = rendezvous_mq(record(2, world), &base, T).unwrap();
+    drop(s2);
+    let notice = gone_notice(2, "pid 1002 ended with killed by SIGKILL");
+    for q in &qs[..2] {
+        q.send_timeout(&notice, 0, T).unwrap();
+    }
+    for (r, h) in hs.into_iter().enumerate() {
+        let (e, _) = h.join().unwrap();
+        match &e {
+            CollError::RankGone { rank, who, detail } => {
+                assert_eq!(*rank, 2, "rank {r}: {e}");
+                assert!(who.contains("host host2"), "{e}");
+                assert!(detail.contains("SIGKILL"), "{e}");
+            }
+            other => panic!("rank {r}: {other}"),
+        }
+    }
+}
+
+#[test]
+fn a_missing_rank_is_named_within_the_bound() {
+    let world = 3;
+    let (base, _qs) = queues(world);
+    let start = Instant::now();
+    let hs: Vec<_> = (0..2)
+        .map(|r| {
+            let base = base.clone();
+            thread::spawn(move || rendezvous_mq(record(r, world), &base, Duration::from_secs(2)))
+        })
+        .collect();
+    let out: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(start.elapsed() < Duration::from_secs(12));
+    let e0 = out[0].as_ref().err().expect("rank 0 fails").to_string();
+    assert!(e0.contains("rank 2 of 3 sent no endpoint record"), "{e0}");
+    let e1 = out[1].as_ref().err().expect("rank 1 is told").to_string();
+    assert!(
+        e1.contains("rank 0 refused the job") && e1.contains("rank 2"),
+        "{e1}"
+    );
 }

@@ -11,6 +11,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use super::mqlink::{Incoming, MqLinks};
 use crate::oob::{self, Listener, OobConn, OobError};
 use crate::verbs::{Gid, RemoteBuf};
 
@@ -339,6 +340,8 @@ pub struct Star {
     early: Vec<std::collections::VecDeque<Vec<u8>>>,
     table: Vec<RankRecord>,
     timeout: Duration,
+    /// A local run (`--np`): the star runs over the launcher's message queues instead of `conns`.
+    mq: Option<MqLinks>,
 }
 
 fn gone(t: &[RankRecord], rank: u32, detail: String) -> CollError {
@@ -349,6 +352,18 @@ fn gone(t: &[RankRecord], rank: u32, detail: String) -> CollError {
             .map_or(format!("rank {rank}"), RankRecord::who),
         detail,
     }
+}
+
+/// "rank 2" / "ranks 1, 3": the ranks not yet in `table`.
+fn missing(table: &[Option<RankRecord>]) -> String {
+    let m: Vec<String> = table
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.is_none())
+        .map(|(i, _)| i.to_string())
+        .collect();
+    let noun = if m.len() == 1 { "rank" } else { "ranks" };
+    format!("{noun} {}", m.join(", "))
 }
 
 /// Runs the rendezvous for `mine` (rank, world and endpoints filled in) with rank 0 at `master`.
@@ -375,18 +390,11 @@ pub fn rendezvous(mine: RankRecord, master: (&str, u16), timeout: Duration) -> R
             let mut c = match listener.accept(left.max(Duration::from_millis(1))) {
                 Ok(c) => c,
                 Err(OobError::Timeout { .. }) => {
-                    let missing: Vec<String> = table
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, r)| r.is_none())
-                        .map(|(i, _)| i.to_string())
-                        .collect();
                     let why = format!(
-                        "{} {} of {world} never reached the master at {}:{} within {:.0} s \
+                        "{} of {world} never reached the master at {}:{} within {:.0} s \
                          (host unknown: never connected) — started, with the same master \
                          address?",
-                        if missing.len() == 1 { "rank" } else { "ranks" },
-                        missing.join(", "),
+                        missing(&table),
                         master.0,
                         master.1,
                         timeout.as_secs_f64()
@@ -432,6 +440,7 @@ pub fn rendezvous(mine: RankRecord, master: (&str, u16), timeout: Duration) -> R
             conns,
             table,
             timeout,
+            mq: None,
         })
     } else {
         let mut c = oob::connect(master.0, master.1, timeout).map_err(|e| {
@@ -458,8 +467,109 @@ pub fn rendezvous(mine: RankRecord, master: (&str, u16), timeout: Duration) -> R
             early: vec![Default::default()],
             table,
             timeout,
+            mq: None,
         })
     }
+}
+
+/// The rendezvous of a local run (`--np`) over the launcher's message queues under `base` (see
+/// [`super::mqlink`]): the same exchange as [`rendezvous`], the same checks and bounds.
+pub fn rendezvous_mq(mine: RankRecord, base: &str, timeout: Duration) -> Result<Star> {
+    let (world, rank) = (mine.world_size, mine.rank);
+    let mut links = MqLinks::open(base, rank, world).map_err(CollError::Bootstrap)?;
+    let start = Instant::now();
+    let gone_early = |rank: u32, detail: String| {
+        CollError::Bootstrap(format!("rank {rank} ended before the rendezvous: {detail}"))
+    };
+    let table = if mine.rank == 0 {
+        let mut table: Vec<Option<RankRecord>> = vec![None; world as usize];
+        table[0] = Some(mine);
+        let refuse = |links: &mut MqLinks, why: &str| {
+            let mut p = Put::default();
+            p.u8(b'F').str(why);
+            for r in 1..world {
+                let _ = links.send(r, &p.0, Duration::from_millis(500));
+            }
+            CollError::Bootstrap(why.to_string())
+        };
+        while table.iter().any(Option::is_none) {
+            let left = timeout.saturating_sub(start.elapsed());
+            match links.recv(left).map_err(CollError::Bootstrap)? {
+                None => {
+                    let why = format!(
+                        "{} of {world} sent no endpoint record within {:.0} s",
+                        missing(&table),
+                        timeout.as_secs_f64()
+                    );
+                    return Err(refuse(&mut links, &why));
+                }
+                Some(Incoming::Gone { rank, detail }) => {
+                    let e = gone_early(rank, detail);
+                    return Err(refuse(&mut links, &e.to_string()));
+                }
+                Some(Incoming::Frame { from, bytes }) => {
+                    let rec = RankRecord::decode(&bytes).map_err(|e| {
+                        CollError::Bootstrap(format!("rank {from}'s queue message: {e}"))
+                    });
+                    let rec = match rec {
+                        Ok(r) if r.rank == from => r,
+                        Ok(r) => {
+                            let why = format!("rank {from} sent the record of rank {}", r.rank);
+                            return Err(refuse(&mut links, &why));
+                        }
+                        Err(e) => return Err(refuse(&mut links, &e.to_string())),
+                    };
+                    if let Err(why) = admit(&table, world, &rec) {
+                        return Err(refuse(&mut links, &why));
+                    }
+                    let r = rec.rank as usize;
+                    table[r] = Some(rec);
+                }
+            }
+        }
+        let table: Vec<RankRecord> = table.into_iter().map(|r| r.expect("all in")).collect();
+        let blob = encode_table(&table);
+        for r in 1..world {
+            links
+                .send(r, &blob, timeout)
+                .map_err(|e| gone(&table, r, format!("sending the endpoint table failed: {e}")))?;
+        }
+        table
+    } else {
+        links
+            .send(0, &mine.encode(), timeout)
+            .map_err(|e| CollError::Bootstrap(format!("sending our endpoint record: {e}")))?;
+        // Rank 0 may wait its whole window for the last rank after we arrived: wait longer.
+        let wait = timeout * 2 + Duration::from_secs(5);
+        let table = match links.recv(wait).map_err(CollError::Bootstrap)? {
+            Some(Incoming::Frame { bytes, .. }) => {
+                decode_reply(&bytes).map_err(CollError::Bootstrap)?
+            }
+            Some(Incoming::Gone { rank, detail }) => return Err(gone_early(rank, detail)),
+            None => {
+                return Err(CollError::Bootstrap(format!(
+                    "no endpoint table from rank 0 within {:.0} s",
+                    wait.as_secs_f64()
+                )))
+            }
+        };
+        if table.len() != world as usize || table[mine.rank as usize] != mine {
+            return Err(CollError::Bootstrap(format!(
+                "rank 0's table ({} ranks) does not hold our record as we sent it",
+                table.len()
+            )));
+        }
+        table
+    };
+    let ends = if rank == 0 { world as usize } else { 1 };
+    Ok(Star {
+        rank,
+        conns: (0..ends).map(|_| None).collect(),
+        early: vec![Default::default(); ends],
+        table,
+        timeout,
+        mq: Some(links),
+    })
 }
 
 impl Star {
@@ -471,6 +581,7 @@ impl Star {
             early: vec![Default::default()],
             table: vec![mine],
             timeout: Duration::from_secs(1),
+            mq: None,
         }
     }
 
@@ -490,6 +601,15 @@ impl Star {
     /// Looks at the connections without blocking: `Err` names a rank that is gone (its socket
     /// closed or rank 0 relayed that it is). Call it now and then while waiting on the NIC.
     pub fn check_alive(&mut self) -> Result<()> {
+        if self.mq.is_some() {
+            while let Some(got) = self.mq_poll(Duration::ZERO)? {
+                let (idx, m) = got;
+                let peer = if self.rank == 0 { idx as u32 } else { 0 };
+                let m = self.interpret(peer, m)?;
+                self.early[idx].push_back(m);
+            }
+            return Ok(());
+        }
         for r in 0..self.conns.len() {
             let Some(c) = self.conns[r].as_mut() else {
                 continue;
@@ -506,6 +626,30 @@ impl Star {
         Ok(())
     }
 
+    /// A local run: the next whole string on our queue within `wait` (`None`: none came), as
+    /// (index into `early`, bytes); the launcher's notice that a rank ended is the error that
+    /// names it.
+    fn mq_poll(&mut self, wait: Duration) -> Result<Option<(usize, Vec<u8>)>> {
+        let links = self.mq.as_mut().expect("a local run");
+        let got = if wait.is_zero() {
+            links.try_recv()
+        } else {
+            links.recv(wait)
+        };
+        match got.map_err(CollError::Failed)? {
+            None => Ok(None),
+            Some(Incoming::Frame { from, bytes }) => {
+                let idx = if self.rank == 0 { from as usize } else { 0 };
+                Ok(Some((idx, bytes)))
+            }
+            Some(Incoming::Gone { rank, detail }) => Err(gone(
+                &self.table,
+                rank,
+                format!("the launcher saw it end: {detail}"),
+            )),
+        }
+    }
+
     /// Receives one DATA message from `peer` (a rank on the star); an ABORT or a closed socket
     /// becomes the error that names the rank that is gone.
     fn recv_from(&mut self, peer: u32, what: &str) -> Result<Vec<u8>> {
@@ -520,6 +664,38 @@ impl Star {
     fn recv_wire(&mut self, peer: u32, what: &str) -> Result<Vec<u8>> {
         let idx = if self.rank == 0 { peer as usize } else { 0 };
         let timeout = self.timeout;
+        let silent = |t: &[RankRecord], after: Duration| {
+            gone(
+                t,
+                peer,
+                format!(
+                    "silent for {:.0} s while we waited for {what}",
+                    after.as_secs_f64()
+                ),
+            )
+        };
+        if self.mq.is_some() {
+            // Strings from other ranks that arrive meanwhile are kept for later (an abort from
+            // any of them ends the wait).
+            let deadline = Instant::now() + timeout;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                match self.mq_poll(left.max(Duration::from_millis(1)))? {
+                    Some((i, m)) if i == idx => return self.interpret(peer, m),
+                    Some((i, m)) => {
+                        let from = if self.rank == 0 { i as u32 } else { 0 };
+                        let m = self.interpret(from, m)?;
+                        self.early[i].push_back(m);
+                    }
+                    None if Instant::now() >= deadline => {
+                        let e = silent(&self.table, timeout);
+                        self.abort(&e);
+                        return Err(e);
+                    }
+                    None => {}
+                }
+            }
+        }
         let c = self.conns[idx].as_mut().expect("a connection to that rank");
         c.set_timeout(timeout)
             .map_err(|e| CollError::Failed(e.to_string()))?;
@@ -535,19 +711,17 @@ impl Star {
                 return Err(e);
             }
             Err(OobError::Timeout { after, .. }) => {
-                let e = gone(
-                    &self.table,
-                    peer,
-                    format!(
-                        "silent for {:.0} s while we waited for {what}",
-                        after.as_secs_f64()
-                    ),
-                );
+                let e = silent(&self.table, after);
                 self.abort(&e);
                 return Err(e);
             }
             Err(e) => return Err(CollError::Failed(format!("from rank {peer}: {e}"))),
         };
+        self.interpret(peer, m)
+    }
+
+    /// A message from `peer`: DATA gives its bytes, ABORT the error naming the rank gone.
+    fn interpret(&mut self, peer: u32, m: Vec<u8>) -> Result<Vec<u8>> {
         match m.first() {
             Some(&DATA) => Ok(m[1..].to_vec()),
             Some(&ABORT) => {
@@ -577,6 +751,19 @@ impl Star {
         };
         let mut p = Put::default();
         p.u8(ABORT).u32(rank).str(&detail);
+        if let Some(links) = self.mq.as_mut() {
+            let peers: Vec<u32> = if self.rank == 0 {
+                (1..self.table.len() as u32)
+                    .filter(|&r| r != rank)
+                    .collect()
+            } else {
+                vec![0]
+            };
+            for r in peers {
+                let _ = links.send(r, &p.0, Duration::from_millis(500));
+            }
+            return;
+        }
         for (i, c) in self.conns.iter_mut().enumerate() {
             if let Some(c) = c {
                 if self.rank != 0 || i as u32 != rank {
@@ -592,6 +779,11 @@ impl Star {
         let mut m = Vec::with_capacity(data.len() + 1);
         m.push(DATA);
         m.extend_from_slice(data);
+        if let Some(links) = self.mq.as_mut() {
+            return links
+                .send(peer, &m, self.timeout)
+                .map_err(|e| gone(&self.table, peer, format!("sending {what} failed: {e}")));
+        }
         let c = self.conns[idx].as_mut().expect("a connection to that rank");
         c.send_msg(&m, what)
             .map_err(|e| gone(&self.table, peer, format!("sending {what} failed: {e}")))

@@ -53,6 +53,9 @@ pub struct CommOpts {
     pub ack_timeout: u8,
     /// CPU to pin this rank's thread to.
     pub cpu: Option<usize>,
+    /// A local run (`--np`): the base name of the launcher's message queues, which then carry
+    /// the rendezvous and the star instead of TCP (see [`super::mqlink`]).
+    pub local_queues: Option<String>,
 }
 
 impl Default for CommOpts {
@@ -68,6 +71,7 @@ impl Default for CommOpts {
             peer_timeout: Duration::from_secs(30),
             ack_timeout: 20,
             cpu: None,
+            local_queues: None,
         }
     }
 }
@@ -237,10 +241,15 @@ impl Comm {
                 _pd: None,
             });
         }
-        let master = info
-            .master
-            .clone()
-            .ok_or_else(|| CollError::Usage("no master address for the rendezvous".into()))?;
+        let master = match (&opts.local_queues, &info.master) {
+            (Some(_), _) => None,
+            (None, Some(m)) => Some(m.clone()),
+            (None, None) => {
+                return Err(CollError::Usage(
+                    "no master address for the rendezvous".into(),
+                ))
+            }
+        };
 
         // The device of this local rank, its port and GID.
         let dev = pick_device(&opts.devices, info.local_rank);
@@ -303,11 +312,15 @@ impl Comm {
         record.slot_bytes = slot_bytes as u32;
         record.nslots = opts.nslots as u32;
 
-        let mut star = bootstrap::rendezvous(
-            record.clone(),
-            (&master.0, master.1),
-            opts.bootstrap_timeout,
-        )?;
+        let mut star = match (&opts.local_queues, &master) {
+            (Some(base), _) => {
+                bootstrap::rendezvous_mq(record.clone(), base, opts.bootstrap_timeout)?
+            }
+            (None, Some(m)) => {
+                bootstrap::rendezvous(record.clone(), (&m.0, m.1), opts.bootstrap_timeout)?
+            }
+            (None, None) => unreachable!("checked above"),
+        };
         let n = info.world_size as usize;
         let r = info.rank as usize;
         let t = star.table().to_vec();

@@ -7,11 +7,21 @@
 //! watches them: when one exits non-zero or is killed it names that rank, gives the others the
 //! grace period to notice and fail on their own (naming the same rank), then kills whatever is
 //! left. A child dies with its launcher ([`child_setup`]), so nothing is left behind.
+//!
+//! [`run_local_mq`] is the same launcher with the ranks coordinated over POSIX message queues
+//! instead of TCP (the benchmarks' `--np`; see [`super::mqlink`]): the children get
+//! `--vl-coll-queues BASE` in place of `--master`, the rendezvous, barriers and results go
+//! through the queues, and when a rank ends badly the launcher tells every other rank which one
+//! and how ([`mqlink::gone_notice`]), so they fail naming it at once instead of after their
+//! peer timeout. The queues are removed on every exit path (see [`child_setup_mq`]).
 
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
+
+use super::mqlink::{self, QUEUE_DEPTH, QUEUE_PREFIX};
+use crate::mq::{self, Queue, MAX_MSG_LEN};
 
 /// What happened to the ranks of a local run.
 #[derive(Debug)]
@@ -47,6 +57,35 @@ pub fn describe(st: ExitStatus) -> String {
 /// has failed (their peer timeout, plus a margin).
 pub fn run_local(np: u32, args: &[OsString], grace: Duration) -> Result<Outcome, String> {
     let port = free_port().map_err(|e| format!("no free loopback port for the rendezvous: {e}"))?;
+    let master = format!("127.0.0.1:{port}");
+    let children = spawn_ranks(np, args, &["--master", &master])?;
+    Ok(supervise(children, grace, &[]))
+}
+
+/// As [`run_local`], the ranks coordinated over message queues this launcher creates (see the
+/// module documentation); each child must call [`child_setup_mq`] first.
+pub fn run_local_mq(np: u32, args: &[OsString], grace: Duration) -> Result<Outcome, String> {
+    for (pid, names) in mq::remove_orphans(QUEUE_PREFIX) {
+        eprintln!(
+            "removed {} left by launcher pid {pid}, which no longer runs",
+            names.join(", ")
+        );
+    }
+    mq::install_cleanup_on_signals()
+        .map_err(|e| format!("cannot arrange for the queues' removal on Ctrl-C: {e}"))?;
+    let base = mqlink::queue_base(std::process::id());
+    let queues = mqlink::queue_names(&base, np)
+        .iter()
+        .map(|n| Queue::create(n, QUEUE_DEPTH, MAX_MSG_LEN))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("cannot create the ranks' message queues: {e}"))?;
+    let children = spawn_ranks(np, args, &["--vl-coll-queues", &base])?;
+    Ok(supervise(children, grace, &queues))
+    // `queues` dropped here: their names are removed.
+}
+
+/// Starts the `np` children: `args`, then the rank flags, then `extra`.
+fn spawn_ranks(np: u32, args: &[OsString], extra: &[&str]) -> Result<Vec<(u32, Child)>, String> {
     let mut children: Vec<(u32, Child)> = Vec::new();
     // Children show our name in ps, not /proc/self/exe.
     let arg0 = std::env::args_os()
@@ -59,7 +98,7 @@ pub fn run_local(np: u32, args: &[OsString], grace: Duration) -> Result<Outcome,
             .args(["--rank", &rank.to_string()])
             .args(["--world-size", &np.to_string()])
             .args(["--local-rank", &rank.to_string()])
-            .args(["--master", &format!("127.0.0.1:{port}")])
+            .args(extra)
             .spawn();
         match spawned {
             Ok(c) => children.push((rank, c)),
@@ -72,11 +111,12 @@ pub fn run_local(np: u32, args: &[OsString], grace: Duration) -> Result<Outcome,
             }
         }
     }
-    Ok(supervise(children, grace))
+    Ok(children)
 }
 
-/// Waits for every child; see [`run_local`].
-pub fn supervise(mut children: Vec<(u32, Child)>, grace: Duration) -> Outcome {
+/// Waits for every child; see [`run_local`]. `notify`: the ranks' queues of a local run (index =
+/// rank), where the first rank that ends badly is announced to the others.
+pub fn supervise(mut children: Vec<(u32, Child)>, grace: Duration, notify: &[Queue]) -> Outcome {
     let mut status: Vec<Option<ExitStatus>> = vec![None; children.len()];
     let mut failures = Vec::new();
     let mut codes = Vec::new();
@@ -95,6 +135,17 @@ pub fn supervise(mut children: Vec<(u32, Child)>, grace: Duration) -> Outcome {
                         describe(st)
                     ));
                     codes.push(st.code().unwrap_or(1));
+                    if deadline.is_none() {
+                        let notice = mqlink::gone_notice(
+                            *rank,
+                            &format!("pid {} ended with {}", c.id(), describe(st)),
+                        );
+                        for (r, q) in notify.iter().enumerate() {
+                            if r as u32 != *rank {
+                                let _ = q.send_timeout(&notice, 0, Duration::from_millis(200));
+                            }
+                        }
+                    }
                     deadline.get_or_insert(Instant::now() + grace);
                 }
             }
@@ -141,4 +192,29 @@ pub fn child_setup() {
     if nix::unistd::getppid() == nix::unistd::Pid::from_raw(1) {
         std::process::exit(1);
     }
+}
+
+/// [`child_setup`] for a rank of [`run_local_mq`] whose launcher's queues are under `base`
+/// (`world` of them): when the launcher dies the kernel sends this rank SIGTERM
+/// (`PR_SET_PDEATHSIG`), and a thread removes the launcher's queues and ends the rank, so a
+/// launcher killed outright leaves nothing in /dev/mqueue. Call it before any other thread
+/// starts.
+pub fn child_setup_mq(base: &str, world: u32) -> Result<(), String> {
+    let Some(owner) = mqlink::owner_of(base) else {
+        return Err(format!(
+            "--vl-coll-queues {base:?}: not a launcher's queue name (it is set by --np)"
+        ));
+    };
+    let sig = nix::sys::signal::Signal::SIGTERM;
+    mq::remove_on_signal(sig, owner, mqlink::queue_names(base, world))
+        .map_err(|e| format!("cannot watch for the launcher's end: {e}"))?;
+    let _ = nix::sys::prctl::set_pdeathsig(sig);
+    if nix::unistd::getppid() != nix::unistd::Pid::from_raw(owner as i32) {
+        // The launcher died before the call.
+        for n in mqlink::queue_names(base, world) {
+            let _ = nix::mqueue::mq_unlink(n.as_str());
+        }
+        std::process::exit(1);
+    }
+    Ok(())
 }

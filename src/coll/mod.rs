@@ -16,6 +16,7 @@ pub mod comm;
 pub mod env;
 pub mod kernels;
 pub mod launch;
+pub mod mqlink;
 pub mod schedule;
 
 pub use bootstrap::{CollError, RankRecord};

@@ -3,17 +3,23 @@
 # (8 B: fewer elements than ranks), every element checked (-c 1): 0 wrong, the nccl-tests footer,
 # a JSON document with every size and rank. The rxe port counters must have moved at least the
 # packets the all-reduce's payload needs: 2(n-1)/n x size per rank per collective, at the
-# active MTU — the payload went over RDMA, not TCP.
-# Took 398 s on a busy 2-core host (TCG guest, seven builds and guests sharing it).
+# active MTU — the payload went over RDMA, not TCP. --np coordinates its ranks over POSIX message
+# queues (/vl-coll-PID-rN): the header says so, and none is left in /dev/mqueue after a run.
+# Took 398 s on a busy 2-core host (TCG guest, seven builds and guests sharing it); 246 s with
+# word-wise MR copies (four builds sharing it).
 # timeout: 600
 # slow: five collectives, each a sweep of 8 B to 4 MiB over four ranks with every element checked, under emulation
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
+# shellcheck source=tests/guest/coll-lib.sh
+. "$VL_TESTS/coll-lib.sh"
 
 for t in all_reduce reduce_scatter all_gather broadcast sendrecv; do
     require_bin "vl_${t}_perf"
 done
+
+no_queues_left "an earlier scenario"
 
 # pkts DEV: packets sent by DEV's port 1.
 pkts() { hw_counter "$1" sent_pkts; }
@@ -26,7 +32,7 @@ echo "active MTU of $VL_DEV0: $mtu"
 check_run() {
     expect_contains "$1" "# Out of bounds values : 0 OK"
     expect_contains "$1" "# Avg bus bandwidth"
-    expect_contains "$1" "nranks 4"
+    expect_contains "$1" "nranks 4 (from --np, coordinated over the message queues /vl-coll-"
     rows=$(grep -E '^ +[0-9]+ ' "$1")
     echo "$rows" | awk '{ if ($9 != "0" || ($13 != "0" && $13 != "N/A")) { print "wrong: " $0; bad = 1 } }
         END { exit bad }' || fail "$2: a row has wrong values"
@@ -52,6 +58,7 @@ for t in all_reduce reduce_scatter all_gather broadcast sendrecv; do
     after=$(($(pkts "$VL_DEV0") + $(pkts "$VL_DEV1")))
     cat "$TMPDIR/$t.out"
     [ "$rc" = 0 ] || fail "vl_${t}_perf exited $rc"
+    no_queues_left "vl_${t}_perf --np 4"
     # 8 B (2 floats for 4 ranks: fewer elements than ranks) in a run of its own, checked too.
     rc=0
     run_timeout 60 "vl_${t}_perf" --np 4 -d "$VL_DEV0,$VL_DEV1" -b 8 -e 8 -n 1 -w 0 -c 1 \
@@ -93,3 +100,5 @@ step "nothing left behind"
 left=$(ps -o pid,args 2>/dev/null | grep '[v]l_.*_perf' || true)
 [ -z "$left" ] || fail "ranks still running: $left"
 echo "no rank left running"
+no_queues_left "the runs above"
+echo "no message queue left in /dev/mqueue"

@@ -4,13 +4,21 @@
 #   MASTER_ADDR, MASTER_PORT): rank 0 prints, every element checked;
 # - a rank with another world size is refused by name;
 # - a rank killed (SIGKILL) mid-run: every other rank exits non-zero within its peer timeout,
-#   naming rank 2; under --np the launcher names it too, and no rank is left running.
+#   naming rank 2; under --np (ranks coordinated over POSIX message queues) the launcher names
+#   it too and tells the others at once, and no rank and no queue is left;
+# - the --np launcher itself killed (SIGKILL): its ranks die with it (PR_SET_PDEATHSIG) and
+#   remove its queues.
+# Took 68 s on a busy 2-core host (TCG guest, other builds and guests sharing it).
 # timeout: 300
+# slow: four ranks started five times; after a killed rank the TCP-started others wait for its socket or their peer timeout
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
+# shellcheck source=tests/guest/coll-lib.sh
+. "$VL_TESTS/coll-lib.sh"
 
 require_bin vl_all_reduce_perf
+
 
 # start_ranks PORT WORLD ARGS...: starts ranks 0..WORLD-1 of vl_all_reduce_perf in the background
 # with torchrun's variables; their pids in PID0.., their outputs in $TMPDIR/rN.out.
@@ -117,6 +125,27 @@ cat "$TMPDIR/np.out"
 if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then fail "the launcher exited $rc"; fi
 expect_contains "$TMPDIR/np.out" "rank 2 (pid $victim) ended with killed by SIGKILL"
 expect_contains "$TMPDIR/np.out" "rank 2 (host"
+# The others heard it from the launcher over their queues, not only from a timeout.
+expect_contains "$TMPDIR/np.out" "the launcher saw it end: pid $victim ended with killed by SIGKILL"
+no_queues_left "the --np run with a killed rank"
+
+step "--np 4: the launcher killed outright takes its ranks and its queues with it"
+vl_all_reduce_perf --np 4 -d "$VL_DEV0,$VL_DEV1" -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20 \
+    >"$TMPDIR/np2.out" 2>&1 </dev/null &
+launcher=$!
+wait_for "$TMPDIR/np2.out" "#  Rank  3" 90
+ls "/dev/mqueue/vl-coll-$launcher-r0" || fail "no queues of launcher $launcher while it runs"
+kill -KILL "$launcher"
+_vl_watch "$launcher" 10 || true
+end=$(($(_vl_now) + 1500))
+# shellcheck disable=SC2009 # busybox: ps, not pgrep -a
+while ps -o pid,args 2>/dev/null | grep -q '[v]l_all_reduce_perf'; do
+    [ "$(_vl_now)" -lt "$end" ] || fail "ranks still running 15 s after their launcher was killed"
+    sleep 0.2
+done
+cat "$TMPDIR/np2.out"
+no_queues_left "a launcher killed outright"
+echo "the ranks ended and removed the queues of launcher $launcher"
 
 step "nothing left behind"
 sleep 1
@@ -124,3 +153,4 @@ sleep 1
 left=$(ps -o pid,args 2>/dev/null | grep '[v]l_all_reduce_perf' || true)
 [ -z "$left" ] || fail "ranks still running: $left"
 echo "no rank left running"
+no_queues_left "the runs above"

@@ -1,7 +1,8 @@
 //! The collective benchmarks `vl_{all_reduce,reduce_scatter,all_gather,broadcast,sendrecv}_perf`:
 //! nccl-tests' flags and table over [`verbs_lab::coll`]. One rank per process, launched by
-//! `--np N` (this machine), by hand with flags, or by torchrun, mpirun or srun through their
-//! environment.
+//! `--np N` (this machine; the ranks' rendezvous, barriers and results go over the launcher's
+//! POSIX message queues, `verbs_lab::coll::mqlink`), by hand with flags, or by torchrun, mpirun
+//! or srun through their environment (over TCP to rank 0: ranks on other hosts).
 //!
 //! Per size and placement: `-w` warm-up collectives, `-n` timed ones (the average is the rank's
 //! time; the row shows the slowest rank's), then with `-c 1` one more on exact test data whose
@@ -32,7 +33,8 @@ pub const EXIT_GATE: u8 = 3;
 #[derive(Parser, Debug, Clone)]
 #[command(
     about = "Collective bandwidth over RDMA verbs, in the layout of nccl-tests",
-    after_help = "Ranks: --np N starts N on this machine; otherwise the rank comes from --rank/--world-size/--master, \
+    after_help = "Ranks: --np N starts N on this machine, coordinated over POSIX message queues \
+                  (/dev/mqueue/vl-coll-PID-r*, removed at the end); otherwise the rank comes from --rank/--world-size/--master, \
                   torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), Open MPI \
                   (OMPI_COMM_WORLD_*), MPICH (PMI_RANK, PMI_SIZE) or Slurm (SLURM_PROCID, SLURM_NTASKS), \
                   first match wins.\nExit status: 0 ok, 1 run failed or wrong values, 2 usage, 3 --min-busbw missed."
@@ -94,6 +96,9 @@ pub struct Args {
     /// Rank 0's rendezvous address HOST:PORT (else MASTER_ADDR/MASTER_PORT).
     #[arg(long)]
     pub master: Option<String>,
+    /// Set by --np for its ranks: the base name of the launcher's message queues.
+    #[arg(long = "vl-coll-queues", hide = true)]
+    pub local_queues: Option<String>,
     /// Seconds without progress before a neighbour is declared gone.
     #[arg(long = "timeout", default_value_t = 30)]
     pub peer_timeout: u64,
@@ -187,7 +192,15 @@ pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
         if args.rank.is_none() {
             return launcher(np, &args, tool);
         }
-        launch::child_setup();
+        match &args.local_queues {
+            Some(base) => {
+                if let Err(e) = launch::child_setup_mq(base, np) {
+                    eprintln!("{tool}: {e}");
+                    return ExitCode::from(EXIT_USAGE);
+                }
+            }
+            None => launch::child_setup(),
+        }
     }
     match run(&args, coll_of(args.root), tool) {
         Ok(code) => ExitCode::from(code),
@@ -206,13 +219,13 @@ fn launcher(np: u32, args: &Args, tool: &str) -> ExitCode {
         );
         return ExitCode::from(EXIT_USAGE);
     }
-    if args.world_size.is_some() || args.master.is_some() {
+    if args.world_size.is_some() || args.master.is_some() || args.local_queues.is_some() {
         eprintln!("{tool}: --np starts its own ranks: leave out --world-size and --master");
         return ExitCode::from(EXIT_USAGE);
     }
     let own: Vec<OsString> = std::env::args_os().skip(1).collect();
     let grace = Duration::from_secs(args.peer_timeout + 10);
-    match launch::run_local(np, &own, grace) {
+    match launch::run_local_mq(np, &own, grace) {
         Ok(o) => {
             for f in &o.failures {
                 eprintln!("{tool}: {f}");
@@ -248,7 +261,18 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
         local_rank: args.local_rank,
         master: args.master.clone(),
     };
-    let info = verbs_lab::coll::env::from_env(&flags).map_err(usage)?;
+    let info = match (&args.local_queues, args.rank, args.world_size) {
+        // A rank of --np: the launcher set every flag; the queues stand for --master.
+        (Some(_), Some(rank), Some(world_size)) => verbs_lab::coll::env::RankInfo {
+            rank,
+            world_size,
+            local_rank: args.local_rank.unwrap_or(rank),
+            launcher: verbs_lab::coll::env::Launcher::Flags,
+            master: None,
+        },
+        (Some(_), _, _) => return Err(usage("--vl-coll-queues is set by --np, not by hand")),
+        _ => verbs_lab::coll::env::from_env(&flags).map_err(usage)?,
+    };
     if let Some(np) = args.np {
         if info.world_size != np {
             return Err(usage(format!(
@@ -300,6 +324,7 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
         peer_timeout: Duration::from_secs(args.peer_timeout),
         ack_timeout: args.ack_timeout,
         cpu: if n > 1 { cpu } else { None },
+        local_queues: args.local_queues.clone(),
     };
     let launcher = info.launcher;
     let mut comm = Comm::init(info, &opts).map_err(failed)?;
@@ -314,8 +339,12 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
         dtype: args.dtype,
         op,
     };
+    let from = match &args.local_queues {
+        Some(base) => format!("--np, coordinated over the message queues {base}-r*"),
+        None => launcher.to_string(),
+    };
     let params = format!(
-        "nranks {n} (from {launcher}), minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} \
+        "nranks {n} (from {from}), minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} \
          validation: {} slots: {} x {} B",
         args.min_bytes,
         args.max_bytes,
