@@ -43,10 +43,12 @@ use verbs_lab::affinity::{allowed_cpus, cpu_choice, CpuChoice, CpuList};
 use verbs_lab::connect::{bring_up, local_endpoint, random_psn, ConnectOpts, Endpoint};
 use verbs_lab::sysfs;
 use verbs_lab::verbs::{
-    AccessFlags, Context, Cq, DeviceList, GidChoice, Mr, Mtu, Payload, PortState, Qp, QpCaps,
-    QpInitAttr, QpType, RecvWr, SendOp, SendWr, WorkCompletion,
+    AccessFlags, Context, Cq, DeviceList, GidChoice, Mr, Mtu, Payload, Qp, QpCaps, QpInitAttr,
+    QpType, RecvWr, SendOp, SendWr, WorkCompletion,
 };
-use verbs_lab_lessons::{first_mismatch, pattern, report_error, usage_error, Narrator};
+use verbs_lab_lessons::{
+    first_mismatch, open_named_device, pattern, report_error, usage_error, Device, Narrator,
+};
 
 const PROGRAM: &str = "lesson09_affinity";
 const MAX_SIZE: usize = 64 * 1024;
@@ -504,19 +506,10 @@ struct Side {
 
 impl Side {
     fn open(args: &Args, dev: &str, n: &Narrator) -> Result<Side> {
-        let ctx = DeviceList::open(Some(dev)).context("opening the RDMA device")?;
-        let port = ctx
-            .query_port(args.ib_port)
-            .with_context(|| format!("ibv_query_port({dev}, {})", args.ib_port))?;
-        ensure!(
-            port.state == PortState::ACTIVE,
-            "{dev} port {} is {}, not ACTIVE (rdma link show)",
-            args.ib_port,
-            port.state
-        );
-        let gid = ctx
-            .choose_gid(args.ib_port, args.gid_idx)
-            .context("choosing a GID")?;
+        // Lesson 01's steps, told only in lesson 01 and 14: this lesson's narration is placement.
+        let quiet = Narrator { quiet: true };
+        let Device { ctx, port, gid } =
+            open_named_device(Some(dev), args.ib_port, args.gid_idx, &quiet)?;
         let size = args.size;
         let pd = ctx.alloc_pd().context("ibv_alloc_pd")?;
         let mr = pd

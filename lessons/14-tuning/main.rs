@@ -47,7 +47,8 @@ use verbs_lab::verbs::{
     QpInitAttr, QpType, RecvWr, SendOp, SendWr, Sge, WcOpcode, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    first_mismatch, open_device, pattern, report_error, usage_error, CommonArgs, Device, Narrator,
+    check_device_flags, first_mismatch, open_named_device, pattern, report_error, usage_error,
+    Device, Narrator,
 };
 
 const PROGRAM: &str = "lesson14_tuning";
@@ -124,16 +125,7 @@ fn check_flags(a: &Args) -> Result<()> {
         "-r {}: 1 to 100 rounds",
         a.rounds
     );
-    ensure!(a.ib_port >= 1, "-i 0: ports are numbered from 1");
-    ensure!(
-        a.qp_timeout <= 31,
-        "-u {}: the QP ack timeout is a 5-bit exponent (0..=31)",
-        a.qp_timeout
-    );
-    ensure!(a.wait_secs >= 1, "--wait 0: every run needs at least 1 s");
-    if let Some(g) = a.gid_idx {
-        ensure!(g <= 255, "-g {g}: a source GID index is 8 bits (0..=255)");
-    }
+    check_device_flags(a.ib_port, a.gid_idx, a.qp_timeout, a.wait_secs)?;
     Ok(())
 }
 
@@ -164,19 +156,8 @@ struct Side {
 impl Side {
     fn open(args: &Args, dev: &str, n: &Narrator) -> Result<Side> {
         // Lesson 01's steps: open the device, check the port is ACTIVE, choose the GID.
-        let Device { ctx, port, gid } = open_device(
-            &CommonArgs {
-                host: None,
-                port: 0,
-                ib_dev: Some(dev.to_string()),
-                ib_port: args.ib_port,
-                gid_idx: args.gid_idx,
-                qp_timeout: args.qp_timeout,
-                wait_secs: args.wait_secs,
-                quiet: args.quiet,
-            },
-            n,
-        )?;
+        let Device { ctx, port, gid } =
+            open_named_device(Some(dev), args.ib_port, args.gid_idx, n)?;
         let size = args.size;
         let pd = ctx.alloc_pd().context("ibv_alloc_pd")?;
         let mr = pd

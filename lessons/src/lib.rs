@@ -113,25 +113,35 @@ pub struct Device {
 /// Opens the device named by `-d` (or the first), queries the port and chooses the GID, as
 /// lesson 01 taught. Narrates what it found.
 pub fn open_device(args: &CommonArgs, n: &Narrator) -> Result<Device> {
-    let ctx = DeviceList::open(args.ib_dev.as_deref()).context("opening the RDMA device")?;
+    open_named_device(args.ib_dev.as_deref(), args.ib_port, args.gid_idx, n)
+}
+
+/// [`open_device`] for the lessons that hold both ends in one process (09, 14) and so name two
+/// devices: `dev` (or the first), its port `ib_port`, which must be ACTIVE, and the GID `-g`
+/// names or the automatic choice. Narrates what it found.
+pub fn open_named_device(
+    dev: Option<&str>,
+    ib_port: u8,
+    gid_idx: Option<u32>,
+    n: &Narrator,
+) -> Result<Device> {
+    let ctx = DeviceList::open(dev).context("opening the RDMA device")?;
     let port = ctx
-        .query_port(args.ib_port)
-        .with_context(|| format!("ibv_query_port on {} port {}", ctx.name(), args.ib_port))?;
+        .query_port(ib_port)
+        .with_context(|| format!("ibv_query_port on {} port {}", ctx.name(), ib_port))?;
     if port.state != verbs_lab::verbs::PortState::ACTIVE {
         bail!(
             "{} port {} is {}, not ACTIVE: check the link (rdma link show) before running",
             ctx.name(),
-            args.ib_port,
+            ib_port,
             port.state
         );
     }
-    let gid = ctx
-        .choose_gid(args.ib_port, args.gid_idx)
-        .context("choosing a GID")?;
+    let gid = ctx.choose_gid(ib_port, gid_idx).context("choosing a GID")?;
     n.say(format!(
         "opened {} port {} ({}, active MTU {}, {})",
         ctx.name(),
-        args.ib_port,
+        ib_port,
         port.state,
         port.active_mtu.map_or("?".into(), |m| m.to_string()),
         port.link_layer
@@ -497,28 +507,36 @@ mod tests {
 impl CommonArgs {
     /// Refuses common flags that cannot work, before any verbs call (so it needs no device).
     pub fn check(&self) -> Result<()> {
-        if let Some(g) = self.gid_idx {
-            if g > 255 {
-                bail!(
-                    "-g {g}: unusable GID index: the source GID index of an address vector is \
-                     8 bits (0..=255); `lesson01_devices` lists the populated ones"
-                );
-            }
-        }
-        if self.ib_port == 0 {
-            bail!("-i 0: ports are numbered from 1");
-        }
-        if self.qp_timeout > 31 {
+        check_device_flags(self.ib_port, self.gid_idx, self.qp_timeout, self.wait_secs)
+    }
+}
+
+/// Refuses device flags that cannot work (`-i`, `-g`, `-u`, `--wait`), before any verbs call:
+/// [`CommonArgs::check`] and the one-process lessons that take these flags without `-d`/`-p`.
+pub fn check_device_flags(
+    ib_port: u8,
+    gid_idx: Option<u32>,
+    qp_timeout: u8,
+    wait_secs: u64,
+) -> Result<()> {
+    if let Some(g) = gid_idx {
+        if g > 255 {
             bail!(
-                "-u {}: the QP ack timeout is a 5-bit exponent (0..=31; 18 ≈ 1.1 s)",
-                self.qp_timeout
+                "-g {g}: unusable GID index: the source GID index of an address vector is \
+                 8 bits (0..=255); `lesson01_devices` lists the populated ones"
             );
         }
-        if self.wait_secs == 0 {
-            bail!("--wait 0: every wait needs at least 1 s, or nothing could ever arrive");
-        }
-        Ok(())
     }
+    if ib_port == 0 {
+        bail!("-i 0: ports are numbered from 1");
+    }
+    if qp_timeout > 31 {
+        bail!("-u {qp_timeout}: the QP ack timeout is a 5-bit exponent (0..=31; 18 ≈ 1.1 s)");
+    }
+    if wait_secs == 0 {
+        bail!("--wait 0: every wait needs at least 1 s, or nothing could ever arrive");
+    }
+    Ok(())
 }
 
 /// Test parameters one side announces to the other, as `key=value` words on one line

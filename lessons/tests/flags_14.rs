@@ -29,7 +29,7 @@ fn nonsense_flags_are_refused_with_the_reason() {
         ),
         (
             &["--wait", "0"][..],
-            "--wait 0: every run needs at least 1 s",
+            "--wait 0: every wait needs at least 1 s",
         ),
     ] {
         let out = run(args);
