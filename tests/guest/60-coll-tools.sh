@@ -12,14 +12,12 @@
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
-# shellcheck source=tests/guest/coll-lib.sh
-. "$VL_TESTS/coll-lib.sh"
 
 for t in all_reduce reduce_scatter all_gather broadcast sendrecv; do
     require_bin "vl_${t}_perf"
 done
 
-no_queues_left "an earlier scenario"
+mqueue_ready
 
 # pkts DEV: packets sent by DEV's port 1.
 pkts() { hw_counter "$1" sent_pkts; }
@@ -58,7 +56,7 @@ for t in all_reduce reduce_scatter all_gather broadcast sendrecv; do
     after=$(($(pkts "$VL_DEV0") + $(pkts "$VL_DEV1")))
     cat "$TMPDIR/$t.out"
     [ "$rc" = 0 ] || fail "vl_${t}_perf exited $rc"
-    no_queues_left "vl_${t}_perf --np 4"
+    no_queues "vl_${t}_perf --np 4"
     # 8 B (2 floats for 4 ranks: fewer elements than ranks) in a run of its own, checked too.
     rc=0
     run_timeout 60 "vl_${t}_perf" --np 4 -d "$VL_DEV0,$VL_DEV1" -b 8 -e 8 -n 1 -w 0 -c 1 \
@@ -100,5 +98,5 @@ step "nothing left behind"
 left=$(ps -o pid,args 2>/dev/null | grep '[v]l_.*_perf' || true)
 [ -z "$left" ] || fail "ranks still running: $left"
 echo "no rank left running"
-no_queues_left "the runs above"
+no_queues "the runs above"
 echo "no message queue left in /dev/mqueue"

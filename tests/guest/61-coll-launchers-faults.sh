@@ -14,10 +14,9 @@
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
-# shellcheck source=tests/guest/coll-lib.sh
-. "$VL_TESTS/coll-lib.sh"
 
 require_bin vl_all_reduce_perf
+mqueue_ready
 
 
 # start_ranks PORT WORLD ARGS...: starts ranks 0..WORLD-1 of vl_all_reduce_perf in the background
@@ -127,7 +126,7 @@ expect_contains "$TMPDIR/np.out" "rank 2 (pid $victim) ended with killed by SIGK
 expect_contains "$TMPDIR/np.out" "rank 2 (host"
 # The others heard it from the launcher over their queues, not only from a timeout.
 expect_contains "$TMPDIR/np.out" "the launcher saw it end: pid $victim ended with killed by SIGKILL"
-no_queues_left "the --np run with a killed rank"
+no_queues "the --np run with a killed rank"
 
 step "--np 4: the launcher killed outright takes its ranks and its queues with it"
 vl_all_reduce_perf --np 4 -d "$VL_DEV0,$VL_DEV1" -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20 \
@@ -144,7 +143,7 @@ while ps -o pid,args 2>/dev/null | grep -q '[v]l_all_reduce_perf'; do
     sleep 0.2
 done
 cat "$TMPDIR/np2.out"
-no_queues_left "a launcher killed outright"
+no_queues "a launcher killed outright"
 echo "the ranks ended and removed the queues of launcher $launcher"
 
 step "nothing left behind"
@@ -153,4 +152,4 @@ sleep 1
 left=$(ps -o pid,args 2>/dev/null | grep '[v]l_all_reduce_perf' || true)
 [ -z "$left" ] || fail "ranks still running: $left"
 echo "no rank left running"
-no_queues_left "the runs above"
+no_queues "the runs above"

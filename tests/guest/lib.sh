@@ -222,10 +222,10 @@ mqueue_ready() {
     [ -z "$(ls /dev/mqueue)" ] || fail "/dev/mqueue is not empty before the run: $(ls /dev/mqueue)"
 }
 
-# no_queues: nothing is left in /dev/mqueue.
+# no_queues [WHAT]: nothing is left in /dev/mqueue (after WHAT, named in the failure).
 no_queues() {
     _nq_left=$(ls /dev/mqueue)
-    [ -z "$_nq_left" ] || fail "queues left in /dev/mqueue: $_nq_left"
+    [ -z "$_nq_left" ] || fail "${1:+$1: }queues left in /dev/mqueue: $_nq_left"
     echo "/dev/mqueue is empty"
 }
 
