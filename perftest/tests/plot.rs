@@ -141,3 +141,87 @@ fn the_check_catches_a_chart_of_other_numbers() {
     // Not a report at all.
     assert!(check_svg(&svg, &json::parse("{}").unwrap()).is_err());
 }
+
+/// A bench-vs-perftest report of two tools: write_bw at two sizes (listed out of order, the
+/// perftest side of one without a valid run) and read_lat at one.
+fn bench_report() -> Value {
+    let row = |name: &str, family: &str, bytes: u64, kind: &str, ours: &str, theirs: &str| {
+        format!(
+            r#"{{"name":"{name}","family":"{family}","bytes":{bytes},"kind":"{kind}",
+                "ours_stats":{ours},"perftest_stats":{theirs}}}"#
+        )
+    };
+    let st = |med: f64, lo: f64, hi: f64| {
+        format!(r#"{{"valid":3,"median":{med},"min":{lo},"max":{hi}}}"#)
+    };
+    let none = r#"{"valid":0,"median":null,"min":null,"max":null}"#;
+    let rows = [
+        row(
+            "write_bw_65536",
+            "write_bw",
+            65536,
+            "bw",
+            &st(300.0, 250.0, 320.0),
+            &st(290.0, 280.0, 310.0),
+        ),
+        row("write_bw_2", "write_bw", 2, "bw", &st(1.5, 1.0, 2.0), none),
+        row(
+            "read_lat_2",
+            "read_lat",
+            2,
+            "lat",
+            &st(40.0, 35.0, 60.0),
+            &st(38.0, 30.0, 45.0),
+        ),
+    ];
+    json::parse(&format!(r#"{{"rows":[{}]}}"#, rows.join(","))).unwrap()
+}
+
+#[test]
+fn bench_rows_group_into_one_chart_per_tool_sorted_by_size() {
+    use vl_perftest::report::plot::{comparisons, Spread};
+    let c = comparisons(&bench_report()).unwrap();
+    assert_eq!(c.len(), 2);
+    assert_eq!(c[0].family, "write_bw");
+    assert!(c[0].y_desc.starts_with("BW average"), "{}", c[0].y_desc);
+    let sizes: Vec<f64> = c[0].ours.iter().map(|s| s.bytes).collect();
+    assert_eq!(sizes, vec![2.0, 65536.0]);
+    // No valid perftest run at 2 B: no point there, not a zero.
+    assert_eq!(
+        c[0].perftest,
+        vec![Spread {
+            bytes: 65536.0,
+            median: 290.0,
+            min: 280.0,
+            max: 310.0
+        }]
+    );
+    assert_eq!(c[1].family, "read_lat");
+    assert!(c[1].y_desc.contains("lower is better"));
+    assert!(comparisons(&json::parse(r#"{"results":[]}"#).unwrap())
+        .unwrap_err()
+        .contains("no \"rows\""));
+}
+
+#[test]
+fn a_comparison_chart_draws_each_side_at_its_medians() {
+    use vl_perftest::report::plot::{comparison_panel, comparisons, render_comparison_svg};
+    let c = &comparisons(&bench_report()).unwrap()[0];
+    let svg = render_comparison_svg(c).unwrap();
+    let panel = comparison_panel(c);
+    assert!(has_text(&svg, &panel.title) && has_text(&svg, &c.y_desc));
+    let got = lines(&svg);
+    // One polyline per side, ours with two points, perftest with one.
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0].1.len(), 2);
+    assert_eq!(got[1].1.len(), 1);
+    // Ours at 2 B (1.5) sits lower on the chart (a larger y pixel) than ours at 64 KiB (300).
+    assert!(got[0].1[0].1 > got[0].1[1].1);
+    // The spread bands are drawn: the translucent rectangles, one per point.
+    let bands = svg
+        .split("<rect")
+        .skip(1)
+        .filter(|r| r.contains("opacity=\"0.3\""))
+        .count();
+    assert_eq!(bands, 3, "{svg}");
+}
