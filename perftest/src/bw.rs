@@ -432,7 +432,7 @@ fn phase(
     let lossy = s.lossy();
     let rx_off = s.rx_offset();
     let (cq_timeout, peer_timeout) = (s.cq_timeout, s.peer_timeout);
-    let software = s.software_device();
+    let software = s.yields();
     let base =
         |v: &[u64]| -> Vec<u64> { (0..nq).map(|q| v.get(q).copied().unwrap_or(0)).collect() };
     let seq_base = base(sent_before);

@@ -33,6 +33,15 @@ pub const EVENT_SLICE: Duration = Duration::from_millis(10);
 /// and two sides that sleep while waiting for each other lock into millisecond rounds.)
 pub const YIELD_AFTER: Duration = Duration::from_micros(100);
 
+/// `VL_NO_YIELD` set to anything but empty or `0` turns the yield off on software devices too:
+/// a switch for measuring what the yield buys (`docs/benchmarks.md`). Read from the environment
+/// once per process, never in a loop.
+pub fn no_yield() -> bool {
+    static NO_YIELD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *NO_YIELD
+        .get_or_init(|| std::env::var_os("VL_NO_YIELD").is_some_and(|v| !v.is_empty() && v != "0"))
+}
+
 /// Gives the CPU away when a loop on a software device has waited [`YIELD_AFTER`].
 #[inline]
 pub fn backoff(waited: Duration) {
@@ -125,10 +134,10 @@ impl Session<'_> {
             0
         }
     }
-    /// Whether the device is software (rxe, siw): then waiting loops back off (see
-    /// [`YIELD_AFTER`]). Read once per phase, from the attributes queried at open.
-    pub fn software_device(&self) -> bool {
-        self.link.dev.attr.software_driver().is_some()
+    /// Whether waiting loops back off (see [`YIELD_AFTER`]): on a software device (rxe, siw,
+    /// from the attributes queried at open), unless `VL_NO_YIELD` is set (see [`no_yield`]).
+    pub fn yields(&self) -> bool {
+        self.link.dev.attr.software_driver().is_some() && !no_yield()
     }
 
     /// Whether the transport may drop messages (no retransmission).

@@ -321,7 +321,7 @@ fn one_phase(
     let n = size as usize;
     let pingpong = matches!(kind, TestKind::Write | TestKind::Send);
     let (cq_timeout, events) = (s.cq_timeout, cfg.events);
-    let backoff = s.software_device();
+    let backoff = s.yields();
 
     let Session { link, ch, .. } = s;
     let Link {
