@@ -31,7 +31,10 @@ pub const EVENT_SLICE: Duration = Duration::from_millis(10);
 /// peer may share them too. A hardware NIC answers without our CPU, so on one the loops never
 /// yield. (Sleeping instead was tried: under emulation a short sleep lasts about a millisecond,
 /// and two sides that sleep while waiting for each other lock into millisecond rounds.)
-pub const YIELD_AFTER: Duration = Duration::from_micros(100);
+/// 1 ms, not less: a read or atomic round trip on rxe under TCG takes 70-150 µs, and a yield in
+/// the middle of one cost it 50-70 µs in the guest (read_lat t_typical 125-160 µs with a 100 µs
+/// threshold, 78-83 µs without the yield, perftest 100-121 µs; docs/benchmarks.md).
+pub const YIELD_AFTER: Duration = Duration::from_millis(1);
 
 /// `VL_NO_YIELD` set to anything but empty or `0` turns the yield off on software devices too:
 /// a switch for measuring what the yield buys (`docs/benchmarks.md`). Read from the environment
