@@ -12,7 +12,9 @@
 //!
 //! [`comparisons`] and [`render_comparison_svg`] draw the charts of `docs/benchmarks.md` from
 //! `scripts/bench-vs-perftest`'s JSON (`vl_benchchart`): per tool, ours against perftest per
-//! message size, each the median of the rounds with a band over their range (min to max).
+//! message size, each the median of the rounds with a band over their range (min to max),
+//! relative to perftest's median at that size (absolute numbers span four decades across a
+//! sweep, and under emulation only the ratios mean something; the table has the numbers).
 //!
 //! Each series has a colour of its own ([`Series::color`]), drawn as one `<polyline>` with a
 //! point per message size. [`check_svg`] uses that to read an SVG back and prove that its
@@ -239,8 +241,10 @@ pub struct Comparison {
 }
 
 /// The charts of a `scripts/bench-vs-perftest` JSON report: its rows grouped by `"family"` in
-/// the report's order, sorted by `"bytes"`. A side with no valid run at a size (its median is
-/// null) has no point there. An error names what the document lacks.
+/// the report's order, sorted by `"bytes"`, every value divided by perftest's median at its
+/// size (so perftest's median is 1). A size without a perftest median has no point on either
+/// side (nothing to compare); neither has a side without a valid run. An error names what the
+/// document lacks.
 pub fn comparisons(doc: &Value) -> Result<Vec<Comparison>, String> {
     let rows = doc
         .get("rows")
@@ -256,9 +260,8 @@ pub fn comparisons(doc: &Value) -> Result<Vec<Comparison>, String> {
             .as_f64()
             .ok_or(format!("rows[{i}].bytes is not a number"))?;
         let y_desc = match field("kind")?.as_str() {
-            Some("bw") => "BW average [MiB/s], higher is better",
-            Some("rate") => "message rate [Mpps], higher is better",
-            Some("lat") => "t_typical [usec], lower is better",
+            Some("bw" | "rate") => "BW or MsgRate / perftest median (higher is better)",
+            Some("lat") => "t_typical / perftest median (lower is better)",
             other => return Err(format!("rows[{i}].kind is {other:?}")),
         };
         let side = |k: &str| -> Result<Option<Spread>, String> {
@@ -275,6 +278,17 @@ pub fn comparisons(doc: &Value) -> Result<Vec<Comparison>, String> {
             })
         };
         let (ours, theirs) = (side("ours_stats")?, side("perftest_stats")?);
+        let base = theirs.map(|t| t.median).filter(|m| *m > 0.0);
+        let rel = |v: Option<Spread>| -> Option<Spread> {
+            let (v, b) = (v?, base?);
+            Some(Spread {
+                bytes,
+                median: v.median / b,
+                min: v.min / b,
+                max: v.max / b,
+            })
+        };
+        let (ours, theirs) = (rel(ours), rel(theirs));
         let idx = match out.iter().position(|c| c.family == family) {
             Some(k) => k,
             None => {
@@ -311,7 +325,7 @@ pub fn comparison_panel(c: &Comparison) -> Panel {
     };
     Panel {
         title: format!(
-            "{}: vl_* against perftest (median, min-max of rounds)",
+            "{}: vl_* and perftest over the perftest median (min-max of rounds)",
             c.family
         ),
         y_desc: c.y_desc.clone(),
