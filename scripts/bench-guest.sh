@@ -17,19 +17,25 @@ set -eu
 
 usage() {
     cat <<'EOF'
-Usage: sh scripts/bench-guest.sh --out DIR [--runs N] [--only NAME,NAME] [--quick] [--max-extra K]
-                                 [--rows FILE]
-       sh scripts/bench-guest.sh --list [--quick] [--rows FILE]
+Usage: sh scripts/bench-guest.sh --out DIR [--runs N] [--only NAME,NAME] [--quick] [--sweep]
+                                 [--max-extra K] [--rows FILE]
+       sh scripts/bench-guest.sh --list [--quick] [--sweep] [--rows FILE]
 
 Runs inside the SoftRoCE guest (scripts/softroce-vm run). For every row: N rounds, each a run of
 ours and a run of perftest's tool, ours first in odd rounds and perftest first in even rounds
 (A B B A ...). A row with fewer than N rounds in which both runs were valid gets extra rounds,
-at most K (default: N). Every run has its own out-of-band TCP port and timeouts.
+at most K (default: N). Every run has its own out-of-band TCP port and timeouts. Each side of a
+run is started under busybox's `time -v` (wait4(2)'s rusage of the child: peak RSS, user and
+system CPU time), recorded in runs.tsv. Progress (run k of n, elapsed, estimated time left)
+goes to the console as "[bench]" lines.
 
   --out DIR      where to write tests.tsv, runs.tsv, env.txt and raw/ (created)
   --runs N       rounds per row (default 5)
   --only LIST    comma-separated row names (see --list)
   --quick        512 iterations instead of 1000 (a smoke run)
+  --sweep        the size sweep instead of one size per tool: every bw tool at 2 B, 64 B, 4 KiB,
+                 64 KiB and 1 MiB, every lat tool at 2 B, 64 B, 4 KiB and 64 KiB, atomics at 8 B;
+                 rows are named TOOL_BYTES (write_bw_65536)
   --max-extra K  extra rounds allowed per row for broken runs (default: N)
   --list         print the rows (name kind ours perftest parameters) and exit
   --rows FILE    take the rows from FILE (lines NAME|KIND|RUNNER|OURS|PERFTEST|PARAMETERS, as
@@ -37,7 +43,7 @@ at most K (default: N). Every run has its own out-of-band TCP port and timeouts.
 EOF
 }
 
-OUT='' RUNS=5 ONLY='' QUICK='' MAX_EXTRA='' LIST='' ROWS=''
+OUT='' RUNS=5 ONLY='' QUICK='' MAX_EXTRA='' LIST='' ROWS='' SWEEP=''
 while [ $# -gt 0 ]; do
     case $1 in
         -h | --help) usage; exit 0 ;;
@@ -45,6 +51,7 @@ while [ $# -gt 0 ]; do
         --runs) RUNS=${2:?--runs needs a number}; shift ;;
         --only) ONLY=${2:?--only needs a list}; shift ;;
         --quick) QUICK=1 ;;
+        --sweep) SWEEP=1 ;;
         --max-extra) MAX_EXTRA=${2:?--max-extra needs a number}; shift ;;
         --list) LIST=1 ;;
         --rows) ROWS=${2:?--rows needs a file}; shift ;;
@@ -84,6 +91,10 @@ bench_rows() {
     fi
     # --quick: 512, not fewer: perftest's send tools cap the receive queue (-r, 512) at -n.
     if [ -n "$QUICK" ]; then n=512; else n=1000; fi
+    if [ -n "$SWEEP" ]; then
+        sweep_rows
+        return
+    fi
     cat <<EOF
 write_bw|bw|pair|vl_write_bw|ib_write_bw|-s 65536 -n $n -Q 1 -I 0
 read_bw|bw|pair|vl_read_bw|ib_read_bw|-s 65536 -n $n -Q 1
@@ -174,6 +185,33 @@ EOF
     # ============================================================================================
 }
 
+# sweep_rows: the --sweep table. -Q pins CQ moderation to what perftest picks by itself for the
+# size (100 up to 8 KiB, 1 above), so that both tools run with the same; -I 0 as above. The 2 and
+# 64 B rows compare MsgRate (kind rate): their BW average prints as 0.01-0.5 MiB/s, two decimals
+# that would make the ratio a ratio of rounding steps.
+sweep_rows() {
+    for _t in write read send; do
+        for _s in 2 64 4096 65536 1048576; do
+            if [ "$_s" -le 8192 ]; then _q=100; else _q=1; fi
+            if [ "$_s" -le 64 ]; then _k=rate; else _k=bw; fi
+            case $_t in read) _i='' ;; *) _i=' -I 0' ;; esac
+            # 1 MiB: at most 128 messages (the default tx depth): 1000 of them take minutes
+            # under TCG on a loaded host.
+            _n=$n
+            if [ "$_s" -ge 1048576 ] && [ "$n" -gt 128 ]; then _n=128; fi
+            echo "${_t}_bw_$_s|$_k|pair|vl_${_t}_bw|ib_${_t}_bw|-s $_s -n $_n -Q $_q$_i"
+        done
+    done
+    echo "atomic_bw_8|rate|pair|vl_atomic_bw|ib_atomic_bw|-n $n"
+    for _t in write read send; do
+        for _s in 2 64 4096 65536; do
+            case $_t in read) _i='' ;; *) _i=' -I 0' ;; esac
+            echo "${_t}_lat_$_s|lat|pair|vl_${_t}_lat|ib_${_t}_lat|-s $_s -n $n$_i"
+        done
+    done
+    echo "atomic_lat_8|lat|pair|vl_atomic_lat|ib_atomic_lat|-n $n"
+}
+
 if [ -n "$LIST" ]; then
     bench_rows | awk -F'|' '{ printf "%-16s %-4s %-14s %-14s %s\n", $1, $2, $4, $5, $6 }'
     exit 0
@@ -185,6 +223,10 @@ fi
 . "$VL_TESTS/lib.sh"
 
 DEV0=${VL_DEV0:-rxe0} DEV1=${VL_DEV1:-rxe1} ADDR0=${VL_ADDR0:-192.168.77.1}
+# The cost of a run: every side runs under busybox's time -v (its rusage lines end the output).
+busybox time -v true >/dev/null 2>&1 || { echo "bench-guest: busybox has no 'time -v' applet" >&2; exit 2; }
+TIMEV='busybox time -v'
+DONE=0
 TMPDIR=$(mktemp -d /tmp/bench.XXXXXX)
 export TMPDIR
 mkdir -p "$OUT/raw"
@@ -209,7 +251,7 @@ say() { printf '[bench] %s\n' "$*" | tee -a "$PROGRESS"; }
 run_pair() {
     R_SERVER_RC=- R_CLIENT_RC=-
     SERVER_OUT='' CLIENT_OUT='' SERVER_RC='' CLIENT_RC=''
-    server_client "$3" "$1 -d $DEV0 $COMMON -p $3 $2" "$1 -d $DEV1 $COMMON -p $3 $2 $ADDR0" \
+    server_client "$3" "$TIMEV $1 -d $DEV0 $COMMON -p $3 $2" "$TIMEV $1 -d $DEV1 $COMMON -p $3 $2 $ADDR0" \
         >"$4.log" 2>&1 || true
     [ -n "$SERVER_RC" ] && R_SERVER_RC=$SERVER_RC
     [ -n "$CLIENT_RC" ] && R_CLIENT_RC=$CLIENT_RC
@@ -217,6 +259,16 @@ run_pair() {
     if [ -n "$CLIENT_OUT" ] && [ -f "$CLIENT_OUT" ]; then cp "$CLIENT_OUT" "$4.client"; else : >"$4.client"; fi
     [ -n "$SERVER_OUT" ] && rm -rf "${SERVER_OUT%/*}"
     return 0
+}
+
+# cost FILE: what busybox's `time -v` appended to a side's output, as "RSS_KIB<TAB>CPU_SECONDS"
+# (user + system), or "-<TAB>-" when it is not there (the procs2 runner, a killed run). busybox
+# prints ru_maxrss (already KiB) converted as if it counted 4 KiB pages: 4 times the peak RSS
+# (checked against /proc/PID/status's VmHWM: 4468 kB printed as 18480), so it is divided by 4.
+cost() {
+    awk -F': ' '/^\tMaximum resident set size \(kbytes\)/ { rss = int($2 / 4) }
+        /^\tUser time \(seconds\)/ { u = $2; got++ } /^\tSystem time \(seconds\)/ { sy = $2; got++ }
+        END { printf "%s\t%s\n", (rss == "" ? "-" : rss), (got == 2 ? sprintf("%.2f", u + sy) : "-") }' "$1"
 }
 
 # classify KIND BYTES ITERS FILE: the first result row of a client report, checked. Prints
@@ -276,7 +328,7 @@ settings() {
 
 # one_run TEST KIND RUNNER BIN PARAMS ROUND SLOT SIDE: a run, recorded in runs.tsv.
 # Sets LAST_STATUS (ok/broken).
-RUNS_HEADER='seq	test	round	slot	side	tool	port	server_rc	client_rc	secs	status	reason	c1	c2	c3	c4	c5	c6	c7	c8	c9	calibration_warning	client_settings	server_settings	raw'
+RUNS_HEADER='seq	test	round	slot	side	tool	port	server_rc	client_rc	secs	status	reason	c1	c2	c3	c4	c5	c6	c7	c8	c9	calibration_warning	client_settings	server_settings	raw	client_rss_kib	client_cpu_s	server_rss_kib	server_cpu_s'
 one_run() {
     SEQ=$((SEQ + 1))
     _port=$((PORT_BASE + SEQ))
@@ -314,20 +366,25 @@ one_run() {
     if grep -q 'Correlation coefficient' "$OUT/$_raw.client" "$OUT/$_raw.server" 2>/dev/null; then
         _calib=$(grep -h 'Correlation coefficient' "$OUT/$_raw.client" "$OUT/$_raw.server" | head -n 1 | tr -d '\t')
     fi
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$SEQ" "$1" "$6" "$7" "$8" "$4" "$_port" "$R_SERVER_RC" "$R_CLIENT_RC" "$_secs" \
         "$_status" "$_reason" "$_cols" "$_calib" \
         "$(settings "$OUT/$_raw.client")" "$(settings "$OUT/$_raw.server")" "$_raw" \
+        "$(cost "$OUT/$_raw.client")" "$(cost "$OUT/$_raw.server")" \
         >>"$OUT/runs.tsv"
     case $2 in
         bw) _val=$(echo "$_cols" | cut -f4) _unit=MiB/s ;;
         rate) _val=$(echo "$_cols" | cut -f5) _unit=Mpps ;;
         *) _val=$(echo "$_cols" | cut -f5) _unit=usec ;;
     esac
+    DONE=$((DONE + 1))
+    _el=$(( ($(_vl_now) - _bench_t0) / 100 ))
+    _left=$(( TOTAL > DONE ? _el * (TOTAL - DONE) / DONE : 0 ))
+    _pr="[$DONE/$TOTAL ${_el}s, ~${_left}s left]"
     if [ "$_status" = ok ]; then
-        say "$SEQ  $1 round $6 ($7/2) $4: $_val $_unit (${_secs}s)"
+        say "$_pr $SEQ  $1 round $6 ($7/2) $4: $_val $_unit (${_secs}s)"
     else
-        say "$SEQ  $1 round $6 ($7/2) $4: BROKEN: $_reason (${_secs}s; $_raw.*)"
+        say "$_pr $SEQ  $1 round $6 ($7/2) $4: BROKEN: $_reason (${_secs}s; $_raw.*)"
     fi
     LAST_STATUS=$_status
 }
@@ -343,6 +400,8 @@ one_run() {
     echo "verbs_lab_version=$(vl_write_bw --version 2>&1 | sed -n 1p)"
     echo "busybox=$(busybox 2>&1 | sed -n '1s/ (.*//p')"
     echo "rxe0_mtu=$(ibv_devinfo -d "$DEV0" 2>/dev/null | awk '/active_mtu/ { print $2; exit }')"
+    echo "rxe0_vendor_id=$(ibv_devinfo -d "$DEV0" 2>/dev/null | awk '/vendor_id/ { print $2; exit }')"
+    echo "sweep=${SWEEP:-0}"
     echo "runs=$RUNS"
     echo "max_extra=$MAX_EXTRA"
     echo "quick=${QUICK:-0}"
@@ -410,6 +469,8 @@ round() {
 
 : >"$TMPDIR/valid"
 _bench_t0=$(_vl_now)
+# Runs planned (extra rounds for broken runs come on top), for the progress lines.
+TOTAL=$(( $(wc -l <"$TMPDIR/rows") * RUNS * 2 ))
 r=0
 while [ "$r" -lt "$RUNS" ]; do
     r=$((r + 1))

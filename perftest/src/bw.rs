@@ -432,7 +432,7 @@ fn phase(
     let lossy = s.lossy();
     let rx_off = s.rx_offset();
     let (cq_timeout, peer_timeout) = (s.cq_timeout, s.peer_timeout);
-    let shares_cpus = s.peer_shares_cpus();
+    let software = s.yields();
     let base =
         |v: &[u64]| -> Vec<u64> { (0..nq).map(|q| v.get(q).copied().unwrap_or(0)).collect() };
     let seq_base = base(sent_before);
@@ -725,7 +725,7 @@ fn phase(
             watch.alive(now, peer_timeout, "the peer's messages")?;
             watch.within_phase(ch, now, "the peer's messages")?;
         }
-        if idle && shares_cpus && channel.is_none() {
+        if idle && software && channel.is_none() {
             backoff(now.duration_since(last_progress));
         }
         sleep = idle;

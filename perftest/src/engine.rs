@@ -25,15 +25,27 @@ pub const LOSSY_GRACE: Duration = Duration::from_millis(200);
 /// One slice of an event wait (`-e`): the loop wakes up this often to watch the peer.
 pub const EVENT_SLICE: Duration = Duration::from_millis(10);
 
-/// When both sides share this machine's CPUs (a loopback test, the SoftRoCE guest), a loop that
-/// has waited this long without progress yields the CPU (`sched_yield(2)`) each time it looks at
-/// the clock: its peer, or SoftRoCE's kernel work (softirq, ksoftirqd), may need that CPU. A
-/// hardware NIC answers within microseconds, and between separate hosts the loops never yield.
-/// (Sleeping instead was tried: under emulation a short sleep lasts about a millisecond, and two
-/// sides that sleep while waiting for each other lock into millisecond rounds.)
-pub const YIELD_AFTER: Duration = Duration::from_micros(100);
+/// On a software device (rxe, siw: `DeviceAttr::software_driver`) a loop that has waited this
+/// long without progress yields the CPU (`sched_yield(2)`) each time it looks at the clock: the
+/// device *is* kernel work on this machine's CPUs (softirq, ksoftirqd, the rxe tasks), and the
+/// peer may share them too. A hardware NIC answers without our CPU, so on one the loops never
+/// yield. (Sleeping instead was tried: under emulation a short sleep lasts about a millisecond,
+/// and two sides that sleep while waiting for each other lock into millisecond rounds.)
+/// 1 ms, not less: a read or atomic round trip on rxe under TCG takes 70-150 µs, and a yield in
+/// the middle of one cost it 50-70 µs in the guest (read_lat t_typical 125-160 µs with a 100 µs
+/// threshold, 78-83 µs without the yield, perftest 100-121 µs; docs/benchmarks.md).
+pub const YIELD_AFTER: Duration = Duration::from_millis(1);
 
-/// Gives the CPU away when a co-located loop has waited [`YIELD_AFTER`].
+/// `VL_NO_YIELD` set to anything but empty or `0` turns the yield off on software devices too:
+/// a switch for measuring what the yield buys (`docs/benchmarks.md`). Read from the environment
+/// once per process, never in a loop.
+pub fn no_yield() -> bool {
+    static NO_YIELD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *NO_YIELD
+        .get_or_init(|| std::env::var_os("VL_NO_YIELD").is_some_and(|v| !v.is_empty() && v != "0"))
+}
+
+/// Gives the CPU away when a loop on a software device has waited [`YIELD_AFTER`].
 #[inline]
 pub fn backoff(waited: Duration) {
     if waited >= YIELD_AFTER {
@@ -125,11 +137,10 @@ impl Session<'_> {
             0
         }
     }
-    /// Whether the peer runs on this machine (its address is one of ours): then both sides
-    /// compete for the same CPUs and waiting loops back off (see [`YIELD_AFTER`]).
-    pub fn peer_shares_cpus(&self) -> bool {
-        let ip = self.ch.peer_addr().ip();
-        ip.is_loopback() || std::net::UdpSocket::bind((ip, 0)).is_ok()
+    /// Whether waiting loops back off (see [`YIELD_AFTER`]): on a software device (rxe, siw,
+    /// from the attributes queried at open), unless `VL_NO_YIELD` is set (see [`no_yield`]).
+    pub fn yields(&self) -> bool {
+        self.link.dev.attr.software_driver().is_some() && !no_yield()
     }
 
     /// Whether the transport may drop messages (no retransmission).
@@ -307,10 +318,12 @@ impl PeerWatch {
     }
 
     /// Takes what the peer sent without blocking: HEARTBEATs, the TALLY of this phase. An
-    /// ERROR ends the run with the peer's reason; anything else is a protocol error.
-    pub fn check(&mut self, ch: &mut Channel, now: Instant) -> Result<()> {
+    /// ERROR ends the run with the peer's reason; anything else is a protocol error. Returns
+    /// whether it looked (at most every [`CHANNEL_CHECK`]): a latency loop then restarts its
+    /// clock, so that the look is in no sample.
+    pub fn check(&mut self, ch: &mut Channel, now: Instant) -> Result<bool> {
         if now.duration_since(self.last_check) < CHANNEL_CHECK {
-            return Ok(());
+            return Ok(false);
         }
         self.last_check = now;
         crate::signals::check().map_err(anyhow::Error::new)?;
@@ -325,7 +338,7 @@ impl PeerWatch {
                 None => break,
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     fn take(&mut self, m: Msg) -> Result<()> {
@@ -362,13 +375,14 @@ impl PeerWatch {
         }
     }
 
-    /// Sends a HEARTBEAT when the last one is [`HEARTBEAT`] old.
-    pub fn beat(&mut self, ch: &mut Channel, now: Instant) -> Result<()> {
-        if now.duration_since(self.last_beat_sent) >= HEARTBEAT {
-            self.last_beat_sent = now;
-            ch.send(&Msg::Heartbeat).map_err(anyhow::Error::new)?;
+    /// Sends a HEARTBEAT when the last one is [`HEARTBEAT`] old; returns whether it sent one.
+    pub fn beat(&mut self, ch: &mut Channel, now: Instant) -> Result<bool> {
+        if now.duration_since(self.last_beat_sent) < HEARTBEAT {
+            return Ok(false);
         }
-        Ok(())
+        self.last_beat_sent = now;
+        ch.send(&Msg::Heartbeat).map_err(anyhow::Error::new)?;
+        Ok(true)
     }
 
     /// Fails when the peer has been silent longer than `limit`.

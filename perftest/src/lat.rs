@@ -10,9 +10,12 @@
 //!
 //! Samples are taken between consecutive rounds with one read of the monotonic clock
 //! (`Instant`) per round trip — the end of one sample starts the next, as perftest samples
-//! between consecutive posts — and recorded in nanoseconds into a [`LatRecorder`]. Both sides
-//! of a ping-pong report: the server answers first and reads the clock after; its samples run
-//! from one answer to the next. See `docs/measurement.md`.
+//! between consecutive posts — and recorded in nanoseconds into a [`LatRecorder`]. Only the round
+//! trip and its own steps (reaping, re-posting the receive, the next poll byte) are inside a
+//! sample: when bookkeeping runs between an answer and the next post (a heartbeat, a look at the
+//! channel, `--validate`, a full send queue), the next sample starts from a fresh clock read.
+//! Both sides of a ping-pong report: the server answers first and reads the clock after; its
+//! samples run from one answer to the next. See `docs/measurement.md`.
 
 use std::time::{Duration, Instant};
 
@@ -137,8 +140,11 @@ struct Waiter<'w> {
     mask: u32,
     /// A ponger in duration mode stops when the pinger's tally equals its count.
     stop_at: Option<u64>,
-    /// The peer shares our CPUs: long waits give the CPU away (`engine::backoff`).
+    /// A software device (rxe, siw): long waits give the CPU away (`engine::backoff`).
     backoff: bool,
+    /// Set when a wait looked at the out-of-band channel (bookkeeping inside the wait); the
+    /// loop clears it.
+    looked: bool,
     what: &'static str,
     /// The QP and the port's counters as the phase started: a wait that expires says what
     /// the device says (`verbs_lab::diag`).
@@ -173,7 +179,7 @@ impl Waiter<'_> {
                 backoff(waited);
             }
             if waited >= CHANNEL_CHECK {
-                self.watch.check(self.ch, now)?;
+                self.looked |= self.watch.check(self.ch, now)?;
                 if let (Some(count), Some(t)) = (self.stop_at, &self.watch.tally) {
                     if t.per_qp.first() == Some(&count) {
                         return Ok(Waited::PeerDone);
@@ -245,7 +251,8 @@ struct Post<'a> {
 }
 
 impl Post<'_> {
-    /// Waits (polling) until the send queue has room for one more request.
+    /// Waits (polling) until the send queue has room for one more request; returns whether it
+    /// had to wait.
     #[inline]
     fn make_room(
         &mut self,
@@ -253,7 +260,7 @@ impl Post<'_> {
         waiter: &mut Waiter<'_>,
         wcs: &mut [WorkCompletion],
         recv: &mut Recv,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let size = self.size;
         let (cq, ch) = (self.cq, self.channel);
         if sq.posted - sq.completed >= self.depth {
@@ -266,8 +273,9 @@ impl Post<'_> {
             if let Waited::PeerDone = r {
                 bail!("the peer finished while this side still had requests to post");
             }
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Posts one request (the caller made room).
@@ -313,7 +321,7 @@ fn one_phase(
     let n = size as usize;
     let pingpong = matches!(kind, TestKind::Write | TestKind::Send);
     let (cq_timeout, events) = (s.cq_timeout, cfg.events);
-    let backoff = s.peer_shares_cpus();
+    let backoff = s.yields();
 
     let Session { link, ch, .. } = s;
     let Link {
@@ -397,6 +405,7 @@ fn one_phase(
         mask: if events { 0 } else { 255 },
         stop_at: None,
         backoff,
+        looked: false,
         what: "",
         qp,
         counters: PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port),
@@ -416,31 +425,39 @@ fn one_phase(
     let mut count = 0u64;
     let mut first: Option<Instant> = None;
     let mut last = Instant::now();
-    // Where the pinger's previous sample ended; the next one starts there.
+    // Where the pinger's previous sample ended, when nothing but the loop's own round-trip work
+    // (stamping the poll byte, reaping send completions, re-posting the receive) ran since: the
+    // next sample starts there. `None` after bookkeeping: the next sample reads the clock anew.
     let mut prev_end: Option<Instant> = None;
-    // The ponger's previous answer, for its samples.
+    // The ponger's previous answer, for its samples (`None`: the next answer starts a sample).
     let mut answered: Option<Instant> = None;
     let mut recv: Recv = None;
 
     while count < target {
         let seq = seq0 + count;
         if pinger {
-            if let Some(dl) = deadline {
-                if Instant::now() >= dl {
-                    break;
-                }
-            }
             stamp(mr, src, n, seq, kind, stamp_all)?;
             // Room in the send queue before the clock starts: the sample is the round trip.
-            post.make_room(sq, &mut waiter, &mut wcs, &mut recv)?;
-            // One clock read per round trip, as perftest samples between consecutive posts: the
-            // end of the previous sample (taken when its answer arrived) starts this one.
-            let t0 = match prev_end {
-                Some(t) => t,
-                None => Instant::now(),
+            if post.make_room(sq, &mut waiter, &mut wcs, &mut recv)? {
+                prev_end = None;
+            }
+            // `-D`: its clock read starts the sample (and ends the run at the deadline).
+            let t0 = match (deadline, prev_end) {
+                (Some(dl), _) => {
+                    let now = Instant::now();
+                    if now >= dl {
+                        break;
+                    }
+                    now
+                }
+                // One clock read per round trip, as perftest samples between consecutive posts:
+                // the end of the previous sample (taken when its answer arrived) starts this one.
+                (None, Some(t)) => t,
+                (None, None) => Instant::now(),
             };
             first.get_or_insert(t0);
             post.post(mr, sq)?;
+            waiter.looked = false;
             // Wait for the answer.
             let t1 = match kind {
                 TestKind::Write => {
@@ -473,16 +490,21 @@ fn one_phase(
             last = t1;
             prev_end = Some(t1);
             count += 1;
-            // Bookkeeping between the answer and the next post (perftest's samples include it
-            // too; keep it small).
+            // The round trip's own work before the next post (perftest's samples hold the same:
+            // the receive re-posted, the send completions taken).
             if let Some(got) = recv.take() {
                 after_recv(rx, qp, layout, got, rx_off, n, seq, lossy, stamp_all)?;
             }
             if pingpong {
                 reap(cq, &mut wcs, sq, &mut recv, size)?;
             }
-            waiter.watch.beat(waiter.ch, t1)?;
-            waiter.watch.check(waiter.ch, t1)?;
+            // Bookkeeping: `--validate`'s checks and stamps, a heartbeat, a look at the channel.
+            // When any of it runs, the next sample starts from a fresh clock read.
+            let beat = waiter.watch.beat(waiter.ch, t1)?;
+            let looked = waiter.watch.check(waiter.ch, t1)?;
+            if stamp_all || beat || looked {
+                prev_end = None;
+            }
         } else {
             // The ponger: wait for message `seq`, answer it.
             waiter.stop_at = deadline.map(|_| count);
@@ -501,6 +523,10 @@ fn one_phase(
             waiter.stop_at = None;
             if let Waited::PeerDone = got {
                 break;
+            }
+            // A wait that looked at the channel holds bookkeeping: no sample ends here.
+            if std::mem::take(&mut waiter.looked) {
+                answered = None;
             }
             // Answer first, read the clock after: nothing stands between the arrival and the
             // answer. The ponger's samples run from one answer to the next (a round trip).

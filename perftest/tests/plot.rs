@@ -141,3 +141,114 @@ fn the_check_catches_a_chart_of_other_numbers() {
     // Not a report at all.
     assert!(check_svg(&svg, &json::parse("{}").unwrap()).is_err());
 }
+
+/// A bench-vs-perftest report of two tools: write_bw at three sizes (listed out of order, the
+/// perftest side of one without a valid run) and read_lat at one.
+fn bench_report() -> Value {
+    let row = |name: &str, family: &str, bytes: u64, kind: &str, ours: &str, theirs: &str| {
+        format!(
+            r#"{{"name":"{name}","family":"{family}","bytes":{bytes},"kind":"{kind}",
+                "ours_stats":{ours},"perftest_stats":{theirs}}}"#
+        )
+    };
+    let st = |med: f64, lo: f64, hi: f64| {
+        format!(r#"{{"valid":3,"median":{med},"min":{lo},"max":{hi}}}"#)
+    };
+    let none = r#"{"valid":0,"median":null,"min":null,"max":null}"#;
+    let rows = [
+        row(
+            "write_bw_65536",
+            "write_bw",
+            65536,
+            "bw",
+            &st(300.0, 250.0, 320.0),
+            &st(200.0, 100.0, 400.0),
+        ),
+        row(
+            "write_bw_2",
+            "write_bw",
+            2,
+            "rate",
+            &st(1.5, 1.0, 2.0),
+            none,
+        ),
+        row(
+            "write_bw_4096",
+            "write_bw",
+            4096,
+            "bw",
+            &st(50.0, 40.0, 60.0),
+            &st(100.0, 90.0, 110.0),
+        ),
+        row(
+            "read_lat_2",
+            "read_lat",
+            2,
+            "lat",
+            &st(40.0, 35.0, 60.0),
+            &st(40.0, 30.0, 45.0),
+        ),
+    ];
+    json::parse(&format!(r#"{{"rows":[{}]}}"#, rows.join(","))).unwrap()
+}
+
+#[test]
+fn bench_rows_group_into_one_chart_per_tool_relative_to_perftest() {
+    use vl_perftest::report::plot::{comparisons, Spread};
+    let c = comparisons(&bench_report()).unwrap();
+    assert_eq!(c.len(), 2);
+    assert_eq!(c[0].family, "write_bw");
+    assert!(c[0].y_desc.contains("higher is better"), "{}", c[0].y_desc);
+    // Sorted by size; 2 B has no perftest median, so no point on either side.
+    let sizes: Vec<f64> = c[0].ours.iter().map(|s| s.bytes).collect();
+    assert_eq!(sizes, vec![4096.0, 65536.0]);
+    // Every value over perftest's median at its size.
+    assert_eq!(
+        c[0].ours[1],
+        Spread {
+            bytes: 65536.0,
+            median: 1.5,
+            min: 1.25,
+            max: 1.6
+        }
+    );
+    assert_eq!(
+        c[0].perftest[0],
+        Spread {
+            bytes: 4096.0,
+            median: 1.0,
+            min: 0.9,
+            max: 1.1
+        }
+    );
+    assert_eq!(c[0].ours[0].median, 0.5);
+    assert_eq!(c[1].family, "read_lat");
+    assert!(c[1].y_desc.contains("lower is better"));
+    assert!(comparisons(&json::parse(r#"{"results":[]}"#).unwrap())
+        .unwrap_err()
+        .contains("no \"rows\""));
+}
+
+#[test]
+fn a_comparison_chart_draws_each_side_at_its_ratios() {
+    use vl_perftest::report::plot::{comparison_panel, comparisons, render_comparison_svg};
+    let c = &comparisons(&bench_report()).unwrap()[0];
+    let svg = render_comparison_svg(c).unwrap();
+    let panel = comparison_panel(c);
+    assert!(has_text(&svg, &panel.title) && has_text(&svg, &c.y_desc));
+    let got = lines(&svg);
+    // One polyline per side, two points each.
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!((got[0].1.len(), got[1].1.len()), (2, 2));
+    // Ours at 4 KiB (0.5) sits lower on the chart (a larger y pixel) than at 64 KiB (1.5);
+    // perftest's two points are both at 1, level.
+    assert!(got[0].1[0].1 > got[0].1[1].1);
+    assert_eq!(got[1].1[0].1, got[1].1[1].1);
+    // The spread bands are drawn: the translucent rectangles, one per point.
+    let bands = svg
+        .split("<rect")
+        .skip(1)
+        .filter(|r| r.contains("opacity=\"0.3\""))
+        .count();
+    assert_eq!(bands, 4, "{svg}");
+}

@@ -201,6 +201,27 @@ impl DeviceCapFlags {
     }
 }
 
+/// The vendor ID the kernel's rxe driver (SoftRoCE) reports: no IEEE OUI, a constant of the
+/// driver (`RXE_VENDOR_ID`).
+pub const RXE_VENDOR_ID: u32 = 0xff_ffff;
+/// The vendor ID the kernel's siw driver (Soft-iWARP) reports (`SIW_VENDOR_ID`, "bmt").
+pub const SIW_VENDOR_ID: u32 = 0x62_6d74;
+
+impl DeviceAttr {
+    /// The software driver behind the device — `Some("rxe")` (SoftRoCE) or `Some("siw")`
+    /// (Soft-iWARP) — or `None` for a hardware NIC. Told from the vendor ID each of these kernel
+    /// drivers reports (a constant of the driver, not a real OUI), which holds whatever the
+    /// device is named and whatever netdev it sits on (sysfs's `device/driver` of an rxe device
+    /// is the netdev's parent: `virtio_net`, `e1000e`, or nothing on a veth).
+    pub fn software_driver(&self) -> Option<&'static str> {
+        match self.vendor_id {
+            RXE_VENDOR_ID => Some("rxe"),
+            SIW_VENDOR_ID => Some("siw"),
+            _ => None,
+        }
+    }
+}
+
 /// The state and capabilities of one port (a subset of `struct ibv_port_attr`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortAttr {

@@ -32,7 +32,7 @@ pub use async_event::{AsyncEvent, AsyncEventKind};
 pub use attrs::{AccessFlags, LinkLayer, Mtu, PortState, QpState, QpType};
 pub use channel::CompChannel;
 pub use cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel, PortSpace};
-pub use context::{Context, DeviceAttr, PortAttr};
+pub use context::{Context, DeviceAttr, PortAttr, RXE_VENDOR_ID, SIW_VENDOR_ID};
 pub use cq::Cq;
 pub use device::{Device, DeviceList};
 pub use error::{Result, VerbsError};

@@ -10,6 +10,12 @@
 //! read, so it works in the busybox guest and on CI machines without fonts; the viewer
 //! renders the text with its own sans-serif.
 //!
+//! [`comparisons`] and [`render_comparison_svg`] draw the charts of `docs/benchmarks.md` from
+//! `scripts/bench-vs-perftest`'s JSON (`vl_benchchart`): per tool, ours against perftest per
+//! message size, each the median of the rounds with a band over their range (min to max),
+//! relative to perftest's median at that size (absolute numbers span four decades across a
+//! sweep, and under emulation only the ratios mean something; the table has the numbers).
+//!
 //! Each series has a colour of its own ([`Series::color`]), drawn as one `<polyline>` with a
 //! point per message size. [`check_svg`] uses that to read an SVG back and prove that its
 //! points are the report's numbers (`vl_jsoncheck --plot`, and the host tests).
@@ -36,6 +42,9 @@ pub struct Series {
     pub color: RGBColor,
     /// (bytes, value) per row, in the report's order.
     pub points: Vec<(f64, f64)>,
+    /// (bytes, low, high) per row: a band drawn under the point (the spread of the rounds of a
+    /// benchmark); empty for a run's own chart.
+    pub spread: Vec<(f64, f64, f64)>,
 }
 
 /// One chart of the SVG: a title, the y axis's description and its lines.
@@ -87,6 +96,7 @@ pub fn panels(doc: &Value) -> Result<Vec<Panel>, String> {
             key: key.to_string(),
             color,
             points,
+            spread: Vec::new(),
         })
     };
     match run.get("metric").and_then(Value::as_str) {
@@ -164,7 +174,8 @@ fn draw_panel(p: &Panel, area: &DrawingArea<SVGBackend<'_>, Shift>) -> DrawResul
         // One size: widen the axis around it so the point sits inside.
         x_max = x_min * 4.0;
     }
-    let y_top = all().map(|pt| pt.1).fold(0.0, f64::max);
+    let highs = p.series.iter().flat_map(|s| s.spread.iter().map(|b| b.2));
+    let y_top = all().map(|pt| pt.1).chain(highs).fold(0.0, f64::max);
     let y_top = if y_top > 0.0 { y_top * 1.1 } else { 1.0 };
 
     let mut chart = ChartBuilder::on(area)
@@ -182,6 +193,11 @@ fn draw_panel(p: &Panel, area: &DrawingArea<SVGBackend<'_>, Shift>) -> DrawResul
     let mut pixels = Vec::new();
     for s in &p.series {
         let color = s.color;
+        // The spread as a translucent band a little wider than the point (rectangles, so that
+        // each series stays one polyline).
+        chart.draw_series(s.spread.iter().map(|&(x, lo, hi)| {
+            Rectangle::new([(x / 1.12, lo), (x * 1.12, hi)], color.mix(0.3).filled())
+        }))?;
         chart
             .draw_series(LineSeries::new(
                 s.points.iter().copied(),
@@ -203,6 +219,129 @@ fn draw_panel(p: &Panel, area: &DrawingArea<SVGBackend<'_>, Shift>) -> DrawResul
         .border_style(BLACK)
         .draw()?;
     Ok(pixels)
+}
+
+/// One side of a benchmark row: the median of its valid rounds and their range.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    pub bytes: f64,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// One chart of `docs/benchmarks.md`: a tool (a row family such as `write_bw`), ours against
+/// perftest at each message size both have a median for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    pub family: String,
+    pub y_desc: String,
+    pub ours: Vec<Spread>,
+    pub perftest: Vec<Spread>,
+}
+
+/// The charts of a `scripts/bench-vs-perftest` JSON report: its rows grouped by `"family"` in
+/// the report's order, sorted by `"bytes"`, every value divided by perftest's median at its
+/// size (so perftest's median is 1). A size without a perftest median has no point on either
+/// side (nothing to compare); neither has a side without a valid run. An error names what the
+/// document lacks.
+pub fn comparisons(doc: &Value) -> Result<Vec<Comparison>, String> {
+    let rows = doc
+        .get("rows")
+        .and_then(Value::as_array)
+        .ok_or("the report has no \"rows\" array (not scripts/bench-vs-perftest's JSON?)")?;
+    let mut out: Vec<Comparison> = Vec::new();
+    for (i, r) in rows.iter().enumerate() {
+        let field = |k: &str| r.get(k).ok_or(format!("rows[{i}] has no \"{k}\""));
+        let family = field("family")?
+            .as_str()
+            .ok_or(format!("rows[{i}].family"))?;
+        let bytes = field("bytes")?
+            .as_f64()
+            .ok_or(format!("rows[{i}].bytes is not a number"))?;
+        let y_desc = match field("kind")?.as_str() {
+            Some("bw" | "rate") => "BW or MsgRate / perftest median (higher is better)",
+            Some("lat") => "t_typical / perftest median (lower is better)",
+            other => return Err(format!("rows[{i}].kind is {other:?}")),
+        };
+        let side = |k: &str| -> Result<Option<Spread>, String> {
+            let st = field(k)?;
+            let num = |n: &str| st.get(n).and_then(Value::as_f64);
+            Ok(match (num("median"), num("min"), num("max")) {
+                (Some(median), Some(min), Some(max)) => Some(Spread {
+                    bytes,
+                    median,
+                    min,
+                    max,
+                }),
+                _ => None,
+            })
+        };
+        let (ours, theirs) = (side("ours_stats")?, side("perftest_stats")?);
+        let base = theirs.map(|t| t.median).filter(|m| *m > 0.0);
+        let rel = |v: Option<Spread>| -> Option<Spread> {
+            let (v, b) = (v?, base?);
+            Some(Spread {
+                bytes,
+                median: v.median / b,
+                min: v.min / b,
+                max: v.max / b,
+            })
+        };
+        let (ours, theirs) = (rel(ours), rel(theirs));
+        let idx = match out.iter().position(|c| c.family == family) {
+            Some(k) => k,
+            None => {
+                out.push(Comparison {
+                    family: family.to_string(),
+                    y_desc: y_desc.to_string(),
+                    ours: Vec::new(),
+                    perftest: Vec::new(),
+                });
+                out.len() - 1
+            }
+        };
+        let c = &mut out[idx];
+        c.ours.extend(ours);
+        c.perftest.extend(theirs);
+    }
+    // A tool with no valid run on either side has nothing to draw.
+    out.retain(|c| !c.ours.is_empty() || !c.perftest.is_empty());
+    for c in &mut out {
+        c.ours.sort_by(|a, b| a.bytes.total_cmp(&b.bytes));
+        c.perftest.sort_by(|a, b| a.bytes.total_cmp(&b.bytes));
+    }
+    Ok(out)
+}
+
+/// The panel of a comparison: ours in blue, perftest in orange, each with its spread.
+pub fn comparison_panel(c: &Comparison) -> Panel {
+    let series = |name: &'static str, color: RGBColor, v: &[Spread]| Series {
+        name,
+        key: format!("{name}_stats.median"),
+        color,
+        points: v.iter().map(|s| (s.bytes, s.median)).collect(),
+        spread: v.iter().map(|s| (s.bytes, s.min, s.max)).collect(),
+    };
+    Panel {
+        title: format!(
+            "{}: vl_* and perftest over the perftest median (min-max of rounds)",
+            c.family
+        ),
+        y_desc: c.y_desc.clone(),
+        series: vec![
+            series("ours", BLUE, &c.ours),
+            series("perftest", ORANGE, &c.perftest),
+        ],
+        legend: SeriesLabelPosition::UpperLeft,
+    }
+}
+
+/// The SVG of one comparison.
+pub fn render_comparison_svg(c: &Comparison) -> Result<String, String> {
+    let mut svg = String::new();
+    draw(&[comparison_panel(c)], &mut svg).map_err(|e| format!("drawing the chart: {e}"))?;
+    Ok(svg)
 }
 
 /// "512", "64K", "8M": the x axis's tick labels.

@@ -1,0 +1,62 @@
+//! vl_benchchart — draws the charts of `docs/benchmarks.md` from `scripts/bench-vs-perftest`'s
+//! JSON report: one SVG per tool (`write_bw.svg`, `read_lat.svg`, ...), ours against perftest
+//! per message size, each the median of the rounds with a band from the fastest to the slowest
+//! (`vl_perftest::report::plot::comparisons`).
+//!
+//! ```text
+//! vl_benchchart .vm-out/bench-DATE/benchmarks.json .vm-out/bench-DATE/charts
+//! ```
+//! Exit status 0 when every chart was written, 1 otherwise (the message says why), 2 for a bad
+//! command line.
+
+#![forbid(unsafe_code)]
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context as _, Result};
+use clap::Parser;
+use vl_perftest::report::plot::{comparisons, render_comparison_svg};
+
+/// Draws one SVG chart per tool from scripts/bench-vs-perftest's benchmarks.json.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    /// The report (benchmarks.json of a bench-vs-perftest run).
+    json: PathBuf,
+    /// The directory to write FAMILY.svg into (created).
+    out_dir: PathBuf,
+}
+
+fn run(args: &Args) -> Result<()> {
+    let text = std::fs::read_to_string(&args.json)
+        .with_context(|| format!("reading {}", args.json.display()))?;
+    let doc = verbs_lab::json::parse(&text)
+        .map_err(|e| anyhow::anyhow!("{}: not valid JSON: {e}", args.json.display()))?;
+    let charts = comparisons(&doc).map_err(anyhow::Error::msg)?;
+    std::fs::create_dir_all(&args.out_dir)
+        .with_context(|| format!("creating {}", args.out_dir.display()))?;
+    for c in &charts {
+        let svg = render_comparison_svg(c).map_err(anyhow::Error::msg)?;
+        let path = args.out_dir.join(format!("{}.svg", c.family));
+        std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
+        println!(
+            "{}: {} size(s) of ours, {} of perftest",
+            path.display(),
+            c.ours.len(),
+            c.perftest.len()
+        );
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("vl_benchchart: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
