@@ -452,7 +452,10 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "retry_count",
         true,
-        Same("with -R only, as perftest: the connection's retry count (0..=7, default 7)"),
+        Same(
+            "with -R only, as perftest: the connection's retry count (0..=7); default 6, not \
+         perftest's 7, as every QP of ours (README: rxe never counts 7 down)",
+        ),
     ),
     long(
         "tclass",

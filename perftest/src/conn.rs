@@ -260,6 +260,8 @@ pub struct Link {
     pub granted_inline: u32,
     /// RDMA reads/atomics in flight per QP (`-o`, capped by both devices).
     pub outstanding: u32,
+    /// `-R`: the rdma_cm connections of the QPs (dropped after them: declared last).
+    pub cm: Option<crate::rdmacm::CmLink>,
 }
 
 /// How long any single completion may take: the QP's ack timeout times its retries, doubled,
@@ -465,6 +467,7 @@ pub fn connect(
     res: Resources,
     local: Endpoints,
     remote: Endpoints,
+    cm_listen: Option<crate::rdmacm::CmListen>,
 ) -> Result<Link> {
     let peer_mtu = Mtu::from_bytes(remote.active_mtu).unwrap_or(Mtu::Mtu1024);
     let our_mtu = dev.port.active_mtu.unwrap_or(Mtu::Mtu1024);
@@ -568,6 +571,9 @@ pub fn connect(
             )
             .with_context(|| format!("ibv_create_ah towards the peer's QP {:#x}", r.qpn))?;
             ahs.push(ah);
+        } else if cfg.rdma_cm.is_some() {
+            // -R: the connection manager moves the QPs below, after this loop.
+            check_grh(cfg, true)?;
         } else {
             qp.modify_to_init(&init_attr(&opts)).with_context(what)?;
             let mut rtr = rtr_attr(&opts, &endpoint(r));
@@ -581,6 +587,27 @@ pub fn connect(
                 .with_context(what)?;
         }
     }
+
+    let cm = match cfg.rdma_cm {
+        None => None,
+        Some(_) => {
+            let setup = crate::rdmacm::Setup {
+                access: res.rights.qp,
+                path_mtu,
+                accept_rd: ours_accept,
+                init_rd: opts.max_rd_atomic,
+            };
+            Some(match cm_listen {
+                Some(l) => {
+                    crate::rdmacm::accept_all(cfg, &dev, &res.qps, &local, &remote, &setup, l)?
+                }
+                None if cfg.is_server() => bail!("internal: -R server without its listener"),
+                None => {
+                    crate::rdmacm::connect_client(cfg, &dev, &res.qps, &local, &remote, &setup)?
+                }
+            })
+        }
+    };
 
     let granted_inline = res.qps.first().map_or(0, |qp| qp.caps().max_inline_data);
     let inline_ok = matches!(cfg.tool.kind, TestKind::Write | TestKind::Send);
@@ -600,6 +627,7 @@ pub fn connect(
         inline_limit,
         granted_inline,
         outstanding: if needs_rd { outstanding } else { 0 },
+        cm,
     };
     if cfg.qos_given() {
         for line in qos_readback(cfg, &link)? {

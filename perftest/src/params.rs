@@ -309,7 +309,7 @@ pub struct Params {
     #[arg(long = "bind_source_ip", value_name = "ADDR", requires = "rdma_cm")]
     pub bind_source_ip: Option<std::net::IpAddr>,
 
-    /// With -R: transport retries after an ack timeout (0..=7, default 7).
+    /// With -R: transport retries after an ack timeout (0..=7; default 6, as every QP of ours).
     #[arg(long = "retry_count", value_name = "N", requires = "rdma_cm")]
     pub retry_count: Option<u8>,
 
@@ -1116,7 +1116,8 @@ fn check_qos(tool: Tool, p: &Params, port: u16) -> Result<Option<RdmaCm>, String
                 .into(),
         );
     }
-    let retry_count = p.retry_count.unwrap_or(7);
+    // 6 by default, as every QP of ours (rxe never counts 7 down: see README).
+    let retry_count = p.retry_count.unwrap_or(verbs_lab::connect::RETRY_CNT);
     if retry_count > 7 {
         return Err(format!(
             "--retry_count {retry_count}: the transport retry count is 3 bits (0..=7)"
