@@ -282,7 +282,7 @@ fn run(args: &Args) -> Result<()> {
                 // buffer (rxe fails the receive with LOC_QP_OP_ERR, the SEND with REM_OP_ERR).
                 let size_statuses = [
                     WcStatus::LOC_LEN_ERR,
-                    WcStatus(rdma_sys::ibv_wc_status::IBV_WC_LOC_QP_OP_ERR),
+                    WcStatus::LOC_QP_OP_ERR,
                     WcStatus::REM_OP_ERR,
                     WcStatus::REM_INV_REQ_ERR,
                 ];

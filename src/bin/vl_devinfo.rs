@@ -156,49 +156,6 @@ fn phys_state_name(v: u8) -> &'static str {
     }
 }
 
-/// The names of the `IBV_DEVICE_*` bits set in `device_cap_flags` (`ibv_query_device(3)`).
-fn device_cap_names(flags: u32) -> Vec<String> {
-    use rdma_sys::ibv_device_cap_flags as F;
-    let known = [
-        (F::IBV_DEVICE_RESIZE_MAX_WR, "RESIZE_MAX_WR"),
-        (F::IBV_DEVICE_BAD_PKEY_CNTR, "BAD_PKEY_CNTR"),
-        (F::IBV_DEVICE_BAD_QKEY_CNTR, "BAD_QKEY_CNTR"),
-        (F::IBV_DEVICE_RAW_MULTI, "RAW_MULTI"),
-        (F::IBV_DEVICE_AUTO_PATH_MIG, "AUTO_PATH_MIG"),
-        (F::IBV_DEVICE_CHANGE_PHY_PORT, "CHANGE_PHY_PORT"),
-        (F::IBV_DEVICE_UD_AV_PORT_ENFORCE, "UD_AV_PORT_ENFORCE"),
-        (F::IBV_DEVICE_CURR_QP_STATE_MOD, "CURR_QP_STATE_MOD"),
-        (F::IBV_DEVICE_SHUTDOWN_PORT, "SHUTDOWN_PORT"),
-        (F::IBV_DEVICE_INIT_TYPE, "INIT_TYPE"),
-        (F::IBV_DEVICE_PORT_ACTIVE_EVENT, "PORT_ACTIVE_EVENT"),
-        (F::IBV_DEVICE_SYS_IMAGE_GUID, "SYS_IMAGE_GUID"),
-        (F::IBV_DEVICE_RC_RNR_NAK_GEN, "RC_RNR_NAK_GEN"),
-        (F::IBV_DEVICE_SRQ_RESIZE, "SRQ_RESIZE"),
-        (F::IBV_DEVICE_N_NOTIFY_CQ, "N_NOTIFY_CQ"),
-        (F::IBV_DEVICE_MEM_WINDOW, "MEM_WINDOW"),
-        (F::IBV_DEVICE_UD_IP_CSUM, "UD_IP_CSUM"),
-        (F::IBV_DEVICE_XRC, "XRC"),
-        (F::IBV_DEVICE_MEM_MGT_EXTENSIONS, "MEM_MGT_EXTENSIONS"),
-        (F::IBV_DEVICE_MEM_WINDOW_TYPE_2A, "MEM_WINDOW_TYPE_2A"),
-        (F::IBV_DEVICE_MEM_WINDOW_TYPE_2B, "MEM_WINDOW_TYPE_2B"),
-        (F::IBV_DEVICE_RC_IP_CSUM, "RC_IP_CSUM"),
-        (F::IBV_DEVICE_RAW_IP_CSUM, "RAW_IP_CSUM"),
-    ];
-    let mut rest = flags;
-    let mut names: Vec<String> = known
-        .iter()
-        .filter(|(f, _)| flags & f.0 != 0)
-        .map(|(f, n)| {
-            rest &= !f.0;
-            n.to_string()
-        })
-        .collect();
-    if rest != 0 {
-        names.push(format!("{rest:#x}"));
-    }
-    names
-}
-
 fn numa_text(n: Option<u32>) -> String {
     n.map_or_else(
         || "unknown (no PCI device behind it, e.g. SoftRoCE)".into(),
@@ -275,8 +232,8 @@ fn print_human(d: &DeviceInfo, verbose: bool) {
         row("page_size_cap", format!("{:#x}", a.page_size_cap));
         row(
             "device_cap_flags",
-            std::iter::once(format!("{:#010x}", a.device_cap_flags))
-                .chain(device_cap_names(a.device_cap_flags))
+            std::iter::once(format!("{:#010x}", a.device_cap_flags.bits()))
+                .chain(a.device_cap_flags.names())
                 .collect::<Vec<_>>()
                 .join("\n"),
         );
@@ -383,11 +340,8 @@ fn to_json(devices: &[DeviceInfo]) -> Value {
                 .field("max_srq", a.max_srq)
                 .field("max_ah", a.max_ah)
                 .field("atomic_cap", atomic_cap_name(a.atomic_cap))
-                .field("device_cap_flags", a.device_cap_flags)
-                .field(
-                    "device_cap_flag_names",
-                    device_cap_names(a.device_cap_flags),
-                )
+                .field("device_cap_flags", a.device_cap_flags.bits())
+                .field("device_cap_flag_names", a.device_cap_flags.names())
                 .field("page_size_cap", a.page_size_cap);
             let ports: Vec<Value> = d
                 .ports

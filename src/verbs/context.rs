@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use nix::errno::Errno;
 use rdma_sys::{
-    ___ibv_query_port, ibv_close_device, ibv_context, ibv_device, ibv_device_attr, ibv_gid,
-    ibv_gid_entry, ibv_open_device, ibv_port_attr, ibv_query_device, ibv_query_gid,
+    ___ibv_query_port, ibv_close_device, ibv_context, ibv_device, ibv_device_attr,
+    ibv_device_cap_flags, ibv_gid, ibv_gid_entry, ibv_open_device, ibv_port_attr, ibv_query_device,
+    ibv_query_gid,
 };
 
 use super::attrs::{LinkLayer, Mtu, PortState};
@@ -82,8 +83,122 @@ pub struct DeviceAttr {
     pub max_ah: i32,
     /// `IBV_ATOMIC_NONE` (0), `HCA` (1) or `GLOB` (2).
     pub atomic_cap: u32,
-    pub device_cap_flags: u32,
+    pub device_cap_flags: DeviceCapFlags,
     pub page_size_cap: u64,
+}
+
+/// The `IBV_DEVICE_*` capability bits of `ibv_device_attr.device_cap_flags`
+/// (`ibv_query_device(3)`), with their names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeviceCapFlags(pub u32);
+
+/// Every `IBV_DEVICE_*` bit libibverbs defines for `device_cap_flags`, with its name.
+const DEVICE_CAPS: &[(ibv_device_cap_flags, &str)] = &[
+    (
+        ibv_device_cap_flags::IBV_DEVICE_RESIZE_MAX_WR,
+        "RESIZE_MAX_WR",
+    ),
+    (
+        ibv_device_cap_flags::IBV_DEVICE_BAD_PKEY_CNTR,
+        "BAD_PKEY_CNTR",
+    ),
+    (
+        ibv_device_cap_flags::IBV_DEVICE_BAD_QKEY_CNTR,
+        "BAD_QKEY_CNTR",
+    ),
+    (ibv_device_cap_flags::IBV_DEVICE_RAW_MULTI, "RAW_MULTI"),
+    (
+        ibv_device_cap_flags::IBV_DEVICE_AUTO_PATH_MIG,
+        "AUTO_PATH_MIG",
+    ),
+    (
+        ibv_device_cap_flags::IBV_DEVICE_CHANGE_PHY_PORT,
+        "CHANGE_PHY_PORT",
+    ),
+    (
+        ibv_device_cap_flags::IBV_DEVICE_UD_AV_PORT_ENFORCE,
+        "UD_AV_PORT_ENFORCE",
+    ),
+    (
+        ibv_device_cap_flags::IBV_DEVICE_CURR_QP_STATE_MOD,
+        "CURR_QP_STATE_MOD",
+    ),
+    (
+        ibv_device_cap_flags::IBV_DEVICE_SHUTDOWN_PORT,
+        "SHUTDOWN_PORT",
+    ),
+    (ibv_device_cap_flags::IBV_DEVICE_INIT_TYPE, "INIT_TYPE"),
+    (
+        ibv_device_cap_flags::IBV_DEVICE_PORT_ACTIVE_EVENT,
+        "PORT_ACTIVE_EVENT",
+    ),
+    (
+        ibv_device_cap_flags::IBV_DEVICE_SYS_IMAGE_GUID,
+        "SYS_IMAGE_GUID",
+    ),
+    (
+        ibv_device_cap_flags::IBV_DEVICE_RC_RNR_NAK_GEN,
+        "RC_RNR_NAK_GEN",
+    ),
+    (ibv_device_cap_flags::IBV_DEVICE_SRQ_RESIZE, "SRQ_RESIZE"),
+    (ibv_device_cap_flags::IBV_DEVICE_N_NOTIFY_CQ, "N_NOTIFY_CQ"),
+    (ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW, "MEM_WINDOW"),
+    (ibv_device_cap_flags::IBV_DEVICE_UD_IP_CSUM, "UD_IP_CSUM"),
+    (ibv_device_cap_flags::IBV_DEVICE_XRC, "XRC"),
+    (
+        ibv_device_cap_flags::IBV_DEVICE_MEM_MGT_EXTENSIONS,
+        "MEM_MGT_EXTENSIONS",
+    ),
+    (
+        ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2A,
+        "MEM_WINDOW_TYPE_2A",
+    ),
+    (
+        ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B,
+        "MEM_WINDOW_TYPE_2B",
+    ),
+    (ibv_device_cap_flags::IBV_DEVICE_RC_IP_CSUM, "RC_IP_CSUM"),
+    (ibv_device_cap_flags::IBV_DEVICE_RAW_IP_CSUM, "RAW_IP_CSUM"),
+];
+
+impl DeviceCapFlags {
+    /// Memory windows (`ibv_alloc_mw(3)`).
+    pub const MEM_WINDOW: DeviceCapFlags =
+        DeviceCapFlags(ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW.0);
+    /// Type 2B memory windows (bound with `ibv_post_send`).
+    pub const MEM_WINDOW_TYPE_2B: DeviceCapFlags =
+        DeviceCapFlags(ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0);
+    /// The device resizes shared receive queues.
+    pub const SRQ_RESIZE: DeviceCapFlags =
+        DeviceCapFlags(ibv_device_cap_flags::IBV_DEVICE_SRQ_RESIZE.0);
+
+    /// The raw bits.
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Whether every bit of `other` is set.
+    pub fn contains(self, other: DeviceCapFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The names of the bits set, in bit order without the `IBV_DEVICE_` prefix, e.g.
+    /// `RC_RNR_NAK_GEN`; bits libibverbs does not name come last as one hex value.
+    pub fn names(self) -> Vec<String> {
+        let mut rest = self.0;
+        let mut names: Vec<String> = DEVICE_CAPS
+            .iter()
+            .filter(|(f, _)| self.0 & f.0 != 0)
+            .map(|(f, n)| {
+                rest &= !f.0;
+                n.to_string()
+            })
+            .collect();
+        if rest != 0 {
+            names.push(format!("{rest:#x}"));
+        }
+        names
+    }
 }
 
 /// The state and capabilities of one port (a subset of `struct ibv_port_attr`).
@@ -157,7 +272,7 @@ impl Context {
             max_srq: a.max_srq,
             max_ah: a.max_ah,
             atomic_cap: a.atomic_cap,
-            device_cap_flags: a.device_cap_flags,
+            device_cap_flags: DeviceCapFlags(a.device_cap_flags),
             page_size_cap: a.page_size_cap,
         })
     }
@@ -292,5 +407,32 @@ impl Context {
     /// The NUMA node the device sits on, when sysfs knows it.
     pub fn numa_node(&self) -> Option<u32> {
         sysfs::numa_node(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capability_bits_are_named_and_unknown_bits_kept() {
+        let rxe_like = DeviceCapFlags(
+            ibv_device_cap_flags::IBV_DEVICE_RC_RNR_NAK_GEN.0
+                | DeviceCapFlags::MEM_WINDOW.0
+                | 1 << 31,
+        );
+        assert_eq!(
+            rxe_like.names(),
+            ["RC_RNR_NAK_GEN", "MEM_WINDOW", "0x80000000"]
+        );
+        assert!(rxe_like.contains(DeviceCapFlags::MEM_WINDOW));
+        assert!(!rxe_like.contains(DeviceCapFlags::SRQ_RESIZE));
+        assert!(DeviceCapFlags::default().names().is_empty());
+        for (i, (f, n)) in DEVICE_CAPS.iter().enumerate() {
+            assert_eq!(f.0.count_ones(), 1, "{n} is one bit");
+            if let Some((g, m)) = DEVICE_CAPS.get(i + 1) {
+                assert!(f.0 < g.0, "{n} before {m}: the table is in bit order");
+            }
+        }
     }
 }

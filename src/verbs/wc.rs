@@ -110,16 +110,32 @@ const STATUSES: &[StatusInfo] = &[
     },
 ];
 
+/// Every `enum ibv_wc_status` value, by its name without the `IBV_WC_` prefix.
 impl WcStatus {
     pub const SUCCESS: WcStatus = WcStatus(ibv_wc_status::IBV_WC_SUCCESS);
     pub const LOC_LEN_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_LOC_LEN_ERR);
+    pub const LOC_QP_OP_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_LOC_QP_OP_ERR);
+    pub const LOC_EEC_OP_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_LOC_EEC_OP_ERR);
     pub const LOC_PROT_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_LOC_PROT_ERR);
     pub const WR_FLUSH_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_WR_FLUSH_ERR);
+    pub const MW_BIND_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_MW_BIND_ERR);
+    pub const BAD_RESP_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_BAD_RESP_ERR);
+    pub const LOC_ACCESS_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_LOC_ACCESS_ERR);
     pub const REM_INV_REQ_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_INV_REQ_ERR);
     pub const REM_ACCESS_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_ACCESS_ERR);
     pub const REM_OP_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_OP_ERR);
     pub const RETRY_EXC_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_RETRY_EXC_ERR);
     pub const RNR_RETRY_EXC_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_RNR_RETRY_EXC_ERR);
+    pub const LOC_RDD_VIOL_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_LOC_RDD_VIOL_ERR);
+    pub const REM_INV_RD_REQ_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_INV_RD_REQ_ERR);
+    pub const REM_ABORT_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_ABORT_ERR);
+    pub const INV_EECN_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_INV_EECN_ERR);
+    pub const INV_EEC_STATE_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_INV_EEC_STATE_ERR);
+    pub const FATAL_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_FATAL_ERR);
+    pub const RESP_TIMEOUT_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_RESP_TIMEOUT_ERR);
+    pub const GENERAL_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_GENERAL_ERR);
+    pub const TM_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_TM_ERR);
+    pub const TM_RNDV_INCOMPLETE: WcStatus = WcStatus(ibv_wc_status::IBV_WC_TM_RNDV_INCOMPLETE);
 
     fn info(self) -> Option<&'static StatusInfo> {
         STATUSES.iter().find(|s| s.value == self.0)
@@ -314,6 +330,43 @@ mod tests {
             WcStatus(5).to_string(),
             "IBV_WC_WR_FLUSH_ERR (work request flushed error)"
         );
+    }
+
+    #[test]
+    fn every_status_has_a_constant_of_its_name() {
+        macro_rules! named {
+            ($($n:ident),*) => {{
+                $(assert_eq!(WcStatus::$n.name(), concat!("IBV_WC_", stringify!($n)));)*
+                [$(WcStatus::$n),*].len()
+            }};
+        }
+        let n = named!(
+            SUCCESS,
+            LOC_LEN_ERR,
+            LOC_QP_OP_ERR,
+            LOC_EEC_OP_ERR,
+            LOC_PROT_ERR,
+            WR_FLUSH_ERR,
+            MW_BIND_ERR,
+            BAD_RESP_ERR,
+            LOC_ACCESS_ERR,
+            REM_INV_REQ_ERR,
+            REM_ACCESS_ERR,
+            REM_OP_ERR,
+            RETRY_EXC_ERR,
+            RNR_RETRY_EXC_ERR,
+            LOC_RDD_VIOL_ERR,
+            REM_INV_RD_REQ_ERR,
+            REM_ABORT_ERR,
+            INV_EECN_ERR,
+            INV_EEC_STATE_ERR,
+            FATAL_ERR,
+            RESP_TIMEOUT_ERR,
+            GENERAL_ERR,
+            TM_ERR,
+            TM_RNDV_INCOMPLETE
+        );
+        assert_eq!(n, STATUSES.len(), "a constant for every row of the table");
     }
 
     #[test]

@@ -14,21 +14,6 @@ require_bin lesson03_connect
 require_bin lesson04_send_recv
 out=$TMPDIR/fault.out
 
-# expect_fail_within SECS NAME CMD...: CMD must exit non-zero (not by our timeout) within SECS.
-expect_fail_within() {
-    _secs=$1 _name=$2
-    shift 2
-    echo "\$ $*"
-    _t0=$(_vl_now)
-    _rc=0
-    run_timeout "$_secs" "$@" >"$out" 2>&1 || _rc=$?
-    _took=$(( ($(_vl_now) - _t0) / 100 ))
-    cat "$out"
-    [ "$_rc" -ne 124 ] || fail "$_name: still running after ${_secs}s"
-    [ "$_rc" -ne 0 ] || fail "$_name: exited 0"
-    echo "($_name: exit $_rc after ~${_took}s)"
-}
-
 step "a client with no server gives up after --wait, naming the OOB connect"
 expect_fail_within 30 "lesson04 client, no server" \
     lesson04_send_recv -d "$VL_DEV1" -p 18571 --wait 4 "$VL_ADDR0"
@@ -41,50 +26,20 @@ step "a server with no client gives up after --wait, naming the accept"
 expect_fail_within 30 "lesson04 server, no client" lesson04_send_recv -d "$VL_DEV0" -p 18572 --wait 4
 expect_contains "$out" "timed out after 4 s waiting for a client to connect to TCP port 18572"
 
-# killed_mid_run VICTIM PORT: start a long ping-pong, SIGKILL one side once it is exchanging
-# messages, and require the other side to fail within bounded time, naming what it waited for.
-killed_mid_run() {
-    _victim=$1 _port=$2
-    _srv=$TMPDIR/srv.out _cli=$TMPDIR/cli.out
-    lesson04_send_recv -d "$VL_DEV0" -p "$_port" -n 1000000 --wait 5 >"$_srv" 2>&1 &
-    _spid=$!
-    wait_port "$_port" 60 "$_spid"
-    lesson04_send_recv -d "$VL_DEV1" -p "$_port" -n 1000000 --wait 5 "$VL_ADDR0" >"$_cli" 2>&1 &
-    _cpid=$!
-    # Wait (bounded) until the client narrates its first send: the ping-pong is running.
-    _end=$(($(_vl_now) + 3000))
-    until grep -q "first ibv_post_send" "$_cli"; do
-        [ "$(_vl_now)" -lt "$_end" ] || { cat "$_srv" "$_cli"; fail "the ping-pong never started"; }
-        sleep 0.2
-    done
-    sleep 2
-    if [ "$_victim" = client ]; then
-        _kill=$_cpid _other=$_spid _other_out=$_srv
-    else
-        _kill=$_spid _other=$_cpid _other_out=$_cli
-    fi
-    kill -KILL "$_kill"
-    _t0=$(_vl_now)
-    _rc=0
-    _vl_watch "$_other" 40 || _rc=$?
-    _took=$(( ($(_vl_now) - _t0) / 100 ))
-    wait "$_kill" 2>/dev/null || true
-    echo "--- survivor's output (exit $_rc after ~${_took}s):"
-    cat "$_other_out"
-    [ "$_rc" -ne 124 ] || fail "the survivor was still running 40 s after its peer was killed"
-    [ "$_rc" -ne 0 ] || fail "the survivor exited 0 although its peer died mid-run"
-    expect_contains "$_other_out" "lesson04_send_recv: error: "
-    expect_contains "$_other_out" "iteration "
-    # The step named: a completion that never came (timeout) or a retry-exhausted SEND.
-    if ! grep -q -e "timed out after 5 s waiting for iteration" -e "IBV_WC_RETRY_EXC_ERR" "$_other_out"; then
-        fail "the survivor's error does not say what it waited for"
-    fi
+# lesson04_killed VICTIM PORT: kill one side of a long ping-pong once the client has sent; the
+# other side must end, naming the iteration it waited for (a completion that never came) or the
+# retry-exhausted SEND.
+lesson04_killed() {
+    killed_mid_run lesson04_send_recv "$2" "$1" "first ibv_post_send" "-n 1000000 --wait 5" \
+        "-n 1000000 --wait 5" "timed out after 5 s waiting for iteration" "IBV_WC_RETRY_EXC_ERR"
+    [ "$1" = client ] && _survivor=$srv || _survivor=$cli
+    expect_contains "$_survivor" "iteration "
 }
 
 step "the client is killed mid-run: the server ends in bounded time, naming the step"
-killed_mid_run client 18573
+lesson04_killed client 18573
 step "the server is killed mid-run: the client ends in bounded time, naming the step"
-killed_mid_run server 18574
+lesson04_killed server 18574
 
 step "ibv_rc_pingpong without -g sends GID zero: refused with the fix"
 server_client 18575 "lesson04_send_recv -d $VL_DEV0 -p 18575 --wait 20" \

@@ -65,19 +65,6 @@ bad_rkey_fails
 expect_contains "$err" "the warm-up read: RDMA READ from rkey 0x"
 expect_contains "$srv" "round 0: waiting while the client reads: the peer closed the connection"
 
-# expect_fail_within SECS NAME CMD...: CMD must exit non-zero (not by our timeout) within SECS.
-expect_fail_within() {
-    _secs=$1 _name=$2
-    shift 2
-    echo "\$ $*"
-    _rc=0
-    run_timeout "$_secs" "$@" >"$out" 2>&1 || _rc=$?
-    cat "$out"
-    [ "$_rc" -ne 124 ] || fail "$_name: still running after ${_secs}s"
-    [ "$_rc" -ne 0 ] || fail "$_name: exited 0"
-    echo "($_name: exit $_rc)"
-}
-
 step "no server: every client gives up after --wait 4, naming the connect"
 for b in lesson05_rdma_write lesson06_rdma_read lesson07_events lesson08_atomics; do
     expect_fail_within 30 "$b client, no server" $b -d "$VL_DEV1" -p 18349 --wait 4 "$VL_ADDR0"
@@ -102,50 +89,6 @@ expect_contains "$err" "the peer closed the connection while we waited for the s
 
 # The servers below wait 15 s (--wait), not 5: a server's --wait also bounds its accept, and on
 # a busy host the client has been seen to need over 5 s from its start to its connect.
-# killed_mid_run LESSON PORT VICTIM MARK "SERVER ARGS" "CLIENT ARGS" PATTERNS...: start a long
-# run, SIGKILL VICTIM once the client's output shows MARK, then the survivor must fail within
-# 40 s with an error matching one of PATTERNS (grep -e), i.e. naming the step it waited at.
-killed_mid_run() {
-    _l=$1 _port=$2 _victim=$3 _mark=$4 _sargs=$5 _cargs=$6
-    shift 6
-    # shellcheck disable=SC2086 # the argument strings are word lists
-    $_l -d "$VL_DEV0" -p "$_port" $_sargs >"$srv" 2>&1 &
-    _spid=$!
-    wait_port "$_port" 60 "$_spid"
-    # shellcheck disable=SC2086
-    $_l -d "$VL_DEV1" -p "$_port" $_cargs "$VL_ADDR0" >"$cli" 2>&1 &
-    _cpid=$!
-    # Up to 240 s for the mark: lesson07's 3000 busy-polled round trips before its [7] took
-    # over 90 s on a busy host (scripts/test --under-load 2).
-    _end=$(($(_vl_now) + 24000))
-    until grep -q -F -e "$_mark" "$cli"; do
-        [ "$(_vl_now)" -lt "$_end" ] || { cat "$srv" "$cli"; fail "'$_mark' never appeared"; }
-        _vl_alive "$_cpid" || { cat "$srv" "$cli"; fail "the client ended before '$_mark'"; }
-        sleep 0.1
-    done
-    sleep 1
-    if [ "$_victim" = client ]; then
-        _kill=$_cpid _other=$_spid _other_out=$srv
-    else
-        _kill=$_spid _other=$_cpid _other_out=$cli
-    fi
-    kill -KILL "$_kill"
-    _t0=$(_vl_now)
-    _rc=0
-    _vl_watch "$_other" 40 || _rc=$?
-    wait "$_kill" 2>/dev/null || true
-    echo "--- survivor ($_l, $_victim killed): exit $_rc after ~$(( ($(_vl_now) - _t0) / 100 ))s"
-    tail -n 5 "$_other_out"
-    [ "$_rc" -ne 124 ] || fail "the survivor was still running 40 s after its peer was killed"
-    [ "$_rc" -ne 0 ] || fail "the survivor exited 0 although its peer died mid-run"
-    expect_contains "$_other_out" "$_l: error: "
-    _named=
-    for _p in "$@"; do
-        if grep -q -F -e "$_p" "$_other_out"; then _named=$_p; fi
-    done
-    [ -n "$_named" ] || fail "the survivor's error does not name the step it waited at"
-    echo "(the survivor named: '$_named')"
-}
 
 step "lesson05 (imm): the client dies mid-run; the server names the write it waited for"
 killed_mid_run lesson05_rdma_write 18344 client "iteration 3: wrote" "--wait 15" \

@@ -6,6 +6,7 @@
 # (its NIC serves the reads alone) finishes with its client. Bad options never reach a verbs
 # call.
 # timeout: 300
+# slow: eight fault cases, each bounded by --wait 4-15 s; the stopped server waits out its RNR retries
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
@@ -13,19 +14,6 @@ set -eu
 . "$VL_TESTS/perftest-lib.sh"
 
 out=$TMPDIR/fault.out
-# expect_fail_within SECS NAME CMD...: CMD exits non-zero (not killed by us) within SECS.
-expect_fail_within() {
-    _secs=$1 _name=$2
-    shift 2
-    echo "\$ $*"
-    _rc=0
-    run_timeout "$_secs" "$@" >"$out" 2>&1 || _rc=$?
-    cat "$out"
-    [ "$_rc" -ne 124 ] || fail "$_name: still running after ${_secs}s"
-    [ "$_rc" -ne 0 ] || fail "$_name: exited 0"
-    echo "($_name: exit $_rc)"
-}
-
 step "a client with no server, a server with no client: --wait bounds both"
 next_port
 expect_fail_within 30 "client without server" vl_write_bw -d "$VL_DEV1" -p "$PORT" --wait 3 "$VL_ADDR0"

@@ -15,11 +15,7 @@ set -eu
 
 require_bin vl_write_bw
 require_bin vl_jsoncheck
-if ! grep -q ' mqueue ' /proc/mounts; then
-    mkdir -p /dev/mqueue
-    mount -t mqueue none /dev/mqueue
-fi
-[ -z "$(ls /dev/mqueue)" ] || fail "/dev/mqueue is not empty before the run: $(ls /dev/mqueue)"
+mqueue_ready
 
 # proc_rows FILE: the '#procN' rows of a report.
 proc_rows() { grep '^#proc[0-9]' "$1" || true; }

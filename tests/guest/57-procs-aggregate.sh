@@ -12,6 +12,7 @@
 # client worker stopped (SIGSTOP) in the middle of a sweep is named within the peer timeout, and
 # nothing is left behind: no worker process, no queue.
 # timeout: 300
+# slow: a 23-size sweep of two processes with a barrier before each size, then a stopped worker named after --wait 10 s
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
@@ -20,26 +21,7 @@ set -eu
 
 require_bin vl_write_bw
 require_bin vl_jsoncheck
-if ! grep -q ' mqueue ' /proc/mounts; then
-    mkdir -p /dev/mqueue
-    mount -t mqueue none /dev/mqueue
-fi
-[ -z "$(ls /dev/mqueue)" ] || fail "/dev/mqueue is not empty before the run: $(ls /dev/mqueue)"
-
-no_workers() {
-    for _f in /proc/[0-9]*/cmdline; do
-        if tr '\0' ' ' 2>/dev/null <"$_f" | grep -q -- '--vl-worker'; then
-            fail "a worker is still running: $(tr '\0' ' ' <"$_f")"
-        fi
-    done
-    echo "no worker process left"
-}
-
-no_queues() {
-    left=$(ls /dev/mqueue)
-    [ -z "$left" ] || fail "queues left in /dev/mqueue: $left"
-    echo "/dev/mqueue is empty"
-}
+mqueue_ready
 
 step "vl_write_bw --procs 2 -a on both sides"
 t0=$(_vl_now)
@@ -90,21 +72,6 @@ awk '
 no_workers
 no_queues
 
-# worker_pid INDEX PATTERN: the pid of a --procs worker INDEX whose command line contains PATTERN.
-worker_pid() {
-    for _f in /proc/[0-9]*/cmdline; do
-        _c=$(tr '\0' ' ' 2>/dev/null <"$_f" || true)
-        case $_c in
-            *"--vl-worker $1 "*"$2"* | *"$2"*"--vl-worker $1 "*)
-                _p=${_f#/proc/}
-                echo "${_p%/cmdline}"
-                return 0
-                ;;
-        esac
-    done
-    return 1
-}
-
 step "a client worker stopped (SIGSTOP) in the middle of a sweep is named"
 next_port
 vl_write_bw -d "$VL_DEV0" -u 20 -p "$PORT" -a -n 40 --warmup 1 --procs 2 --wait 10 >"$TMPDIR/srv.out" 2>&1 &
@@ -113,13 +80,7 @@ wait_port "$PORT" 60 "$spid"
 vl_write_bw -d "$VL_DEV1" -u 20 -p "$PORT" -a -n 40 --warmup 1 --procs 2 --wait 10 "$VL_ADDR0" >"$TMPDIR/cli.out" 2>&1 &
 cpid=$!
 next_port
-wpid=
-end=$(($(_vl_now) + 3000))
-while [ -z "$wpid" ] && [ "$(_vl_now)" -lt "$end" ]; do
-    wpid=$(worker_pid 1 "$VL_ADDR0") || wpid=
-    sleep 0.2
-done
-[ -n "$wpid" ] || fail "no client worker 1 appeared"
+wpid=$(wait_worker_pid 1 "$VL_ADDR0")
 # Let it connect and get into the sweep.
 sleep 4
 t0=$(_vl_now)

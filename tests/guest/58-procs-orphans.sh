@@ -5,6 +5,7 @@
 # (nobody left to clean up), the next --procs run finds the queues by the dead coordinator's
 # pid, removes them and says so.
 # timeout: 240
+# slow: three two-process pairs, each left to connect and measure for 5 s before the kill
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
@@ -12,24 +13,7 @@ set -eu
 . "$VL_TESTS/perftest-lib.sh"
 
 require_bin vl_write_bw
-if ! grep -q ' mqueue ' /proc/mounts; then
-    mkdir -p /dev/mqueue
-    mount -t mqueue none /dev/mqueue
-fi
-[ -z "$(ls /dev/mqueue)" ] || fail "/dev/mqueue is not empty before the run: $(ls /dev/mqueue)"
-
-# workers_of PATTERN: the pids of the --vl-worker processes whose command line contains PATTERN.
-workers_of() {
-    for _f in /proc/[0-9]*/cmdline; do
-        _c=$(tr '\0' ' ' 2>/dev/null <"$_f" || true)
-        case $_c in
-            *--vl-worker*"$1"* | *"$1"*--vl-worker*)
-                _p=${_f#/proc/}
-                echo "${_p%/cmdline}"
-                ;;
-        esac
-    done
-}
+mqueue_ready
 
 # start_pair: a --procs 2 server and client (-D 60); sets spid, cpid and cworkers (the client's
 # two workers, once both run).
@@ -43,7 +27,7 @@ start_pair() {
     cpid=$!
     next_port
     cworkers=
-    _end=$(($(_vl_now) + 3000))
+    _end=$(($(_vl_now) + $(scaled 30) * 100))
     while [ "$(echo "$cworkers" | wc -w)" -lt 2 ] && [ "$(_vl_now)" -lt "$_end" ]; do
         cworkers=$(workers_of "$VL_ADDR0")
         sleep 0.2
@@ -60,7 +44,10 @@ start_pair() {
 step "SIGKILL of the client's coordinator: its workers and queues are gone within 2 s"
 start_pair
 ls /dev/mqueue
-[ -e "/dev/mqueue/vl-procs-$cpid" ] || fail "no queue of the client's coordinator during the run"
+if [ ! -e "/dev/mqueue/vl-procs-$cpid" ]; then
+    cat "$TMPDIR/srv.out" "$TMPDIR/cli.out"
+    fail "no queue of the client's coordinator during the run"
+fi
 kill -KILL "$cpid"
 sleep 2
 for w in $cworkers; do

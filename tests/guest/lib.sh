@@ -115,12 +115,18 @@ _vl_cm_listening() {
         | grep -q -E "state LISTEN .*src-addr [^ ]*:$1( |\$)"
 }
 
-# _vl_wait_listen CHECK WHAT PORT [TIMEOUT=60] [PID]: wait until `CHECK PORT` is true.
+# scaled SECS: SECS times VL_TIME_SCALE (softroce-vm test sets it from the host's load), for the
+# waits that only bound setup — a server starting to listen, workers appearing — not for the
+# bounds a scenario checks the tools against.
+scaled() { echo $(($1 * ${VL_TIME_SCALE:-1})); }
+
+# _vl_wait_listen CHECK WHAT PORT [TIMEOUT=60] [PID]: wait until `CHECK PORT` is true (TIMEOUT is
+# scaled).
 _vl_wait_listen() {
     _wp_check=$1
     _wp_what=$2
     _wp_port=$3
-    _wp_secs=${4:-60}
+    _wp_secs=$(scaled "${4:-60}")
     _wp_pid=${5:-}
     _wp_end=$(($(_vl_now) + _wp_secs * 100))
     while ! "$_wp_check" "$_wp_port"; do
@@ -157,7 +163,8 @@ _vl_show() {
 #   SERVER_RC and CLIENT_RC hold the exit statuses (124: killed by a timeout).
 #   Knobs (environment): SC_WAIT (wait_port; wait_cm_port for rdma_cm servers),
 #   SC_LISTEN_TIMEOUT (60 s, for the server to listen), SC_CLIENT_TIMEOUT
-#   (120 s), SC_SERVER_TIMEOUT (30 s, for the server to exit once the client is done).
+#   (120 s), SC_SERVER_TIMEOUT (30 s, for the server to exit once the client is done); the
+#   defaults are scaled (VL_TIME_SCALE), values that are set are not.
 server_client() {
     [ $# -eq 3 ] || fail "server_client: usage: server_client PORT 'SERVER CMD' 'CLIENT CMD'"
     _sc_port=$1 _sc_server=$2 _sc_client=$3
@@ -180,21 +187,21 @@ server_client() {
     fi
     echo "server_client: client: $_sc_client"
     CLIENT_RC=0
-    run_timeout "${SC_CLIENT_TIMEOUT:-120}" sh -c "$_sc_client" >"$CLIENT_OUT" 2>&1 </dev/null \
+    run_timeout "${SC_CLIENT_TIMEOUT:-$(scaled 120)}" sh -c "$_sc_client" >"$CLIENT_OUT" 2>&1 </dev/null \
         || CLIENT_RC=$?
     SERVER_RC=0
-    _vl_watch "$_sc_spid" "${SC_SERVER_TIMEOUT:-30}" || SERVER_RC=$?
+    _vl_watch "$_sc_spid" "${SC_SERVER_TIMEOUT:-$(scaled 30)}" || SERVER_RC=$?
     _vl_show server "$SERVER_RC" "$_sc_server" "$SERVER_OUT"
     _vl_show client "$CLIENT_RC" "$_sc_client" "$CLIENT_OUT"
     _sc_why=
     case $CLIENT_RC in
         0) ;;
-        124) _sc_why="the client timed out after ${SC_CLIENT_TIMEOUT:-120}s and was killed" ;;
+        124) _sc_why="the client timed out after ${SC_CLIENT_TIMEOUT:-$(scaled 120)}s and was killed" ;;
         *) _sc_why="the client exited with status $CLIENT_RC" ;;
     esac
     case $SERVER_RC in
         0) ;;
-        124) _sc_why="${_sc_why:+$_sc_why; }the server was still running ${SC_SERVER_TIMEOUT:-30}s after the client finished and was killed" ;;
+        124) _sc_why="${_sc_why:+$_sc_why; }the server was still running ${SC_SERVER_TIMEOUT:-$(scaled 30)}s after the client finished and was killed" ;;
         *) _sc_why="${_sc_why:+$_sc_why; }the server exited with status $SERVER_RC" ;;
     esac
     if [ -n "$_sc_why" ]; then
@@ -202,6 +209,64 @@ server_client() {
         return 1
     fi
     echo "server_client: both sides exited 0"
+}
+
+# ---- several processes (--procs, --np) ------------------------------------------------------
+
+# mqueue_ready: /dev/mqueue mounted and empty (a queue left by an earlier scenario fails here).
+mqueue_ready() {
+    if ! grep -q ' mqueue ' /proc/mounts; then
+        mkdir -p /dev/mqueue
+        mount -t mqueue none /dev/mqueue
+    fi
+    [ -z "$(ls /dev/mqueue)" ] || fail "/dev/mqueue is not empty before the run: $(ls /dev/mqueue)"
+}
+
+# no_queues: nothing is left in /dev/mqueue.
+no_queues() {
+    _nq_left=$(ls /dev/mqueue)
+    [ -z "$_nq_left" ] || fail "queues left in /dev/mqueue: $_nq_left"
+    echo "/dev/mqueue is empty"
+}
+
+# workers_of PATTERN [INDEX]: the pids of the worker processes (--vl-worker, INDEX if given)
+# whose command line contains PATTERN.
+workers_of() {
+    _wo_w="--vl-worker${2:+ $2 }"
+    for _f in /proc/[0-9]*/cmdline; do
+        _c=$(tr '\0' ' ' 2>/dev/null <"$_f" || true)
+        case $_c in
+            *"$_wo_w"*"$1"* | *"$1"*"$_wo_w"*)
+                _p=${_f#/proc/}
+                echo "${_p%/cmdline}"
+                ;;
+        esac
+    done
+}
+
+# wait_worker_pid INDEX PATTERN: the pid of worker INDEX whose command line contains PATTERN,
+# waited for up to 30 s, scaled (fails the scenario if it never appears).
+wait_worker_pid() {
+    _ww_end=$(($(_vl_now) + $(scaled 30) * 100))
+    while [ "$(_vl_now)" -lt "$_ww_end" ]; do
+        _ww_pid=$(workers_of "$2" "$1" | head -n 1)
+        if [ -n "$_ww_pid" ]; then
+            echo "$_ww_pid"
+            return 0
+        fi
+        sleep 0.2
+    done
+    fail "no worker $1 ($2) appeared within $(scaled 30) s"
+}
+
+# no_workers: no worker process (--vl-worker) is left running.
+no_workers() {
+    for _f in /proc/[0-9]*/cmdline; do
+        if tr '\0' ' ' 2>/dev/null <"$_f" | grep -q -- '--vl-worker'; then
+            fail "a worker is still running: $(tr '\0' ' ' <"$_f")"
+        fi
+    done
+    echo "no worker process left"
 }
 
 # ---- assertions -------------------------------------------------------------------------------
@@ -220,6 +285,54 @@ expect_fail_within() {
     [ "$FAIL_RC" -ne 124 ] || fail "$_ef_name: still running after ${_ef_secs}s"
     [ "$FAIL_RC" -ne 0 ] || fail "$_ef_name: exited 0"
     echo "($_ef_name: exit $FAIL_RC after ~${_ef_took}s)"
+}
+
+# killed_mid_run PROG PORT VICTIM MARK "SERVER ARGS" "CLIENT ARGS" PATTERNS...: start a long run
+# of PROG (server on $VL_DEV0, client on $VL_DEV1), SIGKILL VICTIM (client or server) once the
+# client's output shows MARK, then the survivor must fail within 40 s with "PROG: error: " and
+# one of PATTERNS (fixed strings), i.e. naming the step it waited at. Outputs: $srv and $cli
+# (default $TMPDIR/srv.out, cli.out).
+killed_mid_run() {
+    srv=${srv:-$TMPDIR/srv.out} cli=${cli:-$TMPDIR/cli.out}
+    _l=$1 _port=$2 _victim=$3 _mark=$4 _sargs=$5 _cargs=$6
+    shift 6
+    # shellcheck disable=SC2086 # the argument strings are word lists
+    $_l -d "$VL_DEV0" -p "$_port" $_sargs >"$srv" 2>&1 &
+    _spid=$!
+    wait_port "$_port" 60 "$_spid"
+    # shellcheck disable=SC2086
+    $_l -d "$VL_DEV1" -p "$_port" $_cargs "$VL_ADDR0" >"$cli" 2>&1 &
+    _cpid=$!
+    # Up to 240 s for the mark: lesson07's 3000 busy-polled round trips before its [7] took
+    # over 90 s on a busy host (scripts/test --under-load 2).
+    _end=$(($(_vl_now) + $(scaled 240) * 100))
+    until grep -q -F -e "$_mark" "$cli"; do
+        [ "$(_vl_now)" -lt "$_end" ] || { cat "$srv" "$cli"; fail "'$_mark' never appeared"; }
+        _vl_alive "$_cpid" || { cat "$srv" "$cli"; fail "the client ended before '$_mark'"; }
+        sleep 0.1
+    done
+    sleep 1
+    if [ "$_victim" = client ]; then
+        _kill=$_cpid _other=$_spid _other_out=$srv
+    else
+        _kill=$_spid _other=$_cpid _other_out=$cli
+    fi
+    kill -KILL "$_kill"
+    _t0=$(_vl_now)
+    _rc=0
+    _vl_watch "$_other" 40 || _rc=$?
+    wait "$_kill" 2>/dev/null || true
+    echo "--- survivor ($_l, $_victim killed): exit $_rc after ~$(( ($(_vl_now) - _t0) / 100 ))s"
+    tail -n 8 "$_other_out"
+    [ "$_rc" -ne 124 ] || fail "the survivor was still running 40 s after its peer was killed"
+    [ "$_rc" -ne 0 ] || fail "the survivor exited 0 although its peer died mid-run"
+    expect_contains "$_other_out" "$_l: error: "
+    _named=
+    for _p in "$@"; do
+        if grep -q -F -e "$_p" "$_other_out"; then _named=$_p; fi
+    done
+    [ -n "$_named" ] || fail "the survivor's error does not name the step it waited at"
+    echo "(the survivor named: '$_named')"
 }
 
 # expect_contains FILE TEXT: FILE must contain the fixed string TEXT.
