@@ -597,14 +597,18 @@ pub fn connect(
                 accept_rd: ours_accept,
                 init_rd: opts.max_rd_atomic,
             };
+            let p = crate::rdmacm::Parties {
+                cfg,
+                dev: &dev,
+                qps: &res.qps,
+                local: &local,
+                remote: &remote,
+                setup: &setup,
+            };
             Some(match cm_listen {
-                Some(l) => {
-                    crate::rdmacm::accept_all(cfg, &dev, &res.qps, &local, &remote, &setup, l)?
-                }
+                Some(l) => crate::rdmacm::accept_all(&p, l)?,
                 None if cfg.is_server() => bail!("internal: -R server without its listener"),
-                None => {
-                    crate::rdmacm::connect_client(cfg, &dev, &res.qps, &local, &remote, &setup)?
-                }
+                None => crate::rdmacm::connect_client(&p)?,
             })
         }
     };

@@ -237,16 +237,27 @@ fn check_device(id: &CmId, dev: &LocalDev, cfg: &Config, what: &str) -> Result<(
     Ok(())
 }
 
+/// What both sides connect: the run, our device, our QPs and both sides' endpoints.
+pub struct Parties<'a> {
+    pub cfg: &'a Config,
+    pub dev: &'a LocalDev,
+    pub qps: &'a [Qp],
+    pub local: &'a Endpoints,
+    pub remote: &'a Endpoints,
+    pub setup: &'a Setup,
+}
+
 /// Client: one rdma_cm connection per QP to the server's listener, each QP moved through
 /// INIT → RTR → RTS with the CM's attributes.
-pub fn connect_client(
-    cfg: &Config,
-    dev: &LocalDev,
-    qps: &[Qp],
-    local: &Endpoints,
-    remote: &Endpoints,
-    setup: &Setup,
-) -> Result<CmLink> {
+pub fn connect_client(p: &Parties<'_>) -> Result<CmLink> {
+    let Parties {
+        cfg,
+        dev,
+        qps,
+        local,
+        remote,
+        setup,
+    } = *p;
     let rc = rdma_cm(cfg)?;
     let host = cfg.host.as_deref().unwrap_or_default();
     let src = source_ip(rc, dev);
@@ -313,17 +324,8 @@ pub fn connect_client(
 /// Server: accepts one rdma_cm connection per QP (in whatever order they come), each checked
 /// against the TCP exchange, and waits until every one is ESTABLISHED, within [`CM_WAIT`] of
 /// the last event.
-pub fn accept_all(
-    cfg: &Config,
-    dev: &LocalDev,
-    qps: &[Qp],
-    local: &Endpoints,
-    remote: &Endpoints,
-    setup: &Setup,
-    cm: CmListen,
-) -> Result<CmLink> {
-    let rc = rdma_cm(cfg)?;
-    let n = qps.len();
+pub fn accept_all(p: &Parties<'_>, cm: CmListen) -> Result<CmLink> {
+    let n = p.qps.len();
     let mut ids: Vec<Option<CmId>> = (0..n).map(|_| None).collect();
     let mut established = vec![false; n];
     let start = Instant::now();
@@ -345,18 +347,7 @@ pub fn accept_all(
                 let Some(id) = ev.new_id else {
                     bail!("-R: a CONNECT_REQUEST without its id (librdmacm)");
                 };
-                let q = match accept_one(
-                    cfg,
-                    rc,
-                    dev,
-                    qps,
-                    local,
-                    remote,
-                    setup,
-                    &id,
-                    &ev.private_data,
-                    &ids,
-                ) {
+                let q = match accept_one(p, &id, &ev.private_data, &ids) {
                     Ok(q) => q,
                     Err(e) => {
                         let why = format!("{e:#}");
@@ -394,19 +385,21 @@ pub fn accept_all(
 }
 
 /// Checks one connect request and accepts it with its QP moved to RTS; returns the QP index.
-#[allow(clippy::too_many_arguments)]
 fn accept_one(
-    cfg: &Config,
-    rc: &RdmaCm,
-    dev: &LocalDev,
-    qps: &[Qp],
-    local: &Endpoints,
-    remote: &Endpoints,
-    setup: &Setup,
+    p: &Parties<'_>,
     id: &CmId,
     private_data: &[u8],
     taken: &[Option<CmId>],
 ) -> Result<usize> {
+    let Parties {
+        cfg,
+        dev,
+        qps,
+        local,
+        remote,
+        setup,
+    } = *p;
+    let rc = rdma_cm(cfg)?;
     let from = id
         .peer_addr()
         .map_or_else(|| "the client".to_string(), |a| a.to_string());

@@ -50,6 +50,10 @@ for t in write_bw read_bw send_bw atomic_bw write_lat read_lat send_lat atomic_l
     expect_not_contains "$CLIENT_OUT" "validation failed"
 done
 
+step "-R with completion events (-e) and two QPs of send bandwidth"
+vl_pair_ok vl_send_bw "-R -e -q 2 -n 100 --validate"
+expect_row "$SERVER_OUT" "vl_send_bw -R -e receiver"
+
 step "-R with two QPs, -T 96 and a flow label per QP: the CM's address vector, read back"
 vl_pair_ok vl_write_bw "-R -q 2 -n 100 --validate -T 96 --flow_label 0x11,0x22"
 expect_av "$CLIENT_OUT" 0 0 96 0x11
