@@ -61,7 +61,11 @@ mod tests {
         set_nonblocking(a.as_fd(), "fcntl(test)").unwrap();
         let t = Instant::now();
         assert!(!wait_readable(a.as_fd(), Duration::from_millis(50), "poll(test)").unwrap());
-        assert!(t.elapsed() >= Duration::from_millis(40), "{:?}", t.elapsed());
+        assert!(
+            t.elapsed() >= Duration::from_millis(40),
+            "{:?}",
+            t.elapsed()
+        );
         b.write_all(b"x").unwrap();
         assert!(wait_readable(a.as_fd(), Duration::from_secs(5), "poll(test)").unwrap());
     }
