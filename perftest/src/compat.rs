@@ -80,9 +80,10 @@ const RAW: Status = Refused(
 const CRYPTO: Status =
     Refused("mlx5 crypto and signature offload are not supported (no such device here)");
 const DC: Status = Refused("the DC transport (mlx5) is not supported; use -c RC, UC or UD");
-const RDMA_CM: Status = Refused(
-    "rdma_cm is not supported yet: the vl_* tools connect QPs over their own TCP exchange \
-     (the librdmacm mode is being written)",
+const COMM_RDMA_CM: Status = Refused(
+    "perftest then carries its control exchange (versions, parameters, endpoints, results, \
+     barriers) over an rdma_cm connection of its own; the vl_* tools' exchange is TCP only. \
+     Use -R to connect the measured QPs through rdma_cm",
 );
 const MCAST: Status = Refused("multicast is not supported; the send tools run unicast");
 const RATE: Status =
@@ -180,7 +181,10 @@ pub const OPTIONS: &[PerftestOption] = &[
         'L',
         "hop_limit",
         true,
-        Refused("setting the GRH hop limit is not supported yet: the QP uses 64"),
+        Refused(
+            "perftest accepts -L for its raw Ethernet QPs only and refuses it otherwise; the \
+         verbs QPs ask for 64, and on RoCE the kernel takes the hop limit from the IP route",
+        ),
     ),
     opt('m', "mtu", true, Same("")),
     opt('M', "MGID", true, MCAST),
@@ -205,16 +209,30 @@ pub const OPTIONS: &[PerftestOption] = &[
     ),
     opt('Q', "cq-mod", true, Same("")),
     opt('r', "rx-depth", true, Same("")),
-    opt('R', "rdma_cm", false, RDMA_CM),
+    opt(
+        'R',
+        "rdma_cm",
+        false,
+        Same(
+            "RC only (as perftest: no UC); the QPs connect through librdmacm, the server's \
+         rdma_cm port is -p + 1; unlike perftest's -R, results and barriers stay on the TCP \
+         exchange on -p",
+        ),
+    ),
     opt('s', "size", true, Same("")),
     opt(
         'S',
         "sl",
         true,
-        Refused("setting the service level is not supported yet: the QP uses SL 0"),
+        Same("the SL of every QP's address vector (with -R too), read back with ibv_query_qp"),
     ),
     opt('t', "tx-depth", true, Same("")),
-    opt('T', "tos", true, RDMA_CM),
+    opt(
+        'T',
+        "tos",
+        true,
+        Same("with -R only, as perftest (rdma_set_option RDMA_OPTION_ID_TOS)"),
+    ),
     opt('u', "qp-timeout", true, Same("")),
     opt(
         'U',
@@ -258,8 +276,8 @@ pub const OPTIONS: &[PerftestOption] = &[
         false,
         Refused("no debug output: --validate names the first bad message and byte"),
     ),
-    opt('z', "comm_rdma_cm", false, RDMA_CM),
-    long("com_rdma_cm", false, RDMA_CM),
+    opt('z', "comm_rdma_cm", false, COMM_RDMA_CM),
+    long("com_rdma_cm", false, COMM_RDMA_CM),
     long(
         "out_json",
         false,
@@ -345,7 +363,11 @@ pub const OPTIONS: &[PerftestOption] = &[
         false,
         NoOp("the TCP exchange resolves the server's name or address, IPv4 or IPv6, by itself"),
     ),
-    long("bind_source_ip", true, RDMA_CM),
+    long(
+        "bind_source_ip",
+        true,
+        Same("with -R, client: the address rdma_cm resolves from (rdma_resolve_addr's source)"),
+    ),
     long(
         "inline_recv",
         true,
@@ -427,16 +449,23 @@ pub const OPTIONS: &[PerftestOption] = &[
              cleanly after the period under way (exit 0)",
         ),
     ),
-    long("retry_count", true, RDMA_CM),
+    long(
+        "retry_count",
+        true,
+        Same(
+            "with -R only, as perftest: the connection's retry count (0..=7); default 6, not \
+         perftest's 7, as every QP of ours (README: rxe never counts 7 down)",
+        ),
+    ),
     long(
         "tclass",
         true,
-        Refused("setting the GRH traffic class is not supported yet: the QP uses traffic class 0"),
+        Same("every QP's GRH (with -R it overrides the CM's, which -T sets); read back"),
     ),
     long(
         "flow_label",
         true,
-        Refused("setting the GRH flow label is not supported yet: the QP uses flow label 0"),
+        Same("a comma list, QP q takes entry q mod n, as perftest; read back with ibv_query_qp"),
     ),
     long("use_cuda", true, GPU),
     long("cuda_mem_type", true, GPU),

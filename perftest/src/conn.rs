@@ -260,6 +260,8 @@ pub struct Link {
     pub granted_inline: u32,
     /// RDMA reads/atomics in flight per QP (`-o`, capped by both devices).
     pub outstanding: u32,
+    /// `-R`: the rdma_cm connections of the QPs (dropped after them: declared last).
+    pub cm: Option<crate::rdmacm::CmLink>,
 }
 
 /// How long any single completion may take: the QP's ack timeout times its retries, doubled,
@@ -465,6 +467,7 @@ pub fn connect(
     res: Resources,
     local: Endpoints,
     remote: Endpoints,
+    cm_listen: Option<crate::rdmacm::CmListen>,
 ) -> Result<Link> {
     let peer_mtu = Mtu::from_bytes(remote.active_mtu).unwrap_or(Mtu::Mtu1024);
     let our_mtu = dev.port.active_mtu.unwrap_or(Mtu::Mtu1024);
@@ -526,9 +529,9 @@ pub fn connect(
         rnr_retry: 7,
         min_rnr_timer: 12,
         max_rd_atomic: if needs_rd { outstanding as u8 } else { 1 },
-        sl: 0,
+        sl: cfg.sl,
         hop_limit: 64,
-        traffic_class: 0,
+        traffic_class: cfg.tclass.unwrap_or(0),
     };
     let mut ahs = Vec::new();
     for (q, qp) in res.qps.iter().enumerate() {
@@ -552,30 +555,63 @@ pub fn connect(
                     dgid: r.gid,
                     sgid_index: opts.sgid_index,
                     hop_limit: opts.hop_limit,
-                    traffic_class: 0,
-                    flow_label: 0,
+                    traffic_class: opts.traffic_class,
+                    flow_label: flow_label(cfg, q),
                 },
             );
+            check_grh(cfg, grh.is_some())?;
             let ah = Ah::create(
                 &res.pd,
                 &AhAttr {
                     dlid: r.lid,
-                    sl: 0,
+                    sl: opts.sl,
                     port_num: cfg.ib_port,
                     grh,
                 },
             )
             .with_context(|| format!("ibv_create_ah towards the peer's QP {:#x}", r.qpn))?;
             ahs.push(ah);
+        } else if cfg.rdma_cm.is_some() {
+            // -R: the connection manager moves the QPs below, after this loop.
+            check_grh(cfg, true)?;
         } else {
             qp.modify_to_init(&init_attr(&opts)).with_context(what)?;
             let mut rtr = rtr_attr(&opts, &endpoint(r));
             rtr.max_dest_rd_atomic = ours_accept;
+            check_grh(cfg, rtr.ah.grh.is_some())?;
+            if let Some(g) = rtr.ah.grh.as_mut() {
+                g.flow_label = flow_label(cfg, q);
+            }
             qp.modify_to_rtr(Some(&rtr)).with_context(what)?;
             qp.modify_to_rts(&rts_attr(&opts, &endpoint(l)))
                 .with_context(what)?;
         }
     }
+
+    let cm = match cfg.rdma_cm {
+        None => None,
+        Some(_) => {
+            let setup = crate::rdmacm::Setup {
+                access: res.rights.qp,
+                path_mtu,
+                accept_rd: ours_accept,
+                init_rd: opts.max_rd_atomic,
+            };
+            let p = crate::rdmacm::Parties {
+                cfg,
+                dev: &dev,
+                qps: &res.qps,
+                local: &local,
+                remote: &remote,
+                setup: &setup,
+            };
+            Some(match cm_listen {
+                Some(l) => crate::rdmacm::accept_all(&p, l)?,
+                None if cfg.is_server() => bail!("internal: -R server without its listener"),
+                None => crate::rdmacm::connect_client(&p)?,
+            })
+        }
+    };
 
     let granted_inline = res.qps.first().map_or(0, |qp| qp.caps().max_inline_data);
     let inline_ok = matches!(cfg.tool.kind, TestKind::Write | TestKind::Send);
@@ -584,7 +620,7 @@ pub fn connect(
         (true, Some(i)) => i.min(granted_inline),
         (true, None) => granted_inline,
     };
-    Ok(Link {
+    let link = Link {
         dev,
         res,
         local,
@@ -595,7 +631,14 @@ pub fn connect(
         inline_limit,
         granted_inline,
         outstanding: if needs_rd { outstanding } else { 0 },
-    })
+        cm,
+    };
+    if cfg.qos_given() {
+        for line in qos_readback(cfg, &link)? {
+            eprintln!("{}: {line}", cfg.tool.name());
+        }
+    }
+    Ok(link)
 }
 
 /// Refuses a peer whose advertised slots cannot hold our largest message (RDMA tests: our
@@ -624,6 +667,80 @@ pub fn check_remote_slots(cfg: &Config, remote: &Endpoints, largest: u64) -> Res
         }
     }
     Ok(())
+}
+
+/// `--flow_label`: QP `q` takes the list's entry `q mod len`, as perftest (0 without the flag).
+pub fn flow_label(cfg: &Config, q: usize) -> u32 {
+    match cfg.flow_labels.len() {
+        0 => 0,
+        n => cfg.flow_labels[q % n],
+    }
+}
+
+/// `--tclass` and `--flow_label` live in the GRH: refused on a path without one (InfiniBand
+/// without a GID, `-x`).
+fn check_grh(cfg: &Config, has_grh: bool) -> Result<()> {
+    if !has_grh && (cfg.tclass.is_some() || !cfg.flow_labels.is_empty()) {
+        bail!(
+            "--tclass and --flow_label are fields of the GRH, and this path has none (an \
+             InfiniBand port without a GID); give -x GID_INDEX so that the QPs use a GRH"
+        );
+    }
+    Ok(())
+}
+
+/// What the device holds in each RC/UC QP's address vector, read back with `ibv_query_qp(3)`:
+/// one line per QP, e.g. `QP 0 (0x11) address vector: sl 3, traffic class 32, flow label
+/// 0x12345, hop limit 64`. UD QPs have no address vector of their own (their address handles
+/// carry it) and are reported as such.
+pub fn qos_readback(cfg: &Config, link: &Link) -> Result<Vec<String>> {
+    link.res
+        .qps
+        .iter()
+        .enumerate()
+        .map(|(q, qp)| {
+            if qp.qp_type() == QpType::Ud {
+                return Ok(format!(
+                    "QP {q} ({:#x}): UD, the address vector is in its address handle (sl {}, \
+                     traffic class {}, flow label {:#x} given)",
+                    qp.qpn(),
+                    cfg.sl,
+                    cfg.tclass.unwrap_or(0),
+                    flow_label(cfg, q)
+                ));
+            }
+            let av = qp
+                .av()
+                .with_context(|| format!("reading back QP {q}'s address vector"))?;
+            let (tc, fl, hl) = av
+                .grh
+                .map_or((0, 0, 0), |g| (g.traffic_class, g.flow_label, g.hop_limit));
+            // What was set and the device does not hold is said, not hidden (rxe keeps no SL:
+            // on RoCE the SL only selects a VLAN priority, and rxe has none).
+            let mut lost = Vec::new();
+            if av.sl != cfg.sl {
+                lost.push(format!("-S {}", cfg.sl));
+            }
+            if let Some(t) = cfg.tclass.filter(|t| *t != tc) {
+                lost.push(format!("--tclass {t}"));
+            }
+            if !cfg.flow_labels.is_empty() && flow_label(cfg, q) != fl {
+                lost.push(format!("--flow_label {:#x}", flow_label(cfg, q)));
+            }
+            Ok(format!(
+                "QP {q} ({:#x}) address vector (ibv_query_qp): sl {}, traffic class {tc}, flow \
+                 label {fl:#x}, hop limit {hl}{}{}",
+                qp.qpn(),
+                av.sl,
+                if av.grh.is_none() { ", no GRH" } else { "" },
+                if lost.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (set: {}; the device does not hold it)", lost.join(", "))
+                }
+            ))
+        })
+        .collect()
 }
 
 fn endpoint(e: &QpEndpoint) -> Endpoint {

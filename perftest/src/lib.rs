@@ -22,6 +22,7 @@ pub mod pattern;
 pub mod procs;
 pub mod progress;
 pub mod proto;
+pub mod rdmacm;
 pub mod report;
 pub mod result;
 pub mod run;

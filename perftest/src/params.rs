@@ -282,6 +282,37 @@ pub struct Params {
     #[arg(long = "bind", value_name = "ADDR")]
     pub bind: Option<std::net::IpAddr>,
 
+    /// Service level of the QPs' address vectors (0..=15; RoCE maps it to a priority).
+    #[arg(short = 'S', long = "sl", value_name = "SL", default_value_t = 0)]
+    pub sl: u8,
+
+    /// Traffic class of the GRH (0..=255; on RoCE v2 the IP header's DSCP and ECN bits).
+    #[arg(long = "tclass", value_name = "N")]
+    pub tclass: Option<u8>,
+
+    /// Flow label of the GRH, per QP in turn from a comma list (each 0..=0xFFFFF; decimal or
+    /// 0x hex).
+    #[arg(long = "flow_label", value_name = "FL[,FL...]", value_delimiter = ',', value_parser = parse_flow_label)]
+    pub flow_label: Vec<u32>,
+
+    /// Connect the QPs through the RDMA connection manager (librdmacm): the server listens on
+    /// rdma_cm port PORT+1, the client resolves the server's address and route and connects;
+    /// results still travel over the TCP exchange on PORT.
+    #[arg(short = 'R', long = "rdma_cm")]
+    pub rdma_cm: bool,
+
+    /// With -R: the type of service of the connection (0..=255; rdma_set_option TOS).
+    #[arg(short = 'T', long = "tos", value_name = "TOS", requires = "rdma_cm")]
+    pub tos: Option<u8>,
+
+    /// With -R, client: the local address to connect from (chooses the device and port).
+    #[arg(long = "bind_source_ip", value_name = "ADDR", requires = "rdma_cm")]
+    pub bind_source_ip: Option<std::net::IpAddr>,
+
+    /// With -R: transport retries after an ack timeout (0..=7; default 6, as every QP of ours).
+    #[arg(long = "retry_count", value_name = "N", requires = "rdma_cm")]
+    pub retry_count: Option<u8>,
+
     /// Do not measure peak bandwidth (the peak column prints 0, as perftest's).
     #[arg(short = 'N', long = "noPeak")]
     pub no_peak: bool,
@@ -489,6 +520,14 @@ pub struct Config {
     /// Pin to a CPU local to the NIC when `--cpu` is not given (off with `--disable_numa`).
     pub auto_pin: bool,
     pub validate: bool,
+    /// `-S`: the service level of every QP's address vector.
+    pub sl: u8,
+    /// `--tclass`: the GRH traffic class (`None`: 0, or the CM's from `-T`).
+    pub tclass: Option<u8>,
+    /// `--flow_label`: QP `q` gets `flow_labels[q % len]` (empty: 0).
+    pub flow_labels: Vec<u32>,
+    /// `-R`: the QPs are connected through librdmacm.
+    pub rdma_cm: Option<RdmaCm>,
     /// How long to wait for the peer to connect or accept.
     pub wait: Duration,
     /// `--wait_destroy`: how long to keep the resources after the run.
@@ -502,6 +541,39 @@ pub struct Config {
     /// `--procs-start`: how far ahead of the release the common start time of each
     /// measurement is (zero: no common start).
     pub procs_start: Duration,
+}
+
+/// `-R` and its options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmaCm {
+    /// The rdma_cm port: `-p` + 1 (on iWARP, rdma_cm's ports are TCP ports, so it cannot share
+    /// the exchange's).
+    pub port: u16,
+    /// `-T`: the type of service (`None`: the CM's default).
+    pub tos: Option<u8>,
+    /// `--bind_source_ip` (client).
+    pub source_ip: Option<std::net::IpAddr>,
+    /// `--retry_count`: the connection's transport retry count.
+    pub retry_count: u8,
+}
+
+/// The flow label's width: 20 bits.
+pub const MAX_FLOW_LABEL: u32 = 0xF_FFFF;
+
+/// One `--flow_label` value: decimal or `0x` hex (perftest reads it with strtol base 0), 20 bits.
+fn parse_flow_label(s: &str) -> Result<u32, String> {
+    let s = s.trim();
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse::<u32>(),
+    }
+    .map_err(|_| format!("'{s}' is not a number (decimal or 0x hex)"))?;
+    if v > MAX_FLOW_LABEL {
+        return Err(format!(
+            "{v:#x} does not fit the GRH's 20-bit flow label (at most {MAX_FLOW_LABEL:#x})"
+        ));
+    }
+    Ok(v)
 }
 
 /// Which worker of a `--procs` run this process is (the hidden `--vl-worker I --vl-queue NAME`).
@@ -568,6 +640,7 @@ impl Config {
             );
         }
         let is = |k: TestKind| tool.kind == k;
+        let rdma_cm = check_qos(tool, p, port)?;
 
         Ok(Config {
             tool,
@@ -599,6 +672,10 @@ impl Config {
             cpu: p.cpu.clone(),
             auto_pin: !p.disable_numa,
             validate: p.validate,
+            sl: p.sl,
+            tclass: p.tclass,
+            flow_labels: p.flow_label.clone(),
+            rdma_cm,
             wait: Duration::from_secs(p.wait_secs),
             wait_destroy: p.wait_destroy.map(Duration::from_secs),
             report_gbits: p.output.report_gbits,
@@ -610,6 +687,15 @@ impl Config {
 
     pub fn is_server(&self) -> bool {
         self.host.is_none()
+    }
+
+    /// Whether any QoS option was given (`-S`, `--tclass`, `--flow_label`, `-T`): the tools
+    /// then print each QP's address vector as the device holds it, on stderr.
+    pub fn qos_given(&self) -> bool {
+        self.sl != 0
+            || self.tclass.is_some()
+            || !self.flow_labels.is_empty()
+            || self.rdma_cm.as_ref().is_some_and(|r| r.tos.is_some())
     }
 
     /// The CQ moderation the run uses: `-Q`, capped so that every full send queue holds a
@@ -659,6 +745,7 @@ impl Config {
             ("validate", on_off(self.validate)),
             ("processes", self.procs.unwrap_or(1).to_string()),
             ("run_infinitely", on_off(self.run_infinitely)),
+            ("rdma_cm", on_off(self.rdma_cm.is_some())),
             (
                 "margin",
                 self.margin
@@ -994,6 +1081,56 @@ fn check_output_options(tool: Tool, p: &Params) -> Result<(), String> {
     }
 }
 
+/// `-S`, `--tclass`, `--flow_label` and `-R` with its options; returns `-R`'s settings.
+fn check_qos(tool: Tool, p: &Params, port: u16) -> Result<Option<RdmaCm>, String> {
+    if p.sl > 15 {
+        return Err(format!("-S {}: the service level is 4 bits (0..=15)", p.sl));
+    }
+    if !p.rdma_cm {
+        return Ok(None);
+    }
+    let name = tool.name();
+    if p.conn != QpType::Rc {
+        return Err(format!(
+            "-R with -c {}: {name} connects RC QPs through rdma_cm only (perftest refuses UC \
+             with rdma_cm; UD through rdma_cm is not supported yet); use -c RC or leave out -R",
+            p.conn
+        ));
+    }
+    if p.procs.is_some() {
+        return Err(
+            "-R with --procs: not supported yet (each worker would need its own rdma_cm port); \
+             leave out one of them"
+                .into(),
+        );
+    }
+    if port == u16::MAX {
+        return Err(format!(
+            "-p {port} with -R: the rdma_cm listener uses port -p + 1; choose a lower -p"
+        ));
+    }
+    if p.bind_source_ip.is_some() && p.host.is_none() {
+        return Err(
+            "--bind_source_ip is for the client (the side with a host); the server listens on \
+             --bind"
+                .into(),
+        );
+    }
+    // 6 by default, as every QP of ours (rxe never counts 7 down: see README).
+    let retry_count = p.retry_count.unwrap_or(verbs_lab::connect::RETRY_CNT);
+    if retry_count > 7 {
+        return Err(format!(
+            "--retry_count {retry_count}: the transport retry count is 3 bits (0..=7)"
+        ));
+    }
+    Ok(Some(RdmaCm {
+        port: port + 1,
+        tos: p.tos,
+        source_ip: p.bind_source_ip,
+        retry_count,
+    }))
+}
+
 /// `--warmup N` (16 by default) and perftest's `--perform_warm_up`.
 fn resolve_warmup(p: &Params) -> Result<u64, String> {
     let warmup = p.warmup.unwrap_or(16);
@@ -1035,6 +1172,7 @@ pub fn describe_param(key: &str) -> &'static str {
         "processes" => "number of processes (--procs)",
         "run_infinitely" => "--run_infinitely",
         "margin" => "margins (-f)",
+        "rdma_cm" => "connection through rdma_cm (-R)",
         _ => "parameter",
     }
 }

@@ -80,6 +80,8 @@ pub struct RunInfo {
     pub cpu: Option<(usize, String)>,
     pub report_gbits: bool,
     pub qp_timeout: u8,
+    /// `-R`: the QPs were connected through rdma_cm (perftest's `rdma_cm QPs : ON`).
+    pub rdma_cm: bool,
     pub local_endpoints: Vec<String>,
     pub remote_endpoints: Vec<String>,
 }

@@ -343,8 +343,10 @@ fn session(
     };
     let res = conn::create_resources(cfg, &dev, max)?;
     let local = conn::local_endpoints(&dev, &res);
+    // -R: the server's rdma_cm listener exists before the client learns our endpoints.
+    let cm_listen = crate::rdmacm::listen(cfg)?;
     let remote = conn::exchange_endpoints(cfg, ch, &local)?;
-    let link = conn::connect(cfg, dev, res, local, remote)?;
+    let link = conn::connect(cfg, dev, res, local, remote, cm_listen)?;
 
     // --run_infinitely warms up before the first period only.
     let later_periods = Config {
@@ -575,6 +577,7 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
         cpu,
         report_gbits: cfg.report_gbits,
         qp_timeout: cfg.qp_timeout,
+        rdma_cm: cfg.rdma_cm.is_some(),
         local_endpoints: lines(&link.local),
         remote_endpoints: lines(&link.remote),
     }

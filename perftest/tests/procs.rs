@@ -65,6 +65,7 @@ fn info(process: u32) -> RunInfo {
         )),
         report_gbits: false,
         qp_timeout: 20,
+        rdma_cm: false,
         local_endpoints: vec![endpoint_line(
             0,
             qpn,

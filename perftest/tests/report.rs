@@ -57,6 +57,7 @@ fn bw_info() -> RunInfo {
         cpu: Some((2, "NIC-local: rxe0 NUMA node 0 CPUs 0-3".into())),
         report_gbits: false,
         qp_timeout: 14,
+        rdma_cm: false,
         local_endpoints: vec![endpoint_line(
             0,
             0x11,

@@ -12,12 +12,11 @@ use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{fcntl, FcntlArg, OFlag};
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use rdma_sys::{ibv_ack_async_event, ibv_async_event, ibv_get_async_event};
 
 use super::context::Context;
 use super::error::{Result, VerbsError};
+use super::fd::{set_nonblocking, wait_readable};
 
 /// The kind of an asynchronous event (`enum ibv_event_type`), kept as its number so that a
 /// kind this build does not know is reported rather than misread.
@@ -176,24 +175,12 @@ impl Context {
     pub fn get_async_event(&self, timeout: Duration) -> Result<Option<AsyncEvent>> {
         // SAFETY: async_fd stays open while the context is.
         let fd = unsafe { BorrowedFd::borrow_raw(self.async_fd()) };
-        let flags = fcntl(fd, FcntlArg::F_GETFL)
-            .map_err(|e| VerbsError::call("fcntl(async_fd, F_GETFL)", e))?;
-        let flags = OFlag::from_bits_truncate(flags);
-        if !flags.contains(OFlag::O_NONBLOCK) {
-            fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))
-                .map_err(|e| VerbsError::call("fcntl(async_fd, O_NONBLOCK)", e))?;
-        }
+        set_nonblocking(fd, "fcntl(async_fd, O_NONBLOCK)")?;
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let ms = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
-                .unwrap_or(PollTimeout::MAX);
-            let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
-            match poll(&mut fds, ms) {
-                Ok(0) => return Ok(None),
-                Ok(_) => {}
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(VerbsError::call("poll(async_fd)", e)),
+            if !wait_readable(fd, left, "poll(async_fd)")? {
+                return Ok(None);
             }
             let mut ev = MaybeUninit::<ibv_async_event>::zeroed();
             // SAFETY: the context is open; `ev` is a valid out-pointer; the fd is non-blocking,

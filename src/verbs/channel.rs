@@ -5,8 +5,6 @@ use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nix::fcntl::{fcntl, FcntlArg, OFlag};
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use rdma_sys::{
     ibv_ack_cq_events, ibv_comp_channel, ibv_cq, ibv_create_comp_channel, ibv_destroy_comp_channel,
     ibv_get_cq_event,
@@ -15,6 +13,7 @@ use rdma_sys::{
 use super::context::{Context, ContextInner};
 use super::cq::Cq;
 use super::error::{Result, VerbsError};
+use super::fd::{set_nonblocking, wait_readable};
 
 pub(crate) struct ChannelInner {
     pub(crate) ptr: *mut ibv_comp_channel,
@@ -50,13 +49,10 @@ impl CompChannel {
         let fd = unsafe { BorrowedFd::borrow_raw((*ptr).fd) };
         // Non-blocking, so that ibv_get_cq_event returns EAGAIN instead of hanging when no
         // event is pending (rdma-core's man page shows the same fcntl).
-        let nonblock = fcntl(fd, FcntlArg::F_GETFL)
-            .map(OFlag::from_bits_truncate)
-            .and_then(|fl| fcntl(fd, FcntlArg::F_SETFL(fl | OFlag::O_NONBLOCK)));
-        if let Err(e) = nonblock {
+        if let Err(e) = set_nonblocking(fd, "fcntl(comp_channel, O_NONBLOCK)") {
             // SAFETY: ptr is ours and no CQ uses it yet.
             unsafe { ibv_destroy_comp_channel(ptr) };
-            return Err(VerbsError::call("fcntl(comp_channel, O_NONBLOCK)", e));
+            return Err(e);
         }
         Ok(CompChannel {
             inner: Arc::new(ChannelInner {
@@ -78,17 +74,7 @@ impl CompChannel {
     pub fn poll_readable(&self, timeout: Duration) -> Result<bool> {
         // SAFETY: the fd is owned by the live channel for the whole borrow.
         let fd = unsafe { BorrowedFd::borrow_raw(self.fd()) };
-        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
-        let ms = PollTimeout::try_from(timeout.as_millis().min(i32::MAX as u128) as i32)
-            .unwrap_or(PollTimeout::MAX);
-        loop {
-            match poll(&mut fds, ms) {
-                Ok(0) => return Ok(false),
-                Ok(_) => return Ok(true),
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(VerbsError::call("poll(comp_channel)", e)),
-            }
-        }
+        wait_readable(fd, timeout, "poll(comp_channel)")
     }
 
     /// Takes one completion event for `cq` off the channel (`ibv_get_cq_event(3)`), without

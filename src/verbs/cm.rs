@@ -23,21 +23,21 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::fcntl::{fcntl, FcntlArg, OFlag};
 use nix::libc;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{SockaddrLike, SockaddrStorage};
 use rdma_sys::{
-    ibv_context, ibv_get_device_name, ibv_modify_qp, ibv_qp_attr, ibv_qp_state, rdma_accept,
-    rdma_ack_cm_event, rdma_bind_addr, rdma_cm_event, rdma_cm_event_type as ev, rdma_cm_id,
-    rdma_conn_param, rdma_connect, rdma_create_event_channel, rdma_create_id,
-    rdma_destroy_event_channel, rdma_destroy_id, rdma_disconnect, rdma_event_channel,
-    rdma_get_cm_event, rdma_init_qp_attr, rdma_listen, rdma_port_space, rdma_reject,
-    rdma_resolve_addr, rdma_resolve_route,
+    ibv_context, ibv_get_device_name, ibv_modify_qp, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_state,
+    rdma_accept, rdma_ack_cm_event, rdma_bind_addr, rdma_cm_event, rdma_cm_event_type as ev,
+    rdma_cm_id, rdma_conn_param, rdma_connect, rdma_create_event_channel, rdma_create_id,
+    rdma_destroy_event_channel, rdma_destroy_id, rdma_disconnect, rdma_establish,
+    rdma_event_channel, rdma_get_cm_event, rdma_init_qp_attr, rdma_listen, rdma_port_space,
+    rdma_reject, rdma_resolve_addr, rdma_resolve_route, rdma_set_option,
 };
 
+use super::attrs::{AccessFlags, Mtu, QpState};
 use super::context::{Context, ContextInner};
 use super::error::{Result, VerbsError};
+use super::fd::{set_nonblocking, wait_readable};
 use super::pd::Pd;
 use super::qp::{Qp, QpInitAttr};
 
@@ -46,6 +46,34 @@ use super::qp::{Qp, QpInitAttr};
 pub const MAX_CONNECT_PRIVATE_DATA: usize = 56;
 /// Largest private data an accept (REP) may carry: the REP's whole 196 bytes.
 pub const MAX_ACCEPT_PRIVATE_DATA: usize = 196;
+
+// <rdma/rdma_cma.h>'s option level and name (not in rdma-sys's bindings).
+const RDMA_OPTION_ID: i32 = 0;
+const RDMA_OPTION_ID_TOS: i32 = 0;
+
+/// What the caller changes in the attributes `rdma_init_qp_attr(3)` computes before
+/// [`CmId::modify_qp`] applies them; `None` keeps the CM's value. A field is applied only in
+/// the transition whose attributes contain it (access at INIT, the address vector and
+/// `max_dest_rd_atomic` at RTR, `timeout` and `max_rd_atomic` at RTS).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CmQpOverrides {
+    /// INIT: the remote operations the QP accepts.
+    pub access: Option<AccessFlags>,
+    /// RTR: the path MTU (the CM's is the smaller active MTU of the route).
+    pub path_mtu: Option<Mtu>,
+    /// RTR: the address vector's service level.
+    pub sl: Option<u8>,
+    /// RTR: the GRH's traffic class (the CM's comes from the id's TOS).
+    pub traffic_class: Option<u8>,
+    /// RTR: the GRH's flow label.
+    pub flow_label: Option<u32>,
+    /// RTR: RDMA Reads/Atomics the peer may have outstanding against us.
+    pub max_dest_rd_atomic: Option<u8>,
+    /// RTS: the ack timeout exponent (4.096 us x 2^N).
+    pub timeout: Option<u8>,
+    /// RTS: RDMA Reads/Atomics we may have outstanding.
+    pub max_rd_atomic: Option<u8>,
+}
 
 // ---- the event channel ------------------------------------------------------------------------
 
@@ -96,10 +124,7 @@ impl EventChannel {
         let inner = Arc::new(EventChannelInner { ptr });
         // SAFETY: the fd belongs to the live channel for the whole borrow.
         let fd = unsafe { BorrowedFd::borrow_raw((*ptr).fd) };
-        fcntl(fd, FcntlArg::F_GETFL)
-            .map(OFlag::from_bits_truncate)
-            .and_then(|fl| fcntl(fd, FcntlArg::F_SETFL(fl | OFlag::O_NONBLOCK)))
-            .map_err(|e| VerbsError::call("fcntl(rdma_cm channel, O_NONBLOCK)", e))?;
+        set_nonblocking(fd, "fcntl(rdma_cm channel, O_NONBLOCK)")?;
         Ok(EventChannel { inner })
     }
 
@@ -150,17 +175,7 @@ impl EventChannel {
     fn poll_readable(&self, timeout: Duration) -> Result<bool> {
         // SAFETY: the fd is owned by the live channel for the whole borrow.
         let fd = unsafe { BorrowedFd::borrow_raw(self.fd()) };
-        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
-        let ms = PollTimeout::try_from(timeout.as_millis().min(i32::MAX as u128) as i32)
-            .unwrap_or(PollTimeout::MAX);
-        loop {
-            match poll(&mut fds, ms) {
-                Ok(0) => return Ok(false),
-                Ok(_) => return Ok(true),
-                Err(Errno::EINTR) => continue,
-                Err(e) => return Err(VerbsError::call("poll(rdma_cm channel)", e)),
-            }
-        }
+        wait_readable(fd, timeout, "poll(rdma_cm channel)")
     }
 
     /// # Safety
@@ -659,6 +674,132 @@ impl CmId {
         // SAFETY: the id is live; the QP outlives the attachment (Drop detaches it first).
         unsafe { (*self.ptr).qp = qp.as_ptr() };
         Ok(self.qp.insert(qp))
+    }
+
+    /// Moves a QP that the id does *not* own to `state` (INIT, RTR or RTS) with the attributes
+    /// the connection manager computes for this connection (`rdma_init_qp_attr(3)`: the port,
+    /// P_Key, the path and the peer's QPN and PSN from the REQ/REP, the retry counts of the
+    /// [`ConnParam`]s), changed by `o`, then `ibv_modify_qp(3)`. This is how a QP created on
+    /// the application's own context joins an rdma_cm connection: the connect or accept names
+    /// it by [`ConnParam::qp_num`]; the active side calls this for RTR and RTS on
+    /// CONNECT_RESPONSE, then [`CmId::establish`]; the passive side before [`CmId::accept`].
+    /// The QP must be on the same device as the id (compare [`CmId::device_name`]).
+    pub fn modify_qp(&self, qp: &Qp, state: QpState, o: &CmQpOverrides) -> Result<()> {
+        let (raw_state, init_verb, verb) = match state {
+            QpState::Init => (
+                ibv_qp_state::IBV_QPS_INIT,
+                "rdma_init_qp_attr(INIT)",
+                "ibv_modify_qp(INIT, rdma_cm)",
+            ),
+            QpState::Rtr => (
+                ibv_qp_state::IBV_QPS_RTR,
+                "rdma_init_qp_attr(RTR)",
+                "ibv_modify_qp(RTR, rdma_cm)",
+            ),
+            QpState::Rts => (
+                ibv_qp_state::IBV_QPS_RTS,
+                "rdma_init_qp_attr(RTS)",
+                "ibv_modify_qp(RTS, rdma_cm)",
+            ),
+            other => {
+                return Err(VerbsError::InvalidArgument(format!(
+                    "rdma_cm computes the attributes of INIT, RTR and RTS, not {other}"
+                )))
+            }
+        };
+        // SAFETY: plain C data; zero is valid for every field.
+        let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = raw_state;
+        let mut mask: i32 = 0;
+        // SAFETY: the id is live and bound to a device; both out-pointers are valid.
+        let ret = unsafe { rdma_init_qp_attr(self.ptr, &mut attr, &mut mask) };
+        if ret != 0 {
+            return Err(VerbsError::last(init_verb));
+        }
+        let has = |bit: ibv_qp_attr_mask| mask & bit.0 as i32 != 0;
+        if has(ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS) {
+            if let Some(a) = o.access {
+                attr.qp_access_flags = a.0;
+            }
+        }
+        if has(ibv_qp_attr_mask::IBV_QP_PATH_MTU) {
+            if let Some(m) = o.path_mtu {
+                attr.path_mtu = m.to_ibv();
+            }
+        }
+        if has(ibv_qp_attr_mask::IBV_QP_AV) {
+            if let Some(sl) = o.sl {
+                attr.ah_attr.sl = sl;
+            }
+            if attr.ah_attr.is_global != 0 {
+                if let Some(t) = o.traffic_class {
+                    attr.ah_attr.grh.traffic_class = t;
+                }
+                if let Some(f) = o.flow_label {
+                    attr.ah_attr.grh.flow_label = f;
+                }
+            }
+        }
+        if has(ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC) {
+            if let Some(n) = o.max_dest_rd_atomic {
+                attr.max_dest_rd_atomic = n;
+            }
+        }
+        if has(ibv_qp_attr_mask::IBV_QP_TIMEOUT) {
+            if let Some(t) = o.timeout {
+                attr.timeout = t;
+            }
+        }
+        if has(ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC) {
+            if let Some(n) = o.max_rd_atomic {
+                attr.max_rd_atomic = n;
+            }
+        }
+        // SAFETY: the QP is live; rdma_init_qp_attr filled every attribute named in mask.
+        let ret = unsafe { ibv_modify_qp(qp.as_ptr(), &mut attr, mask) };
+        if ret != 0 {
+            return Err(VerbsError::from_ret(verb, ret));
+        }
+        Ok(())
+    }
+
+    /// Completes an active connection whose QP the id does not own (`rdma_establish(3)`):
+    /// sends the RTU after the QP was moved to RTR and RTS on CONNECT_RESPONSE; the passive
+    /// side then sees ESTABLISHED.
+    pub fn establish(&self) -> Result<()> {
+        // SAFETY: the id is live and got CONNECT_RESPONSE.
+        let ret = unsafe { rdma_establish(self.ptr) };
+        if ret != 0 {
+            return Err(VerbsError::last("rdma_establish"));
+        }
+        Ok(())
+    }
+
+    /// Sets the type of service of the connection (`rdma_set_option(3)`,
+    /// `RDMA_OPTION_ID_TOS`), before the route is resolved: on RoCE it becomes the GRH's
+    /// traffic class.
+    pub fn set_tos(&self, tos: u8) -> Result<()> {
+        let mut v = tos;
+        // SAFETY: the id is live; the option value is one byte that lives across the call.
+        let ret = unsafe {
+            rdma_set_option(
+                self.ptr,
+                RDMA_OPTION_ID,
+                RDMA_OPTION_ID_TOS,
+                (&mut v as *mut u8).cast(),
+                1,
+            )
+        };
+        if ret != 0 {
+            return Err(VerbsError::last("rdma_set_option(RDMA_OPTION_ID_TOS)"));
+        }
+        Ok(())
+    }
+
+    /// The name of the device the id is bound to, once an address is resolved or bound to a
+    /// device (or the id came from a CONNECT_REQUEST).
+    pub fn device_name(&self) -> Option<String> {
+        self.context().map(|c| c.name().to_string())
     }
 
     /// The QP attached with [`CmId::create_qp`].

@@ -252,6 +252,8 @@ fn decode_info(r: &mut Reader<'_>) -> Result<RunInfo, WireError> {
         cpu,
         report_gbits: r.bool("report_gbits")?,
         qp_timeout: r.u8("qp timeout")?,
+        // -R is refused with --procs, so a worker's run never uses it.
+        rdma_cm: false,
         local_endpoints: r.strs("local endpoints")?,
         remote_endpoints: r.strs("remote endpoints")?,
     })

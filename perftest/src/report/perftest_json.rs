@@ -128,7 +128,7 @@ fn test_info(info: &RunInfo) -> Object {
     } else {
         o.insert("Max_inline_data", info.max_inline);
     }
-    o.insert("rdma_cm_QPs", "OFF");
+    o.insert("rdma_cm_QPs", if info.rdma_cm { "ON" } else { "OFF" });
     o.insert("Use_ROCm_memory", "OFF");
     o.insert("Use_MUSA_memory", "OFF");
     o.insert("Data_ex_method", "Ethernet");

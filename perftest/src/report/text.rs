@@ -196,7 +196,11 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
             &format_args!("{}[B]", info.max_inline),
         );
     }
-    s.push_str(" rdma_cm QPs\t : OFF\n");
+    let _ = writeln!(
+        s,
+        " rdma_cm QPs\t : {}",
+        if info.rdma_cm { "ON" } else { "OFF" }
+    );
     // perftest's words for an exchange over a TCP socket; ours is the verbs-lab protocol.
     line(&mut s, "Data ex. method", &"Ethernet");
     if procs.is_empty() {
