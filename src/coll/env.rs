@@ -22,6 +22,9 @@ pub enum Launcher {
     OpenMpi,
     Mpich,
     Slurm,
+    /// `--np N` of our tools: ranks on this machine, started by the local launcher and
+    /// coordinated over its POSIX message queues.
+    LocalQueues,
     /// Nothing set: one rank alone.
     Single,
 }
@@ -34,6 +37,7 @@ impl Launcher {
             Launcher::OpenMpi => "Open MPI (OMPI_COMM_WORLD_*)",
             Launcher::Mpich => "MPICH/Hydra (PMI_RANK/PMI_SIZE)",
             Launcher::Slurm => "Slurm (SLURM_PROCID/SLURM_NTASKS)",
+            Launcher::LocalQueues => "--np (this machine, POSIX message queues)",
             Launcher::Single => "none (a single rank)",
         }
     }

@@ -81,6 +81,7 @@ grep -q '"collective": "all_reduce"' "$TMPDIR/ar.json" || fail "no collective in
 [ "$(grep -c '"size": ' "$TMPDIR/ar.json")" -eq 4 ] || fail "the JSON does not hold 4 sizes"
 [ "$(grep -c '"device": "rxe' "$TMPDIR/ar.json")" -eq 4 ] || fail "the JSON does not list 4 ranks"
 grep -q '"per_rank_time_us": \[' "$TMPDIR/ar.json" || fail "no per-rank times in the JSON"
+grep -q '"launcher": "--np (this machine, POSIX message queues)"' "$TMPDIR/ar.json" || fail "the JSON does not name the --np launcher"
 
 step "other types and operators are exact too"
 for spec in "-t double -o prod" "-t uint8 -o min"; do

@@ -267,7 +267,7 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
             rank,
             world_size,
             local_rank: args.local_rank.unwrap_or(rank),
-            launcher: verbs_lab::coll::env::Launcher::Flags,
+            launcher: verbs_lab::coll::env::Launcher::LocalQueues,
             master: None,
         },
         (Some(_), _, _) => return Err(usage("--vl-coll-queues is set by --np, not by hand")),
