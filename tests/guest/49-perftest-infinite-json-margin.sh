@@ -5,6 +5,7 @@
 # (fewer iterations than the whole run); the NIC counter deltas (-W, --counters, --json, --max-counter) agree with the
 # packets the run sent; --cpu_util adds perftest's column; and perftest's own options we refuse are refused by name.
 # timeout: 300
+# slow: a --run_infinitely run of 3+ periods, -D runs with margins, --out_json and counter runs, then the refusals
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
