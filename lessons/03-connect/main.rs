@@ -36,6 +36,10 @@ struct Args {
     /// Path MTU in bytes (256, 512, 1024, 2048, 4096); at most the port's active MTU.
     #[arg(short = 'm', long = "mtu", default_value = "1024")]
     mtu: Mtu,
+    /// Exercise: give RTR the peer's QPN + 1 as dest_qp_num. RTR accepts it; our first SEND
+    /// then fails with IBV_WC_RETRY_EXC_ERR after retry_cnt ACK timeouts (use it on the client).
+    #[arg(long = "bad-qpn")]
+    bad_qpn: bool,
 }
 
 /// Bytes of the proof message (and of the registered buffer).
@@ -177,12 +181,23 @@ fn run(args: &Args) -> Result<()> {
         traffic_class: 0,
         flow_label: 0,
     });
+    // The peer's QP: every packet we send carries this number. With --bad-qpn (an exercise)
+    // we name the next one, a QP that does not exist or is not ours: see what fails, and when.
+    let dest_qpn = if args.bad_qpn {
+        let wrong = (remote.qpn + 1) & 0xff_ffff;
+        n.say(format!(
+            "--bad-qpn: dest_qp_num {wrong:#08x} instead of the peer's {:#08x}",
+            remote.qpn
+        ));
+        wrong
+    } else {
+        remote.qpn
+    };
     let rtr = RtrAttr {
         // Largest payload per packet; both sides should use the same value, at or below both
         // ports' active MTU (-m; ibv_rc_pingpong's default is 1024 too).
         path_mtu: mtu,
-        // The peer's QP: every packet we send carries this number.
-        dest_qpn: remote.qpn,
+        dest_qpn,
         // The PSN we expect first: the peer's starting sq_psn. A mismatch makes every packet
         // look out of sequence and nothing ever completes.
         rq_psn: remote.psn,
@@ -325,7 +340,7 @@ fn run(args: &Args) -> Result<()> {
         n.say(format!(
             "ibv_post_send: IBV_WR_SEND of {} bytes (\"{text}\") to QP {:#x}",
             text.len(),
-            remote.qpn
+            rtr.dest_qpn
         ));
         let wc = cq
             .poll_one(wait, "the completion of our proof SEND")
