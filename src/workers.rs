@@ -8,7 +8,9 @@
 //! ([`COORDINATOR_ENV`]). [`Worker::try_exit`], [`Worker::wait_exit`], [`Worker::is_stopped`]
 //! and [`Worker::stopped_for`] watch it; [`Worker::kill`] stops it (SIGKILL) and reaps it;
 //! [`describe`] says how a process ended. [`Workers`] kills and reaps whatever is still running
-//! when it is dropped, so no exit path of a coordinator leaves a worker behind.
+//! when it is dropped, so no exit path of a coordinator leaves a worker behind. [`gather`]
+//! receives the workers' messages while it watches their processes (a [`Roster`] knows the
+//! protocol), and [`stop`] ends them after a failure: Abort, a grace period, SIGKILL.
 //!
 //! **Worker side.** [`follow_coordinator`] makes the kernel signal the worker when its
 //! coordinator dies (`prctl(PR_SET_PDEATHSIG)`), removes the coordinator's queues then (a
@@ -28,7 +30,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use nix::unistd::getppid;
 
-use crate::mq;
+use crate::mq::{self, Msg, Queue};
 
 /// The environment variable that carries the coordinator's pid to its workers.
 pub const COORDINATOR_ENV: &str = "VL_COORDINATOR_PID";
@@ -251,4 +253,153 @@ pub fn sleep_until_monotonic(at_ns: u64) {
     while mq::monotonic_ns() < end {
         std::hint::spin_loop();
     }
+}
+
+/// What [`gather`] needs from a coordinator: its workers' processes, whether each has sent what
+/// is awaited, and what to do with a message. The protocol stays the coordinator's.
+pub trait Roster {
+    /// Why [`Roster::handle`] refused a message (the coordinator's own error).
+    type Error;
+    /// How many workers there are.
+    fn count(&self) -> usize;
+    /// Worker `i`'s process.
+    fn process(&mut self, i: usize) -> &mut Worker;
+    /// True once worker `i` has sent everything awaited.
+    fn finished(&self, i: usize) -> bool;
+    /// Takes one message from the coordinator's inbox.
+    fn handle(&mut self, msg: Msg) -> Result<(), Self::Error>;
+}
+
+/// Why [`gather`] ended before every worker had finished.
+#[derive(Debug)]
+pub enum GatherError<E> {
+    /// [`Roster::handle`] refused a message.
+    Refused(E),
+    /// Worker `index` ended (`status`, see [`describe`]) without finishing; what it sent before
+    /// was handled first.
+    Ended { index: usize, status: ExitStatus },
+    /// Worker `index` has been stopped (SIGSTOP, a debugger) for `stopped`.
+    Stopped { index: usize, stopped: Duration },
+    /// The deadline passed; `late` had not finished (and were still running).
+    Late { late: Vec<usize> },
+    /// Receiving from the inbox, or `waitpid`, failed.
+    Io(String),
+}
+
+/// How long the inbox is quiet before [`gather`] looks at the processes.
+pub const WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// Receives from `inbox`, handing each message to the roster, until every worker has finished.
+/// Whenever the inbox has been quiet for [`WATCH_EVERY`] it looks at the processes: one that
+/// ended without finishing (once its last messages are handled), or has been stopped for
+/// `stopped_limit`, ends the wait at once. `deadline` is asked again on every turn, so it may
+/// move as messages arrive; past it, the workers not finished are late. Every wait is bounded.
+pub fn gather<R: Roster>(
+    roster: &mut R,
+    inbox: &Queue,
+    stopped_limit: Option<Duration>,
+    mut deadline: impl FnMut(&R) -> Instant,
+) -> Result<(), GatherError<R::Error>> {
+    let unfinished = |r: &R| {
+        (0..r.count())
+            .filter(|&i| !r.finished(i))
+            .collect::<Vec<_>>()
+    };
+    while !unfinished(roster).is_empty() {
+        match inbox.recv_timeout(WATCH_EVERY) {
+            Ok(msg) => roster.handle(msg).map_err(GatherError::Refused)?,
+            Err(e) if e.is_timeout() => watch(roster, inbox, stopped_limit)?,
+            Err(e) => return Err(GatherError::Io(format!("receiving from the workers: {e}"))),
+        }
+        if Instant::now() >= deadline(roster) {
+            let late = unfinished(roster);
+            if !late.is_empty() {
+                return Err(GatherError::Late { late });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One look at the unfinished workers' processes (see [`gather`]).
+fn watch<R: Roster>(
+    roster: &mut R,
+    inbox: &Queue,
+    stopped_limit: Option<Duration>,
+) -> Result<(), GatherError<R::Error>> {
+    for i in 0..roster.count() {
+        if roster.finished(i) {
+            continue;
+        }
+        let ended = roster
+            .process(i)
+            .try_exit()
+            .map_err(|e| GatherError::Io(format!("waitpid: {e}")))?;
+        if let Some(status) = ended {
+            // What it sent before it ended is in the inbox now: take it first.
+            while let Ok((msg, _)) = inbox.try_recv() {
+                roster.handle(msg).map_err(GatherError::Refused)?;
+            }
+            if !roster.finished(i) {
+                return Err(GatherError::Ended { index: i, status });
+            }
+        } else if let (Some(limit), Some(stopped)) =
+            (stopped_limit, roster.process(i).stopped_for())
+        {
+            if stopped >= limit {
+                return Err(GatherError::Stopped { index: i, stopped });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How [`stop`] ended one worker.
+#[derive(Debug)]
+pub struct Stopped {
+    pub index: u32,
+    pub pid: u32,
+    /// Why the Abort could not be queued (a full or gone queue), if it could not.
+    pub abort_failed: Option<String>,
+    /// "exited with status 1", or "killed (still running after the grace period)".
+    pub how: String,
+}
+
+/// Stops the workers still running after a failure: an `Abort` carrying `reason` (priority 10,
+/// ahead of anything queued) to each one's inbox, `grace` for them to exit, then SIGKILL. Every
+/// one is reaped; returns what happened to each worker that was still running.
+pub fn stop<'a>(
+    crew: impl IntoIterator<Item = (&'a mut Worker, &'a Queue)>,
+    reason: &str,
+    grace: Duration,
+) -> Vec<Stopped> {
+    let abort = Msg::Abort {
+        reason: reason.chars().take(500).collect(),
+    };
+    let mut live: Vec<(&mut Worker, Option<String>)> = crew
+        .into_iter()
+        .filter_map(|(w, q)| {
+            w.running()
+                .then(|| (w, q.try_send(&abort, 10).err().map(|e| e.to_string())))
+        })
+        .collect();
+    let deadline = Instant::now() + grace;
+    live.iter_mut()
+        .map(|(w, abort_failed)| {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let how = match w.wait_exit(left) {
+                Ok(st) => describe(st),
+                Err(_) => match w.kill() {
+                    Ok(_) => "killed (still running after the grace period)".to_string(),
+                    Err(e) => e,
+                },
+            };
+            Stopped {
+                index: w.index,
+                pid: w.pid(),
+                abort_failed: abort_failed.take(),
+                how,
+            }
+        })
+        .collect()
 }
