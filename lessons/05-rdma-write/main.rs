@@ -32,15 +32,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::{Parser, ValueEnum};
-use verbs_lab::connect::{bring_up, local_endpoint, random_psn};
+use verbs_lab::connect::bring_up;
 use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{
-    AccessFlags, Cq, Mr, Mtu, Payload, Qp, QpCaps, QpInitAttr, QpState, QpType, RecvWr, RemoteBuf,
-    SendOp, SendWr, WcOpcode,
+    AccessFlags, Cq, Mr, Mtu, Payload, Qp, QpState, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode,
 };
 use verbs_lab_lessons::{
-    connect_opts, exchange, exchange_params, first_mismatch, oob_connect, open_device, parse_size,
-    pattern, report_error, usage_error, CommonArgs, Narrator, Params, PeerInfo, Role,
+    connect_opts, create_rc_qp, exchange_endpoints, exchange_params, first_mismatch, oob_connect,
+    open_device, parse_size, pattern, report_error, same_as_client, usage_error, CommonArgs,
+    Narrator, Params, PeerInfo, Role,
 };
 
 const PROGRAM: &str = "lesson05_rdma_write";
@@ -159,18 +159,9 @@ fn adopt(args: &Args, theirs: &Params) -> Result<Test> {
         t.iters,
         t.size
     );
-    let clash = |flag: &str, ours: String, client: String| {
-        anyhow::anyhow!("the client uses {flag} {client} but this server was started with {flag} {ours}: give both the same, or none to the server")
-    };
-    if let Some(s) = args.size.filter(|&s| s != t.size) {
-        return Err(clash("-s", s.to_string(), t.size.to_string()));
-    }
-    if let Some(i) = args.iters.filter(|&i| i != t.iters) {
-        return Err(clash("-n", i.to_string(), t.iters.to_string()));
-    }
-    if let Some(m) = args.notify.filter(|&m| m != t.notify) {
-        return Err(clash("--notify", m.name().into(), t.notify.name().into()));
-    }
+    same_as_client("-s", args.size, t.size)?;
+    same_as_client("-n", args.iters, t.iters)?;
+    same_as_client("--notify", args.notify.map(Notify::name), t.notify.name())?;
     Ok(t)
 }
 
@@ -208,21 +199,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
 
     n.step(3, "Create the CQ and the RC QP (lesson 02)");
     let cq = dev.ctx.create_cq(32, None).context("ibv_create_cq")?;
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            qp_type: QpType::Rc,
-            caps: QpCaps {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-        })
-        .context("ibv_create_qp")?;
+    let qp = create_rc_qp(&pd, &cq, 16, 16)?;
     n.say(format!(
         "CQ of {} entries; RC QP {:#x}",
         cq.capacity(),
@@ -242,15 +219,13 @@ fn run(args: &Args, asked: Test) -> Result<()> {
     let theirs = exchange_params(&mut conn, &role, &mine, &n)?;
     let test = if server { adopt(args, &theirs)? } else { asked };
     let peer_mtu: Mtu = theirs.get("mtu")?;
-    let ep = local_endpoint(&dev.ctx, args.common.ib_port, &qp, &dev.gid, random_psn())
-        .context("reading our endpoint")?;
     // Only the target exposes memory: its address, rkey and length are what the writer needs.
     let buf = if server {
         mr.remote(0..BUF_LEN)?
     } else {
         RemoteBuf::default()
     };
-    let peer = exchange(&mut conn, &role, &PeerInfo { ep, buf }, &n)?;
+    let (ep, peer) = exchange_endpoints(&mut conn, &role, &dev, args.common.ib_port, &qp, buf, &n)?;
 
     n.step(5, "Connect the QP: INIT -> RTR -> RTS (lesson 03)");
     let mut opts = connect_opts(&args.common, &dev, Some(peer_mtu));

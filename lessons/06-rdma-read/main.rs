@@ -27,16 +27,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
-use verbs_lab::connect::{init_attr, local_endpoint, random_psn, rtr_attr, rts_attr};
+use verbs_lab::connect::{init_attr, rtr_attr, rts_attr};
 use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{
-    AccessFlags, Cq, Mr, Mtu, Payload, Qp, QpCaps, QpInitAttr, QpType, RemoteBuf, SendOp, SendWr,
-    WcOpcode, WorkCompletion,
+    AccessFlags, Cq, Mr, Mtu, Payload, Qp, RemoteBuf, SendOp, SendWr, WcOpcode, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    connect_opts, exchange, exchange_params, first_mismatch, oob_connect, open_device, parse_size,
-    pattern, recv_params, report_error, send_params, usage_error, CommonArgs, Narrator, Params,
-    PeerInfo, Summary,
+    connect_opts, create_rc_qp, exchange_endpoints, exchange_params, first_mismatch, oob_connect,
+    open_device, parse_size, pattern, recv_params, report_error, same_as_client, send_params,
+    usage_error, CommonArgs, Narrator, Params, PeerInfo, Summary,
 };
 
 const PROGRAM: &str = "lesson06_rdma_read";
@@ -179,21 +178,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
         .ctx
         .create_cq(depth_asked.max(16), None)
         .context("ibv_create_cq")?;
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            qp_type: QpType::Rc,
-            caps: QpCaps {
-                max_send_wr: depth_asked.max(16),
-                max_recv_wr: 1,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-        })
-        .context("ibv_create_qp")?;
+    let qp = create_rc_qp(&pd, &cq, depth_asked.max(16), 1)?;
     n.say(format!(
         "CQ of {} entries; RC QP {:#x} with {} send-queue slots",
         cq.capacity(),
@@ -242,14 +227,12 @@ fn run(args: &Args, asked: Test) -> Result<()> {
             test.outstanding
         );
     }
-    let ep = local_endpoint(&dev.ctx, args.common.ib_port, &qp, &dev.gid, random_psn())
-        .context("reading our endpoint")?;
     let buf = if server {
         mr.remote(0..BUF_LEN)?
     } else {
         RemoteBuf::default()
     };
-    let peer = exchange(&mut conn, &role, &PeerInfo { ep, buf }, &n)?;
+    let (ep, peer) = exchange_endpoints(&mut conn, &role, &dev, args.common.ib_port, &qp, buf, &n)?;
 
     n.step(
         5,
@@ -334,19 +317,9 @@ fn adopt(args: &Args, theirs: &Params) -> Result<Test> {
         rounds: theirs.get("rounds")?,
     };
     check_test(&t).context("the client's parameters")?;
-    for (flag, ours, client) in [
-        ("-s", args.size, t.size),
-        (
-            "-o",
-            args.outstanding.map(|o| o as usize),
-            t.outstanding as usize,
-        ),
-        ("-n", args.iters.map(|i| i as usize), t.rounds as usize),
-    ] {
-        if let Some(o) = ours.filter(|&o| o != client) {
-            bail!("the client uses {flag} {client} but this server was started with {flag} {o}: give both the same, or none to the server");
-        }
-    }
+    same_as_client("-s", args.size, t.size)?;
+    same_as_client("-o", args.outstanding, t.outstanding)?;
+    same_as_client("-n", args.iters, t.rounds)?;
     Ok(t)
 }
 

@@ -45,15 +45,15 @@ use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
 use nix::sys::resource::{getrusage, UsageWho};
 use nix::time::{clock_gettime, ClockId};
-use verbs_lab::connect::{bring_up, local_endpoint, random_psn};
+use verbs_lab::connect::bring_up;
 use verbs_lab::verbs::{
-    AccessFlags, CompChannel, Cq, Mr, Mtu, Payload, Qp, QpCaps, QpInitAttr, QpType, RecvWr,
-    RemoteBuf, SendOp, SendWr, VerbsError, WcOpcode, WorkCompletion,
+    AccessFlags, CompChannel, Cq, Mr, Mtu, Payload, Qp, RecvWr, RemoteBuf, SendOp, SendWr,
+    VerbsError, WcOpcode, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    connect_opts, exchange, exchange_params, first_mismatch, oob_connect, open_device, parse_size,
-    pattern, recv_params, report_error, send_params, usage_error, CommonArgs, Narrator, Params,
-    PeerInfo, Summary,
+    connect_opts, create_rc_qp, exchange_endpoints, exchange_params, first_mismatch, oob_connect,
+    open_device, parse_size, pattern, recv_params, report_error, same_as_client, send_params,
+    usage_error, CommonArgs, Narrator, Params, Summary,
 };
 
 const PROGRAM: &str = "lesson07_events";
@@ -395,21 +395,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
     let mr = pd
         .reg_mr(2 * MAX_SIZE, AccessFlags::LOCAL_WRITE)
         .context("ibv_reg_mr")?;
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            qp_type: QpType::Rc,
-            caps: QpCaps {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-        })
-        .context("ibv_create_qp")?;
+    let qp = create_rc_qp(&pd, &cq, 4, 4)?;
     n.say(format!(
         "MR of {} bytes (lkey {:#x}): send slot at 0, receive slot at {MAX_SIZE}; RC QP {:#x}",
         2 * MAX_SIZE,
@@ -433,15 +419,13 @@ fn run(args: &Args, asked: Test) -> Result<()> {
     let theirs = exchange_params(&mut conn, &role, &mine, &n)?;
     let test = if server { adopt(args, &theirs)? } else { asked };
     let slots = Slots { size: test.size };
-    let ep = local_endpoint(&dev.ctx, args.common.ib_port, &qp, &dev.gid, random_psn())
-        .context("reading our endpoint")?;
-    let peer = exchange(
+    let (ep, peer) = exchange_endpoints(
         &mut conn,
         &role,
-        &PeerInfo {
-            ep,
-            buf: RemoteBuf::default(),
-        },
+        &dev,
+        args.common.ib_port,
+        &qp,
+        RemoteBuf::default(),
         &n,
     )?;
     let opts = connect_opts(&args.common, &dev, Some(theirs.get("mtu")?));
@@ -565,14 +549,8 @@ fn adopt(args: &Args, theirs: &Params) -> Result<Test> {
         show_race: theirs.get::<u8>("show_race")? != 0,
     };
     check_test(&t).context("the client's parameters")?;
-    for (flag, ours, client) in [
-        ("-s", args.size, t.size),
-        ("-n", args.iters.map(|i| i as usize), t.iters as usize),
-    ] {
-        if let Some(o) = ours.filter(|&o| o != client) {
-            bail!("the client uses {flag} {client} but this server was started with {flag} {o}: give both the same, or none to the server");
-        }
-    }
+    same_as_client("-s", args.size, t.size)?;
+    same_as_client("-n", args.iters, t.iters)?;
     Ok(t)
 }
 

@@ -30,17 +30,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::{Parser, ValueEnum};
-use verbs_lab::connect::{bring_up, local_endpoint, random_psn};
+use verbs_lab::connect::bring_up;
 use verbs_lab::diag::PortCounters;
 use verbs_lab::oob::{Listener, OobConn};
 use verbs_lab::verbs::{
-    AccessFlags, Cq, Mr, Mtu, Payload, Qp, QpCaps, QpInitAttr, QpType, RemoteBuf, SendOp, SendWr,
-    VerbsError, WcOpcode,
+    AccessFlags, Cq, Mr, Mtu, Payload, Qp, RemoteBuf, SendOp, SendWr, VerbsError, WcOpcode,
 };
 use verbs_lab_lessons::{
-    connect_opts, exchange, exchange_params, oob_connect, open_device, poll_one_explained,
-    recv_params, report_error, send_params, usage_error, CommonArgs, Device, Narrator, Params,
-    PeerInfo, Role,
+    connect_opts, create_rc_qp, exchange_endpoints, exchange_params, oob_connect, open_device,
+    poll_one_explained, recv_params, report_error, send_params, usage_error, CommonArgs, Device,
+    Narrator, Params, Role,
 };
 
 const PROGRAM: &str = "lesson08_atomics";
@@ -238,9 +237,16 @@ fn server(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
             .with("initial", args.initial)
             .with("clients", args.clients);
         let theirs = exchange_params(&mut conn, &Role::Server, &mine, n)?;
-        let qp = create_qp(&pd, &cq)?;
-        let ep = local_endpoint(&dev.ctx, args.common.ib_port, &qp, &dev.gid, random_psn())?;
-        let peer = exchange(&mut conn, &Role::Server, &PeerInfo { ep, buf: word }, n)?;
+        let qp = create_rc_qp(&pd, &cq, 16, 1)?;
+        let (ep, peer) = exchange_endpoints(
+            &mut conn,
+            &Role::Server,
+            dev,
+            args.common.ib_port,
+            &qp,
+            word,
+            n,
+        )?;
         let mut opts = connect_opts(&args.common, dev, Some(theirs.get("mtu")?));
         opts.access = qp_access;
         bring_up(&qp, &ep, &peer.ep, &opts).with_context(|| format!("connecting {label}"))?;
@@ -372,23 +378,6 @@ fn server(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
     Ok(())
 }
 
-fn create_qp(pd: &verbs_lab::verbs::Pd, cq: &Cq) -> Result<Qp> {
-    pd.create_qp(&QpInitAttr {
-        send_cq: cq,
-        recv_cq: cq,
-        qp_type: QpType::Rc,
-        caps: QpCaps {
-            max_send_wr: 16,
-            max_recv_wr: 1,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        },
-        sq_sig_all: false,
-    })
-    .context("ibv_create_qp")
-}
-
 /// What a client did.
 struct Done {
     fetch_adds: u32,
@@ -417,7 +406,7 @@ fn client(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
 
     n.step(3, "Create the CQ and the RC QP; connect (lessons 02-03)");
     let cq = dev.ctx.create_cq(16, None).context("ibv_create_cq")?;
-    let qp = create_qp(&pd, &cq)?;
+    let qp = create_rc_qp(&pd, &cq, 16, 1)?;
     let mut conn = oob_connect(&args.common, n)?;
     let role = args.common.role();
     let mine = Params::new()
@@ -426,14 +415,13 @@ fn client(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
         .with("show_errors", args.show_errors as u8);
     let theirs = exchange_params(&mut conn, &role, &mine, n)?;
     let initial: u64 = theirs.get("initial")?;
-    let ep = local_endpoint(&dev.ctx, args.common.ib_port, &qp, &dev.gid, random_psn())?;
-    let peer = exchange(
+    let (ep, peer) = exchange_endpoints(
         &mut conn,
         &role,
-        &PeerInfo {
-            ep,
-            buf: RemoteBuf::default(),
-        },
+        dev,
+        args.common.ib_port,
+        &qp,
+        RemoteBuf::default(),
         n,
     )?;
     let word = peer.buf;

@@ -13,7 +13,8 @@ use verbs_lab::connect::Endpoint;
 use verbs_lab::diag::{device_report, PortCounters};
 use verbs_lab::oob::{self, OobConn, OobError};
 use verbs_lab::verbs::{
-    Context, Cq, DeviceList, Gid, GidChoice, PortAttr, Qp, RemoteBuf, VerbsError, WorkCompletion,
+    Context, Cq, DeviceList, Gid, GidChoice, Pd, PortAttr, Qp, QpCaps, QpInitAttr, QpType,
+    RemoteBuf, VerbsError, WorkCompletion,
 };
 
 /// The flags every two-sided lesson takes, perftest-style: the server is started without a
@@ -261,6 +262,30 @@ fn recv_info(conn: &mut OobConn) -> Result<PeerInfo> {
         }
         .into()
     })
+}
+
+/// Lesson 03's endpoint exchange in one call: our endpoint (LID, QPN, a random PSN, our GID) and
+/// the buffer we expose (`RemoteBuf::default()` for none) go to the peer, whose come back
+/// ([`exchange`], narrated). Returns ours and theirs.
+pub fn exchange_endpoints(
+    conn: &mut OobConn,
+    role: &Role,
+    dev: &Device,
+    ib_port: u8,
+    qp: &Qp,
+    buf: RemoteBuf,
+    n: &Narrator,
+) -> Result<(Endpoint, PeerInfo)> {
+    let ep = verbs_lab::connect::local_endpoint(
+        &dev.ctx,
+        ib_port,
+        qp,
+        &dev.gid,
+        verbs_lab::connect::random_psn(),
+    )
+    .context("reading our endpoint")?;
+    let peer = exchange(conn, role, &PeerInfo { ep, buf }, n)?;
+    Ok((ep, peer))
 }
 
 /// A byte pattern both sides can compute: a message's bytes depend on its iteration number, so
@@ -648,6 +673,42 @@ pub fn exchange_params(
     Ok(theirs)
 }
 
+/// Lesson 02's RC QP as the two-sided lessons use it: both queues on `cq`, one SGE per request,
+/// no inline data, every request signaled only if it says so (`sq_sig_all` off).
+pub fn create_rc_qp(pd: &Pd, cq: &Cq, max_send_wr: u32, max_recv_wr: u32) -> Result<Qp> {
+    pd.create_qp(&QpInitAttr {
+        send_cq: cq,
+        recv_cq: cq,
+        qp_type: QpType::Rc,
+        caps: QpCaps {
+            max_send_wr,
+            max_recv_wr,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: false,
+    })
+    .context("ibv_create_qp")
+}
+
+/// A server takes the client's test, but refuses a flag it was given explicitly with another
+/// value (`ours`) than the client's: "the client uses -s 8192 but this server was started with
+/// -s 4096: give both the same, or none to the server".
+pub fn same_as_client<T: PartialEq + fmt::Display>(
+    flag: &str,
+    ours: Option<T>,
+    client: T,
+) -> Result<()> {
+    if let Some(o) = ours.filter(|o| *o != client) {
+        bail!(
+            "the client uses {flag} {client} but this server was started with {flag} {o}: give \
+             both the same, or none to the server"
+        );
+    }
+    Ok(())
+}
+
 /// The connection attributes of lesson 03 for this side: our port and GID index, the `-u`
 /// timeout, and a path MTU no larger than our active MTU nor the peer's (when it told us).
 pub fn connect_opts(
@@ -708,6 +769,20 @@ pub fn parse_size(s: &str) -> std::result::Result<usize, String> {
 mod lessons_05_08_tests {
     use super::*;
     use clap::Parser;
+
+    #[test]
+    fn a_server_flag_must_match_the_client_or_be_absent() {
+        assert!(same_as_client("-s", None, 4096).is_ok());
+        assert!(same_as_client("-s", Some(4096), 4096).is_ok());
+        let e = same_as_client("-s", Some(4096), 8192)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "the client uses -s 8192 but this server was started with -s 4096: give both the \
+             same, or none to the server"
+        );
+    }
 
     #[derive(Parser)]
     struct T {

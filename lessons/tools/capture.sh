@@ -60,6 +60,7 @@ run_all() {
     one l01q 'lesson01_devices --quiet'
     one l01i2 'lesson01_devices -d rxe0 -i 2'
     pair l03 'lesson03_connect -d rxe0' 'lesson03_connect -d rxe1 192.168.77.1'
+    pair l03badqpn 'lesson03_connect -d rxe0 --wait 20' 'lesson03_connect -d rxe1 -u 18 --bad-qpn 192.168.77.1'
     pair l04 'lesson04_send_recv -d rxe0' 'lesson04_send_recv -d rxe1 192.168.77.1'
     pair l04rc 'lesson04_send_recv -d rxe0' 'ibv_rc_pingpong -d rxe1 -g 1 192.168.77.1'
     pair l04rcs 'ibv_rc_pingpong -d rxe0 -g 1' 'lesson04_send_recv -d rxe1 192.168.77.1'
