@@ -47,7 +47,8 @@ use verbs_lab::verbs::{
     QpType, RecvWr, SendOp, SendWr, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    first_mismatch, open_named_device, pattern, report_error, usage_error, Device, Narrator,
+    check_device_flags, first_mismatch, open_named_device, pattern, report_error, usage_error,
+    Device, Narrator,
 };
 
 const PROGRAM: &str = "lesson09_affinity";
@@ -139,17 +140,7 @@ fn check_flags(a: &Args) -> Result<()> {
         "-r {}: 1 to 100 rounds",
         a.rounds
     );
-    ensure!(a.ib_port >= 1, "-i 0: ports are numbered from 1");
-    ensure!(
-        a.qp_timeout <= 31,
-        "-u {}: the QP ack timeout is a 5-bit exponent (0..=31)",
-        a.qp_timeout
-    );
-    ensure!(a.wait_secs >= 1, "--wait 0: every wait needs at least 1 s");
-    if let Some(g) = a.gid_idx {
-        ensure!(g <= 255, "-g {g}: a source GID index is 8 bits (0..=255)");
-    }
-    Ok(())
+    check_device_flags(a.ib_port, a.gid_idx, a.qp_timeout, a.wait_secs)
 }
 
 fn main() -> ExitCode {
