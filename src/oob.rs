@@ -15,8 +15,8 @@
 use std::fmt;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixStream;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -186,13 +186,15 @@ impl Listener {
                 Err(e)
                     if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted =>
                 {
-                    if start.elapsed() >= wait {
+                    let left = wait.saturating_sub(start.elapsed());
+                    if left.is_zero() {
                         return Err(OobError::Timeout {
                             what: format!("a client to connect to TCP port {port}"),
                             after: wait,
                         });
                     }
-                    std::thread::sleep(POLL_STEP);
+                    // Sleeps until a client is there (or the time is up): no timer wakes us.
+                    let _ = wait_any(&[self.listener.as_fd()], Some(left));
                 }
                 // A client that connected and reset before we took it: not our failure.
                 Err(e) if e.kind() == ErrorKind::ConnectionAborted => continue,
@@ -210,34 +212,69 @@ impl Listener {
     /// and turns it away: it reads what the client opens with (at most `REFUSE_READ`, so that
     /// closing does not reset the connection before the client reads our answer), sends it
     /// `reply` as one frame, logs one line through `log`, and closes. The run in progress is
-    /// not touched. Dropping the guard stops the thread and closes the listener.
+    /// not touched. The thread sleeps in `poll(2)` until a client comes or the guard is
+    /// dropped (which closes the guard's end of a socket pair); dropping the guard stops it at
+    /// once and closes the listener.
     pub fn refuse_others(
         self,
         reply: Vec<u8>,
         log: impl Fn(SocketAddr) + Send + 'static,
-    ) -> Refuser {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            while !flag.load(Ordering::Relaxed) {
-                match self.listener.accept() {
-                    Ok((stream, peer)) => {
-                        if let Ok(mut c) = OobConn::new(stream, canonical(peer), REFUSE_READ) {
-                            let _ = c.recv_msg(64 * 1024, "the opening message");
-                            let _ = c.send_msg(&reply, "the refusal");
-                            let _ = c.stream.shutdown(std::net::Shutdown::Write);
-                            let mut sink = [0u8; 256];
-                            let _ = c.stream.read(&mut sink);
-                        }
-                        log(canonical(peer));
-                    }
-                    Err(_) => std::thread::sleep(POLL_STEP),
+    ) -> io::Result<Refuser> {
+        let (stop, stopped) = UnixStream::pair()?;
+        let thread = std::thread::spawn(move || loop {
+            match wait_any(&[stopped.as_fd(), self.listener.as_fd()], None) {
+                Ok(ready) if ready.first() == Some(&true) => return,
+                Ok(_) => {}
+                // poll(2) itself failed: nothing to turn away with; the run goes on.
+                Err(_) => return,
+            }
+            // A client gone before we took it (WouldBlock, ConnectionAborted): wait for the next.
+            if let Ok((stream, peer)) = self.listener.accept() {
+                if let Ok(mut c) = OobConn::new(stream, canonical(peer), REFUSE_READ) {
+                    let _ = c.recv_msg(64 * 1024, "the opening message");
+                    let _ = c.send_msg(&reply, "the refusal");
+                    let _ = c.stream.shutdown(std::net::Shutdown::Write);
+                    let mut sink = [0u8; 256];
+                    let _ = c.stream.read(&mut sink);
                 }
+                log(canonical(peer));
             }
         });
-        Refuser {
-            stop,
+        Ok(Refuser {
+            stop: Some(stop),
             thread: Some(thread),
+        })
+    }
+}
+
+/// Sleeps in `poll(2)` until one of `fds` is readable (or hung up), at most `timeout` (`None`:
+/// until then); says which were. A signal does not end the wait early with an error.
+fn wait_any(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let deadline = timeout.map(|t| Instant::now() + t);
+    loop {
+        let ms = match deadline {
+            None => PollTimeout::NONE,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                // Rounded up, so that a wait never ends just before its deadline.
+                let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+            }
+        };
+        let mut p: Vec<PollFd> = fds
+            .iter()
+            .map(|f| PollFd::new(*f, PollFlags::POLLIN))
+            .collect();
+        match poll(&mut p, ms) {
+            Ok(_) => {
+                return Ok(p
+                    .iter()
+                    .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+                    .collect())
+            }
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(io::Error::from(e)),
         }
     }
 }
@@ -247,13 +284,14 @@ const REFUSE_READ: Duration = Duration::from_secs(2);
 
 /// Turns away further clients while it lives (see [`Listener::refuse_others`]).
 pub struct Refuser {
-    stop: Arc<AtomicBool>,
+    stop: Option<UnixStream>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Drop for Refuser {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        // Closing our end makes the thread's end readable (end of file): it wakes and returns.
+        drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -854,9 +892,11 @@ mod tests {
         let l = Listener::bind_on(IpAddr::V4(Ipv4Addr::LOCALHOST), 0).unwrap();
         let port = l.port();
         let (tx, rx) = std::sync::mpsc::channel();
-        let guard = l.refuse_others(b"busy".to_vec(), move |a| {
-            let _ = tx.send(a);
-        });
+        let guard = l
+            .refuse_others(b"busy".to_vec(), move |a| {
+                let _ = tx.send(a);
+            })
+            .unwrap();
         let mut c = connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
         c.send_msg(b"hello", "hello").unwrap();
         assert_eq!(c.recv_msg(100, "the answer").unwrap(), b"busy");
@@ -866,5 +906,30 @@ mod tests {
         // The listener is closed with the guard.
         let e = connect("127.0.0.1", port, Duration::from_millis(300)).err();
         assert!(e.is_some());
+    }
+
+    #[test]
+    fn a_refuser_stops_at_once_when_dropped() {
+        let l = Listener::bind_on(IpAddr::V4(Ipv4Addr::LOCALHOST), 0).unwrap();
+        let guard = l.refuse_others(b"busy".to_vec(), |_| {}).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let t = Instant::now();
+        drop(guard);
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn accept_times_out_then_takes_a_late_client() {
+        let l = Listener::bind_on(IpAddr::V4(Ipv4Addr::LOCALHOST), 0).unwrap();
+        let port = l.port();
+        let e = l.accept(Duration::from_millis(120)).err().unwrap();
+        assert!(e.to_string().contains("a client"), "{e}");
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            connect("127.0.0.1", port, Duration::from_secs(5)).unwrap()
+        });
+        let c = l.accept(Duration::from_secs(10)).unwrap();
+        drop(c);
+        t.join().unwrap();
     }
 }

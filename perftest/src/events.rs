@@ -4,24 +4,29 @@
 //! Without this, such a fault is noticed only through its consequences — completions that fail
 //! after every retry (seconds to minutes with a long `-u`), or a peer that falls silent. [`watch`]
 //! starts one thread per device context that reads the context's event queue
-//! ([`Context::get_async_event`], which acknowledges each event at once) and, every
-//! [`SLICE`], looks whether the kernel has begun to remove the device
-//! ([`Context::being_removed`]: rxe sends no event then, and `rdma link delete` would wait for
-//! the run to end). An event that ends
+//! ([`Context::get_async_event`], which acknowledges each event at once) and hears the kernel
+//! announce the removal of the device's user-verbs node ([`removal_of`]; rxe sends no event
+//! then, and `rdma link delete` would wait for the run to end). It sleeps until one of them has
+//! news or the run ends: no timer wakes it. An event that ends
 //! the run ([`ends_run`]) is recorded, and the run's out-of-band socket is woken
 //! ([`crate::signals::wake_reader`]), so a loop blocked on the peer returns at once and one that
 //! spins sees [`check`] fail within [`crate::engine::CHANNEL_CHECK`]. The run's error path then
 //! sends the peer an ERROR naming the event (before the QPs are torn down) and the tool exits 1
 //! with the event as its error: "port 1 of rxe1 went down (IBV_EVENT_PORT_ERR) …".
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::sync::Mutex;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
 use verbs_lab::verbs::{AsyncEvent, AsyncEventKind, Context};
 
-/// One wait of the watcher: how late a stop request is seen (at the end of a run).
+/// How often the watcher looks at sysfs for the device's removal where it cannot hear the
+/// kernel announce it (see [`watch`]).
 pub const SLICE: Duration = Duration::from_millis(100);
 
 /// The first event that ended the run, if one came.
@@ -152,24 +157,81 @@ fn record(ev: DeviceEvent) {
 
 /// Reads `ctx`'s asynchronous events on a thread of its own until the returned guard is
 /// dropped; events that end a run on `port` ([`ends_run`]) stop it (see the module's text).
+///
+/// The thread sleeps in one `poll(2)` on three descriptors and wakes only when one has news:
+/// the context's event queue, the kernel's device announcements (a `NETLINK_KOBJECT_UEVENT`
+/// socket: removing a device announces its user-verbs node, see [`removal_of`]) and the
+/// guard's end of a socket pair, which dropping the guard closes. Where the announcements
+/// cannot be heard (no netlink in a container), it looks at sysfs every [`SLICE`] instead.
 pub fn watch(ctx: &Context, port: u8) -> std::io::Result<EventWatch> {
-    let stop = Arc::new(AtomicBool::new(false));
+    let (stop, stopped) = UnixStream::pair()?;
     let ctx = ctx.clone();
-    let stopped = Arc::clone(&stop);
     let thread = std::thread::Builder::new()
         .name("async-events".into())
         .spawn(move || {
             let device = ctx.name().to_string();
             // Only a node that was there can go away (no sysfs in a container: no look).
             let removable = !ctx.being_removed();
-            while !stopped.load(Ordering::SeqCst) {
-                if removable && ctx.being_removed() {
-                    record(DeviceEvent {
-                        device: device.clone(),
-                        cause: Cause::Removed,
-                    });
+            let node = ctx
+                .uverbs_sysfs_path()
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let uevents = if removable {
+                uevent_socket().ok()
+            } else {
+                None
+            };
+            let timeout = match uevents {
+                None if removable => {
+                    PollTimeout::try_from(SLICE.as_millis() as i32).unwrap_or(PollTimeout::MAX)
                 }
-                match ctx.get_async_event(SLICE) {
+                _ => PollTimeout::NONE,
+            };
+            let removed = || {
+                record(DeviceEvent {
+                    device: device.clone(),
+                    cause: Cause::Removed,
+                })
+            };
+            loop {
+                if removable && ctx.being_removed() {
+                    removed();
+                }
+                let mut fds = vec![
+                    PollFd::new(stopped.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(ctx.async_event_fd(), PollFlags::POLLIN),
+                ];
+                if let Some(u) = &uevents {
+                    fds.push(PollFd::new(u.as_fd(), PollFlags::POLLIN));
+                }
+                match poll(&mut fds, timeout) {
+                    Ok(_) => {}
+                    Err(Errno::EINTR) => continue,
+                    Err(e) => {
+                        eprintln!(
+                            "warning: cannot wait for the asynchronous events of {device}: {e}"
+                        );
+                        return;
+                    }
+                }
+                let woke = |i: usize| {
+                    fds.get(i)
+                        .and_then(|f| f.revents())
+                        .is_some_and(|r| !r.is_empty())
+                };
+                if woke(0) {
+                    return;
+                }
+                let (queue, news) = (woke(1), woke(2));
+                drop(fds);
+                if news && drain_removals(uevents.as_ref(), &node) {
+                    removed();
+                }
+                if !queue {
+                    continue;
+                }
+                match ctx.get_async_event(Duration::ZERO) {
                     Ok(Some(ev)) if ends_run(&ev, port) => record(DeviceEvent {
                         device: device.clone(),
                         cause: Cause::Event(ev),
@@ -178,30 +240,74 @@ pub fn watch(ctx: &Context, port: u8) -> std::io::Result<EventWatch> {
                     Err(e) => {
                         // The queue itself failed (a device removed under us): say so once,
                         // the run goes on and meets the fault through its completions.
-                        eprintln!(
-                            "warning: cannot read the asynchronous events of {}: {e}",
-                            ctx.name()
-                        );
+                        eprintln!("warning: cannot read the asynchronous events of {device}: {e}");
                         return;
                     }
                 }
             }
         })?;
     Ok(EventWatch {
-        stop,
+        stop: Some(stop),
         thread: Some(thread),
     })
 }
 
-/// See [`watch`]: dropping it stops the thread (within [`SLICE`]) and waits for it.
+/// A socket that hears the kernel's device announcements (uevents), non-blocking.
+fn uevent_socket() -> nix::Result<OwnedFd> {
+    use nix::sys::socket::{
+        bind, socket, AddressFamily, NetlinkAddr, SockFlag, SockProtocol, SockType,
+    };
+    let fd = socket(
+        AddressFamily::Netlink,
+        SockType::Datagram,
+        SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkKObjectUEvent,
+    )?;
+    // Group 1: the kernel's own announcements.
+    bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 1))?;
+    Ok(fd)
+}
+
+/// Reads every announcement waiting on `sock`; whether one was the removal of `node`.
+fn drain_removals(sock: Option<&OwnedFd>, node: &str) -> bool {
+    use nix::sys::socket::{recv, MsgFlags};
+    let Some(sock) = sock else { return false };
+    let mut buf = [0u8; 8192];
+    let mut hit = false;
+    loop {
+        match recv(sock.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+            Ok(n) => hit |= removal_of(&buf[..n.min(buf.len())], node),
+            Err(Errno::EINTR) => continue,
+            // Drained (EAGAIN), or announcements were lost (ENOBUFS): sysfs is looked at next.
+            Err(_) => return hit,
+        }
+    }
+}
+
+/// Whether the uevent `msg` (`ACTION@DEVPATH` then `KEY=VALUE` lines, NUL-separated) says
+/// that the device node `node` (`uverbs1`) is being removed. The kernel sends it just before
+/// the node leaves sysfs, and on rxe nothing else tells a user-space program.
+pub fn removal_of(msg: &[u8], node: &str) -> bool {
+    let head = msg.split(|&b| b == 0).next().unwrap_or(&[]);
+    let Some(path) = head.strip_prefix(b"remove@") else {
+        return false;
+    };
+    !node.is_empty()
+        && path.ends_with(node.as_bytes())
+        && path.len() > node.len()
+        && path[path.len() - node.len() - 1] == b'/'
+}
+
+/// See [`watch`]: dropping it wakes the thread at once and waits for it.
 pub struct EventWatch {
-    stop: Arc<AtomicBool>,
+    stop: Option<UnixStream>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Drop for EventWatch {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        // Closing our end makes the thread's end readable (end of file).
+        drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -273,5 +379,17 @@ mod tests {
         assert!(gone
             .to_string()
             .starts_with("rxe1 is being removed (rdma link delete"));
+    }
+
+    #[test]
+    fn only_the_removal_of_our_node_counts() {
+        let msg =
+            b"remove@/devices/virtual/infiniband/rxe1/infiniband_verbs/uverbs1\0ACTION=remove\0";
+        assert!(removal_of(msg, "uverbs1"));
+        assert!(!removal_of(msg, "uverbs0"));
+        assert!(!removal_of(b"remove@/devices/x/uverbs11\0", "uverbs1"));
+        assert!(!removal_of(b"add@/devices/x/uverbs1\0", "uverbs1"));
+        assert!(!removal_of(b"libudev\0remove@/x/uverbs1", "uverbs1"));
+        assert!(!removal_of(msg, ""));
     }
 }

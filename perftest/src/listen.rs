@@ -69,11 +69,13 @@ pub fn accept_client(cfg: &Config, ours: &Hello, timeout: Duration) -> Result<Ac
                     "the server is busy with a run for {peer}; start this client again when \
                      that run has ended, or use another -p"
                 )));
-                let refuser = listener.refuse_others(busy, move |other| {
-                    eprintln!(
-                        "{tool}: refused a second client {other}: busy with the run for {peer}"
-                    )
-                });
+                let refuser = listener
+                    .refuse_others(busy, move |other| {
+                        eprintln!(
+                            "{tool}: refused a second client {other}: busy with the run for {peer}"
+                        )
+                    })
+                    .context("starting the thread that turns away further clients")?;
                 return Ok(Accepted { ch, refuser });
             }
             Greeting::Stray(why) => {

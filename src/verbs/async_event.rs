@@ -165,6 +165,14 @@ impl Context {
         unsafe { (*self.inner.ptr).async_fd }
     }
 
+    /// The context's async event queue as a borrowed descriptor, for a thread that sleeps in
+    /// one `poll(2)` on it and on other descriptors (e.g. one its owner uses to stop it), then
+    /// takes the event with [`Context::get_async_event`] and a zero timeout.
+    pub fn async_event_fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: async_fd stays open while the context is, and the borrow cannot outlive it.
+        unsafe { BorrowedFd::borrow_raw(self.async_fd()) }
+    }
+
     /// Waits at most `timeout` for the next asynchronous event of this device
     /// (`poll(2)` on `async_fd`, then `ibv_get_async_event(3)`), copies it, acknowledges it
     /// (`ibv_ack_async_event(3)`) and returns it; `Ok(None)` if none came in time.
