@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use verbs_lab::verbs::{
-    Mr, Payload, Qp, RemoteBuf, SendOp, SendWr, Sge, UdDest, WcOpcode, WorkCompletion,
+    Ah, Mr, Payload, Qp, RemoteBuf, SendOp, SendWr, Sge, UdDest, WcOpcode, WorkCompletion,
 };
 
 use crate::conn::{Layout, Link, Resources};
@@ -25,8 +25,9 @@ use crate::engine::{
     backoff, check_tally, completed_through, poll_or_sleep, send_tally, wc_error, wr_id, PeerWatch,
     Session, LOSSY_GRACE, POLL_BATCH, QP_SHIFT, SEQ_MASK,
 };
-use crate::params::{AtomicType, RunMode};
+use crate::params::{AtomicType, Config, RunMode};
 use crate::pattern;
+use crate::proto::Endpoints;
 use crate::proto::{Msg, Phase, WireRow};
 use crate::result::{BwRow, TestKind};
 use verbs_lab::diag::{device_report, PortCounters};
@@ -413,6 +414,157 @@ struct Rx {
     last: Option<Instant>,
 }
 
+/// The source SGEs of every QP's slots (an atomic reads or writes 8 bytes).
+fn source_sges<'m>(
+    cfg: &Config,
+    mr: &'m Mr,
+    layout: &Layout,
+    n: usize,
+) -> Result<Vec<Vec<Sge<'m>>>> {
+    let nq = cfg.qps as usize;
+    (0..nq)
+        .map(|q| {
+            (0..layout.src_slots)
+                .map(|slot| {
+                    let off = layout.src(q, slot);
+                    let len = if cfg.tool.kind == TestKind::Atomic {
+                        8
+                    } else {
+                        n
+                    };
+                    mr.sge(off..off + len)
+                })
+                .collect::<std::result::Result<Vec<_>, _>>()
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .context("building the SGEs")
+}
+
+/// A phase's sender settings: the window (with stamping, no more requests in flight than
+/// source slots), the post list, the signaling interval and whether requests go inline.
+fn tx_cfg(
+    cfg: &Config,
+    layout: &Layout,
+    n: usize,
+    remote: &Endpoints,
+    inline_limit: u32,
+    seq_base: Vec<u64>,
+) -> TxCfg {
+    let stamp = cfg.validate && matches!(cfg.tool.kind, TestKind::Write | TestKind::Send);
+    // Stamping rewrites a source slot before each post: no more requests in flight than slots.
+    let window = if stamp {
+        u64::from(cfg.tx_depth).min(layout.src_slots as u64)
+    } else {
+        u64::from(cfg.tx_depth)
+    };
+    let post_list = u64::from(cfg.post_list).min(window);
+    TxCfg {
+        window,
+        // Every full window must hold a signaled request (see Config::effective_cq_mod).
+        cq_mod: u64::from(cfg.effective_cq_mod()).min(window - post_list + 1),
+        post_list,
+        size: n,
+        seq_base,
+        stamp,
+        per_post: stamp || layout.src_slots > 1 || remote.qps.iter().any(|r| r.slots > 1),
+        inline: n as u64 <= u64::from(inline_limit) && inline_limit > 0,
+    }
+}
+
+/// One sender per QP: its post list of requests aimed at the peer's buffer, built once per phase
+/// (only `wr_id`, the signaled flag and the slots change before a post).
+fn senders<'a>(
+    cfg: &Config,
+    qps: &'a [Qp],
+    remote: &Endpoints,
+    ahs: &'a [Ah],
+    src_sges: &'a [Vec<Sge<'a>>],
+    c: &TxCfg,
+    mode: RunMode,
+) -> Vec<TxQp<'a>> {
+    let (nq, n) = (cfg.qps as usize, c.size);
+    let mut txs: Vec<TxQp<'a>> = Vec::with_capacity(nq);
+    for q in 0..nq {
+        let r = &remote.qps[q];
+        let rb = RemoteBuf {
+            addr: r.addr,
+            rkey: r.rkey,
+            len: if cfg.tool.kind == TestKind::Atomic {
+                8
+            } else {
+                n as u32
+            },
+        };
+        let op = match cfg.tool.kind {
+            TestKind::Write => SendOp::Write(rb),
+            TestKind::Read => SendOp::Read(rb),
+            TestKind::Send => SendOp::Send,
+            TestKind::Atomic => match cfg.atomic.unwrap_or_default() {
+                AtomicType::FetchAndAdd => SendOp::FetchAdd { remote: rb, add: 1 },
+                AtomicType::CmpAndSwap => SendOp::CompareSwap {
+                    remote: rb,
+                    compare: 0,
+                    swap: 0,
+                },
+            },
+        };
+        let sges = &src_sges[q][..];
+        let mut wr = SendWr::new(0, op, Payload::Sges(&sges[..1]));
+        if let Some(ah) = ahs.get(q) {
+            wr = wr.to(UdDest {
+                ah,
+                remote_qpn: r.qpn,
+                remote_qkey: remote.qkey,
+            });
+        }
+        txs.push(TxQp {
+            qp: &qps[q],
+            batch: vec![wr; cfg.post_list as usize],
+            sges,
+            remote: rb,
+            remote_slots: u64::from(r.slots),
+            remote_stride: u64::from(r.slot_stride),
+            posted: 0,
+            completed: 0,
+            target: match mode {
+                RunMode::Iters(k) => k,
+                RunMode::Duration(_) => RUNNING,
+            },
+            signaled_upto: 0,
+            next_signal: c.cq_mod,
+        });
+    }
+    txs
+}
+
+/// One side's measurement of a phase: `msgs` over `span`, the peak over windows of at least
+/// `win0` completions (or a hundredth of the messages), cut to the margin of a `-D` run.
+fn measured(
+    cfg: &Config,
+    mode: RunMode,
+    size: u64,
+    msgs: u64,
+    span: (Instant, Instant),
+    win0: u64,
+    log: &PeakLog,
+) -> Measured {
+    let min_win = win0.max(msgs / 100);
+    let m = Measured {
+        msgs,
+        start: span.0,
+        end: span.1,
+        peak_bps: if cfg.no_peak {
+            0.0
+        } else {
+            log.peak(size, min_win)
+        },
+    };
+    match (mode, cfg.margin) {
+        (RunMode::Duration(d), Some(margin)) => m.within_margin(log, d, margin),
+        _ => m,
+    }
+}
+
 /// Runs one phase of one size: posts (if this side sends), receives (if it receives), exchanges
 /// tallies. `sent_before` / `peer_sent_before` count the messages of the earlier phases of this
 /// size per QP, sent by this side and by the peer: sequence numbers continue across phases.
@@ -461,94 +613,13 @@ fn phase(
     let counters = PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port);
 
     // Requests, built once per phase.
-    let src_sges: Vec<Vec<Sge>> = (0..nq)
-        .map(|q| {
-            (0..layout.src_slots)
-                .map(|slot| {
-                    let off = layout.src(q, slot);
-                    let len = if cfg.tool.kind == TestKind::Atomic {
-                        8
-                    } else {
-                        n
-                    };
-                    mr.sge(off..off + len)
-                })
-                .collect::<std::result::Result<Vec<_>, _>>()
-        })
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .context("building the SGEs")?;
-    let stamp = cfg.validate && matches!(cfg.tool.kind, TestKind::Write | TestKind::Send);
-    // Stamping rewrites a source slot before each post: no more requests in flight than slots.
-    let window = if stamp {
-        u64::from(cfg.tx_depth).min(layout.src_slots as u64)
+    let src_sges = source_sges(cfg, mr, &layout, n)?;
+    let c = tx_cfg(cfg, &layout, n, remote, *inline_limit, seq_base);
+    let mut txs = if sends {
+        senders(cfg, qps, remote, ahs, &src_sges, &c, mode)
     } else {
-        u64::from(cfg.tx_depth)
+        Vec::new()
     };
-    let post_list = u64::from(cfg.post_list).min(window);
-    let c = TxCfg {
-        window,
-        // Every full window must hold a signaled request (see Config::effective_cq_mod).
-        cq_mod: u64::from(cfg.effective_cq_mod()).min(window - post_list + 1),
-        post_list,
-        size: n,
-        seq_base,
-        stamp,
-        per_post: stamp || layout.src_slots > 1 || remote.qps.iter().any(|r| r.slots > 1),
-        inline: n as u64 <= u64::from(*inline_limit) && *inline_limit > 0,
-    };
-    let mut txs: Vec<TxQp<'_>> = Vec::with_capacity(nq);
-    if sends {
-        for q in 0..nq {
-            let r = &remote.qps[q];
-            let rb = RemoteBuf {
-                addr: r.addr,
-                rkey: r.rkey,
-                len: if cfg.tool.kind == TestKind::Atomic {
-                    8
-                } else {
-                    n as u32
-                },
-            };
-            let op = match cfg.tool.kind {
-                TestKind::Write => SendOp::Write(rb),
-                TestKind::Read => SendOp::Read(rb),
-                TestKind::Send => SendOp::Send,
-                TestKind::Atomic => match cfg.atomic.unwrap_or_default() {
-                    AtomicType::FetchAndAdd => SendOp::FetchAdd { remote: rb, add: 1 },
-                    AtomicType::CmpAndSwap => SendOp::CompareSwap {
-                        remote: rb,
-                        compare: 0,
-                        swap: 0,
-                    },
-                },
-            };
-            let sges = &src_sges[q][..];
-            let mut wr = SendWr::new(0, op, Payload::Sges(&sges[..1]));
-            if let Some(ah) = ahs.get(q) {
-                wr = wr.to(UdDest {
-                    ah,
-                    remote_qpn: r.qpn,
-                    remote_qkey: remote.qkey,
-                });
-            }
-            txs.push(TxQp {
-                qp: &qps[q],
-                batch: vec![wr; cfg.post_list as usize],
-                sges,
-                remote: rb,
-                remote_slots: u64::from(r.slots),
-                remote_stride: u64::from(r.slot_stride),
-                posted: 0,
-                completed: 0,
-                target: match mode {
-                    RunMode::Iters(k) => k,
-                    RunMode::Duration(_) => RUNNING,
-                },
-                signaled_upto: 0,
-                next_signal: c.cq_mod,
-            });
-        }
-    }
     let mut rx = Rx {
         received: vec![0; nq],
         next_seq: rx_seq_base,
@@ -737,38 +808,12 @@ fn phase(
     };
     if sends {
         let start = first_post.unwrap_or(t_phase);
-        let msgs = tx_total;
-        let min_win = win0.max(msgs / 100);
-        out.tx = Some(Measured {
-            msgs,
-            start,
-            end: tx_done_at,
-            peak_bps: if cfg.no_peak {
-                0.0
-            } else {
-                tx_log.peak(size, min_win)
-            },
-        });
-        if let (RunMode::Duration(d), Some(margin)) = (mode, cfg.margin) {
-            out.tx = out.tx.map(|m| m.within_margin(&tx_log, d, margin));
-        }
+        let span = (start, tx_done_at);
+        out.tx = Some(measured(cfg, mode, size, tx_total, span, win0, &tx_log));
     }
     if receives {
-        let msgs = rx.total;
-        let min_win = win0.max(msgs / 100);
-        out.rx = Some(Measured {
-            msgs,
-            start: t_phase,
-            end: rx.last.unwrap_or(t_phase),
-            peak_bps: if cfg.no_peak {
-                0.0
-            } else {
-                rx_log.peak(size, min_win)
-            },
-        });
-        if let (RunMode::Duration(d), Some(margin)) = (mode, cfg.margin) {
-            out.rx = out.rx.map(|m| m.within_margin(&rx_log, d, margin));
-        }
+        let span = (t_phase, rx.last.unwrap_or(t_phase));
+        out.rx = Some(measured(cfg, mode, size, rx.total, span, win0, &rx_log));
         if !lossy {
             if let Some(t) = &watch.tally {
                 for (q, (r, w)) in rx.received.iter().zip(&t.per_qp).enumerate() {
