@@ -22,10 +22,10 @@ use verbs_lab::verbs::{
 
 use crate::conn::{Layout, Link, Resources};
 use crate::engine::{
-    backoff, check_tally, completed_through, poll_or_sleep, send_tally, wc_error, wr_id, PeerWatch,
-    Session, LOSSY_GRACE, POLL_BATCH, QP_SHIFT, SEQ_MASK,
+    backoff, check_tally, completed_through, poll_or_sleep, remote_op, send_tally, wc_error, wr_id,
+    PeerWatch, Session, LOSSY_GRACE, POLL_BATCH, QP_SHIFT, SEQ_MASK,
 };
-use crate::params::{AtomicType, Config, RunMode};
+use crate::params::{Config, RunMode};
 use crate::pattern;
 use crate::proto::Endpoints;
 use crate::proto::{Msg, Phase, WireRow};
@@ -486,28 +486,7 @@ fn senders<'a>(
     let mut txs: Vec<TxQp<'a>> = Vec::with_capacity(nq);
     for q in 0..nq {
         let r = &remote.qps[q];
-        let rb = RemoteBuf {
-            addr: r.addr,
-            rkey: r.rkey,
-            len: if cfg.tool.kind == TestKind::Atomic {
-                8
-            } else {
-                n as u32
-            },
-        };
-        let op = match cfg.tool.kind {
-            TestKind::Write => SendOp::Write(rb),
-            TestKind::Read => SendOp::Read(rb),
-            TestKind::Send => SendOp::Send,
-            TestKind::Atomic => match cfg.atomic.unwrap_or_default() {
-                AtomicType::FetchAndAdd => SendOp::FetchAdd { remote: rb, add: 1 },
-                AtomicType::CmpAndSwap => SendOp::CompareSwap {
-                    remote: rb,
-                    compare: 0,
-                    swap: 0,
-                },
-            },
-        };
+        let (rb, op) = remote_op(cfg, r, n);
         let sges = &src_sges[q][..];
         let mut wr = SendWr::new(0, op, Payload::Sges(&sges[..1]));
         if let Some(ah) = ahs.get(q) {
