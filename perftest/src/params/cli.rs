@@ -256,7 +256,7 @@ impl Params {
                 .after_help(format!(
                     "{}\n\nperftest's options are accepted with perftest's meaning or refused by \
                      name with the reason; docs/perftest-compat.md lists every one.",
-                    crate::run::EXIT_CODES
+                    super::EXIT_CODES
                 ))
                 .infer_long_args(true),
         )

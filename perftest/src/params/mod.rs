@@ -124,6 +124,16 @@ impl FromStr for AtomicType {
     }
 }
 
+/// The exit codes of every `vl_*` tool, as `--help` prints them.
+pub const EXIT_CODES: &str = "Exit codes:
+  0    the run completed (and met every gate)
+  1    the run failed: the error names the step, and the peer's reason when it sent one
+       (a port that went down or a fatal device event ends the run at once, named)
+  2    bad command line: nothing was run
+  3    the run completed but missed a gate (--min-bw, --max-lat)
+  130  stopped by SIGINT (Ctrl-C): torn down cleanly, the peer was told
+  143  stopped by SIGTERM: torn down cleanly, the peer was told";
+
 /// The largest message `-s` accepts: an SGE length is 32 bits; the port's `max_msg_sz` caps it
 /// further once the device is open.
 pub const MAX_SIZE: u64 = 1 << 31;
@@ -363,7 +373,7 @@ impl Config {
                 return Err(format!("--wait_destroy {w}: longer than a day"));
             }
         }
-        let (port, worker) = crate::procs::check_params(tool, p)?;
+        let (port, worker) = check_procs(tool, p)?;
         if p.bind.is_some() && p.host.is_some() {
             return Err(
                 "--bind is for the server (the side without a host): the client \
