@@ -415,7 +415,7 @@ fn limits_refusals_name_the_limit() {
     let e = Queue::create(&name, 1, msgsize_max as usize + 1).unwrap_err();
     assert_eq!(e.errno(), Some(Errno::EINVAL));
     assert!(e.to_string().contains("is above msgsize_max"), "{e}");
-    // On these machines (rdma-sys.md): 10 and 8192.
+    // The kernel defaults (Linux: fs.mqueue.msg_max 10, msgsize_max 8192), which most hosts keep.
     if msg_max == 10 && msgsize_max == 8192 {
         let e = Queue::create(&name, 11, 8192).unwrap_err();
         assert!(e.to_string().contains(

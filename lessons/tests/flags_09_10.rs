@@ -159,7 +159,7 @@ fn lesson10_end_to_end() {
         .and_then(|s| s.parse().ok())
         .expect("a number of ms");
     assert!((290.0..2000.0).contains(&ms), "timed out after {ms} ms");
-    // The limits, as measured on these machines (rdma-sys.md): the refusal names them. A host
+    // The kernel's default limits (msg_max 10, msgsize_max 8192): the refusal names them. A host
     // with other limits, or root holding CAP_SYS_RESOURCE, goes through the same path with
     // other numbers (the child that drops root).
     if std::fs::read_to_string("/proc/sys/fs/mqueue/msg_max").is_ok_and(|s| s.trim() == "10") {

@@ -1,6 +1,6 @@
-//! Progress of long runs on stderr — `-a` sweeps and `-D` runs — only when stderr is a
-//! terminal: stdout stays exactly perftest's layout, and a redirected or piped stderr (CI logs,
-//! scripts) sees nothing.
+//! Progress of long runs on stderr — `-a` sweeps, `-D` runs and the collectives' size sweeps —
+//! only when stderr is a terminal: stdout stays exactly perftest's (or nccl-tests') layout, and a
+//! redirected or piped stderr (CI logs, scripts) sees nothing.
 //!
 //! The bar counts message sizes and names the one running; rows printed to the same terminal
 //! go through [`Progress::row`], which lifts the bar while the row is written.
@@ -27,9 +27,24 @@ impl Progress {
             RunMode::Iters(_) => None,
         };
         let long = sizes.len() > 1 || per_size.is_some();
-        let show = long && cfg.worker.is_none() && std::io::stderr().is_terminal();
+        Progress::new(
+            &cfg.tool.name(),
+            sizes.len(),
+            per_size,
+            long && cfg.worker.is_none(),
+        )
+    }
+
+    /// A bar for a collective's sweep of `sizes` message sizes, shown by the rank that prints
+    /// the table (rank 0) when there is more than one size and stderr is a terminal.
+    pub fn sweep(tool: &str, sizes: usize, printing_rank: bool) -> Progress {
+        Progress::new(tool, sizes, None, printing_rank && sizes > 1)
+    }
+
+    fn new(tool: &str, sizes: usize, per_size: Option<Duration>, wanted: bool) -> Progress {
+        let show = wanted && std::io::stderr().is_terminal();
         Progress {
-            bar: show.then(|| new_bar(cfg.tool.name(), sizes.len() as u64)),
+            bar: show.then(|| new_bar(tool, sizes as u64)),
             per_size,
         }
     }
@@ -66,7 +81,7 @@ impl Drop for Progress {
     }
 }
 
-fn new_bar(tool: String, sizes: u64) -> ProgressBar {
+fn new_bar(tool: &str, sizes: u64) -> ProgressBar {
     let style = ProgressStyle::with_template(
         "{spinner} {prefix}: [{bar:30}] {pos}/{len} sizes, running {msg} ({elapsed})",
     )
@@ -74,7 +89,7 @@ fn new_bar(tool: String, sizes: u64) -> ProgressBar {
     .progress_chars("=> ");
     let bar = ProgressBar::with_draw_target(Some(sizes), ProgressDrawTarget::stderr())
         .with_style(style)
-        .with_prefix(tool);
+        .with_prefix(tool.to_string());
     bar.enable_steady_tick(Duration::from_millis(200));
     bar
 }

@@ -15,6 +15,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use crate::progress::Progress;
 use clap::Parser;
 use verbs_lab::coll::bootstrap::Put;
 use verbs_lab::coll::kernels::{self, count_wrong, fill_input, input_value};
@@ -363,7 +364,9 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
         println!("{}", table.header(&records, &params));
     }
     let mut rows = Vec::new();
+    let progress = Progress::sweep(tool, sizes.len(), rank == 0);
     for &size in &sizes {
+        progress.size(size as u64);
         let count = size / elem;
         let mut measure = |in_place: bool| -> Result<(f64, Option<u64>), Fail> {
             bench_one(&mut comm, coll, args, count, in_place)
@@ -403,10 +406,11 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
                 ip.is_some(),
             )
             .map_err(|e| (EXIT_FAILED, e))?;
-            println!("{}", table.row(&row));
+            progress.row(|| println!("{}", table.row(&row)));
             rows.push(row);
         }
     }
+    drop(progress);
     let code = if rank == 0 {
         println!("{}", table.footer(&rows));
         if let Some(path) = &args.json {
