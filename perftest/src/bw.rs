@@ -17,19 +17,29 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use verbs_lab::verbs::{
-    Mr, Payload, Qp, RemoteBuf, SendOp, SendWr, Sge, UdDest, WcOpcode, WorkCompletion,
+    Ah, Mr, Payload, Qp, RemoteBuf, SendOp, SendWr, Sge, UdDest, WcOpcode, WorkCompletion,
 };
 
 use crate::conn::{Layout, Link, Resources};
 use crate::engine::{
-    backoff, check_tally, completed_through, poll_or_sleep, send_tally, wc_error, wr_id, PeerWatch,
-    Session, LOSSY_GRACE, POLL_BATCH, QP_SHIFT, SEQ_MASK,
+    backoff, check_tally, completed_through, poll_or_sleep, remote_op, send_tally, wc_error, wr_id,
+    PeerWatch, Session, LOSSY_GRACE, POLL_BATCH, QP_SHIFT, SEQ_MASK,
 };
-use crate::params::{AtomicType, RunMode};
+use crate::params::{Config, RunMode};
 use crate::pattern;
+use crate::proto::Endpoints;
 use crate::proto::{Msg, Phase, WireRow};
 use crate::result::{BwRow, TestKind};
 use verbs_lab::diag::{device_report, PortCounters};
+
+mod peak;
+mod send;
+mod validate;
+
+use peak::measured;
+pub use peak::{Measured, PeakLog, PhaseOut};
+use send::{post_some, senders, source_sges, tx_cfg};
+use validate::{check_received, prepare, validate};
 
 /// Measures one message size; returns the row this side reports (none on a server that only
 /// serves a one-way test).
@@ -124,284 +134,6 @@ pub fn sum_rows(a: &BwRow, b: &BwRow) -> BwRow {
     }
 }
 
-/// Buffers for `--validate`: the RDMA Write target is cleared (so a message that never landed
-/// shows); the RDMA Read source holds message 0 of each QP and the read destination is cleared.
-fn prepare(s: &Session<'_>, size: u64) -> Result<()> {
-    if !s.cfg.validate {
-        return Ok(());
-    }
-    let n = size as usize;
-    let Resources {
-        src, dst, layout, ..
-    } = &s.link.res;
-    for (q, rx) in dst.iter().enumerate() {
-        match s.cfg.tool.kind {
-            TestKind::Write => rx.fill(layout.dst_region(q), 0)?,
-            TestKind::Read => {
-                let d = layout.dst(q, 0);
-                pattern::fill_body_mr(rx, d..d + n, q)?;
-                pattern::stamp_mr(rx, d, n, 0, false)?;
-                src.fill(layout.src_region(q), 0)?;
-            }
-            TestKind::Send | TestKind::Atomic => {}
-        }
-    }
-    Ok(())
-}
-
-/// What a phase measured on one side.
-#[derive(Debug, Clone, Copy)]
-pub struct Measured {
-    /// Messages over all QPs.
-    pub msgs: u64,
-    pub start: Instant,
-    pub end: Instant,
-    /// Bytes per second of the best window.
-    pub peak_bps: f64,
-}
-
-impl Measured {
-    /// perftest's `-f/--margin` of a `-D` run: only the completions between `margin` after the
-    /// start and `margin` before the end of the duration `d` count, read from the log of
-    /// completion counts the loop kept anyway (to within one log window). A run too short to
-    /// hold two log entries inside the margins keeps its whole span.
-    pub fn within_margin(self, log: &PeakLog, d: Duration, margin: Duration) -> Measured {
-        let from = self.start + margin;
-        let to = self.start + d.saturating_sub(margin);
-        match log.between(from, to) {
-            Some((msgs, start, end)) => Measured {
-                msgs,
-                start,
-                end,
-                ..self
-            },
-            None => self,
-        }
-    }
-
-    /// The report row for `size` bytes per message.
-    pub fn row(&self, size: u64, no_peak: bool) -> BwRow {
-        let elapsed = self.end.saturating_duration_since(self.start);
-        let secs = elapsed.as_secs_f64().max(1e-9);
-        let avg = self.msgs as f64 * size as f64 / secs;
-        BwRow {
-            bytes: size,
-            // perftest's #iterations: the messages of all QPs (-n × -q).
-            iterations: self.msgs,
-            peak_bps: if no_peak { 0.0 } else { self.peak_bps.max(avg) },
-            avg_bps: avg,
-            msg_rate_mpps: self.msgs as f64 / secs / 1e6,
-            elapsed,
-        }
-    }
-}
-
-/// What a phase did.
-#[derive(Debug, Default)]
-pub struct PhaseOut {
-    /// This side's sending, if it sent.
-    pub tx: Option<Measured>,
-    /// This side's receiving (send tools), if it received.
-    pub rx: Option<Measured>,
-    /// Messages this side posted per QP.
-    pub sent: Vec<u64>,
-    /// The peer's tally (what it posted per QP), if it sent.
-    pub peer_sent: Vec<u64>,
-}
-
-/// Completion-count boundaries and when they were seen, for the peak. At most [`PeakLog::CAP`]
-/// entries are kept: when full, every other one is dropped and the window doubles, so a run of
-/// any length is covered without allocating in the loop.
-pub struct PeakLog {
-    window: u64,
-    next: u64,
-    counts: Vec<u64>,
-    times: Vec<Instant>,
-}
-
-impl PeakLog {
-    pub const CAP: usize = 1024;
-
-    /// Starts at `t0` with boundaries every `window` completions.
-    pub fn new(window: u64, t0: Instant) -> PeakLog {
-        let mut counts = Vec::with_capacity(Self::CAP);
-        let mut times = Vec::with_capacity(Self::CAP);
-        counts.push(0);
-        times.push(t0);
-        PeakLog {
-            window: window.max(1),
-            next: window.max(1),
-            counts,
-            times,
-        }
-    }
-
-    /// Notes that `total` completions were seen by `now`.
-    #[inline]
-    pub fn record(&mut self, total: u64, now: Instant) {
-        if total < self.next {
-            return;
-        }
-        self.counts.push(total);
-        self.times.push(now);
-        self.next = total + self.window;
-        if self.counts.len() == Self::CAP {
-            let mut k = 0;
-            for i in (0..Self::CAP).step_by(2) {
-                self.counts[k] = self.counts[i];
-                self.times[k] = self.times[i];
-                k += 1;
-            }
-            self.counts.truncate(k);
-            self.times.truncate(k);
-            self.window *= 2;
-            self.next = self.counts[k - 1] + self.window;
-        }
-    }
-
-    /// The completions logged between `from` and `to`: the count between the first entry at or
-    /// after `from` and the last at or before `to`, with their times (`None` without two such
-    /// entries).
-    pub fn between(&self, from: Instant, to: Instant) -> Option<(u64, Instant, Instant)> {
-        let i = self.times.iter().position(|t| *t >= from)?;
-        let j = self.times.iter().rposition(|t| *t <= to)?;
-        (j > i).then(|| {
-            (
-                self.counts[j] - self.counts[i],
-                self.times[i],
-                self.times[j],
-            )
-        })
-    }
-
-    /// The best bandwidth over any stretch of at least `min_window` completions, in bytes per
-    /// second (0 when the run was too short to hold one such stretch).
-    pub fn peak(&self, size: u64, min_window: u64) -> f64 {
-        let mut best = 0.0f64;
-        let mut j = 0;
-        for i in 0..self.counts.len() {
-            if j <= i {
-                j = i + 1;
-            }
-            while j < self.counts.len() && self.counts[j] - self.counts[i] < min_window {
-                j += 1;
-            }
-            if j >= self.counts.len() {
-                break;
-            }
-            let dt = self.times[j].saturating_duration_since(self.times[i]);
-            if dt > Duration::ZERO {
-                let bps = (self.counts[j] - self.counts[i]) as f64 * size as f64 / dt.as_secs_f64();
-                best = best.max(bps);
-            }
-        }
-        best
-    }
-}
-
-/// One QP's sending state within a phase.
-struct TxQp<'a> {
-    qp: &'a Qp,
-    batch: Vec<SendWr<'a>>,
-    sges: &'a [Sge<'a>],
-    remote: RemoteBuf,
-    remote_slots: u64,
-    remote_stride: u64,
-    posted: u64,
-    completed: u64,
-    target: u64,
-    signaled_upto: u64,
-    /// The request count at which the next signaled request falls.
-    next_signal: u64,
-}
-
-/// A phase's sender settings.
-struct TxCfg {
-    window: u64,
-    cq_mod: u64,
-    post_list: u64,
-    size: usize,
-    /// Messages of the earlier phases of this size (sequence numbers continue).
-    seq_base: Vec<u64>,
-    /// Stamp each message's sequence number into its slot before posting it (`--validate`).
-    stamp: bool,
-    /// Choose the slots (local and remote) per message.
-    per_post: bool,
-    inline: bool,
-}
-
-const RUNNING: u64 = u64::MAX / 2;
-
-/// Fills `tx`'s window with post lists (the last list of a run may be shorter). Returns how
-/// many requests were posted.
-#[inline]
-fn post_some(tx: &mut TxQp<'_>, q: usize, c: &TxCfg, mr: &Mr, layout: &Layout) -> Result<u64> {
-    let mut total = 0;
-    loop {
-        let room = c.window - (tx.posted - tx.completed);
-        let n = c.post_list.min(tx.target - tx.posted);
-        if n == 0 || room < n {
-            return Ok(total);
-        }
-        post_list(tx, q, n, c, mr, layout)?;
-        total += n;
-    }
-}
-
-/// Posts the next `n` requests of `tx` as one list.
-#[inline]
-fn post_list(
-    tx: &mut TxQp<'_>,
-    q: usize,
-    n: u64,
-    c: &TxCfg,
-    mr: &Mr,
-    layout: &Layout,
-) -> Result<()> {
-    for k in 0..n {
-        let count = tx.posted + k;
-        let wr = &mut tx.batch[k as usize];
-        wr.wr_id = wr_id(q, count);
-        // One signaled request every `cq_mod` (a countdown, not a division per request), and
-        // the last one always.
-        wr.signaled = count + 1 == tx.next_signal || count + 1 == tx.target;
-        if count + 1 == tx.next_signal {
-            tx.next_signal += c.cq_mod;
-        }
-        if c.per_post {
-            let seq = c.seq_base[q] + count;
-            let slot = (seq % tx.sges.len() as u64) as usize;
-            wr.payload = Payload::Sges(&tx.sges[slot..slot + 1]);
-            let rslot = seq % tx.remote_slots;
-            let remote = RemoteBuf {
-                addr: tx.remote.addr + rslot * tx.remote_stride,
-                ..tx.remote
-            };
-            wr.op = match wr.op {
-                SendOp::Write(_) => SendOp::Write(remote),
-                SendOp::Read(_) => SendOp::Read(remote),
-                other => other,
-            };
-            if c.stamp {
-                let off = layout.src(q, slot);
-                pattern::stamp_mr(mr, off, c.size, seq, false)?;
-            }
-        }
-    }
-    let list = &tx.batch[..n as usize];
-    let r = if c.inline {
-        tx.qp.post_send_inline(list, mr)
-    } else {
-        tx.qp.post_send(list)
-    };
-    r.with_context(|| format!("ibv_post_send on QP {q}"))?;
-    tx.posted += n;
-    if tx.batch[n as usize - 1].signaled {
-        tx.signaled_upto = tx.posted;
-    }
-    Ok(())
-}
-
 /// Receive-side state of a phase.
 struct Rx {
     received: Vec<u64>,
@@ -461,94 +193,13 @@ fn phase(
     let counters = PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port);
 
     // Requests, built once per phase.
-    let src_sges: Vec<Vec<Sge>> = (0..nq)
-        .map(|q| {
-            (0..layout.src_slots)
-                .map(|slot| {
-                    let off = layout.src(q, slot);
-                    let len = if cfg.tool.kind == TestKind::Atomic {
-                        8
-                    } else {
-                        n
-                    };
-                    mr.sge(off..off + len)
-                })
-                .collect::<std::result::Result<Vec<_>, _>>()
-        })
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .context("building the SGEs")?;
-    let stamp = cfg.validate && matches!(cfg.tool.kind, TestKind::Write | TestKind::Send);
-    // Stamping rewrites a source slot before each post: no more requests in flight than slots.
-    let window = if stamp {
-        u64::from(cfg.tx_depth).min(layout.src_slots as u64)
+    let src_sges = source_sges(cfg, mr, &layout, n)?;
+    let c = tx_cfg(cfg, &layout, n, remote, *inline_limit, seq_base);
+    let mut txs = if sends {
+        senders(cfg, qps, remote, ahs, &src_sges, &c, mode)
     } else {
-        u64::from(cfg.tx_depth)
+        Vec::new()
     };
-    let post_list = u64::from(cfg.post_list).min(window);
-    let c = TxCfg {
-        window,
-        // Every full window must hold a signaled request (see Config::effective_cq_mod).
-        cq_mod: u64::from(cfg.effective_cq_mod()).min(window - post_list + 1),
-        post_list,
-        size: n,
-        seq_base,
-        stamp,
-        per_post: stamp || layout.src_slots > 1 || remote.qps.iter().any(|r| r.slots > 1),
-        inline: n as u64 <= u64::from(*inline_limit) && *inline_limit > 0,
-    };
-    let mut txs: Vec<TxQp<'_>> = Vec::with_capacity(nq);
-    if sends {
-        for q in 0..nq {
-            let r = &remote.qps[q];
-            let rb = RemoteBuf {
-                addr: r.addr,
-                rkey: r.rkey,
-                len: if cfg.tool.kind == TestKind::Atomic {
-                    8
-                } else {
-                    n as u32
-                },
-            };
-            let op = match cfg.tool.kind {
-                TestKind::Write => SendOp::Write(rb),
-                TestKind::Read => SendOp::Read(rb),
-                TestKind::Send => SendOp::Send,
-                TestKind::Atomic => match cfg.atomic.unwrap_or_default() {
-                    AtomicType::FetchAndAdd => SendOp::FetchAdd { remote: rb, add: 1 },
-                    AtomicType::CmpAndSwap => SendOp::CompareSwap {
-                        remote: rb,
-                        compare: 0,
-                        swap: 0,
-                    },
-                },
-            };
-            let sges = &src_sges[q][..];
-            let mut wr = SendWr::new(0, op, Payload::Sges(&sges[..1]));
-            if let Some(ah) = ahs.get(q) {
-                wr = wr.to(UdDest {
-                    ah,
-                    remote_qpn: r.qpn,
-                    remote_qkey: remote.qkey,
-                });
-            }
-            txs.push(TxQp {
-                qp: &qps[q],
-                batch: vec![wr; cfg.post_list as usize],
-                sges,
-                remote: rb,
-                remote_slots: u64::from(r.slots),
-                remote_stride: u64::from(r.slot_stride),
-                posted: 0,
-                completed: 0,
-                target: match mode {
-                    RunMode::Iters(k) => k,
-                    RunMode::Duration(_) => RUNNING,
-                },
-                signaled_upto: 0,
-                next_signal: c.cq_mod,
-            });
-        }
-    }
     let mut rx = Rx {
         received: vec![0; nq],
         next_seq: rx_seq_base,
@@ -737,38 +388,12 @@ fn phase(
     };
     if sends {
         let start = first_post.unwrap_or(t_phase);
-        let msgs = tx_total;
-        let min_win = win0.max(msgs / 100);
-        out.tx = Some(Measured {
-            msgs,
-            start,
-            end: tx_done_at,
-            peak_bps: if cfg.no_peak {
-                0.0
-            } else {
-                tx_log.peak(size, min_win)
-            },
-        });
-        if let (RunMode::Duration(d), Some(margin)) = (mode, cfg.margin) {
-            out.tx = out.tx.map(|m| m.within_margin(&tx_log, d, margin));
-        }
+        let span = (start, tx_done_at);
+        out.tx = Some(measured(cfg, mode, size, tx_total, span, win0, &tx_log));
     }
     if receives {
-        let msgs = rx.total;
-        let min_win = win0.max(msgs / 100);
-        out.rx = Some(Measured {
-            msgs,
-            start: t_phase,
-            end: rx.last.unwrap_or(t_phase),
-            peak_bps: if cfg.no_peak {
-                0.0
-            } else {
-                rx_log.peak(size, min_win)
-            },
-        });
-        if let (RunMode::Duration(d), Some(margin)) = (mode, cfg.margin) {
-            out.rx = out.rx.map(|m| m.within_margin(&rx_log, d, margin));
-        }
+        let span = (t_phase, rx.last.unwrap_or(t_phase));
+        out.rx = Some(measured(cfg, mode, size, rx.total, span, win0, &rx_log));
         if !lossy {
             if let Some(t) = &watch.tally {
                 for (q, (r, w)) in rx.received.iter().zip(&t.per_qp).enumerate() {
@@ -788,172 +413,4 @@ fn phase(
         out.peer_sent = t.per_qp;
     }
     Ok(out)
-}
-
-/// Checks one received message against the next expected sequence number of its QP. On a
-/// lossy transport a message may be missing: the body is checked and the stamp must not go
-/// backwards.
-fn check_received(
-    msg: &[u8],
-    q: usize,
-    next: &mut u64,
-    lossy: bool,
-    ph: Phase,
-    size: u64,
-) -> Result<()> {
-    if !lossy {
-        if let Err(m) = pattern::check(msg, q, *next, false) {
-            bail!(
-                "--validate: received message {} on QP {q} (size {size}, {ph}) is wrong: {m}",
-                *next
-            );
-        }
-        *next += 1;
-        return Ok(());
-    }
-    match pattern::check_body(msg, q) {
-        Err(m) => {
-            bail!("--validate: a received message on QP {q} (size {size}, {ph}) is wrong: {m}")
-        }
-        Ok(Some(seq)) if seq < *next => bail!(
-            "--validate: QP {q} received message {seq} after message {} (size {size})",
-            *next - 1
-        ),
-        Ok(Some(seq)) => *next = seq + 1,
-        Ok(None) => *next += 1,
-    }
-    Ok(())
-}
-
-/// The owner's checks after the measured phase: RDMA Write targets hold the last message
-/// written to each slot; RDMA Read destinations hold the peer's message 0.
-fn validate(s: &mut Session<'_>, size: u64, warm: &PhaseOut, out: &PhaseOut) -> Result<()> {
-    let n = size as usize;
-    let layout = s.link.res.layout;
-    let (src, dst) = (&s.link.res.src, &s.link.res.dst);
-    match s.cfg.tool.kind {
-        TestKind::Write if s.bw_peer_sends() => {
-            for (q, rx) in dst.iter().enumerate() {
-                let total = warm
-                    .peer_sent
-                    .get(q)
-                    .copied()
-                    .unwrap_or(0)
-                    .checked_add(out.peer_sent.get(q).copied().unwrap_or(0))
-                    .context("--validate: the peer's message counts overflow (protocol error)")?;
-                let slots = layout.dst_slots as u64;
-                for slot in 0..slots {
-                    let Some(seq) = pattern::last_seq_in_slot(total, slots, slot) else {
-                        continue;
-                    };
-                    let off = layout.dst(q, slot as usize);
-                    if let Err(m) = pattern::check(&rx.to_vec(off..off + n)?, q, seq, false) {
-                        bail!(
-                            "--validate: after {total} RDMA writes of {size} bytes, QP {q}'s \
-                             slot {slot} should hold message {seq}, but {m}"
-                        );
-                    }
-                }
-            }
-        }
-        TestKind::Read if s.bw_sends() => {
-            for q in 0..s.cfg.qps as usize {
-                let off = layout.src(q, 0);
-                if let Err(m) = pattern::check(&src.to_vec(off..off + n)?, q, 0, false) {
-                    bail!(
-                        "--validate: what QP {q} read ({size} bytes) differs from the peer's \
-                         buffer: {m}"
-                    );
-                }
-            }
-        }
-        _ => {}
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn peak_over_windows() {
-        let t0 = Instant::now();
-        let mut log = PeakLog::new(10, t0);
-        // 100 completions per ms, except a fast stretch: 100 in 0.5 ms.
-        let mut t = t0;
-        let mut total = 0;
-        for i in 0..50 {
-            t += if i == 20 {
-                Duration::from_micros(500)
-            } else {
-                Duration::from_millis(1)
-            };
-            total += 100;
-            log.record(total, t);
-        }
-        let steady = 100.0 * 8.0 / 1e-3;
-        let p = log.peak(8, 100);
-        assert!((p - 2.0 * steady).abs() < 1.0, "{p} vs {}", 2.0 * steady);
-        // Windows of 1000 completions dilute the fast stretch.
-        let p = log.peak(8, 1000);
-        assert!(p > steady && p < 1.1 * steady, "{p}");
-    }
-
-    #[test]
-    fn peak_log_decimates_without_growing() {
-        let t0 = Instant::now();
-        let mut log = PeakLog::new(1, t0);
-        for i in 1..=100_000u64 {
-            log.record(i, t0 + Duration::from_micros(i));
-        }
-        assert!(log.counts.len() <= PeakLog::CAP);
-        assert_eq!(log.counts.capacity(), PeakLog::CAP);
-        // 1 completion per µs of 8 bytes = 8e6 B/s, whatever the window.
-        let p = log.peak(8, 1000);
-        assert!((p - 8e6).abs() < 1e3, "{p}");
-    }
-
-    #[test]
-    fn margins_cut_the_ramp_and_the_drain() {
-        let t0 = Instant::now();
-        let mut log = PeakLog::new(10, t0);
-        // 100 completions a second for 4 s, logged every 10.
-        for k in 1..=40u64 {
-            log.record(k * 10, t0 + Duration::from_millis(100 * k));
-        }
-        let whole = Measured {
-            msgs: 400,
-            start: t0,
-            end: t0 + Duration::from_secs(4),
-            peak_bps: 0.0,
-        };
-        let m = whole.within_margin(&log, Duration::from_secs(4), Duration::from_secs(1));
-        assert_eq!(m.msgs, 200, "1 s .. 3 s");
-        assert_eq!(m.end.duration_since(m.start), Duration::from_secs(2));
-        let m = whole.within_margin(&log, Duration::from_secs(4), Duration::from_secs(2));
-        assert_eq!(m.msgs, 400, "no room inside the margins: the whole run");
-    }
-
-    #[test]
-    fn rows_from_measurements() {
-        let t0 = Instant::now();
-        let m = Measured {
-            msgs: 2000,
-            start: t0,
-            end: t0 + Duration::from_secs(2),
-            peak_bps: 0.0,
-        };
-        let r = m.row(65536, false);
-        assert_eq!(
-            r.iterations, 2000,
-            "perftest's #iterations: every QP's messages"
-        );
-        assert_eq!(r.avg_bps, 65536.0 * 1000.0);
-        assert_eq!(r.peak_bps, r.avg_bps, "the peak is never below the average");
-        assert!((r.msg_rate_mpps - 0.001).abs() < 1e-12);
-        assert_eq!(m.row(65536, true).peak_bps, 0.0);
-        let sum = sum_rows(&r, &r);
-        assert_eq!(sum.avg_bps, 2.0 * r.avg_bps);
-    }
 }

@@ -6,11 +6,13 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use verbs_lab::verbs::{CompChannel, Cq, Mr, Qp, RecvWr, Sge, VerbsError, WorkCompletion};
+use verbs_lab::verbs::{
+    CompChannel, Cq, Mr, Qp, RecvWr, RemoteBuf, SendOp, Sge, VerbsError, WorkCompletion,
+};
 
 use crate::conn::{Layout, Link};
-use crate::params::{Config, RunMode, UD_GRH};
-use crate::proto::{ChanError, Channel, Msg, Phase, Tally};
+use crate::params::{AtomicType, Config, RunMode, UD_GRH};
+use crate::proto::{ChanError, Channel, Msg, Phase, QpEndpoint, Tally};
 use crate::result::TestKind;
 
 /// Completions taken per `ibv_poll_cq` call.
@@ -462,6 +464,34 @@ pub fn check_tally(t: &Tally, qps: usize) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The peer's buffer a test's requests aim at (`n` bytes; an atomic's 8) and the operation
+/// that does: an RDMA Write or Read of it, a Send, or the `-A` atomic on its first 8 bytes.
+pub fn remote_op(cfg: &Config, r: &QpEndpoint, n: usize) -> (RemoteBuf, SendOp) {
+    let rb = RemoteBuf {
+        addr: r.addr,
+        rkey: r.rkey,
+        len: if cfg.tool.kind == TestKind::Atomic {
+            8
+        } else {
+            n as u32
+        },
+    };
+    let op = match cfg.tool.kind {
+        TestKind::Write => SendOp::Write(rb),
+        TestKind::Read => SendOp::Read(rb),
+        TestKind::Send => SendOp::Send,
+        TestKind::Atomic => match cfg.atomic.unwrap_or_default() {
+            AtomicType::FetchAndAdd => SendOp::FetchAdd { remote: rb, add: 1 },
+            AtomicType::CmpAndSwap => SendOp::CompareSwap {
+                remote: rb,
+                compare: 0,
+                swap: 0,
+            },
+        },
+    };
+    (rb, op)
 }
 
 #[cfg(test)]

@@ -21,18 +21,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use verbs_lab::verbs::{
-    CompChannel, Cq, Mr, Payload, Qp, RemoteBuf, SendOp, SendWr, Sge, UdDest, WcOpcode,
-    WorkCompletion,
+    CompChannel, Cq, Mr, Payload, Qp, SendWr, Sge, UdDest, WcOpcode, WorkCompletion,
 };
 
 use crate::conn::{Link, Resources};
 use crate::engine::{
-    backoff, completed_through, poll_or_sleep, send_tally, wc_error, PeerWatch, Session,
+    backoff, completed_through, poll_or_sleep, remote_op, send_tally, wc_error, PeerWatch, Session,
     CHANNEL_CHECK, POLL_BATCH, SEQ_MASK,
 };
-use crate::params::{AtomicType, RunMode};
+use crate::params::RunMode;
 use crate::pattern;
-use crate::proto::Phase;
+use crate::proto::{Channel, Phase};
 use crate::result::{LatRow, TestKind};
 use crate::stats::LatRecorder;
 use verbs_lab::diag::{device_report, PortCounters};
@@ -302,6 +301,34 @@ impl Post<'_> {
     }
 }
 
+/// The end of a phase: the pinger tells the server how many round trips it made; the server
+/// checks that it answered as many.
+fn settle_count(
+    ch: &mut Channel,
+    mut watch: PeerWatch,
+    pinger: bool,
+    ph: Phase,
+    size: u64,
+    count: u64,
+) -> Result<()> {
+    if pinger {
+        send_tally(ch, ph, size, vec![count])?;
+    } else {
+        let t = match watch.tally.take() {
+            Some(t) => t,
+            None => watch.wait_tally(ch)?,
+        };
+        let theirs = t.per_qp.first().copied().unwrap_or(0);
+        if theirs != count {
+            bail!(
+                "the client counts {theirs} round trips of size {size}, this server {count} \
+                 (protocol error)"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// One phase (warm-up or measurement) of one size.
 #[allow(clippy::too_many_arguments)]
 fn one_phase(
@@ -361,24 +388,7 @@ fn one_phase(
     let local_len = if kind == TestKind::Atomic { 8 } else { n };
     let sge: Sge<'_> = mr.sge(src..src + local_len).context("building the SGE")?;
     let sges = [sge];
-    let rb = RemoteBuf {
-        addr: r.addr,
-        rkey: r.rkey,
-        len: local_len as u32,
-    };
-    let op = match kind {
-        TestKind::Write => SendOp::Write(rb),
-        TestKind::Send => SendOp::Send,
-        TestKind::Read => SendOp::Read(rb),
-        TestKind::Atomic => match cfg.atomic.unwrap_or_default() {
-            AtomicType::FetchAndAdd => SendOp::FetchAdd { remote: rb, add: 1 },
-            AtomicType::CmpAndSwap => SendOp::CompareSwap {
-                remote: rb,
-                compare: 0,
-                swap: 0,
-            },
-        },
-    };
+    let (_, op) = remote_op(cfg, r, n);
     let mut wr = SendWr::new(0, op, Payload::Sges(&sges));
     if let Some(ah) = ahs.first() {
         wr = wr.to(UdDest {
@@ -548,22 +558,8 @@ fn one_phase(
         }
     }
 
-    let Waiter { ch, mut watch, .. } = waiter;
-    if pinger {
-        send_tally(ch, ph, size, vec![count])?;
-    } else {
-        let t = match watch.tally.take() {
-            Some(t) => t,
-            None => watch.wait_tally(ch)?,
-        };
-        let theirs = t.per_qp.first().copied().unwrap_or(0);
-        if theirs != count {
-            bail!(
-                "the client counts {theirs} round trips of size {size}, this server {count} \
-                 (protocol error)"
-            );
-        }
-    }
+    let Waiter { ch, watch, .. } = waiter;
+    settle_count(ch, watch, pinger, ph, size, count)?;
     Ok(PhaseResult {
         count,
         elapsed: last.saturating_duration_since(first.unwrap_or(last)),

@@ -5,7 +5,7 @@
 //! # use vl_perftest::output::{OutputArgs, Reporter};
 //! # use vl_perftest::result::{RunInfo, RunResult};
 //! # fn run(args: &OutputArgs, info: RunInfo, result: RunResult) -> anyhow::Result<std::process::ExitCode> {
-//! vl_perftest::gates::check_applicable(args, info.metric).map_err(anyhow::Error::msg)?;
+//! vl_perftest::output::check_applicable(args, info.metric).map_err(anyhow::Error::msg)?;
 //! let mut reporter = Reporter::new(args);
 //! reporter.header(&info);
 //! // ... for each size: reporter.bw_row(&info, &row);
@@ -21,12 +21,14 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 
 use crate::cpu_util::CpuSample;
-pub use crate::gates::{check_gates, GateOutcome, LatGate, EXIT_GATE_FAILED};
+pub use crate::gates::{GateOutcome, LatGate, EXIT_GATE_FAILED};
+use crate::gates::{PERFTEST_BW_LIMIT_ERROR, PERFTEST_MSGRATE_LIMIT_ERROR};
+pub use crate::report::Verbosity;
 pub use crate::report::{render_csv, render_json, render_perftest_json, render_table, render_text};
 use crate::report::{
     render_csv_procs, render_json_counters, render_json_procs, render_table_procs, text, BwUnit,
 };
-use crate::result::{BwRow, LatRow, ProcessResult, Rows, RunInfo, RunResult};
+use crate::result::{BwRow, LatRow, Metric, ProcessResult, Rows, RunInfo, RunResult};
 
 /// How the run is shown on stdout.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -36,31 +38,6 @@ pub enum OutputFormat {
     Text,
     /// a parameter table and a results table with every percentile, at the end.
     Table,
-}
-
-/// perftest's `--output=UNITS`: print only this number per result, nothing else on stdout.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verbosity {
-    /// BW average, in MiB/s (Gb/s with --report_gbits), as `%lf`.
-    #[value(name = "bandwidth")]
-    Bandwidth,
-    /// MsgRate in Mpps, as `%lf`.
-    #[value(name = "message_rate")]
-    MessageRate,
-    /// t_avg in microseconds, as `%lf`.
-    #[value(name = "latency")]
-    Latency,
-}
-
-impl Verbosity {
-    /// perftest's spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            Verbosity::Bandwidth => "bandwidth",
-            Verbosity::MessageRate => "message_rate",
-            Verbosity::Latency => "latency",
-        }
-    }
 }
 
 /// Output, file and gate options (flatten into a tool's parser with `#[command(flatten)]`).
@@ -422,7 +399,7 @@ impl Reporter {
             }
         }
 
-        if let Err(e) = crate::gates::check_applicable(&self.args, info.metric) {
+        if let Err(e) = check_applicable(&self.args, info.metric) {
             bail!("{e}");
         }
         let mut outcome = check_gates(result, &self.args);
@@ -507,4 +484,138 @@ fn gate_summary(args: &OutputArgs) -> Option<String> {
             .map(|c| format!("--max-counter {c}")),
     );
     (!g.is_empty()).then(|| g.join(" "))
+}
+
+// ---- the gates, checked ---------------------------------------------------------------------
+
+/// Refuses a gate on a metric this tool does not measure (`--min-bw` on a latency tool,
+/// `--max-lat` on a bandwidth tool). Call it before the run, so a wrong flag costs no time;
+/// [`Reporter::finish`](crate::output::Reporter::finish) calls it again.
+pub fn check_applicable(args: &OutputArgs, metric: Metric) -> Result<(), String> {
+    match metric {
+        Metric::Lat if args.min_bw.is_some() => Err(
+            "--min-bw gates bandwidth, but this tool measures latency (use --max-lat KEY=USEC)"
+                .into(),
+        ),
+        Metric::Lat if args.limit_bw.is_some() || args.limit_msgrate.is_some() => Err(
+            "-w/--limit_bw and -y/--limit_msgrate gate bandwidth, but this tool measures latency \
+             (use --max-lat KEY=USEC)"
+                .into(),
+        ),
+        Metric::Bw if !args.max_lat.is_empty() => {
+            Err("--max-lat gates latency, but this tool measures bandwidth (use --min-bw N)".into())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks every gate of `args` against every row of `result`. A gate with no row to check, or
+/// on a metric the result does not hold, fails too: a gate must never pass by not looking.
+pub fn check_gates(result: &RunResult, args: &OutputArgs) -> GateOutcome {
+    let mut failures = Vec::new();
+    if let Err(e) = check_applicable(args, metric_of(&result.rows)) {
+        failures.push(format!("gate failed: {e}"));
+    }
+    match &result.rows {
+        Rows::Bw(rows) => {
+            let unit = BwUnit::new(args.report_gbits);
+            if let Some(limit) = args.limit_bw {
+                let below: Vec<String> = rows
+                    .iter()
+                    .filter(|r| below(unit.convert(r.avg_bps), limit))
+                    .map(|r| {
+                        format!(
+                            "gate failed: -w/--limit_bw {limit} {u}: BW average {} {u} at {} bytes",
+                            show(unit.convert(r.avg_bps), unit),
+                            r.bytes,
+                            u = unit.label()
+                        )
+                    })
+                    .collect();
+                if rows.is_empty() || !below.is_empty() {
+                    failures.push(PERFTEST_BW_LIMIT_ERROR.to_string());
+                    failures.extend(below);
+                }
+            }
+            if let Some(limit) = args.limit_msgrate {
+                let below: Vec<String> = rows
+                    .iter()
+                    .filter(|r| below(r.msg_rate_mpps, limit))
+                    .map(|r| {
+                        format!(
+                            "gate failed: -y/--limit_msgrate {limit} Mpps: MsgRate {:.6} Mpps at {} bytes",
+                            r.msg_rate_mpps, r.bytes
+                        )
+                    })
+                    .collect();
+                if rows.is_empty() || !below.is_empty() {
+                    failures.push(PERFTEST_MSGRATE_LIMIT_ERROR.to_string());
+                    failures.extend(below);
+                }
+            }
+            if let Some(min) = args.min_bw {
+                let u = unit.label();
+                if rows.is_empty() {
+                    failures.push(format!(
+                        "gate failed: --min-bw {min} {u}, but no bandwidth was measured"
+                    ));
+                }
+                for r in rows {
+                    let avg = unit.convert(r.avg_bps);
+                    if !(avg.is_finite() && avg >= min) {
+                        failures.push(format!(
+                            "gate failed: average BW {} {u} at {} bytes < minimum {min:.2} {u}",
+                            show(avg, unit),
+                            r.bytes
+                        ));
+                    }
+                }
+            }
+        }
+        Rows::Lat(rows) => {
+            for g in &args.max_lat {
+                if rows.is_empty() {
+                    failures.push(format!(
+                        "gate failed: --max-lat {g}, but no latency was measured"
+                    ));
+                }
+                for r in rows {
+                    let measured = g.measure(&r.stats).unwrap_or(f64::NAN);
+                    if !(measured.is_finite() && measured <= g.limit_us) {
+                        failures.push(format!(
+                            "gate failed: {} latency {measured:.2} usec at {} bytes > limit {:.2} usec",
+                            g.key, r.bytes, g.limit_us
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if failures.is_empty() {
+        GateOutcome::Passed
+    } else {
+        GateOutcome::Failed(failures)
+    }
+}
+
+/// perftest's test `limit > measured`, made strict about NaN: a value that is not a number
+/// never passes.
+fn below(measured: f64, limit: f64) -> bool {
+    measured.is_nan() || measured < limit
+}
+
+fn metric_of(rows: &Rows) -> Metric {
+    match rows {
+        Rows::Bw(_) => Metric::Bw,
+        Rows::Lat(_) => Metric::Lat,
+    }
+}
+
+/// Bandwidth with enough decimals that a slow Gb/s value does not print as 0.00.
+fn show(x: f64, unit: BwUnit) -> String {
+    if unit == BwUnit::Gbps && x.abs() < 0.1 {
+        format!("{x:.6}")
+    } else {
+        format!("{x:.2}")
+    }
 }

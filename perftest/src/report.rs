@@ -40,6 +40,31 @@ pub use perftest_json::render_perftest_json;
 pub use table::{render_table, render_table_procs};
 pub use text::{render_text, render_text_procs};
 
+/// perftest's `--output=UNITS`: print only this number per result, nothing else on stdout.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verbosity {
+    /// BW average, in MiB/s (Gb/s with --report_gbits), as `%lf`.
+    #[value(name = "bandwidth")]
+    Bandwidth,
+    /// MsgRate in Mpps, as `%lf`.
+    #[value(name = "message_rate")]
+    MessageRate,
+    /// t_avg in microseconds, as `%lf`.
+    #[value(name = "latency")]
+    Latency,
+}
+
+impl Verbosity {
+    /// perftest's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verbosity::Bandwidth => "bandwidth",
+            Verbosity::MessageRate => "message_rate",
+            Verbosity::Latency => "latency",
+        }
+    }
+}
+
 /// The unit bandwidth is reported in: perftest's MiB/s (2^20 bytes), or Gb/s (10^9 bits) with
 /// `--report_gbits`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

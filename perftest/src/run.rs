@@ -32,15 +32,7 @@ use crate::report::endpoint_line;
 use crate::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult, TestKind};
 use crate::{bw, lat};
 
-/// The exit codes of every `vl_*` tool, as `--help` prints them.
-pub const EXIT_CODES: &str = "Exit codes:
-  0    the run completed (and met every gate)
-  1    the run failed: the error names the step, and the peer's reason when it sent one
-       (a port that went down or a fatal device event ends the run at once, named)
-  2    bad command line: nothing was run
-  3    the run completed but missed a gate (--min-bw, --max-lat)
-  130  stopped by SIGINT (Ctrl-C): torn down cleanly, the peer was told
-  143  stopped by SIGTERM: torn down cleanly, the peer was told";
+pub use crate::params::EXIT_CODES;
 
 /// Where a run's header and rows go as they are measured.
 pub trait RowSink {
@@ -100,7 +92,7 @@ pub fn main(tool: Tool) -> ExitCode {
     if cfg.worker.is_some() {
         return crate::procs::worker_main(&cfg);
     }
-    if let Err(e) = crate::gates::check_applicable(&params.output, tool.metric) {
+    if let Err(e) = crate::output::check_applicable(&params.output, tool.metric) {
         eprintln!("{name}: error: {e}");
         return ExitCode::from(2);
     }

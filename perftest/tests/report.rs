@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
 use verbs_lab::json::{self, Value};
-use vl_perftest::gates::{check_applicable, EXIT_GATE_FAILED};
+use vl_perftest::gates::EXIT_GATE_FAILED;
+use vl_perftest::output::check_applicable;
 use vl_perftest::output::{
     check_gates, render_csv, render_json, render_perftest_json, render_table, render_text,
     GateOutcome, OutputArgs, OutputFormat, Reporter, Verbosity,

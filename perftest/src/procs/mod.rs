@@ -36,8 +36,7 @@ use std::time::Duration;
 
 use verbs_lab::affinity::{self, CpuChoice, CpuList};
 
-use crate::params::{Config, Params, Tool, WorkerOf, MAX_PROCS};
-use crate::result::Metric;
+use crate::params::Config;
 
 pub mod coordinator;
 pub mod report;
@@ -72,62 +71,6 @@ pub fn queue_names(base: &str, n: u32) -> Vec<String> {
 /// How long a side accepts silence from its peer: as the engine's (`run::run_tool`).
 pub fn peer_timeout(cfg: &Config) -> Duration {
     crate::conn::completion_timeout(cfg).max(Duration::from_secs(15))
-}
-
-/// Checks `--procs` and the hidden worker flags; returns this process's TCP port (the base
-/// port + the worker index) and which worker it is, if one.
-pub fn check_params(tool: Tool, p: &Params) -> Result<(u16, Option<WorkerOf>), String> {
-    let Some(n) = p.procs else {
-        if p.worker.is_some() {
-            return Err("--vl-worker is internal to --procs runs and needs --procs".into());
-        }
-        return Ok((p.port, None));
-    };
-    if tool.metric == Metric::Lat {
-        return Err(format!(
-            "--procs {n}: {} measures latency with one ping-pong; several processes are for the \
-             bandwidth tools (e.g. vl_{}_bw --procs {n})",
-            tool.name(),
-            tool.kind.short()
-        ));
-    }
-    if n == 0 {
-        return Err("--procs 0: at least one process is needed".into());
-    }
-    if n > MAX_PROCS {
-        return Err(format!("--procs {n}: at most {MAX_PROCS} processes"));
-    }
-    let last = u32::from(p.port) + n - 1;
-    if last > u32::from(u16::MAX) {
-        return Err(format!(
-            "--procs {n} with -p {}: the processes use TCP ports {}..{last}, beyond 65535; \
-             lower -p",
-            p.port, p.port
-        ));
-    }
-    if p.procs_start_us > 1_000_000 {
-        return Err(format!(
-            "--procs-start {}: at most 1000000 microseconds (1 s) ahead",
-            p.procs_start_us
-        ));
-    }
-    let worker = match (p.worker, &p.worker_queue) {
-        (None, None) => None,
-        (Some(index), Some(queue)) if index < n => Some(WorkerOf {
-            index,
-            queue: queue.clone(),
-        }),
-        (Some(index), Some(_)) => {
-            return Err(format!(
-                "--vl-worker {index}: workers are numbered 0..{} for --procs {n}",
-                n - 1
-            ))
-        }
-        _ => return Err("--vl-worker and --vl-queue go together (internal to --procs)".into()),
-    };
-    // In range: index < n and p.port + n - 1 <= 65535.
-    let port = p.port + worker.as_ref().map_or(0, |w| w.index as u16);
-    Ok((port, worker))
 }
 
 /// The CPU of worker `index` on device `dev`: [`affinity::cpu_choice`] (the `--cpu` list, else

@@ -8,8 +8,8 @@
 
 use verbs_lab::json::{Object, Value};
 
+use super::Verbosity;
 use super::{round_to, BwUnit};
-use crate::output::Verbosity;
 use crate::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult, TestKind};
 
 /// perftest's default file name (`DEFAULT_JSON_FILE_NAME`).

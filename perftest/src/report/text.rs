@@ -351,9 +351,9 @@ pub fn lat_row(info: &RunInfo, row: &LatRow) -> String {
 }
 
 /// One row as perftest's `--output=bandwidth|message_rate` prints it: the number alone, `%lf`.
-pub fn bare_bw(row: &BwRow, v: crate::output::Verbosity, unit: BwUnit) -> String {
+pub fn bare_bw(row: &BwRow, v: super::Verbosity, unit: BwUnit) -> String {
     match v {
-        crate::output::Verbosity::MessageRate => format!("{}\n", cfix(row.msg_rate_mpps, 0, 6)),
+        super::Verbosity::MessageRate => format!("{}\n", cfix(row.msg_rate_mpps, 0, 6)),
         _ => format!("{}\n", cfix(unit.convert(row.avg_bps), 0, 6)),
     }
 }

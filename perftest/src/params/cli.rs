@@ -1,0 +1,278 @@
+//! [`Params`]: the command line as clap parses it, before any check.
+
+use super::*;
+
+/// The command line (perftest's flags; long forms as perftest spells them).
+#[derive(Parser, Debug, Clone)]
+#[command(version, disable_help_subcommand = true)]
+pub struct Params {
+    /// The server to connect to; without it this process is the server.
+    #[arg(value_name = "SERVER")]
+    pub host: Option<String>,
+
+    /// RDMA device (default: the first one).
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+    pub ib_dev: Option<String>,
+
+    /// Port of the device.
+    #[arg(
+        short = 'i',
+        long = "ib-port",
+        value_name = "PORT",
+        default_value_t = 1
+    )]
+    pub ib_port: u8,
+
+    /// GID index (default: both sides pick the first RoCE v2 GID with an IPv4 address, else the
+    /// first populated one).
+    #[arg(short = 'x', long = "gid-index", value_name = "IDX")]
+    pub gid_index: Option<u32>,
+
+    /// Message size in bytes (bw tools 65536, lat tools 2, atomics 8); K/M/G suffixes accepted.
+    #[arg(short = 's', long = "size", value_name = "BYTES", value_parser = parse_size)]
+    pub size: Option<u64>,
+
+    /// Sweep every power-of-two size from 2 to 2^23 bytes (capped by the port's max_msg_sz).
+    #[arg(short = 'a', long = "all")]
+    pub all: bool,
+
+    /// Iterations per QP (1000; vl_write_bw 5000).
+    #[arg(short = 'n', long = "iters", value_name = "N")]
+    pub iters: Option<u64>,
+
+    /// Run for SECS seconds instead of a number of iterations.
+    #[arg(short = 'D', long = "duration", value_name = "SECS")]
+    pub duration: Option<u64>,
+
+    /// Run until stopped (SIGINT or SIGTERM on the client), printing a row every -D seconds
+    /// (5 by default); both sides must give it (bandwidth tools).
+    #[arg(long = "run_infinitely")]
+    pub run_infinitely: bool,
+
+    /// Margins of a -D run (bandwidth tools): the first and last SECS seconds are not measured
+    /// (perftest's default: a quarter of the duration).
+    #[arg(short = 'f', long = "margin", value_name = "SECS")]
+    pub margin: Option<u64>,
+
+    /// Number of QPs (bandwidth tools).
+    #[arg(short = 'q', long = "qp", value_name = "N", default_value_t = 1)]
+    pub qps: u32,
+
+    /// Send queue depth: work requests in flight per QP (bw 128, lat 1).
+    #[arg(short = 't', long = "tx-depth", value_name = "N")]
+    pub tx_depth: Option<u32>,
+
+    /// Receive queue depth of the send tools (512).
+    #[arg(short = 'r', long = "rx-depth", value_name = "N")]
+    pub rx_depth: Option<u32>,
+
+    /// CQ moderation: one signaled work request every N (100; capped by the tx depth).
+    #[arg(short = 'Q', long = "cq-mod", value_name = "N", default_value_t = 100)]
+    pub cq_mod: u32,
+
+    /// Post list: work requests per ibv_post_send call.
+    #[arg(short = 'l', long = "post_list", value_name = "N", default_value_t = 1)]
+    pub post_list: u32,
+
+    /// Connection type: RC, UC or UD (UD for the send tools only).
+    #[arg(
+        short = 'c',
+        long = "connection",
+        value_name = "TYPE",
+        default_value = "RC"
+    )]
+    pub conn: QpType,
+
+    /// Bidirectional: both sides send at once (bandwidth tools).
+    #[arg(short = 'b', long = "bidirectional")]
+    pub bidirectional: bool,
+
+    /// Inline size to ask the QP for; messages up to what the QP grants go inline
+    /// (default: 64 for send/write latency, none asked for otherwise; 0 turns inline off).
+    #[arg(short = 'I', long = "inline_size", value_name = "BYTES")]
+    pub inline_size: Option<u32>,
+
+    /// Sleep on a completion channel instead of busy polling.
+    #[arg(short = 'e', long = "events")]
+    pub events: bool,
+
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (default: the smaller active MTU of both ports).
+    #[arg(short = 'm', long = "mtu", value_name = "MTU")]
+    pub mtu: Option<Mtu>,
+
+    /// QP ack timeout exponent: 4.096 us x 2^N before a retransmit (under QEMU TCG use 20).
+    #[arg(
+        short = 'u',
+        long = "qp-timeout",
+        value_name = "N",
+        default_value_t = 14
+    )]
+    pub qp_timeout: u8,
+
+    /// Outstanding RDMA reads/atomics per QP (default: the device maximum).
+    #[arg(short = 'o', long = "outs", value_name = "N")]
+    pub outstanding: Option<u32>,
+
+    /// Atomic operation: FETCH_AND_ADD or CMP_AND_SWAP.
+    #[arg(short = 'A', long = "atomic_type", value_name = "TYPE")]
+    pub atomic_type: Option<AtomicType>,
+
+    /// TCP port of the out-of-band exchange.
+    #[arg(
+        short = 'p',
+        long = "port",
+        value_name = "PORT",
+        default_value_t = 18515
+    )]
+    pub port: u16,
+
+    /// Server: the local address to listen on, IPv4 or IPv6 (default: every address, IPv6 and
+    /// IPv4).
+    #[arg(long = "bind", value_name = "ADDR")]
+    pub bind: Option<std::net::IpAddr>,
+
+    /// Service level of the QPs' address vectors (0..=15; RoCE maps it to a priority).
+    #[arg(short = 'S', long = "sl", value_name = "SL", default_value_t = 0)]
+    pub sl: u8,
+
+    /// Traffic class of the GRH (0..=255; on RoCE v2 the IP header's DSCP and ECN bits).
+    #[arg(long = "tclass", value_name = "N")]
+    pub tclass: Option<u8>,
+
+    /// Flow label of the GRH, per QP in turn from a comma list (each 0..=0xFFFFF; decimal or
+    /// 0x hex).
+    #[arg(long = "flow_label", value_name = "FL[,FL...]", value_delimiter = ',', value_parser = parse_flow_label)]
+    pub flow_label: Vec<u32>,
+
+    /// Connect the QPs through the RDMA connection manager (librdmacm): the server listens on
+    /// rdma_cm port PORT+1, the client resolves the server's address and route and connects;
+    /// results still travel over the TCP exchange on PORT.
+    #[arg(short = 'R', long = "rdma_cm")]
+    pub rdma_cm: bool,
+
+    /// With -R: the type of service of the connection (0..=255; rdma_set_option TOS).
+    #[arg(short = 'T', long = "tos", value_name = "TOS", requires = "rdma_cm")]
+    pub tos: Option<u8>,
+
+    /// With -R, client: the local address to connect from (chooses the device and port).
+    #[arg(long = "bind_source_ip", value_name = "ADDR", requires = "rdma_cm")]
+    pub bind_source_ip: Option<std::net::IpAddr>,
+
+    /// With -R: transport retries after an ack timeout (0..=7; default 6, as every QP of ours).
+    #[arg(long = "retry_count", value_name = "N", requires = "rdma_cm")]
+    pub retry_count: Option<u8>,
+
+    /// Do not measure peak bandwidth (the peak column prints 0, as perftest's).
+    #[arg(short = 'N', long = "noPeak")]
+    pub no_peak: bool,
+
+    /// Accepted for perftest compatibility; has no effect (the clock is the kernel's monotonic
+    /// clock, not a cycle counter, so there are no CPU frequency warnings to silence).
+    #[arg(short = 'F', long = "CPU-freq")]
+    pub cpu_freq: bool,
+
+    /// Pin to a CPU of this list (e.g. 0-3,8); default: a CPU local to the NIC when sysfs tells.
+    #[arg(long = "cpu", visible_alias = "pin_cores", value_name = "LIST")]
+    pub cpu: Option<CpuList>,
+
+    /// Do not pin to a CPU local to the NIC by default (perftest's --disable_numa).
+    #[arg(long = "disable_numa", conflicts_with = "cpu")]
+    pub disable_numa: bool,
+
+    /// Warm-up iterations per QP and per size, run before the measurement and not counted (16;
+    /// 0 turns warm-up off).
+    #[arg(long = "warmup", value_name = "N")]
+    pub warmup: Option<u64>,
+
+    /// perftest's warm-up switch: warm-up is on by default here, so this only refuses
+    /// `--warmup 0` beside it.
+    #[arg(long = "perform_warm_up")]
+    pub perform_warm_up: bool,
+
+    /// Check the payload: a pattern per message, verified by the receiver or reader.
+    #[arg(long = "validate", visible_alias = "data_validation")]
+    pub validate: bool,
+
+    /// perftest's switch to ibv_post_send: what the tools always use.
+    #[arg(long = "use_old_post_send", hide = true)]
+    pub use_old_post_send: bool,
+
+    /// Seconds to wait before destroying the QPs, CQs and memory at the end (bandwidth tools).
+    #[arg(long = "wait_destroy", value_name = "SECS")]
+    pub wait_destroy: Option<u64>,
+
+    /// Seconds to wait for the peer to connect (server) or to accept (client).
+    #[arg(long = "wait", value_name = "SECS", default_value_t = 120)]
+    pub wait_secs: u64,
+
+    /// Run N worker processes (bandwidth tools), each pinned to its own CPU with its own QPs and
+    /// TCP port (PORT + i); give both sides the same N. The report shows each process and the sum.
+    #[arg(long = "procs", value_name = "N")]
+    pub procs: Option<u32>,
+
+    /// With --procs: the processes start each measurement together, USEC microseconds after
+    /// the last of them is ready (on the machine's monotonic clock); 0 starts each as soon as
+    /// it is released.
+    #[arg(long = "procs-start", value_name = "USEC", default_value_t = 5000)]
+    pub procs_start_us: u64,
+
+    /// Internal (set by the coordinator of a --procs run): this process is worker I.
+    #[arg(
+        long = "vl-worker",
+        value_name = "I",
+        hide = true,
+        requires = "worker_queue"
+    )]
+    pub worker: Option<u32>,
+
+    /// Internal: the coordinator's message queue, for --vl-worker.
+    #[arg(
+        long = "vl-queue",
+        value_name = "NAME",
+        hide = true,
+        requires = "worker"
+    )]
+    pub worker_queue: Option<String>,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+impl Params {
+    /// Parses the process's arguments for `tool` (`--help` names the tool); exits on a usage
+    /// error as clap does (status 2).
+    pub fn parse_for(tool: Tool) -> Params {
+        Self::try_parse_for(tool, std::env::args_os()).unwrap_or_else(|e| e.exit())
+    }
+
+    /// The clap command of `tool`: its name and description over the shared flags.
+    /// perftest's other options are registered hidden (see `compat.rs`), and long options may be
+    /// abbreviated to any unambiguous prefix, as perftest's getopt_long allows.
+    pub fn command_for(tool: Tool) -> clap::Command {
+        crate::compat::register(
+            Params::command()
+                .name(tool.static_name())
+                .about(tool.about())
+                .after_help(format!(
+                    "{}\n\nperftest's options are accepted with perftest's meaning or refused by \
+                     name with the reason; docs/perftest-compat.md lists every one.",
+                    super::EXIT_CODES
+                ))
+                .infer_long_args(true),
+        )
+    }
+
+    /// Parses `args` (the first is the program name) for `tool`.
+    pub fn try_parse_for<I, T>(tool: Tool, args: I) -> Result<Params, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let mut cmd = Params::command_for(tool);
+        let matches = cmd.try_get_matches_from_mut(args)?;
+        if let Some(why) = crate::compat::refusal(&matches) {
+            return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, why));
+        }
+        Params::from_arg_matches(&matches)
+    }
+}

@@ -1,0 +1,557 @@
+//! The command line of the `vl_*` tools: perftest's flags with perftest's meanings and defaults,
+//! and their validation — every refusal happens here, before any verbs call, with a message
+//! that names the flag.
+//!
+//! [`Params`] is what clap parses; [`Config::new`] checks it against the tool ([`Tool`]) and
+//! resolves the tool-dependent defaults (message size, iterations, queue depths). The run uses
+//! only the [`Config`].
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::{CommandFactory, FromArgMatches, Parser};
+use verbs_lab::affinity::CpuList;
+use verbs_lab::verbs::{Mtu, QpType};
+
+use crate::output::{OutputArgs, Verbosity};
+use crate::result::{Metric, TestKind};
+
+mod checks;
+mod cli;
+
+pub use checks::INFINITE_PERIOD_SECS;
+use checks::*;
+pub use cli::Params;
+
+/// Which tool is running: the operation and what is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Tool {
+    pub kind: TestKind,
+    pub metric: Metric,
+}
+
+impl Tool {
+    pub const fn new(kind: TestKind, metric: Metric) -> Tool {
+        Tool { kind, metric }
+    }
+
+    /// The binary's name: `vl_write_bw`, `vl_read_lat`, ...
+    pub fn name(self) -> String {
+        self.static_name().to_string()
+    }
+
+    fn static_name(self) -> &'static str {
+        match (self.kind, self.metric) {
+            (TestKind::Write, Metric::Bw) => "vl_write_bw",
+            (TestKind::Write, Metric::Lat) => "vl_write_lat",
+            (TestKind::Read, Metric::Bw) => "vl_read_bw",
+            (TestKind::Read, Metric::Lat) => "vl_read_lat",
+            (TestKind::Send, Metric::Bw) => "vl_send_bw",
+            (TestKind::Send, Metric::Lat) => "vl_send_lat",
+            (TestKind::Atomic, Metric::Bw) => "vl_atomic_bw",
+            (TestKind::Atomic, Metric::Lat) => "vl_atomic_lat",
+        }
+    }
+
+    /// What the tool measures, for `--help`.
+    pub fn about(self) -> String {
+        let op = match self.kind {
+            TestKind::Write => "RDMA Write",
+            TestKind::Read => "RDMA Read",
+            TestKind::Send => "Send",
+            TestKind::Atomic => "Atomic",
+        };
+        match self.metric {
+            Metric::Bw => format!(
+                "{op} bandwidth between two hosts, perftest-compatible (ib_{}_bw). Start the \
+                 server without a host, then the client with the server's host and the same \
+                 options.",
+                self.kind.short()
+            ),
+            Metric::Lat => format!(
+                "{op} latency between two hosts, perftest-compatible (ib_{}_lat). Start the \
+                 server without a host, then the client with the server's host and the same \
+                 options.",
+                self.kind.short()
+            ),
+        }
+    }
+}
+
+/// `bw` or `lat`.
+pub fn metric_short(m: Metric) -> &'static str {
+    match m {
+        Metric::Bw => "bw",
+        Metric::Lat => "lat",
+    }
+}
+
+/// The two atomic operations (`-A`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AtomicType {
+    #[default]
+    FetchAndAdd,
+    CmpAndSwap,
+}
+
+impl AtomicType {
+    /// perftest's spelling, also the header's.
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicType::FetchAndAdd => "FETCH_AND_ADD",
+            AtomicType::CmpAndSwap => "CMP_AND_SWAP",
+        }
+    }
+}
+
+impl fmt::Display for AtomicType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for AtomicType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "FETCH_AND_ADD" | "FAA" => Ok(AtomicType::FetchAndAdd),
+            "CMP_AND_SWAP" | "CAS" => Ok(AtomicType::CmpAndSwap),
+            _ => Err(format!(
+                "'{s}' is not an atomic type: use FETCH_AND_ADD or CMP_AND_SWAP"
+            )),
+        }
+    }
+}
+
+/// The exit codes of every `vl_*` tool, as `--help` prints them.
+pub const EXIT_CODES: &str = "Exit codes:
+  0    the run completed (and met every gate)
+  1    the run failed: the error names the step, and the peer's reason when it sent one
+       (a port that went down or a fatal device event ends the run at once, named)
+  2    bad command line: nothing was run
+  3    the run completed but missed a gate (--min-bw, --max-lat)
+  130  stopped by SIGINT (Ctrl-C): torn down cleanly, the peer was told
+  143  stopped by SIGTERM: torn down cleanly, the peer was told";
+
+/// The largest message `-s` accepts: an SGE length is 32 bits; the port's `max_msg_sz` caps it
+/// further once the device is open.
+pub const MAX_SIZE: u64 = 1 << 31;
+/// The top of the `-a` sweep, as perftest: 2^23 bytes.
+pub const SWEEP_MAX: u64 = 1 << 23;
+/// `-q` above this is refused (each QP costs a CQ share, buffers and an endpoint record).
+pub const MAX_QPS: u32 = 1024;
+/// Queue depths above this are refused before asking the device (rxe grants 1 Mi WRs, but a CQ
+/// holds at most `max_cqe`, 32767 on rxe).
+pub const MAX_DEPTH: u32 = 32768;
+/// `-D` above one day is refused.
+pub const MAX_DURATION_SECS: u64 = 86_400;
+/// Receive buffers of UD messages start with the 40-byte Global Routing Header.
+pub const UD_GRH: u64 = 40;
+/// The default inline size asked for by the latency tools of send and write (read back from the
+/// created QP; the bandwidth tools ask for none but still use what the QP grants).
+pub const DEFAULT_LAT_INLINE: u32 = 64;
+/// Inline sizes above this are refused (no device inlines more than a few hundred bytes).
+pub const MAX_INLINE: u32 = 4096;
+
+/// A message size: digits with an optional binary suffix K, M or G (`64K` = 65536).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (digits, mult) = match t.char_indices().last() {
+        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1u64 << 10),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1u64 << 20),
+        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1u64 << 30),
+        _ => (t, 1),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size in bytes (e.g. 4096 or 64K)"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
+/// Message sizes of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sizes {
+    /// One size (`-s`, or the tool's default).
+    Single(u64),
+    /// `-a`: powers of two from 2 up to this cap (2^23; 8 for atomics), further capped by both
+    /// ports' `max_msg_sz` (and the MTU on UD) once they are known.
+    Sweep { max: u64 },
+}
+
+impl Sizes {
+    /// The largest size the run may use (buffers are sized for it).
+    pub fn max(self) -> u64 {
+        match self {
+            Sizes::Single(s) => s,
+            Sizes::Sweep { max } => max,
+        }
+    }
+
+    /// The sizes to run, given the largest message both sides can handle.
+    pub fn list(self, cap: u64) -> Vec<u64> {
+        match self {
+            Sizes::Single(s) => vec![s],
+            Sizes::Sweep { max } if max < 2 => vec![max],
+            Sizes::Sweep { max } => (1..64)
+                .map(|e| 1u64 << e)
+                .take_while(|s| *s <= max.min(cap))
+                .collect(),
+        }
+    }
+}
+
+impl fmt::Display for Sizes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Sizes::Single(s) => write!(f, "{s}"),
+            Sizes::Sweep { max } => write!(f, "sweep 2..{max}"),
+        }
+    }
+}
+
+/// How long each size runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunMode {
+    /// `-n`: this many iterations per QP.
+    Iters(u64),
+    /// `-D`: this long.
+    Duration(Duration),
+}
+
+/// A validated run configuration: every default resolved for the tool.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub tool: Tool,
+    /// The server's host (client side), `None` on the server.
+    pub host: Option<String>,
+    pub port: u16,
+    /// The server's listening address (`--bind`, else every address).
+    pub bind: std::net::IpAddr,
+    pub ib_dev: Option<String>,
+    pub ib_port: u8,
+    pub gid_index: Option<u32>,
+    pub sizes: Sizes,
+    pub mode: RunMode,
+    /// `-f/--margin` of a `-D` bandwidth run: not measured at either end (`None`: 0).
+    pub margin: Option<Duration>,
+    /// `--run_infinitely`: periods of `mode`'s duration until the client is stopped.
+    pub run_infinitely: bool,
+    /// Warm-up iterations per QP and size.
+    pub warmup: u64,
+    pub qps: u32,
+    pub tx_depth: u32,
+    pub rx_depth: u32,
+    /// `-Q` as given (the run caps it by the tx depth and post list).
+    pub cq_mod: u32,
+    pub post_list: u32,
+    pub conn: QpType,
+    pub bidirectional: bool,
+    /// `-I` as given.
+    pub inline_size: Option<u32>,
+    pub events: bool,
+    pub mtu: Option<Mtu>,
+    pub qp_timeout: u8,
+    /// `-o` as given.
+    pub outstanding: Option<u32>,
+    /// Set for the atomic tools.
+    pub atomic: Option<AtomicType>,
+    pub no_peak: bool,
+    pub cpu: Option<CpuList>,
+    /// Pin to a CPU local to the NIC when `--cpu` is not given (off with `--disable_numa`).
+    pub auto_pin: bool,
+    pub validate: bool,
+    /// `-S`: the service level of every QP's address vector.
+    pub sl: u8,
+    /// `--tclass`: the GRH traffic class (`None`: 0, or the CM's from `-T`).
+    pub tclass: Option<u8>,
+    /// `--flow_label`: QP `q` gets `flow_labels[q % len]` (empty: 0).
+    pub flow_labels: Vec<u32>,
+    /// `-R`: the QPs are connected through librdmacm.
+    pub rdma_cm: Option<RdmaCm>,
+    /// How long to wait for the peer to connect or accept.
+    pub wait: Duration,
+    /// `--wait_destroy`: how long to keep the resources after the run.
+    pub wait_destroy: Option<Duration>,
+    /// `--report_gbits` (the header and the units depend on it).
+    pub report_gbits: bool,
+    /// `--procs N`: this many worker processes (see `procs.rs`).
+    pub procs: Option<u32>,
+    /// Set in a worker process of a `--procs` run: its index and the coordinator's queue.
+    pub worker: Option<WorkerOf>,
+    /// `--procs-start`: how far ahead of the release the common start time of each
+    /// measurement is (zero: no common start).
+    pub procs_start: Duration,
+}
+
+/// `-R` and its options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmaCm {
+    /// The rdma_cm port: `-p` + 1 (on iWARP, rdma_cm's ports are TCP ports, so it cannot share
+    /// the exchange's).
+    pub port: u16,
+    /// `-T`: the type of service (`None`: the CM's default).
+    pub tos: Option<u8>,
+    /// `--bind_source_ip` (client).
+    pub source_ip: Option<std::net::IpAddr>,
+    /// `--retry_count`: the connection's transport retry count.
+    pub retry_count: u8,
+}
+
+/// The flow label's width: 20 bits.
+pub const MAX_FLOW_LABEL: u32 = 0xF_FFFF;
+
+/// One `--flow_label` value: decimal or `0x` hex (perftest reads it with strtol base 0), 20 bits.
+fn parse_flow_label(s: &str) -> Result<u32, String> {
+    let s = s.trim();
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse::<u32>(),
+    }
+    .map_err(|_| format!("'{s}' is not a number (decimal or 0x hex)"))?;
+    if v > MAX_FLOW_LABEL {
+        return Err(format!(
+            "{v:#x} does not fit the GRH's 20-bit flow label (at most {MAX_FLOW_LABEL:#x})"
+        ));
+    }
+    Ok(v)
+}
+
+/// Which worker of a `--procs` run this process is (the hidden `--vl-worker I --vl-queue NAME`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerOf {
+    pub index: u32,
+    pub queue: String,
+}
+
+/// `--procs` above this is refused (each worker costs a core, a queue and a TCP port).
+pub const MAX_PROCS: u32 = 64;
+
+impl Config {
+    /// Checks `p` for `tool` and resolves the defaults. The error is one sentence naming the
+    /// flag and what to do. The steps, in order: transport, sizes, run length, queues, the
+    /// options that belong to some tools only, the output options, then the rest.
+    pub fn new(tool: Tool, p: &Params) -> Result<Config, String> {
+        check_transport(tool, p)?;
+        let sizes = resolve_sizes(tool, p)?;
+        let (mode, margin) = if p.run_infinitely {
+            check_run_infinitely(tool, p)?
+        } else {
+            let mode = resolve_mode(tool, p)?;
+            (mode, resolve_margin(tool, p, mode)?)
+        };
+        let (tx_depth, rx_depth) = resolve_queues(tool, p)?;
+        // perftest's force_dependecies: a queue deeper than the iterations of a counted run is
+        // never filled, and its header shows the depth used.
+        let (tx_depth, rx_depth) = match mode {
+            RunMode::Iters(n) => {
+                let n = u32::try_from(n).unwrap_or(u32::MAX);
+                let rx = if tool.kind == TestKind::Send {
+                    rx_depth.min(n)
+                } else {
+                    rx_depth
+                };
+                (tx_depth.min(n).max(p.post_list), rx)
+            }
+            RunMode::Duration(_) => (tx_depth, rx_depth),
+        };
+        check_tool_options(tool, p)?;
+        check_output_options(tool, p)?;
+        let warmup = resolve_warmup(p)?;
+        if p.ib_port == 0 {
+            return Err("-i 0: ports are numbered from 1".into());
+        }
+        if p.wait_secs == 0 {
+            return Err("--wait 0: give the peer at least a second".into());
+        }
+        if let Some(w) = p.wait_destroy {
+            if tool.metric == Metric::Lat {
+                return Err("--wait_destroy is an option of perftest's bandwidth tools".into());
+            }
+            if w > MAX_DURATION_SECS {
+                return Err(format!("--wait_destroy {w}: longer than a day"));
+            }
+        }
+        let (port, worker) = check_procs(tool, p)?;
+        if p.bind.is_some() && p.host.is_some() {
+            return Err(
+                "--bind is for the server (the side without a host): the client \
+                        connects to the host it is given"
+                    .into(),
+            );
+        }
+        let is = |k: TestKind| tool.kind == k;
+        let rdma_cm = check_qos(tool, p, port)?;
+
+        Ok(Config {
+            tool,
+            host: p.host.clone(),
+            port,
+            bind: p.bind.unwrap_or(verbs_lab::oob::DEFAULT_BIND),
+            ib_dev: p.ib_dev.clone(),
+            ib_port: p.ib_port,
+            gid_index: p.gid_index,
+            sizes,
+            mode,
+            margin,
+            run_infinitely: p.run_infinitely,
+            warmup,
+            qps: p.qps,
+            tx_depth,
+            rx_depth,
+            cq_mod: p.cq_mod,
+            post_list: p.post_list,
+            conn: p.conn,
+            bidirectional: p.bidirectional,
+            inline_size: p.inline_size,
+            events: p.events,
+            mtu: p.mtu,
+            qp_timeout: p.qp_timeout,
+            outstanding: p.outstanding,
+            atomic: is(TestKind::Atomic).then(|| p.atomic_type.unwrap_or_default()),
+            no_peak: p.no_peak,
+            cpu: p.cpu.clone(),
+            auto_pin: !p.disable_numa,
+            validate: p.validate,
+            sl: p.sl,
+            tclass: p.tclass,
+            flow_labels: p.flow_label.clone(),
+            rdma_cm,
+            wait: Duration::from_secs(p.wait_secs),
+            wait_destroy: p.wait_destroy.map(Duration::from_secs),
+            report_gbits: p.output.report_gbits,
+            procs: p.procs,
+            worker,
+            procs_start: Duration::from_micros(p.procs_start_us),
+        })
+    }
+
+    pub fn is_server(&self) -> bool {
+        self.host.is_none()
+    }
+
+    /// Whether any QoS option was given (`-S`, `--tclass`, `--flow_label`, `-T`): the tools
+    /// then print each QP's address vector as the device holds it, on stderr.
+    pub fn qos_given(&self) -> bool {
+        self.sl != 0
+            || self.tclass.is_some()
+            || !self.flow_labels.is_empty()
+            || self.rdma_cm.as_ref().is_some_and(|r| r.tos.is_some())
+    }
+
+    /// The CQ moderation the run uses: `-Q`, capped so that every full send queue holds a
+    /// signaled request (`tx depth − post list + 1`), else the sender could wait forever.
+    pub fn effective_cq_mod(&self) -> u32 {
+        self.cq_mod.min(self.tx_depth - self.post_list + 1).max(1)
+    }
+
+    /// The inline size to ask the QP for.
+    pub fn inline_request(&self) -> u32 {
+        match self.inline_size {
+            Some(i) => i,
+            None if self.tool.metric == Metric::Lat
+                && matches!(self.tool.kind, TestKind::Send | TestKind::Write) =>
+            {
+                DEFAULT_LAT_INLINE
+            }
+            None => 0,
+        }
+    }
+
+    /// The parameters both sides must agree on, as (key, value) text: what the client's HELLO
+    /// carries and the server compares with its own. See `docs/oob-protocol.md`.
+    pub fn wire_params(&self) -> Vec<(&'static str, String)> {
+        let opt = |o: Option<String>| o.unwrap_or_else(|| "default".into());
+        let (iters, duration) = match self.mode {
+            RunMode::Iters(n) => (n.to_string(), "none".to_string()),
+            RunMode::Duration(d) => ("none".to_string(), format!("{}s", d.as_secs())),
+        };
+        vec![
+            ("connection", self.conn.to_string()),
+            ("size", self.sizes.to_string()),
+            ("iterations", iters),
+            ("duration", duration),
+            ("warmup", self.warmup.to_string()),
+            ("qps", self.qps.to_string()),
+            ("tx_depth", self.tx_depth.to_string()),
+            ("rx_depth", self.rx_depth.to_string()),
+            ("cq_mod", self.cq_mod.to_string()),
+            ("post_list", self.post_list.to_string()),
+            ("bidirectional", on_off(self.bidirectional)),
+            ("inline", opt(self.inline_size.map(|i| i.to_string()))),
+            ("events", on_off(self.events)),
+            ("mtu", opt(self.mtu.map(|m| m.to_string()))),
+            ("outstanding", opt(self.outstanding.map(|o| o.to_string()))),
+            ("atomic", opt(self.atomic.map(|a| a.to_string()))),
+            ("validate", on_off(self.validate)),
+            ("processes", self.procs.unwrap_or(1).to_string()),
+            ("run_infinitely", on_off(self.run_infinitely)),
+            ("rdma_cm", on_off(self.rdma_cm.is_some())),
+            (
+                "margin",
+                self.margin
+                    .map_or("none".into(), |m| format!("{}s", m.as_secs())),
+            ),
+        ]
+    }
+}
+
+fn on_off(b: bool) -> String {
+    if b { "on" } else { "off" }.to_string()
+}
+
+/// The flag and a readable name of a wire parameter, for mismatch messages.
+pub fn describe_param(key: &str) -> &'static str {
+    match key {
+        "connection" => "connection type (-c)",
+        "size" => "message size (-s / -a)",
+        "iterations" => "iterations (-n)",
+        "duration" => "duration (-D)",
+        "warmup" => "warm-up iterations (--warmup)",
+        "qps" => "number of QPs (-q)",
+        "tx_depth" => "tx depth (-t)",
+        "rx_depth" => "rx depth (-r)",
+        "cq_mod" => "CQ moderation (-Q)",
+        "post_list" => "post list (-l)",
+        "bidirectional" => "bidirectional (-b)",
+        "inline" => "inline size (-I)",
+        "events" => "events (-e)",
+        "mtu" => "MTU (-m)",
+        "outstanding" => "outstanding reads/atomics (-o)",
+        "atomic" => "atomic type (-A)",
+        "validate" => "payload validation (--validate)",
+        "processes" => "number of processes (--procs)",
+        "run_infinitely" => "--run_infinitely",
+        "margin" => "margins (-f)",
+        "rdma_cm" => "connection through rdma_cm (-R)",
+        _ => "parameter",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweep_lists() {
+        assert_eq!(Sizes::Sweep { max: 8 }.list(u64::MAX), vec![2, 4, 8]);
+        assert_eq!(Sizes::Sweep { max: 1 }.list(u64::MAX), vec![1]);
+        assert_eq!(Sizes::Sweep { max: SWEEP_MAX }.list(u64::MAX).len(), 23);
+        assert_eq!(
+            Sizes::Sweep { max: SWEEP_MAX }.list(4096).last(),
+            Some(&4096)
+        );
+        assert_eq!(Sizes::Single(7).list(1), vec![7]);
+    }
+
+    #[test]
+    fn sizes_with_suffixes() {
+        assert_eq!(parse_size("64K"), Ok(65536));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("12"), Ok(12));
+        assert!(parse_size("K").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("99999999999999999999G").is_err());
+    }
+}

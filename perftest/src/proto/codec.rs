@@ -1,0 +1,460 @@
+//! The record of each message: [`encode`] and the strict [`decode`] (see the module's doc).
+
+use super::*;
+
+// ---- encoding ------------------------------------------------------------------------------
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    fn f64(&mut self, v: f64) {
+        self.u64(v.to_bits());
+    }
+    /// Text with a one-byte length (callers keep it within the field's limit).
+    fn str8(&mut self, s: &str) {
+        let b = &s.as_bytes()[..s.len().min(255)];
+        self.u8(b.len() as u8);
+        self.0.extend_from_slice(b);
+    }
+    /// Text with a two-byte length.
+    fn str16(&mut self, s: &str) {
+        let b = &s.as_bytes()[..s.len().min(u16::MAX as usize)];
+        self.u16(b.len() as u16);
+        self.0.extend_from_slice(b);
+    }
+}
+
+fn test_code(t: TestKind) -> u8 {
+    match t {
+        TestKind::Write => 1,
+        TestKind::Read => 2,
+        TestKind::Send => 3,
+        TestKind::Atomic => 4,
+    }
+}
+
+fn metric_code(m: Metric) -> u8 {
+    match m {
+        Metric::Bw => 1,
+        Metric::Lat => 2,
+    }
+}
+
+/// Cuts `s` to at most `max` bytes on a character boundary.
+fn clip(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The record of a message (the payload of one frame).
+pub fn encode(msg: &Msg) -> Vec<u8> {
+    let mut w = Writer(Vec::with_capacity(64));
+    match msg {
+        Msg::Hello(h) => {
+            w.u8(T_HELLO);
+            w.0.extend_from_slice(&MAGIC);
+            w.u16(h.version);
+            w.str8(clip(&h.tool, MAX_NAME));
+            w.u8(test_code(h.test));
+            w.u8(metric_code(h.metric));
+            let n = h.params.len().min(MAX_PARAMS);
+            w.u8(n as u8);
+            for (k, v) in &h.params[..n] {
+                w.str8(clip(k, MAX_KEY));
+                w.str8(clip(v, MAX_VALUE));
+            }
+        }
+        Msg::Accept(a) => {
+            w.u8(T_ACCEPT);
+            w.u16(a.version);
+            w.str8(clip(&a.tool, MAX_NAME));
+        }
+        Msg::Error(text) => {
+            w.u8(T_ERROR);
+            let clean: String = text
+                .chars()
+                .map(|c| if c.is_control() && c != '\n' { ' ' } else { c })
+                .collect();
+            w.str16(clip(&clean, MAX_TEXT));
+        }
+        Msg::Endpoints(e) => {
+            w.u8(T_ENDPOINTS);
+            w.str8(clip(&e.device, MAX_NAME));
+            w.u32(e.active_mtu);
+            w.u32(e.max_msg_sz);
+            w.u8(e.max_dest_rd_atomic);
+            w.u32(e.qkey);
+            let n = e.qps.len().min(MAX_QPS);
+            w.u16(n as u16);
+            for q in &e.qps[..n] {
+                w.u32(q.qpn);
+                w.u32(q.psn);
+                w.u16(q.lid);
+                w.0.extend_from_slice(&q.gid.0);
+                w.u32(q.rkey);
+                w.u64(q.addr);
+                w.u32(q.slot_stride);
+                w.u32(q.slots);
+            }
+        }
+        Msg::Sync(s) => {
+            w.u8(T_SYNC);
+            w.u8(s.phase.code());
+            w.u64(s.size);
+        }
+        Msg::Tally(t) => {
+            w.u8(T_TALLY);
+            w.u8(t.phase.code());
+            w.u64(t.size);
+            let n = t.per_qp.len().min(MAX_QPS);
+            w.u16(n as u16);
+            for c in &t.per_qp[..n] {
+                w.u64(*c);
+            }
+        }
+        Msg::Result(r) => {
+            w.u8(T_RESULT);
+            w.u64(r.bytes);
+            w.u64(r.iterations);
+            w.f64(r.peak_bps);
+            w.f64(r.avg_bps);
+            w.f64(r.msg_rate_mpps);
+            w.u64(r.elapsed_ns);
+        }
+        Msg::Heartbeat => w.u8(T_HEARTBEAT),
+    }
+    w.0
+}
+
+// ---- decoding ------------------------------------------------------------------------------
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+type PResult<T> = Result<T, ProtoError>;
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, field: &'static str) -> PResult<&'a [u8]> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|e| *e <= self.buf.len())
+            .ok_or(ProtoError::Truncated { field })?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn array<const N: usize>(&mut self, field: &'static str) -> PResult<[u8; N]> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N, field)?);
+        Ok(a)
+    }
+    fn u8(&mut self, field: &'static str) -> PResult<u8> {
+        Ok(self.array::<1>(field)?[0])
+    }
+    fn u16(&mut self, field: &'static str) -> PResult<u16> {
+        Ok(u16::from_be_bytes(self.array(field)?))
+    }
+    fn u32(&mut self, field: &'static str) -> PResult<u32> {
+        Ok(u32::from_be_bytes(self.array(field)?))
+    }
+    fn u64(&mut self, field: &'static str) -> PResult<u64> {
+        Ok(u64::from_be_bytes(self.array(field)?))
+    }
+    /// A finite, non-negative number.
+    fn f64(&mut self, field: &'static str) -> PResult<f64> {
+        let v = f64::from_bits(self.u64(field)?);
+        if !v.is_finite() || v < 0.0 {
+            return Err(ProtoError::BadValue {
+                field,
+                detail: format!("{v} is not a finite non-negative number"),
+            });
+        }
+        Ok(v)
+    }
+    fn text(&mut self, len: usize, max: usize, field: &'static str) -> PResult<&'a str> {
+        if len > max {
+            return Err(ProtoError::TooLong { field, len, max });
+        }
+        let b = self.take(len, field)?;
+        std::str::from_utf8(b).map_err(|e| ProtoError::BadValue {
+            field,
+            detail: format!("not UTF-8 ({e})"),
+        })
+    }
+    fn str8(&mut self, max: usize, field: &'static str) -> PResult<&'a str> {
+        let len = self.u8(field)? as usize;
+        self.text(len, max, field)
+    }
+    fn str16(&mut self, max: usize, field: &'static str) -> PResult<&'a str> {
+        let len = self.u16(field)? as usize;
+        self.text(len, max, field)
+    }
+    fn count(&mut self, max: usize, field: &'static str, wide: bool) -> PResult<usize> {
+        let n = if wide {
+            self.u16(field)? as usize
+        } else {
+            self.u8(field)? as usize
+        };
+        if n > max {
+            return Err(ProtoError::TooLong { field, len: n, max });
+        }
+        Ok(n)
+    }
+    fn finish(self) -> PResult<()> {
+        match self.buf.len() - self.pos {
+            0 => Ok(()),
+            extra => Err(ProtoError::Trailing { extra }),
+        }
+    }
+}
+
+fn bad(field: &'static str, detail: impl Into<String>) -> ProtoError {
+    ProtoError::BadValue {
+        field,
+        detail: detail.into(),
+    }
+}
+
+/// A name made of `[a-z0-9_]`, 1..=max characters.
+fn check_ident(s: &str, field: &'static str) -> PResult<()> {
+    if s.is_empty() {
+        return Err(bad(field, "empty"));
+    }
+    if let Some(c) = s
+        .chars()
+        .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_'))
+    {
+        return Err(bad(
+            field,
+            format!("character {c:?} is not one of [a-z0-9_]"),
+        ));
+    }
+    Ok(())
+}
+
+/// Printable ASCII (what parameter values and device names are made of).
+fn check_printable(s: &str, field: &'static str) -> PResult<()> {
+    if s.is_empty() {
+        return Err(bad(field, "empty"));
+    }
+    if let Some(c) = s.chars().find(|c| !(' '..='~').contains(c)) {
+        return Err(bad(
+            field,
+            format!("character {c:?} is not printable ASCII"),
+        ));
+    }
+    Ok(())
+}
+
+fn decode_test(c: u8) -> PResult<TestKind> {
+    Ok(match c {
+        1 => TestKind::Write,
+        2 => TestKind::Read,
+        3 => TestKind::Send,
+        4 => TestKind::Atomic,
+        _ => return Err(bad("test kind", format!("code {c}"))),
+    })
+}
+
+fn decode_metric(c: u8) -> PResult<Metric> {
+    Ok(match c {
+        1 => Metric::Bw,
+        2 => Metric::Lat,
+        _ => return Err(bad("metric", format!("code {c}"))),
+    })
+}
+
+fn decode_phase(r: &mut Reader<'_>) -> PResult<Phase> {
+    let c = r.u8("phase")?;
+    Phase::from_code(c).ok_or_else(|| bad("phase", format!("code {c}")))
+}
+
+/// Parses one record. Refuses anything that is not exactly a message of this version.
+pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
+    if buf.is_empty() {
+        return Err(ProtoError::Empty);
+    }
+    if buf.len() > MAX_FRAME {
+        return Err(ProtoError::TooLong {
+            field: "record",
+            len: buf.len(),
+            max: MAX_FRAME,
+        });
+    }
+    let mut r = Reader { buf, pos: 1 };
+    let msg = match buf[0] {
+        T_HELLO => {
+            let magic = r.array::<4>("magic")?;
+            if magic != MAGIC {
+                return Err(ProtoError::BadMagic(magic));
+            }
+            let version = r.u16("version")?;
+            if version != VERSION {
+                return Err(ProtoError::Version { peer: version });
+            }
+            let tool = r.str8(MAX_NAME, "tool name")?;
+            check_ident(tool, "tool name")?;
+            let test = decode_test(r.u8("test kind")?)?;
+            let metric = decode_metric(r.u8("metric")?)?;
+            let n = r.count(MAX_PARAMS, "parameter list", false)?;
+            let mut params: Vec<(String, String)> = Vec::with_capacity(n);
+            for _ in 0..n {
+                let k = r.str8(MAX_KEY, "parameter name")?;
+                check_ident(k, "parameter name")?;
+                let v = r.str8(MAX_VALUE, "parameter value")?;
+                check_printable(v, "parameter value")?;
+                if params.iter().any(|(pk, _)| pk == k) {
+                    return Err(bad("parameter list", format!("'{k}' appears twice")));
+                }
+                params.push((k.to_string(), v.to_string()));
+            }
+            Msg::Hello(Hello {
+                version,
+                tool: tool.to_string(),
+                test,
+                metric,
+                params,
+            })
+        }
+        T_ACCEPT => {
+            let version = r.u16("version")?;
+            if version != VERSION {
+                return Err(ProtoError::Version { peer: version });
+            }
+            let tool = r.str8(MAX_NAME, "tool name")?;
+            check_ident(tool, "tool name")?;
+            Msg::Accept(Accept {
+                version,
+                tool: tool.to_string(),
+            })
+        }
+        T_ERROR => {
+            let text = r.str16(MAX_TEXT, "error text")?;
+            if text.is_empty() {
+                return Err(bad("error text", "empty"));
+            }
+            if let Some(c) = text.chars().find(|c| c.is_control() && *c != '\n') {
+                return Err(bad("error text", format!("control character {c:?}")));
+            }
+            Msg::Error(text.to_string())
+        }
+        T_ENDPOINTS => {
+            let device = r.str8(MAX_NAME, "device name")?;
+            check_printable(device, "device name")?;
+            let active_mtu = r.u32("active MTU")?;
+            if Mtu::from_bytes(active_mtu).is_none() {
+                return Err(bad("active MTU", format!("{active_mtu} is not an IB MTU")));
+            }
+            let max_msg_sz = r.u32("max message size")?;
+            if max_msg_sz == 0 {
+                return Err(bad("max message size", "0"));
+            }
+            let max_dest_rd_atomic = r.u8("responder resources")?;
+            let qkey = r.u32("Q_Key")?;
+            let n = r.count(MAX_QPS, "QP list", true)?;
+            if n == 0 {
+                return Err(bad("QP list", "no QP"));
+            }
+            let mut qps = Vec::with_capacity(n);
+            for _ in 0..n {
+                let qpn = r.u32("QPN")?;
+                let psn = r.u32("PSN")?;
+                let lid = r.u16("LID")?;
+                let gid = Gid(r.array::<16>("GID")?);
+                let rkey = r.u32("rkey")?;
+                let addr = r.u64("address")?;
+                let slot_stride = r.u32("slot stride")?;
+                let slots = r.u32("slot count")?;
+                if qpn > 0xff_ffff || qpn == 0 {
+                    return Err(bad("QPN", format!("{qpn:#x} is not a 24-bit QP number")));
+                }
+                if psn > 0xff_ffff {
+                    return Err(bad("PSN", format!("{psn:#x} is wider than 24 bits")));
+                }
+                if slot_stride == 0 || slots == 0 {
+                    return Err(bad(
+                        "slots",
+                        format!("{slots} slots of {slot_stride} bytes"),
+                    ));
+                }
+                let span = u64::from(slot_stride) * u64::from(slots);
+                if addr.checked_add(span).is_none() {
+                    return Err(bad(
+                        "address",
+                        format!("{addr:#x} + {span} bytes wraps around"),
+                    ));
+                }
+                qps.push(QpEndpoint {
+                    qpn,
+                    psn,
+                    lid,
+                    gid,
+                    rkey,
+                    addr,
+                    slot_stride,
+                    slots,
+                });
+            }
+            Msg::Endpoints(Endpoints {
+                device: device.to_string(),
+                active_mtu,
+                max_msg_sz,
+                max_dest_rd_atomic,
+                qkey,
+                qps,
+            })
+        }
+        T_SYNC => {
+            let phase = decode_phase(&mut r)?;
+            let size = r.u64("size")?;
+            Msg::Sync(Sync { phase, size })
+        }
+        T_TALLY => {
+            let phase = decode_phase(&mut r)?;
+            let size = r.u64("size")?;
+            let n = r.count(MAX_QPS, "tally", true)?;
+            let mut per_qp = Vec::with_capacity(n);
+            for _ in 0..n {
+                per_qp.push(r.u64("tally count")?);
+            }
+            Msg::Tally(Tally {
+                phase,
+                size,
+                per_qp,
+            })
+        }
+        T_RESULT => Msg::Result(WireRow {
+            bytes: r.u64("bytes")?,
+            iterations: r.u64("iterations")?,
+            peak_bps: r.f64("peak bandwidth")?,
+            avg_bps: r.f64("average bandwidth")?,
+            msg_rate_mpps: r.f64("message rate")?,
+            elapsed_ns: r.u64("elapsed time")?,
+        }),
+        T_HEARTBEAT => Msg::Heartbeat,
+        t => return Err(ProtoError::UnknownType(t)),
+    };
+    r.finish()?;
+    Ok(msg)
+}

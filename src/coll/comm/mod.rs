@@ -1,0 +1,454 @@
+//! The communicator: this rank's place in the ring, its two RC QPs (one to each neighbour), its
+//! registered buffers, and the engine that runs a [`Plan`] on them.
+//!
+//! **Data path.** Every rank registers `nslots` receive slots of `slot_bytes` each and tells its
+//! left neighbour where they are (in the bootstrap table). Message number m from the left lands in
+//! slot m mod `nslots`, written by an `IBV_WR_RDMA_WRITE_WITH_IMM` whose immediate is m: the
+//! write puts the bytes in place without our CPU, the immediate consumes one of our posted
+//! receives and tells us that slot m is full. We reduce (or copy) it into the destination, then
+//! give the slot back with a *credit* — a zero-byte `IBV_WR_SEND_WITH_IMM` to the left. A sender
+//! starts with `nslots` credits and spends one per message, so it can never overwrite a slot the
+//! receiver has not consumed. No payload byte goes over TCP; TCP (the [`Star`]) carries only the
+//! bootstrap, small control messages and liveness.
+//!
+//! **Safety of the buffers.** The destination buffer is registered for local access only: only
+//! our own NIC reads it (for our writes), and the plan orders every overwrite of a range after the
+//! completion of every send reading it. Between collectives nothing is posted on it, so
+//! [`Comm::write_input`] and [`Comm::read_output`] copy in and out of it. The slots, which the
+//! left neighbour writes, are read only between a message's completion and its credit — the
+//! window in which the protocol forbids the neighbour to touch them — and never handed out.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::affinity;
+use crate::coll::bootstrap::{self, CollError, RankRecord, Result, Star, PROTOCOL_VERSION};
+use crate::coll::env::{pick_device, RankInfo};
+use crate::coll::kernels::{self, DataType, RedOp};
+use crate::coll::schedule::{self, chunk, Action, Coll, Plan, RecvMsg};
+use crate::connect::{self, ConnectOpts, Endpoint};
+use crate::verbs::{
+    AccessFlags, CompChannel, Context, Cq, DeviceList, Gid, Mr, Payload, Pd, Qp, QpCaps,
+    QpInitAttr, QpType, RecvWr, RemoteBuf, SendOp, SendWr, VerbsError, WorkCompletion,
+};
+
+mod init;
+mod pump;
+
+/// How to build a communicator.
+#[derive(Debug, Clone)]
+pub struct CommOpts {
+    /// Devices to spread local ranks over (`-d rxe0,rxe1`); empty: the first device.
+    pub devices: Vec<String>,
+    pub ib_port: u8,
+    pub gid_index: Option<u32>,
+    /// The largest message (bytes) any collective will be given.
+    pub max_bytes: usize,
+    /// Bytes per receive slot: the pipeline's piece size.
+    pub slot_bytes: usize,
+    /// Receive slots (= credits, = pieces in flight per link).
+    pub nslots: usize,
+    /// How long the rendezvous may take.
+    pub bootstrap_timeout: Duration,
+    /// How long a rank waits without any progress before it declares its neighbour gone.
+    pub peer_timeout: Duration,
+    /// QP ack timeout exponent (`-u`): 4.096 µs × 2^n.
+    pub ack_timeout: u8,
+    /// CPU to pin this rank's thread to.
+    pub cpu: Option<usize>,
+    /// A local run (`--np`): the base name of the launcher's message queues, which then carry
+    /// the rendezvous and the star instead of TCP (see [`super::mqlink`]).
+    pub local_queues: Option<String>,
+}
+
+impl Default for CommOpts {
+    fn default() -> Self {
+        CommOpts {
+            devices: Vec::new(),
+            ib_port: 1,
+            gid_index: None,
+            max_bytes: 1 << 20,
+            slot_bytes: 128 << 10,
+            nslots: 8,
+            bootstrap_timeout: Duration::from_secs(60),
+            peer_timeout: Duration::from_secs(30),
+            ack_timeout: 20,
+            cpu: None,
+            local_queues: None,
+        }
+    }
+}
+
+/// A message from the left has been reduced or copied into the destination: for narration.
+pub struct TraceEvent<'a> {
+    pub coll: Coll,
+    pub msg: &'a RecvMsg,
+    /// The whole destination buffer after the message was applied.
+    pub buffer: &'a [u8],
+}
+
+/// Where a rank's time went inside the collectives since the last [`Comm::take_phases`]: the
+/// profile behind `--profile` of the vl_*_perf tools (issue 10's "why is it slow").
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Phases {
+    /// Collectives run.
+    pub collectives: u64,
+    /// Building and posting the RDMA WRITEs (step 1 of the engine's loop).
+    pub post: Duration,
+    /// Copying arrived pieces out of the slots and reducing them into the destination, and
+    /// posting the credits (step 2).
+    pub apply: Duration,
+    /// `ibv_poll_cq` and re-posting receives (step 3).
+    pub poll: Duration,
+    /// Asleep on the completion channel, or spinning with nothing to do.
+    pub idle: Duration,
+    /// Bytes copied or reduced out of the slots.
+    pub applied_bytes: u64,
+    /// Pieces sent (RDMA WRITE WITH IMM) and times the rank went to sleep.
+    pub writes: u64,
+    pub sleeps: u64,
+}
+
+/// The observer of [`TraceEvent`]s (lesson 15 prints the vector after every step).
+pub type Tracer = Box<dyn FnMut(&TraceEvent<'_>)>;
+
+/// Empty polls before an idle rank goes to sleep on the completion channel.
+const SPINS_BEFORE_SLEEP: u32 = 64;
+/// The longest sleep: the star (liveness) and the peer timeout are looked at between sleeps.
+const SLEEP_SLICE: Duration = Duration::from_millis(10);
+
+const WR_DATA: u64 = 1;
+const WR_CREDIT: u64 = 2;
+const WR_RECV_DATA: u64 = 3;
+const WR_RECV_CREDIT: u64 = 4;
+
+/// The ring's verbs objects and the state that persists between collectives.
+struct Ring {
+    ctx: Context,
+    /// Idle ranks sleep on it instead of spinning (see `pump`).
+    channel: CompChannel,
+    cq: Cq,
+    left: Qp,
+    right: Qp,
+    slots: Mr,
+    /// The right neighbour's slots: where our writes go.
+    peer_slots: RemoteBuf,
+    slot_bytes: usize,
+    nslots: usize,
+    sq_depth: usize,
+    /// Messages sent to the right / received from the left since the ring was built.
+    tx_seq: u64,
+    rx_seq: u64,
+    credits: usize,
+    /// Messages from the left that have arrived (immediate, length) and wait to be applied.
+    arrived: VecDeque<(u32, u32)>,
+    sq_right: usize,
+    sq_left: usize,
+}
+
+/// The memory the collectives work on: `[input | output]`, each `max_bytes`.
+enum Memory {
+    Registered(Mr),
+    /// World size 1 needs no NIC.
+    Heap(Vec<u8>),
+}
+
+impl Memory {
+    /// A copy of `range` (an MR is only reached through copies).
+    fn read(&self, range: std::ops::Range<usize>) -> Vec<u8> {
+        match self {
+            Memory::Registered(m) => m.to_vec(range).expect("a range inside the buffers"),
+            Memory::Heap(v) => v[range].to_vec(),
+        }
+    }
+    fn write(&mut self, offset: usize, src: &[u8]) {
+        match self {
+            Memory::Registered(m) => m.write(offset, src).expect("a range inside the buffers"),
+            Memory::Heap(v) => v[offset..offset + src.len()].copy_from_slice(src),
+        }
+    }
+}
+
+/// A communicator: see the module documentation.
+pub struct Comm {
+    info: RankInfo,
+    star: Star,
+    ring: Option<Ring>,
+    mem: Memory,
+    max_bytes: usize,
+    peer_timeout: Duration,
+    /// Set once a collective failed: the ring's state is unknown, later calls are refused.
+    broken: bool,
+    tracer: Option<Tracer>,
+    phases: Phases,
+    _pd: Option<Pd>,
+}
+
+fn verbs(what: impl Into<String>) -> impl FnOnce(VerbsError) -> CollError {
+    let what = what.into();
+    move |err| CollError::Verbs { what, err }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+impl Comm {
+    pub fn rank(&self) -> usize {
+        self.info.rank as usize
+    }
+    pub fn world_size(&self) -> usize {
+        self.info.world_size as usize
+    }
+    pub fn info(&self) -> &RankInfo {
+        &self.info
+    }
+    /// Every rank's record, as rank 0 sent it.
+    pub fn table(&self) -> &[RankRecord] {
+        self.star.table()
+    }
+    /// The largest message, in bytes.
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+    /// The device this rank uses (`None` for a single rank, which needs none).
+    pub fn device(&self) -> Option<&str> {
+        self.ring.as_ref().map(|r| r.ctx.name())
+    }
+    /// QPNs of the QPs to the left and right neighbour.
+    pub fn qpns(&self) -> Option<(u32, u32)> {
+        self.ring.as_ref().map(|r| (r.left.qpn(), r.right.qpn()))
+    }
+    /// Observes every message applied (narration); `None` stops.
+    pub fn set_tracer(&mut self, t: Option<Tracer>) {
+        self.tracer = t;
+    }
+    /// Where the time went since the last call (and starts counting afresh).
+    pub fn take_phases(&mut self) -> Phases {
+        std::mem::take(&mut self.phases)
+    }
+    /// The star of TCP connections around rank 0 (gathers, barriers for tools).
+    pub fn star(&mut self) -> &mut Star {
+        &mut self.star
+    }
+
+    /// Writes `src` into the input buffer at `offset` (out-of-place collectives read it).
+    pub fn write_input(&mut self, offset: usize, src: &[u8]) {
+        assert!(
+            offset + src.len() <= self.max_bytes,
+            "outside the input buffer"
+        );
+        self.mem.write(offset, src);
+    }
+    /// A copy of `range` of the input buffer.
+    pub fn read_input(&self, range: std::ops::Range<usize>) -> Vec<u8> {
+        assert!(range.end <= self.max_bytes, "outside the input buffer");
+        self.mem.read(range)
+    }
+    /// Writes `src` into the output buffer at `offset` (in-place collectives work on it alone).
+    pub fn write_output(&mut self, offset: usize, src: &[u8]) {
+        assert!(
+            offset + src.len() <= self.max_bytes,
+            "outside the output buffer"
+        );
+        self.mem.write(self.max_bytes + offset, src);
+    }
+    /// A copy of `range` of the output buffer.
+    pub fn read_output(&self, range: std::ops::Range<usize>) -> Vec<u8> {
+        assert!(range.end <= self.max_bytes, "outside the output buffer");
+        let m = self.max_bytes;
+        self.mem.read(m + range.start..m + range.end)
+    }
+
+    fn check(&self, count: usize, dtype: DataType, in_bytes: usize) -> Result<usize> {
+        if self.broken {
+            return Err(CollError::Failed(
+                "an earlier collective failed: the communicator can no longer be used".into(),
+            ));
+        }
+        let bytes = count
+            .checked_mul(dtype.size())
+            .filter(|b| *b <= self.max_bytes && in_bytes <= self.max_bytes)
+            .ok_or_else(|| {
+                CollError::Usage(format!(
+                    "{count} elements of {dtype} do not fit the communicator's buffers of {} \
+                     bytes",
+                    self.max_bytes
+                ))
+            })?;
+        Ok(bytes)
+    }
+
+    /// The element range of rank `r`'s chunk of `count` elements.
+    pub fn chunk_of(&self, count: usize, r: usize) -> std::ops::Range<usize> {
+        chunk(count, self.world_size(), r)
+    }
+
+    /// Sum (or prod/min/max) of every rank's `count` elements; the result on every rank in the
+    /// output. In place: the output is the input too; otherwise the input is copied to the output
+    /// first.
+    pub fn all_reduce(
+        &mut self,
+        dtype: DataType,
+        op: RedOp,
+        count: usize,
+        in_place: bool,
+    ) -> Result<()> {
+        let bytes = self.check(count, dtype, 0)?;
+        if !in_place {
+            self.copy_in(0..bytes, 0);
+        }
+        self.run_coll(Coll::AllReduce, dtype, op, count)
+    }
+
+    /// Rank r ends with chunk r ([`Comm::chunk_of`]) of the reduction, at its place in the
+    /// output (the rest of the output holds partial sums).
+    pub fn reduce_scatter(
+        &mut self,
+        dtype: DataType,
+        op: RedOp,
+        count: usize,
+        in_place: bool,
+    ) -> Result<()> {
+        let bytes = self.check(count, dtype, 0)?;
+        if !in_place {
+            self.copy_in(0..bytes, 0);
+        }
+        self.run_coll(Coll::ReduceScatter, dtype, op, count)
+    }
+
+    /// Every rank's chunk r ends on every rank. Rank r's contribution is chunk r of the output
+    /// (in place) or the first elements of its input (out of place).
+    pub fn all_gather(&mut self, dtype: DataType, count: usize, in_place: bool) -> Result<()> {
+        self.check(count, dtype, 0)?;
+        if !in_place {
+            let c = self.chunk_of(count, self.rank());
+            let s = dtype.size();
+            self.copy_in(0..c.len() * s, c.start * s);
+        }
+        self.run_coll(Coll::AllGather, dtype, RedOp::Sum, count)
+    }
+
+    /// Root's `count` elements to every rank's output (the root's from its input when out of
+    /// place).
+    pub fn broadcast(
+        &mut self,
+        dtype: DataType,
+        count: usize,
+        root: usize,
+        in_place: bool,
+    ) -> Result<()> {
+        let bytes = self.check(count, dtype, 0)?;
+        if root >= self.world_size() {
+            return Err(CollError::Usage(format!(
+                "root {root} is not a rank of a world of {}",
+                self.world_size()
+            )));
+        }
+        if !in_place && self.rank() == root {
+            self.copy_in(0..bytes, 0);
+        }
+        self.run_coll(Coll::Broadcast { root }, dtype, RedOp::Sum, count)
+    }
+
+    /// Sends `count` elements of the input to the right neighbour and receives the left
+    /// neighbour's into the output (out of place only).
+    pub fn sendrecv(&mut self, dtype: DataType, count: usize) -> Result<()> {
+        let bytes = self.check(count, dtype, 0)?;
+        if self.world_size() == 1 {
+            self.copy_in(0..bytes, 0);
+            return Ok(());
+        }
+        let plan = self.plan(Coll::SendRecv, dtype, count)?;
+        self.execute(Coll::SendRecv, &plan, 0, self.max_bytes, dtype, RedOp::Sum)
+    }
+
+    /// Every rank waits for all (over TCP).
+    pub fn barrier(&mut self) -> Result<()> {
+        self.star.barrier()
+    }
+
+    /// Ends the job cleanly: a last barrier, so that no rank tears its QPs down while a
+    /// neighbour still talks to them.
+    pub fn finish(mut self) -> Result<()> {
+        self.star.barrier()
+    }
+
+    fn copy_in(&mut self, from: std::ops::Range<usize>, to: usize) {
+        let m = self.max_bytes;
+        let bytes = self.mem.read(from);
+        self.mem.write(m + to, &bytes);
+    }
+
+    fn plan(&self, coll: Coll, dtype: DataType, count: usize) -> Result<Plan> {
+        let slot = self.ring.as_ref().map_or(usize::MAX, |r| r.slot_bytes);
+        schedule::plan(
+            coll,
+            self.rank(),
+            self.world_size(),
+            count,
+            dtype.size(),
+            slot,
+        )
+        .map_err(CollError::Usage)
+    }
+
+    fn run_coll(&mut self, coll: Coll, dtype: DataType, op: RedOp, count: usize) -> Result<()> {
+        if self.world_size() == 1 {
+            return Ok(());
+        }
+        let plan = self.plan(coll, dtype, count)?;
+        let m = self.max_bytes;
+        self.execute(coll, &plan, m, m, dtype, op)
+    }
+
+    /// Runs `plan`: sends read `src_off + range`, receives land at `dst_off + range`.
+    fn execute(
+        &mut self,
+        coll: Coll,
+        plan: &Plan,
+        src_off: usize,
+        dst_off: usize,
+        dtype: DataType,
+        op: RedOp,
+    ) -> Result<()> {
+        let r = self.pump(coll, plan, src_off, dst_off, dtype, op);
+        if let Err(e) = &r {
+            self.broken = true;
+            // Rank 0 may already know better who is gone (a closed socket): ask it briefly.
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                if let Err(better @ CollError::RankGone { .. }) = self.star.check_alive() {
+                    return Err(better);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            self.star.abort(e);
+        }
+        r
+    }
+
+    fn neighbour(&self, k: isize) -> &RankRecord {
+        let n = self.world_size();
+        &self.star.table()[schedule::ring_offset(self.rank(), n, k)]
+    }
+}
+
+/// The extent of the destination a plan touches (for tracing).
+fn self_len(plan: &Plan) -> usize {
+    plan.recvs
+        .iter()
+        .map(|m| m.range.end)
+        .chain(plan.sends.iter().map(|m| m.range.end))
+        .max()
+        .unwrap_or(0)
+}
+
+fn post_recvs(qp: &Qp, wr_id: u64, n: usize) -> Result<()> {
+    let wrs: Vec<RecvWr<'_>> = (0..n).map(|_| RecvWr { wr_id, sges: &[] }).collect();
+    qp.post_recv(&wrs).map_err(verbs("ibv_post_recv"))
+}
