@@ -1,8 +1,8 @@
 #!/bin/sh
 # Lesson 07: the same SEND/RECV ping-pong with busy polling and with a completion channel. The
 # client prints both sides' latency and CPU time; the numbers must be there and make sense:
-# busy polling keeps a CPU busy the whole run and never sleeps, event mode sleeps about once
-# per message and takes one event per sleep. --show-race arms the CQ after a completion
+# busy polling keeps a CPU busy the whole run and never sleeps, event mode sleeps (about once per
+# message on an idle host) and takes one event per sleep. --show-race arms the CQ after a completion
 # arrived: no event comes, yet the completion is in the CQ.
 # timeout: 240
 set -eu
@@ -46,8 +46,12 @@ done
 for col in 4 8; do
     sl=$(field cpu busy "$col")
     num_gt 30 "$sl" || fail "busy polling slept $sl times (column $col)"
+    # Event mode sleeps only when the CQ is empty: on an idle host that is once per round trip,
+    # but on a busy one the reply is often there already when the client looks (145 sleeps in
+    # 300 round trips with two guest suites and busy loops on 2 CPUs). One in ten still tells an
+    # event loop from a busy one, which sleeps at most a few times.
     sl=$(field cpu event "$col")
-    num_gt "$sl" $((N / 2)) || fail "event mode slept only $sl times in $N round trips (column $col)"
+    num_gt "$sl" $((N / 10)) || fail "event mode slept only $sl times in $N round trips (column $col)"
 done
 # One event per sleep, at most one arm per completion waited for; the counts are printed.
 events=$(sed -n 's/^client event run: \([0-9]*\) arms (ibv_req_notify_cq), \([0-9]*\) events.*/\2/p' "$CLIENT_OUT")
