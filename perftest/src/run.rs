@@ -476,8 +476,8 @@ fn run_infinitely<'c>(
             false => {
                 let what = "the client's next period or its finish";
                 let go = match s.ch.recv_skipping_heartbeats(what)? {
-                    Msg::Sync(y) if y.phase == Phase::Period && y.size == period => true,
-                    Msg::Sync(y) if y.phase == Phase::Finish => false,
+                    Msg::Barrier(y) if y.phase == Phase::Period && y.size == period => true,
+                    Msg::Barrier(y) if y.phase == Phase::Finish => false,
                     other => bail!(
                         "protocol out of step: expected SYNC(period, {period}) or \
                          SYNC(finish), got {}",
@@ -489,7 +489,7 @@ fn run_infinitely<'c>(
                 } else {
                     (Phase::Finish, 0)
                 };
-                s.ch.send(&Msg::Sync(crate::proto::Sync { phase: ph, size: n }))?;
+                s.ch.send(&Msg::Barrier(crate::proto::Barrier { phase: ph, size: n }))?;
                 go
             }
         };

@@ -9,8 +9,8 @@ use verbs_lab::oob;
 use verbs_lab::verbs::Gid;
 use verbs_lab::wire::XorShift;
 use vl_perftest::proto::{
-    check_hello, decode, encode, Accept, ChanError, Channel, Endpoints, Hello, Msg, Phase,
-    ProtoError, QpEndpoint, Sync, Tally, WireRow, MAGIC, MAX_FRAME, MAX_KEY, MAX_NAME, MAX_PARAMS,
+    check_hello, decode, encode, Accept, Barrier, ChanError, Channel, Endpoints, Hello, Msg, Phase,
+    ProtoError, QpEndpoint, Tally, WireRow, MAGIC, MAX_FRAME, MAX_KEY, MAX_NAME, MAX_PARAMS,
     MAX_QPS, MAX_TEXT, MAX_VALUE, VERSION,
 };
 use vl_perftest::result::{Metric, TestKind};
@@ -62,7 +62,7 @@ fn samples() -> Vec<Msg> {
             qkey: 0x1111_1111,
             qps: (1..=4).map(endpoint).collect(),
         }),
-        Msg::Sync(Sync {
+        Msg::Barrier(Barrier {
             phase: Phase::Ready,
             size: 65536,
         }),
@@ -415,7 +415,7 @@ fn channel_turns_errors_and_out_of_step_messages_into_errors() {
     assert!(!server.readable(Duration::ZERO).unwrap());
     raw.send_msg(&encode(&Msg::Heartbeat), "beat").unwrap();
     raw.send_msg(
-        &encode(&Msg::Sync(Sync {
+        &encode(&Msg::Barrier(Barrier {
             phase: Phase::Done,
             size: 2,
         })),
@@ -566,7 +566,7 @@ fn random_msg(rng: &mut Rng) -> Msg {
                 qps,
             })
         }
-        4 => Msg::Sync(Sync {
+        4 => Msg::Barrier(Barrier {
             phase: rng.phase(),
             size: rng.upto(u64::MAX),
         }),

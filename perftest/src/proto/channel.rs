@@ -215,11 +215,11 @@ impl Channel {
 
     /// A barrier: sends SYNC(phase, size) and expects the same from the peer.
     pub fn sync(&mut self, phase: Phase, size: u64) -> Result<(), ChanError> {
-        self.send(&Msg::Sync(Sync { phase, size }))?;
+        self.send(&Msg::Barrier(Barrier { phase, size }))?;
         let what = format!("the {}'s {phase} barrier (size {size})", self.peer);
         match self.recv_skipping_heartbeats(&what)? {
-            Msg::Sync(s) if s.phase == phase && s.size == size => Ok(()),
-            Msg::Sync(s) => Err(ChanError::Unexpected {
+            Msg::Barrier(s) if s.phase == phase && s.size == size => Ok(()),
+            Msg::Barrier(s) => Err(ChanError::Unexpected {
                 what: format!("SYNC({phase}, size {size})"),
                 got: format!("SYNC({}, size {})", s.phase, s.size),
             }),

@@ -115,7 +115,7 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
                 w.u32(q.slots);
             }
         }
-        Msg::Sync(s) => {
+        Msg::Barrier(s) => {
             w.u8(T_SYNC);
             w.u8(s.phase.code());
             w.u64(s.size);
@@ -428,7 +428,7 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
         T_SYNC => {
             let phase = decode_phase(&mut r)?;
             let size = r.u64("size")?;
-            Msg::Sync(Sync { phase, size })
+            Msg::Barrier(Barrier { phase, size })
         }
         T_TALLY => {
             let phase = decode_phase(&mut r)?;

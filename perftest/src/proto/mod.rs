@@ -167,7 +167,7 @@ impl fmt::Display for Phase {
 
 /// A barrier token: both sides send one and expect the same phase and size back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sync {
+pub struct Barrier {
     pub phase: Phase,
     pub size: u64,
 }
@@ -227,7 +227,7 @@ pub enum Msg {
     /// The sender gives up; the text says why. The connection closes after it.
     Error(String),
     Endpoints(Endpoints),
-    Sync(Sync),
+    Barrier(Barrier),
     Tally(Tally),
     Result(WireRow),
     /// "Still running": sent about once a second by a side that is sending, so a waiting peer
@@ -243,7 +243,7 @@ impl Msg {
             Msg::Accept(_) => "ACCEPT",
             Msg::Error(_) => "ERROR",
             Msg::Endpoints(_) => "ENDPOINTS",
-            Msg::Sync(_) => "SYNC",
+            Msg::Barrier(_) => "SYNC",
             Msg::Tally(_) => "TALLY",
             Msg::Result(_) => "RESULT",
             Msg::Heartbeat => "HEARTBEAT",
@@ -351,7 +351,7 @@ mod tests {
                     slots: 2,
                 }],
             }),
-            Msg::Sync(Sync {
+            Msg::Barrier(Barrier {
                 phase: Phase::Measure,
                 size: 8,
             }),
