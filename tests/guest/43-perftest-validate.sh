@@ -4,6 +4,7 @@
 # initiator (what it read), the receiver of sends (every message, in order). Passes on good
 # runs, over the paths that differ: inline and not, several QPs, post lists, both directions, UD.
 # timeout: 300
+# slow: thirteen --validate pairs (every tool and path that differs), 2-15 s each under TCG; 34 s idle
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"

@@ -4,6 +4,7 @@
 # there), completion events, duration mode with a peak, UD and UC, both atomics, outstanding
 # reads, inline on and off, Gb/s, no-peak, CPU pinning.
 # timeout: 420
+# slow: over twenty tool pairs, one per option combination, 2-8 s each under TCG; 73 s idle
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"

@@ -11,6 +11,7 @@
 # tests/guest/56-procs-scaling.sh'`): speed is measured by benchmarks, and a test's time must
 # not grow with how many rounds a statistic wants.
 # timeout: 600
+# slow: a warm-up and a round of --procs 1 and --procs 2 pairs, each measuring for seconds; 56 s idle
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
