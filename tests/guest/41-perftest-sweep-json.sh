@@ -4,6 +4,7 @@
 # The document is checked by vl_jsoncheck (a strict RFC 8259 parser: the guest has no python
 # or jq) and kept in .vm-out/perftest/ on the host.
 # timeout: 720
+# slow: three -a sweeps of up to 23 sizes each (write_bw to 8 MiB, send_lat over UD, read_lat); 100 s idle
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
