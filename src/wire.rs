@@ -1,10 +1,14 @@
 //! The one binary codec of the project: a [`Writer`] and a [`Reader`] for the big-endian
 //! records that processes exchange (the message queues of [`crate::mq`], the worker reports of
-//! the benchmarks' `--procs`).
+//! the benchmarks' `--procs`, the benchmarks' out-of-band messages, the collectives' bootstrap
+//! records in [`crate::coll::bootstrap`]).
 //!
 //! The layout is deliberately plain: integers big-endian, `f64` as its IEEE-754 bits, a
 //! boolean as one byte 0 or 1, an optional value as a 0/1 tag byte and the value, a text as a
-//! 16-bit length and UTF-8, a list as a 32-bit count and its items. The [`Reader`] is strict,
+//! 16-bit length and UTF-8, a list as a 32-bit count and its items. Records whose layout was
+//! fixed elsewhere (the benchmarks' out-of-band protocol, the collectives' bootstrap) give a
+//! length or count another [`Width`] and a limit of their own: [`Writer::text`],
+//! [`Writer::blob`], [`Reader::text`], [`Reader::blob`], [`Reader::length`]. The [`Reader`] is strict,
 //! because the bytes come from another process that may be of another build, or broken:
 //! every truncation, a boolean or tag that is neither 0 nor 1, text that is not UTF-8, a
 //! count larger than the remaining bytes could hold (checked *before* anything is allocated)
@@ -86,6 +90,25 @@ impl WireError {
     }
 }
 
+/// The width of a length or count field: one, two or four bytes, big-endian.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Width {
+    U8,
+    U16,
+    U32,
+}
+
+impl Width {
+    /// The largest length the field can carry.
+    pub fn max(self) -> usize {
+        match self {
+            Width::U8 => u8::MAX as usize,
+            Width::U16 => u16::MAX as usize,
+            Width::U32 => u32::MAX as usize,
+        }
+    }
+}
+
 /// Builds a record.
 #[derive(Debug, Default, Clone)]
 pub struct Writer {
@@ -149,27 +172,46 @@ impl Writer {
         self.u8(v.into());
     }
 
-    /// A 16-bit length, then the UTF-8 bytes; fails beyond 65535 bytes.
-    pub fn str(&mut self, s: &str) -> Result<(), WireError> {
-        let n = u16::try_from(s.len()).map_err(|_| WireError::TooLong {
-            what: "a text".into(),
-            len: s.len(),
-            max: u16::MAX as usize,
-        })?;
-        self.u16(n);
+    /// A length or count `n` in a field of `width`; fails when it does not fit (`what` names
+    /// the value, for the error).
+    pub fn length(&mut self, width: Width, n: usize, what: &str) -> Result<(), WireError> {
+        if n > width.max() {
+            return Err(WireError::TooLong {
+                what: what.to_string(),
+                len: n,
+                max: width.max(),
+            });
+        }
+        match width {
+            Width::U8 => self.u8(n as u8),
+            Width::U16 => self.u16(n as u16),
+            Width::U32 => self.u32(n as u32),
+        }
+        Ok(())
+    }
+
+    /// A length of `width`, then the bytes.
+    pub fn blob(&mut self, width: Width, b: &[u8]) -> Result<(), WireError> {
+        self.length(width, b.len(), "a byte string")?;
+        self.raw(b);
+        Ok(())
+    }
+
+    /// A length of `width`, then the UTF-8 bytes.
+    pub fn text(&mut self, width: Width, s: &str) -> Result<(), WireError> {
+        self.length(width, s.len(), "a text")?;
         self.raw(s.as_bytes());
         Ok(())
     }
 
+    /// A 16-bit length, then the UTF-8 bytes; fails beyond 65535 bytes.
+    pub fn str(&mut self, s: &str) -> Result<(), WireError> {
+        self.text(Width::U16, s)
+    }
+
     /// A 32-bit count of items; fails beyond `u32::MAX`.
     pub fn count(&mut self, n: usize) -> Result<(), WireError> {
-        let c = u32::try_from(n).map_err(|_| WireError::TooLong {
-            what: "a list".into(),
-            len: n,
-            max: u32::MAX as usize,
-        })?;
-        self.u32(c);
-        Ok(())
+        self.length(Width::U32, n, "a list")
     }
 
     /// A count, then each text.
@@ -226,7 +268,8 @@ impl<'a> Reader<'a> {
         s
     }
 
-    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], WireError> {
+    /// The next `N` bytes, as an array (a magic, a GID).
+    pub fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], WireError> {
         let mut a = [0u8; N];
         a.copy_from_slice(self.take(N, what)?);
         Ok(a)
@@ -276,19 +319,45 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A 16-bit length and that many bytes of UTF-8.
-    pub fn str(&mut self, what: &str) -> Result<String, WireError> {
-        let n = self.u16(what)? as usize;
-        let t = self.take(n, what)?;
-        String::from_utf8(t.to_vec()).map_err(|e| {
+    /// A length or count in a field of `width`, refused above `max` (before anything is read
+    /// or allocated for it).
+    pub fn length(&mut self, width: Width, what: &str, max: usize) -> Result<usize, WireError> {
+        let n = match width {
+            Width::U8 => self.u8(what)? as usize,
+            Width::U16 => self.u16(what)? as usize,
+            Width::U32 => self.u32(what)? as usize,
+        };
+        if n > max {
+            return Err(WireError::TooLong {
+                what: what.to_string(),
+                len: n,
+                max,
+            });
+        }
+        Ok(n)
+    }
+
+    /// A length of `width` (at most `max`) and that many bytes.
+    pub fn blob(&mut self, width: Width, what: &str, max: usize) -> Result<&'a [u8], WireError> {
+        let n = self.length(width, what, max)?;
+        self.take(n, what)
+    }
+
+    /// A length of `width` (at most `max`) and that many bytes of UTF-8.
+    pub fn text(&mut self, width: Width, what: &str, max: usize) -> Result<&'a str, WireError> {
+        let t = self.blob(width, what, max)?;
+        std::str::from_utf8(t).map_err(|e| {
             WireError::invalid(
                 what,
-                format!(
-                    "not UTF-8 (invalid byte at {})",
-                    e.utf8_error().valid_up_to()
-                ),
+                format!("not UTF-8 (invalid byte at {})", e.valid_up_to()),
             )
         })
+    }
+
+    /// A 16-bit length and that many bytes of UTF-8.
+    pub fn str(&mut self, what: &str) -> Result<String, WireError> {
+        self.text(Width::U16, what, Width::U16.max())
+            .map(str::to_string)
     }
 
     /// A 32-bit count of items that take at least `min_item` bytes each: a count the
@@ -414,6 +483,50 @@ mod tests {
         );
         let long = "x".repeat(70_000);
         assert!(Writer::new().str(&long).is_err());
+    }
+
+    #[test]
+    fn widths_carry_their_lengths_and_limits() {
+        let mut w = Writer::new();
+        w.text(Width::U8, "rxe0").unwrap();
+        w.blob(Width::U32, &[9, 8]).unwrap();
+        w.length(Width::U16, 300, "n").unwrap();
+        let b = w.into_bytes();
+        assert_eq!(b, [4, b'r', b'x', b'e', b'0', 0, 0, 0, 2, 9, 8, 1, 44]);
+        let mut r = Reader::new(&b);
+        assert_eq!(r.text(Width::U8, "name", 64).unwrap(), "rxe0");
+        assert_eq!(r.blob(Width::U32, "blob", 2).unwrap(), [9, 8]);
+        assert_eq!(r.length(Width::U16, "n", 300).unwrap(), 300);
+        r.finish().unwrap();
+        // A length above the field's limit is refused before its bytes are read.
+        let e = Reader::new(&b).text(Width::U8, "name", 3).unwrap_err();
+        assert_eq!(
+            e,
+            WireError::TooLong {
+                what: "name".into(),
+                len: 4,
+                max: 3
+            }
+        );
+        // A length the record cannot hold is a truncation.
+        let e = Reader::new(&[0, 0, 0, 9, 1])
+            .blob(Width::U32, "blob", usize::MAX)
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                WireError::Truncated {
+                    need: 9,
+                    left: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // The writer refuses what its width cannot say.
+        assert!(Writer::new().text(Width::U8, &"x".repeat(256)).is_err());
+        assert!(Writer::new().length(Width::U16, 65_536, "n").is_err());
+        assert!(Writer::new().text(Width::U8, &"x".repeat(255)).is_ok());
     }
 
     /// One field of a random record, with its value.

@@ -36,10 +36,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
-use verbs_lab::coll::bootstrap::{Get, Put};
 use verbs_lab::coll::kernels::{load_value, store_value};
 use verbs_lab::coll::schedule::{chunk, ring_offset, Action};
 use verbs_lab::coll::{env, launch, Comm, CommOpts, DataType, RankFlags, RedOp};
+use verbs_lab::wire::{Reader, WireError, Writer};
 use verbs_lab_lessons::Narrator;
 
 #[derive(Parser, Debug)]
@@ -224,14 +224,16 @@ fn run(args: &Args) -> Result<()> {
     comm.all_reduce(t, RedOp::Sum, count, true)
         .context("the all-reduce")?;
     comm.set_tracer(None);
-    let mut p = Put::default();
+    let mut w = Writer::new();
     for s in seen.borrow().iter() {
-        p.u32(s.step).u32(s.chunk).u8(s.reduced.into());
+        w.u32(s.step);
+        w.u32(s.chunk);
+        w.bool(s.reduced);
         for v in &s.vector {
-            p.u64(*v as u64);
+            w.u64(*v as u64);
         }
     }
-    let logs = comm.star().gather(&p.0)?;
+    let logs = comm.star().gather(&w.into_bytes())?;
     if let Some(logs) = logs {
         let parsed = logs
             .iter()
@@ -286,13 +288,11 @@ fn run(args: &Args) -> Result<()> {
         .map(|b| load_value(t, b).unwrap_or(i64::MIN))
         .collect();
     let wrong = got.iter().zip(&want).filter(|(g, w)| g != w).count() as u64;
-    let mut p = Put::default();
-    p.u64(wrong);
-    let all = comm.star().gather(&p.0)?;
+    let all = comm.star().gather(&wrong.to_be_bytes())?;
     let total = match &all {
         Some(all) => all
             .iter()
-            .map(|b| Get::new(b, "a count").u64().unwrap_or(u64::MAX))
+            .map(|b| Reader::new(b).u64("a count").unwrap_or(u64::MAX))
             .sum::<u64>(),
         None => 0,
     };
@@ -335,25 +335,24 @@ fn gather_vector(comm: &mut Comm, count: usize) -> Result<Option<Vec<Vec<i64>>>>
 }
 
 fn parse_log(b: &[u8], count: usize) -> std::result::Result<Vec<Seen>, String> {
-    let mut g = Get::new(b, "a rank's log");
+    let mut r = Reader::new(b);
     let mut v = Vec::new();
-    let mut left = b.len();
-    while left > 0 {
-        let step = g.u32()?;
-        let chunk = g.u32()?;
-        let reduced = g.u8()? == 1;
-        let vector = (0..count)
-            .map(|_| g.u64().map(|x| x as i64))
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        v.push(Seen {
-            step,
-            chunk,
-            reduced,
-            vector,
-        });
-        left -= 9 + 8 * count;
+    while r.remaining() > 0 {
+        v.push(read_seen(&mut r, count).map_err(|e| format!("a rank's log: {e}"))?);
     }
     Ok(v)
+}
+
+/// One step of a rank's log: the step, the chunk, whether it reduced, the vector after it.
+fn read_seen(r: &mut Reader<'_>, count: usize) -> std::result::Result<Seen, WireError> {
+    Ok(Seen {
+        step: r.u32("step")?,
+        chunk: r.u32("chunk")?,
+        reduced: r.bool("reduced")?,
+        vector: (0..count)
+            .map(|_| r.u64("element").map(|x| x as i64))
+            .collect::<std::result::Result<Vec<_>, _>>()?,
+    })
 }
 
 /// `[11 12 13 | 14 15 | 16 17]`: the vector with its chunks marked.

@@ -28,7 +28,7 @@ use crate::engine::{
 use crate::params::{Config, RunMode};
 use crate::pattern;
 use crate::proto::Endpoints;
-use crate::proto::{Msg, Phase, WireRow};
+use crate::proto::{Channel, Msg, Phase, WireRow};
 use crate::result::{BwRow, TestKind};
 use verbs_lab::diag::{device_report, PortCounters};
 
@@ -38,7 +38,7 @@ mod validate;
 
 use peak::measured;
 pub use peak::{Measured, PeakLog, PhaseOut};
-use send::{post_some, senders, source_sges, tx_cfg};
+use send::{post_some, senders, source_sges, tx_cfg, TxQp};
 use validate::{check_received, prepare, validate};
 
 /// Measures one message size; returns the row this side reports (none on a server that only
@@ -134,6 +134,32 @@ pub fn sum_rows(a: &BwRow, b: &BwRow) -> BwRow {
     }
 }
 
+/// What a phase is: the settings every step of its loop reads.
+struct PhaseCtx<'a> {
+    cfg: &'a Config,
+    mode: RunMode,
+    ph: Phase,
+    size: u64,
+    /// The message size in bytes, and where a received message starts in its slot (past the
+    /// GRH of a UD receive).
+    n: usize,
+    rx_off: usize,
+    layout: Layout,
+    qps: &'a [Qp],
+    nq: usize,
+    sends: bool,
+    receives: bool,
+    peer_sends: bool,
+    lossy: bool,
+    cq_timeout: Duration,
+    peer_timeout: Duration,
+    /// The port's counters as the phase starts, for the stall message.
+    counters: PortCounters,
+    t_phase: Instant,
+    /// The smallest window of the peak.
+    win0: u64,
+}
+
 /// Receive-side state of a phase.
 struct Rx {
     received: Vec<u64>,
@@ -143,6 +169,23 @@ struct Rx {
     pending: Vec<Vec<usize>>,
     total: u64,
     last: Option<Instant>,
+    log: PeakLog,
+    done: bool,
+}
+
+/// Send-side progress of a phase (each QP's own is in its `TxQp`).
+struct Tx {
+    /// Requests completed on every QP.
+    total: u64,
+    log: PeakLog,
+    first_post: Option<Instant>,
+    last_completion: Instant,
+    /// Every request completed (and the TALLY sent), at `done_at`.
+    done: bool,
+    done_at: Instant,
+    posting: bool,
+    /// The deadline of a timed run has passed.
+    stopped: bool,
 }
 
 /// Runs one phase of one size: posts (if this side sends), receives (if it receives), exchanges
@@ -158,17 +201,12 @@ fn phase(
 ) -> Result<PhaseOut> {
     let cfg = s.cfg;
     let nq = cfg.qps as usize;
-    let sends = s.bw_sends();
-    let receives = s.bw_receives();
-    let peer_sends = s.bw_peer_sends();
-    let lossy = s.lossy();
-    let rx_off = s.rx_offset();
-    let (cq_timeout, peer_timeout) = (s.cq_timeout, s.peer_timeout);
-    let software = s.yields();
     let base =
         |v: &[u64]| -> Vec<u64> { (0..nq).map(|q| v.get(q).copied().unwrap_or(0)).collect() };
-    let seq_base = base(sent_before);
-    let rx_seq_base = base(peer_sent_before);
+    let (seq_base, rx_seq_base) = (base(sent_before), base(peer_sent_before));
+    let (sends, receives, peer_sends) = (s.bw_sends(), s.bw_receives(), s.bw_peer_sends());
+    let (lossy, rx_off, software) = (s.lossy(), s.rx_offset(), s.yields());
+    let (cq_timeout, peer_timeout) = (s.cq_timeout, s.peer_timeout);
 
     let Session { link, ch, .. } = s;
     let Link {
@@ -187,58 +225,50 @@ fn phase(
         layout,
         ..
     } = res;
-    let layout = *layout;
-    let n = size as usize;
-    // The port's counters as the phase starts, for the stall message (read outside the loop).
-    let counters = PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port);
+    let t_phase = Instant::now();
+    let k = PhaseCtx {
+        cfg,
+        mode,
+        ph,
+        size,
+        n: size as usize,
+        rx_off,
+        layout: *layout,
+        qps,
+        nq,
+        sends,
+        receives,
+        peer_sends,
+        lossy,
+        cq_timeout,
+        peer_timeout,
+        counters: PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port),
+        t_phase,
+        win0: u64::from(cfg.tx_depth.max(cfg.effective_cq_mod())) * nq as u64,
+    };
 
     // Requests, built once per phase.
-    let src_sges = source_sges(cfg, mr, &layout, n)?;
-    let c = tx_cfg(cfg, &layout, n, remote, *inline_limit, seq_base);
+    let src_sges = source_sges(cfg, mr, &k.layout, k.n)?;
+    let c = tx_cfg(cfg, &k.layout, k.n, remote, *inline_limit, seq_base);
     let mut txs = if sends {
         senders(cfg, qps, remote, ahs, &src_sges, &c, mode)
     } else {
         Vec::new()
     };
-    let mut rx = Rx {
-        received: vec![0; nq],
-        next_seq: rx_seq_base,
-        // Re-posted after every poll, so at most one poll's worth is pending.
-        pending: (0..nq).map(|_| Vec::with_capacity(POLL_BATCH)).collect(),
-        total: 0,
-        last: None,
-    };
-
+    let mut rx = Rx::new(&k, rx_seq_base);
+    let mut tx = Tx::new(&k);
     let mut wcs = WorkCompletion::array::<POLL_BATCH>();
     let mut watch = PeerWatch::new(ph, size);
-    let t_phase = Instant::now();
-    let deadline = match mode {
-        RunMode::Duration(d) => Some(t_phase + d),
-        RunMode::Iters(_) => None,
-    };
-    let win0 = u64::from(cfg.tx_depth.max(cfg.effective_cq_mod())) * nq as u64;
-    let mut tx_log = PeakLog::new(win0, t_phase);
-    let mut rx_log = PeakLog::new(win0, t_phase);
-    let mut first_post: Option<Instant> = None;
-    let mut last_completion = t_phase;
     let mut last_progress = t_phase;
-    let mut tx_total = 0u64;
-    let mut tx_done = !sends;
-    let mut rx_done = !receives;
-    let mut posting = sends;
-    let mut stopped = false;
     let mut turns = 0u32;
-    let mut tx_done_at = t_phase;
     let mut sleep = false;
 
     loop {
         let mut posted_now = 0;
-        if posting {
-            if first_post.is_none() {
-                first_post = Some(Instant::now());
-            }
-            for (q, tx) in txs.iter_mut().enumerate() {
-                posted_now += post_some(tx, q, &c, mr, &layout)?;
+        if tx.posting {
+            tx.first_post.get_or_insert_with(Instant::now);
+            for (q, t) in txs.iter_mut().enumerate() {
+                posted_now += post_some(t, q, &c, mr, &k.layout)?;
             }
         }
         // With -e, a loop that found nothing to do last time sleeps on the channel.
@@ -247,154 +277,269 @@ fn phase(
         turns = turns.wrapping_add(1);
         if got > 0 {
             let now = Instant::now();
-            for wc in &wcs[..got] {
-                if !wc.is_success() {
-                    return Err(wc_error(wc));
-                }
-                let q = (wc.wr_id() >> QP_SHIFT) as usize;
-                if q >= nq {
-                    bail!("a completion with an unknown wr_id {:#x}", wc.wr_id());
-                }
-                if matches!(wc.opcode(), WcOpcode::RECV | WcOpcode::RECV_RDMA_WITH_IMM) {
-                    let slot = (wc.wr_id() & SEQ_MASK) as usize;
-                    let want = n + rx_off;
-                    if wc.byte_len() as usize != want {
-                        bail!(
-                            "QP {q} received {} bytes, expected {want}: the peer sent another size",
-                            wc.byte_len()
-                        );
-                    }
-                    if cfg.validate {
-                        let off = layout.dst(q, slot) + rx_off;
-                        let msg = dst[q].to_vec(off..off + n)?;
-                        check_received(&msg, q, &mut rx.next_seq[q], lossy, ph, size)?;
-                    }
-                    rx.received[q] += 1;
-                    rx.total += 1;
-                    rx.pending[q].push(slot);
-                } else {
-                    let Some(tx) = txs.get_mut(q) else {
-                        bail!(
-                            "a send completion ({}) on a side that sends nothing",
-                            wc.opcode()
-                        );
-                    };
-                    let done = completed_through(tx.completed, wc.wr_id());
-                    if done > tx.completed {
-                        tx_total += done - tx.completed;
-                        tx.completed = done;
-                    }
-                }
-            }
+            reap(&wcs[..got], &k, dst, &mut rx, &mut txs, &mut tx.total)?;
             if receives {
-                for (q, qp) in qps.iter().enumerate().take(nq) {
-                    if !rx.pending[q].is_empty() {
-                        crate::engine::post_receives(
-                            qp,
-                            &dst[q],
-                            &layout,
-                            q,
-                            rx.pending[q].drain(..),
-                        )?;
-                    }
-                }
-                if rx.total > 0 {
-                    rx.last = Some(now);
-                    rx_log.record(rx.total, now);
-                    watch.last_sign = now;
-                }
+                rx.repost(qps, dst, &k.layout)?;
+                rx.progressed(now, &mut watch);
             }
             if sends {
-                last_completion = now;
-                tx_log.record(tx_total, now);
+                tx.last_completion = now;
+                tx.log.record(tx.total, now);
             }
             last_progress = now;
         }
 
-        // Housekeeping (clock, peer, deadline, stall): every 64 turns, every 8 when idle, every
-        // idle turn with -e (which may then sleep). A clock read is not free everywhere (over a
-        // microsecond on the HPET of an emulated guest): an idle spin should mostly poll.
         let idle = got == 0 && posted_now == 0;
-        let due = if idle {
-            channel.is_some() || turns & 7 == 0
-        } else {
-            turns & 63 == 0
-        };
-        if !due {
+        if !housekeeping_due(idle, channel.is_some(), turns) {
             continue;
         }
         let now = Instant::now();
-        if let Some(dl) = deadline {
-            if sends && !stopped && now >= dl {
-                // Stop: every QP ends on a signaled request, so its last completion is seen.
-                stopped = true;
-                for tx in txs.iter_mut() {
-                    tx.target = if tx.posted > tx.signaled_upto {
-                        tx.posted + 1
-                    } else {
-                        tx.posted
-                    };
-                }
-            }
-        }
-        if sends && !tx_done && txs.iter().all(|t| t.completed >= t.target) {
-            tx_done = true;
-            posting = false;
-            tx_done_at = last_completion;
-            let per_qp = txs.iter().map(|t| t.posted).collect();
-            send_tally(ch, ph, size, per_qp)?;
-        }
-        if receives && !rx_done {
-            if let Some(t) = &watch.tally {
-                check_tally(t, nq)?;
-                let all = rx.received.iter().zip(&t.per_qp).all(|(r, w)| r >= w);
-                // A lossy transport may never deliver them all: done when quiet for a while.
-                let quiet = now.duration_since(rx.last.unwrap_or(t_phase).max(watch.last_sign));
-                rx_done = all || (lossy && quiet > LOSSY_GRACE);
-            }
-        }
-        if tx_done && rx_done {
+        settle(&k, &mut txs, &mut tx, &mut rx, &watch, ch, now)?;
+        if tx.done && rx.done {
             break;
         }
-        watch.check(ch, now)?;
-        if sends && !tx_done {
-            watch.beat(ch, now)?;
-            let outstanding = txs.iter().any(|t| t.posted > t.completed);
-            if outstanding && now.duration_since(last_progress) > cq_timeout {
-                bail!(
-                    "no completion for {:.1} s ({} of {} requests completed): the peer stopped \
-                     responding, or the QP timeout (-u {}) is too short for this link; {}",
-                    now.duration_since(last_progress).as_secs_f64(),
-                    tx_total,
-                    txs.iter().map(|t| t.posted).sum::<u64>(),
-                    cfg.qp_timeout,
-                    device_report(qps.first(), &counters)
-                );
-            }
-        }
-        if receives && !rx_done {
-            watch.alive(now, peer_timeout, "the peer's messages")?;
-            watch.within_phase(ch, now, "the peer's messages")?;
-        }
+        let stalled_for = now.duration_since(last_progress);
+        keep_watch(&k, &txs, &tx, &rx, &mut watch, ch, (now, stalled_for))?;
         if idle && software && channel.is_none() {
-            backoff(now.duration_since(last_progress));
+            backoff(stalled_for);
         }
         sleep = idle;
     }
+    phase_out(&k, &txs, &tx, &rx, &mut watch, ch)
+}
 
+/// Housekeeping (clock, peer, deadline, stall) is due every 64 turns, every 8 when idle, every
+/// idle turn with -e (`events`, which may then sleep). A clock read is not free everywhere (over
+/// a microsecond on the HPET of an emulated guest): an idle spin should mostly poll.
+#[inline]
+fn housekeeping_due(idle: bool, events: bool, turns: u32) -> bool {
+    if idle {
+        events || turns & 7 == 0
+    } else {
+        turns & 63 == 0
+    }
+}
+
+impl Tx {
+    fn new(k: &PhaseCtx<'_>) -> Tx {
+        Tx {
+            total: 0,
+            log: PeakLog::new(k.win0, k.t_phase),
+            first_post: None,
+            last_completion: k.t_phase,
+            done: !k.sends,
+            done_at: k.t_phase,
+            posting: k.sends,
+            stopped: false,
+        }
+    }
+}
+
+/// One poll's completions, each checked and accounted to its QP.
+#[inline]
+fn reap(
+    wcs: &[WorkCompletion],
+    k: &PhaseCtx<'_>,
+    dst: &[Mr],
+    rx: &mut Rx,
+    txs: &mut [TxQp<'_>],
+    tx_total: &mut u64,
+) -> Result<()> {
+    for wc in wcs {
+        if !wc.is_success() {
+            return Err(wc_error(wc));
+        }
+        let q = (wc.wr_id() >> QP_SHIFT) as usize;
+        if q >= k.nq {
+            bail!("a completion with an unknown wr_id {:#x}", wc.wr_id());
+        }
+        if matches!(wc.opcode(), WcOpcode::RECV | WcOpcode::RECV_RDMA_WITH_IMM) {
+            rx.on_receive(wc, q, k, dst)?;
+        } else {
+            let Some(t) = txs.get_mut(q) else {
+                bail!(
+                    "a send completion ({}) on a side that sends nothing",
+                    wc.opcode()
+                );
+            };
+            // Signaled requests complete everything before them on their QP.
+            let done = completed_through(t.completed, wc.wr_id());
+            if done > t.completed {
+                *tx_total += done - t.completed;
+                t.completed = done;
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Rx {
+    fn new(k: &PhaseCtx<'_>, next_seq: Vec<u64>) -> Rx {
+        Rx {
+            received: vec![0; k.nq],
+            next_seq,
+            // Re-posted after every poll, so at most one poll's worth is pending.
+            pending: (0..k.nq).map(|_| Vec::with_capacity(POLL_BATCH)).collect(),
+            total: 0,
+            last: None,
+            log: PeakLog::new(k.win0, k.t_phase),
+            done: !k.receives,
+        }
+    }
+
+    /// After a poll that found completions: when anything has arrived, the time and count go
+    /// to the peak's log, and the peer counts as alive.
+    #[inline]
+    fn progressed(&mut self, now: Instant, watch: &mut PeerWatch) {
+        if self.total > 0 {
+            self.last = Some(now);
+            self.log.record(self.total, now);
+            watch.last_sign = now;
+        }
+    }
+
+    /// A receive on QP `q`: its length is the size's, its bytes (with `--validate`) the
+    /// expected pattern; it is counted and its slot kept for re-posting.
+    #[inline]
+    fn on_receive(
+        &mut self,
+        wc: &WorkCompletion,
+        q: usize,
+        k: &PhaseCtx<'_>,
+        dst: &[Mr],
+    ) -> Result<()> {
+        let slot = (wc.wr_id() & SEQ_MASK) as usize;
+        let want = k.n + k.rx_off;
+        if wc.byte_len() as usize != want {
+            bail!(
+                "QP {q} received {} bytes, expected {want}: the peer sent another size",
+                wc.byte_len()
+            );
+        }
+        if k.cfg.validate {
+            let off = k.layout.dst(q, slot) + k.rx_off;
+            let msg = dst[q].to_vec(off..off + k.n)?;
+            check_received(&msg, q, &mut self.next_seq[q], k.lossy, k.ph, k.size)?;
+        }
+        self.received[q] += 1;
+        self.total += 1;
+        self.pending[q].push(slot);
+        Ok(())
+    }
+
+    /// Posts the slots of this poll's receives again.
+    #[inline]
+    fn repost(&mut self, qps: &[Qp], dst: &[Mr], layout: &Layout) -> Result<()> {
+        for (q, qp) in qps.iter().enumerate().take(self.pending.len()) {
+            if !self.pending[q].is_empty() {
+                crate::engine::post_receives(qp, &dst[q], layout, q, self.pending[q].drain(..))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Decides what is finished: a timed run's senders stop at the deadline (every QP ends on a
+/// signaled request, so its last completion is seen); the sending is done when every request
+/// completed (the TALLY then goes to the peer); the receiving when the peer's tally is met, or,
+/// on a lossy transport that may never deliver them all, when the line was quiet for a while.
+fn settle(
+    k: &PhaseCtx<'_>,
+    txs: &mut [TxQp<'_>],
+    tx: &mut Tx,
+    rx: &mut Rx,
+    watch: &PeerWatch,
+    ch: &mut Channel,
+    now: Instant,
+) -> Result<()> {
+    if let RunMode::Duration(d) = k.mode {
+        if k.sends && !tx.stopped && now >= k.t_phase + d {
+            tx.stopped = true;
+            for t in txs.iter_mut() {
+                t.target = if t.posted > t.signaled_upto {
+                    t.posted + 1
+                } else {
+                    t.posted
+                };
+            }
+        }
+    }
+    if k.sends && !tx.done && txs.iter().all(|t| t.completed >= t.target) {
+        tx.done = true;
+        tx.posting = false;
+        tx.done_at = tx.last_completion;
+        let per_qp = txs.iter().map(|t| t.posted).collect();
+        send_tally(ch, k.ph, k.size, per_qp)?;
+    }
+    if k.receives && !rx.done {
+        if let Some(t) = &watch.tally {
+            check_tally(t, k.nq)?;
+            let all = rx.received.iter().zip(&t.per_qp).all(|(r, w)| r >= w);
+            let quiet = now.duration_since(rx.last.unwrap_or(k.t_phase).max(watch.last_sign));
+            rx.done = all || (k.lossy && quiet > LOSSY_GRACE);
+        }
+    }
+    Ok(())
+}
+
+/// Watches the peer and the link while the phase runs: reads what the peer sent, sends
+/// heartbeats while sending, and gives up on a sender whose completions stopped (`stalled_for`
+/// since the last progress) or a receiver whose peer went silent or overran the phase.
+fn keep_watch(
+    k: &PhaseCtx<'_>,
+    txs: &[TxQp<'_>],
+    tx: &Tx,
+    rx: &Rx,
+    watch: &mut PeerWatch,
+    ch: &mut Channel,
+    (now, stalled_for): (Instant, Duration),
+) -> Result<()> {
+    watch.check(ch, now)?;
+    if k.sends && !tx.done {
+        watch.beat(ch, now)?;
+        let outstanding = txs.iter().any(|t| t.posted > t.completed);
+        if outstanding && stalled_for > k.cq_timeout {
+            bail!(
+                "no completion for {:.1} s ({} of {} requests completed): the peer stopped \
+                 responding, or the QP timeout (-u {}) is too short for this link; {}",
+                stalled_for.as_secs_f64(),
+                tx.total,
+                txs.iter().map(|t| t.posted).sum::<u64>(),
+                k.cfg.qp_timeout,
+                device_report(k.qps.first(), &k.counters)
+            );
+        }
+    }
+    if k.receives && !rx.done {
+        watch.alive(now, k.peer_timeout, "the peer's messages")?;
+        watch.within_phase(ch, now, "the peer's messages")?;
+    }
+    Ok(())
+}
+
+/// What the phase measured on each side, checked against the peer's tally (waited for if it
+/// has not arrived yet).
+fn phase_out(
+    k: &PhaseCtx<'_>,
+    txs: &[TxQp<'_>],
+    tx: &Tx,
+    rx: &Rx,
+    watch: &mut PeerWatch,
+    ch: &mut Channel,
+) -> Result<PhaseOut> {
+    let (cfg, mode, size) = (k.cfg, k.mode, k.size);
     let mut out = PhaseOut {
         sent: txs.iter().map(|t| t.posted).collect(),
         ..PhaseOut::default()
     };
-    if sends {
-        let start = first_post.unwrap_or(t_phase);
-        let span = (start, tx_done_at);
-        out.tx = Some(measured(cfg, mode, size, tx_total, span, win0, &tx_log));
+    if k.sends {
+        let span = (tx.first_post.unwrap_or(k.t_phase), tx.done_at);
+        out.tx = Some(measured(cfg, mode, size, tx.total, span, k.win0, &tx.log));
     }
-    if receives {
-        let span = (t_phase, rx.last.unwrap_or(t_phase));
-        out.rx = Some(measured(cfg, mode, size, rx.total, span, win0, &rx_log));
-        if !lossy {
+    if k.receives {
+        let span = (k.t_phase, rx.last.unwrap_or(k.t_phase));
+        out.rx = Some(measured(cfg, mode, size, rx.total, span, k.win0, &rx.log));
+        if !k.lossy {
             if let Some(t) = &watch.tally {
                 for (q, (r, w)) in rx.received.iter().zip(&t.per_qp).enumerate() {
                     if r != w {
@@ -404,12 +549,12 @@ fn phase(
             }
         }
     }
-    if peer_sends {
+    if k.peer_sends {
         let t = match watch.tally.take() {
             Some(t) => t,
             None => watch.wait_tally(ch)?,
         };
-        check_tally(&t, nq)?;
+        check_tally(&t, k.nq)?;
         out.peer_sent = t.per_qp;
     }
     Ok(out)

@@ -129,10 +129,9 @@ pub fn server_hello(ours: &Hello, ch: &mut Channel) -> Result<Greeting> {
         Err(ChanError::Proto { err, .. }) => {
             ch.send_error("not a verbs-lab HELLO: this is a verbs-lab vl_* server");
             stray(match err {
-                ProtoError::BadValue {
-                    field: "frame length",
-                    ..
-                } => "it does not speak the verbs-lab protocol (a perftest ib_* client?)".into(),
+                ProtoError::BadValue { field, .. } if field == "frame length" => {
+                    "it does not speak the verbs-lab protocol (a perftest ib_* client?)".into()
+                }
                 e => format!("its opening bytes are not a HELLO ({e})"),
             })
         }

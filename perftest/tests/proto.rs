@@ -131,7 +131,8 @@ fn oversized_counts_and_lengths_are_refused_before_allocating() {
     rec.extend_from_slice(&[1, 1, 255]);
     assert!(matches!(
         decode(&rec),
-        Err(ProtoError::TooLong { field: "parameter list", len: 255, max }) if max == MAX_PARAMS
+        Err(ProtoError::TooLong { field, len: 255, max })
+            if field == "parameter list" && max == MAX_PARAMS
     ));
 
     // An ENDPOINTS announcing 65535 QPs.
@@ -156,20 +157,14 @@ fn oversized_counts_and_lengths_are_refused_before_allocating() {
     rec.extend_from_slice(&[b'a'; 100]);
     assert!(matches!(
         decode(&rec),
-        Err(ProtoError::TooLong {
-            field: "error text",
-            ..
-        })
+        Err(ProtoError::TooLong { field, .. }) if field == "error text"
     ));
 
     // A record longer than a frame may be.
     let big = vec![8u8; MAX_FRAME + 1];
     assert!(matches!(
         decode(&big),
-        Err(ProtoError::TooLong {
-            field: "record",
-            ..
-        })
+        Err(ProtoError::TooLong { field, .. }) if field == "record"
     ));
 }
 
@@ -195,10 +190,7 @@ fn bad_values_are_named() {
     let tool_end = 1 + 4 + 2 + 1 + "vl_write_bw".len();
     assert!(matches!(
         with(&|r| r[tool_end] = 9),
-        Err(ProtoError::BadValue {
-            field: "test kind",
-            ..
-        })
+        Err(ProtoError::BadValue { field, .. }) if field == "test kind"
     ));
 
     // Duplicate parameter names.
@@ -747,4 +739,62 @@ fn semantically_bad_records_are_refused_where_they_are_used() {
     assert!(e.contains("16 slot(s) of 4096 bytes"), "{e}");
     assert!(e.contains("too small for messages of 65536 bytes"), "{e}");
     assert!(check(&cfg, &eps(65536, 0), 65536).is_err());
+}
+
+/// The bytes of each message, spelled out field by field as docs/oob-protocol.md lays them out:
+/// a change of the codec that moves a byte fails here.
+#[test]
+fn every_message_keeps_its_layout() {
+    let hello = encode(&Msg::Hello(hello(&[("size", "8")])));
+    let mut want = vec![1];
+    want.extend_from_slice(b"VLPT");
+    want.extend_from_slice(&VERSION.to_be_bytes());
+    want.push(11);
+    want.extend_from_slice(b"vl_write_bw");
+    want.extend_from_slice(&[1, 1, 1, 4]);
+    want.extend_from_slice(b"size");
+    want.extend_from_slice(&[1, b'8']);
+    assert_eq!(hello, want);
+
+    let mut want = vec![3, 0, 5];
+    want.extend_from_slice(b"a b\nc");
+    assert_eq!(encode(&Msg::Error("a\u{7}b\nc".into())), want);
+
+    let e = encode(&Msg::Endpoints(Endpoints {
+        device: "rxe0".into(),
+        active_mtu: 1024,
+        max_msg_sz: 1 << 20,
+        max_dest_rd_atomic: 16,
+        qkey: 0x1111_1111,
+        qps: vec![endpoint(0x11)],
+    }));
+    let mut want = vec![4, 4];
+    want.extend_from_slice(b"rxe0");
+    want.extend_from_slice(&1024u32.to_be_bytes());
+    want.extend_from_slice(&(1u32 << 20).to_be_bytes());
+    want.push(16);
+    want.extend_from_slice(&0x1111_1111u32.to_be_bytes());
+    want.extend_from_slice(&[0, 1, 0, 0, 0, 0x11, 0, 0x12, 0x34, 0x56, 0, 0]);
+    want.extend_from_slice(&"::ffff:192.168.77.2".parse::<Gid>().unwrap().0);
+    want.extend_from_slice(&0x2e8u32.to_be_bytes());
+    want.extend_from_slice(&0x7f8e_afcd_d000u64.to_be_bytes());
+    want.extend_from_slice(&65536u32.to_be_bytes());
+    want.extend_from_slice(&1u32.to_be_bytes());
+    assert_eq!(e, want);
+
+    let t = encode(&Msg::Tally(Tally {
+        phase: Phase::Measure,
+        size: 2,
+        per_qp: vec![7],
+    }));
+    assert_eq!(
+        t,
+        [6, 4, 0, 0, 0, 0, 0, 0, 0, 2, 0, 1, 0, 0, 0, 0, 0, 0, 0, 7]
+    );
+    let b = encode(&Msg::Barrier(Barrier {
+        phase: Phase::Ready,
+        size: 1,
+    }));
+    assert_eq!(b, [5, 2, 0, 0, 0, 0, 0, 0, 0, 1]);
+    assert_eq!(encode(&Msg::Heartbeat), [8]);
 }

@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 
 use crate::progress::Progress;
 use clap::Parser;
-use verbs_lab::coll::bootstrap::Put;
 use verbs_lab::coll::kernels::{self, count_wrong, fill_input, input_value};
 use verbs_lab::coll::{
     launch, Coll, CollError, Comm, CommOpts, DataType, Phases, RankFlags, RedOp,
 };
 use verbs_lab::json::Object;
+use verbs_lab::wire::{Reader, Writer};
 
 use report::{Measure, Row, Table};
 
@@ -378,11 +378,12 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
             Some(measure(true)?)
         };
         // Every rank's numbers to rank 0.
-        let mut p = Put::default();
+        let mut w = Writer::new();
         for m in std::iter::once(&oop).chain(ip.as_ref()) {
-            p.u64(m.0.to_bits()).u64(m.1.unwrap_or(u64::MAX));
+            w.f64(m.0);
+            w.u64(m.1.unwrap_or(u64::MAX));
         }
-        let all = comm.star().gather(&p.0).map_err(failed)?;
+        let all = comm.star().gather(&w.into_bytes()).map_err(failed)?;
         let mine = |m: Option<&(f64, Option<u64>)>| {
             m.map(|m| Measure {
                 per_rank_us: vec![m.0],
@@ -466,11 +467,12 @@ fn assemble(all: &[Vec<u8>], size: usize, count: usize, has_ip: bool) -> Result<
                 16 * per
             ));
         }
-        for (k, mk) in m.iter_mut().enumerate() {
-            let t = f64::from_bits(u64::from_be_bytes(
-                b[16 * k..16 * k + 8].try_into().expect("8"),
-            ));
-            let w = u64::from_be_bytes(b[16 * k + 8..16 * k + 16].try_into().expect("8"));
+        let mut rd = Reader::new(b);
+        for mk in m.iter_mut() {
+            let (t, w) = rd
+                .f64("time")
+                .and_then(|t| Ok((t, rd.u64("wrong count")?)))
+                .map_err(|e| format!("rank {r}'s results: {e}"))?;
             mk.per_rank_us.push(t);
             if w == u64::MAX {
                 mk.wrong = None;

@@ -160,7 +160,7 @@ impl Channel {
                 return Err(ChanError::Proto {
                     what: what.to_string(),
                     err: ProtoError::BadValue {
-                        field: "frame length",
+                        field: "frame length".into(),
                         detail: format!(
                             "{len} bytes announced (limit {MAX_FRAME}): the peer does not speak \
                              the verbs-lab protocol (a perftest ib_* tool?); run vl_* tools on \

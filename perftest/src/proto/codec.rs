@@ -1,39 +1,15 @@
 //! The record of each message: [`encode`] and the strict [`decode`] (see the module's doc).
 
+use verbs_lab::wire::{Reader, Width, WireError, Writer};
+
 use super::*;
 
 // ---- encoding ------------------------------------------------------------------------------
 
-struct Writer(Vec<u8>);
-
-impl Writer {
-    fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    fn u16(&mut self, v: u16) {
-        self.0.extend_from_slice(&v.to_be_bytes());
-    }
-    fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_be_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_be_bytes());
-    }
-    fn f64(&mut self, v: f64) {
-        self.u64(v.to_bits());
-    }
-    /// Text with a one-byte length (callers keep it within the field's limit).
-    fn str8(&mut self, s: &str) {
-        let b = &s.as_bytes()[..s.len().min(255)];
-        self.u8(b.len() as u8);
-        self.0.extend_from_slice(b);
-    }
-    /// Text with a two-byte length.
-    fn str16(&mut self, s: &str) {
-        let b = &s.as_bytes()[..s.len().min(u16::MAX as usize)];
-        self.u16(b.len() as u16);
-        self.0.extend_from_slice(b);
-    }
+/// Writes text clipped to `max` bytes (at most the width's limit), so it always fits.
+fn clipped(w: &mut Writer, width: Width, s: &str, max: usize) {
+    w.text(width, clip(s, max.min(width.max())))
+        .expect("text clipped to its width fits");
 }
 
 fn test_code(t: TestKind) -> u8 {
@@ -66,26 +42,26 @@ fn clip(s: &str, max: usize) -> &str {
 
 /// The record of a message (the payload of one frame).
 pub fn encode(msg: &Msg) -> Vec<u8> {
-    let mut w = Writer(Vec::with_capacity(64));
+    let mut w = Writer::with_capacity(64);
     match msg {
         Msg::Hello(h) => {
             w.u8(T_HELLO);
-            w.0.extend_from_slice(&MAGIC);
+            w.raw(&MAGIC);
             w.u16(h.version);
-            w.str8(clip(&h.tool, MAX_NAME));
+            clipped(&mut w, Width::U8, &h.tool, MAX_NAME);
             w.u8(test_code(h.test));
             w.u8(metric_code(h.metric));
             let n = h.params.len().min(MAX_PARAMS);
             w.u8(n as u8);
             for (k, v) in &h.params[..n] {
-                w.str8(clip(k, MAX_KEY));
-                w.str8(clip(v, MAX_VALUE));
+                clipped(&mut w, Width::U8, k, MAX_KEY);
+                clipped(&mut w, Width::U8, v, MAX_VALUE);
             }
         }
         Msg::Accept(a) => {
             w.u8(T_ACCEPT);
             w.u16(a.version);
-            w.str8(clip(&a.tool, MAX_NAME));
+            clipped(&mut w, Width::U8, &a.tool, MAX_NAME);
         }
         Msg::Error(text) => {
             w.u8(T_ERROR);
@@ -93,11 +69,11 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
                 .chars()
                 .map(|c| if c.is_control() && c != '\n' { ' ' } else { c })
                 .collect();
-            w.str16(clip(&clean, MAX_TEXT));
+            clipped(&mut w, Width::U16, &clean, MAX_TEXT);
         }
         Msg::Endpoints(e) => {
             w.u8(T_ENDPOINTS);
-            w.str8(clip(&e.device, MAX_NAME));
+            clipped(&mut w, Width::U8, &e.device, MAX_NAME);
             w.u32(e.active_mtu);
             w.u32(e.max_msg_sz);
             w.u8(e.max_dest_rd_atomic);
@@ -108,7 +84,7 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
                 w.u32(q.qpn);
                 w.u32(q.psn);
                 w.u16(q.lid);
-                w.0.extend_from_slice(&q.gid.0);
+                w.raw(&q.gid.0);
                 w.u32(q.rkey);
                 w.u64(q.addr);
                 w.u32(q.slot_stride);
@@ -141,103 +117,57 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
         }
         Msg::Heartbeat => w.u8(T_HEARTBEAT),
     }
-    w.0
+    w.into_bytes()
 }
 
 // ---- decoding ------------------------------------------------------------------------------
 
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
 type PResult<T> = Result<T, ProtoError>;
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, field: &'static str) -> PResult<&'a [u8]> {
-        let end = self
-            .pos
-            .checked_add(n)
-            .filter(|e| *e <= self.buf.len())
-            .ok_or(ProtoError::Truncated { field })?;
-        let s = &self.buf[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-    fn array<const N: usize>(&mut self, field: &'static str) -> PResult<[u8; N]> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N, field)?);
-        Ok(a)
-    }
-    fn u8(&mut self, field: &'static str) -> PResult<u8> {
-        Ok(self.array::<1>(field)?[0])
-    }
-    fn u16(&mut self, field: &'static str) -> PResult<u16> {
-        Ok(u16::from_be_bytes(self.array(field)?))
-    }
-    fn u32(&mut self, field: &'static str) -> PResult<u32> {
-        Ok(u32::from_be_bytes(self.array(field)?))
-    }
-    fn u64(&mut self, field: &'static str) -> PResult<u64> {
-        Ok(u64::from_be_bytes(self.array(field)?))
-    }
-    /// A finite, non-negative number.
-    fn f64(&mut self, field: &'static str) -> PResult<f64> {
-        let v = f64::from_bits(self.u64(field)?);
-        if !v.is_finite() || v < 0.0 {
-            return Err(ProtoError::BadValue {
-                field,
-                detail: format!("{v} is not a finite non-negative number"),
-            });
-        }
-        Ok(v)
-    }
-    fn text(&mut self, len: usize, max: usize, field: &'static str) -> PResult<&'a str> {
-        if len > max {
-            return Err(ProtoError::TooLong { field, len, max });
-        }
-        let b = self.take(len, field)?;
-        std::str::from_utf8(b).map_err(|e| ProtoError::BadValue {
-            field,
-            detail: format!("not UTF-8 ({e})"),
-        })
-    }
-    fn str8(&mut self, max: usize, field: &'static str) -> PResult<&'a str> {
-        let len = self.u8(field)? as usize;
-        self.text(len, max, field)
-    }
-    fn str16(&mut self, max: usize, field: &'static str) -> PResult<&'a str> {
-        let len = self.u16(field)? as usize;
-        self.text(len, max, field)
-    }
-    fn count(&mut self, max: usize, field: &'static str, wide: bool) -> PResult<usize> {
-        let n = if wide {
-            self.u16(field)? as usize
-        } else {
-            self.u8(field)? as usize
-        };
-        if n > max {
-            return Err(ProtoError::TooLong { field, len: n, max });
-        }
-        Ok(n)
-    }
-    fn finish(self) -> PResult<()> {
-        match self.buf.len() - self.pos {
-            0 => Ok(()),
-            extra => Err(ProtoError::Trailing { extra }),
+impl From<WireError> for ProtoError {
+    fn from(e: WireError) -> ProtoError {
+        match e {
+            WireError::Truncated { what, .. } => ProtoError::Truncated { field: what },
+            WireError::Trailing { extra } => ProtoError::Trailing { extra },
+            WireError::Invalid { what, reason } => ProtoError::BadValue {
+                field: what,
+                detail: reason,
+            },
+            WireError::TooLong { what, len, max } => ProtoError::TooLong {
+                field: what,
+                len,
+                max,
+            },
         }
     }
 }
 
-fn bad(field: &'static str, detail: impl Into<String>) -> ProtoError {
+/// A finite, non-negative number.
+fn rate(r: &mut Reader<'_>, field: &str) -> PResult<f64> {
+    let v = r.f64(field)?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(bad(
+            field,
+            format!("{v} is not a finite non-negative number"),
+        ));
+    }
+    Ok(v)
+}
+
+/// Text with a one-byte length, at most `max` bytes.
+fn str8<'a>(r: &mut Reader<'a>, max: usize, field: &str) -> PResult<&'a str> {
+    Ok(r.text(Width::U8, field, max)?)
+}
+
+fn bad(field: &str, detail: impl Into<String>) -> ProtoError {
     ProtoError::BadValue {
-        field,
+        field: field.to_string(),
         detail: detail.into(),
     }
 }
 
 /// A name made of `[a-z0-9_]`, 1..=max characters.
-fn check_ident(s: &str, field: &'static str) -> PResult<()> {
+fn check_ident(s: &str, field: &str) -> PResult<()> {
     if s.is_empty() {
         return Err(bad(field, "empty"));
     }
@@ -254,7 +184,7 @@ fn check_ident(s: &str, field: &'static str) -> PResult<()> {
 }
 
 /// Printable ASCII (what parameter values and device names are made of).
-fn check_printable(s: &str, field: &'static str) -> PResult<()> {
+fn check_printable(s: &str, field: &str) -> PResult<()> {
     if s.is_empty() {
         return Err(bad(field, "empty"));
     }
@@ -297,13 +227,13 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
     }
     if buf.len() > MAX_FRAME {
         return Err(ProtoError::TooLong {
-            field: "record",
+            field: "record".into(),
             len: buf.len(),
             max: MAX_FRAME,
         });
     }
-    let mut r = Reader { buf, pos: 1 };
-    let msg = match buf[0] {
+    let mut r = Reader::new(buf);
+    let msg = match r.u8("type")? {
         T_HELLO => {
             let magic = r.array::<4>("magic")?;
             if magic != MAGIC {
@@ -313,16 +243,16 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
             if version != VERSION {
                 return Err(ProtoError::Version { peer: version });
             }
-            let tool = r.str8(MAX_NAME, "tool name")?;
+            let tool = str8(&mut r, MAX_NAME, "tool name")?;
             check_ident(tool, "tool name")?;
             let test = decode_test(r.u8("test kind")?)?;
             let metric = decode_metric(r.u8("metric")?)?;
-            let n = r.count(MAX_PARAMS, "parameter list", false)?;
+            let n = r.length(Width::U8, "parameter list", MAX_PARAMS)?;
             let mut params: Vec<(String, String)> = Vec::with_capacity(n);
             for _ in 0..n {
-                let k = r.str8(MAX_KEY, "parameter name")?;
+                let k = str8(&mut r, MAX_KEY, "parameter name")?;
                 check_ident(k, "parameter name")?;
-                let v = r.str8(MAX_VALUE, "parameter value")?;
+                let v = str8(&mut r, MAX_VALUE, "parameter value")?;
                 check_printable(v, "parameter value")?;
                 if params.iter().any(|(pk, _)| pk == k) {
                     return Err(bad("parameter list", format!("'{k}' appears twice")));
@@ -342,7 +272,7 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
             if version != VERSION {
                 return Err(ProtoError::Version { peer: version });
             }
-            let tool = r.str8(MAX_NAME, "tool name")?;
+            let tool = str8(&mut r, MAX_NAME, "tool name")?;
             check_ident(tool, "tool name")?;
             Msg::Accept(Accept {
                 version,
@@ -350,7 +280,7 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
             })
         }
         T_ERROR => {
-            let text = r.str16(MAX_TEXT, "error text")?;
+            let text = r.text(Width::U16, "error text", MAX_TEXT)?;
             if text.is_empty() {
                 return Err(bad("error text", "empty"));
             }
@@ -360,7 +290,7 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
             Msg::Error(text.to_string())
         }
         T_ENDPOINTS => {
-            let device = r.str8(MAX_NAME, "device name")?;
+            let device = str8(&mut r, MAX_NAME, "device name")?;
             check_printable(device, "device name")?;
             let active_mtu = r.u32("active MTU")?;
             if Mtu::from_bytes(active_mtu).is_none() {
@@ -372,7 +302,7 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
             }
             let max_dest_rd_atomic = r.u8("responder resources")?;
             let qkey = r.u32("Q_Key")?;
-            let n = r.count(MAX_QPS, "QP list", true)?;
+            let n = r.length(Width::U16, "QP list", MAX_QPS)?;
             if n == 0 {
                 return Err(bad("QP list", "no QP"));
             }
@@ -433,7 +363,7 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
         T_TALLY => {
             let phase = decode_phase(&mut r)?;
             let size = r.u64("size")?;
-            let n = r.count(MAX_QPS, "tally", true)?;
+            let n = r.length(Width::U16, "tally", MAX_QPS)?;
             let mut per_qp = Vec::with_capacity(n);
             for _ in 0..n {
                 per_qp.push(r.u64("tally count")?);
@@ -447,9 +377,9 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
         T_RESULT => Msg::Result(WireRow {
             bytes: r.u64("bytes")?,
             iterations: r.u64("iterations")?,
-            peak_bps: r.f64("peak bandwidth")?,
-            avg_bps: r.f64("average bandwidth")?,
-            msg_rate_mpps: r.f64("message rate")?,
+            peak_bps: rate(&mut r, "peak bandwidth")?,
+            avg_bps: rate(&mut r, "average bandwidth")?,
+            msg_rate_mpps: rate(&mut r, "message rate")?,
             elapsed_ns: r.u64("elapsed time")?,
         }),
         T_HEARTBEAT => Msg::Heartbeat,

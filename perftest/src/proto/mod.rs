@@ -255,7 +255,7 @@ impl Msg {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProtoError {
     /// The record ended inside `field`.
-    Truncated { field: &'static str },
+    Truncated { field: String },
     /// Bytes left after the last field.
     Trailing { extra: usize },
     /// An empty frame.
@@ -268,12 +268,12 @@ pub enum ProtoError {
     Version { peer: u16 },
     /// A count or length above its limit.
     TooLong {
-        field: &'static str,
+        field: String,
         len: usize,
         max: usize,
     },
     /// A value outside what the field allows.
-    BadValue { field: &'static str, detail: String },
+    BadValue { field: String, detail: String },
 }
 
 impl fmt::Display for ProtoError {

@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 use super::mqlink::{Incoming, MqLinks};
 use crate::oob::{self, Listener, OobConn, OobError};
 use crate::verbs::{Gid, RemoteBuf};
+use crate::wire::{Reader, Width, Writer};
 
 mod record;
 
-pub use record::{admit, Get, Put};
-use record::{decode_reply, encode_table};
+pub use record::admit;
+use record::{decode_reply, encode_refusal, encode_table};
 
 /// Version of the bootstrap records and control messages; ranks must agree.
 pub const PROTOCOL_VERSION: u16 = 1;
@@ -155,10 +156,9 @@ pub fn rendezvous(mine: RankRecord, master: (&str, u16), timeout: Duration) -> R
         let start = Instant::now();
         let mut strays: Vec<OobConn> = Vec::new();
         let refuse = |conns: &mut Vec<Option<OobConn>>, strays: &mut Vec<OobConn>, why: &str| {
-            let mut p = Put::default();
-            p.u8(b'F').str(why);
+            let refusal = encode_refusal(why);
             for c in conns.iter_mut().flatten().chain(strays.iter_mut()) {
-                let _ = c.send_msg(&p.0, "the refusal");
+                let _ = c.send_msg(&refusal, "the refusal");
             }
             CollError::Bootstrap(why.to_string())
         };
@@ -262,10 +262,9 @@ pub fn rendezvous_mq(mine: RankRecord, base: &str, timeout: Duration) -> Result<
         let mut table: Vec<Option<RankRecord>> = vec![None; world as usize];
         table[0] = Some(mine);
         let refuse = |links: &mut MqLinks, why: &str| {
-            let mut p = Put::default();
-            p.u8(b'F').str(why);
+            let refusal = encode_refusal(why);
             for r in 1..world {
-                let _ = links.send(r, &p.0, Duration::from_millis(500));
+                let _ = links.send(r, &refusal, Duration::from_millis(500));
             }
             CollError::Bootstrap(why.to_string())
         };
@@ -502,11 +501,12 @@ impl Star {
         match m.first() {
             Some(&DATA) => Ok(m[1..].to_vec()),
             Some(&ABORT) => {
-                let mut g = Get::new(&m[1..], "an abort message");
-                let (rank, detail) = (g.u32(), g.str());
+                let mut r = Reader::new(&m[1..]);
+                let (rank, detail) = (r.u32("rank"), r.text(Width::U32, "detail", usize::MAX));
                 let (Ok(rank), Ok(detail)) = (rank, detail) else {
                     return Err(CollError::Failed("a malformed abort message".into()));
                 };
+                let detail = detail.to_string();
                 let e = gone(&self.table, rank, detail);
                 if self.rank == 0 {
                     self.abort(&e);
@@ -526,8 +526,11 @@ impl Star {
             CollError::RankGone { rank, detail, .. } => (*rank, detail.clone()),
             other => (self.rank, format!("it failed: {other}")),
         };
-        let mut p = Put::default();
-        p.u8(ABORT).u32(rank).str(&detail);
+        let mut p = Writer::new();
+        p.u8(ABORT);
+        p.u32(rank);
+        p.text(Width::U32, &detail).expect("a reason fits 4 GiB");
+        let p = p.into_bytes();
         if let Some(links) = self.mq.as_mut() {
             let peers: Vec<u32> = if self.rank == 0 {
                 (1..self.table.len() as u32)
@@ -537,7 +540,7 @@ impl Star {
                 vec![0]
             };
             for r in peers {
-                let _ = links.send(r, &p.0, Duration::from_millis(500));
+                let _ = links.send(r, &p, Duration::from_millis(500));
             }
             return;
         }
@@ -545,7 +548,7 @@ impl Star {
             if let Some(c) = c {
                 if self.rank != 0 || i as u32 != rank {
                     let _ = c.set_timeout(Duration::from_millis(500));
-                    let _ = c.send_msg(&p.0, "an abort message");
+                    let _ = c.send_msg(&p, "an abort message");
                 }
             }
         }

@@ -1,0 +1,97 @@
+//! The out-of-band channel: a TCP connection the two sides use to exchange what RDMA needs
+//! before it can run (QPN, PSN, GID, rkey, address) and to synchronise afterwards.
+//!
+//! Every wait is bounded: accepting, connecting and each read carry a timeout, and the error
+//! says which step was waiting. A read's timeout is a deadline for the whole frame (or the whole
+//! raw read), not restarted by each byte, so a peer that trickles one byte at a time cannot hold
+//! a reader longer than a silent one. Framed messages have a length limit checked before
+//! allocating, so a hostile or confused peer cannot make us allocate or read without bound.
+//!
+//! A server listens on [`DEFAULT_BIND`] (every IPv6 and IPv4 address of the host) unless told
+//! otherwise ([`Listener::bind_on`]); a [`Listener`] outlives its accepts, so a server can drop a
+//! stray connection and wait for the next one, and can turn away a second client while a run is
+//! in progress ([`Listener::refuse_others`]).
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, Ipv6Addr};
+use std::time::Duration;
+
+mod conn;
+mod listen;
+#[cfg(test)]
+mod tests;
+
+pub use conn::{connect, OobConn};
+pub use listen::{accept, Listener, Refuser};
+
+/// Where a server listens unless told otherwise: every address, IPv6 and IPv4 (`[::]` with
+/// `IPV6_V6ONLY` off, so IPv4 clients arrive as `::ffff:a.b.c.d`); on a kernel without IPv6,
+/// every IPv4 address (`0.0.0.0`).
+pub const DEFAULT_BIND: IpAddr = IpAddr::V6(Ipv6Addr::UNSPECIFIED);
+
+/// What went wrong on the out-of-band channel.
+#[derive(Debug)]
+pub enum OobError {
+    /// Nothing arrived (or no peer came) within the timeout.
+    Timeout { what: String, after: Duration },
+    /// The peer closed the connection: it exited or crashed. `got` counts the bytes of the
+    /// unfinished message that arrived before it closed (0: it closed between messages).
+    Closed { what: String, got: usize },
+    /// A socket operation failed.
+    Io { what: String, err: io::Error },
+    /// A framed message announced more bytes than the limit.
+    TooLong {
+        what: String,
+        len: usize,
+        max: usize,
+    },
+    /// The peer sent something we cannot parse.
+    Malformed { what: String, detail: String },
+}
+
+impl fmt::Display for OobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OobError::Timeout { what, after } => write!(
+                f,
+                "timed out after {:.0} s waiting for {what}: is the peer running, with the same \
+                 port and parameters?",
+                after.as_secs_f64()
+            ),
+            OobError::Closed { what, got: 0 } => write!(
+                f,
+                "the peer closed the connection while we waited for {what} (did it exit with an \
+                 error?)"
+            ),
+            OobError::Closed { what, got } => write!(
+                f,
+                "the peer closed the connection after {got} byte(s) of {what}, in the middle of \
+                 it (did it exit with an error?)"
+            ),
+            OobError::Io { what, err } => write!(f, "{what}: {err}"),
+            OobError::TooLong { what, len, max } => {
+                write!(
+                    f,
+                    "{what}: the peer announced {len} bytes, more than the limit of {max}"
+                )
+            }
+            OobError::Malformed { what, detail } => {
+                write!(f, "malformed {what} from the peer: {detail}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for OobError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            OobError::Io { err, .. } => Some(err),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, OobError>;
+
+const POLL_STEP: Duration = Duration::from_millis(50);

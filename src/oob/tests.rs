@@ -1,0 +1,280 @@
+//! The channel against real sockets on loopback: framing, limits, deadlines, listeners.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpListener};
+use std::time::{Duration, Instant};
+
+use super::*;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn framed_messages_round_trip() {
+    let port = free_port();
+    let t = std::thread::spawn(move || {
+        let mut c = accept(port, Duration::from_secs(10)).unwrap();
+        let m = c.recv_msg(100, "hello").unwrap();
+        c.send_msg(&m, "echo").unwrap();
+        c.barrier("end").unwrap();
+    });
+    let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
+    c.send_msg(b"abc", "hello").unwrap();
+    assert_eq!(c.recv_msg(100, "echo").unwrap(), b"abc");
+    c.barrier("end").unwrap();
+    t.join().unwrap();
+}
+
+#[test]
+fn oversized_frame_is_refused_before_allocating() {
+    let port = free_port();
+    let t = std::thread::spawn(move || {
+        let mut c = accept(port, Duration::from_secs(10)).unwrap();
+        c.send_raw(&u32::MAX.to_be_bytes(), "len").unwrap();
+    });
+    let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
+    let e = c.recv_msg(1024, "parameters").unwrap_err();
+    assert!(
+        matches!(e, OobError::TooLong { len, max: 1024, .. } if len == u32::MAX as usize),
+        "{e}"
+    );
+    t.join().unwrap();
+}
+
+#[test]
+fn silent_peer_times_out_and_closed_peer_is_named() {
+    let port = free_port();
+    let t = std::thread::spawn(move || {
+        let c = accept(port, Duration::from_secs(10)).unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        drop(c);
+    });
+    let mut c = connect("127.0.0.1", port, Duration::from_millis(300)).unwrap();
+    let mut b = [0u8; 4];
+    let e = c.recv_raw(&mut b, "the server's endpoint").unwrap_err();
+    assert!(matches!(e, OobError::Timeout { .. }), "{e}");
+    assert!(e.to_string().contains("the server's endpoint"));
+    c.set_timeout(Duration::from_secs(5)).unwrap();
+    let e = c.recv_raw(&mut b, "the server's endpoint").unwrap_err();
+    assert!(matches!(e, OobError::Closed { got: 0, .. }), "{e}");
+    t.join().unwrap();
+}
+
+#[test]
+fn a_peer_that_closes_mid_frame_is_told_apart_from_one_that_closes_between_frames() {
+    let port = free_port();
+    let t = std::thread::spawn(move || {
+        let mut c = accept(port, Duration::from_secs(10)).unwrap();
+        // A frame announcing 64 bytes, then 3 of them, then the end of the connection.
+        c.send_raw(&[0, 0, 0, 64, 1, 2, 3], "half a frame").unwrap();
+    });
+    let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
+    let e = c.recv_msg(1024, "the HELLO").unwrap_err();
+    assert!(matches!(e, OobError::Closed { got: 7, .. }), "{e}");
+    assert!(
+        e.to_string().contains("after 7 byte(s) of the HELLO"),
+        "{e}"
+    );
+    t.join().unwrap();
+}
+
+#[test]
+fn one_listener_serves_clients_that_connect_early() {
+    let port = free_port();
+    let l = Listener::bind(port).unwrap();
+    // Both clients connect before the server accepts either: both must be served.
+    let clients: Vec<_> = (0..2u8)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
+                c.send_msg(&[i], "id").unwrap();
+                c.barrier("done").unwrap();
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut conns: Vec<OobConn> = (0..2)
+        .map(|_| l.accept(Duration::from_secs(10)).unwrap())
+        .collect();
+    let mut ids: Vec<u8> = conns
+        .iter_mut()
+        .map(|c| c.recv_msg(1, "id").unwrap()[0])
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [0, 1]);
+    for c in &mut conns {
+        c.barrier("done").unwrap();
+    }
+    for t in clients {
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn nobody_listening_times_out() {
+    let port = free_port();
+    let e = connect("127.0.0.1", port, Duration::from_millis(300))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("timed out"), "{e}");
+    let e = accept(free_port(), Duration::from_millis(200))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("a client to connect"), "{e}");
+}
+
+#[test]
+fn a_trickling_peer_is_cut_off_by_the_frame_deadline() {
+    let port = free_port();
+    let t = std::thread::spawn(move || {
+        let mut c = accept(port, Duration::from_secs(10)).unwrap();
+        // Announce 8 bytes, then one byte every 100 ms: each byte alone is within the
+        // timeout, the frame as a whole is not.
+        c.send_raw(&8u32.to_be_bytes(), "len").unwrap();
+        for _ in 0..8 {
+            std::thread::sleep(Duration::from_millis(100));
+            if c.send_raw(b"x", "byte").is_err() {
+                break;
+            }
+        }
+    });
+    let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
+    c.set_timeout(Duration::from_millis(350)).unwrap();
+    let start = Instant::now();
+    let e = c.recv_msg(100, "the tally").unwrap_err();
+    assert!(matches!(e, OobError::Timeout { .. }), "{e}");
+    assert!(e.to_string().contains("the rest of the tally"), "{e}");
+    assert!(
+        start.elapsed() < Duration::from_millis(700),
+        "{:?}",
+        start.elapsed()
+    );
+    t.join().unwrap();
+}
+
+#[test]
+fn try_recv_keeps_half_a_frame_without_blocking() {
+    let port = free_port();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        let mut c = accept(port, Duration::from_secs(10)).unwrap();
+        c.send_raw(&[0, 0, 0, 3, b'a'], "half").unwrap();
+        go_rx.recv().unwrap();
+        c.send_raw(b"bc", "rest").unwrap();
+        c.send_msg(b"next", "next").unwrap();
+        go_rx.recv().unwrap();
+    });
+    let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let start = Instant::now();
+    assert_eq!(c.try_recv_msg(100, "m").unwrap(), None);
+    assert!(start.elapsed() < Duration::from_millis(50));
+    go_tx.send(()).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        c.try_recv_msg(100, "m").unwrap().as_deref(),
+        Some(&b"abc"[..])
+    );
+    // The next frame is still whole for a blocking read.
+    assert_eq!(c.recv_msg(100, "m").unwrap(), b"next");
+    go_tx.send(()).unwrap();
+    t.join().unwrap();
+}
+
+#[test]
+fn half_a_frame_left_too_long_is_an_error() {
+    let port = free_port();
+    let t = std::thread::spawn(move || {
+        let mut c = accept(port, Duration::from_secs(10)).unwrap();
+        c.send_raw(&[0, 0], "half a length").unwrap();
+        std::thread::sleep(Duration::from_millis(800));
+    });
+    let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
+    c.set_timeout(Duration::from_millis(200)).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(c.try_recv_msg(100, "a heartbeat").unwrap(), None);
+    std::thread::sleep(Duration::from_millis(250));
+    let e = c.try_recv_msg(100, "a heartbeat").unwrap_err();
+    assert!(e.to_string().contains("the rest of a heartbeat"), "{e}");
+    t.join().unwrap();
+}
+
+#[test]
+fn listens_on_ipv4_ipv6_and_both() {
+    // The default takes IPv4 clients too (dual stack), and names them as IPv4.
+    let l = Listener::bind(0).unwrap();
+    let port = l.port();
+    let t = std::thread::spawn(move || {
+        connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
+    });
+    let c = l.accept(Duration::from_secs(5)).unwrap();
+    assert_eq!(c.peer().ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+    t.join().unwrap();
+    // A given IPv6 address.
+    if let Ok(l) = Listener::bind_on(IpAddr::V6(Ipv6Addr::LOCALHOST), 0) {
+        let port = l.port();
+        let t = std::thread::spawn(move || {
+            connect("::1", port, Duration::from_secs(5)).unwrap();
+        });
+        let c = l.accept(Duration::from_secs(5)).unwrap();
+        assert_eq!(c.peer().ip(), IpAddr::V6(Ipv6Addr::LOCALHOST));
+        t.join().unwrap();
+    }
+    // A given IPv4 address; an address not of this host is refused with a hint.
+    let l = Listener::bind_on(IpAddr::V4(Ipv4Addr::LOCALHOST), 0).unwrap();
+    assert!(l.local_addr().is_ipv4());
+    let e = Listener::bind_on("192.0.2.1".parse().unwrap(), 0)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("--bind"), "{e}");
+}
+
+#[test]
+fn a_refuser_answers_later_clients_and_stops() {
+    let l = Listener::bind_on(IpAddr::V4(Ipv4Addr::LOCALHOST), 0).unwrap();
+    let port = l.port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let guard = l
+        .refuse_others(b"busy".to_vec(), move |a| {
+            let _ = tx.send(a);
+        })
+        .unwrap();
+    let mut c = connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
+    c.send_msg(b"hello", "hello").unwrap();
+    assert_eq!(c.recv_msg(100, "the answer").unwrap(), b"busy");
+    let logged = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(logged.ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+    drop(guard);
+    // The listener is closed with the guard.
+    let e = connect("127.0.0.1", port, Duration::from_millis(300)).err();
+    assert!(e.is_some());
+}
+
+#[test]
+fn a_refuser_stops_at_once_when_dropped() {
+    let l = Listener::bind_on(IpAddr::V4(Ipv4Addr::LOCALHOST), 0).unwrap();
+    let guard = l.refuse_others(b"busy".to_vec(), |_| {}).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let t = Instant::now();
+    drop(guard);
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+}
+
+#[test]
+fn accept_times_out_then_takes_a_late_client() {
+    let l = Listener::bind_on(IpAddr::V4(Ipv4Addr::LOCALHOST), 0).unwrap();
+    let port = l.port();
+    let e = l.accept(Duration::from_millis(120)).err().unwrap();
+    assert!(e.to_string().contains("a client"), "{e}");
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        connect("127.0.0.1", port, Duration::from_secs(5)).unwrap()
+    });
+    let c = l.accept(Duration::from_secs(10)).unwrap();
+    drop(c);
+    t.join().unwrap();
+}
