@@ -1,10 +1,10 @@
 //! `--np N`: N ranks of a collective on this machine, as child processes.
 //!
-//! The launcher re-executes its own binary (`/proc/self/exe`) N times with the arguments it was
-//! given plus `--rank I --world-size N --local-rank I --master 127.0.0.1:PORT`, so each child is
+//! The launcher re-executes its own binary (`/proc/self/exe`, through `verbs_lab::workers`, the
+//! one supervisor of worker processes) N times with the arguments it was given plus `--rank I --world-size N --local-rank I --master 127.0.0.1:PORT`, so each child is
 //! an ordinary rank that bootstraps like any other (rank 0 listens on PORT, a free loopback
 //! port). The children coordinate among themselves over the bootstrap star; the launcher only
-//! watches them: when one exits non-zero or is killed it names that rank, gives the others the
+//! watches them ([`workers::watch_all`]): when one exits non-zero or is killed it names that rank, gives the others the
 //! grace period to notice and fail on their own (naming the same rank), then kills whatever is
 //! left. A child dies with its launcher ([`child_setup`]), so nothing is left behind.
 //!
@@ -16,12 +16,11 @@
 //! peer timeout. The queues are removed on every exit path (see [`child_setup_mq`]).
 
 use std::ffi::OsString;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::mqlink::{self, QUEUE_DEPTH, QUEUE_PREFIX};
 use crate::mq::{self, Queue, MAX_MSG_LEN};
+use crate::workers::{self, describe, Fate, Worker};
 
 /// What happened to the ranks of a local run.
 #[derive(Debug)]
@@ -40,26 +39,14 @@ pub fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
-/// "exit status 1" / "killed by SIGKILL".
-pub fn describe(st: ExitStatus) -> String {
-    match (st.code(), st.signal()) {
-        (Some(c), _) => format!("exit status {c}"),
-        (None, Some(s)) => match nix::sys::signal::Signal::try_from(s) {
-            Ok(sig) => format!("killed by {sig}"),
-            Err(_) => format!("killed by signal {s}"),
-        },
-        _ => "ended".into(),
-    }
-}
-
 /// Starts `np` ranks of this program with `args` (the caller's own arguments, without `argv[0]`)
 /// and waits for them; `grace` is how long the others may take to fail by themselves once one
 /// has failed (their peer timeout, plus a margin).
 pub fn run_local(np: u32, args: &[OsString], grace: Duration) -> Result<Outcome, String> {
     let port = free_port().map_err(|e| format!("no free loopback port for the rendezvous: {e}"))?;
     let master = format!("127.0.0.1:{port}");
-    let children = spawn_ranks(np, args, &["--master", &master])?;
-    Ok(supervise(children, grace, &[]))
+    let mut ranks = spawn_ranks(np, args, &["--master", &master])?;
+    Ok(supervise(&mut ranks, grace, &[]))
 }
 
 /// As [`run_local`], the ranks coordinated over message queues this launcher creates (see the
@@ -79,99 +66,47 @@ pub fn run_local_mq(np: u32, args: &[OsString], grace: Duration) -> Result<Outco
         .map(|n| Queue::create(n, QUEUE_DEPTH, MAX_MSG_LEN))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("cannot create the ranks' message queues: {e}"))?;
-    let children = spawn_ranks(np, args, &["--vl-coll-queues", &base])?;
-    Ok(supervise(children, grace, &queues))
+    let mut ranks = spawn_ranks(np, args, &["--vl-coll-queues", &base])?;
+    Ok(supervise(&mut ranks, grace, &queues))
     // `queues` dropped here: their names are removed.
 }
 
-/// Starts the `np` children: `args`, then the rank flags, then `extra`.
-fn spawn_ranks(np: u32, args: &[OsString], extra: &[&str]) -> Result<Vec<(u32, Child)>, String> {
-    let mut children: Vec<(u32, Child)> = Vec::new();
-    // Children show our name in ps, not /proc/self/exe.
-    let arg0 = std::env::args_os()
-        .next()
-        .unwrap_or_else(|| OsString::from("/proc/self/exe"));
-    for rank in 0..np {
-        let spawned = Command::new("/proc/self/exe")
-            .arg0(&arg0)
-            .args(args)
-            .args(["--rank", &rank.to_string()])
-            .args(["--world-size", &np.to_string()])
-            .args(["--local-rank", &rank.to_string()])
-            .args(extra)
-            .spawn();
-        match spawned {
-            Ok(c) => children.push((rank, c)),
-            Err(e) => {
-                for (_, c) in &mut children {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-                return Err(format!("cannot start rank {rank} (/proc/self/exe): {e}"));
-            }
-        }
-    }
-    Ok(children)
+/// Starts the `np` children through `verbs_lab::workers` (rank = worker index): `args`, then
+/// the rank flags, then `extra`. Those started before one that fails are killed and reaped
+/// (a [`Worker`] dropped).
+fn spawn_ranks(np: u32, args: &[OsString], extra: &[&str]) -> Result<Vec<Worker>, String> {
+    (0..np)
+        .map(|rank| {
+            let (r, n) = (rank.to_string(), np.to_string());
+            let flags = ["--rank", &r, "--world-size", &n, "--local-rank", &r];
+            let all = args
+                .iter()
+                .map(OsString::as_os_str)
+                .chain(flags.iter().chain(extra).map(|s| s.as_ref()));
+            Worker::spawn(rank, all, true).map_err(|e| format!("cannot start rank {rank}: {e}"))
+        })
+        .collect()
 }
 
-/// Waits for every child; see [`run_local`]. `notify`: the ranks' queues of a local run (index =
-/// rank), where the first rank that ends badly is announced to the others.
-pub fn supervise(mut children: Vec<(u32, Child)>, grace: Duration, notify: &[Queue]) -> Outcome {
-    let mut status: Vec<Option<ExitStatus>> = vec![None; children.len()];
-    let mut failures = Vec::new();
-    let mut codes = Vec::new();
-    let mut deadline: Option<Instant> = None;
-    loop {
-        for (i, (rank, c)) in children.iter_mut().enumerate() {
-            if status[i].is_some() {
-                continue;
-            }
-            if let Ok(Some(st)) = c.try_wait() {
-                status[i] = Some(st);
-                if !st.success() {
-                    failures.push(format!(
-                        "rank {rank} (pid {}) ended with {}",
-                        c.id(),
-                        describe(st)
-                    ));
-                    codes.push(st.code().unwrap_or(1));
-                    if deadline.is_none() {
-                        let notice = mqlink::gone_notice(
-                            *rank,
-                            &format!("pid {} ended with {}", c.id(), describe(st)),
-                        );
-                        for (r, q) in notify.iter().enumerate() {
-                            if r as u32 != *rank {
-                                let _ = q.send_timeout(&notice, 0, Duration::from_millis(200));
-                            }
-                        }
-                    }
-                    deadline.get_or_insert(Instant::now() + grace);
-                }
+/// Waits for every rank ([`workers::watch_all`]); see [`run_local`]. `notify`: the ranks'
+/// queues of a local run (index = rank), where the first rank that ends badly is announced to
+/// the others.
+fn supervise(ranks: &mut [Worker], grace: Duration, notify: &[Queue]) -> Outcome {
+    let failures = workers::watch_all(ranks, grace, |w, st| {
+        let notice = mqlink::gone_notice(w.index, &format!("pid {} {}", w.pid(), describe(st)));
+        for (r, q) in notify.iter().enumerate() {
+            if r as u32 != w.index {
+                let _ = q.send_timeout(&notice, 0, Duration::from_millis(200));
             }
         }
-        if status.iter().all(Option::is_some) {
-            break;
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            for (i, (rank, c)) in children.iter_mut().enumerate() {
-                if status[i].is_none() {
-                    let _ = c.kill();
-                    let st = c.wait().ok();
-                    status[i] = st;
-                    failures.push(format!(
-                        "rank {rank} (pid {}) was still running {:.0} s after the first failure \
-                         and was killed",
-                        c.id(),
-                        grace.as_secs_f64()
-                    ));
-                    codes.push(1);
-                }
-            }
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
+    let codes: Vec<i32> = failures
+        .iter()
+        .map(|f| match f.fate {
+            Fate::Failed(st) => st.code().unwrap_or(1),
+            Fate::Killed => 1,
+        })
+        .collect();
     let code = if codes.is_empty() {
         0
     } else if codes.iter().all(|c| *c == 3) {
@@ -181,6 +116,19 @@ pub fn supervise(mut children: Vec<(u32, Child)>, grace: Duration, notify: &[Que
     } else {
         1
     };
+    let failures = failures
+        .iter()
+        .map(|f| match f.fate {
+            Fate::Failed(st) => format!("rank {} (pid {}) {}", f.index, f.pid, describe(st)),
+            Fate::Killed => format!(
+                "rank {} (pid {}) was still running {:.0} s after the first failure and was \
+                 killed",
+                f.index,
+                f.pid,
+                grace.as_secs_f64()
+            ),
+        })
+        .collect();
     Outcome { code, failures }
 }
 
