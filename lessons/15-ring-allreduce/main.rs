@@ -101,7 +101,10 @@ fn main() -> ExitCode {
                 }
             };
         }
-        launch::child_setup();
+        if let Err(e) = launch::child_setup() {
+            eprintln!("lesson15_ring_allreduce: {e}");
+            return ExitCode::from(2);
+        }
     }
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,

@@ -132,37 +132,33 @@ fn supervise(ranks: &mut [Worker], grace: Duration, notify: &[Queue]) -> Outcome
     Outcome { code, failures }
 }
 
-/// Called first thing in a child: it dies (SIGKILL) when the launcher dies, so no rank outlives
-/// an interrupted run.
-pub fn child_setup() {
-    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
-    // The launcher may have died before the call: then our parent is already someone else.
-    if nix::unistd::getppid() == nix::unistd::Pid::from_raw(1) {
-        std::process::exit(1);
-    }
+/// Called first thing in a rank that [`run_local`] started, before any other thread starts: it
+/// dies when its launcher dies, even by SIGKILL ([`workers::follow_coordinator`]), so no rank
+/// outlives an interrupted run. Fails when no launcher started this process, or the launcher is
+/// already gone.
+pub fn child_setup() -> Result<(), String> {
+    workers::follow_coordinator(&[])
+        .map(drop)
+        .map_err(|e| format!("tying this rank to its launcher (--np): {e}"))
 }
 
 /// [`child_setup`] for a rank of [`run_local_mq`] whose launcher's queues are under `base`
-/// (`world` of them): when the launcher dies the kernel sends this rank SIGTERM
-/// (`PR_SET_PDEATHSIG`), and a thread removes the launcher's queues and ends the rank, so a
-/// launcher killed outright leaves nothing in /dev/mqueue. Call it before any other thread
-/// starts.
+/// (`world` of them): when the launcher dies the kernel signals this rank (`PR_SET_PDEATHSIG`),
+/// and a thread removes the launcher's queues and ends the rank, so a launcher killed outright
+/// leaves nothing in /dev/mqueue. Call it before any other thread starts.
 pub fn child_setup_mq(base: &str, world: u32) -> Result<(), String> {
     let Some(owner) = mqlink::owner_of(base) else {
         return Err(format!(
             "--vl-coll-queues {base:?}: not a launcher's queue name (it is set by --np)"
         ));
     };
-    let sig = nix::sys::signal::Signal::SIGTERM;
-    mq::remove_on_signal(sig, owner, mqlink::queue_names(base, world))
-        .map_err(|e| format!("cannot watch for the launcher's end: {e}"))?;
-    let _ = nix::sys::prctl::set_pdeathsig(sig);
-    if nix::unistd::getppid() != nix::unistd::Pid::from_raw(owner as i32) {
-        // The launcher died before the call.
-        for n in mqlink::queue_names(base, world) {
-            let _ = nix::mqueue::mq_unlink(n.as_str());
-        }
-        std::process::exit(1);
+    let launcher = workers::follow_coordinator(&mqlink::queue_names(base, world))
+        .map_err(|e| format!("tying this rank to its launcher (--np): {e}"))?;
+    if launcher != owner {
+        return Err(format!(
+            "--vl-coll-queues {base:?} names the queues of pid {owner}, but this rank's launcher \
+             is pid {launcher}"
+        ));
     }
     Ok(())
 }

@@ -193,14 +193,13 @@ pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
         if args.rank.is_none() {
             return launcher(np, &args, tool);
         }
-        match &args.local_queues {
-            Some(base) => {
-                if let Err(e) = launch::child_setup_mq(base, np) {
-                    eprintln!("{tool}: {e}");
-                    return ExitCode::from(EXIT_USAGE);
-                }
-            }
+        let tied = match &args.local_queues {
+            Some(base) => launch::child_setup_mq(base, np),
             None => launch::child_setup(),
+        };
+        if let Err(e) = tied {
+            eprintln!("{tool}: {e}");
+            return ExitCode::from(EXIT_USAGE);
         }
     }
     match run(&args, coll_of(args.root), tool) {
