@@ -16,6 +16,7 @@
 //! peer timeout. The queues are removed on every exit path (see [`child_setup_mq`]).
 
 use std::ffi::OsString;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use super::mqlink::{self, QUEUE_DEPTH, QUEUE_PREFIX};
@@ -30,6 +31,26 @@ pub struct Outcome {
     pub code: u8,
     /// One line per rank that did not end well, the first failure first.
     pub failures: Vec<String>,
+}
+
+impl Outcome {
+    /// How a launcher ends: each failure of `run` (from [`run_local`] or [`run_local_mq`]) on
+    /// stderr as "TOOL: rank 2 (pid 4242) was killed by SIGKILL", and the exit code (1 when the
+    /// ranks could not be started).
+    pub fn exit(run: Result<Outcome, String>, tool: &str) -> ExitCode {
+        match run {
+            Ok(o) => {
+                for f in &o.failures {
+                    eprintln!("{tool}: {f}");
+                }
+                ExitCode::from(o.code)
+            }
+            Err(e) => {
+                eprintln!("{tool}: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    }
 }
 
 /// A free TCP port on the loopback interface (the kernel's choice).

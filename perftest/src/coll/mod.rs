@@ -225,18 +225,7 @@ fn launcher(np: u32, args: &Args, tool: &str) -> ExitCode {
     }
     let own: Vec<OsString> = std::env::args_os().skip(1).collect();
     let grace = Duration::from_secs(args.peer_timeout + 10);
-    match launch::run_local_mq(np, &own, grace) {
-        Ok(o) => {
-            for f in &o.failures {
-                eprintln!("{tool}: {f}");
-            }
-            ExitCode::from(o.code)
-        }
-        Err(e) => {
-            eprintln!("{tool}: {e}");
-            ExitCode::from(EXIT_FAILED)
-        }
-    }
+    launch::Outcome::exit(launch::run_local_mq(np, &own, grace), tool)
 }
 
 type Fail = (u8, String);
