@@ -106,14 +106,17 @@ killed_mid_run lesson05_rdma_write 18346 server "iteration 3: wrote" "--wait 15"
     "while we waited for the server's check of iteration" \
     "timed out after 5.0 s waiting for the completion of iteration" \
     "IBV_WC_RETRY_EXC_ERR"
-# -n 3000: on an idle host 1000 event-mode round trips ended within the second between the
-# mark and the kill. A server that was sending its pong when the client died ends by the QP's
-# retries (retry count 6: 7 ack timeouts of ~1 s, before its own 15 s wait runs out).
+# The kill comes a third of the busy run's time into the event run (mark_from): a fixed second
+# was too late on an idle host (3000 event-mode round trips ended within it) and the busy run
+# took over 90 s on a busy one. A server that was sending its pong when the client died ends by
+# the QP's retries (retry count 6: 7 ack timeouts of ~1 s, before its own 15 s wait runs out).
 step "lesson07 (event mode): the client dies; the sleeping server wakes by its timeout or the QP's retries"
+mark_from="[6] "
 killed_mid_run lesson07_events 18347 client "[7] " "--wait 15" "-n 3000 --wait 5" \
     "sleeping until the ping of round trip" \
     "timed out after 15.0 s waiting for a completion event" \
     "completed with IBV_WC_RETRY_EXC_ERR"
+mark_from=
 
 step "nonsense flags are refused with the reason"
 expect_fail_within 30 "size 0" lesson05_rdma_write -d "$VL_DEV0" -s 0

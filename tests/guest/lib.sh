@@ -292,6 +292,9 @@ expect_fail_within() {
 # client's output shows MARK, then the survivor must fail within 40 s with "PROG: error: " and
 # one of PATTERNS (fixed strings), i.e. naming the step it waited at. Outputs: $srv and $cli
 # (default $TMPDIR/srv.out, cli.out).
+# The kill comes 1 s after MARK, or, when $mark_from is set, a third of the time between
+# $mark_from and MARK after MARK (at most 1 s): a phase that follows an equally long one is then
+# killed early in its run on an idle host and on a busy one alike.
 killed_mid_run() {
     srv=${srv:-$TMPDIR/srv.out} cli=${cli:-$TMPDIR/cli.out}
     _l=$1 _port=$2 _victim=$3 _mark=$4 _sargs=$5 _cargs=$6
@@ -306,17 +309,32 @@ killed_mid_run() {
     # Up to 240 s for the mark: lesson07's 3000 busy-polled round trips before its [7] took
     # over 90 s on a busy host (scripts/test --under-load 2).
     _end=$(($(_vl_now) + $(scaled 240) * 100))
+    _from_t=
     until grep -q -F -e "$_mark" "$cli"; do
         [ "$(_vl_now)" -lt "$_end" ] || { cat "$srv" "$cli"; fail "'$_mark' never appeared"; }
         _vl_alive "$_cpid" || { cat "$srv" "$cli"; fail "the client ended before '$_mark'"; }
+        if [ -n "${mark_from:-}" ] && [ -z "$_from_t" ] && grep -q -F -e "$mark_from" "$cli"; then
+            _from_t=$(_vl_now)
+        fi
         sleep 0.1
     done
-    sleep 1
+    _delay=100
+    if [ -n "$_from_t" ]; then
+        _delay=$(( ($(_vl_now) - _from_t) / 3 ))
+        [ "$_delay" -le 100 ] || _delay=100
+    fi
+    _delay_s="$((_delay / 100)).$(printf '%02d' $((_delay % 100)))"
+    sleep "$_delay_s"
     if [ "$_victim" = client ]; then
         _kill=$_cpid _other=$_spid _other_out=$srv
     else
         _kill=$_spid _other=$_cpid _other_out=$cli
     fi
+    # A victim that already finished is a test that chose too short a run, not a fault of PROG.
+    _vl_alive "$_kill" || {
+        cat "$srv" "$cli"
+        fail "the $_victim had already ended ${_delay_s} s after '$_mark': give it a longer run"
+    }
     kill -KILL "$_kill"
     _t0=$(_vl_now)
     _rc=0
