@@ -1,16 +1,21 @@
 //! The one supervisor of worker processes: a coordinator re-executes its own program as
 //! workers, watches them, stops them and reaps them; a worker ties its life to its coordinator.
-//! Lesson 10 and the benchmarks' `--procs N` use it (and so should any later launcher).
+//! Lesson 10, the benchmarks' `--procs N` and the collectives' launcher (`--np N`, lesson 15)
+//! use it.
 //!
 //! **Coordinator side.** [`Worker::spawn`] starts `/proc/self/exe` — the very image this
 //! process runs, even if a rebuild has replaced the file at its path meanwhile — with the
-//! caller's arguments, stdin from `/dev/null`, and the coordinator's pid in the environment
+//! caller's arguments, the coordinator's own name as `argv[0]` (so `ps` shows the tool, not
+//! `/proc/self/exe`), stdin from `/dev/null`, and the coordinator's pid in the environment
 //! ([`COORDINATOR_ENV`]). [`Worker::try_exit`], [`Worker::wait_exit`], [`Worker::is_stopped`]
 //! and [`Worker::stopped_for`] watch it; [`Worker::kill`] stops it (SIGKILL) and reaps it;
-//! [`describe`] says how a process ended. [`Workers`] kills and reaps whatever is still running
-//! when it is dropped, so no exit path of a coordinator leaves a worker behind. [`gather`]
-//! receives the workers' messages while it watches their processes (a [`Roster`] knows the
-//! protocol), and [`stop`] ends them after a failure: Abort, a grace period, SIGKILL.
+//! [`describe`] says how a process ended. A [`Worker`] still running when it is dropped is
+//! killed and reaped, so no exit path of a coordinator leaves a worker behind. Two loops watch
+//! a crew: [`gather`] receives the workers' messages while it watches their processes (a
+//! [`Roster`] knows the protocol), and [`stop`] ends them after a failure (Abort, a grace
+//! period, SIGKILL); [`watch_all`] is the loop of a launcher that only waits for its workers to
+//! end (the collectives' `--np`): the first that ends badly gives the others a grace period to
+//! fail by themselves, then what is left is killed.
 //!
 //! **Worker side.** [`follow_coordinator`] makes the kernel signal the worker when its
 //! coordinator dies (`prctl(PR_SET_PDEATHSIG)`), removes the coordinator's queues then (a
@@ -21,8 +26,8 @@
 //! `PR_SET_PDEATHSIG` fires when the *thread* that started the worker ends: start workers from
 //! a thread that lives as long as they do (the main thread).
 
-use std::ffi::OsStr;
-use std::os::unix::process::ExitStatusExt;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -61,16 +66,21 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Starts worker `index`: this program ([`self_exe`]) with `args`, stdin from /dev/null,
-    /// stdout to /dev/null unless `keep_stdout`, stderr inherited, and [`COORDINATOR_ENV`] set
-    /// to this process's pid. The error says which worker and which program.
+    /// Starts worker `index`: this program ([`self_exe`]) with `args` and this process's
+    /// `argv[0]`, stdin from /dev/null, stdout to /dev/null unless `keep_stdout`, stderr
+    /// inherited, and [`COORDINATOR_ENV`] set to this process's pid. The error says which
+    /// worker and which program.
     pub fn spawn<I, S>(index: u32, args: I, keep_stdout: bool) -> Result<Worker, String>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
         let exe = self_exe().map_err(|e| format!("finding this program's path: {e}"))?;
+        let arg0 = std::env::args_os()
+            .next()
+            .unwrap_or_else(|| OsString::from(&exe));
         let child = Command::new(&exe)
+            .arg0(arg0)
             .args(args)
             .env(COORDINATOR_ENV, std::process::id().to_string())
             .stdin(Stdio::null())
@@ -162,15 +172,11 @@ impl Worker {
     }
 }
 
-/// The workers of a coordinator; whatever still runs when this is dropped is killed and reaped.
-#[derive(Debug, Default)]
-pub struct Workers(pub Vec<Worker>);
-
-impl Drop for Workers {
+impl Drop for Worker {
+    /// Whatever still runs is killed and reaped: no exit path of a coordinator leaves a worker
+    /// behind.
     fn drop(&mut self) {
-        for w in &mut self.0 {
-            let _ = w.kill();
-        }
+        let _ = self.kill();
     }
 }
 
@@ -352,6 +358,73 @@ fn watch<R: Roster>(
         }
     }
     Ok(())
+}
+
+/// How a worker that [`watch_all`] reports did not end well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// It ended by itself, not with status 0 (see [`describe`]).
+    Failed(ExitStatus),
+    /// It still ran the grace period after the first failure, and was killed (and reaped).
+    Killed,
+}
+
+/// One worker that did not end well, as [`watch_all`] saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failure {
+    pub index: u32,
+    pub pid: u32,
+    pub fate: Fate,
+}
+
+/// How often [`watch_all`] looks at the processes.
+pub const POLL_EVERY: Duration = Duration::from_millis(20);
+
+/// Waits for every worker of `crew` to end: the loop of a launcher whose workers coordinate
+/// among themselves and send it nothing. When the first one ends badly (not status 0),
+/// `first_failure` hears of it at once (to tell the others, say) and the others get `grace` to
+/// end by themselves; those still running then are killed. Every worker is reaped. Returns each
+/// worker that did not end well, in the order seen (a `waitpid` that fails counts as running).
+pub fn watch_all(
+    crew: &mut [Worker],
+    grace: Duration,
+    mut first_failure: impl FnMut(&Worker, ExitStatus),
+) -> Vec<Failure> {
+    let mut seen = vec![false; crew.len()];
+    let mut failures = Vec::new();
+    let mut deadline: Option<Instant> = None;
+    loop {
+        for (w, seen) in crew.iter_mut().zip(&mut seen) {
+            let Ok(Some(st)) = w.try_exit() else { continue };
+            if std::mem::replace(seen, true) || st.success() {
+                continue;
+            }
+            failures.push(Failure {
+                index: w.index,
+                pid: w.pid(),
+                fate: Fate::Failed(st),
+            });
+            if deadline.is_none() {
+                first_failure(w, st);
+                deadline = Some(Instant::now() + grace);
+            }
+        }
+        if seen.iter().all(|&s| s) {
+            return failures;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            for (w, _) in crew.iter_mut().zip(&seen).filter(|(_, &s)| !s) {
+                let _ = w.kill();
+                failures.push(Failure {
+                    index: w.index,
+                    pid: w.pid(),
+                    fate: Fate::Killed,
+                });
+            }
+            return failures;
+        }
+        std::thread::sleep(POLL_EVERY);
+    }
 }
 
 /// How [`stop`] ended one worker.

@@ -303,7 +303,7 @@ fn the_launchers_notice_names_the_rank_that_ended() {
     // Rank 2 joins and "dies": the launcher tells the others.
     let s2 = rendezvous_mq(record(2, world), &base, T).unwrap();
     drop(s2);
-    let notice = gone_notice(2, "pid 1002 ended with killed by SIGKILL");
+    let notice = gone_notice(2, "pid 1002 was killed by SIGKILL");
     for q in &qs[..2] {
         q.send_timeout(&notice, 0, T).unwrap();
     }

@@ -88,20 +88,13 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
             let own: Vec<OsString> = std::env::args_os().skip(1).collect();
-            return match launch::run_local(np, &own, Duration::from_secs(40)) {
-                Ok(o) => {
-                    for f in &o.failures {
-                        eprintln!("lesson15_ring_allreduce: {f}");
-                    }
-                    ExitCode::from(o.code)
-                }
-                Err(e) => {
-                    eprintln!("lesson15_ring_allreduce: {e}");
-                    ExitCode::FAILURE
-                }
-            };
+            let ranks = launch::run_local(np, &own, Duration::from_secs(40));
+            return launch::Outcome::exit(ranks, "lesson15_ring_allreduce");
         }
-        launch::child_setup();
+        if let Err(e) = launch::child_setup() {
+            eprintln!("lesson15_ring_allreduce: {e}");
+            return ExitCode::from(2);
+        }
     }
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,10 +1,10 @@
 //! `--np N`: N ranks of a collective on this machine, as child processes.
 //!
-//! The launcher re-executes its own binary (`/proc/self/exe`) N times with the arguments it was
-//! given plus `--rank I --world-size N --local-rank I --master 127.0.0.1:PORT`, so each child is
+//! The launcher re-executes its own binary (`/proc/self/exe`, through `verbs_lab::workers`, the
+//! one supervisor of worker processes) N times with the arguments it was given plus `--rank I --world-size N --local-rank I --master 127.0.0.1:PORT`, so each child is
 //! an ordinary rank that bootstraps like any other (rank 0 listens on PORT, a free loopback
 //! port). The children coordinate among themselves over the bootstrap star; the launcher only
-//! watches them: when one exits non-zero or is killed it names that rank, gives the others the
+//! watches them ([`workers::watch_all`]): when one exits non-zero or is killed it names that rank, gives the others the
 //! grace period to notice and fail on their own (naming the same rank), then kills whatever is
 //! left. A child dies with its launcher ([`child_setup`]), so nothing is left behind.
 //!
@@ -16,12 +16,12 @@
 //! peer timeout. The queues are removed on every exit path (see [`child_setup_mq`]).
 
 use std::ffi::OsString;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus};
-use std::time::{Duration, Instant};
+use std::process::ExitCode;
+use std::time::Duration;
 
 use super::mqlink::{self, QUEUE_DEPTH, QUEUE_PREFIX};
 use crate::mq::{self, Queue, MAX_MSG_LEN};
+use crate::workers::{self, describe, Fate, Worker};
 
 /// What happened to the ranks of a local run.
 #[derive(Debug)]
@@ -33,23 +33,31 @@ pub struct Outcome {
     pub failures: Vec<String>,
 }
 
+impl Outcome {
+    /// How a launcher ends: each failure of `run` (from [`run_local`] or [`run_local_mq`]) on
+    /// stderr as "TOOL: rank 2 (pid 4242) was killed by SIGKILL", and the exit code (1 when the
+    /// ranks could not be started).
+    pub fn exit(run: Result<Outcome, String>, tool: &str) -> ExitCode {
+        match run {
+            Ok(o) => {
+                for f in &o.failures {
+                    eprintln!("{tool}: {f}");
+                }
+                ExitCode::from(o.code)
+            }
+            Err(e) => {
+                eprintln!("{tool}: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
 /// A free TCP port on the loopback interface (the kernel's choice).
 pub fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
-}
-
-/// "exit status 1" / "killed by SIGKILL".
-pub fn describe(st: ExitStatus) -> String {
-    match (st.code(), st.signal()) {
-        (Some(c), _) => format!("exit status {c}"),
-        (None, Some(s)) => match nix::sys::signal::Signal::try_from(s) {
-            Ok(sig) => format!("killed by {sig}"),
-            Err(_) => format!("killed by signal {s}"),
-        },
-        _ => "ended".into(),
-    }
 }
 
 /// Starts `np` ranks of this program with `args` (the caller's own arguments, without `argv[0]`)
@@ -58,8 +66,8 @@ pub fn describe(st: ExitStatus) -> String {
 pub fn run_local(np: u32, args: &[OsString], grace: Duration) -> Result<Outcome, String> {
     let port = free_port().map_err(|e| format!("no free loopback port for the rendezvous: {e}"))?;
     let master = format!("127.0.0.1:{port}");
-    let children = spawn_ranks(np, args, &["--master", &master])?;
-    Ok(supervise(children, grace, &[]))
+    let mut ranks = spawn_ranks(np, args, &["--master", &master])?;
+    Ok(supervise(&mut ranks, grace, &[]))
 }
 
 /// As [`run_local`], the ranks coordinated over message queues this launcher creates (see the
@@ -79,99 +87,47 @@ pub fn run_local_mq(np: u32, args: &[OsString], grace: Duration) -> Result<Outco
         .map(|n| Queue::create(n, QUEUE_DEPTH, MAX_MSG_LEN))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("cannot create the ranks' message queues: {e}"))?;
-    let children = spawn_ranks(np, args, &["--vl-coll-queues", &base])?;
-    Ok(supervise(children, grace, &queues))
+    let mut ranks = spawn_ranks(np, args, &["--vl-coll-queues", &base])?;
+    Ok(supervise(&mut ranks, grace, &queues))
     // `queues` dropped here: their names are removed.
 }
 
-/// Starts the `np` children: `args`, then the rank flags, then `extra`.
-fn spawn_ranks(np: u32, args: &[OsString], extra: &[&str]) -> Result<Vec<(u32, Child)>, String> {
-    let mut children: Vec<(u32, Child)> = Vec::new();
-    // Children show our name in ps, not /proc/self/exe.
-    let arg0 = std::env::args_os()
-        .next()
-        .unwrap_or_else(|| OsString::from("/proc/self/exe"));
-    for rank in 0..np {
-        let spawned = Command::new("/proc/self/exe")
-            .arg0(&arg0)
-            .args(args)
-            .args(["--rank", &rank.to_string()])
-            .args(["--world-size", &np.to_string()])
-            .args(["--local-rank", &rank.to_string()])
-            .args(extra)
-            .spawn();
-        match spawned {
-            Ok(c) => children.push((rank, c)),
-            Err(e) => {
-                for (_, c) in &mut children {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-                return Err(format!("cannot start rank {rank} (/proc/self/exe): {e}"));
-            }
-        }
-    }
-    Ok(children)
+/// Starts the `np` children through `verbs_lab::workers` (rank = worker index): `args`, then
+/// the rank flags, then `extra`. Those started before one that fails are killed and reaped
+/// (a [`Worker`] dropped).
+fn spawn_ranks(np: u32, args: &[OsString], extra: &[&str]) -> Result<Vec<Worker>, String> {
+    (0..np)
+        .map(|rank| {
+            let (r, n) = (rank.to_string(), np.to_string());
+            let flags = ["--rank", &r, "--world-size", &n, "--local-rank", &r];
+            let all = args
+                .iter()
+                .map(OsString::as_os_str)
+                .chain(flags.iter().chain(extra).map(|s| s.as_ref()));
+            Worker::spawn(rank, all, true).map_err(|e| format!("cannot start rank {rank}: {e}"))
+        })
+        .collect()
 }
 
-/// Waits for every child; see [`run_local`]. `notify`: the ranks' queues of a local run (index =
-/// rank), where the first rank that ends badly is announced to the others.
-pub fn supervise(mut children: Vec<(u32, Child)>, grace: Duration, notify: &[Queue]) -> Outcome {
-    let mut status: Vec<Option<ExitStatus>> = vec![None; children.len()];
-    let mut failures = Vec::new();
-    let mut codes = Vec::new();
-    let mut deadline: Option<Instant> = None;
-    loop {
-        for (i, (rank, c)) in children.iter_mut().enumerate() {
-            if status[i].is_some() {
-                continue;
-            }
-            if let Ok(Some(st)) = c.try_wait() {
-                status[i] = Some(st);
-                if !st.success() {
-                    failures.push(format!(
-                        "rank {rank} (pid {}) ended with {}",
-                        c.id(),
-                        describe(st)
-                    ));
-                    codes.push(st.code().unwrap_or(1));
-                    if deadline.is_none() {
-                        let notice = mqlink::gone_notice(
-                            *rank,
-                            &format!("pid {} ended with {}", c.id(), describe(st)),
-                        );
-                        for (r, q) in notify.iter().enumerate() {
-                            if r as u32 != *rank {
-                                let _ = q.send_timeout(&notice, 0, Duration::from_millis(200));
-                            }
-                        }
-                    }
-                    deadline.get_or_insert(Instant::now() + grace);
-                }
+/// Waits for every rank ([`workers::watch_all`]); see [`run_local`]. `notify`: the ranks'
+/// queues of a local run (index = rank), where the first rank that ends badly is announced to
+/// the others.
+fn supervise(ranks: &mut [Worker], grace: Duration, notify: &[Queue]) -> Outcome {
+    let failures = workers::watch_all(ranks, grace, |w, st| {
+        let notice = mqlink::gone_notice(w.index, &format!("pid {} {}", w.pid(), describe(st)));
+        for (r, q) in notify.iter().enumerate() {
+            if r as u32 != w.index {
+                let _ = q.send_timeout(&notice, 0, Duration::from_millis(200));
             }
         }
-        if status.iter().all(Option::is_some) {
-            break;
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            for (i, (rank, c)) in children.iter_mut().enumerate() {
-                if status[i].is_none() {
-                    let _ = c.kill();
-                    let st = c.wait().ok();
-                    status[i] = st;
-                    failures.push(format!(
-                        "rank {rank} (pid {}) was still running {:.0} s after the first failure \
-                         and was killed",
-                        c.id(),
-                        grace.as_secs_f64()
-                    ));
-                    codes.push(1);
-                }
-            }
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    });
+    let codes: Vec<i32> = failures
+        .iter()
+        .map(|f| match f.fate {
+            Fate::Failed(st) => st.code().unwrap_or(1),
+            Fate::Killed => 1,
+        })
+        .collect();
     let code = if codes.is_empty() {
         0
     } else if codes.iter().all(|c| *c == 3) {
@@ -181,40 +137,49 @@ pub fn supervise(mut children: Vec<(u32, Child)>, grace: Duration, notify: &[Que
     } else {
         1
     };
+    let failures = failures
+        .iter()
+        .map(|f| match f.fate {
+            Fate::Failed(st) => format!("rank {} (pid {}) {}", f.index, f.pid, describe(st)),
+            Fate::Killed => format!(
+                "rank {} (pid {}) was still running {:.0} s after the first failure and was \
+                 killed",
+                f.index,
+                f.pid,
+                grace.as_secs_f64()
+            ),
+        })
+        .collect();
     Outcome { code, failures }
 }
 
-/// Called first thing in a child: it dies (SIGKILL) when the launcher dies, so no rank outlives
-/// an interrupted run.
-pub fn child_setup() {
-    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
-    // The launcher may have died before the call: then our parent is already someone else.
-    if nix::unistd::getppid() == nix::unistd::Pid::from_raw(1) {
-        std::process::exit(1);
-    }
+/// Called first thing in a rank that [`run_local`] started, before any other thread starts: it
+/// dies when its launcher dies, even by SIGKILL ([`workers::follow_coordinator`]), so no rank
+/// outlives an interrupted run. Fails when no launcher started this process, or the launcher is
+/// already gone.
+pub fn child_setup() -> Result<(), String> {
+    workers::follow_coordinator(&[])
+        .map(drop)
+        .map_err(|e| format!("tying this rank to its launcher (--np): {e}"))
 }
 
 /// [`child_setup`] for a rank of [`run_local_mq`] whose launcher's queues are under `base`
-/// (`world` of them): when the launcher dies the kernel sends this rank SIGTERM
-/// (`PR_SET_PDEATHSIG`), and a thread removes the launcher's queues and ends the rank, so a
-/// launcher killed outright leaves nothing in /dev/mqueue. Call it before any other thread
-/// starts.
+/// (`world` of them): when the launcher dies the kernel signals this rank (`PR_SET_PDEATHSIG`),
+/// and a thread removes the launcher's queues and ends the rank, so a launcher killed outright
+/// leaves nothing in /dev/mqueue. Call it before any other thread starts.
 pub fn child_setup_mq(base: &str, world: u32) -> Result<(), String> {
     let Some(owner) = mqlink::owner_of(base) else {
         return Err(format!(
             "--vl-coll-queues {base:?}: not a launcher's queue name (it is set by --np)"
         ));
     };
-    let sig = nix::sys::signal::Signal::SIGTERM;
-    mq::remove_on_signal(sig, owner, mqlink::queue_names(base, world))
-        .map_err(|e| format!("cannot watch for the launcher's end: {e}"))?;
-    let _ = nix::sys::prctl::set_pdeathsig(sig);
-    if nix::unistd::getppid() != nix::unistd::Pid::from_raw(owner as i32) {
-        // The launcher died before the call.
-        for n in mqlink::queue_names(base, world) {
-            let _ = nix::mqueue::mq_unlink(n.as_str());
-        }
-        std::process::exit(1);
+    let launcher = workers::follow_coordinator(&mqlink::queue_names(base, world))
+        .map_err(|e| format!("tying this rank to its launcher (--np): {e}"))?;
+    if launcher != owner {
+        return Err(format!(
+            "--vl-coll-queues {base:?} names the queues of pid {owner}, but this rank's launcher \
+             is pid {launcher}"
+        ));
     }
     Ok(())
 }

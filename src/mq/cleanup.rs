@@ -131,7 +131,8 @@ fn ignored_signals() -> u64 {
 
 /// In a worker: when `sig` arrives — the signal the worker asked to get when its coordinator
 /// dies (`PR_SET_PDEATHSIG`, see `verbs_lab::workers`) — remove the coordinator's queues
-/// `names` (pid `owner`), say so, and die of `sig`. A coordinator killed outright (SIGKILL)
+/// `names` (pid `owner`; none for a worker that talks to it otherwise), say so, and die of
+/// `sig`. A coordinator killed outright (SIGKILL)
 /// cannot remove its queues; its workers, told by the kernel, do it for it.
 ///
 /// Like [`install_cleanup_on_signals`], it blocks `sig` in the calling thread and takes it in a
@@ -149,10 +150,14 @@ pub fn remove_on_signal(sig: Signal, owner: u32, names: Vec<String>) -> Result<(
                 .iter()
                 .filter(|name| mq_unlink(name.as_str()).is_ok())
                 .count();
-            eprintln!(
-                "{got}: the coordinator (pid {owner}) is gone; removed {n} of its message \
-                 queues; exiting"
-            );
+            if names.is_empty() {
+                eprintln!("{got}: the coordinator (pid {owner}) is gone; exiting");
+            } else {
+                eprintln!(
+                    "{got}: the coordinator (pid {owner}) is gone; removed {n} of its message \
+                     queues; exiting"
+                );
+            }
             let _ = set.thread_unblock();
             let _ = raise(got);
             std::process::exit(128 + got as i32);

@@ -122,10 +122,10 @@ rc=0
 _vl_watch "$launcher" 60 || rc=$?
 cat "$TMPDIR/np.out"
 if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then fail "the launcher exited $rc"; fi
-expect_contains "$TMPDIR/np.out" "rank 2 (pid $victim) ended with killed by SIGKILL"
+expect_contains "$TMPDIR/np.out" "rank 2 (pid $victim) was killed by SIGKILL"
 expect_contains "$TMPDIR/np.out" "rank 2 (host"
 # The others heard it from the launcher over their queues, not only from a timeout.
-expect_contains "$TMPDIR/np.out" "the launcher saw it end: pid $victim ended with killed by SIGKILL"
+expect_contains "$TMPDIR/np.out" "the launcher saw it end: pid $victim was killed by SIGKILL"
 no_queues "the --np run with a killed rank"
 
 step "--np 4: the launcher killed outright takes its ranks and its queues with it"

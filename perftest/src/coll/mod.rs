@@ -193,14 +193,13 @@ pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
         if args.rank.is_none() {
             return launcher(np, &args, tool);
         }
-        match &args.local_queues {
-            Some(base) => {
-                if let Err(e) = launch::child_setup_mq(base, np) {
-                    eprintln!("{tool}: {e}");
-                    return ExitCode::from(EXIT_USAGE);
-                }
-            }
+        let tied = match &args.local_queues {
+            Some(base) => launch::child_setup_mq(base, np),
             None => launch::child_setup(),
+        };
+        if let Err(e) = tied {
+            eprintln!("{tool}: {e}");
+            return ExitCode::from(EXIT_USAGE);
         }
     }
     match run(&args, coll_of(args.root), tool) {
@@ -226,18 +225,7 @@ fn launcher(np: u32, args: &Args, tool: &str) -> ExitCode {
     }
     let own: Vec<OsString> = std::env::args_os().skip(1).collect();
     let grace = Duration::from_secs(args.peer_timeout + 10);
-    match launch::run_local_mq(np, &own, grace) {
-        Ok(o) => {
-            for f in &o.failures {
-                eprintln!("{tool}: {f}");
-            }
-            ExitCode::from(o.code)
-        }
-        Err(e) => {
-            eprintln!("{tool}: {e}");
-            ExitCode::from(EXIT_FAILED)
-        }
-    }
+    launch::Outcome::exit(launch::run_local_mq(np, &own, grace), tool)
 }
 
 type Fail = (u8, String);

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context as _, Result};
 use verbs_lab::mq::{self, Msg, Queue};
-use verbs_lab::workers::{describe, Worker, Workers};
+use verbs_lab::workers::{self, describe, GatherError, Roster, Worker};
 
 use super::report::{Assembler, WorkerReport};
 use super::{peer_timeout, worker_queue, QUEUE_PREFIX, SETUP_SLACK};
@@ -124,7 +124,8 @@ fn coordinate(cfg: &Config) -> Result<(RunResult, Vec<ProcessResult>)> {
     let inbox = Queue::create(&base, 10, mq::MAX_MSG_LEN)
         .context("creating the coordinator's message queue (--procs)")?;
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    let mut workers = Workers::default();
+    // A Worker dropped on an early return is killed and reaped.
+    let mut workers = Vec::new();
     let mut inboxes = Vec::new();
     for i in 0..n {
         // A worker's inbox carries Go and Abort only: 2 small messages.
@@ -133,14 +134,12 @@ fn coordinate(cfg: &Config) -> Result<(RunResult, Vec<ProcessResult>)> {
         inboxes.push(q);
         let mut a = args.clone();
         a.extend(["--vl-worker", &i.to_string(), "--vl-queue", &base].map(Into::into));
-        workers
-            .0
-            .push(Worker::spawn(i, a, false).map_err(anyhow::Error::msg)?);
+        workers.push(Worker::spawn(i, a, false).map_err(anyhow::Error::msg)?);
     }
     let mut run = Run {
         cfg,
         inbox: &inbox,
-        ps: std::mem::take(&mut workers.0)
+        ps: workers
             .into_iter()
             .zip(inboxes)
             .map(|(w, inbox)| Proc {
@@ -189,15 +188,6 @@ fn results(reports: Vec<(u32, WorkerReport)>) -> Result<(RunResult, Vec<ProcessR
         rows: Rows::Bw(rows),
     };
     Ok((total, procs))
-}
-
-impl Drop for Run<'_> {
-    /// Whatever still runs is killed and reaped: no exit path leaves a worker behind.
-    fn drop(&mut self) {
-        for p in &mut self.ps {
-            let _ = p.w.kill();
-        }
-    }
 }
 
 impl Run<'_> {
@@ -270,62 +260,37 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Receives until every worker finished `stage`. Whenever the queue has been empty for
-    /// 100 ms, looks at the processes ([`Run::watch`]). `deadline` is asked again on every turn.
+    /// Receives until every worker finished `stage`, through `verbs_lab::workers::gather`:
+    /// whenever the queue has been empty for 100 ms it looks at the processes, and a worker that
+    /// exited without finishing `stage`, or has been stopped for `--wait`, is named. `deadline`
+    /// is asked again on every turn.
     fn collect(
         &mut self,
         stage: Stage,
         mut deadline: impl FnMut(&Run<'_>) -> Instant,
     ) -> Result<()> {
         let started = Instant::now();
-        while !self.ps.iter().all(|p| p.finished(stage)) {
-            match self.inbox.recv_timeout(Duration::from_millis(100)) {
-                Ok(msg) => self.handle(msg, stage)?,
-                Err(e) if e.is_timeout() => self.watch(stage)?,
-                Err(e) => return Err(e).context("receiving from the workers"),
-            }
-            if Instant::now() >= deadline(self) {
-                bail!(self.late(stage, started));
-            }
+        let (inbox, wait) = (self.inbox, self.cfg.wait);
+        let mut turn = Turn { run: self, stage };
+        let gathered = workers::gather(&mut turn, inbox, Some(wait), |t| deadline(t.run));
+        let Err(e) = gathered else { return Ok(()) };
+        match e {
+            GatherError::Refused(e) => Err(e),
+            GatherError::Ended { index, status } => bail!(
+                "{} {} before sending its {}",
+                self.ps[index].who(),
+                describe(status),
+                stage.awaited()
+            ),
+            GatherError::Stopped { index, .. } => bail!(
+                "{} has been stopped (SIGSTOP or a debugger) for {} s (--wait) {}: stalled",
+                self.ps[index].who(),
+                wait.as_secs(),
+                self.where_stuck(index, stage)
+            ),
+            GatherError::Late { .. } => bail!(self.late(stage, started)),
+            GatherError::Io(e) => bail!(e),
         }
-        Ok(())
-    }
-
-    /// A worker that exited without finishing `stage`, or has been stopped for `--wait`, is
-    /// named.
-    fn watch(&mut self, stage: Stage) -> Result<()> {
-        let wait = self.cfg.wait;
-        for i in 0..self.ps.len() {
-            if self.ps[i].finished(stage) {
-                continue;
-            }
-            if let Some(st) = self.ps[i].w.try_exit().context("waitpid")? {
-                // What it sent before exiting is in the queue now: take it first.
-                while let Ok((msg, _)) = self.inbox.try_recv() {
-                    self.handle(msg, stage)?;
-                }
-                let p = &self.ps[i];
-                if !p.finished(stage) {
-                    bail!(
-                        "{} {} before sending its {}",
-                        p.who(),
-                        describe(st),
-                        stage.awaited()
-                    );
-                }
-            } else if let Some(t) = self.ps[i].w.stopped_for() {
-                if t >= wait {
-                    bail!(
-                        "{} has been stopped (SIGSTOP or a debugger) for {} s (--wait) {}: \
-                         stalled",
-                        self.ps[i].who(),
-                        wait.as_secs(),
-                        self.where_stuck(i, stage)
-                    );
-                }
-            }
-        }
-        Ok(())
     }
 
     /// What worker `i` has not done: "without sending its Ready", "before reaching the
@@ -467,32 +432,43 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Stops the workers after a failure: Abort to each one still running, a moment to exit,
-    /// then SIGKILL. Says what happened to each on stderr.
+    /// Stops the workers after a failure (`verbs_lab::workers::stop`: Abort to each one still
+    /// running, half a second to exit, then SIGKILL). Says what happened to each on stderr.
     fn stop(&mut self, reason: &str) {
         let name = self.cfg.tool.name();
-        let reason: String = reason.chars().take(500).collect();
-        let live: Vec<usize> = (0..self.ps.len())
-            .filter(|&i| self.ps[i].w.running())
-            .collect();
-        for &i in &live {
-            let abort = Msg::Abort {
-                reason: reason.clone(),
-            };
-            let _ = self.ps[i].inbox.try_send(&abort, 10);
+        let stopped = workers::stop(
+            self.ps.iter_mut().map(|p| (&mut p.w, &p.inbox)),
+            reason,
+            Duration::from_millis(500),
+        );
+        for s in stopped {
+            let who = self.ps[s.index as usize].who();
+            let abort = s.abort_failed.map_or(String::new(), |e| {
+                format!(" (the Abort could not be sent: {e})")
+            });
+            eprintln!("{name}: note: {who} {}{abort}", s.how);
         }
-        let deadline = Instant::now() + Duration::from_millis(500);
-        for &i in &live {
-            let p = &mut self.ps[i];
-            let left = deadline.saturating_duration_since(Instant::now());
-            let how = match p.w.wait_exit(left) {
-                Ok(st) => describe(st),
-                Err(_) => match p.w.kill() {
-                    Ok(st) => format!("stopped: {}", describe(st)),
-                    Err(e) => e,
-                },
-            };
-            eprintln!("{name}: note: {} {how}", p.who());
-        }
+    }
+}
+
+/// The run during one stage, as `verbs_lab::workers::gather` asks about it.
+struct Turn<'r, 'a> {
+    run: &'r mut Run<'a>,
+    stage: Stage,
+}
+
+impl Roster for Turn<'_, '_> {
+    type Error = anyhow::Error;
+    fn count(&self) -> usize {
+        self.run.ps.len()
+    }
+    fn process(&mut self, i: usize) -> &mut Worker {
+        &mut self.run.ps[i].w
+    }
+    fn finished(&self, i: usize) -> bool {
+        self.run.ps[i].finished(self.stage)
+    }
+    fn handle(&mut self, msg: Msg) -> Result<()> {
+        self.run.handle(msg, self.stage)
     }
 }
