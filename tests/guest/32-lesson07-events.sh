@@ -1,8 +1,8 @@
 #!/bin/sh
 # Lesson 07: the same SEND/RECV ping-pong with busy polling and with a completion channel. The
 # client prints both sides' latency and CPU time; the numbers must be there and make sense:
-# busy polling keeps a CPU busy the whole run and never sleeps, event mode sleeps (about once per
-# message on an idle host) and takes one event per sleep. --show-race arms the CQ after a completion
+# busy polling keeps a CPU busy the whole run and never sleeps, event mode takes its completions as
+# events (how often it sleeps depends on timing only). --show-race arms the CQ after a completion
 # arrived: no event comes, yet the completion is in the CQ.
 # timeout: 240
 set -eu
@@ -46,16 +46,24 @@ done
 for col in 4 8; do
     sl=$(field cpu busy "$col")
     num_gt 30 "$sl" || fail "busy polling slept $sl times (column $col)"
-    # Event mode sleeps only when the CQ is empty: on an idle host that is once per round trip,
-    # but on a busy one the reply is often there already when the client looks (145 sleeps in
-    # 300 round trips with two guest suites and busy loops on 2 CPUs). One in ten still tells an
-    # event loop from a busy one, which sleeps at most a few times.
-    sl=$(field cpu event "$col")
-    num_gt "$sl" $((N / 10)) || fail "event mode slept only $sl times in $N round trips (column $col)"
+    # Event mode sleeps only when no event is waiting yet, which is timing, not code: once per
+    # round trip on an idle TCG guest, 145 of 300 on a busy host, and 0 of 300 on a fast one
+    # (CI, 126 us round trips: every event was already there when poll(2) was called). So the
+    # sleeps are shown, not asserted; the event count below proves the events were taken.
+    echo "event mode, column $col: $(field cpu event "$col") sleeps in $N round trips"
 done
-# One event per sleep, at most one arm per completion waited for; the counts are printed.
-events=$(sed -n 's/^client event run: \([0-9]*\) arms (ibv_req_notify_cq), \([0-9]*\) events.*/\2/p' "$CLIENT_OUT")
-num_gt "${events:-0}" $((N / 2)) || fail "the client took only ${events:-no} events"
+# Every arm ends either in the poll right after it or in an event taken from the channel, so
+# events + catches <= arms, and the completions did come as events (how many is timing: 234 of
+# 300 on a fast guest, about one per round trip on an idle TCG one).
+line=$(grep "^client event run: " "$CLIENT_OUT") || fail "the client did not report its event counts"
+arms=$(echo "$line" | sed -n 's/^client event run: \([0-9]*\) arms.*/\1/p')
+events=$(echo "$line" | sed -n 's/.* arms (ibv_req_notify_cq), \([0-9]*\) events.*/\1/p')
+catches=$(echo "$line" | sed -n 's/.*, \([0-9]*\) completions caught by the poll right after arming.*/\1/p')
+[ -n "$arms" ] && [ -n "$events" ] && [ -n "$catches" ] || fail "unreadable event counts: $line"
+num_gt "$events" 0 || fail "the client took no events"
+[ $((events + catches)) -le "$arms" ] \
+    || fail "$events events + $catches catches after arming exceed $arms arms"
+echo "$arms arms: $events ended in an event, $catches in the poll right after arming"
 expect_contains "$CLIENT_OUT" "server event run: "
 # Events are acknowledged in batches of 16 (ibv_ack_cq_events with a count), not one by one.
 acks=$(sed -n 's/^client event run: .* events (ibv_get_cq_event) acked in \([0-9]*\) ibv_ack_cq_events calls.*/\1/p' "$CLIENT_OUT")
