@@ -24,12 +24,12 @@ use verbs_lab::verbs::{
     CompChannel, Cq, Mr, Payload, Qp, SendWr, Sge, UdDest, WcOpcode, WorkCompletion,
 };
 
-use crate::conn::{Link, Resources};
+use crate::conn::{Layout, Link, Resources};
 use crate::engine::{
     backoff, completed_through, poll_or_sleep, remote_op, send_tally, wc_error, PeerWatch, Session,
     CHANNEL_CHECK, POLL_BATCH, SEQ_MASK,
 };
-use crate::params::RunMode;
+use crate::params::{Config, RunMode};
 use crate::pattern;
 use crate::proto::{Channel, Phase};
 use crate::result::{LatRow, TestKind};
@@ -329,7 +329,8 @@ fn settle_count(
     Ok(())
 }
 
-/// One phase (warm-up or measurement) of one size.
+/// One phase (warm-up or measurement) of one size: the rounds, then the count settled with the
+/// peer. The loop itself is here; each round's steps are [`Rounds::ping`] and [`Rounds::pong`].
 #[allow(clippy::too_many_arguments)]
 fn one_phase(
     s: &mut Session<'_>,
@@ -341,86 +342,24 @@ fn one_phase(
     sq: &mut SendQueue,
 ) -> Result<PhaseResult> {
     let cfg = s.cfg;
-    let kind = cfg.tool.kind;
-    let server = cfg.is_server();
-    let lossy = s.lossy();
-    let rx_off = s.rx_offset();
-    let n = size as usize;
-    let pingpong = matches!(kind, TestKind::Write | TestKind::Send);
-    let (cq_timeout, events) = (s.cq_timeout, cfg.events);
-    let backoff = s.yields();
-
-    let Session { link, ch, .. } = s;
-    let Link {
-        res,
-        remote,
-        ahs,
-        inline_limit,
-        ..
-    } = link;
-    // `mr`: the source slots (what we send, where reads land); `rx`: QP 0's destination slots.
-    let Resources {
-        src: mr,
-        dst,
-        qps,
-        cq,
-        channel,
-        layout,
-        ..
-    } = res;
-    let rx: &Mr = &dst[0];
-    let layout = *layout;
-    let channel = channel.as_ref();
-    let qp = &qps[0];
-    let r = &remote.qps[0];
-
+    let f = Facts::of(s, size);
     let mut watch = PeerWatch::new(ph, size);
-    if !pingpong && server {
+    if !f.pingpong && !f.pinger {
         // Reads and atomics: the server's NIC answers alone; wait for the client's tally.
-        let t = watch.wait_tally(ch)?;
+        let t = watch.wait_tally(s.ch)?;
         return Ok(PhaseResult {
             count: t.per_qp.first().copied().unwrap_or(0),
             elapsed: Duration::ZERO,
         });
     }
 
-    let src = layout.src(0, 0);
-    let local_len = if kind == TestKind::Atomic { 8 } else { n };
-    let sge: Sge<'_> = mr.sge(src..src + local_len).context("building the SGE")?;
-    let sges = [sge];
-    let (_, op) = remote_op(cfg, r, n);
-    let mut wr = SendWr::new(0, op, Payload::Sges(&sges));
-    if let Some(ah) = ahs.first() {
-        wr = wr.to(UdDest {
-            ah,
-            remote_qpn: r.qpn,
-            remote_qkey: remote.qkey,
-        });
-    }
-    let mut post = Post {
-        qp,
-        cq,
-        channel,
-        size,
-        wr,
-        inline: pingpong && *inline_limit > 0 && n as u64 <= u64::from(*inline_limit),
-        cq_mod: u64::from(cfg.effective_cq_mod()),
-        depth: u64::from(cfg.tx_depth),
-        all_signaled: !pingpong,
-    };
-    let mut waiter = Waiter {
-        ch,
-        watch,
-        cq_timeout,
-        mask: if events { 0 } else { 255 },
-        stop_at: None,
-        backoff,
-        looked: false,
-        what: "",
-        qp,
-        counters: PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port),
-    };
-    let mut wcs = WorkCompletion::array::<POLL_BATCH>();
+    let Session { link, ch, .. } = s;
+    let sges = [link
+        .res
+        .src
+        .sge(f.src..f.src + f.local_len)
+        .context("building the SGE")?];
+    let mut r = Rounds::new(cfg, f, link, ch, watch, &sges);
     let target = match mode {
         RunMode::Iters(k) => k,
         RunMode::Duration(_) => u64::MAX,
@@ -429,141 +368,380 @@ fn one_phase(
         RunMode::Duration(d) => Some(Instant::now() + d),
         RunMode::Iters(_) => None,
     };
-    let poll_off = layout.dst(0, 0) + n.saturating_sub(1);
-    let stamp_all = cfg.validate;
-    let pinger = !server;
     let mut count = 0u64;
-    let mut first: Option<Instant> = None;
-    let mut last = Instant::now();
-    // Where the pinger's previous sample ended, when nothing but the loop's own round-trip work
-    // (stamping the poll byte, reaping send completions, re-posting the receive) ran since: the
-    // next sample starts there. `None` after bookkeeping: the next sample reads the clock anew.
-    let mut prev_end: Option<Instant> = None;
-    // The ponger's previous answer, for its samples (`None`: the next answer starts a sample).
-    let mut answered: Option<Instant> = None;
-    let mut recv: Recv = None;
-
     while count < target {
         let seq = seq0 + count;
-        if pinger {
-            stamp(mr, src, n, seq, kind, stamp_all)?;
-            // Room in the send queue before the clock starts: the sample is the round trip.
-            if post.make_room(sq, &mut waiter, &mut wcs, &mut recv)? {
-                prev_end = None;
-            }
-            // `-D`: its clock read starts the sample (and ends the run at the deadline).
-            let t0 = match (deadline, prev_end) {
-                (Some(dl), _) => {
-                    let now = Instant::now();
-                    if now >= dl {
-                        break;
-                    }
-                    now
-                }
-                // One clock read per round trip, as perftest samples between consecutive posts:
-                // the end of the previous sample (taken when its answer arrived) starts this one.
-                (None, Some(t)) => t,
-                (None, None) => Instant::now(),
-            };
-            first.get_or_insert(t0);
-            post.post(mr, sq)?;
-            waiter.looked = false;
-            // Wait for the answer.
-            let t1 = match kind {
-                TestKind::Write => {
-                    let want = pattern::poll_byte(seq);
-                    waiter.what = "the server's RDMA write (its last byte)";
-                    let m: &Mr = rx;
-                    waiter.wait(|| Ok(m.read_volatile(poll_off) == want))?;
-                    Instant::now()
-                }
-                TestKind::Send => {
-                    waiter.what = "the server's answer (a receive completion)";
-                    wait_recv(&mut waiter, cq, channel, &mut wcs, sq, &mut recv, size)?;
-                    Instant::now()
-                }
-                TestKind::Read | TestKind::Atomic => {
-                    waiter.what = "the completion of the request";
-                    let mine = sq.posted;
-                    waiter.wait(|| {
-                        let k = poll_or_sleep(cq, channel, &mut wcs, true)?;
-                        take(&wcs[..k], sq, &mut recv, size)?;
-                        Ok(sq.completed >= mine)
-                    })?;
-                    Instant::now()
-                }
-            };
-            let rtt = t1.duration_since(t0).as_nanos() as u64;
-            if let Some(r) = rec.as_deref_mut() {
-                r.record(if pingpong { rtt / 2 } else { rtt });
-            }
-            last = t1;
-            prev_end = Some(t1);
-            count += 1;
-            // The round trip's own work before the next post (perftest's samples hold the same:
-            // the receive re-posted, the send completions taken).
-            if let Some(got) = recv.take() {
-                after_recv(rx, qp, layout, got, rx_off, n, seq, lossy, stamp_all)?;
-            }
-            if pingpong {
-                reap(cq, &mut wcs, sq, &mut recv, size)?;
-            }
-            // Bookkeeping: `--validate`'s checks and stamps, a heartbeat, a look at the channel.
-            // When any of it runs, the next sample starts from a fresh clock read.
-            let beat = waiter.watch.beat(waiter.ch, t1)?;
-            let looked = waiter.watch.check(waiter.ch, t1)?;
-            if stamp_all || beat || looked {
-                prev_end = None;
-            }
+        let more = if f.pinger {
+            r.ping(seq, sq, deadline, rec.as_deref_mut())?
         } else {
-            // The ponger: wait for message `seq`, answer it.
-            waiter.stop_at = deadline.map(|_| count);
-            let got = match kind {
-                TestKind::Write => {
-                    let want = pattern::poll_byte(seq);
-                    waiter.what = "the client's RDMA write (its last byte)";
-                    let m: &Mr = rx;
-                    waiter.wait(|| Ok(m.read_volatile(poll_off) == want))?
-                }
-                _ => {
-                    waiter.what = "the client's message (a receive completion)";
-                    wait_recv(&mut waiter, cq, channel, &mut wcs, sq, &mut recv, size)?
-                }
-            };
-            waiter.stop_at = None;
-            if let Waited::PeerDone = got {
-                break;
-            }
-            // A wait that looked at the channel holds bookkeeping: no sample ends here.
-            if std::mem::take(&mut waiter.looked) {
-                answered = None;
-            }
-            // Answer first, read the clock after: nothing stands between the arrival and the
-            // answer. The ponger's samples run from one answer to the next (a round trip).
-            stamp(mr, src, n, seq, kind, stamp_all)?;
-            post.make_room(sq, &mut waiter, &mut wcs, &mut recv)?;
-            post.post(mr, sq)?;
-            let t1 = Instant::now();
-            if let (Some(t0), Some(r)) = (answered, rec.as_deref_mut()) {
-                r.record(t1.duration_since(t0).as_nanos() as u64 / 2);
-            }
-            first.get_or_insert(t1);
-            answered = Some(t1);
-            last = t1;
-            count += 1;
-            if let Some(got) = recv.take() {
-                after_recv(rx, qp, layout, got, rx_off, n, seq, lossy, stamp_all)?;
-            }
-            reap(cq, &mut wcs, sq, &mut recv, size)?;
+            r.pong(seq, sq, deadline.map(|_| count), rec.as_deref_mut())?
+        };
+        if !more {
+            break;
         }
+        count += 1;
     }
 
+    let Rounds {
+        waiter,
+        first,
+        last,
+        ..
+    } = r;
     let Waiter { ch, watch, .. } = waiter;
-    settle_count(ch, watch, pinger, ph, size, count)?;
+    settle_count(ch, watch, f.pinger, ph, size, count)?;
     Ok(PhaseResult {
         count,
         elapsed: last.saturating_duration_since(first.unwrap_or(last)),
     })
+}
+
+/// What a phase knows before its first round: the test, the sizes and the offsets.
+#[derive(Clone, Copy)]
+struct Facts {
+    kind: TestKind,
+    /// Write and send latency: a ping-pong (both sides post).
+    pingpong: bool,
+    /// The side that starts each round (the client).
+    pinger: bool,
+    /// Not RC: a lost message is possible, `--validate` checks the body only.
+    lossy: bool,
+    /// Where a received message starts in its slot (the GRH on UD).
+    rx_off: usize,
+    /// The message size.
+    n: usize,
+    size: u64,
+    /// `--validate`: every message stamped and checked.
+    stamp_all: bool,
+    /// The source slot's offset, and how many of its bytes a request names.
+    src: usize,
+    local_len: usize,
+    /// Write latency: the byte of the destination slot that changes with each message.
+    poll_off: usize,
+    /// How long one completion may take.
+    cq_timeout: Duration,
+    /// `-e`: every poll may sleep.
+    events: bool,
+    /// A software device: long waits give the CPU away.
+    backoff: bool,
+}
+
+impl Facts {
+    fn of(s: &Session<'_>, size: u64) -> Facts {
+        let cfg = s.cfg;
+        let kind = cfg.tool.kind;
+        let layout = s.link.res.layout;
+        let n = size as usize;
+        Facts {
+            kind,
+            pingpong: matches!(kind, TestKind::Write | TestKind::Send),
+            pinger: !cfg.is_server(),
+            lossy: s.lossy(),
+            rx_off: s.rx_offset(),
+            n,
+            size,
+            stamp_all: cfg.validate,
+            src: layout.src(0, 0),
+            local_len: if kind == TestKind::Atomic { 8 } else { n },
+            poll_off: layout.dst(0, 0) + n.saturating_sub(1),
+            cq_timeout: s.cq_timeout,
+            events: cfg.events,
+            backoff: s.yields(),
+        }
+    }
+}
+
+/// The rounds of one phase: the one QP, its buffers and CQ, the request it posts, the waits, and
+/// the clock reads that make the samples.
+struct Rounds<'a> {
+    f: Facts,
+    /// The source slots (what we send, where reads land).
+    mr: &'a Mr,
+    /// QP 0's destination slots (where the peer's writes and sends land).
+    rx: &'a Mr,
+    qp: &'a Qp,
+    cq: &'a Cq,
+    channel: Option<&'a CompChannel>,
+    layout: Layout,
+    post: Post<'a>,
+    waiter: Waiter<'a>,
+    wcs: [WorkCompletion; POLL_BATCH],
+    recv: Recv,
+    /// The first post (pinger) or answer (ponger) of the phase, and the last answer.
+    first: Option<Instant>,
+    last: Instant,
+    /// Where the pinger's previous sample ended, when nothing but the loop's own round-trip
+    /// work (stamping the poll byte, reaping send completions, re-posting the receive) ran
+    /// since: the next sample starts there. `None` after bookkeeping: the next sample reads the
+    /// clock anew.
+    prev_end: Option<Instant>,
+    /// The ponger's previous answer, for its samples (`None`: the next answer starts a sample).
+    answered: Option<Instant>,
+}
+
+impl<'a> Rounds<'a> {
+    /// Builds the phase's request (towards the peer's QP 0, inline when it fits) and its waits.
+    fn new(
+        cfg: &Config,
+        f: Facts,
+        link: &'a Link,
+        ch: &'a mut Channel,
+        watch: PeerWatch,
+        sges: &'a [Sge<'a>],
+    ) -> Rounds<'a> {
+        let Link {
+            res,
+            remote,
+            ahs,
+            inline_limit,
+            ..
+        } = link;
+        let Resources {
+            src: mr,
+            dst,
+            qps,
+            cq,
+            channel,
+            layout,
+            ..
+        } = res;
+        let channel = channel.as_ref();
+        let qp = &qps[0];
+        let r = &remote.qps[0];
+        let (_, op) = remote_op(cfg, r, f.n);
+        let mut wr = SendWr::new(0, op, Payload::Sges(sges));
+        if let Some(ah) = ahs.first() {
+            wr = wr.to(UdDest {
+                ah,
+                remote_qpn: r.qpn,
+                remote_qkey: remote.qkey,
+            });
+        }
+        let post = Post {
+            qp,
+            cq,
+            channel,
+            size: f.size,
+            wr,
+            inline: f.pingpong && *inline_limit > 0 && f.n as u64 <= u64::from(*inline_limit),
+            cq_mod: u64::from(cfg.effective_cq_mod()),
+            depth: u64::from(cfg.tx_depth),
+            all_signaled: !f.pingpong,
+        };
+        let waiter = Waiter {
+            ch,
+            watch,
+            cq_timeout: f.cq_timeout,
+            mask: if f.events { 0 } else { 255 },
+            stop_at: None,
+            backoff: f.backoff,
+            looked: false,
+            what: "",
+            qp,
+            counters: PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port),
+        };
+        Rounds {
+            f,
+            mr,
+            rx: &dst[0],
+            qp,
+            cq,
+            channel,
+            layout: *layout,
+            post,
+            waiter,
+            wcs: WorkCompletion::array::<POLL_BATCH>(),
+            recv: None,
+            first: None,
+            last: Instant::now(),
+            prev_end: None,
+            answered: None,
+        }
+    }
+
+    /// The pinger's round `seq`: stamp the message, make room, read the clock (or take the
+    /// previous sample's end), post, wait for the answer, record the sample; then the round's
+    /// own work and the bookkeeping. Returns false at the `-D` deadline (nothing posted).
+    #[inline]
+    fn ping(
+        &mut self,
+        seq: u64,
+        sq: &mut SendQueue,
+        deadline: Option<Instant>,
+        rec: Option<&mut LatRecorder>,
+    ) -> Result<bool> {
+        let f = &self.f;
+        stamp(self.mr, f.src, f.n, seq, f.kind, f.stamp_all)?;
+        // Room in the send queue before the clock starts: the sample is the round trip.
+        if self
+            .post
+            .make_room(sq, &mut self.waiter, &mut self.wcs, &mut self.recv)?
+        {
+            self.prev_end = None;
+        }
+        // `-D`: its clock read starts the sample (and ends the run at the deadline).
+        let t0 = match (deadline, self.prev_end) {
+            (Some(dl), _) => {
+                let now = Instant::now();
+                if now >= dl {
+                    return Ok(false);
+                }
+                now
+            }
+            // One clock read per round trip, as perftest samples between consecutive posts:
+            // the end of the previous sample (taken when its answer arrived) starts this one.
+            (None, Some(t)) => t,
+            (None, None) => Instant::now(),
+        };
+        self.first.get_or_insert(t0);
+        self.post.post(self.mr, sq)?;
+        self.waiter.looked = false;
+        let t1 = self.wait_answer(seq, sq)?;
+        let rtt = t1.duration_since(t0).as_nanos() as u64;
+        if let Some(r) = rec {
+            r.record(if self.f.pingpong { rtt / 2 } else { rtt });
+        }
+        self.last = t1;
+        self.prev_end = Some(t1);
+        // The round trip's own work before the next post (perftest's samples hold the same:
+        // the receive re-posted, the send completions taken).
+        self.finish_round(seq, sq)?;
+        // Bookkeeping: `--validate`'s checks and stamps, a heartbeat, a look at the channel.
+        // When any of it runs, the next sample starts from a fresh clock read.
+        let beat = self.waiter.watch.beat(self.waiter.ch, t1)?;
+        let looked = self.waiter.watch.check(self.waiter.ch, t1)?;
+        if self.f.stamp_all || beat || looked {
+            self.prev_end = None;
+        }
+        Ok(true)
+    }
+
+    /// The pinger waits for the answer to message `seq`; returns when it came.
+    #[inline]
+    fn wait_answer(&mut self, seq: u64, sq: &mut SendQueue) -> Result<Instant> {
+        let size = self.f.size;
+        match self.f.kind {
+            TestKind::Write => {
+                let want = pattern::poll_byte(seq);
+                self.waiter.what = "the server's RDMA write (its last byte)";
+                let (m, off): (&Mr, usize) = (self.rx, self.f.poll_off);
+                self.waiter.wait(|| Ok(m.read_volatile(off) == want))?;
+            }
+            TestKind::Send => {
+                self.waiter.what = "the server's answer (a receive completion)";
+                let (cq, channel) = (self.cq, self.channel);
+                wait_recv(
+                    &mut self.waiter,
+                    cq,
+                    channel,
+                    &mut self.wcs,
+                    sq,
+                    &mut self.recv,
+                    size,
+                )?;
+            }
+            TestKind::Read | TestKind::Atomic => {
+                self.waiter.what = "the completion of the request";
+                let mine = sq.posted;
+                let (cq, channel) = (self.cq, self.channel);
+                let (wcs, recv) = (&mut self.wcs, &mut self.recv);
+                self.waiter.wait(|| {
+                    let k = poll_or_sleep(cq, channel, wcs, true)?;
+                    take(&wcs[..k], sq, recv, size)?;
+                    Ok(sq.completed >= mine)
+                })?;
+            }
+        }
+        Ok(Instant::now())
+    }
+
+    /// The ponger's round `seq`: wait for the message, answer it, read the clock after and
+    /// record the sample since the previous answer; then the round's own work. Returns false
+    /// when the pinger's tally says it is done (`-D`: `stop_at` is this side's count).
+    #[inline]
+    fn pong(
+        &mut self,
+        seq: u64,
+        sq: &mut SendQueue,
+        stop_at: Option<u64>,
+        rec: Option<&mut LatRecorder>,
+    ) -> Result<bool> {
+        self.waiter.stop_at = stop_at;
+        let got = self.wait_message(seq, sq)?;
+        self.waiter.stop_at = None;
+        if let Waited::PeerDone = got {
+            return Ok(false);
+        }
+        // A wait that looked at the channel holds bookkeeping: no sample ends here.
+        if std::mem::take(&mut self.waiter.looked) {
+            self.answered = None;
+        }
+        // Answer first, read the clock after: nothing stands between the arrival and the
+        // answer. The ponger's samples run from one answer to the next (a round trip).
+        let f = &self.f;
+        stamp(self.mr, f.src, f.n, seq, f.kind, f.stamp_all)?;
+        self.post
+            .make_room(sq, &mut self.waiter, &mut self.wcs, &mut self.recv)?;
+        self.post.post(self.mr, sq)?;
+        let t1 = Instant::now();
+        if let (Some(t0), Some(r)) = (self.answered, rec) {
+            r.record(t1.duration_since(t0).as_nanos() as u64 / 2);
+        }
+        self.first.get_or_insert(t1);
+        self.answered = Some(t1);
+        self.last = t1;
+        self.finish_round(seq, sq)?;
+        Ok(true)
+    }
+
+    /// The ponger waits for the pinger's message `seq`.
+    #[inline]
+    fn wait_message(&mut self, seq: u64, sq: &mut SendQueue) -> Result<Waited> {
+        match self.f.kind {
+            TestKind::Write => {
+                let want = pattern::poll_byte(seq);
+                self.waiter.what = "the client's RDMA write (its last byte)";
+                let (m, off): (&Mr, usize) = (self.rx, self.f.poll_off);
+                self.waiter.wait(|| Ok(m.read_volatile(off) == want))
+            }
+            _ => {
+                self.waiter.what = "the client's message (a receive completion)";
+                wait_recv(
+                    &mut self.waiter,
+                    self.cq,
+                    self.channel,
+                    &mut self.wcs,
+                    sq,
+                    &mut self.recv,
+                    self.f.size,
+                )
+            }
+        }
+    }
+
+    /// A round's own work once the answer is out or in: the receive checked and posted again,
+    /// the send completions taken (ping-pong).
+    #[inline]
+    fn finish_round(&mut self, seq: u64, sq: &mut SendQueue) -> Result<()> {
+        let f = &self.f;
+        if let Some(got) = self.recv.take() {
+            after_recv(
+                self.rx,
+                self.qp,
+                self.layout,
+                got,
+                f.rx_off,
+                f.n,
+                seq,
+                f.lossy,
+                f.stamp_all,
+            )?;
+        }
+        if f.pingpong {
+            reap(self.cq, &mut self.wcs, sq, &mut self.recv, f.size)?;
+        }
+        Ok(())
+    }
 }
 
 /// Writes what message `seq` carries: write latency's poll byte (and with `--validate` the

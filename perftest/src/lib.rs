@@ -11,6 +11,7 @@ pub mod compat;
 pub mod conn;
 pub mod counters;
 pub mod cpu_util;
+pub mod device;
 pub mod engine;
 pub mod events;
 pub mod gates;

@@ -27,7 +27,7 @@ use verbs_lab::verbs::{
 };
 use verbs_lab::wire::{Reader, Writer};
 
-use crate::conn::{flow_label, LocalDev};
+use crate::device::LocalDev;
 use crate::params::{Config, RdmaCm};
 use crate::proto::{Endpoints, QpEndpoint};
 
@@ -156,7 +156,7 @@ fn overrides(cfg: &Config, link: &Setup, q: usize) -> CmQpOverrides {
         path_mtu: Some(link.path_mtu),
         sl: (cfg.sl != 0).then_some(cfg.sl),
         traffic_class: cfg.tclass,
-        flow_label: (!cfg.flow_labels.is_empty()).then(|| flow_label(cfg, q)),
+        flow_label: (!cfg.flow_labels.is_empty()).then(|| cfg.flow_label(q)),
         max_dest_rd_atomic: Some(link.accept_rd),
         timeout: Some(cfg.qp_timeout),
         max_rd_atomic: Some(link.init_rd),

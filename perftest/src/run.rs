@@ -20,8 +20,9 @@ use verbs_lab::affinity;
 use verbs_lab::oob;
 use verbs_lab::verbs::QpType;
 
-use crate::conn::{self, Link, LocalDev};
+use crate::conn::{self, Link};
 use crate::counters;
+use crate::device::{self, LocalDev};
 use crate::engine::{Pacer, Session};
 use crate::listen::Notified;
 use crate::output::{OutputFormat, Reporter};
@@ -178,7 +179,7 @@ pub fn run_tool_paced(
     sink: &mut dyn RowSink,
     pacer: Option<&mut dyn Pacer>,
 ) -> Result<RunResult> {
-    let dev = conn::open_device(cfg)?;
+    let dev = device::open_device(cfg)?;
     // The device's asynchronous events (a port going down, a fatal QP or device error) end
     // the run within a moment, named (see events.rs); the watch outlives the channel below.
     let _events = crate::events::watch(&dev.ctx, cfg.ib_port).with_context(|| {

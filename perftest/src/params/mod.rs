@@ -440,6 +440,15 @@ impl Config {
             || self.rdma_cm.as_ref().is_some_and(|r| r.tos.is_some())
     }
 
+    /// `--flow_label`: QP `q` takes the list's entry `q mod len`, as perftest (0 without the
+    /// flag).
+    pub fn flow_label(&self, q: usize) -> u32 {
+        match self.flow_labels.len() {
+            0 => 0,
+            n => self.flow_labels[q % n],
+        }
+    }
+
     /// The CQ moderation the run uses: `-Q`, capped so that every full send queue holds a
     /// signaled request (`tx depth − post list + 1`), else the sender could wait forever.
     pub fn effective_cq_mod(&self) -> u32 {

@@ -1,0 +1,386 @@
+//! The exchange of endpoints with the peer, and the QPs walked to RTS (RC/UC), or to RTS with
+//! an address handle each (UD), or handed to rdma_cm (`-R`); then what both sides' limits
+//! allow (path MTU, sizes, inline, read depth) and, with a QoS option, the address vectors
+//! read back.
+
+use anyhow::{bail, Context as _, Result};
+use verbs_lab::connect::{init_attr, rtr_attr, rts_attr, ConnectOpts, Endpoint};
+use verbs_lab::verbs::{Ah, AhAttr, GlobalRoute, InitAttr, LinkLayer, Mtu, QpType, RtsAttr};
+
+use super::{Link, Resources, QKEY};
+use crate::device::LocalDev;
+use crate::params::Config;
+use crate::proto::{ChanError, Channel, Endpoints, Msg, QpEndpoint};
+use crate::result::TestKind;
+
+fn chan<T>(r: std::result::Result<T, ChanError>) -> Result<T> {
+    r.map_err(anyhow::Error::new)
+}
+
+/// Exchanges endpoints (the client first) and checks the peer's against our parameters.
+pub fn exchange_endpoints(cfg: &Config, ch: &mut Channel, local: &Endpoints) -> Result<Endpoints> {
+    let what = format!("the {}'s endpoints", ch.peer_name());
+    let recv = |ch: &mut Channel| -> Result<Endpoints> {
+        match chan(ch.recv_skipping_heartbeats(&what))? {
+            Msg::Endpoints(e) => Ok(e),
+            other => Err(anyhow::Error::new(ChanError::Unexpected {
+                what: "ENDPOINTS".into(),
+                got: other.name().into(),
+            })),
+        }
+    };
+    let remote = if cfg.is_server() {
+        let r = recv(ch)?;
+        chan(ch.send(&Msg::Endpoints(local.clone())))?;
+        r
+    } else {
+        chan(ch.send(&Msg::Endpoints(local.clone())))?;
+        recv(ch)?
+    };
+    if remote.qps.len() != cfg.qps as usize {
+        bail!(
+            "the {} sent {} QP endpoints, but -q is {} (protocol error)",
+            ch.peer_name(),
+            remote.qps.len(),
+            cfg.qps
+        );
+    }
+    Ok(remote)
+}
+
+/// Connects every QP to its peer (RC/UC: INIT → RTR → RTS; UD: INIT → RTR → RTS and an address
+/// handle), and works out the path MTU, the sizes, the inline limit and the read depth.
+pub fn connect(
+    cfg: &Config,
+    dev: LocalDev,
+    res: Resources,
+    local: Endpoints,
+    remote: Endpoints,
+    cm_listen: Option<crate::rdmacm::CmListen>,
+) -> Result<Link> {
+    let path_mtu = path_mtu(cfg, &dev, &remote)?;
+    let sizes = run_sizes(cfg, &dev, &remote, path_mtu)?;
+    check_remote_slots(cfg, &remote, *sizes.last().unwrap_or(&0))?;
+    let depth = ReadDepth::of(cfg, &dev, &remote);
+    let opts = ConnectOpts {
+        port_num: cfg.ib_port,
+        sgid_index: dev.gid.entry.index as u8,
+        path_mtu,
+        access: res.rights.qp,
+        timeout: cfg.qp_timeout,
+        retry_cnt: verbs_lab::connect::RETRY_CNT,
+        rnr_retry: 7,
+        min_rnr_timer: 12,
+        max_rd_atomic: if depth.needs_rd {
+            depth.outstanding as u8
+        } else {
+            1
+        },
+        sl: cfg.sl,
+        hop_limit: 64,
+        traffic_class: cfg.tclass.unwrap_or(0),
+    };
+    let ahs = bring_up(cfg, &dev, &res, &local, &remote, &opts, depth.ours_accept)?;
+    let cm = match cfg.rdma_cm {
+        None => None,
+        Some(_) => {
+            let setup = crate::rdmacm::Setup {
+                access: res.rights.qp,
+                path_mtu,
+                accept_rd: depth.ours_accept,
+                init_rd: opts.max_rd_atomic,
+            };
+            let p = crate::rdmacm::Parties {
+                cfg,
+                dev: &dev,
+                qps: &res.qps,
+                local: &local,
+                remote: &remote,
+                setup: &setup,
+            };
+            Some(match cm_listen {
+                Some(l) => crate::rdmacm::accept_all(&p, l)?,
+                None if cfg.is_server() => bail!("internal: -R server without its listener"),
+                None => crate::rdmacm::connect_client(&p)?,
+            })
+        }
+    };
+
+    let granted_inline = res.qps.first().map_or(0, |qp| qp.caps().max_inline_data);
+    let inline_ok = matches!(cfg.tool.kind, TestKind::Write | TestKind::Send);
+    let inline_limit = match (inline_ok, cfg.inline_size) {
+        (false, _) => 0,
+        (true, Some(i)) => i.min(granted_inline),
+        (true, None) => granted_inline,
+    };
+    let link = Link {
+        dev,
+        res,
+        local,
+        remote,
+        ahs,
+        path_mtu,
+        sizes,
+        inline_limit,
+        granted_inline,
+        outstanding: if depth.needs_rd { depth.outstanding } else { 0 },
+        cm,
+    };
+    if cfg.qos_given() {
+        for line in qos_readback(cfg, &link)? {
+            eprintln!("{}: {line}", cfg.tool.name());
+        }
+    }
+    Ok(link)
+}
+
+/// The path MTU: the smaller active MTU of the two ports, or `-m` when it fits.
+fn path_mtu(cfg: &Config, dev: &LocalDev, remote: &Endpoints) -> Result<Mtu> {
+    let peer_mtu = Mtu::from_bytes(remote.active_mtu).unwrap_or(Mtu::Mtu1024);
+    let our_mtu = dev.port.active_mtu.unwrap_or(Mtu::Mtu1024);
+    let active = our_mtu.min(peer_mtu);
+    Ok(match cfg.mtu {
+        None => active,
+        Some(m) if m <= active => m,
+        Some(m) => bail!(
+            "-m {m}: larger than the active MTU ({} here {our_mtu}, the peer's {} {peer_mtu})",
+            dev.ctx.name(),
+            remote.device
+        ),
+    })
+}
+
+/// The message sizes of the run: the sweep stops at the smaller port limit (and one packet on
+/// UD); a single `-s` beyond it is refused.
+fn run_sizes(cfg: &Config, dev: &LocalDev, remote: &Endpoints, path_mtu: Mtu) -> Result<Vec<u64>> {
+    let mut cap = u64::from(dev.port.max_msg_sz.min(remote.max_msg_sz));
+    if cfg.conn == QpType::Ud {
+        cap = cap.min(u64::from(path_mtu.bytes()));
+    }
+    let sizes = cfg.sizes.list(cap);
+    if sizes.is_empty() {
+        bail!("no message size fits the ports' limit of {cap} bytes");
+    }
+    if let crate::params::Sizes::Single(s) = cfg.sizes {
+        if s > cap {
+            if cfg.conn == QpType::Ud && s > u64::from(path_mtu.bytes()) {
+                bail!(
+                    "-s {s}: a UD message must fit one packet, and the path MTU is {path_mtu}; \
+                     use -s {path_mtu} or less (or -c RC)"
+                );
+            }
+            bail!(
+                "-s {s} is larger than the largest message of the peer's port ({} max_msg_sz {})",
+                remote.device,
+                remote.max_msg_sz
+            );
+        }
+    }
+    Ok(sizes)
+}
+
+/// RDMA reads and atomics in flight: what our QPs accept, and what they initiate (`-o`, capped
+/// by our device and by what the peer accepts).
+struct ReadDepth {
+    needs_rd: bool,
+    ours_accept: u8,
+    outstanding: u32,
+}
+
+impl ReadDepth {
+    fn of(cfg: &Config, dev: &LocalDev, remote: &Endpoints) -> ReadDepth {
+        let init_max = dev.attr.max_qp_init_rd_atom.clamp(1, 255) as u32;
+        ReadDepth {
+            needs_rd: matches!(cfg.tool.kind, TestKind::Read | TestKind::Atomic),
+            ours_accept: dev.attr.max_qp_rd_atom.clamp(1, 255) as u8,
+            outstanding: cfg
+                .outstanding
+                .unwrap_or(init_max)
+                .min(init_max)
+                .min(u32::from(remote.max_dest_rd_atomic.max(1)))
+                .max(1),
+        }
+    }
+}
+
+/// Walks every QP to RTS towards its peer QP of the same index (UD: and makes its address
+/// handle, returned); with `-R` leaves the QPs to rdma_cm.
+fn bring_up(
+    cfg: &Config,
+    dev: &LocalDev,
+    res: &Resources,
+    local: &Endpoints,
+    remote: &Endpoints,
+    opts: &ConnectOpts,
+    ours_accept: u8,
+) -> Result<Vec<Ah>> {
+    let mut ahs = Vec::new();
+    for (q, qp) in res.qps.iter().enumerate() {
+        let r = &remote.qps[q];
+        let l = &local.qps[q];
+        let what = || format!("connecting QP {q} ({:#x} → peer QP {:#x})", l.qpn, r.qpn);
+        if cfg.conn == QpType::Ud {
+            qp.modify_to_init(&InitAttr {
+                qkey: QKEY,
+                ..init_attr(opts)
+            })
+            .with_context(what)?;
+            qp.modify_to_rtr(None).with_context(what)?;
+            qp.modify_to_rts(&RtsAttr {
+                sq_psn: l.psn,
+                ..rts_attr(opts, &endpoint(l))
+            })
+            .with_context(what)?;
+            ahs.push(ud_address(cfg, dev, res, opts, q, r)?);
+        } else if cfg.rdma_cm.is_some() {
+            // -R: the connection manager moves the QPs below, after this loop.
+            check_grh(cfg, true)?;
+        } else {
+            qp.modify_to_init(&init_attr(opts)).with_context(what)?;
+            let mut rtr = rtr_attr(opts, &endpoint(r));
+            rtr.max_dest_rd_atomic = ours_accept;
+            check_grh(cfg, rtr.ah.grh.is_some())?;
+            if let Some(g) = rtr.ah.grh.as_mut() {
+                g.flow_label = cfg.flow_label(q);
+            }
+            qp.modify_to_rtr(Some(&rtr)).with_context(what)?;
+            qp.modify_to_rts(&rts_attr(opts, &endpoint(l)))
+                .with_context(what)?;
+        }
+    }
+    Ok(ahs)
+}
+
+/// UD: the address handle of QP `q` towards the peer's QP `r` (with a GRH on Ethernet, or when
+/// the peer has a GID).
+fn ud_address(
+    cfg: &Config,
+    dev: &LocalDev,
+    res: &Resources,
+    opts: &ConnectOpts,
+    q: usize,
+    r: &QpEndpoint,
+) -> Result<Ah> {
+    let grh =
+        (dev.port.link_layer == LinkLayer::Ethernet || !r.gid.is_zero()).then_some(GlobalRoute {
+            dgid: r.gid,
+            sgid_index: opts.sgid_index,
+            hop_limit: opts.hop_limit,
+            traffic_class: opts.traffic_class,
+            flow_label: cfg.flow_label(q),
+        });
+    check_grh(cfg, grh.is_some())?;
+    Ah::create(
+        &res.pd,
+        &AhAttr {
+            dlid: r.lid,
+            sl: opts.sl,
+            port_num: cfg.ib_port,
+            grh,
+        },
+    )
+    .with_context(|| format!("ibv_create_ah towards the peer's QP {:#x}", r.qpn))
+}
+
+/// Refuses a peer whose advertised slots cannot hold our largest message (RDMA tests: our
+/// requests address `slot * stride` of its region, so a stride below the message size would
+/// overlap slots), that advertises no slot, or whose region would wrap the address space.
+pub fn check_remote_slots(cfg: &Config, remote: &Endpoints, largest: u64) -> Result<()> {
+    if cfg.tool.kind == TestKind::Send {
+        return Ok(()); // the peer's receive buffers are its own business
+    }
+    for (q, r) in remote.qps.iter().enumerate() {
+        if r.slots == 0 || u64::from(r.slot_stride) < largest {
+            bail!(
+                "the peer's QP {q} offers {} slot(s) of {} bytes, too small for messages of \
+                 {largest} bytes (protocol error: is the peer a verbs-lab tool of this release?)",
+                r.slots,
+                r.slot_stride
+            );
+        }
+        let span = u64::from(r.slots) * u64::from(r.slot_stride);
+        if r.addr.checked_add(span).is_none() {
+            bail!(
+                "the peer's QP {q} advertises {span} bytes at {:#x}, beyond the end of the \
+                 address space (protocol error)",
+                r.addr
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `--tclass` and `--flow_label` live in the GRH: refused on a path without one (InfiniBand
+/// without a GID, `-x`).
+fn check_grh(cfg: &Config, has_grh: bool) -> Result<()> {
+    if !has_grh && (cfg.tclass.is_some() || !cfg.flow_labels.is_empty()) {
+        bail!(
+            "--tclass and --flow_label are fields of the GRH, and this path has none (an \
+             InfiniBand port without a GID); give -x GID_INDEX so that the QPs use a GRH"
+        );
+    }
+    Ok(())
+}
+
+/// What the device holds in each RC/UC QP's address vector, read back with `ibv_query_qp(3)`:
+/// one line per QP, e.g. `QP 0 (0x11) address vector: sl 3, traffic class 32, flow label
+/// 0x12345, hop limit 64`. UD QPs have no address vector of their own (their address handles
+/// carry it) and are reported as such.
+pub fn qos_readback(cfg: &Config, link: &Link) -> Result<Vec<String>> {
+    link.res
+        .qps
+        .iter()
+        .enumerate()
+        .map(|(q, qp)| {
+            if qp.qp_type() == QpType::Ud {
+                return Ok(format!(
+                    "QP {q} ({:#x}): UD, the address vector is in its address handle (sl {}, \
+                     traffic class {}, flow label {:#x} given)",
+                    qp.qpn(),
+                    cfg.sl,
+                    cfg.tclass.unwrap_or(0),
+                    cfg.flow_label(q)
+                ));
+            }
+            let av = qp
+                .av()
+                .with_context(|| format!("reading back QP {q}'s address vector"))?;
+            let (tc, fl, hl) = av
+                .grh
+                .map_or((0, 0, 0), |g| (g.traffic_class, g.flow_label, g.hop_limit));
+            // What was set and the device does not hold is said, not hidden (rxe keeps no SL:
+            // on RoCE the SL only selects a VLAN priority, and rxe has none).
+            let mut lost = Vec::new();
+            if av.sl != cfg.sl {
+                lost.push(format!("-S {}", cfg.sl));
+            }
+            if let Some(t) = cfg.tclass.filter(|t| *t != tc) {
+                lost.push(format!("--tclass {t}"));
+            }
+            if !cfg.flow_labels.is_empty() && cfg.flow_label(q) != fl {
+                lost.push(format!("--flow_label {:#x}", cfg.flow_label(q)));
+            }
+            Ok(format!(
+                "QP {q} ({:#x}) address vector (ibv_query_qp): sl {}, traffic class {tc}, flow \
+                 label {fl:#x}, hop limit {hl}{}{}",
+                qp.qpn(),
+                av.sl,
+                if av.grh.is_none() { ", no GRH" } else { "" },
+                if lost.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (set: {}; the device does not hold it)", lost.join(", "))
+                }
+            ))
+        })
+        .collect()
+}
+
+fn endpoint(e: &QpEndpoint) -> Endpoint {
+    Endpoint {
+        lid: e.lid,
+        qpn: e.qpn,
+        psn: e.psn,
+        gid: e.gid,
+    }
+}

@@ -1,0 +1,226 @@
+//! What this side creates for a run: the protection domain, the CQ (and its channel with
+//! `-e`), the source and destination regions, the QPs; and the endpoints that tell the peer
+//! about them.
+
+use anyhow::{bail, Context as _, Result};
+use verbs_lab::connect::random_psn;
+use verbs_lab::verbs::{CompChannel, Cq, Mr, Mtu, Pd, Qp, QpCaps, QpInitAttr};
+
+use super::layout::{rights, Layout, Rights};
+use super::QKEY;
+use crate::device::LocalDev;
+use crate::params::Config;
+use crate::proto::{Endpoints, QpEndpoint};
+use crate::result::TestKind;
+
+/// Everything this side created.
+pub struct Resources {
+    pub pd: Pd,
+    pub cq: Cq,
+    pub channel: Option<CompChannel>,
+    /// Every QP's source slots.
+    pub src: Mr,
+    /// Each QP's destination slots, one MR per QP.
+    pub dst: Vec<Mr>,
+    pub rights: Rights,
+    pub qps: Vec<Qp>,
+    pub psns: Vec<u32>,
+    pub layout: Layout,
+    /// Receives posted per QP (send tools): `-r`, or fewer with `--validate` (one slot each).
+    pub rx_posted: u32,
+}
+
+impl Drop for Resources {
+    /// Teardown in the order the hardware needs, spelled out rather than left to field order:
+    /// the QPs first (no request of theirs, nor of the peer, can touch our memory any more),
+    /// then — as the fields drop — the MR, the CQ and its channel, and the PD last (the `Arc`s
+    /// of the safe layer keep each parent alive until its last child is gone anyway).
+    fn drop(&mut self) {
+        self.qps.clear();
+    }
+}
+
+/// Creates the resources for `cfg` on `dev`: buffers sized for messages of `max_size` bytes.
+pub fn create_resources(cfg: &Config, dev: &LocalDev, max_size: u64) -> Result<Resources> {
+    let ctx = &dev.ctx;
+    let layout = Layout::new(cfg, max_size);
+    let rx_posted = rx_posted(cfg, &layout);
+
+    let pd = ctx.alloc_pd().context("ibv_alloc_pd")?;
+    let channel = if cfg.events {
+        Some(
+            ctx.create_comp_channel()
+                .context("ibv_create_comp_channel (-e)")?,
+        )
+    } else {
+        None
+    };
+    let cq = create_cq(cfg, dev, rx_posted, channel.as_ref())?;
+    let rights = rights(cfg);
+    let (src, dst) = register_slots(cfg, &pd, &layout, &rights)?;
+    let qps = create_qps(cfg, &pd, &cq, rx_posted)?;
+    let psns = (0..qps.len()).map(|_| random_psn()).collect();
+    Ok(Resources {
+        pd,
+        cq,
+        channel,
+        src,
+        dst,
+        rights,
+        qps,
+        psns,
+        layout,
+        rx_posted,
+    })
+}
+
+/// Receives posted per QP: none but for the send tools; `-r`, or with `--validate` no more than
+/// the slots (one each).
+fn rx_posted(cfg: &Config, layout: &Layout) -> u32 {
+    if cfg.tool.kind != TestKind::Send {
+        0
+    } else if cfg.validate {
+        cfg.rx_depth.min(layout.dst_slots as u32)
+    } else {
+        cfg.rx_depth
+    }
+}
+
+/// The one CQ of every QP, sized for every request and receive in flight (refused beyond what
+/// the device holds).
+fn create_cq(
+    cfg: &Config,
+    dev: &LocalDev,
+    rx_posted: u32,
+    channel: Option<&CompChannel>,
+) -> Result<Cq> {
+    let cqe = (cfg.qps as usize) * (cfg.tx_depth as usize + rx_posted as usize) + 16;
+    let max_cqe = dev.attr.max_cqe.max(1) as usize;
+    if cqe > max_cqe {
+        bail!(
+            "{} completions in flight (-q {} x (tx depth {} + rx depth {})) exceed the {} a CQ \
+             of {} holds; lower -q, -t or -r",
+            cqe - 16,
+            cfg.qps,
+            cfg.tx_depth,
+            rx_posted,
+            max_cqe,
+            dev.ctx.name()
+        );
+    }
+    dev.ctx
+        .create_cq(cqe as u32, channel)
+        .with_context(|| format!("ibv_create_cq with {cqe} entries"))
+}
+
+/// Registers the source slots (one MR) and each QP's destination slots (one MR per QP) with
+/// their least rights, and fills the source with a payload.
+fn register_slots(
+    cfg: &Config,
+    pd: &Pd,
+    layout: &Layout,
+    rights: &Rights,
+) -> Result<(Mr, Vec<Mr>)> {
+    let qps = cfg.qps as usize;
+    let bytes = layout.src_total(qps);
+    let src = pd.reg_mr(bytes, rights.src).with_context(|| {
+        format!(
+            "ibv_reg_mr of the source slots, {bytes} bytes ({qps} QP(s) x {} slot(s) of {} \
+             bytes), access {}",
+            layout.src_slots, layout.stride, rights.src
+        )
+    })?;
+    let dst = (0..qps)
+        .map(|q| {
+            pd.reg_mr(layout.dst_total(), rights.dst).with_context(|| {
+                format!(
+                    "ibv_reg_mr of QP {q}'s destination slots, {} bytes ({} slot(s) of {} \
+                     bytes), access {}",
+                    layout.dst_total(),
+                    layout.dst_slots,
+                    layout.stride,
+                    rights.dst
+                )
+            })
+        })
+        .collect::<Result<Vec<Mr>>>()?;
+    // Payload bytes that are not all zero, so a NIC that moved nothing is not mistaken for one
+    // that moved zeros; --validate rewrites them per message.
+    for q in 0..qps {
+        for s in 0..layout.src_slots {
+            let off = layout.src(q, s);
+            crate::pattern::fill_body_mr(&src, off..off + layout.stride, q)
+                .context("filling the send buffers")?;
+        }
+    }
+    Ok((src, dst))
+}
+
+/// The `-q` QPs on `cq`. The default inline request of the latency tools is a wish: a device
+/// that cannot inline that much gets QPs without inline.
+fn create_qps(cfg: &Config, pd: &Pd, cq: &Cq, rx_posted: u32) -> Result<Vec<Qp>> {
+    let is_send = cfg.tool.kind == TestKind::Send;
+    let inline_req = cfg.inline_request();
+    let caps = |inline: u32| QpCaps {
+        max_send_wr: cfg.tx_depth,
+        max_recv_wr: if is_send { rx_posted.max(1) } else { 1 },
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: inline,
+    };
+    let attr = |inline| QpInitAttr {
+        send_cq: cq,
+        recv_cq: cq,
+        qp_type: cfg.conn,
+        caps: caps(inline),
+        sq_sig_all: false,
+    };
+    let mut qp_list = Vec::with_capacity(cfg.qps as usize);
+    for q in 0..cfg.qps as usize {
+        let qp = match pd.create_qp(&attr(inline_req)) {
+            Ok(qp) => qp,
+            // The default inline request is a wish, not a requirement: a device that cannot
+            // inline that much still runs the test, without inline.
+            Err(e) if cfg.inline_size.is_none() && inline_req > 0 => pd
+                .create_qp(&attr(0))
+                .with_context(|| format!("ibv_create_qp (QP {q}; first attempt: {e})"))?,
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "ibv_create_qp (QP {q}: {} tx {}, rx {}, inline {inline_req})",
+                        cfg.conn, cfg.tx_depth, rx_posted
+                    )
+                })
+            }
+        };
+        qp_list.push(qp);
+    }
+    Ok(qp_list)
+}
+
+/// What we tell the peer about `res`.
+pub fn local_endpoints(dev: &LocalDev, res: &Resources) -> Endpoints {
+    let l = &res.layout;
+    Endpoints {
+        device: dev.ctx.name().to_string(),
+        active_mtu: dev.port.active_mtu.unwrap_or(Mtu::Mtu1024).bytes(),
+        max_msg_sz: dev.port.max_msg_sz,
+        max_dest_rd_atomic: dev.attr.max_qp_rd_atom.clamp(0, 255) as u8,
+        qkey: QKEY,
+        qps: res
+            .qps
+            .iter()
+            .enumerate()
+            .map(|(q, qp)| QpEndpoint {
+                qpn: qp.qpn(),
+                psn: res.psns[q],
+                lid: dev.port.lid,
+                gid: dev.gid.entry.gid,
+                rkey: res.dst[q].rkey(),
+                addr: res.dst[q].addr() + l.dst(q, 0) as u64,
+                slot_stride: l.stride as u32,
+                slots: l.dst_slots as u32,
+            })
+            .collect(),
+    }
+}
