@@ -1,22 +1,13 @@
-//! The entry of every `vl_*` tool: parse → pin → connect → run → report → exit code.
+//! One run of a tool, after the command line: pin → connect → agree → measure every size.
 //!
-//! [`main`] is what a binary calls. The run itself is the library function [`run_tool`]: it
-//! neither prints nor exits, and hands each header and row to a [`RowSink`] as soon as it is
-//! measured — a [`Reporter`] for the tools, something else for a caller that runs several
-//! processes and merges their results.
-//!
-//! Exit codes ([`EXIT_CODES`], printed by every tool's `--help`): 0 success; 1 the run failed
-//! (the error says which step, and the peer's reason when it reported one); 2 a bad command
-//! line (nothing was run); 3 ([`EXIT_GATE_FAILED`](crate::gates::EXIT_GATE_FAILED)) the run
-//! completed but missed a gate; 130 and 143 the run was stopped by SIGINT or SIGTERM (see
-//! [`crate::signals`]). A fatal event of the device (a port that went down, a QP in a fatal
-//! error, the device being removed) fails the run with 1, named: see [`crate::events`].
+//! The run is the library function [`run_tool`]: it neither prints nor exits, and hands each
+//! header and row to a [`RowSink`] as soon as it is measured — a [`Reporter`] for the tools,
+//! something else for a caller that runs several processes and merges their results (a
+//! `--procs` worker). [`crate::entry::main`] is what a binary calls.
 
-use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use verbs_lab::affinity;
 use verbs_lab::oob;
 use verbs_lab::verbs::QpType;
 
@@ -25,15 +16,13 @@ use crate::counters;
 use crate::device::{self, LocalDev};
 use crate::engine::{Pacer, Session};
 use crate::listen::Notified;
-use crate::output::{OutputFormat, Reporter};
-use crate::params::{Config, Params, RunMode, Sizes, Tool};
+use crate::output::Reporter;
+use crate::params::{Config, RunMode, Sizes};
 use crate::progress::Progress;
 use crate::proto::{ChanError, Channel, Hello, Msg, PeerFailed, Phase, ProtoError, VERSION};
 use crate::report::endpoint_line;
 use crate::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult, TestKind};
 use crate::{bw, lat};
-
-pub use crate::params::EXIT_CODES;
 
 /// Where a run's header and rows go as they are measured.
 pub trait RowSink {
@@ -71,69 +60,6 @@ impl RowSink for NoSink {
     fn header(&mut self, _: &RunInfo) {}
     fn bw_row(&mut self, _: &RunInfo, _: &BwRow) {}
     fn lat_row(&mut self, _: &RunInfo, _: &LatRow) {}
-}
-
-/// The whole tool: parses the command line for `tool`, runs, reports, and returns the exit
-/// code. Errors are printed as `vl_write_bw: error: ...` on stderr.
-pub fn main(tool: Tool) -> ExitCode {
-    let name = tool.name();
-    if let Err(e) = crate::signals::install(&name) {
-        eprintln!("{name}: error: cannot set up the handling of SIGINT and SIGTERM: {e}");
-        return ExitCode::FAILURE;
-    }
-    verbs_lab::cli::generate_if_asked(|| Params::command_for(tool));
-    let params = Params::parse_for(tool);
-    let cfg = match Config::new(tool, &params) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("{name}: error: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    if cfg.worker.is_some() {
-        return crate::procs::worker_main(&cfg);
-    }
-    if let Err(e) = crate::output::check_applicable(&params.output, tool.metric) {
-        eprintln!("{name}: error: {e}");
-        return ExitCode::from(2);
-    }
-    let mut out = params.output.clone();
-    if !measures(&cfg) && out.has_gates() {
-        // Symmetric command lines are the habit: the gates are the measuring side's business
-        // (perftest's server, too, prints the client's row without checking -w/-y).
-        eprintln!(
-            "{name}: note: the server measures nothing in this test; the gates are checked by \
-             the client"
-        );
-        out.clear_gates();
-    }
-    if cfg.is_server() && out.verbosity.is_none() && out.format == OutputFormat::Text {
-        // perftest's server says so before it blocks in accept.
-        print!("{}", crate::report::text::WAITING_BANNER);
-    }
-    if cfg.procs.is_some() {
-        return crate::procs::coordinator_main(&cfg, &out);
-    }
-    let mut reporter = Reporter::new(&out);
-    match run_tool(&cfg, &mut reporter) {
-        Ok(result) => match reporter.finish(&result) {
-            Ok(outcome) => outcome.exit_code(),
-            Err(e) => {
-                eprintln!("{name}: error: {e:#}");
-                ExitCode::FAILURE
-            }
-        },
-        Err(e) => match crate::signals::received() {
-            Some(i) => {
-                eprintln!("{name}: {i}: the peer was told, the run torn down");
-                ExitCode::from(i.exit_code())
-            }
-            None => {
-                eprintln!("{name}: error: {e:#}");
-                ExitCode::FAILURE
-            }
-        },
-    }
 }
 
 /// Whether this side of the test prints rows: every side of a bandwidth test (a server that
@@ -188,7 +114,7 @@ pub fn run_tool_paced(
             dev.ctx.name()
         )
     })?;
-    let cpu = pin(cfg, &dev)?;
+    let cpu = crate::pin::pin(cfg, &dev)?;
     let cq_timeout = conn::completion_timeout(cfg);
     let peer_timeout = cq_timeout.max(Duration::from_secs(15));
     // The server's guard turns away other clients until the run ends (it is dropped last).
@@ -249,23 +175,6 @@ fn tell_peer(ch: &mut Channel, e: anyhow::Error) -> anyhow::Error {
         Some(p) => anyhow!("{p} (and on this side: {e:#})"),
         None => e,
     }
-}
-
-/// Pins the thread: `--cpu`, else a CPU local to the NIC when sysfs tells.
-fn pin(cfg: &Config, dev: &LocalDev) -> Result<Option<(usize, String)>> {
-    let choice = match &cfg.worker {
-        Some(w) => crate::procs::worker_cpu(dev.ctx.name(), cfg.cpu.as_ref(), w.index),
-        None if cfg.cpu.is_none() && !cfg.auto_pin => Ok(None),
-        None => affinity::choose_cpu(dev.ctx.name(), cfg.cpu.as_ref(), 0),
-    }
-    .map_err(anyhow::Error::msg)
-    .context("choosing a CPU (--cpu)")?;
-    if let Some((cpu, _)) = &choice {
-        affinity::pin_current_thread(*cpu)
-            .map_err(anyhow::Error::msg)
-            .context("pinning the thread (--cpu)")?;
-    }
-    Ok(choice)
 }
 
 /// This side's HELLO: the tool and every parameter that must match.

@@ -6,5 +6,5 @@ use vl_perftest::params::Tool;
 use vl_perftest::result::{Metric, TestKind};
 
 fn main() -> std::process::ExitCode {
-    vl_perftest::run::main(Tool::new(TestKind::Write, Metric::Bw))
+    vl_perftest::entry::main(Tool::new(TestKind::Write, Metric::Bw))
 }

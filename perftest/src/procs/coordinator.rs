@@ -87,7 +87,7 @@ struct Run<'a> {
 }
 
 /// The coordinator of `--procs N`: starts the workers, runs the barriers, collects and
-/// reports. Exit codes as [`crate::run::main`].
+/// reports. Exit codes as [`crate::entry::main`].
 pub fn coordinator_main(cfg: &Config, out: &OutputArgs) -> ExitCode {
     let name = cfg.tool.name();
     if let Err(e) = mq::install_cleanup_on_signals() {

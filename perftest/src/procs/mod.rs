@@ -34,8 +34,6 @@
 
 use std::time::Duration;
 
-use verbs_lab::affinity::{self, CpuChoice, CpuList};
-
 use crate::params::Config;
 
 pub mod coordinator;
@@ -43,6 +41,7 @@ pub mod report;
 pub mod worker;
 
 pub use crate::aggregate::{aggregate, aggregate_info, totals};
+pub use crate::pin::{pick_worker_cpu, worker_cpu};
 pub use coordinator::coordinator_main;
 pub use report::{
     chunks, Assembler, WorkerReport, CHUNK_DATA, CHUNK_HEADER, REPORT_MAGIC, REPORT_VERSION,
@@ -71,43 +70,4 @@ pub fn queue_names(base: &str, n: u32) -> Vec<String> {
 /// How long a side accepts silence from its peer: as the engine's (`run::run_tool`).
 pub fn peer_timeout(cfg: &Config) -> Duration {
     crate::conn::completion_timeout(cfg).max(Duration::from_secs(15))
-}
-
-/// The CPU of worker `index` on device `dev`: [`affinity::cpu_choice`] (the `--cpu` list, else
-/// the NIC-local CPUs); when that does not pin (a virtual NIC such as rxe has no locality), the
-/// `index`-th CPU this process may use, so the workers still get a core each.
-pub fn worker_cpu(
-    dev: &str,
-    requested: Option<&CpuList>,
-    index: u32,
-) -> Result<Option<(usize, String)>, String> {
-    let choice = affinity::cpu_choice(dev, requested, index as usize)?;
-    let allowed =
-        affinity::allowed_cpus().map_err(|e| format!("cannot read the CPU affinity: {e}"))?;
-    Ok(pick_worker_cpu(choice, &allowed, index))
-}
-
-/// [`worker_cpu`] without the machine: the choice made, the allowed CPUs, the index.
-pub fn pick_worker_cpu(
-    choice: CpuChoice,
-    allowed: &CpuList,
-    index: u32,
-) -> Option<(usize, String)> {
-    match choice {
-        CpuChoice::Pin { cpu, why } => Some((cpu, why)),
-        CpuChoice::DontPin { why } if !allowed.is_empty() => {
-            let n = allowed.len();
-            let i = index as usize;
-            let shared = if i >= n {
-                format!(", shared: process {i} wraps around {n} CPUs")
-            } else {
-                String::new()
-            };
-            Some((
-                allowed.cpus()[i % n],
-                format!("one per process among the allowed CPUs {allowed}{shared}; {why}"),
-            ))
-        }
-        CpuChoice::DontPin { .. } => None,
-    }
 }

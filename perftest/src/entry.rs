@@ -1,0 +1,80 @@
+//! The `main` of every `vl_*` tool: parse → dispatch (a `--procs` worker, a `--procs`
+//! coordinator, or one run of [`crate::run`]) → report → exit code.
+//!
+//! Exit codes ([`EXIT_CODES`], printed by every tool's `--help`): 0 success; 1 the run failed
+//! (the error says which step, and the peer's reason when it reported one); 2 a bad command
+//! line (nothing was run); 3 ([`EXIT_GATE_FAILED`](crate::gates::EXIT_GATE_FAILED)) the run
+//! completed but missed a gate; 130 and 143 the run was stopped by SIGINT or SIGTERM (see
+//! [`crate::signals`]). A fatal event of the device (a port that went down, a QP in a fatal
+//! error, the device being removed) fails the run with 1, named: see [`crate::events`].
+
+use std::process::ExitCode;
+
+use crate::output::{OutputFormat, Reporter};
+use crate::params::{Config, Params, Tool};
+use crate::run::{measures, run_tool};
+
+pub use crate::params::EXIT_CODES;
+
+/// The whole tool: parses the command line for `tool`, runs, reports, and returns the exit
+/// code. Errors are printed as `vl_write_bw: error: ...` on stderr.
+pub fn main(tool: Tool) -> ExitCode {
+    let name = tool.name();
+    if let Err(e) = crate::signals::install(&name) {
+        eprintln!("{name}: error: cannot set up the handling of SIGINT and SIGTERM: {e}");
+        return ExitCode::FAILURE;
+    }
+    verbs_lab::cli::generate_if_asked(|| Params::command_for(tool));
+    let params = Params::parse_for(tool);
+    let cfg = match Config::new(tool, &params) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{name}: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if cfg.worker.is_some() {
+        return crate::procs::worker_main(&cfg);
+    }
+    if let Err(e) = crate::output::check_applicable(&params.output, tool.metric) {
+        eprintln!("{name}: error: {e}");
+        return ExitCode::from(2);
+    }
+    let mut out = params.output.clone();
+    if !measures(&cfg) && out.has_gates() {
+        // Symmetric command lines are the habit: the gates are the measuring side's business
+        // (perftest's server, too, prints the client's row without checking -w/-y).
+        eprintln!(
+            "{name}: note: the server measures nothing in this test; the gates are checked by \
+             the client"
+        );
+        out.clear_gates();
+    }
+    if cfg.is_server() && out.verbosity.is_none() && out.format == OutputFormat::Text {
+        // perftest's server says so before it blocks in accept.
+        print!("{}", crate::report::text::WAITING_BANNER);
+    }
+    if cfg.procs.is_some() {
+        return crate::procs::coordinator_main(&cfg, &out);
+    }
+    let mut reporter = Reporter::new(&out);
+    match run_tool(&cfg, &mut reporter) {
+        Ok(result) => match reporter.finish(&result) {
+            Ok(outcome) => outcome.exit_code(),
+            Err(e) => {
+                eprintln!("{name}: error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Err(e) => match crate::signals::received() {
+            Some(i) => {
+                eprintln!("{name}: {i}: the peer was told, the run torn down");
+                ExitCode::from(i.exit_code())
+            }
+            None => {
+                eprintln!("{name}: error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}
