@@ -18,17 +18,21 @@ use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 
 use crate::cpu_util::CpuSample;
 pub use crate::gates::{GateOutcome, LatGate, EXIT_GATE_FAILED};
-use crate::gates::{PERFTEST_BW_LIMIT_ERROR, PERFTEST_MSGRATE_LIMIT_ERROR};
 pub use crate::report::Verbosity;
 pub use crate::report::{render_csv, render_json, render_perftest_json, render_table, render_text};
 use crate::report::{
     render_csv_procs, render_json_counters, render_json_procs, render_table_procs, text, BwUnit,
 };
-use crate::result::{BwRow, LatRow, Metric, ProcessResult, Rows, RunInfo, RunResult};
+use crate::result::{BwRow, LatRow, ProcessResult, Rows, RunInfo, RunResult};
+
+mod check;
+
+use check::gate_summary;
+pub use check::{check_applicable, check_gates};
 
 /// How the run is shown on stdout.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -300,6 +304,16 @@ impl Reporter {
         result: &RunResult,
         procs: &[ProcessResult],
     ) -> anyhow::Result<GateOutcome> {
+        self.print_rest(result, procs)?;
+        self.write_files(result, procs)?;
+        check_applicable(&self.args, result.info.metric).map_err(anyhow::Error::msg)?;
+        Ok(self.check_all_gates(result))
+    }
+
+    /// Prints on stdout what the stream has not printed yet: the bare rows of `-v`; in text
+    /// mode the header if none was streamed, the rows left, the counters and the footer; in
+    /// table mode both tables.
+    fn print_rest(&mut self, result: &RunResult, procs: &[ProcessResult]) -> anyhow::Result<()> {
         let info = &result.info;
         if let Some(v) = self.args.verbosity {
             let mut rest = String::new();
@@ -323,29 +337,7 @@ impl Reporter {
                     let s = text::header_procs(info, procs, self.unit());
                     self.emit(&s);
                 }
-                let mut rest = String::new();
-                match &result.rows {
-                    Rows::Bw(rows) if !procs.is_empty() => {
-                        let rest_rows = rows.get(self.rows_done..).unwrap_or_default();
-                        let tail: Vec<ProcessResult> = procs
-                            .iter()
-                            .map(|p| ProcessResult {
-                                rows: p.rows.get(self.rows_done..).unwrap_or_default().to_vec(),
-                                spans: p.spans.get(self.rows_done..).unwrap_or_default().to_vec(),
-                                ..p.clone()
-                            })
-                            .collect();
-                        rest.push_str(&text::procs_rows(rest_rows, &tail, self.unit()));
-                    }
-                    Rows::Bw(rows) => rows
-                        .iter()
-                        .skip(self.rows_done)
-                        .for_each(|r| rest.push_str(&text::bw_row(r, self.unit()))),
-                    Rows::Lat(rows) => rows
-                        .iter()
-                        .skip(self.rows_done)
-                        .for_each(|r| rest.push_str(&text::lat_row(info, r))),
-                }
+                let mut rest = self.text_rows_left(result, procs);
                 rest.push_str(&self.counter_lines()?);
                 rest.push_str(&text::footer(info));
                 self.emit(&rest);
@@ -355,7 +347,39 @@ impl Reporter {
                 self.emit(&s);
             }
         }
+        Ok(())
+    }
 
+    /// The text rows not streamed yet (with `--procs`, each process's beside the totals).
+    fn text_rows_left(&self, result: &RunResult, procs: &[ProcessResult]) -> String {
+        let mut rest = String::new();
+        match &result.rows {
+            Rows::Bw(rows) if !procs.is_empty() => {
+                let rest_rows = rows.get(self.rows_done..).unwrap_or_default();
+                let tail: Vec<ProcessResult> = procs
+                    .iter()
+                    .map(|p| ProcessResult {
+                        rows: p.rows.get(self.rows_done..).unwrap_or_default().to_vec(),
+                        spans: p.spans.get(self.rows_done..).unwrap_or_default().to_vec(),
+                        ..p.clone()
+                    })
+                    .collect();
+                rest.push_str(&text::procs_rows(rest_rows, &tail, self.unit()));
+            }
+            Rows::Bw(rows) => rows
+                .iter()
+                .skip(self.rows_done)
+                .for_each(|r| rest.push_str(&text::bw_row(r, self.unit()))),
+            Rows::Lat(rows) => rows
+                .iter()
+                .skip(self.rows_done)
+                .for_each(|r| rest.push_str(&text::lat_row(&result.info, r))),
+        }
+        rest
+    }
+
+    /// Writes the report files asked for: `--json`, `--csv`, `--out_json`, `--plot`.
+    fn write_files(&self, result: &RunResult, procs: &[ProcessResult]) -> anyhow::Result<()> {
         let gbits = self.args.report_gbits;
         let counters = self.counters.as_ref();
         let cpu = self.cpu_report();
@@ -398,12 +422,14 @@ impl Reporter {
                 );
             }
         }
+        Ok(())
+    }
 
-        if let Err(e) = check_applicable(&self.args, info.metric) {
-            bail!("{e}");
-        }
+    /// Checks the gates and `--max-counter`, printing each miss (or the gates passed) on
+    /// stderr.
+    fn check_all_gates(&self, result: &RunResult) -> GateOutcome {
         let mut outcome = check_gates(result, &self.args);
-        let misses = crate::counters::check(&self.args.max_counter, counters);
+        let misses = crate::counters::check(&self.args.max_counter, self.counters.as_ref());
         if !misses.is_empty() {
             let mut all = match outcome {
                 GateOutcome::Failed(m) => m,
@@ -420,7 +446,7 @@ impl Reporter {
                 }
             }
         }
-        Ok(outcome)
+        outcome
     }
 }
 
@@ -463,159 +489,4 @@ impl Reporter {
 fn write_file(path: &Path, flag: &str, text: &str) -> anyhow::Result<()> {
     fs::write(path, text)
         .with_context(|| format!("cannot write the {flag} file {}", path.display()))
-}
-
-/// The gates of `args` as the user typed them, or `None` without gates.
-fn gate_summary(args: &OutputArgs) -> Option<String> {
-    let mut g: Vec<String> = Vec::new();
-    if let Some(w) = args.limit_bw {
-        g.push(format!("--limit_bw {w}"));
-    }
-    if let Some(y) = args.limit_msgrate {
-        g.push(format!("--limit_msgrate {y}"));
-    }
-    if let Some(min) = args.min_bw {
-        g.push(format!("--min-bw {min}"));
-    }
-    g.extend(args.max_lat.iter().map(|l| format!("--max-lat {l}")));
-    g.extend(
-        args.max_counter
-            .iter()
-            .map(|c| format!("--max-counter {c}")),
-    );
-    (!g.is_empty()).then(|| g.join(" "))
-}
-
-// ---- the gates, checked ---------------------------------------------------------------------
-
-/// Refuses a gate on a metric this tool does not measure (`--min-bw` on a latency tool,
-/// `--max-lat` on a bandwidth tool). Call it before the run, so a wrong flag costs no time;
-/// [`Reporter::finish`](crate::output::Reporter::finish) calls it again.
-pub fn check_applicable(args: &OutputArgs, metric: Metric) -> Result<(), String> {
-    match metric {
-        Metric::Lat if args.min_bw.is_some() => Err(
-            "--min-bw gates bandwidth, but this tool measures latency (use --max-lat KEY=USEC)"
-                .into(),
-        ),
-        Metric::Lat if args.limit_bw.is_some() || args.limit_msgrate.is_some() => Err(
-            "-w/--limit_bw and -y/--limit_msgrate gate bandwidth, but this tool measures latency \
-             (use --max-lat KEY=USEC)"
-                .into(),
-        ),
-        Metric::Bw if !args.max_lat.is_empty() => {
-            Err("--max-lat gates latency, but this tool measures bandwidth (use --min-bw N)".into())
-        }
-        _ => Ok(()),
-    }
-}
-
-/// Checks every gate of `args` against every row of `result`. A gate with no row to check, or
-/// on a metric the result does not hold, fails too: a gate must never pass by not looking.
-pub fn check_gates(result: &RunResult, args: &OutputArgs) -> GateOutcome {
-    let mut failures = Vec::new();
-    if let Err(e) = check_applicable(args, metric_of(&result.rows)) {
-        failures.push(format!("gate failed: {e}"));
-    }
-    match &result.rows {
-        Rows::Bw(rows) => {
-            let unit = BwUnit::new(args.report_gbits);
-            if let Some(limit) = args.limit_bw {
-                let below: Vec<String> = rows
-                    .iter()
-                    .filter(|r| below(unit.convert(r.avg_bps), limit))
-                    .map(|r| {
-                        format!(
-                            "gate failed: -w/--limit_bw {limit} {u}: BW average {} {u} at {} bytes",
-                            show(unit.convert(r.avg_bps), unit),
-                            r.bytes,
-                            u = unit.label()
-                        )
-                    })
-                    .collect();
-                if rows.is_empty() || !below.is_empty() {
-                    failures.push(PERFTEST_BW_LIMIT_ERROR.to_string());
-                    failures.extend(below);
-                }
-            }
-            if let Some(limit) = args.limit_msgrate {
-                let below: Vec<String> = rows
-                    .iter()
-                    .filter(|r| below(r.msg_rate_mpps, limit))
-                    .map(|r| {
-                        format!(
-                            "gate failed: -y/--limit_msgrate {limit} Mpps: MsgRate {:.6} Mpps at {} bytes",
-                            r.msg_rate_mpps, r.bytes
-                        )
-                    })
-                    .collect();
-                if rows.is_empty() || !below.is_empty() {
-                    failures.push(PERFTEST_MSGRATE_LIMIT_ERROR.to_string());
-                    failures.extend(below);
-                }
-            }
-            if let Some(min) = args.min_bw {
-                let u = unit.label();
-                if rows.is_empty() {
-                    failures.push(format!(
-                        "gate failed: --min-bw {min} {u}, but no bandwidth was measured"
-                    ));
-                }
-                for r in rows {
-                    let avg = unit.convert(r.avg_bps);
-                    if !(avg.is_finite() && avg >= min) {
-                        failures.push(format!(
-                            "gate failed: average BW {} {u} at {} bytes < minimum {min:.2} {u}",
-                            show(avg, unit),
-                            r.bytes
-                        ));
-                    }
-                }
-            }
-        }
-        Rows::Lat(rows) => {
-            for g in &args.max_lat {
-                if rows.is_empty() {
-                    failures.push(format!(
-                        "gate failed: --max-lat {g}, but no latency was measured"
-                    ));
-                }
-                for r in rows {
-                    let measured = g.measure(&r.stats).unwrap_or(f64::NAN);
-                    if !(measured.is_finite() && measured <= g.limit_us) {
-                        failures.push(format!(
-                            "gate failed: {} latency {measured:.2} usec at {} bytes > limit {:.2} usec",
-                            g.key, r.bytes, g.limit_us
-                        ));
-                    }
-                }
-            }
-        }
-    }
-    if failures.is_empty() {
-        GateOutcome::Passed
-    } else {
-        GateOutcome::Failed(failures)
-    }
-}
-
-/// perftest's test `limit > measured`, made strict about NaN: a value that is not a number
-/// never passes.
-fn below(measured: f64, limit: f64) -> bool {
-    measured.is_nan() || measured < limit
-}
-
-fn metric_of(rows: &Rows) -> Metric {
-    match rows {
-        Rows::Bw(_) => Metric::Bw,
-        Rows::Lat(_) => Metric::Lat,
-    }
-}
-
-/// Bandwidth with enough decimals that a slow Gb/s value does not print as 0.00.
-fn show(x: f64, unit: BwUnit) -> String {
-    if unit == BwUnit::Gbps && x.abs() < 0.1 {
-        format!("{x:.6}")
-    } else {
-        format!("{x:.2}")
-    }
 }
