@@ -234,44 +234,9 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
     }
     let mut r = Reader::new(buf);
     let msg = match r.u8("type")? {
-        T_HELLO => {
-            let magic = r.array::<4>("magic")?;
-            if magic != MAGIC {
-                return Err(ProtoError::BadMagic(magic));
-            }
-            let version = r.u16("version")?;
-            if version != VERSION {
-                return Err(ProtoError::Version { peer: version });
-            }
-            let tool = str8(&mut r, MAX_NAME, "tool name")?;
-            check_ident(tool, "tool name")?;
-            let test = decode_test(r.u8("test kind")?)?;
-            let metric = decode_metric(r.u8("metric")?)?;
-            let n = r.length(Width::U8, "parameter list", MAX_PARAMS)?;
-            let mut params: Vec<(String, String)> = Vec::with_capacity(n);
-            for _ in 0..n {
-                let k = str8(&mut r, MAX_KEY, "parameter name")?;
-                check_ident(k, "parameter name")?;
-                let v = str8(&mut r, MAX_VALUE, "parameter value")?;
-                check_printable(v, "parameter value")?;
-                if params.iter().any(|(pk, _)| pk == k) {
-                    return Err(bad("parameter list", format!("'{k}' appears twice")));
-                }
-                params.push((k.to_string(), v.to_string()));
-            }
-            Msg::Hello(Hello {
-                version,
-                tool: tool.to_string(),
-                test,
-                metric,
-                params,
-            })
-        }
+        T_HELLO => Msg::Hello(decode_hello(&mut r)?),
         T_ACCEPT => {
-            let version = r.u16("version")?;
-            if version != VERSION {
-                return Err(ProtoError::Version { peer: version });
-            }
+            let version = decode_version(&mut r)?;
             let tool = str8(&mut r, MAX_NAME, "tool name")?;
             check_ident(tool, "tool name")?;
             Msg::Accept(Accept {
@@ -289,72 +254,7 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
             }
             Msg::Error(text.to_string())
         }
-        T_ENDPOINTS => {
-            let device = str8(&mut r, MAX_NAME, "device name")?;
-            check_printable(device, "device name")?;
-            let active_mtu = r.u32("active MTU")?;
-            if Mtu::from_bytes(active_mtu).is_none() {
-                return Err(bad("active MTU", format!("{active_mtu} is not an IB MTU")));
-            }
-            let max_msg_sz = r.u32("max message size")?;
-            if max_msg_sz == 0 {
-                return Err(bad("max message size", "0"));
-            }
-            let max_dest_rd_atomic = r.u8("responder resources")?;
-            let qkey = r.u32("Q_Key")?;
-            let n = r.length(Width::U16, "QP list", MAX_QPS)?;
-            if n == 0 {
-                return Err(bad("QP list", "no QP"));
-            }
-            let mut qps = Vec::with_capacity(n);
-            for _ in 0..n {
-                let qpn = r.u32("QPN")?;
-                let psn = r.u32("PSN")?;
-                let lid = r.u16("LID")?;
-                let gid = Gid(r.array::<16>("GID")?);
-                let rkey = r.u32("rkey")?;
-                let addr = r.u64("address")?;
-                let slot_stride = r.u32("slot stride")?;
-                let slots = r.u32("slot count")?;
-                if qpn > 0xff_ffff || qpn == 0 {
-                    return Err(bad("QPN", format!("{qpn:#x} is not a 24-bit QP number")));
-                }
-                if psn > 0xff_ffff {
-                    return Err(bad("PSN", format!("{psn:#x} is wider than 24 bits")));
-                }
-                if slot_stride == 0 || slots == 0 {
-                    return Err(bad(
-                        "slots",
-                        format!("{slots} slots of {slot_stride} bytes"),
-                    ));
-                }
-                let span = u64::from(slot_stride) * u64::from(slots);
-                if addr.checked_add(span).is_none() {
-                    return Err(bad(
-                        "address",
-                        format!("{addr:#x} + {span} bytes wraps around"),
-                    ));
-                }
-                qps.push(QpEndpoint {
-                    qpn,
-                    psn,
-                    lid,
-                    gid,
-                    rkey,
-                    addr,
-                    slot_stride,
-                    slots,
-                });
-            }
-            Msg::Endpoints(Endpoints {
-                device: device.to_string(),
-                active_mtu,
-                max_msg_sz,
-                max_dest_rd_atomic,
-                qkey,
-                qps,
-            })
-        }
+        T_ENDPOINTS => Msg::Endpoints(decode_endpoints(&mut r)?),
         T_SYNC => {
             let phase = decode_phase(&mut r)?;
             let size = r.u64("size")?;
@@ -387,4 +287,118 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
     };
     r.finish()?;
     Ok(msg)
+}
+
+/// The protocol version of a HELLO or ACCEPT: only this build's.
+fn decode_version(r: &mut Reader<'_>) -> PResult<u16> {
+    let version = r.u16("version")?;
+    if version != VERSION {
+        return Err(ProtoError::Version { peer: version });
+    }
+    Ok(version)
+}
+
+/// HELLO after its type: the magic, the version, the tool and its parameters (each name once).
+fn decode_hello(r: &mut Reader<'_>) -> PResult<Hello> {
+    let magic = r.array::<4>("magic")?;
+    if magic != MAGIC {
+        return Err(ProtoError::BadMagic(magic));
+    }
+    let version = decode_version(r)?;
+    let tool = str8(r, MAX_NAME, "tool name")?;
+    check_ident(tool, "tool name")?;
+    let test = decode_test(r.u8("test kind")?)?;
+    let metric = decode_metric(r.u8("metric")?)?;
+    let n = r.length(Width::U8, "parameter list", MAX_PARAMS)?;
+    let mut params: Vec<(String, String)> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let k = str8(r, MAX_KEY, "parameter name")?;
+        check_ident(k, "parameter name")?;
+        let v = str8(r, MAX_VALUE, "parameter value")?;
+        check_printable(v, "parameter value")?;
+        if params.iter().any(|(pk, _)| pk == k) {
+            return Err(bad("parameter list", format!("'{k}' appears twice")));
+        }
+        params.push((k.to_string(), v.to_string()));
+    }
+    Ok(Hello {
+        version,
+        tool: tool.to_string(),
+        test,
+        metric,
+        params,
+    })
+}
+
+/// ENDPOINTS after its type: the device's facts, then at least one QP.
+fn decode_endpoints(r: &mut Reader<'_>) -> PResult<Endpoints> {
+    let device = str8(r, MAX_NAME, "device name")?;
+    check_printable(device, "device name")?;
+    let active_mtu = r.u32("active MTU")?;
+    if Mtu::from_bytes(active_mtu).is_none() {
+        return Err(bad("active MTU", format!("{active_mtu} is not an IB MTU")));
+    }
+    let max_msg_sz = r.u32("max message size")?;
+    if max_msg_sz == 0 {
+        return Err(bad("max message size", "0"));
+    }
+    let max_dest_rd_atomic = r.u8("responder resources")?;
+    let qkey = r.u32("Q_Key")?;
+    let n = r.length(Width::U16, "QP list", MAX_QPS)?;
+    if n == 0 {
+        return Err(bad("QP list", "no QP"));
+    }
+    let mut qps = Vec::with_capacity(n);
+    for _ in 0..n {
+        qps.push(decode_qp_endpoint(r)?);
+    }
+    Ok(Endpoints {
+        device: device.to_string(),
+        active_mtu,
+        max_msg_sz,
+        max_dest_rd_atomic,
+        qkey,
+        qps,
+    })
+}
+
+/// One QP of ENDPOINTS: a 24-bit QPN and PSN, and slots that do not wrap the address space.
+fn decode_qp_endpoint(r: &mut Reader<'_>) -> PResult<QpEndpoint> {
+    let qpn = r.u32("QPN")?;
+    let psn = r.u32("PSN")?;
+    let lid = r.u16("LID")?;
+    let gid = Gid(r.array::<16>("GID")?);
+    let rkey = r.u32("rkey")?;
+    let addr = r.u64("address")?;
+    let slot_stride = r.u32("slot stride")?;
+    let slots = r.u32("slot count")?;
+    if qpn > 0xff_ffff || qpn == 0 {
+        return Err(bad("QPN", format!("{qpn:#x} is not a 24-bit QP number")));
+    }
+    if psn > 0xff_ffff {
+        return Err(bad("PSN", format!("{psn:#x} is wider than 24 bits")));
+    }
+    if slot_stride == 0 || slots == 0 {
+        return Err(bad(
+            "slots",
+            format!("{slots} slots of {slot_stride} bytes"),
+        ));
+    }
+    let span = u64::from(slot_stride) * u64::from(slots);
+    if addr.checked_add(span).is_none() {
+        return Err(bad(
+            "address",
+            format!("{addr:#x} + {span} bytes wraps around"),
+        ));
+    }
+    Ok(QpEndpoint {
+        qpn,
+        psn,
+        lid,
+        gid,
+        rkey,
+        addr,
+        slot_stride,
+        slots,
+    })
 }
