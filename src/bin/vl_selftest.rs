@@ -13,7 +13,7 @@ use clap::Parser;
 use verbs_lab::connect::{bring_up, local_endpoint, path_mtu, random_psn, ConnectOpts, Endpoint};
 use verbs_lab::verbs::{
     AccessFlags, Context, Cq, DeviceList, GidChoice, Mr, Payload, Pd, Qp, QpCaps, QpInitAttr,
-    QpType, RecvWr, SendOp, SendWr, WcOpcode, WcStatus,
+    QpType, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode, WcStatus,
 };
 
 #[derive(Parser, Debug)]
@@ -132,6 +132,21 @@ fn run(args: &Args) -> Result<()> {
         "--size must be 1..={} bytes",
         BUF / 2
     );
+    let (a, b) = connect_sides(args)?;
+    let wait = Duration::from_secs(args.wait_secs);
+    let n = args.size;
+    check_send(&a, &b, n, wait)?;
+    let remote = check_write(&a, &b, n, wait)?;
+    check_read(&a, &b, n, wait, remote)?;
+    check_atomics(&a, &b, wait)?;
+    check_wrong_rkey(&a, &b, n, wait, remote)?;
+    println!("all checks passed between {} and {}", a.name, b.name);
+    Ok(())
+}
+
+/// Opens both sides (`--dev-a`, `--dev-b`, else the first two devices, or the first twice) and
+/// connects A's QP to B's: A initiates every operation, only B's QP lets its peer in.
+fn connect_sides(args: &Args) -> Result<(Side, Side)> {
     let names = DeviceList::new()?.names();
     if names.is_empty() {
         return Err(verbs_lab::verbs::VerbsError::NoDevices.into());
@@ -141,8 +156,6 @@ fn run(args: &Args) -> Result<()> {
         .dev_b
         .clone()
         .unwrap_or_else(|| names.get(1).unwrap_or(&names[0]).clone());
-    let wait = Duration::from_secs(args.wait_secs);
-
     let a = open_side(&a_name, args.port, args.gid_index)?;
     let b = open_side(&b_name, args.port, args.gid_index)?;
     println!("A: {} {}", a.name, a.gid);
@@ -165,8 +178,11 @@ fn run(args: &Args) -> Result<()> {
     bring_up(&b.qp, &b.ep, &a.ep, &opts(&b, remote)).context("connecting B's QP to A")?;
     println!("connected: A {} <-> B {} (path MTU {mtu})", a.ep, b.ep);
 
-    let n = args.size;
-    // SEND A -> B: B posts a receive first, then A sends.
+    Ok((a, b))
+}
+
+/// SEND A -> B: B posts a receive first, then A sends; B holds the bytes sent.
+fn check_send(a: &Side, b: &Side, n: usize, wait: Duration) -> Result<()> {
     let msg = pattern(1, n);
     a.mr.write(0, &msg)?;
     let rsge = b.mr.sge(0..n)?;
@@ -194,9 +210,12 @@ fn run(args: &Args) -> Result<()> {
         mm.is_none(),
         format!("{n} bytes {} -> {}, first mismatch {mm:?}", a.name, b.name),
     )?;
+    Ok(())
+}
 
-    // RDMA WRITE A -> B at offset BUF/2 of B's buffer.
-    let wdata = pattern(77, n);
+/// RDMA WRITE A -> B at offset BUF/2 of B's buffer; returns that region of B.
+fn check_write(a: &Side, b: &Side, n: usize, wait: Duration) -> Result<RemoteBuf> {
+    let wdata = pattern(77, n); // check_read expects it back
     a.mr.write(0, &wdata)?;
     let remote = b.mr.remote(BUF / 2..BUF / 2 + n)?;
     let ssge = a.mr.sge(0..n)?;
@@ -217,8 +236,13 @@ fn run(args: &Args) -> Result<()> {
             b.name, remote.rkey
         ),
     )?;
+    Ok(remote)
+}
 
-    // RDMA READ: A reads B's region (written above) back into A's buffer at offset BUF/2.
+/// RDMA READ: A reads B's region (written by [`check_write`]) back into A's buffer at offset
+/// BUF/2.
+fn check_read(a: &Side, b: &Side, n: usize, wait: Duration, remote: RemoteBuf) -> Result<()> {
+    let wdata = pattern(77, n); // what check_write wrote there
     a.mr.fill(BUF / 2..BUF / 2 + n, 0)?;
     let dsge = a.mr.sge(BUF / 2..BUF / 2 + n)?;
     a.qp.post_send(&[SendWr::new(3, SendOp::Read(remote), Payload::Sges(&[dsge]))])?;
@@ -234,8 +258,11 @@ fn run(args: &Args) -> Result<()> {
         mm.is_none(),
         format!("{n} bytes read back from {}, first mismatch {mm:?}", b.name),
     )?;
+    Ok(())
+}
 
-    // Atomics on B's last 8-byte word: fetch-and-add 5 three times, then compare-and-swap.
+/// Atomics on B's last 8-byte word: fetch-and-add 5 three times, then compare-and-swap.
+fn check_atomics(a: &Side, b: &Side, wait: Duration) -> Result<()> {
     b.mr.write(ATOMIC_OFF, &100u64.to_ne_bytes())?;
     let word = b.mr.remote(ATOMIC_OFF..BUF)?;
     let old_sge = a.mr.sge(0..8)?;
@@ -275,8 +302,11 @@ fn run(args: &Args) -> Result<()> {
         old == 115 && now == 7,
         format!("old {old}, final {now} (expected 115, 7)"),
     )?;
+    Ok(())
+}
 
-    // A wrong rkey must fail with IBV_WC_REM_ACCESS_ERR and leave B's memory untouched.
+/// A wrong rkey must fail with IBV_WC_REM_ACCESS_ERR and leave B's memory untouched.
+fn check_wrong_rkey(a: &Side, b: &Side, n: usize, wait: Duration, remote: RemoteBuf) -> Result<()> {
     let before = b.mr.to_vec(0..BUF)?;
     let mut bad = remote;
     bad.rkey ^= 0x5a5a_0000;
@@ -294,7 +324,6 @@ fn run(args: &Args) -> Result<()> {
             err.map_or("success (!)".to_string(), |e| e.to_string())
         ),
     )?;
-    println!("all checks passed between {} and {}", a.name, b.name);
     Ok(())
 }
 
