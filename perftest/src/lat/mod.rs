@@ -1,0 +1,220 @@
+//! The latency tests, with perftest's semantics:
+//!
+//! - **write** and **send** are a ping-pong and report half the round trip. The client posts a
+//!   message and waits for the server's answer; the server waits for the message and answers.
+//!   RDMA Write latency spins on the last byte of the receive buffer, which changes with every
+//!   message — the peer's CPU sees no completion for a write; send latency waits for the
+//!   receive completion.
+//! - **read** and **atomic** report the full round trip of one operation: post, then poll until
+//!   its completion. The server only serves.
+//!
+//! Samples are taken between consecutive rounds with one read of the monotonic clock
+//! (`Instant`) per round trip — the end of one sample starts the next, as perftest samples
+//! between consecutive posts — and recorded in nanoseconds into a [`LatRecorder`]. Only the round
+//! trip and its own steps (reaping, re-posting the receive, the next poll byte) are inside a
+//! sample: when bookkeeping runs between an answer and the next post (a heartbeat, a look at the
+//! channel, `--validate`, a full send queue), the next sample starts from a fresh clock read.
+//! Both sides of a ping-pong report: the server answers first and reads the clock after; its
+//! samples run from one answer to the next. See `docs/measurement.md`.
+//!
+//! The loop of a phase is [`one_phase`] here; a round's steps are in `round.rs`, the posts and
+//! completions of the one QP in `post.rs`, the bounded waits in `wait.rs`.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::conn::Resources;
+use crate::engine::{send_tally, PeerWatch, Session};
+use crate::params::RunMode;
+use crate::pattern;
+use crate::proto::{Channel, Phase};
+use crate::result::{LatRow, TestKind};
+use crate::stats::LatRecorder;
+
+mod post;
+mod round;
+mod wait;
+
+use round::{Facts, Rounds};
+use wait::Waiter;
+
+/// The send queue of the one latency QP, counted across phases and sizes: a request left
+/// unsignaled at the end of one phase is accounted for by a later signaled one.
+#[derive(Debug, Default)]
+pub struct SendQueue {
+    pub posted: u64,
+    pub completed: u64,
+    /// The post count at which the next signaled request falls (0: not started).
+    pub next_signal: u64,
+}
+
+/// Measures one size; returns this side's row (none on a read/atomic server, or a ping-pong
+/// server that took no sample).
+pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Option<LatRow>> {
+    let cfg = s.cfg;
+    prepare(s, size)?;
+    s.ch.sync(Phase::Ready, size).map_err(anyhow::Error::new)?;
+    let mut warm_count = 0;
+    if cfg.warmup > 0 {
+        let w = one_phase(
+            s,
+            Phase::WarmUp,
+            size,
+            RunMode::Iters(cfg.warmup),
+            0,
+            None,
+            sq,
+        )
+        .with_context(|| format!("warm-up of size {size}"))?;
+        warm_count = w.count;
+    }
+    s.ch.sync(Phase::Measure, size)
+        .map_err(anyhow::Error::new)?;
+    let mut rec = LatRecorder::new();
+    let m = one_phase(
+        s,
+        Phase::Measure,
+        size,
+        cfg.mode,
+        warm_count,
+        Some(&mut rec),
+        sq,
+    )
+    .with_context(|| format!("measurement of size {size}"))?;
+    if cfg.validate && cfg.tool.kind == TestKind::Write && m.count > 0 {
+        let layout = s.link.res.layout;
+        let off = layout.dst(0, 0);
+        let last = warm_count + m.count - 1;
+        let buf = s.link.res.dst[0].to_vec(off..off + size as usize)?;
+        if let Err(e) = pattern::check(&buf, 0, last, true) {
+            bail!(
+                "--validate: after {} RDMA writes of {size} bytes the buffer should hold \
+                 message {last}, but {e}",
+                m.count
+            );
+        }
+    }
+    s.ch.sync(Phase::Done, size).map_err(anyhow::Error::new)?;
+    Ok(rec.stats().map(|stats| LatRow {
+        bytes: size,
+        iterations: m.count,
+        stats,
+        tps: match cfg.mode {
+            RunMode::Duration(_) => Some(m.count as f64 / m.elapsed.as_secs_f64().max(1e-9)),
+            RunMode::Iters(_) => None,
+        },
+    }))
+}
+
+/// Clears the destination (write: so the poll byte starts at 0) and stamps nothing yet.
+fn prepare(s: &Session<'_>, size: u64) -> Result<()> {
+    let Resources { dst, layout, .. } = &s.link.res;
+    if s.cfg.tool.kind == TestKind::Write {
+        let d = layout.dst(0, 0);
+        dst[0].fill(d..d + size as usize, 0)?;
+    }
+    Ok(())
+}
+
+/// What a phase did.
+struct PhaseResult {
+    /// Round trips (ping-pong) or operations completed.
+    count: u64,
+    /// From the first post to the last answer.
+    elapsed: Duration,
+}
+/// The end of a phase: the pinger tells the server how many round trips it made; the server
+/// checks that it answered as many.
+fn settle_count(
+    ch: &mut Channel,
+    mut watch: PeerWatch,
+    pinger: bool,
+    ph: Phase,
+    size: u64,
+    count: u64,
+) -> Result<()> {
+    if pinger {
+        send_tally(ch, ph, size, vec![count])?;
+    } else {
+        let t = match watch.tally.take() {
+            Some(t) => t,
+            None => watch.wait_tally(ch)?,
+        };
+        let theirs = t.per_qp.first().copied().unwrap_or(0);
+        if theirs != count {
+            bail!(
+                "the client counts {theirs} round trips of size {size}, this server {count} \
+                 (protocol error)"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// One phase (warm-up or measurement) of one size: the rounds, then the count settled with the
+/// peer. The loop itself is here; each round's steps are [`Rounds::ping`] and [`Rounds::pong`].
+#[allow(clippy::too_many_arguments)]
+fn one_phase(
+    s: &mut Session<'_>,
+    ph: Phase,
+    size: u64,
+    mode: RunMode,
+    seq0: u64,
+    mut rec: Option<&mut LatRecorder>,
+    sq: &mut SendQueue,
+) -> Result<PhaseResult> {
+    let cfg = s.cfg;
+    let f = Facts::of(s, size);
+    let mut watch = PeerWatch::new(ph, size);
+    if !f.pingpong && !f.pinger {
+        // Reads and atomics: the server's NIC answers alone; wait for the client's tally.
+        let t = watch.wait_tally(s.ch)?;
+        return Ok(PhaseResult {
+            count: t.per_qp.first().copied().unwrap_or(0),
+            elapsed: Duration::ZERO,
+        });
+    }
+
+    let Session { link, ch, .. } = s;
+    let sges = [link
+        .res
+        .src
+        .sge(f.src..f.src + f.local_len)
+        .context("building the SGE")?];
+    let mut r = Rounds::new(cfg, f, link, ch, watch, &sges);
+    let target = match mode {
+        RunMode::Iters(k) => k,
+        RunMode::Duration(_) => u64::MAX,
+    };
+    let deadline = match mode {
+        RunMode::Duration(d) => Some(Instant::now() + d),
+        RunMode::Iters(_) => None,
+    };
+    let mut count = 0u64;
+    while count < target {
+        let seq = seq0 + count;
+        let more = if f.pinger {
+            r.ping(seq, sq, deadline, rec.as_deref_mut())?
+        } else {
+            r.pong(seq, sq, deadline.map(|_| count), rec.as_deref_mut())?
+        };
+        if !more {
+            break;
+        }
+        count += 1;
+    }
+
+    let Rounds {
+        waiter,
+        first,
+        last,
+        ..
+    } = r;
+    let Waiter { ch, watch, .. } = waiter;
+    settle_count(ch, watch, f.pinger, ph, size, count)?;
+    Ok(PhaseResult {
+        count,
+        elapsed: last.saturating_duration_since(first.unwrap_or(last)),
+    })
+}

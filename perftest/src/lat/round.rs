@@ -1,0 +1,415 @@
+//! The rounds of a latency phase: what the phase knows ([`Facts`]), and each round's steps
+//! for the side that starts it ([`Rounds::ping`]) and the side that answers
+//! ([`Rounds::pong`]).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use verbs_lab::diag::PortCounters;
+use verbs_lab::verbs::{CompChannel, Cq, Mr, Payload, Qp, SendWr, Sge, UdDest, WorkCompletion};
+
+use super::post::{reap, take, Post, Recv};
+use super::wait::{wait_recv, Waited, Waiter};
+use super::SendQueue;
+use crate::conn::{Layout, Link, Resources};
+use crate::engine::{poll_or_sleep, remote_op, PeerWatch, Session, POLL_BATCH};
+use crate::params::Config;
+use crate::pattern;
+use crate::proto::Channel;
+use crate::result::TestKind;
+use crate::stats::LatRecorder;
+
+/// What a phase knows before its first round: the test, the sizes and the offsets.
+#[derive(Clone, Copy)]
+pub(super) struct Facts {
+    kind: TestKind,
+    /// Write and send latency: a ping-pong (both sides post).
+    pub(super) pingpong: bool,
+    /// The side that starts each round (the client).
+    pub(super) pinger: bool,
+    /// Not RC: a lost message is possible, `--validate` checks the body only.
+    lossy: bool,
+    /// Where a received message starts in its slot (the GRH on UD).
+    rx_off: usize,
+    /// The message size.
+    n: usize,
+    size: u64,
+    /// `--validate`: every message stamped and checked.
+    stamp_all: bool,
+    /// The source slot's offset, and how many of its bytes a request names.
+    pub(super) src: usize,
+    pub(super) local_len: usize,
+    /// Write latency: the byte of the destination slot that changes with each message.
+    poll_off: usize,
+    /// How long one completion may take.
+    cq_timeout: Duration,
+    /// `-e`: every poll may sleep.
+    events: bool,
+    /// A software device: long waits give the CPU away.
+    backoff: bool,
+}
+
+impl Facts {
+    pub(super) fn of(s: &Session<'_>, size: u64) -> Facts {
+        let cfg = s.cfg;
+        let kind = cfg.tool.kind;
+        let layout = s.link.res.layout;
+        let n = size as usize;
+        Facts {
+            kind,
+            pingpong: matches!(kind, TestKind::Write | TestKind::Send),
+            pinger: !cfg.is_server(),
+            lossy: s.lossy(),
+            rx_off: s.rx_offset(),
+            n,
+            size,
+            stamp_all: cfg.validate,
+            src: layout.src(0, 0),
+            local_len: if kind == TestKind::Atomic { 8 } else { n },
+            poll_off: layout.dst(0, 0) + n.saturating_sub(1),
+            cq_timeout: s.cq_timeout,
+            events: cfg.events,
+            backoff: s.yields(),
+        }
+    }
+}
+
+/// The rounds of one phase: the one QP, its buffers and CQ, the request it posts, the waits, and
+/// the clock reads that make the samples.
+pub(super) struct Rounds<'a> {
+    pub(super) f: Facts,
+    /// The source slots (what we send, where reads land).
+    mr: &'a Mr,
+    /// QP 0's destination slots (where the peer's writes and sends land).
+    rx: &'a Mr,
+    qp: &'a Qp,
+    cq: &'a Cq,
+    channel: Option<&'a CompChannel>,
+    layout: Layout,
+    post: Post<'a>,
+    pub(super) waiter: Waiter<'a>,
+    wcs: [WorkCompletion; POLL_BATCH],
+    recv: Recv,
+    /// The first post (pinger) or answer (ponger) of the phase, and the last answer.
+    pub(super) first: Option<Instant>,
+    pub(super) last: Instant,
+    /// Where the pinger's previous sample ended, when nothing but the loop's own round-trip
+    /// work (stamping the poll byte, reaping send completions, re-posting the receive) ran
+    /// since: the next sample starts there. `None` after bookkeeping: the next sample reads the
+    /// clock anew.
+    prev_end: Option<Instant>,
+    /// The ponger's previous answer, for its samples (`None`: the next answer starts a sample).
+    answered: Option<Instant>,
+}
+
+impl<'a> Rounds<'a> {
+    /// Builds the phase's request (towards the peer's QP 0, inline when it fits) and its waits.
+    pub(super) fn new(
+        cfg: &Config,
+        f: Facts,
+        link: &'a Link,
+        ch: &'a mut Channel,
+        watch: PeerWatch,
+        sges: &'a [Sge<'a>],
+    ) -> Rounds<'a> {
+        let Link {
+            res,
+            remote,
+            ahs,
+            inline_limit,
+            ..
+        } = link;
+        let Resources {
+            src: mr,
+            dst,
+            qps,
+            cq,
+            channel,
+            layout,
+            ..
+        } = res;
+        let channel = channel.as_ref();
+        let qp = &qps[0];
+        let r = &remote.qps[0];
+        let (_, op) = remote_op(cfg, r, f.n);
+        let mut wr = SendWr::new(0, op, Payload::Sges(sges));
+        if let Some(ah) = ahs.first() {
+            wr = wr.to(UdDest {
+                ah,
+                remote_qpn: r.qpn,
+                remote_qkey: remote.qkey,
+            });
+        }
+        let post = Post {
+            qp,
+            cq,
+            channel,
+            size: f.size,
+            wr,
+            inline: f.pingpong && *inline_limit > 0 && f.n as u64 <= u64::from(*inline_limit),
+            cq_mod: u64::from(cfg.effective_cq_mod()),
+            depth: u64::from(cfg.tx_depth),
+            all_signaled: !f.pingpong,
+        };
+        let waiter = Waiter {
+            ch,
+            watch,
+            cq_timeout: f.cq_timeout,
+            mask: if f.events { 0 } else { 255 },
+            stop_at: None,
+            backoff: f.backoff,
+            looked: false,
+            what: "",
+            qp,
+            counters: PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port),
+        };
+        Rounds {
+            f,
+            mr,
+            rx: &dst[0],
+            qp,
+            cq,
+            channel,
+            layout: *layout,
+            post,
+            waiter,
+            wcs: WorkCompletion::array::<POLL_BATCH>(),
+            recv: None,
+            first: None,
+            last: Instant::now(),
+            prev_end: None,
+            answered: None,
+        }
+    }
+
+    /// The pinger's round `seq`: stamp the message, make room, read the clock (or take the
+    /// previous sample's end), post, wait for the answer, record the sample; then the round's
+    /// own work and the bookkeeping. Returns false at the `-D` deadline (nothing posted).
+    #[inline]
+    pub(super) fn ping(
+        &mut self,
+        seq: u64,
+        sq: &mut SendQueue,
+        deadline: Option<Instant>,
+        rec: Option<&mut LatRecorder>,
+    ) -> Result<bool> {
+        let f = &self.f;
+        stamp(self.mr, f.src, f.n, seq, f.kind, f.stamp_all)?;
+        // Room in the send queue before the clock starts: the sample is the round trip.
+        if self
+            .post
+            .make_room(sq, &mut self.waiter, &mut self.wcs, &mut self.recv)?
+        {
+            self.prev_end = None;
+        }
+        // `-D`: its clock read starts the sample (and ends the run at the deadline).
+        let t0 = match (deadline, self.prev_end) {
+            (Some(dl), _) => {
+                let now = Instant::now();
+                if now >= dl {
+                    return Ok(false);
+                }
+                now
+            }
+            // One clock read per round trip, as perftest samples between consecutive posts:
+            // the end of the previous sample (taken when its answer arrived) starts this one.
+            (None, Some(t)) => t,
+            (None, None) => Instant::now(),
+        };
+        self.first.get_or_insert(t0);
+        self.post.post(self.mr, sq)?;
+        self.waiter.looked = false;
+        let t1 = self.wait_answer(seq, sq)?;
+        let rtt = t1.duration_since(t0).as_nanos() as u64;
+        if let Some(r) = rec {
+            r.record(if self.f.pingpong { rtt / 2 } else { rtt });
+        }
+        self.last = t1;
+        self.prev_end = Some(t1);
+        // The round trip's own work before the next post (perftest's samples hold the same:
+        // the receive re-posted, the send completions taken).
+        self.finish_round(seq, sq)?;
+        // Bookkeeping: `--validate`'s checks and stamps, a heartbeat, a look at the channel.
+        // When any of it runs, the next sample starts from a fresh clock read.
+        let beat = self.waiter.watch.beat(self.waiter.ch, t1)?;
+        let looked = self.waiter.watch.check(self.waiter.ch, t1)?;
+        if self.f.stamp_all || beat || looked {
+            self.prev_end = None;
+        }
+        Ok(true)
+    }
+
+    /// The pinger waits for the answer to message `seq`; returns when it came.
+    #[inline]
+    fn wait_answer(&mut self, seq: u64, sq: &mut SendQueue) -> Result<Instant> {
+        let size = self.f.size;
+        match self.f.kind {
+            TestKind::Write => {
+                let want = pattern::poll_byte(seq);
+                self.waiter.what = "the server's RDMA write (its last byte)";
+                let (m, off): (&Mr, usize) = (self.rx, self.f.poll_off);
+                self.waiter.wait(|| Ok(m.read_volatile(off) == want))?;
+            }
+            TestKind::Send => {
+                self.waiter.what = "the server's answer (a receive completion)";
+                let (cq, channel) = (self.cq, self.channel);
+                wait_recv(
+                    &mut self.waiter,
+                    cq,
+                    channel,
+                    &mut self.wcs,
+                    sq,
+                    &mut self.recv,
+                    size,
+                )?;
+            }
+            TestKind::Read | TestKind::Atomic => {
+                self.waiter.what = "the completion of the request";
+                let mine = sq.posted;
+                let (cq, channel) = (self.cq, self.channel);
+                let (wcs, recv) = (&mut self.wcs, &mut self.recv);
+                self.waiter.wait(|| {
+                    let k = poll_or_sleep(cq, channel, wcs, true)?;
+                    take(&wcs[..k], sq, recv, size)?;
+                    Ok(sq.completed >= mine)
+                })?;
+            }
+        }
+        Ok(Instant::now())
+    }
+
+    /// The ponger's round `seq`: wait for the message, answer it, read the clock after and
+    /// record the sample since the previous answer; then the round's own work. Returns false
+    /// when the pinger's tally says it is done (`-D`: `stop_at` is this side's count).
+    #[inline]
+    pub(super) fn pong(
+        &mut self,
+        seq: u64,
+        sq: &mut SendQueue,
+        stop_at: Option<u64>,
+        rec: Option<&mut LatRecorder>,
+    ) -> Result<bool> {
+        self.waiter.stop_at = stop_at;
+        let got = self.wait_message(seq, sq)?;
+        self.waiter.stop_at = None;
+        if let Waited::PeerDone = got {
+            return Ok(false);
+        }
+        // A wait that looked at the channel holds bookkeeping: no sample ends here.
+        if std::mem::take(&mut self.waiter.looked) {
+            self.answered = None;
+        }
+        // Answer first, read the clock after: nothing stands between the arrival and the
+        // answer. The ponger's samples run from one answer to the next (a round trip).
+        let f = &self.f;
+        stamp(self.mr, f.src, f.n, seq, f.kind, f.stamp_all)?;
+        self.post
+            .make_room(sq, &mut self.waiter, &mut self.wcs, &mut self.recv)?;
+        self.post.post(self.mr, sq)?;
+        let t1 = Instant::now();
+        if let (Some(t0), Some(r)) = (self.answered, rec) {
+            r.record(t1.duration_since(t0).as_nanos() as u64 / 2);
+        }
+        self.first.get_or_insert(t1);
+        self.answered = Some(t1);
+        self.last = t1;
+        self.finish_round(seq, sq)?;
+        Ok(true)
+    }
+
+    /// The ponger waits for the pinger's message `seq`.
+    #[inline]
+    fn wait_message(&mut self, seq: u64, sq: &mut SendQueue) -> Result<Waited> {
+        match self.f.kind {
+            TestKind::Write => {
+                let want = pattern::poll_byte(seq);
+                self.waiter.what = "the client's RDMA write (its last byte)";
+                let (m, off): (&Mr, usize) = (self.rx, self.f.poll_off);
+                self.waiter.wait(|| Ok(m.read_volatile(off) == want))
+            }
+            _ => {
+                self.waiter.what = "the client's message (a receive completion)";
+                wait_recv(
+                    &mut self.waiter,
+                    self.cq,
+                    self.channel,
+                    &mut self.wcs,
+                    sq,
+                    &mut self.recv,
+                    self.f.size,
+                )
+            }
+        }
+    }
+
+    /// A round's own work once the answer is out or in: the receive checked and posted again,
+    /// the send completions taken (ping-pong).
+    #[inline]
+    fn finish_round(&mut self, seq: u64, sq: &mut SendQueue) -> Result<()> {
+        let f = &self.f;
+        if let Some(got) = self.recv.take() {
+            after_recv(
+                self.rx,
+                self.qp,
+                self.layout,
+                got,
+                f.rx_off,
+                f.n,
+                seq,
+                f.lossy,
+                f.stamp_all,
+            )?;
+        }
+        if f.pingpong {
+            reap(self.cq, &mut self.wcs, sq, &mut self.recv, f.size)?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes what message `seq` carries: write latency's poll byte (and with `--validate` the
+/// stamps); send latency's stamps with `--validate`.
+#[inline]
+fn stamp(mr: &Mr, src: usize, n: usize, seq: u64, kind: TestKind, all: bool) -> Result<()> {
+    match kind {
+        TestKind::Write if all => pattern::stamp_mr(mr, src, n, seq, true)?,
+        TestKind::Write => mr.write(src + n - 1, &[pattern::poll_byte(seq)])?,
+        TestKind::Send if all => pattern::stamp_mr(mr, src, n, seq, false)?,
+        _ => {}
+    }
+    Ok(())
+}
+
+/// After a receive: check its length and (with `--validate`) its bytes, then post it again.
+#[allow(clippy::too_many_arguments)]
+fn after_recv(
+    mr: &Mr,
+    qp: &Qp,
+    layout: crate::conn::Layout,
+    (slot, bytes): (usize, u32),
+    rx_off: usize,
+    n: usize,
+    seq: u64,
+    lossy: bool,
+    validate: bool,
+) -> Result<()> {
+    if bytes as usize != n + rx_off {
+        bail!(
+            "received {bytes} bytes, expected {}: the peer sent another size",
+            n + rx_off
+        );
+    }
+    if validate {
+        let off = layout.dst(0, slot) + rx_off;
+        let msg = mr.to_vec(off..off + n)?;
+        let r = if lossy {
+            pattern::check_body(&msg, 0).map(|_| ())
+        } else {
+            pattern::check(&msg, 0, seq, false)
+        };
+        if let Err(m) = r {
+            bail!("--validate: received message {seq} ({n} bytes) is wrong: {m}");
+        }
+    }
+    crate::engine::post_receives(qp, mr, &layout, 0, std::iter::once(slot))
+}
