@@ -259,7 +259,7 @@ fn expected_table() -> String {
 
 #[test]
 fn the_compatibility_page_shows_the_parsers_table() {
-    const BEGIN: &str = "<!-- options: generated from perftest/src/compat.rs, checked by perftest/tests/compat.rs -->\n";
+    const BEGIN: &str = "<!-- options: generated from perftest/src/compat/table.rs, checked by perftest/tests/compat.rs -->\n";
     const END: &str = "<!-- /options -->";
     let path = repo().join("docs/perftest-compat.md");
     let page = std::fs::read_to_string(&path).expect("docs/perftest-compat.md");

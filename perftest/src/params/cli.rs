@@ -246,7 +246,7 @@ impl Params {
     }
 
     /// The clap command of `tool`: its name and description over the shared flags.
-    /// perftest's other options are registered hidden (see `compat.rs`), and long options may be
+    /// perftest's other options are registered hidden (see `compat/`), and long options may be
     /// abbreviated to any unambiguous prefix, as perftest's getopt_long allows.
     pub fn command_for(tool: Tool) -> clap::Command {
         crate::compat::register(
