@@ -32,6 +32,29 @@ impl TestKind {
             TestKind::Atomic => "atomic",
         }
     }
+
+    /// The test's one-byte code on the wire (the HELLO, a `--procs` worker's report): 1 write,
+    /// 2 read, 3 send, 4 atomic.
+    pub fn code(self) -> u8 {
+        match self {
+            TestKind::Write => 1,
+            TestKind::Read => 2,
+            TestKind::Send => 3,
+            TestKind::Atomic => 4,
+        }
+    }
+
+    /// The test of a wire [`code`](TestKind::code); `None` for a code no test has.
+    pub fn from_code(c: u8) -> Option<TestKind> {
+        [
+            TestKind::Write,
+            TestKind::Read,
+            TestKind::Send,
+            TestKind::Atomic,
+        ]
+        .into_iter()
+        .find(|t| t.code() == c)
+    }
 }
 
 /// Bandwidth or latency.
@@ -39,6 +62,23 @@ impl TestKind {
 pub enum Metric {
     Bw,
     Lat,
+}
+
+impl Metric {
+    /// The metric's one-byte code on the wire: 1 bandwidth, 2 latency.
+    pub fn code(self) -> u8 {
+        match self {
+            Metric::Bw => 1,
+            Metric::Lat => 2,
+        }
+    }
+
+    /// The metric of a wire [`code`](Metric::code); `None` for a code no metric has.
+    pub fn from_code(c: u8) -> Option<Metric> {
+        [Metric::Bw, Metric::Lat]
+            .into_iter()
+            .find(|m| m.code() == c)
+    }
 }
 
 /// Everything the header block and the JSON "run" object say about a run.

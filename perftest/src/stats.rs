@@ -102,6 +102,21 @@ pub struct LatStats {
 }
 
 impl LatStats {
+    /// The statistics in the order of the table and CSV columns: min, median, average,
+    /// standard deviation, p99, p99.9, p99.99, max (µs).
+    pub fn columns_us(&self) -> [f64; 8] {
+        [
+            self.min_us,
+            self.median_us,
+            self.avg_us,
+            self.stdev_us,
+            self.p99_us,
+            self.p999_us,
+            self.p9999_us,
+            self.max_us,
+        ]
+    }
+
     /// The value of a named percentile gate key: `min`, `max`, `avg`, `median`/`p50`, `p99`,
     /// `p99.9`, `p99.99`.
     pub fn by_name(&self, key: &str) -> Option<f64> {

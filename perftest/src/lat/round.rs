@@ -11,7 +11,7 @@ use verbs_lab::verbs::{CompChannel, Cq, Mr, Payload, Qp, SendWr, Sge, UdDest, Wo
 use super::post::{reap, take, Post, Recv};
 use super::wait::{wait_recv, Waited, Waiter};
 use super::SendQueue;
-use crate::conn::{Layout, Link, Resources};
+use crate::conn::{Layout, Link};
 use crate::engine::{poll_or_sleep, remote_op, PeerWatch, Session, POLL_BATCH};
 use crate::params::Config;
 use crate::pattern;
@@ -112,28 +112,13 @@ impl<'a> Rounds<'a> {
         watch: PeerWatch,
         sges: &'a [Sge<'a>],
     ) -> Rounds<'a> {
-        let Link {
-            res,
-            remote,
-            ahs,
-            inline_limit,
-            ..
-        } = link;
-        let Resources {
-            src: mr,
-            dst,
-            qps,
-            cq,
-            channel,
-            layout,
-            ..
-        } = res;
-        let channel = channel.as_ref();
-        let qp = &qps[0];
+        let (res, remote, inline_limit) = (&link.res, &link.remote, link.inline_limit);
+        let (cq, channel) = (&res.cq, res.channel.as_ref());
+        let qp = &res.qps[0];
         let r = &remote.qps[0];
         let (_, op) = remote_op(cfg, r, f.n);
         let mut wr = SendWr::new(0, op, Payload::Sges(sges));
-        if let Some(ah) = ahs.first() {
+        if let Some(ah) = link.ahs.first() {
             wr = wr.to(UdDest {
                 ah,
                 remote_qpn: r.qpn,
@@ -146,7 +131,7 @@ impl<'a> Rounds<'a> {
             channel,
             size: f.size,
             wr,
-            inline: f.pingpong && *inline_limit > 0 && f.n as u64 <= u64::from(*inline_limit),
+            inline: f.pingpong && inline_limit > 0 && f.n as u64 <= u64::from(inline_limit),
             cq_mod: u64::from(cfg.effective_cq_mod()),
             depth: u64::from(cfg.tx_depth),
             all_signaled: !f.pingpong,
@@ -165,12 +150,12 @@ impl<'a> Rounds<'a> {
         };
         Rounds {
             f,
-            mr,
-            rx: &dst[0],
+            mr: &res.src,
+            rx: &res.dst[0],
             qp,
             cq,
             channel,
-            layout: *layout,
+            layout: res.layout,
             post,
             waiter,
             wcs: WorkCompletion::array::<POLL_BATCH>(),

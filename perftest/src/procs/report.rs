@@ -27,15 +27,6 @@ pub struct WorkerReport {
     pub spans: Vec<Span>,
 }
 
-fn test_code(t: TestKind) -> u8 {
-    match t {
-        TestKind::Write => 1,
-        TestKind::Read => 2,
-        TestKind::Send => 3,
-        TestKind::Atomic => 4,
-    }
-}
-
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -125,11 +116,8 @@ impl WorkerReport {
 fn encode_info(w: &mut Writer, i: &RunInfo) -> Result<(), WireError> {
     w.str(&i.tool)?;
     w.str(&i.version)?;
-    w.u8(test_code(i.test));
-    w.u8(match i.metric {
-        Metric::Bw => 1,
-        Metric::Lat => 2,
-    });
+    w.u8(i.test.code());
+    w.u8(i.metric.code());
     w.str(&i.role)?;
     w.str(&i.conn_type)?;
     w.str(&i.device)?;
@@ -179,18 +167,12 @@ fn encode_info(w: &mut Writer, i: &RunInfo) -> Result<(), WireError> {
 fn decode_info(r: &mut Reader<'_>) -> Result<RunInfo, WireError> {
     let tool = r.str("tool")?;
     let version = r.str("version")?;
-    let test = match r.u8("test")? {
-        1 => TestKind::Write,
-        2 => TestKind::Read,
-        3 => TestKind::Send,
-        4 => TestKind::Atomic,
-        v => return Err(WireError::invalid("test", format!("unknown code {v}"))),
-    };
-    let metric = match r.u8("metric")? {
-        1 => Metric::Bw,
-        2 => Metric::Lat,
-        v => return Err(WireError::invalid("metric", format!("unknown code {v}"))),
-    };
+    let v = r.u8("test")?;
+    let test = TestKind::from_code(v)
+        .ok_or_else(|| WireError::invalid("test", format!("unknown code {v}")))?;
+    let v = r.u8("metric")?;
+    let metric = Metric::from_code(v)
+        .ok_or_else(|| WireError::invalid("metric", format!("unknown code {v}")))?;
     let role = r.str("role")?;
     let conn_type = r.str("connection type")?;
     let device = r.str("device")?;

@@ -12,22 +12,6 @@ fn clipped(w: &mut Writer, width: Width, s: &str, max: usize) {
         .expect("text clipped to its width fits");
 }
 
-fn test_code(t: TestKind) -> u8 {
-    match t {
-        TestKind::Write => 1,
-        TestKind::Read => 2,
-        TestKind::Send => 3,
-        TestKind::Atomic => 4,
-    }
-}
-
-fn metric_code(m: Metric) -> u8 {
-    match m {
-        Metric::Bw => 1,
-        Metric::Lat => 2,
-    }
-}
-
 /// Cuts `s` to at most `max` bytes on a character boundary.
 fn clip(s: &str, max: usize) -> &str {
     if s.len() <= max {
@@ -49,8 +33,8 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             w.raw(&MAGIC);
             w.u16(h.version);
             clipped(&mut w, Width::U8, &h.tool, MAX_NAME);
-            w.u8(test_code(h.test));
-            w.u8(metric_code(h.metric));
+            w.u8(h.test.code());
+            w.u8(h.metric.code());
             let n = h.params.len().min(MAX_PARAMS);
             w.u8(n as u8);
             for (k, v) in &h.params[..n] {
@@ -198,21 +182,11 @@ fn check_printable(s: &str, field: &str) -> PResult<()> {
 }
 
 fn decode_test(c: u8) -> PResult<TestKind> {
-    Ok(match c {
-        1 => TestKind::Write,
-        2 => TestKind::Read,
-        3 => TestKind::Send,
-        4 => TestKind::Atomic,
-        _ => return Err(bad("test kind", format!("code {c}"))),
-    })
+    TestKind::from_code(c).ok_or_else(|| bad("test kind", format!("code {c}")))
 }
 
 fn decode_metric(c: u8) -> PResult<Metric> {
-    Ok(match c {
-        1 => Metric::Bw,
-        2 => Metric::Lat,
-        _ => return Err(bad("metric", format!("code {c}"))),
-    })
+    Metric::from_code(c).ok_or_else(|| bad("metric", format!("code {c}")))
 }
 
 fn decode_phase(r: &mut Reader<'_>) -> PResult<Phase> {

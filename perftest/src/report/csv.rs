@@ -63,16 +63,7 @@ pub fn render_csv_procs(result: &RunResult, procs: &[ProcessResult], report_gbit
             for r in rows {
                 let st = &r.stats;
                 let _ = write!(out, "all,{},{},{}", r.bytes, r.iterations, st.samples);
-                for x in [
-                    st.min_us,
-                    st.median_us,
-                    st.avg_us,
-                    st.stdev_us,
-                    st.p99_us,
-                    st.p999_us,
-                    st.p9999_us,
-                    st.max_us,
-                ] {
+                for x in st.columns_us() {
                     let _ = write!(out, ",{}", num(x, 3));
                 }
                 let _ = writeln!(out, ",{}", r.tps.map(|t| num(t, 3)).unwrap_or_default());

@@ -132,23 +132,11 @@ fn aggregate_row(t: &SizeTotal) -> Object {
         .field("overlap_fraction", round_to(t.overlap_fraction(), 6))
         .field("total_bytes", t.bytes)
         .field("total_messages", t.messages)
-        .field(
-            "bw_avg_mib_s",
-            round_to(m.convert(t.row.avg_bps), m.decimals()),
-        )
-        .field(
-            "bw_avg_gbit_s",
-            round_to(g.convert(t.row.avg_bps), g.decimals()),
-        )
+        .field("bw_avg_mib_s", in_unit(m, t.row.avg_bps))
+        .field("bw_avg_gbit_s", in_unit(g, t.row.avg_bps))
         .field("msg_rate_mpps", round_to(t.row.msg_rate_mpps, 9))
-        .field(
-            "sum_bw_avg_mib_s",
-            round_to(m.convert(t.sum.avg_bps), m.decimals()),
-        )
-        .field(
-            "sum_bw_avg_gbit_s",
-            round_to(g.convert(t.sum.avg_bps), g.decimals()),
-        )
+        .field("sum_bw_avg_mib_s", in_unit(m, t.sum.avg_bps))
+        .field("sum_bw_avg_gbit_s", in_unit(g, t.sum.avg_bps))
         .field("sum_msg_rate_mpps", round_to(t.sum.msg_rate_mpps, 9))
 }
 
@@ -207,24 +195,20 @@ pub(crate) fn run_object(info: &RunInfo, unit: BwUnit) -> Object {
         .field("remote_endpoints", info.remote_endpoints.clone())
 }
 
+/// A rate in bytes/s as `unit`'s figure, rounded to its decimals.
+fn in_unit(unit: BwUnit, bps: f64) -> f64 {
+    round_to(unit.convert(bps), unit.decimals())
+}
+
 fn bw_row(r: &BwRow) -> Object {
     let (m, g) = (BwUnit::MiBps, BwUnit::Gbps);
     Object::new()
         .field("bytes", r.bytes)
         .field("iterations", r.iterations)
-        .field(
-            "bw_peak_mib_s",
-            round_to(m.convert(r.peak_bps), m.decimals()),
-        )
-        .field("bw_avg_mib_s", round_to(m.convert(r.avg_bps), m.decimals()))
-        .field(
-            "bw_peak_gbit_s",
-            round_to(g.convert(r.peak_bps), g.decimals()),
-        )
-        .field(
-            "bw_avg_gbit_s",
-            round_to(g.convert(r.avg_bps), g.decimals()),
-        )
+        .field("bw_peak_mib_s", in_unit(m, r.peak_bps))
+        .field("bw_avg_mib_s", in_unit(m, r.avg_bps))
+        .field("bw_peak_gbit_s", in_unit(g, r.peak_bps))
+        .field("bw_avg_gbit_s", in_unit(g, r.avg_bps))
         .field("msg_rate_mpps", round_to(r.msg_rate_mpps, 9))
         .field("elapsed_us", round_to(secs(r.elapsed) * 1e6, 3))
 }

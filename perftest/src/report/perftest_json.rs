@@ -68,29 +68,7 @@ pub fn render_perftest_json_counters(
 
 /// perftest's test name: `RDMA_Write_BW_Test`, `Atomic_FETCH_AND_ADD_Bidirectional_BW_Test`.
 fn test_name(info: &RunInfo) -> String {
-    let mut t = format!("{}_", info.test.perftest_name());
-    if let Some(a) = info
-        .atomic_type
-        .as_ref()
-        .filter(|_| info.test == TestKind::Atomic)
-    {
-        t.push_str(a);
-        t.push('_');
-    }
-    match info.metric {
-        Metric::Bw => {
-            if info.bidirectional {
-                t.push_str("Bidirectional_");
-            }
-            if info.post_list > 1 {
-                t.push_str("Post_List_");
-            }
-            t.push_str("BW_");
-        }
-        Metric::Lat => t.push_str("Latency_"),
-    }
-    t.push_str("Test");
-    t
+    super::text::title(info).replace(' ', "_")
 }
 
 /// The header block, as perftest's `write_test_info_to_file`, key for key and in its order.

@@ -201,16 +201,7 @@ fn rows(result: &RunResult, procs: &[ProcessResult], unit: BwUnit) -> Table {
                     r.iterations.to_string(),
                     st.samples.to_string(),
                 ];
-                for x in [
-                    st.min_us,
-                    st.median_us,
-                    st.avg_us,
-                    st.stdev_us,
-                    st.p99_us,
-                    st.p999_us,
-                    st.p9999_us,
-                    st.max_us,
-                ] {
+                for x in st.columns_us() {
                     cells.push(cfix(x, 0, 2));
                 }
                 if duration {
