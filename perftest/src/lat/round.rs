@@ -9,7 +9,7 @@ use verbs_lab::diag::PortCounters;
 use verbs_lab::verbs::{CompChannel, Cq, Mr, Payload, Qp, SendWr, Sge, UdDest, WorkCompletion};
 
 use super::post::{reap, take, Post, Recv};
-use super::wait::{wait_recv, Waited, Waiter};
+use super::wait::{Waited, Waiter};
 use super::SendQueue;
 use crate::conn::{Layout, Link};
 use crate::engine::{poll_or_sleep, remote_op, PeerWatch, Session, POLL_BATCH};
@@ -397,4 +397,25 @@ fn after_recv(
         }
     }
     crate::engine::post_receives(qp, mr, &layout, 0, std::iter::once(slot))
+}
+
+/// Waits for one receive completion (taking send completions on the way).
+#[allow(clippy::too_many_arguments)]
+fn wait_recv(
+    waiter: &mut Waiter<'_>,
+    cq: &Cq,
+    ch: Option<&CompChannel>,
+    wcs: &mut [WorkCompletion],
+    sq: &mut SendQueue,
+    recv: &mut Recv,
+    size: u64,
+) -> Result<Waited> {
+    if recv.is_some() {
+        return Ok(Waited::Ready);
+    }
+    waiter.wait(|| {
+        let k = poll_or_sleep(cq, ch, wcs, true)?;
+        take(&wcs[..k], sq, recv, size)?;
+        Ok(recv.is_some())
+    })
 }

@@ -7,8 +7,6 @@ use anyhow::{bail, Result};
 use verbs_lab::diag::{device_report, PortCounters};
 use verbs_lab::verbs::{CompChannel, Cq, Qp, WorkCompletion};
 
-use super::post::{take, Recv};
-use super::SendQueue;
 use crate::engine::{backoff, poll_or_sleep, PeerWatch, CHANNEL_CHECK};
 
 /// Why a wait ended.
@@ -85,25 +83,4 @@ impl Waiter<'_> {
             }
         }
     }
-}
-
-/// Waits for one receive completion (taking send completions on the way).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn wait_recv(
-    waiter: &mut Waiter<'_>,
-    cq: &Cq,
-    ch: Option<&CompChannel>,
-    wcs: &mut [WorkCompletion],
-    sq: &mut SendQueue,
-    recv: &mut Recv,
-    size: u64,
-) -> Result<Waited> {
-    if recv.is_some() {
-        return Ok(Waited::Ready);
-    }
-    waiter.wait(|| {
-        let k = poll_or_sleep(cq, ch, wcs, true)?;
-        take(&wcs[..k], sq, recv, size)?;
-        Ok(recv.is_some())
-    })
 }
