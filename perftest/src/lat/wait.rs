@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use verbs_lab::diag::{device_report, PortCounters};
-use verbs_lab::verbs::{CompChannel, Cq, Qp, WorkCompletion};
+use verbs_lab::verbs::Qp;
 
-use crate::engine::{backoff, poll_or_sleep, PeerWatch, CHANNEL_CHECK};
+use crate::engine::{backoff, PeerWatch, CHANNEL_CHECK};
 
 /// Why a wait ended.
 pub(super) enum Waited {
