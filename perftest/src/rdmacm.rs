@@ -163,7 +163,7 @@ fn overrides(cfg: &Config, link: &Setup, q: usize) -> CmQpOverrides {
     }
 }
 
-/// What [`crate::conn::connect`] worked out for the QPs, for the CM's attributes.
+/// What [`crate::conn::connect()`] worked out for the QPs, for the CM's attributes.
 pub struct Setup {
     pub access: verbs_lab::verbs::AccessFlags,
     pub path_mtu: verbs_lab::verbs::Mtu,

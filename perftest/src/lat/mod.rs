@@ -17,7 +17,7 @@
 //! Both sides of a ping-pong report: the server answers first and reads the clock after; its
 //! samples run from one answer to the next. See `docs/measurement.md`.
 //!
-//! The loop of a phase is [`one_phase`] here; a round's steps are in `round.rs`, the posts and
+//! The loop of a phase is `one_phase` here; a round's steps are in `round.rs`, the posts and
 //! completions of the one QP in `post.rs`, the bounded waits in `wait.rs`.
 
 use std::time::{Duration, Instant};
