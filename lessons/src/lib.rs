@@ -111,6 +111,16 @@ pub struct Device {
     pub gid: GidChoice,
 }
 
+impl Device {
+    /// The MTU this side offers its peer: the port's active MTU, or 1024 when the port does not
+    /// say (lesson 03 takes the smaller of both sides' as the path MTU).
+    pub fn active_mtu(&self) -> verbs_lab::verbs::Mtu {
+        self.port
+            .active_mtu
+            .unwrap_or(verbs_lab::verbs::Mtu::Mtu1024)
+    }
+}
+
 /// Opens the device named by `-d` (or the first), queries the port and chooses the GID, as
 /// lesson 01 taught. Narrates what it found.
 pub fn open_device(args: &CommonArgs, n: &Narrator) -> Result<Device> {
@@ -716,10 +726,7 @@ pub fn connect_opts(
     dev: &Device,
     peer_mtu: Option<verbs_lab::verbs::Mtu>,
 ) -> verbs_lab::connect::ConnectOpts {
-    let ours = dev
-        .port
-        .active_mtu
-        .unwrap_or(verbs_lab::verbs::Mtu::Mtu1024);
+    let ours = dev.active_mtu();
     verbs_lab::connect::ConnectOpts {
         port_num: args.ib_port,
         sgid_index: dev.gid.entry.index as u8,
@@ -729,6 +736,43 @@ pub fn connect_opts(
         retry_cnt: verbs_lab::connect::RETRY_CNT,
         ..Default::default()
     }
+}
+
+/// The start every two-sided lesson from 05 on shares: the out-of-band connection
+/// ([`oob_connect`]), then our test parameters `mine` swapped with the peer's
+/// ([`exchange_params`], narrated). `mine` carries `mtu=` ([`Device::active_mtu`]) for
+/// [`connect_qp`]. Returns the connection and the peer's parameters.
+pub fn meet(args: &CommonArgs, mine: &Params, n: &Narrator) -> Result<(OobConn, Params)> {
+    let mut conn = oob_connect(args, n)?;
+    let theirs = exchange_params(&mut conn, &args.role(), mine, n)?;
+    Ok((conn, theirs))
+}
+
+/// Lesson 03's bring-up, INIT -> RTR -> RTS (`bring_up`), with [`connect_opts`]: the path MTU
+/// no larger than ours nor the peer's `mtu=` in `theirs`, and `access` as the QP's
+/// `qp_access_flags` — what the peer may do to our memory through this QP. Returns the
+/// attributes it used, for the lesson to narrate.
+pub fn connect_qp(
+    args: &CommonArgs,
+    dev: &Device,
+    qp: &Qp,
+    ep: &Endpoint,
+    peer: &PeerInfo,
+    theirs: &Params,
+    access: verbs_lab::verbs::AccessFlags,
+) -> Result<verbs_lab::connect::ConnectOpts> {
+    let mut opts = connect_opts(args, dev, Some(theirs.get("mtu")?));
+    opts.access = access;
+    verbs_lab::connect::bring_up(qp, ep, &peer.ep, &opts).context("connecting the QP")?;
+    Ok(opts)
+}
+
+/// The barrier after connecting (lesson 03): neither side posts a request before the peer's QP
+/// has reached RTS, or its first packets could reach a QP not yet able to take them, and be
+/// dropped.
+pub fn peer_rts_barrier(conn: &mut OobConn) -> Result<()> {
+    conn.barrier("the peer's QP to reach RTS")
+        .context("synchronising after connecting")
 }
 
 /// Waits up to `wait` for one completion on `cq` and checks its status (`Cq::poll_one`). When
