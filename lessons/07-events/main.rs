@@ -561,21 +561,14 @@ fn connect(
     qp: &Qp,
     n: &Narrator,
 ) -> Result<(OobConn, Test)> {
-    let (role, server) = (args.common.role(), args.common.role().is_server());
+    let role = args.common.role();
+    let server = role.is_server();
     let (mut conn, theirs) = meet(&args.common, &asked.offer(server, dev), n)?;
     let test = if server { adopt(args, &theirs)? } else { asked };
-    // SEND/RECV only: we expose no memory, so the buffer we advertise is empty.
-    let no_buf = RemoteBuf::default();
+    // SEND/RECV only: we expose no memory and let the peer touch none.
+    let (no_buf, access) = (RemoteBuf::default(), AccessFlags::EMPTY);
     let (ep, peer) = exchange_endpoints(&mut conn, &role, dev, args.common.ib_port, qp, no_buf, n)?;
-    connect_qp(
-        &args.common,
-        dev,
-        qp,
-        &ep,
-        &peer,
-        &theirs,
-        AccessFlags::EMPTY,
-    )?;
+    connect_qp(&args.common, dev, qp, &ep, &peer, &theirs, access)?;
     n.say(format!(
         "QP {:#x} -> peer QP {:#x}: RTS",
         qp.qpn(),
