@@ -32,14 +32,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::{Parser, ValueEnum};
-use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{
-    AccessFlags, Cq, Mr, Payload, Qp, QpState, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode,
+    AccessFlags, Mr, Payload, Qp, QpState, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode,
 };
 use verbs_lab_lessons::{
     connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, meet, open_device, parse_size,
     pattern, peer_rts_barrier, report_error, same_as_client, usage_error, CommonArgs, Device,
-    Narrator, Params, PeerInfo,
+    Params, PeerInfo, Side,
 };
 
 const PROGRAM: &str = "lesson05_rdma_write";
@@ -249,29 +248,12 @@ fn run(args: &Args, asked: Test) -> Result<()> {
 
     let who = if server { "target" } else { "writer" };
     n.step(6, &format!("Be the {who}: {test}"));
-    let side = Side {
-        mr: &mr,
-        qp: &qp,
-        cq: &cq,
-        conn: &mut conn,
-        wait: args.common.wait(),
-        n: &n,
-    };
+    let side = Side::new(&mr, &qp, &cq, &mut conn, args.common.wait(), &n);
     if server {
         target(side, &test)
     } else {
         writer(side, &test, &peer, args.bad_rkey)
     }
-}
-
-/// What both the writer and the target work with once connected.
-struct Side<'a> {
-    mr: &'a Mr,
-    qp: &'a Qp,
-    cq: &'a Cq,
-    conn: &'a mut OobConn,
-    wait: Duration,
-    n: &'a Narrator,
 }
 
 /// The client: fill the local buffer with this iteration's pattern, write it into the target's

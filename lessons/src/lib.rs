@@ -13,7 +13,7 @@ use verbs_lab::connect::Endpoint;
 use verbs_lab::diag::{device_report, PortCounters};
 use verbs_lab::oob::{self, OobConn, OobError};
 use verbs_lab::verbs::{
-    Context, Cq, DeviceList, Gid, GidChoice, Pd, PortAttr, Qp, QpCaps, QpInitAttr, QpType,
+    Context, Cq, DeviceList, Gid, GidChoice, Mr, Pd, PortAttr, Qp, QpCaps, QpInitAttr, QpType,
     RemoteBuf, VerbsError, WorkCompletion,
 };
 
@@ -773,6 +773,37 @@ pub fn connect_qp(
 pub fn peer_rts_barrier(conn: &mut OobConn) -> Result<()> {
     conn.barrier("the peer's QP to reach RTS")
         .context("synchronising after connecting")
+}
+
+/// What one side of lessons 05 and 06 works with once connected: its buffer, QP and CQ, the
+/// out-of-band connection to the peer, the `--wait` bound of every wait, and the narrator.
+pub struct Side<'a> {
+    pub mr: &'a Mr,
+    pub qp: &'a Qp,
+    pub cq: &'a Cq,
+    pub conn: &'a mut OobConn,
+    pub wait: Duration,
+    pub n: &'a Narrator,
+}
+
+impl<'a> Side<'a> {
+    pub fn new(
+        mr: &'a Mr,
+        qp: &'a Qp,
+        cq: &'a Cq,
+        conn: &'a mut OobConn,
+        wait: Duration,
+        n: &'a Narrator,
+    ) -> Side<'a> {
+        Side {
+            mr,
+            qp,
+            cq,
+            conn,
+            wait,
+            n,
+        }
+    }
 }
 
 /// Waits up to `wait` for one completion on `cq` and checks its status (`Cq::poll_one`). When
