@@ -36,9 +36,9 @@ use verbs_lab::verbs::{
     AccessFlags, Mr, Payload, Qp, QpState, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode,
 };
 use verbs_lab_lessons::{
-    connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, meet, open_device, parse_size,
-    pattern, peer_rts_barrier, report_error, same_as_client, usage_error, CommonArgs, Device,
-    Params, PeerInfo, Side,
+    connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet, open_device,
+    parse_size, pattern, peer_rts_barrier, same_as_client, CommonArgs, Device, Params, PeerInfo,
+    Side,
 };
 
 const PROGRAM: &str = "lesson05_rdma_write";
@@ -514,10 +514,5 @@ fn wait_for_flag(mr: &Mr, qp: &Qp, i: u32, wait: Duration) -> Result<String> {
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    let test = check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
-    match run(&args, test) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error(PROGRAM, &e),
-    }
+    lesson_main(PROGRAM, check_flags, run)
 }

@@ -33,9 +33,9 @@ use verbs_lab::verbs::{
     AccessFlags, Cq, DeviceAttr, Mr, Payload, RemoteBuf, SendOp, SendWr, WcOpcode, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    connect_opts, create_rc_qp, exchange_endpoints, first_mismatch, meet, open_device, parse_size,
-    pattern, peer_rts_barrier, recv_params, report_error, same_as_client, send_params, usage_error,
-    CommonArgs, Device, Narrator, Params, PeerInfo, Side, Summary,
+    connect_opts, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet, open_device,
+    parse_size, pattern, peer_rts_barrier, recv_params, same_as_client, send_params, CommonArgs,
+    Device, Narrator, Params, PeerInfo, Side, Summary,
 };
 
 const PROGRAM: &str = "lesson06_rdma_read";
@@ -516,10 +516,5 @@ fn check(mr: &Mr, want: &[u8], round: u32, how: &str) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    let test = check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
-    match run(&args, test) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error(PROGRAM, &e),
-    }
+    lesson_main(PROGRAM, check_flags, run)
 }

@@ -51,9 +51,9 @@ use verbs_lab::verbs::{
     WcOpcode, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, meet, open_device, parse_size,
-    pattern, peer_rts_barrier, recv_params, report_error, same_as_client, send_params, usage_error,
-    CommonArgs, Device, Narrator, Params, Summary,
+    connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet, open_device,
+    parse_size, pattern, peer_rts_barrier, recv_params, same_as_client, send_params, CommonArgs,
+    Device, Narrator, Params, Summary,
 };
 
 const PROGRAM: &str = "lesson07_events";
@@ -805,10 +805,5 @@ fn print_table(
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    let test = check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
-    match run(&args, test) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error(PROGRAM, &e),
-    }
+    lesson_main(PROGRAM, check_flags, run)
 }

@@ -36,9 +36,9 @@ use verbs_lab::verbs::{
     AccessFlags, Cq, Mr, Payload, Qp, RemoteBuf, SendOp, SendWr, VerbsError, WcOpcode,
 };
 use verbs_lab_lessons::{
-    connect_qp, create_rc_qp, exchange_endpoints, exchange_params, meet, open_device,
-    peer_rts_barrier, poll_one_explained, recv_params, report_error, send_params, usage_error,
-    CommonArgs, Device, Narrator, Params, Role,
+    connect_qp, create_rc_qp, exchange_endpoints, exchange_params, lesson_main, meet, open_device,
+    peer_rts_barrier, poll_one_explained, recv_params, send_params, CommonArgs, Device, Narrator,
+    Params, Role,
 };
 
 const PROGRAM: &str = "lesson08_atomics";
@@ -770,12 +770,5 @@ fn wc_status_name(e: &anyhow::Error) -> Option<String> {
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    if let Err(e) = check_flags(&args) {
-        usage_error::<Args>(&e);
-    }
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error(PROGRAM, &e),
-    }
+    lesson_main(PROGRAM, check_flags, |args: &Args, ()| run(args))
 }

@@ -907,6 +907,22 @@ mod lessons_05_08_tests {
     }
 }
 
+/// The `main` of lessons 05–08: parse the flags (`verbs_lab::cli::parse`), refuse what `check`
+/// refuses before any verbs call (a usage error, exit 2, [`usage_error`]), then `run` with what
+/// `check` returned; an error from `run` is reported by [`report_error`] (exit 1).
+pub fn lesson_main<A: clap::Parser, T>(
+    program: &str,
+    check: impl FnOnce(&A) -> Result<T>,
+    run: impl FnOnce(&A, T) -> Result<()>,
+) -> std::process::ExitCode {
+    let args: A = verbs_lab::cli::parse();
+    let checked = check(&args).unwrap_or_else(|e| usage_error::<A>(&e));
+    match run(&args, checked) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => report_error(program, &e),
+    }
+}
+
 /// Ends the program the way clap ends it for a bad flag — `error: MESSAGE`, the usage line,
 /// exit status 2 — for refusals found after parsing but before any verbs call.
 pub fn usage_error<P: clap::CommandFactory>(e: &anyhow::Error) -> ! {
