@@ -798,3 +798,29 @@ fn every_message_keeps_its_layout() {
     assert_eq!(b, [5, 2, 0, 0, 0, 0, 0, 0, 0, 1]);
     assert_eq!(encode(&Msg::Heartbeat), [8]);
 }
+
+/// The one table of test and metric codes (the HELLO and a `--procs` worker's report both use
+/// it): the codes the wire has always carried, each read back as its test, no other code taken.
+#[test]
+fn test_and_metric_codes_are_the_wires() {
+    let tests = [
+        (TestKind::Write, 1),
+        (TestKind::Read, 2),
+        (TestKind::Send, 3),
+        (TestKind::Atomic, 4),
+    ];
+    for (t, c) in tests {
+        assert_eq!(t.code(), c, "{t:?}");
+        assert_eq!(TestKind::from_code(c), Some(t));
+    }
+    for (m, c) in [(Metric::Bw, 1), (Metric::Lat, 2)] {
+        assert_eq!(m.code(), c, "{m:?}");
+        assert_eq!(Metric::from_code(c), Some(m));
+    }
+    for c in [0u8, 5, 255] {
+        assert_eq!(TestKind::from_code(c), None, "test code {c}");
+    }
+    for c in [0u8, 3, 255] {
+        assert_eq!(Metric::from_code(c), None, "metric code {c}");
+    }
+}
