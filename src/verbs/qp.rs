@@ -192,9 +192,7 @@ impl Qp {
         let mask = ibv_qp_attr_mask::IBV_QP_STATE | ibv_qp_attr_mask::IBV_QP_CAP;
         // SAFETY: the QP is live; both out-pointers are valid.
         let ret = unsafe { ibv_query_qp(self.ptr, &mut attr, mask.0 as i32, &mut init) };
-        if ret != 0 {
-            return Err(VerbsError::from_ret("ibv_query_qp", ret));
-        }
+        VerbsError::check_ret("ibv_query_qp", ret)?;
         let c = init.cap;
         Ok((
             QpState::from_ibv(attr.qp_state),
@@ -226,9 +224,7 @@ impl Qp {
             ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC | ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC;
         // SAFETY: the QP is live; both out-pointers are valid.
         let ret = unsafe { ibv_query_qp(self.ptr, &mut attr, mask.0 as i32, &mut init) };
-        if ret != 0 {
-            return Err(VerbsError::from_ret("ibv_query_qp", ret));
-        }
+        VerbsError::check_ret("ibv_query_qp", ret)?;
         Ok((attr.max_rd_atomic, attr.max_dest_rd_atomic))
     }
 
@@ -243,9 +239,7 @@ impl Qp {
         let mask = ibv_qp_attr_mask::IBV_QP_AV;
         // SAFETY: the QP is live; both out-pointers are valid.
         let ret = unsafe { ibv_query_qp(self.ptr, &mut attr, mask.0 as i32, &mut init) };
-        if ret != 0 {
-            return Err(VerbsError::from_ret("ibv_query_qp", ret));
-        }
+        VerbsError::check_ret("ibv_query_qp", ret)?;
         Ok(AhAttr::from_ibv(&attr.ah_attr))
     }
 
@@ -257,10 +251,7 @@ impl Qp {
     ) -> Result<()> {
         // SAFETY: the QP is live; attr is fully initialised for every bit in mask.
         let ret = unsafe { ibv_modify_qp(self.ptr, attr, mask.0 as i32) };
-        if ret != 0 {
-            return Err(VerbsError::from_ret(verb, ret));
-        }
-        Ok(())
+        VerbsError::check_ret(verb, ret)
     }
 
     /// RESET → INIT.
@@ -560,9 +551,7 @@ impl Qp {
             // SAFETY: raw[0..n] are initialised and linked; SGEs name registered memory, which
             // stays allocated while registered; the QP is live.
             let ret = unsafe { rdma_sys::ibv_post_recv(self.ptr, base, &mut bad) };
-            if ret != 0 {
-                return Err(VerbsError::from_ret("ibv_post_recv", ret));
-            }
+            VerbsError::check_ret("ibv_post_recv", ret)?;
         }
         Ok(())
     }
