@@ -16,12 +16,7 @@ struct Peer {
 
 /// One run of a plan: what it reads and writes, who its neighbours are, and how far it has got.
 struct Run<'p> {
-    coll: Coll,
-    plan: &'p Plan,
-    src_off: usize,
-    dst_off: usize,
-    dtype: DataType,
-    op: RedOp,
+    job: Job<'p>,
     left: Peer,
     right: Peer,
     /// Sends posted, sends completed, receives applied.
@@ -49,16 +44,7 @@ fn lap(t: &mut Instant, slot: &mut Duration) {
 }
 
 impl Comm {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn pump(
-        &mut self,
-        coll: Coll,
-        plan: &Plan,
-        src_off: usize,
-        dst_off: usize,
-        dtype: DataType,
-        op: RedOp,
-    ) -> Result<()> {
+    pub(super) fn pump(&mut self, job: Job<'_>) -> Result<()> {
         let peer = |k| {
             let r: &RankRecord = self.neighbour(k);
             Peer {
@@ -67,12 +53,7 @@ impl Comm {
             }
         };
         let mut run = Run {
-            coll,
-            plan,
-            src_off,
-            dst_off,
-            dtype,
-            op,
+            job,
             left: peer(-1),
             right: peer(1),
             posted: 0,
@@ -123,14 +104,14 @@ impl Run<'_> {
     /// Every receive applied and every send completed.
     #[inline]
     fn done(&self) -> bool {
-        self.processed >= self.plan.recvs.len() && self.completed >= self.plan.sends.len()
+        self.processed >= self.job.plan.recvs.len() && self.completed >= self.job.plan.sends.len()
     }
 
     /// Step 1: posts the next sends while a credit, send-queue room and the plan's dependencies
     /// allow. True if any was posted.
     #[inline]
     fn post_ready(&mut self, ring: &mut Ring, data: &Mr, phases: &mut Phases) -> Result<bool> {
-        let plan = self.plan;
+        let plan = self.job.plan;
         let mut progress = false;
         while self.posted < plan.sends.len() && ring.credits > 0 && ring.sq_right < ring.sq_depth {
             let m = &plan.sends[self.posted];
@@ -161,7 +142,7 @@ impl Run<'_> {
                 CollError::Failed(format!("a piece of {len} bytes does not fit a slot"))
             })?;
         let sge = data
-            .sge(self.src_off + range.start..self.src_off + range.end)
+            .sge(self.job.src_off + range.start..self.job.src_off + range.end)
             .map_err(verbs("the source of a write"))?;
         let sges = [sge];
         let wr = SendWr::new(
@@ -185,7 +166,7 @@ impl Run<'_> {
         phases: &mut Phases,
         tracer: &mut Option<Tracer>,
     ) -> Result<bool> {
-        let plan = self.plan;
+        let plan = self.job.plan;
         let mut progress = false;
         while self.processed < plan.recvs.len() && ring.sq_left < ring.sq_depth {
             let Some(&(imm, len)) = ring.arrived.front() else {
@@ -212,10 +193,10 @@ impl Run<'_> {
             progress = true;
             if let Some(t) = tracer.as_mut() {
                 t(&TraceEvent {
-                    coll: self.coll,
+                    coll: self.job.coll,
                     msg: m,
                     buffer: &data
-                        .to_vec(self.dst_off..self.dst_off + self_len(plan))
+                        .to_vec(self.job.dst_off..self.job.dst_off + self_len(plan))
                         .map_err(verbs("reading the destination"))?,
                 });
             }
@@ -241,13 +222,14 @@ impl Run<'_> {
             .slots
             .to_vec(at..at + len as usize)
             .map_err(verbs("reading a slot"))?;
-        let out = self.dst_off + m.range.start;
+        let out = self.job.dst_off + m.range.start;
         match m.action {
             Action::Reduce => {
                 let mut dst = data
-                    .to_vec(out..self.dst_off + m.range.end)
+                    .to_vec(out..self.job.dst_off + m.range.end)
                     .map_err(verbs("reading the destination"))?;
-                kernels::reduce(self.dtype, self.op, &mut dst, &src).map_err(CollError::Failed)?;
+                kernels::reduce(self.job.dtype, self.job.op, &mut dst, &src)
+                    .map_err(CollError::Failed)?;
                 data.write(out, &dst)
                     .map_err(verbs("writing the destination"))
             }
@@ -305,7 +287,7 @@ impl Run<'_> {
     /// Who we wait for when nothing moves: the left neighbour if data is due and none has
     /// arrived, else the right one (credits or acknowledgements).
     fn waiting_for(&self, ring: &Ring) -> (&Peer, &'static str) {
-        if self.processed < self.plan.recvs.len() && ring.arrived.is_empty() {
+        if self.processed < self.job.plan.recvs.len() && ring.arrived.is_empty() {
             (&self.left, "data")
         } else {
             (&self.right, "credits or acknowledgements")
