@@ -380,12 +380,7 @@ impl Qp {
             let (sg_list, num_sge) =
                 self.sg_list(wr, index, inline_from, &mut inline_sge[i], &mut flags)?;
             let (opcode, imm, wr_u) = op_fields(wr);
-            let next = if i + 1 < n {
-                // SAFETY: i + 1 < n <= POST_CHUNK: inside the array; only the address is taken.
-                unsafe { base.add(i + 1) }
-            } else {
-                std::ptr::null_mut()
-            };
+            let next = next_in_list(base, i, n);
             raw[i].write(ibv_send_wr {
                 wr_id: wr.wr_id,
                 next,
@@ -534,12 +529,7 @@ impl Qp {
             let base = raw.as_mut_ptr().cast::<ibv_recv_wr>();
             let n = chunk.len();
             for (i, wr) in chunk.iter().enumerate() {
-                let next = if i + 1 < n {
-                    // SAFETY: inside the array; only the address is taken.
-                    unsafe { base.add(i + 1) }
-                } else {
-                    std::ptr::null_mut()
-                };
+                let next = next_in_list(base, i, n);
                 raw[i].write(ibv_recv_wr {
                     wr_id: wr.wr_id,
                     next,
@@ -554,6 +544,17 @@ impl Qp {
             VerbsError::check_ret("ibv_post_recv", ret)?;
         }
         Ok(())
+    }
+}
+
+/// The `next` link of request `i` of the `n` in the array at `base`: the entry after it, or null
+/// for the last. The address is only computed here (`wrapping_add`), never read.
+#[inline]
+fn next_in_list<T>(base: *mut T, i: usize, n: usize) -> *mut T {
+    if i + 1 < n {
+        base.wrapping_add(i + 1)
+    } else {
+        std::ptr::null_mut()
     }
 }
 
