@@ -32,15 +32,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::{Parser, ValueEnum};
-use verbs_lab::connect::bring_up;
-use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{
-    AccessFlags, Cq, Mr, Mtu, Payload, Qp, QpState, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode,
+    AccessFlags, Mr, Payload, Qp, QpState, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode,
 };
 use verbs_lab_lessons::{
-    connect_opts, create_rc_qp, exchange_endpoints, exchange_params, first_mismatch, oob_connect,
-    open_device, parse_size, pattern, report_error, same_as_client, usage_error, CommonArgs,
-    Narrator, Params, PeerInfo, Role,
+    connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet, open_device,
+    parse_size, pattern, peer_rts_barrier, same_as_client, CommonArgs, Device, Params, PeerInfo,
+    Side,
 };
 
 const PROGRAM: &str = "lesson05_rdma_write";
@@ -106,11 +104,22 @@ struct Test {
 }
 
 impl Test {
-    fn params(&self) -> Params {
-        Params::new()
+    /// What this side tells the peer: the client its test, both sides their active MTU.
+    fn offer(&self, server: bool, dev: &Device) -> Params {
+        let test = Params::new()
             .with("size", self.size)
             .with("iters", self.iters)
-            .with("notify", self.notify.name())
+            .with("notify", self.notify.name());
+        let mine = if server { Params::new() } else { test };
+        mine.with("mtu", dev.active_mtu())
+    }
+}
+
+/// `N writes of S bytes, --notify HOW`, as the narration says it.
+impl std::fmt::Display for Test {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (iters, size, notify) = (self.iters, self.size, self.notify.name());
+        write!(f, "{iters} writes of {size} bytes, --notify {notify}")
     }
 }
 
@@ -168,7 +177,6 @@ fn adopt(args: &Args, theirs: &Params) -> Result<Test> {
 fn run(args: &Args, asked: Test) -> Result<()> {
     let role = args.common.role();
     let n = args.common.narrator();
-    let wait = args.common.wait();
     let server = role.is_server();
 
     n.step(1, "Open the device (lesson 01)");
@@ -210,15 +218,8 @@ fn run(args: &Args, asked: Test) -> Result<()> {
         4,
         "Agree on the test; exchange endpoints and the target buffer (lesson 03)",
     );
-    let mut conn = oob_connect(&args.common, &n)?;
-    let our_mtu = dev.port.active_mtu.unwrap_or(Mtu::Mtu1024);
-    let mine = match role {
-        Role::Client(_) => asked.params().with("mtu", our_mtu),
-        Role::Server => Params::new().with("mtu", our_mtu),
-    };
-    let theirs = exchange_params(&mut conn, &role, &mine, &n)?;
+    let (mut conn, theirs) = meet(&args.common, &asked.offer(server, &dev), &n)?;
     let test = if server { adopt(args, &theirs)? } else { asked };
-    let peer_mtu: Mtu = theirs.get("mtu")?;
     // Only the target exposes memory: its address, rkey and length are what the writer needs.
     let buf = if server {
         mr.remote(0..BUF_LEN)?
@@ -228,15 +229,14 @@ fn run(args: &Args, asked: Test) -> Result<()> {
     let (ep, peer) = exchange_endpoints(&mut conn, &role, &dev, args.common.ib_port, &qp, buf, &n)?;
 
     n.step(5, "Connect the QP: INIT -> RTR -> RTS (lesson 03)");
-    let mut opts = connect_opts(&args.common, &dev, Some(peer_mtu));
     // The QP, too, must let the peer write: qp_access_flags at INIT. The MR's flags alone are
     // not enough — both are checked for every incoming write.
-    opts.access = if server {
+    let access = if server {
         AccessFlags::REMOTE_WRITE
     } else {
         AccessFlags::EMPTY
     };
-    bring_up(&qp, &ep, &peer.ep, &opts).context("connecting the QP")?;
+    let opts = connect_qp(&args.common, &dev, &qp, &ep, &peer, &theirs, access)?;
     n.say(format!(
         "QP {:#x} -> peer QP {:#x}: RTS, path MTU {}, qp_access_flags {}",
         qp.qpn(),
@@ -244,58 +244,29 @@ fn run(args: &Args, asked: Test) -> Result<()> {
         opts.path_mtu,
         opts.access
     ));
-    conn.barrier("the peer's QP to reach RTS")
-        .context("synchronising after connecting")?;
+    peer_rts_barrier(&mut conn)?;
 
+    let who = if server { "target" } else { "writer" };
+    n.step(6, &format!("Be the {who}: {test}"));
+    let side = Side::new(&mr, &qp, &cq, &mut conn, args.common.wait(), &n);
     if server {
-        n.step(
-            6,
-            &format!(
-                "Be the target: {} writes of {} bytes, --notify {}",
-                test.iters,
-                test.size,
-                test.notify.name()
-            ),
-        );
-        target(&mr, &qp, &cq, &mut conn, &test, wait, &n)
+        target(side, &test)
     } else {
-        n.step(
-            6,
-            &format!(
-                "Be the writer: {} writes of {} bytes, --notify {}",
-                test.iters,
-                test.size,
-                test.notify.name()
-            ),
-        );
-        writer(
-            &mr,
-            &qp,
-            &cq,
-            &mut conn,
-            &peer,
-            &test,
-            args.bad_rkey,
-            wait,
-            &n,
-        )
+        writer(side, &test, &peer, args.bad_rkey)
     }
 }
 
 /// The client: fill the local buffer with this iteration's pattern, write it into the target's
 /// buffer, tell the target (immediate data or flag word), wait until the target checked it.
-#[allow(clippy::too_many_arguments)]
-fn writer(
-    mr: &Mr,
-    qp: &Qp,
-    cq: &Cq,
-    conn: &mut OobConn,
-    peer: &PeerInfo,
-    t: &Test,
-    bad_rkey: bool,
-    wait: Duration,
-    n: &Narrator,
-) -> Result<()> {
+fn writer(s: Side, t: &Test, peer: &PeerInfo, bad_rkey: bool) -> Result<()> {
+    let Side {
+        mr,
+        qp,
+        cq,
+        conn,
+        wait,
+        n,
+    } = s;
     let mut target = peer.buf;
     ensure!(
         target.len as usize >= t.size + FLAG_LEN,
@@ -404,15 +375,15 @@ fn writer(
 }
 
 /// The server: wait for each write the chosen way, then check every byte.
-fn target(
-    mr: &Mr,
-    qp: &Qp,
-    cq: &Cq,
-    conn: &mut OobConn,
-    t: &Test,
-    wait: Duration,
-    n: &Narrator,
-) -> Result<()> {
+fn target(s: Side, t: &Test) -> Result<()> {
+    let Side {
+        mr,
+        qp,
+        cq,
+        conn,
+        wait,
+        n,
+    } = s;
     let post_recv = |i: u32| -> Result<()> {
         // A WRITE_WITH_IMM consumes a receive but writes nothing into it: no SGE is needed.
         qp.post_recv(&[RecvWr {
@@ -543,10 +514,5 @@ fn wait_for_flag(mr: &Mr, qp: &Qp, i: u32, wait: Duration) -> Result<String> {
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    let test = check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
-    match run(&args, test) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error(PROGRAM, &e),
-    }
+    lesson_main(PROGRAM, check_flags, run)
 }

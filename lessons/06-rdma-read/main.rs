@@ -30,12 +30,12 @@ use clap::Parser;
 use verbs_lab::connect::{init_attr, rtr_attr, rts_attr};
 use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{
-    AccessFlags, Cq, Mr, Mtu, Payload, Qp, RemoteBuf, SendOp, SendWr, WcOpcode, WorkCompletion,
+    AccessFlags, Cq, DeviceAttr, Mr, Payload, RemoteBuf, SendOp, SendWr, WcOpcode, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    connect_opts, create_rc_qp, exchange_endpoints, exchange_params, first_mismatch, oob_connect,
-    open_device, parse_size, pattern, recv_params, report_error, same_as_client, send_params,
-    usage_error, CommonArgs, Narrator, Params, PeerInfo, Summary,
+    connect_opts, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet, open_device,
+    parse_size, pattern, peer_rts_barrier, recv_params, same_as_client, send_params, CommonArgs,
+    Device, Narrator, Params, PeerInfo, Side, Summary,
 };
 
 const PROGRAM: &str = "lesson06_rdma_read";
@@ -81,6 +81,27 @@ impl Test {
     /// The bytes one round reads: N chunks of `size`, side by side.
     fn span(&self) -> usize {
         self.size * self.outstanding as usize
+    }
+
+    /// What this side tells the peer: its active MTU; the target how many reads it answers at
+    /// once, the reader its test and how many reads it may issue at once.
+    fn offer(&self, server: bool, dev: &Device, attr: &DeviceAttr) -> Params {
+        let mine = Params::new().with("mtu", dev.active_mtu());
+        if server {
+            return mine.with("max_qp_rd_atom", attr.max_qp_rd_atom);
+        }
+        mine.with("size", self.size)
+            .with("outstanding", self.outstanding)
+            .with("rounds", self.rounds)
+            .with("max_qp_init_rd_atom", attr.max_qp_init_rd_atom)
+    }
+}
+
+/// `R rounds of N reads x S bytes`, as step 6's heading says it.
+impl std::fmt::Display for Test {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (r, o, s) = (self.rounds, self.outstanding, self.size);
+        write!(f, "{r} rounds of {o} reads x {s} bytes")
     }
 }
 
@@ -134,7 +155,6 @@ fn check_test(t: &Test) -> Result<()> {
 fn run(args: &Args, asked: Test) -> Result<()> {
     let role = args.common.role();
     let n = args.common.narrator();
-    let wait = args.common.wait();
     let server = role.is_server();
 
     n.step(
@@ -173,12 +193,12 @@ fn run(args: &Args, asked: Test) -> Result<()> {
         3,
         "Create the CQ and the RC QP (lesson 02), deep enough for N reads",
     );
-    let depth_asked = asked.outstanding;
+    let queue_depth = asked.outstanding.max(16);
     let cq = dev
         .ctx
-        .create_cq(depth_asked.max(16), None)
+        .create_cq(queue_depth, None)
         .context("ibv_create_cq")?;
-    let qp = create_rc_qp(&pd, &cq, depth_asked.max(16), 1)?;
+    let qp = create_rc_qp(&pd, &cq, queue_depth, 1)?;
     n.say(format!(
         "CQ of {} entries; RC QP {:#x} with {} send-queue slots",
         cq.capacity(),
@@ -190,43 +210,9 @@ fn run(args: &Args, asked: Test) -> Result<()> {
         4,
         "Agree on the test and negotiate the read depth; exchange endpoints (lesson 03)",
     );
-    let mut conn = oob_connect(&args.common, &n)?;
-    let our_mtu = dev.port.active_mtu.unwrap_or(Mtu::Mtu1024);
-    let mut mine = Params::new().with("mtu", our_mtu);
-    if server {
-        mine = mine.with("max_qp_rd_atom", attr.max_qp_rd_atom);
-    } else {
-        mine = mine
-            .with("size", asked.size)
-            .with("outstanding", asked.outstanding)
-            .with("rounds", asked.rounds)
-            .with("max_qp_init_rd_atom", attr.max_qp_init_rd_atom);
-    }
-    let theirs = exchange_params(&mut conn, &role, &mine, &n)?;
-    let peer_mtu: Mtu = theirs.get("mtu")?;
+    let (mut conn, theirs) = meet(&args.common, &asked.offer(server, &dev, &attr), &n)?;
     let test = if server { adopt(args, &theirs)? } else { asked };
-    // The same formula on both sides, from the same three numbers, gives the same answer.
-    let (init_rd_atom, rd_atom): (i32, i32) = if server {
-        (theirs.get("max_qp_init_rd_atom")?, attr.max_qp_rd_atom)
-    } else {
-        (attr.max_qp_init_rd_atom, theirs.get("max_qp_rd_atom")?)
-    };
-    let depth = (test.outstanding as i32)
-        .min(init_rd_atom)
-        .min(rd_atom)
-        .clamp(1, 255) as u8;
-    n.say(format!(
-        "negotiated read depth {depth} = min(-o {}, reader's max_qp_init_rd_atom {init_rd_atom}, \
-         target's max_qp_rd_atom {rd_atom})",
-        test.outstanding
-    ));
-    if (depth as u32) < test.outstanding {
-        println!(
-            "note: -o {} is more than the devices allow at once; {depth} reads will be in \
-             flight, the rest wait in the send queue",
-            test.outstanding
-        );
-    }
+    let depth = read_depth(&test, server, &attr, &theirs, &n)?;
     let buf = if server {
         mr.remote(0..BUF_LEN)?
     } else {
@@ -238,7 +224,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
         5,
         "Connect the QP, setting the read depths at RTR and RTS (ibv_modify_qp)",
     );
-    let mut opts = connect_opts(&args.common, &dev, Some(peer_mtu));
+    let mut opts = connect_opts(&args.common, &dev, Some(theirs.get("mtu")?));
     opts.access = if server {
         AccessFlags::REMOTE_READ
     } else {
@@ -275,38 +261,50 @@ fn run(args: &Args, asked: Test) -> Result<()> {
         rts.max_rd_atomic,
         rtr.max_dest_rd_atomic
     );
-    conn.barrier("the peer's QP to reach RTS")
-        .context("synchronising after connecting")?;
+    peer_rts_barrier(&mut conn)?;
 
     if server {
-        n.step(
-            6,
-            &format!(
-                "Be the target of {} rounds of {} reads x {} bytes",
-                test.rounds, test.outstanding, test.size
-            ),
-        );
+        n.step(6, &format!("Be the target of {test}"));
         target(&mr, &mut conn, &test, &n)
     } else {
-        n.step(
-            6,
-            &format!(
-                "Read: {} rounds of {} reads x {} bytes",
-                test.rounds, test.outstanding, test.size
-            ),
-        );
-        reader(
-            &mr,
-            &qp,
-            &cq,
-            &mut conn,
-            &peer,
-            &test,
-            args.bad_rkey,
-            wait,
-            &n,
-        )
+        n.step(6, &format!("Read: {test}"));
+        let side = Side::new(&mr, &qp, &cq, &mut conn, args.common.wait(), &n);
+        reader(side, &test, &peer, args.bad_rkey)
     }
+}
+
+/// The read depth both sides set: `min(-o, reader's max_qp_init_rd_atom, target's
+/// max_qp_rd_atom)` — the same formula on both sides, from the same three numbers, gives the
+/// same answer. Narrated, with a note when the devices allow fewer than `-o`.
+fn read_depth(
+    test: &Test,
+    server: bool,
+    attr: &DeviceAttr,
+    theirs: &Params,
+    n: &Narrator,
+) -> Result<u8> {
+    let (init_rd_atom, rd_atom): (i32, i32) = if server {
+        (theirs.get("max_qp_init_rd_atom")?, attr.max_qp_rd_atom)
+    } else {
+        (attr.max_qp_init_rd_atom, theirs.get("max_qp_rd_atom")?)
+    };
+    let depth = (test.outstanding as i32)
+        .min(init_rd_atom)
+        .min(rd_atom)
+        .clamp(1, 255) as u8;
+    n.say(format!(
+        "negotiated read depth {depth} = min(-o {}, reader's max_qp_init_rd_atom {init_rd_atom}, \
+         target's max_qp_rd_atom {rd_atom})",
+        test.outstanding
+    ));
+    if (depth as u32) < test.outstanding {
+        println!(
+            "note: -o {} is more than the devices allow at once; {depth} reads will be in \
+             flight, the rest wait in the send queue",
+            test.outstanding
+        );
+    }
+    Ok(depth)
 }
 
 /// The server takes the client's test, but refuses if it was told something else explicitly.
@@ -352,18 +350,15 @@ fn target(mr: &Mr, conn: &mut OobConn, t: &Test, n: &Narrator) -> Result<()> {
 }
 
 /// The client: per round, read the N chunks one at a time, then all N at once; check each.
-#[allow(clippy::too_many_arguments)]
-fn reader(
-    mr: &Mr,
-    qp: &Qp,
-    cq: &Cq,
-    conn: &mut OobConn,
-    peer: &PeerInfo,
-    t: &Test,
-    bad_rkey: bool,
-    wait: Duration,
-    n: &Narrator,
-) -> Result<()> {
+fn reader(s: Side, t: &Test, peer: &PeerInfo, bad_rkey: bool) -> Result<()> {
+    let Side {
+        mr,
+        qp,
+        cq,
+        conn,
+        wait,
+        n,
+    } = s;
     let mut from = peer.buf;
     ensure!(
         from.len as usize >= t.span(),
@@ -521,10 +516,5 @@ fn check(mr: &Mr, want: &[u8], round: u32, how: &str) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    let test = check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
-    match run(&args, test) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error(PROGRAM, &e),
-    }
+    lesson_main(PROGRAM, check_flags, run)
 }

@@ -45,15 +45,15 @@ use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
 use nix::sys::resource::{getrusage, UsageWho};
 use nix::time::{clock_gettime, ClockId};
-use verbs_lab::connect::bring_up;
+use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{
-    AccessFlags, CompChannel, Cq, Mr, Mtu, Payload, Qp, RecvWr, RemoteBuf, SendOp, SendWr,
-    VerbsError, WcOpcode, WorkCompletion,
+    AccessFlags, CompChannel, Cq, Mr, Payload, Qp, RecvWr, RemoteBuf, SendOp, SendWr, VerbsError,
+    WcOpcode, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    connect_opts, create_rc_qp, exchange_endpoints, exchange_params, first_mismatch, oob_connect,
-    open_device, parse_size, pattern, recv_params, report_error, same_as_client, send_params,
-    usage_error, CommonArgs, Narrator, Params, Summary,
+    connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet, open_device,
+    parse_size, pattern, peer_rts_barrier, recv_params, same_as_client, send_params, CommonArgs,
+    Device, Narrator, Params, Summary,
 };
 
 const PROGRAM: &str = "lesson07_events";
@@ -107,6 +107,26 @@ fn check_flags(args: &Args) -> Result<Test> {
     Ok(t)
 }
 
+impl Test {
+    /// What this side tells the peer: both sides their active MTU, the client its test.
+    fn offer(&self, server: bool, dev: &Device) -> Params {
+        let mine = Params::new().with("mtu", dev.active_mtu());
+        if server {
+            return mine;
+        }
+        mine.with("size", self.size)
+            .with("iters", self.iters)
+            .with("show_race", self.show_race as u8)
+    }
+}
+
+/// `N round trips of S bytes`, as the headings of steps 6 and 7 say it.
+impl std::fmt::Display for Test {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} round trips of {} bytes", self.iters, self.size)
+    }
+}
+
 fn check_test(t: &Test) -> Result<()> {
     if t.size == 0 {
         bail!("-s 0: a message needs at least 1 byte to check");
@@ -140,6 +160,13 @@ impl Mode {
             Mode::Event => "event",
         }
     }
+    /// How this mode waits, as step 6 and 7's headings say it.
+    fn how(self) -> &'static str {
+        match self {
+            Mode::Busy => "busy polling (ibv_poll_cq in a loop)",
+            Mode::Event => "events (arm, re-poll, poll(2) on the fd, ibv_get_cq_event, batched ibv_ack_cq_events, poll)",
+        }
+    }
 }
 
 /// What the event-driven wait did: the numbers that show the race being closed.
@@ -170,7 +197,19 @@ struct Waiter<'a> {
     stats: EventStats,
 }
 
-impl Waiter<'_> {
+impl<'a> Waiter<'a> {
+    fn new(cq: &'a Cq, channel: &'a CompChannel, wait: Duration) -> Waiter<'a> {
+        Waiter {
+            cq,
+            channel,
+            mode: Mode::Busy,
+            wait,
+            sends: 0,
+            recvs: 0,
+            stats: EventStats::default(),
+        }
+    }
+
     /// Takes every completion the CQ holds now (`ibv_poll_cq`); returns how many.
     fn drain(&mut self) -> Result<usize> {
         let mut wcs = WorkCompletion::array::<8>();
@@ -306,6 +345,31 @@ struct Measured {
 }
 
 impl Measured {
+    /// One run's numbers: wall time since `t0`, and what this process used since `u0` — the
+    /// usage is read first, so the CPU interval lies within the wall interval.
+    fn since(t0: Instant, u0: &Usage, stats: EventStats) -> Result<Measured> {
+        let u1 = usage()?;
+        Ok(Measured {
+            wall: t0.elapsed(),
+            cpu: u1.cpu - u0.cpu,
+            user: u1.user.saturating_sub(u0.user),
+            sys: u1.sys.saturating_sub(u0.sys),
+            sleeps: u1.sleeps - u0.sleeps,
+            stats,
+        })
+    }
+    fn describe(&self, mode: Mode) -> String {
+        format!(
+            "{} run: {} ms wall; CPU {} ms (CLOCK_PROCESS_CPUTIME_ID), getrusage: user {} ms + \
+             system {} ms, {} voluntary context switches",
+            mode.name(),
+            self.wall.as_millis(),
+            self.cpu.as_millis(),
+            self.user.as_millis(),
+            self.sys.as_millis(),
+            self.sleeps
+        )
+    }
     fn cpu(&self) -> Duration {
         self.cpu
     }
@@ -407,65 +471,22 @@ fn run(args: &Args, asked: Test) -> Result<()> {
         4,
         "Agree on the test, exchange endpoints and connect (lesson 03)",
     );
-    let mut conn = oob_connect(&args.common, &n)?;
-    let our_mtu = dev.port.active_mtu.unwrap_or(Mtu::Mtu1024);
-    let mut mine = Params::new().with("mtu", our_mtu);
-    if !server {
-        mine = mine
-            .with("size", asked.size)
-            .with("iters", asked.iters)
-            .with("show_race", asked.show_race as u8);
-    }
-    let theirs = exchange_params(&mut conn, &role, &mine, &n)?;
-    let test = if server { adopt(args, &theirs)? } else { asked };
+    let (mut conn, test) = connect(args, asked, &dev, &qp, &n)?;
     let slots = Slots { size: test.size };
-    let (ep, peer) = exchange_endpoints(
-        &mut conn,
-        &role,
-        &dev,
-        args.common.ib_port,
-        &qp,
-        RemoteBuf::default(),
-        &n,
-    )?;
-    let opts = connect_opts(&args.common, &dev, Some(theirs.get("mtu")?));
-    bring_up(&qp, &ep, &peer.ep, &opts).context("connecting the QP")?;
-    n.say(format!(
-        "QP {:#x} -> peer QP {:#x}: RTS",
-        qp.qpn(),
-        peer.ep.qpn
-    ));
-    let recv_sge = mr.sge(slots.recv())?;
     if server {
         // The first ping (or the race demonstration's message) needs a receive waiting.
-        qp.post_recv(&[RecvWr {
-            wr_id: 0,
-            sges: &[recv_sge],
-        }])
-        .context("posting the first receive")?;
+        post_recv_slot(&qp, &mr, &slots).context("posting the first receive")?;
     }
-    conn.barrier("the peer's QP to reach RTS")
-        .context("synchronising after connecting")?;
+    peer_rts_barrier(&mut conn)?;
 
-    let mut waiter = Waiter {
-        cq: &cq,
-        channel: &channel,
-        mode: Mode::Busy,
-        wait,
-        sends: 0,
-        recvs: 0,
-        stats: EventStats::default(),
-    };
+    let mut waiter = Waiter::new(&cq, &channel, wait);
 
     if test.show_race {
         n.step(5, "The re-arm race, on purpose");
         if server {
             // The client's demonstration sends us one message; take it and re-post.
             waiter.until(0, waiter.recvs + 1, "the race demonstration's message")?;
-            qp.post_recv(&[RecvWr {
-                wr_id: 0,
-                sges: &[recv_sge],
-            }])?;
+            post_recv_slot(&qp, &mr, &slots)?;
             n.say("took the client's demonstration message");
         } else {
             show_race(&qp, &cq, &channel, &mr, &slots, &mut waiter, &n)?;
@@ -476,18 +497,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
     let mut measured = [Measured::default(); 2];
     let mut rtts: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     for (m, mode) in [Mode::Busy, Mode::Event].into_iter().enumerate() {
-        n.step(
-            6 + m as u32,
-            &format!(
-                "{} round trips of {} bytes, waiting by {}",
-                test.iters,
-                test.size,
-                match mode {
-                    Mode::Busy => "busy polling (ibv_poll_cq in a loop)",
-                    Mode::Event => "events (arm, re-poll, poll(2) on the fd, ibv_get_cq_event, batched ibv_ack_cq_events, poll)",
-                }
-            ),
-        );
+        n.step(6 + m as u32, &format!("{test}, waiting by {}", mode.how()));
         waiter.mode = mode;
         waiter.stats = EventStats::default();
         conn.barrier(&format!("the peer to start the {} run", mode.name()))?;
@@ -501,44 +511,70 @@ fn run(args: &Args, asked: Test) -> Result<()> {
         }
         // The last, partial batch of events.
         waiter.ack();
-        let u1 = usage()?;
-        let wall = t0.elapsed();
-        measured[m] = Measured {
-            wall,
-            cpu: u1.cpu - u0.cpu,
-            user: u1.user.saturating_sub(u0.user),
-            sys: u1.sys.saturating_sub(u0.sys),
-            sleeps: u1.sleeps - u0.sleeps,
-            stats: waiter.stats,
-        };
+        measured[m] = Measured::since(t0, &u0, waiter.stats)?;
         conn.barrier(&format!("the peer to finish the {} run", mode.name()))?;
-        n.say(format!(
-            "{} run: {} ms wall; CPU {} ms (CLOCK_PROCESS_CPUTIME_ID), getrusage: user {} ms + \
-             system {} ms, {} voluntary context switches",
-            mode.name(),
-            wall.as_millis(),
-            measured[m].cpu.as_millis(),
-            measured[m].user.as_millis(),
-            measured[m].sys.as_millis(),
-            measured[m].sleeps
-        ));
+        n.say(measured[m].describe(mode));
     }
+    compare(&mut conn, server, &test, &measured, &rtts)
+}
 
-    // The server sends its numbers; the client prints both sides together.
+/// Posts the receive of the message slot (wr_id 0), where the next message lands (lesson 04).
+fn post_recv_slot(qp: &Qp, mr: &Mr, slots: &Slots) -> Result<()> {
+    let sge = mr.sge(slots.recv())?;
+    qp.post_recv(&[RecvWr {
+        wr_id: 0,
+        sges: &[sge],
+    }])?;
+    Ok(())
+}
+
+/// The server sends its numbers; the client prints both sides together.
+fn compare(
+    conn: &mut OobConn,
+    server: bool,
+    test: &Test,
+    measured: &[Measured; 2],
+    rtts: &[Vec<f64>; 2],
+) -> Result<()> {
     if server {
         let p = measured[0].add_to(Params::new(), Mode::Busy);
         let p = measured[1].add_to(p, Mode::Event);
-        send_params(&mut conn, &p, "our measurements")?;
-        print_table(&test, &measured, None, None);
+        send_params(conn, &p, "our measurements")?;
+        print_table(test, measured, None, None);
     } else {
-        let p = recv_params(&mut conn, "the server's measurements")?;
+        let p = recv_params(conn, "the server's measurements")?;
         let theirs = [
             Measured::from_params(&p, Mode::Busy)?,
             Measured::from_params(&p, Mode::Event)?,
         ];
-        print_table(&test, &measured, Some(&theirs), Some(&rtts));
+        print_table(test, measured, Some(&theirs), Some(rtts));
     }
     Ok(())
+}
+
+/// Step 4, as lesson 03 taught it: agree on the test (the server adopts the client's), swap
+/// endpoints and bring the QP to RTS. Returns the out-of-band connection and the test.
+fn connect(
+    args: &Args,
+    asked: Test,
+    dev: &Device,
+    qp: &Qp,
+    n: &Narrator,
+) -> Result<(OobConn, Test)> {
+    let role = args.common.role();
+    let server = role.is_server();
+    let (mut conn, theirs) = meet(&args.common, &asked.offer(server, dev), n)?;
+    let test = if server { adopt(args, &theirs)? } else { asked };
+    // SEND/RECV only: we expose no memory and let the peer touch none.
+    let (no_buf, access) = (RemoteBuf::default(), AccessFlags::EMPTY);
+    let (ep, peer) = exchange_endpoints(&mut conn, &role, dev, args.common.ib_port, qp, no_buf, n)?;
+    connect_qp(&args.common, dev, qp, &ep, &peer, &theirs, access)?;
+    n.say(format!(
+        "QP {:#x} -> peer QP {:#x}: RTS",
+        qp.qpn(),
+        peer.ep.qpn
+    ));
+    Ok((conn, test))
 }
 
 /// The server takes the client's test, but refuses if it was told something else explicitly.
@@ -769,10 +805,5 @@ fn print_table(
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    let test = check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
-    match run(&args, test) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error(PROGRAM, &e),
-    }
+    lesson_main(PROGRAM, check_flags, run)
 }

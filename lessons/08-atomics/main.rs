@@ -30,16 +30,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::{Parser, ValueEnum};
-use verbs_lab::connect::bring_up;
 use verbs_lab::diag::PortCounters;
 use verbs_lab::oob::{Listener, OobConn};
 use verbs_lab::verbs::{
-    AccessFlags, Cq, Mr, Mtu, Payload, Qp, RemoteBuf, SendOp, SendWr, VerbsError, WcOpcode,
+    AccessFlags, Cq, Mr, Payload, Qp, RemoteBuf, SendOp, SendWr, VerbsError, WcOpcode,
 };
 use verbs_lab_lessons::{
-    connect_opts, create_rc_qp, exchange_endpoints, exchange_params, oob_connect, open_device,
-    poll_one_explained, recv_params, report_error, send_params, usage_error, CommonArgs, Device,
-    Narrator, Params, Role,
+    connect_qp, create_rc_qp, exchange_endpoints, exchange_params, lesson_main, meet, open_device,
+    peer_rts_barrier, poll_one_explained, recv_params, send_params, CommonArgs, Device, Narrator,
+    Params, Role,
 };
 
 const PROGRAM: &str = "lesson08_atomics";
@@ -57,6 +56,20 @@ enum NoAtomic {
     Mr,
     /// The QP (`qp_access_flags` at INIT).
     Qp,
+}
+
+impl NoAtomic {
+    /// What the server says when it leaves REMOTE_ATOMIC out.
+    fn consequence(self) -> String {
+        let (flag, place) = match self {
+            NoAtomic::Mr => ("mr", "word's MR"),
+            NoAtomic::Qp => ("qp", "QP's access flags"),
+        };
+        format!(
+            "--no-atomic-access={flag}: REMOTE_ATOMIC is missing from the {place}; the clients' \
+             atomics will be refused"
+        )
+    }
 }
 
 #[derive(Parser, Debug)]
@@ -166,7 +179,6 @@ struct Session {
 }
 
 fn server(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
-    let wait = args.common.wait();
     n.step(2, "Register the word (ibv_reg_mr)");
     let pd = dev.ctx.alloc_pd().context("ibv_alloc_pd")?;
     // The NIC reads and writes the word on the clients' behalf: REMOTE_ATOMIC, which (like
@@ -188,23 +200,14 @@ fn server(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
         1u64 << word.addr.trailing_zeros().min(12),
         args.initial
     ));
+    // The QPs, too, must allow atomics: qp_access_flags at INIT. --no-atomic-access=qp leaves
+    // REMOTE_ATOMIC out there.
     let mut qp_access = AccessFlags::REMOTE_READ;
     if args.no_atomic_access != Some(NoAtomic::Qp) {
         qp_access |= AccessFlags::REMOTE_ATOMIC;
     }
     if let Some(w) = args.no_atomic_access {
-        println!(
-            "--no-atomic-access={}: REMOTE_ATOMIC is missing from the {}; the clients' atomics \
-             will be refused",
-            match w {
-                NoAtomic::Mr => "mr",
-                NoAtomic::Qp => "qp",
-            },
-            match w {
-                NoAtomic::Mr => "word's MR",
-                NoAtomic::Qp => "QP's access flags",
-            }
-        );
+        println!("{}", w.consequence());
     }
 
     n.step(
@@ -222,45 +225,18 @@ fn server(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
         args.clients,
         args.common.wait_secs
     ));
+    let offer = Offer {
+        word,
+        qp_access,
+        params: Params::new()
+            .with("mtu", dev.active_mtu())
+            .with("initial", args.initial)
+            .with("clients", args.clients),
+    };
     let mut sessions = Vec::new();
     for k in 1..=args.clients {
-        let label = format!("client {k}/{}", args.clients);
-        let mut conn = listener
-            .accept(wait)
-            .with_context(|| format!("out-of-band connection of {label}"))?;
-        n.say(format!(
-            "-- {label}: out-of-band TCP connection with {}",
-            conn.peer()
-        ));
-        let mine = Params::new()
-            .with("mtu", dev.port.active_mtu.unwrap_or(Mtu::Mtu1024))
-            .with("initial", args.initial)
-            .with("clients", args.clients);
-        let theirs = exchange_params(&mut conn, &Role::Server, &mine, n)?;
         let qp = create_rc_qp(&pd, &cq, 16, 1)?;
-        let (ep, peer) = exchange_endpoints(
-            &mut conn,
-            &Role::Server,
-            dev,
-            args.common.ib_port,
-            &qp,
-            word,
-            n,
-        )?;
-        let mut opts = connect_opts(&args.common, dev, Some(theirs.get("mtu")?));
-        opts.access = qp_access;
-        bring_up(&qp, &ep, &peer.ep, &opts).with_context(|| format!("connecting {label}"))?;
-        n.say(format!(
-            "QP {:#x} <-> {label}'s QP {:#x}: RTS, qp_access_flags {qp_access}",
-            qp.qpn(),
-            peer.ep.qpn
-        ));
-        conn.barrier("the client's QP to reach RTS")?;
-        sessions.push(Session {
-            conn,
-            _qp: qp,
-            label,
-        });
+        sessions.push(accept_client(&listener, k, args, dev, qp, &offer, n)?);
     }
 
     n.step(4, "Start every client at once, then wait for their reports");
@@ -270,10 +246,79 @@ fn server(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
             .with_context(|| format!("starting {}", s.label))?;
     }
     let t0 = Instant::now();
+    let reports = collect_reports(&mut sessions, args.common.wait())?;
+
+    n.step(5, "Check the word");
+    // Every client is done and said so: no atomic is in flight any more.
+    let final_value = mr.read_u64_volatile(WORD_OFF);
+    n.say(format!(
+        "all reports in after {} ms",
+        t0.elapsed().as_millis()
+    ));
+    check_word(args, final_value, reports)
+}
+
+/// What the server gives every client: the word, what its QPs let a client do with it, and
+/// the parameters it announces (its MTU, the word's initial value, how many clients).
+struct Offer {
+    word: RemoteBuf,
+    qp_access: AccessFlags,
+    params: Params,
+}
+
+/// Accepts client `k` on `listener` and connects `qp` to it, as lesson 03 taught: parameters
+/// and endpoints (with the word) swapped, INIT -> RTR -> RTS, the barrier after RTS.
+fn accept_client(
+    listener: &Listener,
+    k: u32,
+    args: &Args,
+    dev: &Device,
+    qp: Qp,
+    offer: &Offer,
+    n: &Narrator,
+) -> Result<Session> {
+    let label = format!("client {k}/{}", args.clients);
+    let mut conn = listener
+        .accept(args.common.wait())
+        .with_context(|| format!("out-of-band connection of {label}"))?;
+    n.say(format!(
+        "-- {label}: out-of-band TCP connection with {}",
+        conn.peer()
+    ));
+    let theirs = exchange_params(&mut conn, &Role::Server, &offer.params, n)?;
+    let ib_port = args.common.ib_port;
+    let (ep, peer) =
+        exchange_endpoints(&mut conn, &Role::Server, dev, ib_port, &qp, offer.word, n)?;
+    connect_qp(&args.common, dev, &qp, &ep, &peer, &theirs, offer.qp_access)
+        .with_context(|| format!("connecting {label}"))?;
+    n.say(format!(
+        "QP {:#x} <-> {label}'s QP {:#x}: RTS, qp_access_flags {}",
+        qp.qpn(),
+        peer.ep.qpn,
+        offer.qp_access
+    ));
+    peer_rts_barrier(&mut conn)?;
+    Ok(Session {
+        conn,
+        _qp: qp,
+        label,
+    })
+}
+
+/// What the clients reported: every old value their increments got, how many increments that
+/// makes, and the statuses of the clients whose atomics were refused.
+struct Reports {
+    olds: Vec<u64>,
+    added: u64,
+    refused: Vec<String>,
+}
+
+/// Waits (up to `wait` each) for every client's report and gathers them.
+fn collect_reports(sessions: &mut [Session], wait: Duration) -> Result<Reports> {
     let mut olds: Vec<u64> = Vec::new();
     let mut added: u64 = 0;
     let mut refused = Vec::new();
-    for s in &mut sessions {
+    for s in sessions {
         s.conn.set_timeout(wait)?;
         let r = recv_params(&mut s.conn, &format!("the report of {}", s.label))
             .with_context(|| format!("waiting for {} to finish", s.label))?;
@@ -315,15 +360,23 @@ fn server(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
         added += a;
         olds.extend(mine);
     }
+    Ok(Reports {
+        olds,
+        added,
+        refused,
+    })
+}
 
-    n.step(5, "Check the word");
-    // Every client is done and said so: no atomic is in flight any more.
-    let final_value = mr.read_u64_volatile(WORD_OFF);
+/// The proof: the word grew by exactly the increments reported, and every value from the
+/// initial one to the final one was handed out exactly once (with `--no-atomic-access`: the
+/// word did not change, and the clients were refused).
+fn check_word(args: &Args, final_value: u64, r: Reports) -> Result<()> {
+    let Reports {
+        mut olds,
+        added,
+        refused,
+    } = r;
     let expected = args.initial + added;
-    n.say(format!(
-        "all reports in after {} ms",
-        t0.elapsed().as_millis()
-    ));
     if args.no_atomic_access.is_some() {
         ensure!(
             final_value == args.initial && added == 0,
@@ -407,23 +460,16 @@ fn client(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
     n.step(3, "Create the CQ and the RC QP; connect (lessons 02-03)");
     let cq = dev.ctx.create_cq(16, None).context("ibv_create_cq")?;
     let qp = create_rc_qp(&pd, &cq, 16, 1)?;
-    let mut conn = oob_connect(&args.common, n)?;
-    let role = args.common.role();
     let mine = Params::new()
-        .with("mtu", dev.port.active_mtu.unwrap_or(Mtu::Mtu1024))
+        .with("mtu", dev.active_mtu())
         .with("iters", iters)
         .with("show_errors", args.show_errors as u8);
-    let theirs = exchange_params(&mut conn, &role, &mine, n)?;
+    let (mut conn, theirs) = meet(&args.common, &mine, n)?;
     let initial: u64 = theirs.get("initial")?;
-    let (ep, peer) = exchange_endpoints(
-        &mut conn,
-        &role,
-        dev,
-        args.common.ib_port,
-        &qp,
-        RemoteBuf::default(),
-        n,
-    )?;
+    // The client exposes no memory: the buffer it advertises is empty.
+    let (role, no_buf) = (args.common.role(), RemoteBuf::default());
+    let (ep, peer) =
+        exchange_endpoints(&mut conn, &role, dev, args.common.ib_port, &qp, no_buf, n)?;
     let word = peer.buf;
     ensure!(
         word.len >= 8 && word.addr % 8 == 0,
@@ -431,9 +477,9 @@ fn client(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
         word.len,
         word.addr
     );
-    let mut opts = connect_opts(&args.common, dev, Some(theirs.get("mtu")?));
-    opts.access = AccessFlags::EMPTY;
-    bring_up(&qp, &ep, &peer.ep, &opts).context("connecting the QP")?;
+    // The server's NIC never touches our memory: no qp_access_flags.
+    let access = AccessFlags::EMPTY;
+    connect_qp(&args.common, dev, &qp, &ep, &peer, &theirs, access)?;
     n.say(format!(
         "QP {:#x} -> server QP {:#x}: RTS; the word: addr {:#x}, rkey {:#x}, initial value {initial}",
         qp.qpn(),
@@ -441,7 +487,7 @@ fn client(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
         word.addr,
         word.rkey
     ));
-    conn.barrier("the server's QP to reach RTS")?;
+    peer_rts_barrier(&mut conn)?;
     n.say("waiting for the server's start signal (it waits for all its clients)");
     conn.set_timeout(wait)?;
     conn.barrier("the server's start signal")?;
@@ -469,43 +515,44 @@ fn client(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
         &format!("{iters} fetch-and-adds of 1, then {iters} compare-and-swap increments"),
     );
     let t0 = Instant::now();
-    match hammer(&atomics, iters, initial, n) {
-        Ok(done) => {
-            let took = t0.elapsed();
-            let olds = done
-                .olds
-                .iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(",");
-            let report = Params::new()
-                .with("added", done.olds.len())
-                .with("fetch_adds", done.fetch_adds)
-                .with("cas", done.cas)
-                .with("cas_retries", done.cas_retries)
-                .with("olds", olds);
-            send_params(&mut conn, &report, "our report")?;
-            println!(
-                "client: {} fetch-and-adds, {} compare-and-swap increments ({} retries: another \
-                 client changed the word between our read and our swap) in {} ms; reported to \
-                 the server",
-                done.fetch_adds,
-                done.cas,
-                done.cas_retries,
-                took.as_millis()
-            );
-            Ok(())
-        }
+    let done = hammer(&atomics, iters, initial, n);
+    report(&mut conn, done, t0.elapsed())
+}
+
+/// Tells the server what we did — every old value we got — or, when an atomic failed, how it
+/// failed, so that the server does not wait in vain.
+fn report(conn: &mut OobConn, done: Result<Done>, took: Duration) -> Result<()> {
+    let done = match done {
+        Ok(done) => done,
         Err(e) => {
-            // Tell the server what happened before exiting, so it does not wait in vain.
-            let _ = send_params(
-                &mut conn,
-                &Params::new().with("error", outcome_word(&e)),
-                "our report",
-            );
-            Err(e)
+            let failed = Params::new().with("error", outcome_word(&e));
+            let _ = send_params(conn, &failed, "our report");
+            return Err(e);
         }
-    }
+    };
+    let olds = done
+        .olds
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let report = Params::new()
+        .with("added", done.olds.len())
+        .with("fetch_adds", done.fetch_adds)
+        .with("cas", done.cas)
+        .with("cas_retries", done.cas_retries)
+        .with("olds", olds);
+    send_params(conn, &report, "our report")?;
+    println!(
+        "client: {} fetch-and-adds, {} compare-and-swap increments ({} retries: another \
+         client changed the word between our read and our swap) in {} ms; reported to \
+         the server",
+        done.fetch_adds,
+        done.cas,
+        done.cas_retries,
+        took.as_millis()
+    );
+    Ok(())
 }
 
 /// What every atomic needs: the QP, its CQ, the 8-byte result buffer and the remote word (and,
@@ -723,12 +770,5 @@ fn wc_status_name(e: &anyhow::Error) -> Option<String> {
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    if let Err(e) = check_flags(&args) {
-        usage_error::<Args>(&e);
-    }
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error(PROGRAM, &e),
-    }
+    lesson_main(PROGRAM, check_flags, |args: &Args, ()| run(args))
 }

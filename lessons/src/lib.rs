@@ -13,7 +13,7 @@ use verbs_lab::connect::Endpoint;
 use verbs_lab::diag::{device_report, PortCounters};
 use verbs_lab::oob::{self, OobConn, OobError};
 use verbs_lab::verbs::{
-    Context, Cq, DeviceList, Gid, GidChoice, Pd, PortAttr, Qp, QpCaps, QpInitAttr, QpType,
+    Context, Cq, DeviceList, Gid, GidChoice, Mr, Pd, PortAttr, Qp, QpCaps, QpInitAttr, QpType,
     RemoteBuf, VerbsError, WorkCompletion,
 };
 
@@ -109,6 +109,16 @@ pub struct Device {
     pub ctx: Context,
     pub port: PortAttr,
     pub gid: GidChoice,
+}
+
+impl Device {
+    /// The MTU this side offers its peer: the port's active MTU, or 1024 when the port does not
+    /// say (lesson 03 takes the smaller of both sides' as the path MTU).
+    pub fn active_mtu(&self) -> verbs_lab::verbs::Mtu {
+        self.port
+            .active_mtu
+            .unwrap_or(verbs_lab::verbs::Mtu::Mtu1024)
+    }
 }
 
 /// Opens the device named by `-d` (or the first), queries the port and chooses the GID, as
@@ -716,10 +726,7 @@ pub fn connect_opts(
     dev: &Device,
     peer_mtu: Option<verbs_lab::verbs::Mtu>,
 ) -> verbs_lab::connect::ConnectOpts {
-    let ours = dev
-        .port
-        .active_mtu
-        .unwrap_or(verbs_lab::verbs::Mtu::Mtu1024);
+    let ours = dev.active_mtu();
     verbs_lab::connect::ConnectOpts {
         port_num: args.ib_port,
         sgid_index: dev.gid.entry.index as u8,
@@ -728,6 +735,74 @@ pub fn connect_opts(
         // 6, not 7: on rxe a retry count of 7 never runs out (see RETRY_CNT).
         retry_cnt: verbs_lab::connect::RETRY_CNT,
         ..Default::default()
+    }
+}
+
+/// The start every two-sided lesson from 05 on shares: the out-of-band connection
+/// ([`oob_connect`]), then our test parameters `mine` swapped with the peer's
+/// ([`exchange_params`], narrated). `mine` carries `mtu=` ([`Device::active_mtu`]) for
+/// [`connect_qp`]. Returns the connection and the peer's parameters.
+pub fn meet(args: &CommonArgs, mine: &Params, n: &Narrator) -> Result<(OobConn, Params)> {
+    let mut conn = oob_connect(args, n)?;
+    let theirs = exchange_params(&mut conn, &args.role(), mine, n)?;
+    Ok((conn, theirs))
+}
+
+/// Lesson 03's bring-up, INIT -> RTR -> RTS (`bring_up`), with [`connect_opts`]: the path MTU
+/// no larger than ours nor the peer's `mtu=` in `theirs`, and `access` as the QP's
+/// `qp_access_flags` — what the peer may do to our memory through this QP. Returns the
+/// attributes it used, for the lesson to narrate.
+pub fn connect_qp(
+    args: &CommonArgs,
+    dev: &Device,
+    qp: &Qp,
+    ep: &Endpoint,
+    peer: &PeerInfo,
+    theirs: &Params,
+    access: verbs_lab::verbs::AccessFlags,
+) -> Result<verbs_lab::connect::ConnectOpts> {
+    let mut opts = connect_opts(args, dev, Some(theirs.get("mtu")?));
+    opts.access = access;
+    verbs_lab::connect::bring_up(qp, ep, &peer.ep, &opts).context("connecting the QP")?;
+    Ok(opts)
+}
+
+/// The barrier after connecting (lesson 03): neither side posts a request before the peer's QP
+/// has reached RTS, or its first packets could reach a QP not yet able to take them, and be
+/// dropped.
+pub fn peer_rts_barrier(conn: &mut OobConn) -> Result<()> {
+    conn.barrier("the peer's QP to reach RTS")
+        .context("synchronising after connecting")
+}
+
+/// What one side of lessons 05 and 06 works with once connected: its buffer, QP and CQ, the
+/// out-of-band connection to the peer, the `--wait` bound of every wait, and the narrator.
+pub struct Side<'a> {
+    pub mr: &'a Mr,
+    pub qp: &'a Qp,
+    pub cq: &'a Cq,
+    pub conn: &'a mut OobConn,
+    pub wait: Duration,
+    pub n: &'a Narrator,
+}
+
+impl<'a> Side<'a> {
+    pub fn new(
+        mr: &'a Mr,
+        qp: &'a Qp,
+        cq: &'a Cq,
+        conn: &'a mut OobConn,
+        wait: Duration,
+        n: &'a Narrator,
+    ) -> Side<'a> {
+        Side {
+            mr,
+            qp,
+            cq,
+            conn,
+            wait,
+            n,
+        }
     }
 }
 
@@ -829,6 +904,22 @@ mod lessons_05_08_tests {
         assert_eq!(parse_size("1m"), Ok(1 << 20));
         assert!(parse_size("x").is_err());
         assert!(parse_size("-1").is_err());
+    }
+}
+
+/// The `main` of lessons 05–08: parse the flags (`verbs_lab::cli::parse`), refuse what `check`
+/// refuses before any verbs call (a usage error, exit 2, [`usage_error`]), then `run` with what
+/// `check` returned; an error from `run` is reported by [`report_error`] (exit 1).
+pub fn lesson_main<A: clap::Parser, T>(
+    program: &str,
+    check: impl FnOnce(&A) -> Result<T>,
+    run: impl FnOnce(&A, T) -> Result<()>,
+) -> std::process::ExitCode {
+    let args: A = verbs_lab::cli::parse();
+    let checked = check(&args).unwrap_or_else(|e| usage_error::<A>(&e));
+    match run(&args, checked) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => report_error(program, &e),
     }
 }
 

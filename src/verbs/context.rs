@@ -30,6 +30,16 @@ extern "C" {
         flags: u32,
         entry_size: usize,
     ) -> i32;
+    // Also libibverbs >= 32, behind the static-inline ibv_query_gid_table(3): every populated
+    // entry of every port in one command. Returns the count, or a negative errno value (EINVAL
+    // when `max_entries` is too small).
+    fn _ibv_query_gid_table(
+        context: *mut ibv_context,
+        entries: *mut ibv_gid_entry,
+        max_entries: usize,
+        flags: u32,
+        entry_size: usize,
+    ) -> isize;
 }
 
 /// The owner of a `struct ibv_context`; every child object holds an `Arc` of it, so the device
@@ -385,8 +395,66 @@ impl Context {
     }
 
     /// Every populated entry of a port's GID table, in index order.
+    ///
+    /// One `ibv_query_gid_table(3)` reads the populated entries of every port at once; asking
+    /// index by index costs one command per index, and rxe's table has 1024 (measured in the
+    /// guest: 1023 failed ioctls in every start of a tool, docs/benchmarks.md). Kernels without
+    /// the table command get the walk.
     pub fn gid_table(&self, port_num: u8) -> Result<Vec<GidEntry>> {
         let len = self.query_port(port_num)?.gid_tbl_len;
+        match self.gid_table_at_once(port_num, len)? {
+            Some(table) => Ok(table),
+            None => self.gid_table_walk(port_num, len),
+        }
+    }
+
+    /// [`Self::gid_table`] in one command, or `None` where the kernel lacks it.
+    fn gid_table_at_once(&self, port_num: u8, len: u32) -> Result<Option<Vec<GidEntry>>> {
+        let ports = usize::from(self.query_device()?.phys_port_cnt.max(1));
+        let max = ports * len.max(1) as usize;
+        let mut raw: Vec<ibv_gid_entry> = (0..max)
+            // SAFETY: plain C data; all zeros is a valid ibv_gid_entry.
+            .map(|_| unsafe { std::mem::zeroed() })
+            .collect();
+        // SAFETY: the context is open; `raw` holds `max` entries of the size we pass, and the
+        // library writes at most `max` of them.
+        let ret = unsafe {
+            _ibv_query_gid_table(
+                self.inner.ptr,
+                raw.as_mut_ptr(),
+                max,
+                0,
+                std::mem::size_of::<ibv_gid_entry>(),
+            )
+        };
+        if ret < 0 {
+            let errno = -ret as i32;
+            if errno == Errno::EOPNOTSUPP as i32 || errno == Errno::ENOSYS as i32 {
+                return Ok(None);
+            }
+            return Err(VerbsError::from_ret("ibv_query_gid_table", errno));
+        }
+        raw.truncate(ret as usize);
+        let mut out: Vec<GidEntry> = raw
+            .iter()
+            .filter(|e| e.port_num == u32::from(port_num))
+            .filter_map(|e| {
+                // SAFETY: every bit pattern of the union is a valid [u8; 16].
+                let gid = Gid(unsafe { e.gid.raw });
+                (!gid.is_zero()).then(|| GidEntry {
+                    index: e.gid_index,
+                    gid,
+                    gid_type: GidType::from_ibv(e.gid_type),
+                    netdev: sysfs::gid_netdev(self.name(), port_num, e.gid_index),
+                })
+            })
+            .collect();
+        out.sort_by_key(|e| e.index);
+        Ok(Some(out))
+    }
+
+    /// [`Self::gid_table`] one index at a time.
+    fn gid_table_walk(&self, port_num: u8, len: u32) -> Result<Vec<GidEntry>> {
         let mut out = Vec::new();
         for index in 0..len {
             if let Some(e) = self.gid_entry(port_num, index)? {
