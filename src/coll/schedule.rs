@@ -151,108 +151,140 @@ pub fn plan(
         let r = chunk(count, n, c);
         r.start * elem..r.end * elem
     };
-    let mut p = Plan::default();
     if n == 1 {
-        return Ok(p);
+        return Ok(Plan::default());
     }
-    match coll {
+    let mut p = match coll {
         Coll::ReduceScatter | Coll::AllGather | Coll::AllReduce => {
-            // The ring steps as (chunk sent, chunk received, action).
-            let mut steps = Vec::new();
-            if coll != Coll::AllGather {
-                for s in 0..n - 1 {
-                    let send = ring_offset(rank, n, -1 - s as isize);
-                    let recv = ring_offset(rank, n, -2 - s as isize);
-                    steps.push((send, recv, Action::Reduce));
-                }
-            }
-            if coll != Coll::ReduceScatter {
-                for s in 0..n - 1 {
-                    let send = ring_offset(rank, n, -(s as isize));
-                    let recv = ring_offset(rank, n, -1 - s as isize);
-                    steps.push((send, recv, Action::Copy));
-                }
-            }
-            // Receive index of (step, piece), to link a send to the receive it forwards.
-            let mut recv_at = std::collections::HashMap::new();
-            for (s, &(send_c, recv_c, action)) in steps.iter().enumerate() {
-                for (j, r) in pieces(bytes(send_c), piece).enumerate() {
-                    let after_recv = if s == 0 {
-                        None
-                    } else {
-                        Some(*recv_at.get(&(s - 1, j)).ok_or_else(|| {
-                            format!("schedule bug: step {s} piece {j} forwards nothing")
-                        })?)
-                    };
-                    p.sends.push(SendMsg {
-                        step: s,
-                        chunk: send_c,
-                        range: r,
-                        after_recv,
-                    });
-                }
-                for (j, r) in pieces(bytes(recv_c), piece).enumerate() {
-                    recv_at.insert((s, j), p.recvs.len());
-                    p.recvs.push(RecvMsg {
-                        step: s,
-                        chunk: recv_c,
-                        range: r,
-                        action,
-                        after_send: None,
-                    });
-                }
-            }
+            ring_plan(&ring_steps(coll, rank, n), bytes, piece)?
         }
-        Coll::Broadcast { root } => {
-            if root >= n {
-                return Err(format!("root {root} is not a rank of a world of {n}"));
-            }
-            let pos = ring_offset(rank, n, -(root as isize));
-            let all = 0..count * elem;
-            if pos != 0 {
-                for r in pieces(all.clone(), piece) {
-                    p.recvs.push(RecvMsg {
-                        step: pos - 1,
-                        chunk: 0,
-                        range: r,
-                        action: Action::Copy,
-                        after_send: None,
-                    });
-                }
-            }
-            if pos != n - 1 {
-                for (j, r) in pieces(all, piece).enumerate() {
-                    p.sends.push(SendMsg {
-                        step: pos,
-                        chunk: 0,
-                        range: r,
-                        after_recv: (pos != 0).then_some(j),
-                    });
-                }
-            }
-        }
-        Coll::SendRecv => {
-            for r in pieces(0..count * elem, piece) {
-                p.sends.push(SendMsg {
-                    step: 0,
-                    chunk: 0,
-                    range: r.clone(),
-                    after_recv: None,
-                });
-                p.recvs.push(RecvMsg {
-                    step: 0,
-                    chunk: 0,
-                    range: r,
-                    action: Action::Copy,
-                    after_send: None,
-                });
-            }
-            // Source and destination are different buffers: nothing to order.
-            return Ok(p);
-        }
-    }
+        Coll::Broadcast { root } => chain_plan(root, rank, n, 0..count * elem, piece)?,
+        // Source and destination are different buffers: nothing to order.
+        Coll::SendRecv => return Ok(sendrecv_plan(0..count * elem, piece)),
+    };
     link_overwrites(&mut p);
     Ok(p)
+}
+
+/// The ring steps of reduce-scatter, all-gather or both (all-reduce), as (chunk sent, chunk
+/// received, action).
+fn ring_steps(coll: Coll, rank: usize, n: usize) -> Vec<(usize, usize, Action)> {
+    let mut steps = Vec::new();
+    if coll != Coll::AllGather {
+        for s in 0..n - 1 {
+            let send = ring_offset(rank, n, -1 - s as isize);
+            let recv = ring_offset(rank, n, -2 - s as isize);
+            steps.push((send, recv, Action::Reduce));
+        }
+    }
+    if coll != Coll::ReduceScatter {
+        for s in 0..n - 1 {
+            let send = ring_offset(rank, n, -(s as isize));
+            let recv = ring_offset(rank, n, -1 - s as isize);
+            steps.push((send, recv, Action::Copy));
+        }
+    }
+    steps
+}
+
+/// The pieces of the ring steps: each send after step 0 forwards the piece received at the same
+/// place in the step before. `bytes(c)` is chunk c's byte range.
+fn ring_plan(
+    steps: &[(usize, usize, Action)],
+    bytes: impl Fn(usize) -> Range<usize>,
+    piece: usize,
+) -> Result<Plan, String> {
+    let mut p = Plan::default();
+    // Receive index of (step, piece), to link a send to the receive it forwards.
+    let mut recv_at = std::collections::HashMap::new();
+    for (s, &(send_c, recv_c, action)) in steps.iter().enumerate() {
+        for (j, r) in pieces(bytes(send_c), piece).enumerate() {
+            let after_recv =
+                if s == 0 {
+                    None
+                } else {
+                    Some(*recv_at.get(&(s - 1, j)).ok_or_else(|| {
+                        format!("schedule bug: step {s} piece {j} forwards nothing")
+                    })?)
+                };
+            p.sends.push(SendMsg {
+                step: s,
+                chunk: send_c,
+                range: r,
+                after_recv,
+            });
+        }
+        for (j, r) in pieces(bytes(recv_c), piece).enumerate() {
+            recv_at.insert((s, j), p.recvs.len());
+            p.recvs.push(RecvMsg {
+                step: s,
+                chunk: recv_c,
+                range: r,
+                action,
+                after_send: None,
+            });
+        }
+    }
+    Ok(p)
+}
+
+/// Broadcast: the chain from `root` along the ring over the byte range `all`; each rank but the
+/// root receives every piece, each but the last forwards it.
+fn chain_plan(
+    root: usize,
+    rank: usize,
+    n: usize,
+    all: Range<usize>,
+    piece: usize,
+) -> Result<Plan, String> {
+    if root >= n {
+        return Err(format!("root {root} is not a rank of a world of {n}"));
+    }
+    let mut p = Plan::default();
+    let pos = ring_offset(rank, n, -(root as isize));
+    if pos != 0 {
+        for r in pieces(all.clone(), piece) {
+            p.recvs.push(RecvMsg {
+                step: pos - 1,
+                chunk: 0,
+                range: r,
+                action: Action::Copy,
+                after_send: None,
+            });
+        }
+    }
+    if pos != n - 1 {
+        for (j, r) in pieces(all, piece).enumerate() {
+            p.sends.push(SendMsg {
+                step: pos,
+                chunk: 0,
+                range: r,
+                after_recv: (pos != 0).then_some(j),
+            });
+        }
+    }
+    Ok(p)
+}
+
+/// Sendrecv: every piece of `all` to the right, every piece from the left to the same place.
+fn sendrecv_plan(all: Range<usize>, piece: usize) -> Plan {
+    let mut p = Plan::default();
+    for r in pieces(all, piece) {
+        p.sends.push(SendMsg {
+            step: 0,
+            chunk: 0,
+            range: r.clone(),
+            after_recv: None,
+        });
+        p.recvs.push(RecvMsg {
+            step: 0,
+            chunk: 0,
+            range: r,
+            action: Action::Copy,
+            after_send: None,
+        });
+    }
+    p
 }
 
 /// Sets [`RecvMsg::after_send`]: a message may overwrite a range only once every earlier send

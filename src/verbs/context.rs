@@ -272,9 +272,7 @@ impl Context {
         let mut a: ibv_device_attr = unsafe { std::mem::zeroed() };
         // SAFETY: the context is open; `a` is a valid out-pointer.
         let ret = unsafe { ibv_query_device(self.inner.ptr, &mut a) };
-        if ret != 0 {
-            return Err(VerbsError::from_ret("ibv_query_device", ret));
-        }
+        VerbsError::check_ret("ibv_query_device", ret)?;
         // SAFETY: fw_ver is a NUL-terminated char array filled by the provider (zeroed above,
         // so a NUL exists even if it wrote nothing).
         let fw_ver = unsafe { CStr::from_ptr(a.fw_ver.as_ptr()) }
@@ -345,9 +343,7 @@ impl Context {
         let mut g = ibv_gid { raw: [0; 16] };
         // SAFETY: the context is open; `g` is a valid out-pointer.
         let ret = unsafe { ibv_query_gid(self.inner.ptr, port_num, index as i32, &mut g) };
-        if ret != 0 {
-            return Err(VerbsError::from_ret("ibv_query_gid", ret));
-        }
+        VerbsError::check_ret("ibv_query_gid", ret)?;
         // SAFETY: every bit pattern of the union is a valid [u8; 16].
         Ok(Gid(unsafe { g.raw }))
     }

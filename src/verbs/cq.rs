@@ -143,10 +143,7 @@ impl Cq {
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         // SAFETY: the CQ is live.
         let ret = unsafe { ibv_req_notify_cq(self.inner.ptr, solicited_only as i32) };
-        if ret != 0 {
-            return Err(VerbsError::from_ret("ibv_req_notify_cq", ret));
-        }
-        Ok(())
+        VerbsError::check_ret("ibv_req_notify_cq", ret)
     }
 
     /// Sets completion moderation (`ibv_modify_cq(3)` with `IBV_CQ_ATTR_MODERATE`): the device
@@ -162,10 +159,7 @@ impl Cq {
         };
         // SAFETY: the CQ is live; `attr` is a valid ibv_modify_cq_attr for the call's duration.
         let ret = unsafe { ibv_modify_cq(self.inner.ptr, &mut attr) };
-        if ret != 0 {
-            return Err(VerbsError::from_ret("ibv_modify_cq", ret));
-        }
-        Ok(())
+        VerbsError::check_ret("ibv_modify_cq", ret)
     }
 
     /// Acknowledges every completion event taken for this CQ since the last call

@@ -68,6 +68,24 @@ impl VerbsError {
         Self::call(verb, errno)
     }
 
+    /// `Ok` for a zero return, else the thread's `errno` as [`VerbsError::last`] (the
+    /// librdmacm convention: -1 and `errno`).
+    pub(crate) fn check_last(verb: &'static str, ret: i32) -> Result<()> {
+        if ret != 0 {
+            return Err(Self::last(verb));
+        }
+        Ok(())
+    }
+
+    /// `Ok` for a zero return, else [`VerbsError::from_ret`] (the libibverbs convention: the
+    /// errno returned).
+    pub(crate) fn check_ret(verb: &'static str, ret: i32) -> Result<()> {
+        if ret != 0 {
+            return Err(Self::from_ret(verb, ret));
+        }
+        Ok(())
+    }
+
     /// Builds a [`VerbsError::Call`] from a verb's non-zero return value. Verbs such as
     /// `ibv_post_send` return the errno directly; a few return -1 and set `errno`.
     pub fn from_ret(verb: &'static str, ret: i32) -> Self {

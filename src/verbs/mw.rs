@@ -113,10 +113,7 @@ impl Qp {
         // SAFETY: `wr` is one fully initialised request (no SGEs, next NULL); the MW and MR it
         // names are borrowed by the caller for the call and checked by the kernel afterwards.
         let ret = unsafe { rdma_sys::ibv_post_send(self.ptr, wr, &mut bad) };
-        if ret != 0 {
-            return Err(VerbsError::from_ret(verb, ret));
-        }
-        Ok(())
+        VerbsError::check_ret(verb, ret)
     }
 }
 

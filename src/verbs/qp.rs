@@ -192,9 +192,7 @@ impl Qp {
         let mask = ibv_qp_attr_mask::IBV_QP_STATE | ibv_qp_attr_mask::IBV_QP_CAP;
         // SAFETY: the QP is live; both out-pointers are valid.
         let ret = unsafe { ibv_query_qp(self.ptr, &mut attr, mask.0 as i32, &mut init) };
-        if ret != 0 {
-            return Err(VerbsError::from_ret("ibv_query_qp", ret));
-        }
+        VerbsError::check_ret("ibv_query_qp", ret)?;
         let c = init.cap;
         Ok((
             QpState::from_ibv(attr.qp_state),
@@ -226,9 +224,7 @@ impl Qp {
             ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC | ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC;
         // SAFETY: the QP is live; both out-pointers are valid.
         let ret = unsafe { ibv_query_qp(self.ptr, &mut attr, mask.0 as i32, &mut init) };
-        if ret != 0 {
-            return Err(VerbsError::from_ret("ibv_query_qp", ret));
-        }
+        VerbsError::check_ret("ibv_query_qp", ret)?;
         Ok((attr.max_rd_atomic, attr.max_dest_rd_atomic))
     }
 
@@ -243,9 +239,7 @@ impl Qp {
         let mask = ibv_qp_attr_mask::IBV_QP_AV;
         // SAFETY: the QP is live; both out-pointers are valid.
         let ret = unsafe { ibv_query_qp(self.ptr, &mut attr, mask.0 as i32, &mut init) };
-        if ret != 0 {
-            return Err(VerbsError::from_ret("ibv_query_qp", ret));
-        }
+        VerbsError::check_ret("ibv_query_qp", ret)?;
         Ok(AhAttr::from_ibv(&attr.ah_attr))
     }
 
@@ -257,10 +251,7 @@ impl Qp {
     ) -> Result<()> {
         // SAFETY: the QP is live; attr is fully initialised for every bit in mask.
         let ret = unsafe { ibv_modify_qp(self.ptr, attr, mask.0 as i32) };
-        if ret != 0 {
-            return Err(VerbsError::from_ret(verb, ret));
-        }
-        Ok(())
+        VerbsError::check_ret(verb, ret)
     }
 
     /// RESET → INIT.
@@ -368,6 +359,8 @@ impl Qp {
         Ok(())
     }
 
+    /// Posts up to [`POST_CHUNK`] requests as one linked list: each is checked and translated
+    /// ([`Qp::send_flags`], [`Qp::sg_list`]), linked to the next, then the list is posted once.
     fn post_send_chunk(
         &self,
         wrs: &[SendWr<'_>],
@@ -382,72 +375,12 @@ impl Qp {
         let n = wrs.len();
         let base = raw.as_mut_ptr().cast::<ibv_send_wr>();
         for (i, wr) in wrs.iter().enumerate() {
-            if self.qp_type == QpType::Ud && wr.ud.is_none() {
-                return Err(VerbsError::InvalidArgument(format!(
-                    "send request {} on a UD QP has no destination (address handle)",
-                    first_index + i
-                )));
-            }
-            let mut flags = 0u32;
-            if wr.signaled {
-                flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
-            }
-            if wr.solicited {
-                flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
-            }
-            if wr.fence {
-                flags |= ibv_send_flags::IBV_SEND_FENCE.0;
-            }
-            let inline = matches!(wr.payload, Payload::Inline(_))
-                || (inline_from.is_some() && matches!(wr.payload, Payload::Sges(_)));
-            if inline && !wr.op.may_inline() {
-                return Err(VerbsError::InvalidArgument(format!(
-                    "send request {}: {} cannot be sent inline (only SEND and RDMA WRITE carry \
-                     outgoing data; a READ or an atomic writes into its local SGE)",
-                    first_index + i,
-                    wr.op.name()
-                )));
-            }
-            let (sg_list, num_sge) = match wr.payload {
-                Payload::None => (std::ptr::null_mut(), 0),
-                // Sge is repr(transparent) over ibv_sge; the slice outlives this call, and the
-                // provider only reads the list during ibv_post_send.
-                Payload::Sges(s) => {
-                    if let Some(mr) = inline_from {
-                        self.check_inline(s, mr, first_index + i)?;
-                        flags |= ibv_send_flags::IBV_SEND_INLINE.0;
-                    }
-                    (s.as_ptr() as *mut ibv_sge, s.len() as i32)
-                }
-                Payload::Inline(bytes) => {
-                    flags |= ibv_send_flags::IBV_SEND_INLINE.0;
-                    let length = u32::try_from(bytes.len())
-                        .ok()
-                        .filter(|l| *l <= self.caps.max_inline_data)
-                        .ok_or_else(|| {
-                            VerbsError::InvalidArgument(format!(
-                                "send request {}: {} bytes inline, but the QP grants \
-                                 max_inline_data {}",
-                                first_index + i,
-                                bytes.len(),
-                                self.caps.max_inline_data
-                            ))
-                        })?;
-                    inline_sge[i].write(ibv_sge {
-                        addr: bytes.as_ptr() as u64,
-                        length,
-                        lkey: 0,
-                    });
-                    (inline_sge[i].as_mut_ptr(), 1)
-                }
-            };
+            let index = first_index + i;
+            let mut flags = self.send_flags(wr, index, inline_from)?;
+            let (sg_list, num_sge) =
+                self.sg_list(wr, index, inline_from, &mut inline_sge[i], &mut flags)?;
             let (opcode, imm, wr_u) = op_fields(wr);
-            let next = if i + 1 < n {
-                // SAFETY: i + 1 < n <= POST_CHUNK: inside the array; only the address is taken.
-                unsafe { base.add(i + 1) }
-            } else {
-                std::ptr::null_mut()
-            };
+            let next = next_in_list(base, i, n);
             raw[i].write(ibv_send_wr {
                 wr_id: wr.wr_id,
                 next,
@@ -480,22 +413,87 @@ impl Qp {
                 // SAFETY: bad points into raw[0..n] when set.
                 unsafe { bad.offset_from(base) as usize }
             };
-            let err = VerbsError::from_ret("ibv_post_send", ret);
-            return Err(match err {
-                VerbsError::Call { verb, errno, hint } => VerbsError::Call {
-                    verb,
-                    errno,
-                    hint: Some(format!(
-                        "request {} ({}) refused{}",
-                        first_index + idx,
-                        wrs[idx].op.name(),
-                        hint.map(|h| format!("; {h}")).unwrap_or_default()
-                    )),
-                },
-                other => other,
-            });
+            return Err(refused(ret, &wrs[idx], first_index + idx));
         }
         Ok(())
+    }
+
+    /// The `send_flags` a request asks for (signaled, solicited, fence), after refusing what
+    /// this QP cannot post: a UD request without a destination, an inline READ or atomic.
+    /// `IBV_SEND_INLINE` is added by [`Qp::sg_list`].
+    #[inline]
+    fn send_flags(&self, wr: &SendWr<'_>, index: usize, inline_from: Option<&Mr>) -> Result<u32> {
+        if self.qp_type == QpType::Ud && wr.ud.is_none() {
+            return Err(VerbsError::InvalidArgument(format!(
+                "send request {index} on a UD QP has no destination (address handle)"
+            )));
+        }
+        let mut flags = 0u32;
+        if wr.signaled {
+            flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
+        if wr.solicited {
+            flags |= ibv_send_flags::IBV_SEND_SOLICITED.0;
+        }
+        if wr.fence {
+            flags |= ibv_send_flags::IBV_SEND_FENCE.0;
+        }
+        let inline = matches!(wr.payload, Payload::Inline(_))
+            || (inline_from.is_some() && matches!(wr.payload, Payload::Sges(_)));
+        if inline && !wr.op.may_inline() {
+            return Err(VerbsError::InvalidArgument(format!(
+                "send request {index}: {} cannot be sent inline (only SEND and RDMA WRITE carry \
+                 outgoing data; a READ or an atomic writes into its local SGE)",
+                wr.op.name()
+            )));
+        }
+        Ok(flags)
+    }
+
+    /// The scatter/gather list of a request. Registered SGEs are passed as they are (inline
+    /// when `inline_from` is given, after checking they lie inside it); an inline byte slice
+    /// gets one SGE written into `inline_sge`, which the caller keeps alive until the post.
+    #[inline]
+    fn sg_list(
+        &self,
+        wr: &SendWr<'_>,
+        index: usize,
+        inline_from: Option<&Mr>,
+        inline_sge: &mut MaybeUninit<ibv_sge>,
+        flags: &mut u32,
+    ) -> Result<(*mut ibv_sge, i32)> {
+        Ok(match wr.payload {
+            Payload::None => (std::ptr::null_mut(), 0),
+            // Sge is repr(transparent) over ibv_sge; the slice outlives this call, and the
+            // provider only reads the list during ibv_post_send.
+            Payload::Sges(s) => {
+                if let Some(mr) = inline_from {
+                    self.check_inline(s, mr, index)?;
+                    *flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+                }
+                (s.as_ptr() as *mut ibv_sge, s.len() as i32)
+            }
+            Payload::Inline(bytes) => {
+                *flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+                let length = u32::try_from(bytes.len())
+                    .ok()
+                    .filter(|l| *l <= self.caps.max_inline_data)
+                    .ok_or_else(|| {
+                        VerbsError::InvalidArgument(format!(
+                            "send request {index}: {} bytes inline, but the QP grants \
+                             max_inline_data {}",
+                            bytes.len(),
+                            self.caps.max_inline_data
+                        ))
+                    })?;
+                inline_sge.write(ibv_sge {
+                    addr: bytes.as_ptr() as u64,
+                    length,
+                    lkey: 0,
+                });
+                (inline_sge.as_mut_ptr(), 1)
+            }
+        })
     }
 
     /// Refuses an inline payload that is not inside `mr` or larger than `max_inline_data`.
@@ -531,12 +529,7 @@ impl Qp {
             let base = raw.as_mut_ptr().cast::<ibv_recv_wr>();
             let n = chunk.len();
             for (i, wr) in chunk.iter().enumerate() {
-                let next = if i + 1 < n {
-                    // SAFETY: inside the array; only the address is taken.
-                    unsafe { base.add(i + 1) }
-                } else {
-                    std::ptr::null_mut()
-                };
+                let next = next_in_list(base, i, n);
                 raw[i].write(ibv_recv_wr {
                     wr_id: wr.wr_id,
                     next,
@@ -548,11 +541,20 @@ impl Qp {
             // SAFETY: raw[0..n] are initialised and linked; SGEs name registered memory, which
             // stays allocated while registered; the QP is live.
             let ret = unsafe { rdma_sys::ibv_post_recv(self.ptr, base, &mut bad) };
-            if ret != 0 {
-                return Err(VerbsError::from_ret("ibv_post_recv", ret));
-            }
+            VerbsError::check_ret("ibv_post_recv", ret)?;
         }
         Ok(())
+    }
+}
+
+/// The `next` link of request `i` of the `n` in the array at `base`: the entry after it, or null
+/// for the last. The address is only computed here (`wrapping_add`), never read.
+#[inline]
+fn next_in_list<T>(base: *mut T, i: usize, n: usize) -> *mut T {
+    if i + 1 < n {
+        base.wrapping_add(i + 1)
+    } else {
+        std::ptr::null_mut()
     }
 }
 
@@ -614,5 +616,22 @@ fn op_fields(wr: &SendWr<'_>) -> (u32, u32, wr_t) {
                 },
             },
         ),
+    }
+}
+
+/// The error of an `ibv_post_send` that returned `ret`, naming the request it refused (number
+/// `index` of the caller's list).
+fn refused(ret: i32, wr: &SendWr<'_>, index: usize) -> VerbsError {
+    match VerbsError::from_ret("ibv_post_send", ret) {
+        VerbsError::Call { verb, errno, hint } => VerbsError::Call {
+            verb,
+            errno,
+            hint: Some(format!(
+                "request {index} ({}) refused{}",
+                wr.op.name(),
+                hint.map(|h| format!("; {h}")).unwrap_or_default()
+            )),
+        },
+        other => other,
     }
 }

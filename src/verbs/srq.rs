@@ -63,9 +63,7 @@ impl Srq {
         let mut a = MaybeUninit::<ibv_srq_attr>::zeroed();
         // SAFETY: the SRQ is live; `a` is a valid out-pointer.
         let ret = unsafe { ibv_query_srq(self.inner.ptr, a.as_mut_ptr()) };
-        if ret != 0 {
-            return Err(VerbsError::from_ret("ibv_query_srq", ret));
-        }
+        VerbsError::check_ret("ibv_query_srq", ret)?;
         // SAFETY: zero-initialised and filled by the call.
         let a = unsafe { a.assume_init() };
         Ok(SrqAttr {
@@ -92,10 +90,7 @@ impl Srq {
                 ibv_srq_attr_mask::IBV_SRQ_LIMIT.0 as i32,
             )
         };
-        if ret != 0 {
-            return Err(VerbsError::from_ret("ibv_modify_srq(IBV_SRQ_LIMIT)", ret));
-        }
-        Ok(())
+        VerbsError::check_ret("ibv_modify_srq(IBV_SRQ_LIMIT)", ret)
     }
 
     /// Posts receive requests to the shared queue (`ibv_post_srq_recv(3)`): whichever QP gets

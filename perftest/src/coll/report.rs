@@ -226,3 +226,52 @@ pub fn total_wrong(rows: &[Row]) -> u64 {
         .filter_map(Measure::wrong_total)
         .sum()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bandwidths_are_nccl_tests() {
+        // 1 MB in 1000 µs = 1 GB/s; all-reduce on 4 ranks: busbw 1.5 GB/s.
+        assert!((algbw(1_000_000, 1000.0) - 1.0).abs() < 1e-12);
+        assert!((busbw(Coll::AllReduce, 4, 1_000_000, 1000.0) - 1.5).abs() < 1e-12);
+        assert!((busbw(Coll::AllGather, 4, 1_000_000, 1000.0) - 0.75).abs() < 1e-12);
+        assert!((busbw(Coll::SendRecv, 4, 1_000_000, 1000.0) - 1.0).abs() < 1e-12);
+        assert_eq!(algbw(8, 0.0), 0.0);
+        assert_eq!(count_column(Coll::AllGather, 4, 1024, DataType::F32), 64);
+        assert_eq!(count_column(Coll::AllReduce, 4, 1024, DataType::F32), 256);
+    }
+
+    #[test]
+    fn the_row_and_footer_read_like_nccl_tests() {
+        let t = Table {
+            tool: "vl_all_reduce_perf",
+            coll: Coll::AllReduce,
+            n: 4,
+            dtype: DataType::F32,
+            op: Some(RedOp::Sum),
+        };
+        let m = |us: f64, w: u64| Measure {
+            per_rank_us: vec![us / 2.0, us],
+            wrong: Some(vec![0, w]),
+        };
+        let rows = vec![Row {
+            size: 1_000_000,
+            count: 250_000,
+            out_of_place: m(1000.0, 0),
+            in_place: Some(m(500.0, 2)),
+        }];
+        let line = t.row(&rows[0]);
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(f[..5], ["1000000", "250000", "float", "sum", "-1"]);
+        assert_eq!(f[5..9], ["1000.0", "1.0000", "1.5000", "0"]);
+        assert_eq!(f[9..], ["500.0", "2.0000", "3.0000", "2"]);
+        let foot = t.footer(&rows);
+        assert!(foot.contains("# Out of bounds values : 2 FAILED"), "{foot}");
+        assert!(foot.contains("# Avg bus bandwidth    : 2.250000"), "{foot}");
+        let j = t.json(&[], Object::new(), &rows).to_string();
+        assert!(j.contains("\"per_rank_time_us\":[500.0,1000.0]"), "{j}");
+        assert!(j.contains("\"wrong\":2"), "{j}");
+    }
+}

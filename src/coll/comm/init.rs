@@ -6,60 +6,146 @@ impl Comm {
     /// Builds the communicator: opens this rank's device, creates the QPs and slots, runs the
     /// rendezvous with rank 0, connects the QPs to both neighbours and waits for every rank.
     pub fn init(info: RankInfo, opts: &CommOpts) -> Result<Comm> {
-        if opts.max_bytes == 0 || opts.slot_bytes < 8 || opts.nslots == 0 {
-            return Err(CollError::Usage(format!(
-                "buffers of {} bytes, slots of {} bytes, {} slots: each must be at least 1 \
-                 (slots at least 8 bytes)",
-                opts.max_bytes, opts.slot_bytes, opts.nslots
-            )));
-        }
+        check_opts(opts)?;
         if let Some(cpu) = opts.cpu {
             affinity::pin_current_thread(cpu).map_err(CollError::Failed)?;
         }
-        let mut record = RankRecord {
-            rank: info.rank,
-            world_size: info.world_size,
-            version: PROTOCOL_VERSION,
-            host: hostname(),
-            pid: std::process::id(),
-            device: "-".into(),
-            cpu: opts.cpu.map(|c| c as u32),
-            lid: 0,
-            gid: Gid::ZERO,
-            mtu: 0,
-            left_qpn: 0,
-            left_psn: 0,
-            right_qpn: 0,
-            right_psn: 0,
-            slots: RemoteBuf::default(),
-            slot_bytes: 0,
-            nslots: 0,
-        };
+        let mut record = own_record(&info, opts);
         if info.world_size == 1 {
-            return Ok(Comm {
-                info,
-                star: Star::single(record),
-                ring: None,
-                mem: Memory::Heap(vec![0; 2 * opts.max_bytes]),
-                max_bytes: opts.max_bytes,
-                peer_timeout: opts.peer_timeout,
-                broken: false,
-                tracer: None,
-                phases: Phases::default(),
-                _pd: None,
-            });
+            return Ok(single(info, record, opts));
         }
-        let master = match (&opts.local_queues, &info.master) {
-            (Some(_), _) => None,
-            (None, Some(m)) => Some(m.clone()),
-            (None, None) => {
-                return Err(CollError::Usage(
-                    "no master address for the rendezvous".into(),
-                ))
-            }
-        };
+        let master = master_of(&info, opts)?;
+        let local = Local::open(&info, opts)?;
+        local.describe(&mut record, opts)?;
+        let mut star = rendezvous(&record, opts, master)?;
+        let n = info.world_size as usize;
+        let r = info.rank as usize;
+        let t = star.table().to_vec();
+        let (lrec, rrec) = (
+            &t[schedule::ring_offset(r, n, -1)],
+            &t[schedule::ring_offset(r, n, 1)],
+        );
+        let up = check_slots(rrec, opts).and_then(|_| local.connect(&record, lrec, rrec, opts));
+        if let Err(e) = up {
+            star.abort(&e);
+            return Err(e);
+        }
+        // Nobody writes before every QP is ready to receive.
+        star.barrier()?;
+        Ok(local.into_comm(info, star, rrec.slots, opts))
+    }
+}
 
-        // The device of this local rank, its port and GID.
+/// Sizes the communicator cannot work with.
+fn check_opts(opts: &CommOpts) -> Result<()> {
+    if opts.max_bytes == 0 || opts.slot_bytes < 8 || opts.nslots == 0 {
+        return Err(CollError::Usage(format!(
+            "buffers of {} bytes, slots of {} bytes, {} slots: each must be at least 1 \
+             (slots at least 8 bytes)",
+            opts.max_bytes, opts.slot_bytes, opts.nslots
+        )));
+    }
+    Ok(())
+}
+
+/// This rank's bootstrap record before it has a device: who and where it is.
+fn own_record(info: &RankInfo, opts: &CommOpts) -> RankRecord {
+    RankRecord {
+        rank: info.rank,
+        world_size: info.world_size,
+        version: PROTOCOL_VERSION,
+        host: hostname(),
+        pid: std::process::id(),
+        device: "-".into(),
+        cpu: opts.cpu.map(|c| c as u32),
+        lid: 0,
+        gid: Gid::ZERO,
+        mtu: 0,
+        left_qpn: 0,
+        left_psn: 0,
+        right_qpn: 0,
+        right_psn: 0,
+        slots: RemoteBuf::default(),
+        slot_bytes: 0,
+        nslots: 0,
+    }
+}
+
+/// A world of one rank: no NIC, no ring, buffers on the heap.
+fn single(info: RankInfo, record: RankRecord, opts: &CommOpts) -> Comm {
+    Comm {
+        info,
+        star: Star::single(record),
+        ring: None,
+        mem: Memory::Heap(vec![0; 2 * opts.max_bytes]),
+        max_bytes: opts.max_bytes,
+        peer_timeout: opts.peer_timeout,
+        broken: false,
+        tracer: None,
+        phases: Phases::default(),
+        _pd: None,
+    }
+}
+
+/// Rank 0's TCP address, or `None` when the launcher's message queues carry the rendezvous.
+fn master_of(info: &RankInfo, opts: &CommOpts) -> Result<Option<(String, u16)>> {
+    match (&opts.local_queues, &info.master) {
+        (Some(_), _) => Ok(None),
+        (None, Some(m)) => Ok(Some(m.clone())),
+        (None, None) => Err(CollError::Usage(
+            "no master address for the rendezvous".into(),
+        )),
+    }
+}
+
+/// Runs the rendezvous over the launcher's queues or TCP to rank 0: the star and the table.
+fn rendezvous(record: &RankRecord, opts: &CommOpts, master: Option<(String, u16)>) -> Result<Star> {
+    match (&opts.local_queues, &master) {
+        (Some(base), _) => bootstrap::rendezvous_mq(record.clone(), base, opts.bootstrap_timeout),
+        (None, Some(m)) => {
+            bootstrap::rendezvous(record.clone(), (&m.0, m.1), opts.bootstrap_timeout)
+        }
+        (None, None) => unreachable!("checked by master_of"),
+    }
+}
+
+/// Our writes land in the right neighbour's slots: they must be the size we send.
+fn check_slots(rrec: &RankRecord, opts: &CommOpts) -> Result<()> {
+    if rrec.slot_bytes as usize != opts.slot_bytes || rrec.nslots as usize != opts.nslots {
+        return Err(CollError::Bootstrap(format!(
+            "{} has {} slots of {} bytes, we have {} of {}: give every rank the same slot \
+             options",
+            rrec.who(),
+            rrec.nslots,
+            rrec.slot_bytes,
+            opts.nslots,
+            opts.slot_bytes
+        )));
+    }
+    Ok(())
+}
+
+/// This rank's verbs objects, opened before the rendezvous and connected after it.
+///
+/// Fields drop in order, children before parents (each child also holds its parent alive).
+struct Local {
+    left: Qp,
+    right: Qp,
+    slots: Mr,
+    data: Mr,
+    cq: Cq,
+    channel: CompChannel,
+    pd: Pd,
+    ctx: Context,
+    sq_depth: usize,
+    port: crate::verbs::PortAttr,
+    gid: crate::verbs::GidEntry,
+}
+
+impl Local {
+    /// The device of this local rank, its port and GID; the PD, the CQ with its channel, one QP
+    /// to each neighbour, the receive slots and the data buffer.
+    fn open(info: &RankInfo, opts: &CommOpts) -> Result<Local> {
         let dev = pick_device(&opts.devices, info.local_rank);
         let ctx = DeviceList::open(dev).map_err(verbs("opening the RDMA device"))?;
         let port = ctx.query_port(opts.ib_port).map_err(verbs(format!(
@@ -69,7 +155,8 @@ impl Comm {
         )))?;
         let gid = ctx
             .choose_gid(opts.ib_port, opts.gid_index)
-            .map_err(verbs("choosing the GID"))?;
+            .map_err(verbs("choosing the GID"))?
+            .entry;
         let pd = ctx.alloc_pd().map_err(verbs("ibv_alloc_pd"))?;
         let sq_depth = 2 * opts.nslots + 16;
         let channel = ctx
@@ -97,111 +184,134 @@ impl Comm {
         };
         let left = qp("left")?;
         let right = qp("right")?;
-        let slot_bytes = opts.slot_bytes;
         let slots = pd
             .reg_mr(
-                opts.nslots * slot_bytes,
+                opts.nslots * opts.slot_bytes,
                 AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
             )
             .map_err(verbs("registering the receive slots"))?;
         let data = pd
             .reg_mr(2 * opts.max_bytes, AccessFlags::LOCAL_WRITE)
             .map_err(verbs("registering the data buffer"))?;
+        Ok(Local {
+            ctx,
+            pd,
+            channel,
+            cq,
+            left,
+            right,
+            slots,
+            data,
+            sq_depth,
+            port,
+            gid,
+        })
+    }
 
-        record.device = ctx.name().to_string();
-        record.lid = port.lid;
-        record.gid = gid.entry.gid;
-        record.mtu = port.active_mtu.map_or(1024, |m| m.bytes());
-        record.left_qpn = left.qpn();
+    /// Fills in what the neighbours need: device, LID, GID, MTU, QPNs, first PSNs, the slots.
+    fn describe(&self, record: &mut RankRecord, opts: &CommOpts) -> Result<()> {
+        record.device = self.ctx.name().to_string();
+        record.lid = self.port.lid;
+        record.gid = self.gid.gid;
+        record.mtu = self.port.active_mtu.map_or(1024, |m| m.bytes());
+        record.left_qpn = self.left.qpn();
         record.left_psn = connect::random_psn();
-        record.right_qpn = right.qpn();
+        record.right_qpn = self.right.qpn();
         record.right_psn = connect::random_psn();
-        record.slots = slots.remote(0..slots.len()).map_err(verbs("the slots"))?;
-        record.slot_bytes = slot_bytes as u32;
+        record.slots = self
+            .slots
+            .remote(0..self.slots.len())
+            .map_err(verbs("the slots"))?;
+        record.slot_bytes = opts.slot_bytes as u32;
         record.nslots = opts.nslots as u32;
+        Ok(())
+    }
 
-        let mut star = match (&opts.local_queues, &master) {
-            (Some(base), _) => {
-                bootstrap::rendezvous_mq(record.clone(), base, opts.bootstrap_timeout)?
-            }
-            (None, Some(m)) => {
-                bootstrap::rendezvous(record.clone(), (&m.0, m.1), opts.bootstrap_timeout)?
-            }
-            (None, None) => unreachable!("checked above"),
+    /// Brings the left QP up to the left neighbour's right QP and the right QP to the right
+    /// neighbour's left QP, then posts every receive: receives need a QP past RESET, and every
+    /// one is posted before the barrier, after which the neighbours may write.
+    fn connect(
+        &self,
+        record: &RankRecord,
+        lrec: &RankRecord,
+        rrec: &RankRecord,
+        opts: &CommOpts,
+    ) -> Result<()> {
+        self.connect_qp(
+            &self.left,
+            record,
+            record.left_psn,
+            lrec,
+            lrec.right_qpn,
+            lrec.right_psn,
+            opts,
+        )?;
+        self.connect_qp(
+            &self.right,
+            record,
+            record.right_psn,
+            rrec,
+            rrec.left_qpn,
+            rrec.left_psn,
+            opts,
+        )?;
+        post_recvs(&self.left, WR_RECV_DATA, opts.nslots)?;
+        post_recvs(&self.right, WR_RECV_CREDIT, opts.nslots)
+    }
+
+    /// One QP of ours to the peer's QP `peer_qpn`, at the smaller of the two MTUs.
+    #[allow(clippy::too_many_arguments)]
+    fn connect_qp(
+        &self,
+        qp: &Qp,
+        record: &RankRecord,
+        my_psn: u32,
+        peer: &RankRecord,
+        peer_qpn: u32,
+        peer_psn: u32,
+        opts: &CommOpts,
+    ) -> Result<()> {
+        let mtu = record.mtu.min(peer.mtu);
+        let o = ConnectOpts {
+            port_num: opts.ib_port,
+            sgid_index: self.gid.index as u8,
+            path_mtu: crate::verbs::Mtu::from_bytes(mtu).unwrap_or(crate::verbs::Mtu::Mtu1024),
+            access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            timeout: opts.ack_timeout,
+            ..Default::default()
         };
-        let n = info.world_size as usize;
-        let r = info.rank as usize;
-        let t = star.table().to_vec();
-        let (lrec, rrec) = (
-            &t[schedule::ring_offset(r, n, -1)],
-            &t[schedule::ring_offset(r, n, 1)],
-        );
-        if rrec.slot_bytes as usize != slot_bytes || rrec.nslots as usize != opts.nslots {
-            let e = CollError::Bootstrap(format!(
-                "{} has {} slots of {} bytes, we have {} of {}: give every rank the same slot \
-                 options",
-                rrec.who(),
-                rrec.nslots,
-                rrec.slot_bytes,
-                opts.nslots,
-                slot_bytes
-            ));
-            star.abort(&e);
-            return Err(e);
-        }
-        let connect_to = |qp: &Qp, my_psn: u32, peer: &RankRecord, peer_qpn: u32, peer_psn| {
-            let mtu = record.mtu.min(peer.mtu);
-            let o = ConnectOpts {
-                port_num: opts.ib_port,
-                sgid_index: gid.entry.index as u8,
-                path_mtu: crate::verbs::Mtu::from_bytes(mtu).unwrap_or(crate::verbs::Mtu::Mtu1024),
-                access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-                timeout: opts.ack_timeout,
-                ..Default::default()
-            };
-            let local = Endpoint {
-                lid: record.lid,
-                qpn: qp.qpn(),
-                psn: my_psn,
-                gid: record.gid,
-            };
-            let remote = Endpoint {
-                lid: peer.lid,
-                qpn: peer_qpn,
-                psn: peer_psn,
-                gid: peer.gid,
-            };
-            connect::bring_up(qp, &local, &remote, &o)
-                .map_err(verbs(format!("connecting to {}", peer.who())))
+        let local = Endpoint {
+            lid: record.lid,
+            qpn: qp.qpn(),
+            psn: my_psn,
+            gid: record.gid,
         };
-        let up = connect_to(&left, record.left_psn, lrec, lrec.right_qpn, lrec.right_psn)
-            .and_then(|_| connect_to(&right, record.right_psn, rrec, rrec.left_qpn, rrec.left_psn));
-        // Receives need a QP past RESET; every one is posted before the barrier, after which the
-        // neighbours may write.
-        let up = up
-            .and_then(|_| post_recvs(&left, WR_RECV_DATA, opts.nslots))
-            .and_then(|_| post_recvs(&right, WR_RECV_CREDIT, opts.nslots));
-        if let Err(e) = up {
-            star.abort(&e);
-            return Err(e);
-        }
-        // Nobody writes before every QP is ready to receive.
-        star.barrier()?;
-        let peer_slots = rrec.slots;
-        Ok(Comm {
+        let remote = Endpoint {
+            lid: peer.lid,
+            qpn: peer_qpn,
+            psn: peer_psn,
+            gid: peer.gid,
+        };
+        connect::bring_up(qp, &local, &remote, &o)
+            .map_err(verbs(format!("connecting to {}", peer.who())))
+    }
+
+    /// The communicator over the connected ring.
+    fn into_comm(self, info: RankInfo, star: Star, peer_slots: RemoteBuf, opts: &CommOpts) -> Comm {
+        Comm {
             info,
             star,
             ring: Some(Ring {
-                ctx,
-                channel,
-                cq,
-                left,
-                right,
-                slots,
+                ctx: self.ctx,
+                channel: self.channel,
+                cq: self.cq,
+                left: self.left,
+                right: self.right,
+                slots: self.slots,
                 peer_slots,
-                slot_bytes,
+                slot_bytes: opts.slot_bytes,
                 nslots: opts.nslots,
-                sq_depth,
+                sq_depth: self.sq_depth,
                 tx_seq: 0,
                 rx_seq: 0,
                 credits: opts.nslots,
@@ -209,13 +319,13 @@ impl Comm {
                 sq_right: 0,
                 sq_left: 0,
             }),
-            mem: Memory::Registered(data),
+            mem: Memory::Registered(self.data),
             max_bytes: opts.max_bytes,
             peer_timeout: opts.peer_timeout,
             broken: false,
             tracer: None,
             phases: Phases::default(),
-            _pd: Some(pd),
-        })
+            _pd: Some(self.pd),
+        }
     }
 }

@@ -169,6 +169,17 @@ impl Memory {
     }
 }
 
+/// One collective on the ring: its plan, where its sends read (`src_off + range`) and its
+/// receives land (`dst_off + range`), and how arrivals are reduced.
+struct Job<'p> {
+    coll: Coll,
+    plan: &'p Plan,
+    src_off: usize,
+    dst_off: usize,
+    dtype: DataType,
+    op: RedOp,
+}
+
 /// A communicator: see the module documentation.
 pub struct Comm {
     info: RankInfo,
@@ -298,11 +309,7 @@ impl Comm {
         count: usize,
         in_place: bool,
     ) -> Result<()> {
-        let bytes = self.check(count, dtype, 0)?;
-        if !in_place {
-            self.copy_in(0..bytes, 0);
-        }
-        self.run_coll(Coll::AllReduce, dtype, op, count)
+        self.reduction(Coll::AllReduce, dtype, op, count, in_place)
     }
 
     /// Rank r ends with chunk r ([`Comm::chunk_of`]) of the reduction, at its place in the
@@ -314,11 +321,24 @@ impl Comm {
         count: usize,
         in_place: bool,
     ) -> Result<()> {
+        self.reduction(Coll::ReduceScatter, dtype, op, count, in_place)
+    }
+
+    /// All-reduce and reduce-scatter: out of place, the input is first copied to the output,
+    /// where the ring reduces.
+    fn reduction(
+        &mut self,
+        coll: Coll,
+        dtype: DataType,
+        op: RedOp,
+        count: usize,
+        in_place: bool,
+    ) -> Result<()> {
         let bytes = self.check(count, dtype, 0)?;
         if !in_place {
             self.copy_in(0..bytes, 0);
         }
-        self.run_coll(Coll::ReduceScatter, dtype, op, count)
+        self.run_coll(coll, dtype, op, count)
     }
 
     /// Every rank's chunk r ends on every rank. Rank r's contribution is chunk r of the output
@@ -364,7 +384,14 @@ impl Comm {
             return Ok(());
         }
         let plan = self.plan(Coll::SendRecv, dtype, count)?;
-        self.execute(Coll::SendRecv, &plan, 0, self.max_bytes, dtype, RedOp::Sum)
+        self.execute(Job {
+            coll: Coll::SendRecv,
+            plan: &plan,
+            src_off: 0,
+            dst_off: self.max_bytes,
+            dtype,
+            op: RedOp::Sum,
+        })
     }
 
     /// Every rank waits for all (over TCP).
@@ -403,20 +430,19 @@ impl Comm {
         }
         let plan = self.plan(coll, dtype, count)?;
         let m = self.max_bytes;
-        self.execute(coll, &plan, m, m, dtype, op)
+        self.execute(Job {
+            coll,
+            plan: &plan,
+            src_off: m,
+            dst_off: m,
+            dtype,
+            op,
+        })
     }
 
-    /// Runs `plan`: sends read `src_off + range`, receives land at `dst_off + range`.
-    fn execute(
-        &mut self,
-        coll: Coll,
-        plan: &Plan,
-        src_off: usize,
-        dst_off: usize,
-        dtype: DataType,
-        op: RedOp,
-    ) -> Result<()> {
-        let r = self.pump(coll, plan, src_off, dst_off, dtype, op);
+    /// Runs a job on the ring; a failure breaks the communicator and is told to every rank.
+    fn execute(&mut self, job: Job<'_>) -> Result<()> {
+        let r = self.pump(job);
         if let Err(e) = &r {
             self.broken = true;
             // Rank 0 may already know better who is gone (a closed socket): ask it briefly.

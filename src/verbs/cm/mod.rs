@@ -142,9 +142,7 @@ impl CmId {
         let mut ptr: *mut rdma_cm_id = std::ptr::null_mut();
         // SAFETY: the channel is live; `ptr` is a valid out-pointer; no user context.
         let ret = unsafe { rdma_create_id(channel.inner.ptr, &mut ptr, std::ptr::null_mut(), ps) };
-        if ret != 0 {
-            return Err(VerbsError::from_ret("rdma_create_id", ret));
-        }
+        VerbsError::check_ret("rdma_create_id", ret)?;
         Ok(CmId {
             ptr,
             qp: None,
@@ -184,10 +182,7 @@ impl CmId {
     pub fn listen(&self, backlog: i32) -> Result<()> {
         // SAFETY: the id is live and bound.
         let ret = unsafe { rdma_listen(self.ptr, backlog) };
-        if ret != 0 {
-            return Err(VerbsError::last("rdma_listen"));
-        }
-        Ok(())
+        VerbsError::check_last("rdma_listen", ret)
     }
 
     /// Starts resolving `dst` to a local device and the peer's hardware address
@@ -232,10 +227,7 @@ impl CmId {
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: the id is live and its address resolved.
         let ret = unsafe { rdma_resolve_route(self.ptr, ms) };
-        if ret != 0 {
-            return Err(VerbsError::last("rdma_resolve_route"));
-        }
-        Ok(())
+        VerbsError::check_last("rdma_resolve_route", ret)
     }
 
     /// The device context the id is bound to (`id->verbs`), once an address is resolved or
@@ -306,14 +298,10 @@ impl CmId {
         let mut mask: i32 = 0;
         // SAFETY: the id is live and bound to a device; both out-pointers are valid.
         let ret = unsafe { rdma_init_qp_attr(self.ptr, &mut qattr, &mut mask) };
-        if ret != 0 {
-            return Err(VerbsError::last("rdma_init_qp_attr(INIT)"));
-        }
+        VerbsError::check_last("rdma_init_qp_attr(INIT)", ret)?;
         // SAFETY: the QP is live; rdma_init_qp_attr filled every attribute named in mask.
         let ret = unsafe { ibv_modify_qp(qp.as_ptr(), &mut qattr, mask) };
-        if ret != 0 {
-            return Err(VerbsError::from_ret("ibv_modify_qp(INIT)", ret));
-        }
+        VerbsError::check_ret("ibv_modify_qp(INIT)", ret)?;
         // SAFETY: the id is live; the QP outlives the attachment (Drop detaches it first).
         unsafe { (*self.ptr).qp = qp.as_ptr() };
         Ok(self.qp.insert(qp))
@@ -356,9 +344,7 @@ impl CmId {
         let mut mask: i32 = 0;
         // SAFETY: the id is live and bound to a device; both out-pointers are valid.
         let ret = unsafe { rdma_init_qp_attr(self.ptr, &mut attr, &mut mask) };
-        if ret != 0 {
-            return Err(VerbsError::last(init_verb));
-        }
+        VerbsError::check_last(init_verb, ret)?;
         let has = |bit: ibv_qp_attr_mask| mask & bit.0 as i32 != 0;
         if has(ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS) {
             if let Some(a) = o.access {
@@ -400,10 +386,7 @@ impl CmId {
         }
         // SAFETY: the QP is live; rdma_init_qp_attr filled every attribute named in mask.
         let ret = unsafe { ibv_modify_qp(qp.as_ptr(), &mut attr, mask) };
-        if ret != 0 {
-            return Err(VerbsError::from_ret(verb, ret));
-        }
-        Ok(())
+        VerbsError::check_ret(verb, ret)
     }
 
     /// Completes an active connection whose QP the id does not own (`rdma_establish(3)`):
@@ -412,10 +395,7 @@ impl CmId {
     pub fn establish(&self) -> Result<()> {
         // SAFETY: the id is live and got CONNECT_RESPONSE.
         let ret = unsafe { rdma_establish(self.ptr) };
-        if ret != 0 {
-            return Err(VerbsError::last("rdma_establish"));
-        }
-        Ok(())
+        VerbsError::check_last("rdma_establish", ret)
     }
 
     /// Sets the type of service of the connection (`rdma_set_option(3)`,
@@ -433,10 +413,7 @@ impl CmId {
                 1,
             )
         };
-        if ret != 0 {
-            return Err(VerbsError::last("rdma_set_option(RDMA_OPTION_ID_TOS)"));
-        }
-        Ok(())
+        VerbsError::check_last("rdma_set_option(RDMA_OPTION_ID_TOS)", ret)
     }
 
     /// The name of the device the id is bound to, once an address is resolved or bound to a
@@ -457,10 +434,7 @@ impl CmId {
         // SAFETY: the id is live with its route resolved; `raw` and its private data live
         // across the call (librdmacm copies them).
         let ret = unsafe { rdma_connect(self.ptr, &mut raw) };
-        if ret != 0 {
-            return Err(VerbsError::last("rdma_connect"));
-        }
-        Ok(())
+        VerbsError::check_last("rdma_connect", ret)
     }
 
     /// Accepts a connect request on an id from a CONNECT_REQUEST (`rdma_accept(3)`): moves the
@@ -470,10 +444,7 @@ impl CmId {
         let mut raw = param.to_raw(MAX_ACCEPT_PRIVATE_DATA)?;
         // SAFETY: the id is live; `raw` and its private data live across the call.
         let ret = unsafe { rdma_accept(self.ptr, &mut raw) };
-        if ret != 0 {
-            return Err(VerbsError::last("rdma_accept"));
-        }
-        Ok(())
+        VerbsError::check_last("rdma_accept", ret)
     }
 
     /// Refuses a connect request (`rdma_reject(3)`); the client sees REJECTED with this data.
@@ -492,10 +463,7 @@ impl CmId {
                 private_data.len() as u8,
             )
         };
-        if ret != 0 {
-            return Err(VerbsError::last("rdma_reject"));
-        }
-        Ok(())
+        VerbsError::check_last("rdma_reject", ret)
     }
 
     /// Disconnects (`rdma_disconnect(3)`): the QP goes to the error state (outstanding work
@@ -503,10 +471,7 @@ impl CmId {
     pub fn disconnect(&self) -> Result<()> {
         // SAFETY: the id is live.
         let ret = unsafe { rdma_disconnect(self.ptr) };
-        if ret != 0 {
-            return Err(VerbsError::last("rdma_disconnect"));
-        }
-        Ok(())
+        VerbsError::check_last("rdma_disconnect", ret)
     }
 }
 

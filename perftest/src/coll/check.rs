@@ -1,0 +1,96 @@
+//! `-c 1`: exact test data into every rank's buffers, then every element of the result counted
+//! against the value it must hold.
+
+use verbs_lab::coll::kernels::{self, count_wrong, fill_input, input_value};
+use verbs_lab::coll::{Coll, Comm, DataType, RedOp};
+
+use super::Args;
+
+/// The exact value every element should hold after a checked run, and who contributes what.
+fn owner(comm: &Comm, count: usize, i: usize) -> usize {
+    (0..comm.world_size())
+        .find(|&r| comm.chunk_of(count, r).contains(&i))
+        .unwrap_or(0)
+}
+
+/// Writes the checked inputs (and poisons the output where the collective must overwrite it).
+pub(super) fn prepare_check(
+    comm: &mut Comm,
+    coll: Coll,
+    args: &Args,
+    count: usize,
+    in_place: bool,
+) {
+    let (t, op, rank) = (args.dtype, args.op, comm.rank());
+    let s = t.size();
+    let bytes = count * s;
+    // values(rank, op, first element, elements): a rank's checked input.
+    let values = |r: usize, op: RedOp, first: usize, n: usize| {
+        let mut v = vec![0u8; n * s];
+        fill_input(t, op, r, first, &mut v);
+        v
+    };
+    let put = |comm: &mut Comm, to_output: bool, offset: usize, v: &[u8]| {
+        if to_output {
+            comm.write_output(offset, v)
+        } else {
+            comm.write_input(offset, v)
+        }
+    };
+    match coll {
+        Coll::AllReduce | Coll::ReduceScatter => {
+            put(comm, in_place, 0, &values(rank, op, 0, count));
+        }
+        Coll::AllGather => {
+            let c = comm.chunk_of(count, rank);
+            comm.write_output(0, &vec![0xee; bytes]);
+            let v = values(rank, RedOp::Sum, c.start, c.len());
+            put(comm, in_place, if in_place { c.start * s } else { 0 }, &v);
+        }
+        Coll::Broadcast { root } => {
+            comm.write_output(0, &vec![0xee; bytes]);
+            if rank == root {
+                put(comm, in_place, 0, &values(root, RedOp::Sum, 0, count));
+            }
+        }
+        Coll::SendRecv => {
+            comm.write_output(0, &vec![0xee; bytes]);
+            comm.write_input(0, &values(rank, RedOp::Sum, 0, count));
+        }
+    }
+}
+
+/// Elements of the output that differ from the exact expected value.
+pub(super) fn count_check(comm: &Comm, coll: Coll, args: &Args, count: usize) -> u64 {
+    let (t, op, n, rank) = (args.dtype, args.op, comm.world_size(), comm.rank());
+    let s = t.size();
+    let out = comm.read_output(0..count * s);
+    match coll {
+        Coll::AllReduce => count_wrong(t, 0, &out[..count * s], |i| {
+            kernels::expected_value(t, op, n, i)
+        }),
+        Coll::ReduceScatter => {
+            let c = comm.chunk_of(count, rank);
+            count_wrong(t, c.start, &out[c.start * s..c.end * s], |i| {
+                kernels::expected_value(t, op, n, i)
+            })
+        }
+        Coll::AllGather => count_wrong(t, 0, &out[..count * s], |i| {
+            wrap_sum(t, input_value(RedOp::Sum, owner(comm, count, i), i))
+        }),
+        Coll::Broadcast { root } => count_wrong(t, 0, &out[..count * s], |i| {
+            wrap_sum(t, input_value(RedOp::Sum, root, i))
+        }),
+        Coll::SendRecv => {
+            let left = verbs_lab::coll::schedule::ring_offset(rank, n, -1);
+            count_wrong(t, 0, &out[..count * s], |i| {
+                wrap_sum(t, input_value(RedOp::Sum, left, i))
+            })
+        }
+    }
+}
+
+/// One rank's input value as stored in `t` (what a plain copy must deliver).
+fn wrap_sum(t: DataType, v: i64) -> i64 {
+    kernels::expected_value_of(t, v)
+}
