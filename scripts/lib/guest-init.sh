@@ -116,7 +116,17 @@ ulimit -l unlimited
 export VL_DEV0=rxe0 VL_DEV1=rxe1 VL_ADDR0=192.168.77.1 VL_ADDR1=192.168.77.2 VL_GUEST=1
 export VL_TIME_SCALE="$scale"
 export VL_REPO="$repo" VL_TESTS="$repo/tests/guest" HOME=/root
-export PATH="$repo/target/release:/usr/sbin:/usr/bin"
+# Our binaries run from the guest's RAM (softroce-vm's stage_bins: stripped copies in
+# .vm-out/bin): started from the 9p share, each start page-faults its code over 9p, seconds each
+# on a busy host. target/release stays on PATH behind them for anything not staged.
+bins=/opt/vl-bin
+mkdir -p "$bins"
+t0=$(uptime_cs)
+if [ -d "$repo/.vm-out/bin" ]; then
+    cp -p "$repo/.vm-out/bin/"* "$bins/" 2>/dev/null || die "cannot copy $repo/.vm-out/bin into the guest's RAM"
+fi
+say "$(ls "$bins" | wc -l) binaries copied into the guest's RAM ($bins) in $(( ($(uptime_cs) - t0) / 100 )) s"
+export PATH="$bins:$repo/target/release:/usr/sbin:/usr/bin"
 cd "$repo" || die "cannot cd to $repo"
 
 # "NAME TIMEOUT" per line of $jobdir/list; results to $jobdir/results, logs to $jobdir/NAME.log.
@@ -188,7 +198,7 @@ case $mode in
   verbs-lab SoftRoCE guest (busybox; $(uname -r))
     rxe0 on veth0  192.168.77.1     \$VL_DEV0 \$VL_ADDR0
     rxe1 on veth1  192.168.77.2     \$VL_DEV1 \$VL_ADDR1
-  $repo is the host's repository (shared); target/release is on PATH.
+  $repo is the host's repository (shared); our binaries are on PATH (RAM copies of target/release).
   Try:  ibv_devinfo -d rxe0;  rdma link
         ib_write_bw -d rxe0 -x 1 -u 20 &  sleep 1;  ib_write_bw -d rxe1 -x 1 -u 20 192.168.77.1
   'exit' powers the VM off (Ctrl-A X kills it from outside).

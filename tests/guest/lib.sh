@@ -5,7 +5,8 @@
 # process group (killed when the scenario ends), with a private TMPDIR and this environment:
 #   VL_DEV0=rxe0 VL_ADDR0=192.168.77.1   VL_DEV1=rxe1 VL_ADDR1=192.168.77.2   VL_GUEST=1
 #   VL_REPO (repository root), VL_TESTS (this directory), VL_SCENARIO (scenario name)
-#   PATH=$VL_REPO/target/release:/usr/sbin:/usr/bin, ulimit -l unlimited
+#   PATH=/opt/vl-bin:$VL_REPO/target/release:/usr/sbin:/usr/bin (/opt/vl-bin: RAM copies of the
+#   binaries of target/release, without debug sections), ulimit -l unlimited
 # A scenario starts with
 #   set -eu
 #   . "$VL_TESTS/lib.sh"
@@ -375,7 +376,7 @@ expect_not_contains() {
 # num_gt A B: true when the decimal number A is greater than B.
 num_gt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 > b + 0) }'; }
 
-# require_bin NAME: fail unless the program NAME is on PATH (our binaries: target/release).
+# require_bin NAME: fail unless the program NAME is on PATH (our binaries: /opt/vl-bin).
 require_bin() {
     command -v "$1" >/dev/null 2>&1 \
         || fail "$1 is not on PATH; is it built? (cargo build --release --workspace)"
