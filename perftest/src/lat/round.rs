@@ -13,6 +13,11 @@ use super::wait::{Waited, Waiter};
 use super::SendQueue;
 use crate::conn::{Layout, Link};
 use crate::engine::{poll_or_sleep, remote_op, PeerWatch, Session, POLL_BATCH};
+use crate::params::Config;
+use crate::pattern;
+use crate::proto::Channel;
+use crate::result::TestKind;
+use crate::stats::LatRecorder;
 
 /// The pinger looks at the channel (one `recvfrom(2)`) at most once in this many rounds, and
 /// not more often than every `CHANNEL_CHECK`: a running peer sends nothing during a phase but an
@@ -20,11 +25,6 @@ use crate::engine::{poll_or_sleep, remote_op, PeerWatch, Session, POLL_BATCH};
 /// `CHANNEL_CHECK` of waiting. What a look between rounds still catches is this process's own
 /// news — a signal, a device event — within 64 rounds.
 const LOOK_ROUNDS: u64 = 64;
-use crate::params::Config;
-use crate::pattern;
-use crate::proto::Channel;
-use crate::result::TestKind;
-use crate::stats::LatRecorder;
 
 /// What a phase knows before its first round: the test, the sizes and the offsets.
 #[derive(Clone, Copy)]
