@@ -301,7 +301,7 @@ fn phase(
         let stalled_for = now.duration_since(last_progress);
         keep_watch(&k, &txs, &tx, &rx, &mut watch, ch, (now, stalled_for))?;
         if idle && software && channel.is_none() {
-            backoff(stalled_for);
+            let _ = backoff(stalled_for);
         }
         sleep = idle;
     }

@@ -47,12 +47,15 @@ pub fn no_yield() -> bool {
         .get_or_init(|| std::env::var_os("VL_NO_YIELD").is_some_and(|v| !v.is_empty() && v != "0"))
 }
 
-/// Gives the CPU away when a loop on a software device has waited [`YIELD_AFTER`].
+/// Gives the CPU away when a loop on a software device has waited [`YIELD_AFTER`]; returns
+/// whether it did.
 #[inline]
-pub fn backoff(waited: Duration) {
-    if waited >= YIELD_AFTER {
+pub fn backoff(waited: Duration) -> bool {
+    let long = waited >= YIELD_AFTER;
+    if long {
         std::thread::yield_now();
     }
+    long
 }
 
 /// `wr_id` = QP index << 40 | request number.
@@ -333,9 +336,14 @@ impl PeerWatch {
         // Up to this phase's TALLY: what follows it (a RESULT, the next SYNC) belongs to the
         // steps after the loop. Whole messages only: half a frame stays for the next look
         // (bounded by the channel's timeout), the loop never blocks on it.
+        // Named without allocating: this runs inside the loops' waits.
+        let what = match ch.peer_name() {
+            "server" => "the server's messages",
+            "client" => "the client's messages",
+            _ => "the peer's messages",
+        };
         while self.tally.is_none() {
-            let what = format!("the {}'s messages", ch.peer_name());
-            match ch.try_recv(&what).map_err(anyhow::Error::new)? {
+            match ch.try_recv(what).map_err(anyhow::Error::new)? {
                 Some(m) => self.take(m)?,
                 None => break,
             }
@@ -418,13 +426,13 @@ impl PeerWatch {
     /// limit: a peer that is alive but never finishes ends the run, named.
     pub fn wait_tally(&mut self, ch: &mut Channel) -> Result<Tally> {
         let start = Instant::now();
+        let what = format!(
+            "the {}'s tally of the {} of size {}",
+            ch.peer_name(),
+            self.phase,
+            self.size
+        );
         while self.tally.is_none() {
-            let what = format!(
-                "the {}'s tally of the {} of size {}",
-                ch.peer_name(),
-                self.phase,
-                self.size
-            );
             let m = ch.recv(&what).map_err(anyhow::Error::new)?;
             self.take(m)?;
             if self.tally.is_none() {

@@ -14,6 +14,8 @@
 //! trip and its own steps (reaping, re-posting the receive, the next poll byte) are inside a
 //! sample: when bookkeeping runs between an answer and the next post (a heartbeat, a look at the
 //! channel, `--validate`, a full send queue), the next sample starts from a fresh clock read.
+//! The waits read no clock in an ordinary round (`wait.rs`), and `-D`'s deadline is compared
+//! with the sample's start: one clock read per round trip.
 //! Both sides of a ping-pong report: the server answers first and reads the clock after; its
 //! samples run from one answer to the next. See `docs/measurement.md`.
 //!

@@ -79,7 +79,8 @@ impl Post<'_> {
         let (cq, ch) = (self.cq, self.channel);
         if sq.posted - sq.completed >= self.depth {
             waiter.what = "a send completion (send queue full)";
-            let r = waiter.wait(|| {
+            // Bookkeeping, not a round: its own clock read starts the wait.
+            let r = waiter.wait(std::time::Instant::now(), || {
                 let n = poll_or_sleep(cq, ch, wcs, true)?;
                 take(&wcs[..n], sq, recv, size)?;
                 Ok(sq.posted - sq.completed < self.depth)

@@ -19,6 +19,13 @@ use crate::proto::Channel;
 use crate::result::TestKind;
 use crate::stats::LatRecorder;
 
+/// The pinger looks at the channel (one `recvfrom(2)`) at most once in this many rounds, and
+/// not more often than every `CHANNEL_CHECK`: a running peer sends nothing during a phase but an
+/// ERROR, and a peer that stops answering is looked for by the wait itself after
+/// `CHANNEL_CHECK` of waiting. What a look between rounds still catches is this process's own
+/// news — a signal, a device event — within 64 rounds.
+const LOOK_ROUNDS: u64 = 64;
+
 /// What a phase knows before its first round: the test, the sizes and the offsets.
 #[derive(Clone, Copy)]
 pub(super) struct Facts {
@@ -100,6 +107,8 @@ pub(super) struct Rounds<'a> {
     prev_end: Option<Instant>,
     /// The ponger's previous answer, for its samples (`None`: the next answer starts a sample).
     answered: Option<Instant>,
+    /// The pinger's rounds since it last looked at the channel.
+    unlooked: u64,
 }
 
 impl<'a> Rounds<'a> {
@@ -136,18 +145,15 @@ impl<'a> Rounds<'a> {
             depth: u64::from(cfg.tx_depth),
             all_signaled: !f.pingpong,
         };
-        let waiter = Waiter {
+        let waiter = Waiter::new(
             ch,
             watch,
-            cq_timeout: f.cq_timeout,
-            mask: if f.events { 0 } else { 255 },
-            stop_at: None,
-            backoff: f.backoff,
-            looked: false,
-            what: "",
+            f.cq_timeout,
+            f.events,
+            f.backoff,
             qp,
-            counters: PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port),
-        };
+            PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port),
+        );
         Rounds {
             f,
             mr: &res.src,
@@ -164,6 +170,7 @@ impl<'a> Rounds<'a> {
             last: Instant::now(),
             prev_end: None,
             answered: None,
+            unlooked: 0,
         }
     }
 
@@ -187,37 +194,43 @@ impl<'a> Rounds<'a> {
         {
             self.prev_end = None;
         }
-        // `-D`: its clock read starts the sample (and ends the run at the deadline).
-        let t0 = match (deadline, self.prev_end) {
-            (Some(dl), _) => {
-                let now = Instant::now();
-                if now >= dl {
-                    return Ok(false);
-                }
-                now
-            }
-            // One clock read per round trip, as perftest samples between consecutive posts:
-            // the end of the previous sample (taken when its answer arrived) starts this one.
-            (None, Some(t)) => t,
-            (None, None) => Instant::now(),
+        // One clock read per round trip, as perftest samples between consecutive posts: the
+        // end of the previous sample (taken when its answer arrived) starts this one, unless
+        // bookkeeping ran since. `-D` compares that same reading with its deadline.
+        let t0 = match self.prev_end {
+            Some(t) => t,
+            None => Instant::now(),
         };
+        if deadline.is_some_and(|dl| t0 >= dl) {
+            return Ok(false);
+        }
         self.first.get_or_insert(t0);
         self.post.post(self.mr, sq)?;
+        // A look inside the wait (a wait over CHANNEL_CHECK) stays in this sample, an outlier
+        // of the wait already.
         self.waiter.looked = false;
-        let t1 = self.wait_answer(seq, sq)?;
-        let rtt = t1.duration_since(t0).as_nanos() as u64;
+        let t1 = self.wait_answer(t0, seq, sq)?;
+        let round = t1.saturating_duration_since(t0);
+        let rtt = round.as_nanos() as u64;
         if let Some(r) = rec {
             r.record(if self.f.pingpong { rtt / 2 } else { rtt });
         }
+        self.waiter.learn(round);
         self.last = t1;
         self.prev_end = Some(t1);
         // The round trip's own work before the next post (perftest's samples hold the same:
         // the receive re-posted, the send completions taken).
         self.finish_round(seq, sq)?;
-        // Bookkeeping: `--validate`'s checks and stamps, a heartbeat, a look at the channel.
-        // When any of it runs, the next sample starts from a fresh clock read.
+        // Bookkeeping, decided on the clock read just taken: a heartbeat once a second, a look
+        // at the channel at most every [`CHANNEL_CHECK`] and [`LOOK_ROUNDS`] rounds (a stalled
+        // peer is seen by the wait itself), `--validate`'s checks and stamps. When any of it
+        // runs, the next sample starts from a fresh clock read.
         let beat = self.waiter.watch.beat(self.waiter.ch, t1)?;
-        let looked = self.waiter.watch.check(self.waiter.ch, t1)?;
+        self.unlooked += 1;
+        let looked = self.unlooked >= LOOK_ROUNDS && self.waiter.watch.check(self.waiter.ch, t1)?;
+        if looked {
+            self.unlooked = 0;
+        }
         if self.f.stamp_all || beat || looked {
             self.prev_end = None;
         }
@@ -226,20 +239,22 @@ impl<'a> Rounds<'a> {
 
     /// The pinger waits for the answer to message `seq`; returns when it came.
     #[inline]
-    fn wait_answer(&mut self, seq: u64, sq: &mut SendQueue) -> Result<Instant> {
+    fn wait_answer(&mut self, since: Instant, seq: u64, sq: &mut SendQueue) -> Result<Instant> {
         let size = self.f.size;
         match self.f.kind {
             TestKind::Write => {
                 let want = pattern::poll_byte(seq);
                 self.waiter.what = "the server's RDMA write (its last byte)";
                 let (m, off): (&Mr, usize) = (self.rx, self.f.poll_off);
-                self.waiter.wait(|| Ok(m.read_volatile(off) == want))?;
+                self.waiter
+                    .wait(since, || Ok(m.read_volatile(off) == want))?;
             }
             TestKind::Send => {
                 self.waiter.what = "the server's answer (a receive completion)";
                 let (cq, channel) = (self.cq, self.channel);
                 wait_recv(
                     &mut self.waiter,
+                    since,
                     cq,
                     channel,
                     &mut self.wcs,
@@ -253,7 +268,7 @@ impl<'a> Rounds<'a> {
                 let mine = sq.posted;
                 let (cq, channel) = (self.cq, self.channel);
                 let (wcs, recv) = (&mut self.wcs, &mut self.recv);
-                self.waiter.wait(|| {
+                self.waiter.wait(since, || {
                     let k = poll_or_sleep(cq, channel, wcs, true)?;
                     take(&wcs[..k], sq, recv, size)?;
                     Ok(sq.completed >= mine)
@@ -275,7 +290,8 @@ impl<'a> Rounds<'a> {
         rec: Option<&mut LatRecorder>,
     ) -> Result<bool> {
         self.waiter.stop_at = stop_at;
-        let got = self.wait_message(seq, sq)?;
+        // The wait begins where the previous answer went out (or the phase began).
+        let got = self.wait_message(self.last, seq, sq)?;
         self.waiter.stop_at = None;
         if let Waited::PeerDone = got {
             return Ok(false);
@@ -288,12 +304,21 @@ impl<'a> Rounds<'a> {
         // answer. The ponger's samples run from one answer to the next (a round trip).
         let f = &self.f;
         stamp(self.mr, f.src, f.n, seq, f.kind, f.stamp_all)?;
-        self.post
-            .make_room(sq, &mut self.waiter, &mut self.wcs, &mut self.recv)?;
+        if self
+            .post
+            .make_room(sq, &mut self.waiter, &mut self.wcs, &mut self.recv)?
+        {
+            // A wait for room is bookkeeping too, and its spins are not a round's.
+            self.answered = None;
+        }
         self.post.post(self.mr, sq)?;
         let t1 = Instant::now();
-        if let (Some(t0), Some(r)) = (self.answered, rec) {
-            r.record(t1.duration_since(t0).as_nanos() as u64 / 2);
+        if let Some(t0) = self.answered {
+            let round = t1.saturating_duration_since(t0);
+            if let Some(r) = rec {
+                r.record(round.as_nanos() as u64 / 2);
+            }
+            self.waiter.learn(round);
         }
         self.first.get_or_insert(t1);
         self.answered = Some(t1);
@@ -304,18 +329,19 @@ impl<'a> Rounds<'a> {
 
     /// The ponger waits for the pinger's message `seq`.
     #[inline]
-    fn wait_message(&mut self, seq: u64, sq: &mut SendQueue) -> Result<Waited> {
+    fn wait_message(&mut self, since: Instant, seq: u64, sq: &mut SendQueue) -> Result<Waited> {
         match self.f.kind {
             TestKind::Write => {
                 let want = pattern::poll_byte(seq);
                 self.waiter.what = "the client's RDMA write (its last byte)";
                 let (m, off): (&Mr, usize) = (self.rx, self.f.poll_off);
-                self.waiter.wait(|| Ok(m.read_volatile(off) == want))
+                self.waiter.wait(since, || Ok(m.read_volatile(off) == want))
             }
             _ => {
                 self.waiter.what = "the client's message (a receive completion)";
                 wait_recv(
                     &mut self.waiter,
+                    since,
                     self.cq,
                     self.channel,
                     &mut self.wcs,
@@ -403,6 +429,7 @@ fn after_recv(
 #[allow(clippy::too_many_arguments)]
 fn wait_recv(
     waiter: &mut Waiter<'_>,
+    since: Instant,
     cq: &Cq,
     ch: Option<&CompChannel>,
     wcs: &mut [WorkCompletion],
@@ -413,7 +440,7 @@ fn wait_recv(
     if recv.is_some() {
         return Ok(Waited::Ready);
     }
-    waiter.wait(|| {
+    waiter.wait(since, || {
         let k = poll_or_sleep(cq, ch, wcs, true)?;
         take(&wcs[..k], sq, recv, size)?;
         Ok(recv.is_some())

@@ -1,5 +1,13 @@
 //! The waits of a latency round: a bounded spin on a condition (a poll byte, the CQ) that
 //! watches the peer while it waits.
+//!
+//! A wait that ends as usual reads no clock: the round's own clock read (the end of its sample)
+//! tells how long it took. A wait spins [`Waiter::quiet`] times before it first looks at the
+//! clock — about twice as many spins as recent rounds needed, learnt from each round
+//! ([`Waiter::learn`]), and never more than fit in [`YIELD_AFTER`] at that pace — and from
+//! then on about every quarter of that, to yield (software devices), look at the peer and bound
+//! the wait. Once it yields (past [`YIELD_AFTER`]), it yields every 256 spins and reads the
+//! clock at one yield in [`YIELDS_PER_READ`].
 
 use std::time::{Duration, Instant};
 
@@ -7,7 +15,16 @@ use anyhow::{bail, Result};
 use verbs_lab::diag::{device_report, PortCounters};
 use verbs_lab::verbs::Qp;
 
-use crate::engine::{backoff, PeerWatch, CHANNEL_CHECK};
+use crate::engine::{backoff, PeerWatch, CHANNEL_CHECK, YIELD_AFTER};
+
+/// The fewest spins before a wait's first clock read (and the spins between later reads).
+const QUIET_MIN: u64 = 256;
+/// The most: a bound on how long a wait may go without a clock read whatever it learnt.
+const QUIET_MAX: u64 = 1 << 24;
+/// A wait past [`YIELD_AFTER`] on a software device yields every [`QUIET_MIN`] spins and reads
+/// the clock at one yield in this many: the bounds it checks are 10 ms and more, and under
+/// emulation a clock read costs as much as the yield.
+const YIELDS_PER_READ: u32 = 8;
 
 /// Why a wait ended.
 pub(super) enum Waited {
@@ -21,9 +38,16 @@ pub(super) struct Waiter<'w> {
     pub(super) ch: &'w mut crate::proto::Channel,
     pub(super) watch: PeerWatch,
     pub(super) cq_timeout: Duration,
-    /// Check the clock when `spins & mask == 0`: every poll with events (each may sleep),
-    /// else every 256.
-    pub(super) mask: u32,
+    /// Once past the quiet spins, the spins between clock reads: 1 with events (each poll may
+    /// sleep), else [`QUIET_MIN`].
+    step: u64,
+    /// Spins before a wait's first clock read (1 with events: every poll may sleep).
+    quiet: u64,
+    /// How many times the last wait tested its condition.
+    spun: u64,
+    /// How many spins fit in [`YIELD_AFTER`], as the last round with enough spins to tell
+    /// showed: the most `quiet` may be.
+    cap: u64,
     /// A ponger in duration mode stops when the pinger's tally equals its count.
     pub(super) stop_at: Option<u64>,
     /// A software device (rxe, siw): long waits give the CPU away (`engine::backoff`).
@@ -38,36 +62,79 @@ pub(super) struct Waiter<'w> {
     pub(super) counters: PortCounters,
 }
 
-impl Waiter<'_> {
-    /// Spins on `ready` until it says yes; bounded by the completion timeout, watching the peer
-    /// after the first [`CHANNEL_CHECK`] of waiting.
-    #[inline]
-    pub(super) fn wait(&mut self, mut ready: impl FnMut() -> Result<bool>) -> Result<Waited> {
-        if ready()? {
-            return Ok(Waited::Ready);
+impl<'w> Waiter<'w> {
+    /// The waits of a phase; `events`: every poll may sleep, so the clock is read after each.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        ch: &'w mut crate::proto::Channel,
+        watch: PeerWatch,
+        cq_timeout: Duration,
+        events: bool,
+        backoff: bool,
+        qp: &'w Qp,
+        counters: PortCounters,
+    ) -> Waiter<'w> {
+        Waiter {
+            ch,
+            watch,
+            cq_timeout,
+            step: if events { 1 } else { QUIET_MIN },
+            quiet: if events { 1 } else { QUIET_MIN },
+            spun: 0,
+            cap: QUIET_MAX,
+            stop_at: None,
+            backoff,
+            looked: false,
+            what: "",
+            qp,
+            counters,
         }
-        // The clock is read only every `mask + 1` spins, and not at all when the answer comes
-        // within the first of them: a clock read is not free (about 1.3 µs on the HPET of an
-        // emulated guest) and every read here would delay noticing the answer.
-        let mut start: Option<Instant> = None;
-        let mut spins = 0u32;
+    }
+
+    /// Spins on `ready` until it says yes; `since` is when the wait began (the round's start,
+    /// a clock read the caller already has). Reads the clock only after the quiet spins; then
+    /// bounded by the completion timeout, watching the peer after [`CHANNEL_CHECK`] of waiting.
+    #[inline]
+    pub(super) fn wait(
+        &mut self,
+        since: Instant,
+        mut ready: impl FnMut() -> Result<bool>,
+    ) -> Result<Waited> {
+        let mut spins = 0u64;
+        // Past the quiet spins and not yielding, the clock is read about four times in as many
+        // polls as a quiet stretch (never under `step`): the bounds it checks are 10 ms and more.
+        let slow = (self.quiet / 4).max(self.step);
+        // The spins at which the wait next looks at the clock, and the yields still to make
+        // before it does (once yielding: every `step` polls, one read in [`YIELDS_PER_READ`]).
+        let mut next = self.quiet;
+        let mut blind = 0u32;
         loop {
             if ready()? {
+                self.spun = spins;
                 return Ok(Waited::Ready);
             }
-            spins = spins.wrapping_add(1);
-            if spins & self.mask != 0 {
+            spins += 1;
+            if spins < next {
                 continue;
             }
+            if blind > 0 {
+                blind -= 1;
+                next = spins + self.step;
+                std::thread::yield_now();
+                continue;
+            }
+            next = spins + slow;
             let now = Instant::now();
-            let waited = now.duration_since(*start.get_or_insert(now));
-            if self.backoff {
-                backoff(waited);
+            let waited = now.saturating_duration_since(since);
+            if self.backoff && backoff(waited) {
+                blind = YIELDS_PER_READ - 1;
+                next = spins + self.step;
             }
             if waited >= CHANNEL_CHECK {
                 self.looked |= self.watch.check(self.ch, now)?;
                 if let (Some(count), Some(t)) = (self.stop_at, &self.watch.tally) {
                     if t.per_qp.first() == Some(&count) {
+                        self.spun = spins;
                         return Ok(Waited::PeerDone);
                     }
                 }
@@ -82,5 +149,27 @@ impl Waiter<'_> {
                 );
             }
         }
+    }
+
+    /// Learns from a round that took `round` (by the caller's own clock reads) and whose wait
+    /// spun as the last one did: the next waits stay quiet for twice those spins (decaying
+    /// slowly after a long round), but no longer than [`YIELD_AFTER`] takes at that pace.
+    #[inline]
+    pub(super) fn learn(&mut self, round: Duration) {
+        if self.step == 1 {
+            return;
+        }
+        let spun = self.spun;
+        if spun >= QUIET_MIN {
+            // The round is more than its spins (the post, the clock read): this pace is a
+            // little slower than the spins' own, so `cap` errs towards reading the clock early.
+            let ns = (round.as_nanos() as u64).max(1);
+            self.cap = spun.saturating_mul(YIELD_AFTER.as_nanos() as u64) / ns;
+        }
+        let want = spun
+            .saturating_mul(2)
+            .max(self.quiet - self.quiet / 8)
+            .min(self.cap);
+        self.quiet = want.clamp(QUIET_MIN, QUIET_MAX);
     }
 }
