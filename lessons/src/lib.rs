@@ -775,6 +775,18 @@ pub fn peer_rts_barrier(conn: &mut OobConn) -> Result<()> {
         .context("synchronising after connecting")
 }
 
+/// Narrates a memory region the way lessons 05 and 06 do after `pd.reg_mr(len, access)`:
+/// `ibv_reg_mr: LEN bytes at ADDR, access FLAGS: lkey K, rkey R`.
+pub fn say_mr(n: &Narrator, mr: &Mr, access: verbs_lab::verbs::AccessFlags) {
+    n.say(format!(
+        "ibv_reg_mr: {} bytes at {:#x}, access {access}: lkey {:#x}, rkey {:#x}",
+        mr.len(),
+        mr.addr(),
+        mr.lkey(),
+        mr.rkey()
+    ));
+}
+
 /// What one side of lessons 05 and 06 works with once connected: its buffer, QP and CQ, the
 /// out-of-band connection to the peer, the `--wait` bound of every wait, and the narrator.
 pub struct Side<'a> {
