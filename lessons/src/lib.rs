@@ -61,6 +61,49 @@ impl CommonArgs {
     }
 }
 
+/// The devices of the lessons that hold both ends in one process (09, 14): a QP on `--dev-a`
+/// (the client, which sends) connected to a QP on `--dev-b` (the server), both on port `-i`
+/// with GID index `-g`.
+#[derive(Args, Debug, Clone)]
+pub struct DevicePairArgs {
+    /// Device of the client (sending) QP (default: the first device)
+    #[arg(long = "dev-a")]
+    pub dev_a: Option<String>,
+    /// Device of the server (receiving) QP (default: the second device, or the first again if
+    /// there is one)
+    #[arg(long = "dev-b")]
+    pub dev_b: Option<String>,
+    /// Port of both devices
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u8,
+    /// GID index on both devices (default: chosen automatically)
+    #[arg(short = 'g', long = "gid-idx")]
+    pub gid_idx: Option<u32>,
+}
+
+impl DevicePairArgs {
+    /// The two devices' names: `--dev-a` or the first device, `--dev-b` or the second (the
+    /// first again when there is only one). With no device at all, says how to get one and
+    /// how to run `program` where there is one.
+    pub fn names(&self, program: &str) -> Result<(String, String)> {
+        let names = DeviceList::new().context("listing RDMA devices")?.names();
+        let a = match &self.dev_a {
+            Some(d) => d.clone(),
+            None => names.first().cloned().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no RDMA device: get one with scripts/softroce-up (a kernel with rdma_rxe) \
+                     or run in the guest: scripts/softroce-vm run -- {program}"
+                )
+            })?,
+        };
+        let b = match &self.dev_b {
+            Some(d) => d.clone(),
+            None => names.get(1).cloned().unwrap_or_else(|| a.clone()),
+        };
+        Ok((a, b))
+    }
+}
+
 /// Which side of the exchange this process is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {
@@ -683,9 +726,21 @@ pub fn exchange_params(
     Ok(theirs)
 }
 
-/// Lesson 02's RC QP as the two-sided lessons use it: both queues on `cq`, one SGE per request,
-/// no inline data, every request signaled only if it says so (`sq_sig_all` off).
+/// Lesson 02's RC QP as the lessons from 03 on use it: both queues on `cq`, one SGE per
+/// request, no inline data, every request signaled only if it says so (`sq_sig_all` off).
 pub fn create_rc_qp(pd: &Pd, cq: &Cq, max_send_wr: u32, max_recv_wr: u32) -> Result<Qp> {
+    create_rc_qp_inline(pd, cq, max_send_wr, max_recv_wr, 0)
+}
+
+/// [`create_rc_qp`] asking for room for `max_inline_data` bytes of inline data in each send
+/// request (lesson 14; the device may grant more, `qp.caps()` says what it granted).
+pub fn create_rc_qp_inline(
+    pd: &Pd,
+    cq: &Cq,
+    max_send_wr: u32,
+    max_recv_wr: u32,
+    max_inline_data: u32,
+) -> Result<Qp> {
     pd.create_qp(&QpInitAttr {
         send_cq: cq,
         recv_cq: cq,
@@ -695,7 +750,7 @@ pub fn create_rc_qp(pd: &Pd, cq: &Cq, max_send_wr: u32, max_recv_wr: u32) -> Res
             max_recv_wr,
             max_send_sge: 1,
             max_recv_sge: 1,
-            max_inline_data: 0,
+            max_inline_data,
         },
         sq_sig_all: false,
     })
@@ -919,7 +974,8 @@ mod lessons_05_08_tests {
     }
 }
 
-/// The `main` of lessons 05–08: parse the flags (`verbs_lab::cli::parse`), refuse what `check`
+/// The `main` of every lesson but 10, 13 and 15 (which start workers or choose a role
+/// first): parse the flags (`verbs_lab::cli::parse`), refuse what `check`
 /// refuses before any verbs call (a usage error, exit 2, [`usage_error`]), then `run` with what
 /// `check` returned; an error from `run` is reported by [`report_error`] (exit 1).
 pub fn lesson_main<A: clap::Parser, T>(
