@@ -27,9 +27,8 @@ use verbs_lab::verbs::{
     QpType, RecvWr, RtsAttr, SendOp, SendWr, Sge, UdDest, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    decode_rc_pingpong, encode_rc_pingpong, first_mismatch, oob_connect, open_device, pattern,
-    print_pingpong_summary, rc_pingpong_handshake, report_error, usage_error, CommonArgs, Narrator,
-    Summary,
+    decode_rc_pingpong, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device,
+    pattern, print_pingpong_summary, rc_pingpong_handshake, CommonArgs, Narrator, Summary,
 };
 
 #[derive(Parser, Debug)]
@@ -586,12 +585,9 @@ fn show_loss(
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    args.common
-        .check()
-        .unwrap_or_else(|e| usage_error::<Args>(&e));
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error("lesson11_ud", &e),
-    }
+    lesson_main(
+        "lesson11_ud",
+        |a: &Args| a.common.check(),
+        |a: &Args, ()| run(a),
+    )
 }
