@@ -31,9 +31,9 @@ use verbs_lab::verbs::{
     QpType, RecvWr, SendOp, SendWr, Sge, Srq, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    connect_opts, decode_rc_pingpong, encode_rc_pingpong, first_mismatch, oob_connect, open_device,
-    pattern, print_pingpong_summary, rc_pingpong_handshake, report_error, usage_error, CommonArgs,
-    Narrator, RC_PINGPONG_RECORD_LEN,
+    connect_opts, decode_rc_pingpong, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect,
+    open_device, pattern, print_pingpong_summary, rc_pingpong_handshake, CommonArgs, Narrator,
+    RC_PINGPONG_RECORD_LEN,
 };
 
 #[derive(Parser, Debug)]
@@ -737,10 +737,5 @@ fn check_flags(args: &Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error("lesson12_srq_events", &e),
-    }
+    lesson_main("lesson12_srq_events", check_flags, |a: &Args, ()| run(a))
 }
