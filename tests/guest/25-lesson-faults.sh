@@ -28,10 +28,13 @@ expect_contains "$out" "timed out after 4 s waiting for a client to connect to T
 
 # lesson04_killed VICTIM PORT: kill one side of a long ping-pong once the client has sent; the
 # other side must end, naming the iteration it waited for (a completion that never came) or the
-# retry-exhausted SEND.
+# retry-exhausted SEND. The server waits 15 s, not 5 (as in scenario 34): its --wait also bounds
+# its accept, which covers the client's whole start, and on a busy host (scripts/test
+# --under-load, load average 18) that took over 5 s.
 lesson04_killed() {
-    killed_mid_run lesson04_send_recv "$2" "$1" "first ibv_post_send" "-n 1000000 --wait 5" \
-        "-n 1000000 --wait 5" "timed out after 5 s waiting for iteration" "IBV_WC_RETRY_EXC_ERR"
+    killed_mid_run lesson04_send_recv "$2" "$1" "first ibv_post_send" "-n 1000000 --wait 15" \
+        "-n 1000000 --wait 5" "timed out after 15 s waiting for iteration" \
+        "timed out after 5 s waiting for iteration" "IBV_WC_RETRY_EXC_ERR"
     [ "$1" = client ] && _survivor=$srv || _survivor=$cli
     expect_contains "$_survivor" "iteration "
 }
@@ -48,8 +51,9 @@ expect_contains "$SERVER_OUT" "the peer sent GID zero, but $VL_DEV0 is RoCE (Eth
 expect_contains "$SERVER_OUT" "give it -g, e.g. -g 1"
 
 step "different -s on the two sides: the oversized SEND fails on both, and the error says why"
-server_client 18576 "lesson04_send_recv -d $VL_DEV0 -p 18576 -s 4096 -n 5 --wait 10" \
-    "lesson04_send_recv -d $VL_DEV1 -p 18576 -s 8192 -n 5 --wait 10 $VL_ADDR0" && fail "a size mismatch went unnoticed"
+w=$(scaled 10) # the server's wait covers the client's start: grown with the suite's time scale
+server_client 18576 "lesson04_send_recv -d $VL_DEV0 -p 18576 -s 4096 -n 5 --wait $w" \
+    "lesson04_send_recv -d $VL_DEV1 -p 18576 -s 8192 -n 5 --wait $w $VL_ADDR0" && fail "a size mismatch went unnoticed"
 expect_contains "$SERVER_OUT" "a posted receive (wr_id 1) completed with IBV_WC_"
 expect_contains "$SERVER_OUT" "the usual cause is a different -s on the two sides"
 expect_contains "$CLIENT_OUT" "our SEND (wr_id 2) completed with IBV_WC_"

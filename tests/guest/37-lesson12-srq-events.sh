@@ -36,7 +36,8 @@ for f in "$SERVER_OUT" "$CLIENT_OUT"; do
 done
 
 step "a mismatched --num-qp is refused with the reason"
-server_client "$port" "lesson12_srq_events -d $VL_DEV0 -p $port -n 20 --num-qp 4 --wait 10" \
+w=$(scaled 10) # the server's wait covers the client's start: grown with the suite's time scale
+server_client "$port" "lesson12_srq_events -d $VL_DEV0 -p $port -n 20 --num-qp 4 --wait $w" \
     "lesson12_srq_events -d $VL_DEV1 -p $port -n 20 --num-qp 8 --wait 30 $VL_ADDR0" && fail "mismatched --num-qp passed"
 expect_contains "$CLIENT_OUT" "names no QP: it has fewer QPs than our --num-qp 8"
 
