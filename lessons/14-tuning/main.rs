@@ -246,15 +246,7 @@ fn run(args: &Args) -> Result<()> {
         a.ep.qpn, b.ep.qpn
     ));
     let inline_cap = a.qp.caps().max_inline_data as usize;
-    let cores: Vec<usize> = core_affinity::get_core_ids()
-        .unwrap_or_default()
-        .iter()
-        .map(|c| c.id)
-        .collect();
-    ensure!(
-        !cores.is_empty(),
-        "core_affinity::get_core_ids() found no CPU this process may use"
-    );
+    let cores = usable_cores()?;
 
     n.step(2, "The settings, each a run of its own");
     let cases = cases(args.size <= inline_cap, &cores);
@@ -275,25 +267,8 @@ fn run(args: &Args) -> Result<()> {
         3,
         "Rounds over the settings, in alternating order (A B C .., .. C B A)",
     );
-    let mut results: Vec<Vec<Measured>> = vec![Vec::new(); cases.len()];
     let wait = Duration::from_secs(args.wait_secs);
-    for r in 0..args.rounds {
-        let mut order: Vec<usize> = (0..cases.len()).collect();
-        if r % 2 == 1 {
-            order.reverse();
-        }
-        let mut line = Vec::new();
-        for i in order {
-            let m = match cases[i].kind {
-                Kind::Stream(s) => stream(&a, &b, s, u64::from(args.iters), wait),
-                Kind::PingPong(p) => ping_pong(&a, &b, p, args.pp_iters, wait),
-            }
-            .with_context(|| format!("round {}, {}", r + 1, cases[i].describe()))?;
-            line.push(format!("{} {}", cases[i].key, m.show()));
-            results[i].push(m);
-        }
-        println!("round {}: {}", r + 1, line.join(", "));
-    }
+    let results = rounds(args, &a, &b, &cases, wait)?;
     n.say(format!(
         "after every stream run, the {DEPTH} slots on {dev_b} equalled the {DEPTH} source slots \
          byte for byte; every ping-pong message carried the expected sequence number"
@@ -327,6 +302,51 @@ fn run(args: &Args) -> Result<()> {
     );
     print_table(&cases, &results, &moderation, &slots, &window, args);
     Ok(())
+}
+
+/// The CPUs this process may use, for the placement settings.
+fn usable_cores() -> Result<Vec<usize>> {
+    let cores: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    ensure!(
+        !cores.is_empty(),
+        "core_affinity::get_core_ids() found no CPU this process may use"
+    );
+    Ok(cores)
+}
+
+/// Step 3: `-r` rounds over every setting, in alternating order (A B C .., .. C B A) so that
+/// no setting always runs first or last; one line per round. Returns each setting's results,
+/// in the order of `cases`.
+fn rounds(
+    args: &Args,
+    a: &Side,
+    b: &Side,
+    cases: &[Case],
+    wait: Duration,
+) -> Result<Vec<Vec<Measured>>> {
+    let mut results: Vec<Vec<Measured>> = vec![Vec::new(); cases.len()];
+    for r in 0..args.rounds {
+        let mut order: Vec<usize> = (0..cases.len()).collect();
+        if r % 2 == 1 {
+            order.reverse();
+        }
+        let mut line = Vec::new();
+        for i in order {
+            let m = match cases[i].kind {
+                Kind::Stream(s) => stream(a, b, s, u64::from(args.iters), wait),
+                Kind::PingPong(p) => ping_pong(a, b, p, args.pp_iters, wait),
+            }
+            .with_context(|| format!("round {}, {}", r + 1, cases[i].describe()))?;
+            line.push(format!("{} {}", cases[i].key, m.show()));
+            results[i].push(m);
+        }
+        println!("round {}: {}", r + 1, line.join(", "));
+    }
+    Ok(results)
 }
 
 /// One stream setting.
