@@ -215,21 +215,7 @@ fn run(args: &Args) -> Result<()> {
          machine's CPUs (call it after pinning and it returns one)",
         ids.iter().map(|c| c.id).collect::<Vec<_>>()
     ));
-    let (cpu_a, cpu_b) = match args.cpus {
-        Some(CpuPair(a, b)) => {
-            for c in [a, b] {
-                ensure!(
-                    allowed.contains(c),
-                    "--cpus: CPU {c} is not among the CPUs this process may use ({allowed})"
-                );
-            }
-            (a, b)
-        }
-        None => (
-            allowed.cpus()[0],
-            *allowed.cpus().get(1).unwrap_or(&allowed.cpus()[0]),
-        ),
-    };
+    let (cpu_a, cpu_b) = chosen_cpus(args, &allowed)?;
 
     // 2. Affinity belongs to a thread. sched_setaffinity(0, ..) pins the *calling thread*; the
     //    "process affinity" that taskset -p shows is its main thread's (tid = pid). A thread
@@ -272,6 +258,40 @@ fn run(args: &Args) -> Result<()> {
         ));
     }
     placements.push(Placement::Unpinned);
+    let rows = rounds(args, &n, &placements, &mut a, &mut b)?;
+    print_table(args, &rows);
+    Ok(())
+}
+
+/// The two CPUs of the pinned placements: `--cpus`, which must be among `allowed`, or the first
+/// two allowed CPUs (the first twice when there is only one).
+fn chosen_cpus(args: &Args, allowed: &CpuList) -> Result<(usize, usize)> {
+    Ok(match args.cpus {
+        Some(CpuPair(a, b)) => {
+            for c in [a, b] {
+                ensure!(
+                    allowed.contains(c),
+                    "--cpus: CPU {c} is not among the CPUs this process may use ({allowed})"
+                );
+            }
+            (a, b)
+        }
+        None => (
+            allowed.cpus()[0],
+            *allowed.cpus().get(1).unwrap_or(&allowed.cpus()[0]),
+        ),
+    })
+}
+
+/// Step 5's rounds: the ping-pong under every placement, `-n` round trips split over `-r`
+/// rounds. Returns a row per placement, every round merged into it.
+fn rounds(
+    args: &Args,
+    n: &Narrator,
+    placements: &[Placement],
+    a: &mut Side,
+    b: &mut Side,
+) -> Result<Vec<Row>> {
     // Rounds in alternating order (A B C, C B A, ...): a burst of other load on the machine
     // then hits every placement, not only the one that happened to run at that moment.
     let rounds = args.rounds.min(args.iters);
@@ -286,7 +306,7 @@ fn run(args: &Args) -> Result<()> {
         .collect();
     for r in 0..rounds {
         let count = args.iters / rounds + u32::from(r < args.iters % rounds);
-        let mut order = placements.clone();
+        let mut order = placements.to_vec();
         if r % 2 == 1 {
             order.reverse();
         }
@@ -299,7 +319,7 @@ fn run(args: &Args) -> Result<()> {
                 args.warmup,
                 args.size
             ));
-            let part = measure(args, &n, p, count, &mut a, &mut b).with_context(|| p.describe())?;
+            let part = measure(args, n, p, count, a, b).with_context(|| p.describe())?;
             let mut sorted = part.rtt_us.clone();
             sorted.sort_by(f64::total_cmp);
             medians.push(format!("{} {:.1}", p.key(), percentile(&sorted, 0.5)));
@@ -311,8 +331,7 @@ fn run(args: &Args) -> Result<()> {
         }
         println!("round {} medians (µs): {}", r + 1, medians.join(", "));
     }
-    print_table(args, &rows);
-    Ok(())
+    Ok(rows)
 }
 
 fn dedup(v: [&String; 2]) -> Vec<&String> {
