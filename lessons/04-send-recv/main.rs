@@ -28,8 +28,8 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     create_rc_qp, decode_rc_pingpong, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect,
-    open_device, pattern, print_pingpong_summary, rc_pingpong_handshake, CommonArgs, Narrator,
-    Summary,
+    open_device, pattern, print_pingpong_summary, print_round_trips, rc_pingpong_handshake,
+    CommonArgs, Narrator,
 };
 
 #[derive(Parser, Debug)]
@@ -333,12 +333,7 @@ fn run(args: &Args) -> Result<()> {
     // 6. Results: ibv_rc_pingpong's two lines (so scripts parse both tools alike), then ours.
     n.step(6, "Results");
     print_pingpong_summary(u64::from(args.size), iters, elapsed);
-    if let Some(s) = Summary::of(&rtts_us) {
-        println!(
-            "round trip of {size} bytes (usec): avg {:.1}  min {:.1}  median {:.1}  max {:.1}  ({} samples)",
-            s.avg, s.min, s.median, s.max, s.count
-        );
-    } else {
+    if !print_round_trips(size, &rtts_us) {
         n.say("(round trips are measured by the client, which starts every exchange)");
     }
     println!("{}", check.verdict(rcnt, size));

@@ -468,6 +468,20 @@ pub fn print_pingpong_summary(size: u64, iters: u64, elapsed: Duration) {
     );
 }
 
+/// The ping-pong lessons' (04, 11) own summary line after the C examples' two: the round trip
+/// of `size` bytes in µs as avg, min, median, max. Prints nothing and returns false when there
+/// is no sample (only the client, which starts every exchange, measures round trips).
+pub fn print_round_trips(size: usize, rtts_us: &[f64]) -> bool {
+    let Some(s) = Summary::of(rtts_us) else {
+        return false;
+    };
+    println!(
+        "round trip of {size} bytes (usec): avg {:.1}  min {:.1}  median {:.1}  max {:.1}  ({} samples)",
+        s.avg, s.min, s.median, s.max, s.count
+    );
+    true
+}
+
 /// Minimum, median, maximum and mean of a set of samples (e.g. round trips in µs).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Summary {
