@@ -28,12 +28,13 @@ expect_contains "$out" "timed out after 4 s waiting for a client to connect to T
 
 # lesson04_killed VICTIM PORT: kill one side of a long ping-pong once the client has sent; the
 # other side must end, naming the iteration it waited for (a completion that never came) or the
-# retry-exhausted SEND. The server waits 15 s, not 5 (as in scenario 34): its --wait also bounds
-# its accept, which covers the client's whole start, and on a busy host (scripts/test
-# --under-load, load average 18) that took over 5 s.
+# retry-exhausted SEND. The server waits 15 s times the suite's time scale, not 5 (as in scenario
+# 34): its --wait also bounds its accept, which covers the client's whole start, and on a busy
+# host (three --under-load suites at once, load average 20) that took over 15 s.
 lesson04_killed() {
-    killed_mid_run lesson04_send_recv "$2" "$1" "first ibv_post_send" "-n 1000000 --wait 15" \
-        "-n 1000000 --wait 5" "timed out after 15 s waiting for iteration" \
+    _w=$(scaled 15)
+    killed_mid_run lesson04_send_recv "$2" "$1" "first ibv_post_send" "-n 1000000 --wait $_w" \
+        "-n 1000000 --wait 5" "timed out after $_w s waiting for iteration" \
         "timed out after 5 s waiting for iteration" "IBV_WC_RETRY_EXC_ERR"
     [ "$1" = client ] && _survivor=$srv || _survivor=$cli
     expect_contains "$_survivor" "iteration "

@@ -24,14 +24,14 @@ pair() {
     _p_spid=$!
     wait_port "$1" 60 "$_p_spid"
     CRC=0
-    run_timeout 60 sh -c "$3" >"$cli" 2>"$err" </dev/null || CRC=$?
+    run_timeout "$(scaled 60)" sh -c "$3" >"$cli" 2>"$err" </dev/null || CRC=$?
     SRC=0
-    _vl_watch "$_p_spid" 40 || SRC=$?
+    _vl_watch "$_p_spid" "$(scaled 40)" || SRC=$?
     _vl_show server "$SRC" "$2" "$srv"
     _vl_show "client stdout" "$CRC" "$3" "$cli"
     _vl_show "client stderr" "$CRC" "$3" "$err"
-    [ "$CRC" -ne 124 ] || fail "the client was still running after 60 s"
-    [ "$SRC" -ne 124 ] || fail "the server was still running 40 s after the client ended"
+    [ "$CRC" -ne 124 ] || fail "the client was still running after $(scaled 60) s"
+    [ "$SRC" -ne 124 ] || fail "the server was still running $(scaled 40) s after the client ended"
 }
 
 # bad_rkey_fails: the client of the last pair failed with IBV_WC_REM_ACCESS_ERR on stderr.
@@ -80,28 +80,31 @@ expect_fail_within 30 "lesson08 server, no client" lesson08_atomics -d "$VL_DEV0
 expect_contains "$out" "out-of-band connection of client 1/1: timed out after 4 s waiting for a client to connect to TCP port 18348"
 
 step "lesson08 --clients 2 but one client comes: the server names client 2/2, the client ends too"
-pair 18343 "lesson08_atomics -d $VL_DEV0 -p 18343 --clients 2 --wait 15" \
-    "lesson08_atomics -d $VL_DEV1 -p 18343 -n 10 --wait 30 $VL_ADDR0"
+w=$(scaled 15) # the server's wait covers the first client's start too
+pair 18343 "lesson08_atomics -d $VL_DEV0 -p 18343 --clients 2 --wait $w" \
+    "lesson08_atomics -d $VL_DEV1 -p 18343 -n 10 --wait $((w * 2)) $VL_ADDR0"
 [ "$SRC" -ne 0 ] || fail "the server exited 0 with one of two clients"
-expect_contains "$srv" "out-of-band connection of client 2/2: timed out after 15 s waiting for a client to connect"
+expect_contains "$srv" "out-of-band connection of client 2/2: timed out after $w s waiting for a client to connect"
 [ "$CRC" -ne 0 ] || fail "the client exited 0 although the server gave up"
 expect_contains "$err" "the peer closed the connection while we waited for the server's start signal"
 
-# The servers below wait 15 s (--wait), not 5: a server's --wait also bounds its accept, and on
-# a busy host the client has been seen to need over 5 s from its start to its connect.
+# The servers below wait 15 s times the suite's time scale (--wait), not 5: a server's --wait
+# also bounds its accept, and on a busy host the client has been seen to need over 15 s from its
+# start to its connect (scenario 25, three --under-load suites at once, load average 20).
+w=$(scaled 15)
 
 step "lesson05 (imm): the client dies mid-run; the server names the write it waited for"
-killed_mid_run lesson05_rdma_write 18344 client "iteration 3: wrote" "--wait 15" \
+killed_mid_run lesson05_rdma_write 18344 client "iteration 3: wrote" "--wait $w" \
     "-n 100000 -s 256 --wait 5" \
     "waiting for the client's WRITE_WITH_IMM of iteration" \
     "while we waited for the client after our check of iteration"
 step "lesson05 (flag): the client dies mid-run; the spinning server times out on the flag word"
-killed_mid_run lesson05_rdma_write 18345 client "iteration 3: wrote" "--wait 15" \
+killed_mid_run lesson05_rdma_write 18345 client "iteration 3: wrote" "--wait $w" \
     "-n 100000 -s 256 --notify flag --wait 5" \
-    "timed out after 15 s waiting for the flag word to become" \
+    "timed out after $w s waiting for the flag word to become" \
     "while we waited for the client after our check of iteration"
 step "lesson05: the server dies mid-run; the client names the check or the write it waited for"
-killed_mid_run lesson05_rdma_write 18346 server "iteration 3: wrote" "--wait 15" \
+killed_mid_run lesson05_rdma_write 18346 server "iteration 3: wrote" "--wait $w" \
     "-n 100000 -s 256 --wait 5" \
     "while we waited for the server's check of iteration" \
     "timed out after 5.0 s waiting for the completion of iteration" \
@@ -112,9 +115,9 @@ killed_mid_run lesson05_rdma_write 18346 server "iteration 3: wrote" "--wait 15"
 # the QP's retries (retry count 6: 7 ack timeouts of ~1 s, before its own 15 s wait runs out).
 step "lesson07 (event mode): the client dies; the sleeping server wakes by its timeout or the QP's retries"
 mark_from="[6] "
-killed_mid_run lesson07_events 18347 client "[7] " "--wait 15" "-n 3000 --wait 5" \
+killed_mid_run lesson07_events 18347 client "[7] " "--wait $w" "-n 3000 --wait 5" \
     "sleeping until the ping of round trip" \
-    "timed out after 15.0 s waiting for a completion event" \
+    "timed out after $w.0 s waiting for a completion event" \
     "completed with IBV_WC_RETRY_EXC_ERR"
 mark_from=
 

@@ -271,10 +271,11 @@ no_workers() {
 
 # ---- assertions -------------------------------------------------------------------------------
 
-# expect_fail_within SECS NAME CMD...: CMD must exit non-zero (not by our timeout) within SECS.
+# expect_fail_within SECS NAME CMD...: CMD must exit non-zero (not by our timeout) within SECS
+# (scaled: on a busy host a tool's start and exit alone have taken 16 s).
 # Its output is printed and left in "$out" (the caller sets out=FILE); FAIL_RC holds its status.
 expect_fail_within() {
-    _ef_secs=$1 _ef_name=$2 _ef_out=${out:?expect_fail_within: set out=FILE first}
+    _ef_secs=$(scaled "$1") _ef_name=$2 _ef_out=${out:?expect_fail_within: set out=FILE first}
     shift 2
     echo "\$ $*"
     _ef_t0=$(_vl_now)
@@ -289,9 +290,9 @@ expect_fail_within() {
 
 # killed_mid_run PROG PORT VICTIM MARK "SERVER ARGS" "CLIENT ARGS" PATTERNS...: start a long run
 # of PROG (server on $VL_DEV0, client on $VL_DEV1), SIGKILL VICTIM (client or server) once the
-# client's output shows MARK, then the survivor must fail within 40 s with "PROG: error: " and
-# one of PATTERNS (fixed strings), i.e. naming the step it waited at. Outputs: $srv and $cli
-# (default $TMPDIR/srv.out, cli.out).
+# client's output shows MARK, then the survivor must fail within 40 s (scaled) with
+# "PROG: error: " and one of PATTERNS (fixed strings), i.e. naming the step it waited at.
+# Outputs: $srv and $cli (default $TMPDIR/srv.out, cli.out).
 # The kill comes 1 s after MARK, or, when $mark_from is set, a third of the time between
 # $mark_from and MARK after MARK (at most 1 s): a phase that follows an equally long one is then
 # killed early in its run on an idle host and on a busy one alike.
@@ -338,11 +339,11 @@ killed_mid_run() {
     kill -KILL "$_kill"
     _t0=$(_vl_now)
     _rc=0
-    _vl_watch "$_other" 40 || _rc=$?
+    _vl_watch "$_other" "$(scaled 40)" || _rc=$?
     wait "$_kill" 2>/dev/null || true
     echo "--- survivor ($_l, $_victim killed): exit $_rc after ~$(( ($(_vl_now) - _t0) / 100 ))s"
     tail -n 8 "$_other_out"
-    [ "$_rc" -ne 124 ] || fail "the survivor was still running 40 s after its peer was killed"
+    [ "$_rc" -ne 124 ] || fail "the survivor was still running $(scaled 40) s after its peer was killed"
     [ "$_rc" -ne 0 ] || fail "the survivor exited 0 although its peer died mid-run"
     expect_contains "$_other_out" "$_l: error: "
     _named=
