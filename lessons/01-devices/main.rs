@@ -43,7 +43,7 @@ use verbs_lab::sysfs;
 use verbs_lab::verbs::device::format_guid;
 use verbs_lab::verbs::error::HOW_TO_GET_A_DEVICE;
 use verbs_lab::verbs::{DeviceList, VerbsError};
-use verbs_lab_lessons::{report_error, Narrator};
+use verbs_lab_lessons::{lesson_main, Narrator};
 
 /// Lesson 01: list the RDMA devices, open them, query device, ports and GID tables.
 #[derive(Parser, Debug)]
@@ -68,11 +68,7 @@ const IBV_LINK_LAYER_INFINIBAND: u8 = 1;
 const IBV_LINK_LAYER_ETHERNET: u8 = 2;
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error("lesson01_devices", &e),
-    }
+    lesson_main("lesson01_devices", |_: &Args| Ok(()), |a: &Args, ()| run(a))
 }
 
 fn run(args: &Args) -> Result<()> {

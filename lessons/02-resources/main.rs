@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use verbs_lab::verbs::{AccessFlags, DeviceList, QpCaps, QpInitAttr, QpType};
-use verbs_lab_lessons::{report_error, Narrator};
+use verbs_lab_lessons::{lesson_main, Narrator};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -314,9 +314,9 @@ fn say_refusal<T: std::fmt::Display>(
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error("lesson02_resources", &e),
-    }
+    lesson_main(
+        "lesson02_resources",
+        |_: &Args| Ok(()),
+        |a: &Args, ()| run(a),
+    )
 }

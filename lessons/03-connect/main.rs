@@ -17,12 +17,12 @@ use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
 use verbs_lab::connect::{local_endpoint, path_mtu, random_psn, Endpoint};
 use verbs_lab::verbs::{
-    AccessFlags, AhAttr, GlobalRoute, InitAttr, Mtu, Payload, QpCaps, QpInitAttr, QpType, RecvWr,
-    RtrAttr, RtsAttr, SendOp, SendWr, WcOpcode,
+    AccessFlags, AhAttr, GlobalRoute, InitAttr, Mtu, Payload, RecvWr, RtrAttr, RtsAttr, SendOp,
+    SendWr, WcOpcode,
 };
 use verbs_lab_lessons::{
-    decode_rc_pingpong, encode_rc_pingpong, oob_connect, open_device, report_error, CommonArgs,
-    RC_PINGPONG_DONE, RC_PINGPONG_RECORD_LEN,
+    create_rc_qp, decode_rc_pingpong, encode_rc_pingpong, lesson_main, oob_connect, open_device,
+    CommonArgs, RC_PINGPONG_DONE, RC_PINGPONG_RECORD_LEN,
 };
 
 #[derive(Parser, Debug)]
@@ -63,21 +63,7 @@ fn run(args: &Args) -> Result<()> {
         .reg_mr(MSG_LEN, AccessFlags::LOCAL_WRITE)
         .context("ibv_reg_mr")?;
     let cq = dev.ctx.create_cq(16, None).context("ibv_create_cq")?;
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            qp_type: QpType::Rc,
-            caps: QpCaps {
-                max_send_wr: 4,
-                max_recv_wr: 4,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-        })
-        .context("ibv_create_qp")?;
+    let qp = create_rc_qp(&pd, &cq, 4, 4)?;
     let state = qp.state().context("ibv_query_qp")?;
     states.push(state);
     n.say(format!(
@@ -385,9 +371,5 @@ fn show_record(rec: &[u8]) -> String {
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error("lesson03_connect", &e),
-    }
+    lesson_main("lesson03_connect", |_: &Args| Ok(()), |a: &Args, ()| run(a))
 }

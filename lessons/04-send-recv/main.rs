@@ -24,12 +24,12 @@ use verbs_lab::connect::{
 use verbs_lab::oob::OobConn;
 use verbs_lab::sysfs;
 use verbs_lab::verbs::{
-    AccessFlags, Cq, InitAttr, Mtu, Payload, Qp, QpCaps, QpInitAttr, QpType, RecvWr, SendOp,
-    SendWr, WcStatus, WorkCompletion,
+    AccessFlags, Cq, InitAttr, Mtu, Payload, Qp, RecvWr, SendOp, SendWr, WcStatus, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    decode_rc_pingpong, encode_rc_pingpong, first_mismatch, oob_connect, open_device, pattern,
-    print_pingpong_summary, rc_pingpong_handshake, report_error, CommonArgs, Narrator, Summary,
+    create_rc_qp, decode_rc_pingpong, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect,
+    open_device, pattern, print_pingpong_summary, print_round_trips, rc_pingpong_handshake,
+    CommonArgs, Narrator,
 };
 
 #[derive(Parser, Debug)]
@@ -115,21 +115,7 @@ fn run(args: &Args) -> Result<()> {
         .ctx
         .create_cq(args.rx_depth + 1, None)
         .context("ibv_create_cq")?;
-    let qp = pd
-        .create_qp(&QpInitAttr {
-            send_cq: &cq,
-            recv_cq: &cq,
-            qp_type: QpType::Rc,
-            caps: QpCaps {
-                max_send_wr: 1,
-                max_recv_wr: args.rx_depth,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-        })
-        .context("ibv_create_qp")?;
+    let qp = create_rc_qp(&pd, &cq, 1, args.rx_depth)?;
     n.say(format!(
         "MR of {} bytes (lkey {:#x}): receive half at {:#x}, send half at {:#x}; CQ of {} entries; QP {:#08x}",
         mr.len(),
@@ -347,12 +333,7 @@ fn run(args: &Args) -> Result<()> {
     // 6. Results: ibv_rc_pingpong's two lines (so scripts parse both tools alike), then ours.
     n.step(6, "Results");
     print_pingpong_summary(u64::from(args.size), iters, elapsed);
-    if let Some(s) = Summary::of(&rtts_us) {
-        println!(
-            "round trip of {size} bytes (usec): avg {:.1}  min {:.1}  median {:.1}  max {:.1}  ({} samples)",
-            s.avg, s.min, s.median, s.max, s.count
-        );
-    } else {
+    if !print_round_trips(size, &rtts_us) {
         n.say("(round trips are measured by the client, which starts every exchange)");
     }
     println!("{}", check.verdict(rcnt, size));
@@ -631,9 +612,9 @@ fn poll_one_any(cq: &Cq, wait: Duration, what: &str) -> Result<WorkCompletion> {
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error("lesson04_send_recv", &e),
-    }
+    lesson_main(
+        "lesson04_send_recv",
+        |_: &Args| Ok(()),
+        |a: &Args, ()| run(a),
+    )
 }

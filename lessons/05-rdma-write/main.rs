@@ -37,8 +37,8 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet, open_device,
-    parse_size, pattern, peer_rts_barrier, same_as_client, CommonArgs, Device, Params, PeerInfo,
-    Side,
+    parse_size, pattern, peer_rts_barrier, same_as_client, say_mr, CommonArgs, Device, Params,
+    PeerInfo, Side,
 };
 
 const PROGRAM: &str = "lesson05_rdma_write";
@@ -195,12 +195,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
     let mr = pd
         .reg_mr(BUF_LEN, mr_access)
         .context("ibv_reg_mr (the write buffer)")?;
-    n.say(format!(
-        "ibv_reg_mr: {BUF_LEN} bytes at {:#x}, access {mr_access}: lkey {:#x}, rkey {:#x}",
-        mr.addr(),
-        mr.lkey(),
-        mr.rkey()
-    ));
+    say_mr(&n, &mr, mr_access);
     n.say(format!(
         "layout: bytes 0..{MAX_SIZE} payload, {FLAG_OFF}..{BUF_LEN} the flag word (--notify flag)"
     ));
@@ -259,14 +254,6 @@ fn run(args: &Args, asked: Test) -> Result<()> {
 /// The client: fill the local buffer with this iteration's pattern, write it into the target's
 /// buffer, tell the target (immediate data or flag word), wait until the target checked it.
 fn writer(s: Side, t: &Test, peer: &PeerInfo, bad_rkey: bool) -> Result<()> {
-    let Side {
-        mr,
-        qp,
-        cq,
-        conn,
-        wait,
-        n,
-    } = s;
     let mut target = peer.buf;
     ensure!(
         target.len as usize >= t.size + FLAG_LEN,
@@ -276,70 +263,22 @@ fn writer(s: Side, t: &Test, peer: &PeerInfo, bad_rkey: bool) -> Result<()> {
     );
     if bad_rkey {
         target.rkey ^= 0x5a5a_0000;
-        n.say(format!(
+        s.n.say(format!(
             "--bad-rkey: using rkey {:#x} instead of the advertised {:#x}",
             target.rkey, peer.buf.rkey
         ));
     }
-    // Both ranges are inside what the server advertised (checked above), so `slice` succeeds.
-    let payload_at = target.slice(0, t.size as u32).expect("checked above");
-    let flag_at = target
-        .slice(target.len - FLAG_LEN as u32, FLAG_LEN as u32)
-        .expect("checked above");
     let mut total = Duration::ZERO;
     for i in 0..t.iters {
         // The NIC reads the buffer when it executes the request, not when we post it: the bytes
         // must be in place before ibv_post_send and left alone until the completion.
-        mr.write(0, &pattern(i as u64, t.size))?;
-        let data = mr.sge(0..t.size)?;
+        s.mr.write(0, &pattern(i as u64, t.size))?;
         let t0 = Instant::now();
-        match t.notify {
-            Notify::Imm => {
-                n.say(format!(
-                    "iteration {i}: ibv_post_send IBV_WR_RDMA_WRITE_WITH_IMM: {} bytes from lkey {:#x} \
-                     -> remote addr {:#x} rkey {:#x}, imm_data {i}",
-                    t.size, data.lkey(), payload_at.addr, payload_at.rkey
-                ));
-                qp.post_send(&[SendWr::new(
-                    i as u64,
-                    SendOp::WriteWithImm(payload_at, i),
-                    Payload::Sges(&[data]),
-                )])
-                .with_context(|| format!("iteration {i}: posting the RDMA WRITE_WITH_IMM"))?;
-            }
-            Notify::Flag => {
-                // The flag value is the iteration + 1, so 0 (the buffer's initial state) never
-                // counts as "arrived".
-                mr.write(FLAG_OFF, &(i as u64 + 1).to_ne_bytes())?;
-                let flag = mr.sge(FLAG_OFF..BUF_LEN)?;
-                n.say(format!(
-                    "iteration {i}: ibv_post_send [IBV_WR_RDMA_WRITE {} bytes -> {:#x} (unsignaled), \
-                     IBV_WR_RDMA_WRITE flag={} -> {:#x} (signaled)], rkey {:#x}",
-                    t.size, payload_at.addr, i + 1, flag_at.addr, flag_at.rkey
-                ));
-                // One post, two requests: the payload first, the flag second. Only the second
-                // asks for a completion; an RC QP completes requests in order, so its
-                // completion means both are done (an error completes the first anyway).
-                qp.post_send(&[
-                    SendWr::new(
-                        2 * i as u64,
-                        SendOp::Write(payload_at),
-                        Payload::Sges(&[data]),
-                    )
-                    .signaled(false),
-                    SendWr::new(
-                        2 * i as u64 + 1,
-                        SendOp::Write(flag_at),
-                        Payload::Sges(&[flag]),
-                    ),
-                ])
-                .with_context(|| format!("iteration {i}: posting the payload and flag writes"))?;
-            }
-        }
+        post_write(&s, t, i, target)?;
         let what = format!("the completion of iteration {i}'s RDMA WRITE");
-        let wc = cq
-            .poll_one(wait, &what)
-            .with_context(|| format!("iteration {i}: RDMA WRITE to rkey {:#x}", payload_at.rkey))?;
+        let wc =
+            s.cq.poll_one(s.wait, &what)
+                .with_context(|| format!("iteration {i}: RDMA WRITE to rkey {:#x}", target.rkey))?;
         let took = t0.elapsed();
         total += took;
         ensure!(
@@ -349,14 +288,15 @@ fn writer(s: Side, t: &Test, peer: &PeerInfo, bad_rkey: bool) -> Result<()> {
         );
         // An RC write completes only when the target's NIC acknowledged it: the bytes are in
         // the target's memory. The target's CPU may not have looked yet — that is its business.
-        n.say(format!(
+        s.n.say(format!(
             "iteration {i}: ibv_poll_cq -> {} {} (wr_id {}) after {} µs",
             wc.opcode(),
             wc.status().name(),
             wc.wr_id(),
             took.as_micros()
         ));
-        conn.barrier(&format!("the server's check of iteration {i}"))
+        s.conn
+            .barrier(&format!("the server's check of iteration {i}"))
             .with_context(|| format!("iteration {i}: waiting for the server to check the bytes"))?;
         println!(
             "iteration {i}: wrote {} bytes of pattern({i}); the server verified them",
@@ -374,24 +314,78 @@ fn writer(s: Side, t: &Test, peer: &PeerInfo, bad_rkey: bool) -> Result<()> {
     Ok(())
 }
 
+/// Posts iteration `i`'s write of the first `t.size` bytes of our buffer into the start of
+/// `target`, with its notification: the immediate data `i`, or the flag word `i + 1` written
+/// into the last 8 bytes of `target` right after the payload.
+fn post_write(s: &Side, t: &Test, i: u32, target: RemoteBuf) -> Result<()> {
+    // Both ranges are inside what the server advertised (the writer checked), so `slice`
+    // succeeds.
+    let payload_at = target
+        .slice(0, t.size as u32)
+        .expect("checked by the writer");
+    let data = s.mr.sge(0..t.size)?;
+    match t.notify {
+        Notify::Imm => {
+            s.n.say(format!(
+                "iteration {i}: ibv_post_send IBV_WR_RDMA_WRITE_WITH_IMM: {} bytes from lkey {:#x} \
+                 -> remote addr {:#x} rkey {:#x}, imm_data {i}",
+                t.size, data.lkey(), payload_at.addr, payload_at.rkey
+            ));
+            s.qp.post_send(&[SendWr::new(
+                i as u64,
+                SendOp::WriteWithImm(payload_at, i),
+                Payload::Sges(&[data]),
+            )])
+            .with_context(|| format!("iteration {i}: posting the RDMA WRITE_WITH_IMM"))
+        }
+        Notify::Flag => {
+            let flag_at = target
+                .slice(target.len - FLAG_LEN as u32, FLAG_LEN as u32)
+                .expect("checked by the writer");
+            // The flag value is the iteration + 1, so 0 (the buffer's initial state) never
+            // counts as "arrived".
+            s.mr.write(FLAG_OFF, &(i as u64 + 1).to_ne_bytes())?;
+            let flag = s.mr.sge(FLAG_OFF..BUF_LEN)?;
+            s.n.say(format!(
+                "iteration {i}: ibv_post_send [IBV_WR_RDMA_WRITE {} bytes -> {:#x} (unsignaled), \
+                 IBV_WR_RDMA_WRITE flag={} -> {:#x} (signaled)], rkey {:#x}",
+                t.size,
+                payload_at.addr,
+                i + 1,
+                flag_at.addr,
+                flag_at.rkey
+            ));
+            // One post, two requests: the payload first, the flag second. Only the second
+            // asks for a completion; an RC QP completes requests in order, so its
+            // completion means both are done (an error completes the first anyway).
+            s.qp.post_send(&[
+                SendWr::new(
+                    2 * i as u64,
+                    SendOp::Write(payload_at),
+                    Payload::Sges(&[data]),
+                )
+                .signaled(false),
+                SendWr::new(
+                    2 * i as u64 + 1,
+                    SendOp::Write(flag_at),
+                    Payload::Sges(&[flag]),
+                ),
+            ])
+            .with_context(|| format!("iteration {i}: posting the payload and flag writes"))
+        }
+    }
+}
+
 /// The server: wait for each write the chosen way, then check every byte.
 fn target(s: Side, t: &Test) -> Result<()> {
-    let Side {
-        mr,
-        qp,
-        cq,
-        conn,
-        wait,
-        n,
-    } = s;
     let post_recv = |i: u32| -> Result<()> {
         // A WRITE_WITH_IMM consumes a receive but writes nothing into it: no SGE is needed.
-        qp.post_recv(&[RecvWr {
+        s.qp.post_recv(&[RecvWr {
             wr_id: i as u64,
             sges: &[],
         }])
         .with_context(|| format!("posting the receive for iteration {i}"))?;
-        n.say(format!(
+        s.n.say(format!(
             "iteration {i}: ibv_post_recv (wr_id {i}, no SGE) ready for the WRITE_WITH_IMM"
         ));
         Ok(())
@@ -403,44 +397,15 @@ fn target(s: Side, t: &Test) -> Result<()> {
     for i in 0..t.iters {
         let t0 = Instant::now();
         let how = match t.notify {
-            Notify::Imm => {
-                let what =
-                    format!("the client's WRITE_WITH_IMM of iteration {i} (a receive completion)");
-                let wc = cq
-                    .poll_one(wait, &what)
-                    .with_context(|| format!("iteration {i}: waiting for the client's write"))?;
-                ensure!(
-                    wc.opcode() == WcOpcode::RECV_RDMA_WITH_IMM,
-                    "iteration {i}: expected RECV_RDMA_WITH_IMM, got {}",
-                    wc.opcode()
-                );
-                ensure!(
-                    wc.imm_data() == Some(i),
-                    "iteration {i}: immediate data {:?}, expected {i}",
-                    wc.imm_data()
-                );
-                ensure!(
-                    wc.byte_len() as usize == t.size,
-                    "iteration {i}: the completion says {} bytes were written, expected {}",
-                    wc.byte_len(),
-                    t.size
-                );
-                format!(
-                    "ibv_poll_cq -> {} (wr_id {}), imm_data {}, byte_len {}",
-                    wc.opcode(),
-                    wc.wr_id(),
-                    i,
-                    wc.byte_len()
-                )
-            }
-            Notify::Flag => wait_for_flag(mr, qp, i, wait)?,
+            Notify::Imm => wait_for_imm(&s, t, i)?,
+            Notify::Flag => wait_for_flag(s.mr, s.qp, i, s.wait)?,
         };
-        n.say(format!(
+        s.n.say(format!(
             "iteration {i}: {how}, {} µs after we started waiting",
             t0.elapsed().as_micros()
         ));
         let want = pattern(i as u64, t.size);
-        let got = mr.to_vec(0..t.size)?;
+        let got = s.mr.to_vec(0..t.size)?;
         if let Some(off) = first_mismatch(&got, &want) {
             bail!(
                 "iteration {i}: byte {off} of the written data is {:#04x}, expected {:#04x} \
@@ -457,7 +422,8 @@ fn target(s: Side, t: &Test) -> Result<()> {
         if t.notify == Notify::Imm && i + 1 < t.iters {
             post_recv(i + 1)?;
         }
-        conn.barrier(&format!("the client after our check of iteration {i}"))
+        s.conn
+            .barrier(&format!("the client after our check of iteration {i}"))
             .with_context(|| format!("iteration {i}: telling the client the bytes are good"))?;
     }
     println!(
@@ -467,6 +433,39 @@ fn target(s: Side, t: &Test) -> Result<()> {
         t.notify.name()
     );
     Ok(())
+}
+
+/// Waits for iteration `i`'s WRITE_WITH_IMM: the receive completion it consumed, which must
+/// carry the immediate data `i` and say how many bytes the write placed. Returns what it saw,
+/// for the narration.
+fn wait_for_imm(s: &Side, t: &Test, i: u32) -> Result<String> {
+    let what = format!("the client's WRITE_WITH_IMM of iteration {i} (a receive completion)");
+    let wc =
+        s.cq.poll_one(s.wait, &what)
+            .with_context(|| format!("iteration {i}: waiting for the client's write"))?;
+    ensure!(
+        wc.opcode() == WcOpcode::RECV_RDMA_WITH_IMM,
+        "iteration {i}: expected RECV_RDMA_WITH_IMM, got {}",
+        wc.opcode()
+    );
+    ensure!(
+        wc.imm_data() == Some(i),
+        "iteration {i}: immediate data {:?}, expected {i}",
+        wc.imm_data()
+    );
+    ensure!(
+        wc.byte_len() as usize == t.size,
+        "iteration {i}: the completion says {} bytes were written, expected {}",
+        wc.byte_len(),
+        t.size
+    );
+    Ok(format!(
+        "ibv_poll_cq -> {} (wr_id {}), imm_data {}, byte_len {}",
+        wc.opcode(),
+        wc.wr_id(),
+        i,
+        wc.byte_len()
+    ))
 }
 
 /// Spins on the flag word until it reads `i + 1`. Memory alone never reports an error, so the

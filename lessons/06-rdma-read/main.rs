@@ -27,15 +27,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
-use verbs_lab::connect::{init_attr, rtr_attr, rts_attr};
+use verbs_lab::connect::{init_attr, rtr_attr, rts_attr, Endpoint};
 use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{
-    AccessFlags, Cq, DeviceAttr, Mr, Payload, RemoteBuf, SendOp, SendWr, WcOpcode, WorkCompletion,
+    AccessFlags, Cq, DeviceAttr, Mr, Payload, Qp, RemoteBuf, SendOp, SendWr, Sge, WcOpcode,
+    WorkCompletion,
 };
 use verbs_lab_lessons::{
     connect_opts, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet, open_device,
-    parse_size, pattern, peer_rts_barrier, recv_params, same_as_client, send_params, CommonArgs,
-    Device, Narrator, Params, PeerInfo, Side, Summary,
+    parse_size, pattern, peer_rts_barrier, recv_params, same_as_client, say_mr, send_params,
+    CommonArgs, Device, Narrator, Params, PeerInfo, Side, Summary,
 };
 
 const PROGRAM: &str = "lesson06_rdma_read";
@@ -182,12 +183,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
     let mr = pd
         .reg_mr(BUF_LEN, mr_access)
         .context("ibv_reg_mr (the read buffer)")?;
-    n.say(format!(
-        "ibv_reg_mr: {BUF_LEN} bytes at {:#x}, access {mr_access}: lkey {:#x}, rkey {:#x}",
-        mr.addr(),
-        mr.lkey(),
-        mr.rkey()
-    ));
+    say_mr(&n, &mr, mr_access);
 
     n.step(
         3,
@@ -224,7 +220,34 @@ fn run(args: &Args, asked: Test) -> Result<()> {
         5,
         "Connect the QP, setting the read depths at RTR and RTS (ibv_modify_qp)",
     );
-    let mut opts = connect_opts(&args.common, &dev, Some(theirs.get("mtu")?));
+    connect_with_depths(args, &dev, &qp, &ep, &peer, &theirs, depth)?;
+    peer_rts_barrier(&mut conn)?;
+
+    if server {
+        n.step(6, &format!("Be the target of {test}"));
+        target(&mr, &mut conn, &test, &n)
+    } else {
+        n.step(6, &format!("Read: {test}"));
+        let side = Side::new(&mr, &qp, &cq, &mut conn, args.common.wait(), &n);
+        reader(side, &test, &peer, args.bad_rkey)
+    }
+}
+
+/// Lesson 03's INIT -> RTR -> RTS, written out because this lesson adds to it: the target's QP
+/// lets the peer read (`qp_access_flags`) and answers `depth` reads at once (RTR's
+/// `max_dest_rd_atomic`); the reader issues `depth` at once (RTS's `max_rd_atomic`). Each
+/// direction is set only where it applies, then read back with `ibv_query_qp`.
+fn connect_with_depths(
+    args: &Args,
+    dev: &Device,
+    qp: &Qp,
+    ep: &Endpoint,
+    peer: &PeerInfo,
+    theirs: &Params,
+    depth: u8,
+) -> Result<()> {
+    let (n, server) = (args.common.narrator(), args.common.role().is_server());
+    let mut opts = connect_opts(&args.common, dev, Some(theirs.get("mtu")?));
     opts.access = if server {
         AccessFlags::REMOTE_READ
     } else {
@@ -246,7 +269,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
         rtr.dest_qpn, rtr.max_dest_rd_atomic
     ));
     // RTS carries what we *issue*: only the reader issues reads.
-    let mut rts = rts_attr(&opts, &ep);
+    let mut rts = rts_attr(&opts, ep);
     rts.max_rd_atomic = if server { 0 } else { depth };
     qp.modify_to_rts(&rts).context("ibv_modify_qp RTR->RTS")?;
     n.say(format!(
@@ -261,16 +284,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
         rts.max_rd_atomic,
         rtr.max_dest_rd_atomic
     );
-    peer_rts_barrier(&mut conn)?;
-
-    if server {
-        n.step(6, &format!("Be the target of {test}"));
-        target(&mr, &mut conn, &test, &n)
-    } else {
-        n.step(6, &format!("Read: {test}"));
-        let side = Side::new(&mr, &qp, &cq, &mut conn, args.common.wait(), &n);
-        reader(side, &test, &peer, args.bad_rkey)
-    }
+    Ok(())
 }
 
 /// The read depth both sides set: `min(-o, reader's max_qp_init_rd_atom, target's
@@ -351,14 +365,6 @@ fn target(mr: &Mr, conn: &mut OobConn, t: &Test, n: &Narrator) -> Result<()> {
 
 /// The client: per round, read the N chunks one at a time, then all N at once; check each.
 fn reader(s: Side, t: &Test, peer: &PeerInfo, bad_rkey: bool) -> Result<()> {
-    let Side {
-        mr,
-        qp,
-        cq,
-        conn,
-        wait,
-        n,
-    } = s;
     let mut from = peer.buf;
     ensure!(
         from.len as usize >= t.span(),
@@ -369,82 +375,25 @@ fn reader(s: Side, t: &Test, peer: &PeerInfo, bad_rkey: bool) -> Result<()> {
     );
     if bad_rkey {
         from.rkey ^= 0x5a5a_0000;
-        n.say(format!(
+        s.n.say(format!(
             "--bad-rkey: using rkey {:#x} instead of the advertised {:#x}",
             from.rkey, peer.buf.rkey
         ));
     }
-    let chunks = t.outstanding as usize;
-    // Chunk k of the server's buffer lands in chunk k of ours.
-    let sges = (0..chunks)
-        .map(|k| mr.sge(k * t.size..(k + 1) * t.size))
-        .collect::<verbs_lab::verbs::Result<Vec<_>>>()?;
-    let remote = |k: usize| -> RemoteBuf {
-        from.slice((k * t.size) as u32, t.size as u32)
-            .expect("checked against the advertised length")
-    };
-    let read = |k: usize| {
-        SendWr::new(
-            k as u64,
-            SendOp::Read(remote(k)),
-            Payload::Sges(std::slice::from_ref(&sges[k])),
-        )
-    };
+    let reads = Reads::new(s.mr, t, from)?;
+    let chunks = reads.sges.len();
     let (mut serial_us, mut parallel_us) = (Vec::new(), Vec::new());
     for r in 0..t.rounds {
-        conn.barrier(&format!("the server to fill its buffer for round {r}"))?;
-        let round = format!("round {r}");
+        s.conn
+            .barrier(&format!("the server to fill its buffer for round {r}"))?;
         if r == 0 {
             // The first operation on a new connection costs far more than the next ones (first
             // packets, first touch of the MRs): one untimed read, so no pass pays for it.
-            qp.post_send(&[read(0)])
+            s.qp.post_send(&[reads.wr(0)])
                 .context("posting the warm-up read")?;
-            collect(cq, 1, wait, "the warm-up read", from.rkey)?;
+            collect(s.cq, 1, s.wait, "the warm-up read", from.rkey)?;
         }
-        let want = pattern(r as u64, t.span());
-        let (mut serial, mut parallel) = (Duration::ZERO, Duration::ZERO);
-        // Alternate which pass goes first, so that neither always runs on a warmer path.
-        let passes = if r % 2 == 0 {
-            [false, true]
-        } else {
-            [true, false]
-        };
-        for all_at_once in passes {
-            mr.fill(0..t.span(), 0)?;
-            if all_at_once {
-                // One ibv_post_send with N linked requests: the NIC keeps up to max_rd_atomic
-                // of them in flight, the answers come back to back.
-                let wrs: Vec<SendWr> = (0..chunks).map(read).collect();
-                n.say(format!(
-                    "round {r}: ibv_post_send {chunks} x IBV_WR_RDMA_READ of {} bytes from \
-                     remote {:#x}.. rkey {:#x} into lkey {:#x}, in one call",
-                    t.size,
-                    from.addr,
-                    from.rkey,
-                    mr.lkey()
-                ));
-                let t0 = Instant::now();
-                qp.post_send(&wrs)
-                    .with_context(|| format!("round {r}: posting {chunks} reads"))?;
-                let order = collect(cq, chunks, wait, &round, from.rkey)?;
-                parallel = t0.elapsed();
-                n.say(format!(
-                    "round {r}: ibv_poll_cq -> {chunks} RDMA_READ completions, wr_ids in order \
-                     {order:?}"
-                ));
-                check(mr, &want, r, "all at once")?;
-            } else {
-                // One at a time: post a read, wait for its completion, post the next.
-                let t0 = Instant::now();
-                for k in 0..chunks {
-                    qp.post_send(&[read(k)])
-                        .with_context(|| format!("round {r}: posting read {k}"))?;
-                    collect(cq, 1, wait, &round, from.rkey)?;
-                }
-                serial = t0.elapsed();
-                check(mr, &want, r, "one at a time")?;
-            }
-        }
+        let (serial, parallel) = read_round(&s, &reads, r)?;
         serial_us.push(serial.as_secs_f64() * 1e6);
         parallel_us.push(parallel.as_secs_f64() * 1e6);
         println!(
@@ -455,7 +404,7 @@ fn reader(s: Side, t: &Test, peer: &PeerInfo, bad_rkey: bool) -> Result<()> {
             parallel.as_micros()
         );
         send_params(
-            conn,
+            s.conn,
             &Params::new()
                 .with("round", r)
                 .with("verified", "yes")
@@ -473,6 +422,99 @@ fn reader(s: Side, t: &Test, peer: &PeerInfo, bad_rkey: bool) -> Result<()> {
         ms / mp.max(1e-9)
     );
     Ok(())
+}
+
+/// The N reads of a round: chunk k of the server's buffer (`from`) lands in chunk k of ours.
+struct Reads<'a> {
+    sges: Vec<Sge<'a>>,
+    from: RemoteBuf,
+    size: usize,
+}
+
+impl<'a> Reads<'a> {
+    fn new(mr: &'a Mr, t: &Test, from: RemoteBuf) -> Result<Reads<'a>> {
+        let sges = (0..t.outstanding as usize)
+            .map(|k| mr.sge(k * t.size..(k + 1) * t.size))
+            .collect::<verbs_lab::verbs::Result<Vec<_>>>()?;
+        Ok(Reads {
+            sges,
+            from,
+            size: t.size,
+        })
+    }
+
+    /// Read k: an RDMA READ of the server's chunk k into our chunk k, wr_id k.
+    fn wr(&self, k: usize) -> SendWr<'_> {
+        let remote = self
+            .from
+            .slice((k * self.size) as u32, self.size as u32)
+            .expect("checked against the advertised length");
+        SendWr::new(
+            k as u64,
+            SendOp::Read(remote),
+            Payload::Sges(std::slice::from_ref(&self.sges[k])),
+        )
+    }
+}
+
+/// One round's two passes over the N chunks, each checked against `pattern(r)`: one read at a
+/// time, and all N at once. Returns how long each took (one at a time, all at once).
+fn read_round(s: &Side, reads: &Reads, r: u32) -> Result<(Duration, Duration)> {
+    let Side {
+        mr,
+        qp,
+        cq,
+        wait,
+        n,
+        ..
+    } = s;
+    let (from, chunks) = (reads.from, reads.sges.len());
+    let (span, round) = (chunks * reads.size, format!("round {r}"));
+    let want = pattern(r as u64, span);
+    let (mut serial, mut parallel) = (Duration::ZERO, Duration::ZERO);
+    // Alternate which pass goes first, so that neither always runs on a warmer path.
+    let passes = if r % 2 == 0 {
+        [false, true]
+    } else {
+        [true, false]
+    };
+    for all_at_once in passes {
+        mr.fill(0..span, 0)?;
+        if all_at_once {
+            // One ibv_post_send with N linked requests: the NIC keeps up to max_rd_atomic
+            // of them in flight, the answers come back to back.
+            let wrs: Vec<SendWr> = (0..chunks).map(|k| reads.wr(k)).collect();
+            n.say(format!(
+                "round {r}: ibv_post_send {chunks} x IBV_WR_RDMA_READ of {} bytes from \
+                 remote {:#x}.. rkey {:#x} into lkey {:#x}, in one call",
+                reads.size,
+                from.addr,
+                from.rkey,
+                mr.lkey()
+            ));
+            let t0 = Instant::now();
+            qp.post_send(&wrs)
+                .with_context(|| format!("round {r}: posting {chunks} reads"))?;
+            let order = collect(cq, chunks, *wait, &round, from.rkey)?;
+            parallel = t0.elapsed();
+            n.say(format!(
+                "round {r}: ibv_poll_cq -> {chunks} RDMA_READ completions, wr_ids in order \
+                 {order:?}"
+            ));
+            check(mr, &want, r, "all at once")?;
+        } else {
+            // One at a time: post a read, wait for its completion, post the next.
+            let t0 = Instant::now();
+            for k in 0..chunks {
+                qp.post_send(&[reads.wr(k)])
+                    .with_context(|| format!("round {r}: posting read {k}"))?;
+                collect(cq, 1, *wait, &round, from.rkey)?;
+            }
+            serial = t0.elapsed();
+            check(mr, &want, r, "one at a time")?;
+        }
+    }
+    Ok((serial, parallel))
 }
 
 fn median(v: &[f64]) -> f64 {

@@ -499,20 +499,8 @@ fn run(args: &Args, asked: Test) -> Result<()> {
     for (m, mode) in [Mode::Busy, Mode::Event].into_iter().enumerate() {
         n.step(6 + m as u32, &format!("{test}, waiting by {}", mode.how()));
         waiter.mode = mode;
-        waiter.stats = EventStats::default();
-        conn.barrier(&format!("the peer to start the {} run", mode.name()))?;
-        // Wall clock outside, CPU clock inside: the CPU interval lies within the wall interval.
-        let t0 = Instant::now();
-        let u0 = usage()?;
-        if server {
-            pong(&qp, &mr, &slots, &mut waiter, test.iters)?;
-        } else {
-            rtts[m] = ping(&qp, &mr, &slots, &mut waiter, test.iters, m as u64)?;
-        }
-        // The last, partial batch of events.
-        waiter.ack();
-        measured[m] = Measured::since(t0, &u0, waiter.stats)?;
-        conn.barrier(&format!("the peer to finish the {} run", mode.name()))?;
+        (measured[m], rtts[m]) =
+            measure(&qp, &mr, &slots, &mut waiter, &mut conn, server, test.iters)?;
         n.say(measured[m].describe(mode));
     }
     compare(&mut conn, server, &test, &measured, &rtts)
@@ -526,6 +514,38 @@ fn post_recv_slot(qp: &Qp, mr: &Mr, slots: &Slots) -> Result<()> {
         sges: &[sge],
     }])?;
     Ok(())
+}
+
+/// One measured run, waiting the way `w.mode` says: both sides start together, the client
+/// pings and the server pongs `iters` times; the wall clock is read
+/// outside, the CPU clock inside, so that the CPU interval lies within the wall interval.
+/// Returns what was measured and, on the client, the round trips in µs.
+fn measure(
+    qp: &Qp,
+    mr: &Mr,
+    slots: &Slots,
+    w: &mut Waiter,
+    conn: &mut OobConn,
+    server: bool,
+    iters: u32,
+) -> Result<(Measured, Vec<f64>)> {
+    let name = w.mode.name();
+    w.stats = EventStats::default();
+    conn.barrier(&format!("the peer to start the {name} run"))?;
+    let t0 = Instant::now();
+    let u0 = usage()?;
+    let rtts = if server {
+        pong(qp, mr, slots, w, iters)?;
+        Vec::new()
+    } else {
+        // The run's number (0 busy, 1 events) goes into every payload's pattern.
+        ping(qp, mr, slots, w, iters, (w.mode == Mode::Event) as u64)?
+    };
+    // The last, partial batch of events.
+    w.ack();
+    let measured = Measured::since(t0, &u0, w.stats)?;
+    conn.barrier(&format!("the peer to finish the {name} run"))?;
+    Ok((measured, rtts))
 }
 
 /// The server sends its numbers; the client prints both sides together.

@@ -568,7 +568,8 @@ struct Atomics<'a> {
 
 impl Atomics<'_> {
     /// Posts one atomic, waits for its completion and returns the old value the NIC wrote
-    /// into our buffer, read as a host-order u64 (right on rxe; `hammer` checks the order).
+    /// into our buffer, read as a host-order u64 (right on rxe; `result_byte_order` checks
+    /// the order).
     fn run(&self, op: SendOp, wr_id: u64) -> Result<u64> {
         let result = self.mr.sge(0..8)?;
         self.qp
@@ -590,6 +591,8 @@ impl Atomics<'_> {
     }
 }
 
+/// The client's work: `iters` fetch-and-adds of 1, then `iters` compare-and-swap increments,
+/// every old value kept for the server's check.
 fn hammer(a: &Atomics, iters: u32, initial: u64, n: &Narrator) -> Result<Done> {
     let mut done = Done {
         fetch_adds: 0,
@@ -597,6 +600,14 @@ fn hammer(a: &Atomics, iters: u32, initial: u64, n: &Narrator) -> Result<Done> {
         cas_retries: 0,
         olds: Vec::with_capacity(2 * iters as usize),
     };
+    fetch_adds(a, iters, initial, n, &mut done)?;
+    cas_increments(a, iters, initial, n, &mut done)?;
+    Ok(done)
+}
+
+/// `iters` IBV_WR_ATOMIC_FETCH_AND_ADD of 1 on the word; the first one's result also tells the
+/// byte order the device writes atomic results in ([`result_byte_order`]).
+fn fetch_adds(a: &Atomics, iters: u32, initial: u64, n: &Narrator, done: &mut Done) -> Result<()> {
     for i in 0..iters {
         let old = a.run(
             SendOp::FetchAdd {
@@ -613,24 +624,7 @@ fn hammer(a: &Atomics, iters: u32, initial: u64, n: &Narrator) -> Result<Done> {
                 a.word.rkey,
                 a.mr.lkey()
             ));
-            // The byte order of atomic results is the device's choice (README): rxe writes the
-            // old value in host order, mlx4/mlx5-class HCAs big-endian. The word started at
-            // `initial` and only ever grows by small steps, so only one reading is plausible.
-            let bytes = old.to_ne_bytes();
-            let swapped = old.swap_bytes();
-            let plausible = |v: u64| v >= initial && v - initial < (1 << 32);
-            let order = match (plausible(old), plausible(swapped)) {
-                (true, _) => "host order",
-                (false, true) => "big-endian (swapped relative to this host)",
-                (false, false) => bail!(
-                    "the first FETCH_AND_ADD returned bytes {bytes:02x?}: neither {old} (host \
-                     order) nor {swapped} (swapped) lies at or above the initial value {initial}"
-                ),
-            };
-            println!(
-                "atomic result bytes {bytes:02x?}: {order} — as a host-order u64 {old}, swapped \
-                 {swapped}; the word started at {initial}"
-            );
+            result_byte_order(old, initial)?;
         }
         done.olds.push(old);
         done.fetch_adds += 1;
@@ -646,8 +640,41 @@ fn hammer(a: &Atomics, iters: u32, initial: u64, n: &Narrator) -> Result<Done> {
             " with gaps: another client's atomics came in between"
         }
     ));
-    // Compare-and-swap increments: guess the current value; if the swap fails, the returned
-    // old value is the current one — guess again with it.
+    Ok(())
+}
+
+/// Says in which byte order the device wrote the first atomic result `old`. That order is the
+/// device's choice (README): rxe writes the old value in host order, mlx4/mlx5-class HCAs
+/// big-endian. The word started at `initial` and only ever grows by small steps, so only one
+/// reading is plausible.
+fn result_byte_order(old: u64, initial: u64) -> Result<()> {
+    let bytes = old.to_ne_bytes();
+    let swapped = old.swap_bytes();
+    let plausible = |v: u64| v >= initial && v - initial < (1 << 32);
+    let order = match (plausible(old), plausible(swapped)) {
+        (true, _) => "host order",
+        (false, true) => "big-endian (swapped relative to this host)",
+        (false, false) => bail!(
+            "the first FETCH_AND_ADD returned bytes {bytes:02x?}: neither {old} (host \
+             order) nor {swapped} (swapped) lies at or above the initial value {initial}"
+        ),
+    };
+    println!(
+        "atomic result bytes {bytes:02x?}: {order} — as a host-order u64 {old}, swapped \
+         {swapped}; the word started at {initial}"
+    );
+    Ok(())
+}
+
+/// `iters` increments by IBV_WR_ATOMIC_CMP_AND_SWP: guess the current value; if the swap
+/// fails, the returned old value is the current one — guess again with it.
+fn cas_increments(
+    a: &Atomics,
+    iters: u32,
+    initial: u64,
+    n: &Narrator,
+    done: &mut Done,
+) -> Result<()> {
     let mut guess = done.olds.last().map_or(initial, |v| v + 1);
     for i in 0..iters {
         loop {
@@ -681,7 +708,7 @@ fn hammer(a: &Atomics, iters: u32, initial: u64, n: &Narrator) -> Result<Done> {
         }
         done.cas += 1;
     }
-    Ok(done)
+    Ok(())
 }
 
 /// Sends one fetch-and-add to word + 4 — inside the server's MR, but not 8-byte aligned — and

@@ -43,12 +43,12 @@ use verbs_lab::affinity::{allowed_cpus, cpu_choice, CpuChoice, CpuList};
 use verbs_lab::connect::{bring_up, local_endpoint, random_psn, ConnectOpts, Endpoint};
 use verbs_lab::sysfs;
 use verbs_lab::verbs::{
-    AccessFlags, Context, Cq, DeviceList, GidChoice, Mr, Mtu, Payload, Qp, QpCaps, QpInitAttr,
-    QpType, RecvWr, SendOp, SendWr, WorkCompletion,
+    AccessFlags, Context, Cq, GidChoice, Mr, Mtu, Payload, Qp, RecvWr, SendOp, SendWr,
+    WorkCompletion,
 };
 use verbs_lab_lessons::{
-    check_device_flags, first_mismatch, open_named_device, pattern, report_error, usage_error,
-    Device, Narrator,
+    check_device_flags, create_rc_qp, first_mismatch, lesson_main, open_named_device, pattern,
+    Device, DevicePairArgs, Narrator,
 };
 
 const PROGRAM: &str = "lesson09_affinity";
@@ -66,18 +66,8 @@ const SEND_WRID: u64 = 2;
     after_help = "Examples:\n  lesson09_affinity\n  lesson09_affinity --dev-a rxe0 --dev-b rxe0 -n 100\n  lesson09_affinity --cpus 1,0"
 )]
 struct Args {
-    /// Device of the client QP (default: the first device)
-    #[arg(long = "dev-a")]
-    dev_a: Option<String>,
-    /// Device of the server QP (default: the second device, or the first again if there is one)
-    #[arg(long = "dev-b")]
-    dev_b: Option<String>,
-    /// Port of both devices
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
-    ib_port: u8,
-    /// GID index on both devices (default: chosen automatically)
-    #[arg(short = 'g', long = "gid-idx")]
-    gid_idx: Option<u32>,
+    #[command(flatten)]
+    pair: DevicePairArgs,
     /// Measured round trips per placement
     #[arg(short = 'n', long = "iters", default_value_t = 300)]
     iters: u32,
@@ -140,16 +130,11 @@ fn check_flags(a: &Args) -> Result<()> {
         "-r {}: 1 to 100 rounds",
         a.rounds
     );
-    check_device_flags(a.ib_port, a.gid_idx, a.qp_timeout, a.wait_secs)
+    check_device_flags(a.pair.ib_port, a.pair.gid_idx, a.qp_timeout, a.wait_secs)
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error(PROGRAM, &e),
-    }
+    lesson_main(PROGRAM, check_flags, |a: &Args, ()| run(a))
 }
 
 /// The CPUs in a `CpuSet`: the CPU_ISSET loop, over every slot the set has.
@@ -230,21 +215,7 @@ fn run(args: &Args) -> Result<()> {
          machine's CPUs (call it after pinning and it returns one)",
         ids.iter().map(|c| c.id).collect::<Vec<_>>()
     ));
-    let (cpu_a, cpu_b) = match args.cpus {
-        Some(CpuPair(a, b)) => {
-            for c in [a, b] {
-                ensure!(
-                    allowed.contains(c),
-                    "--cpus: CPU {c} is not among the CPUs this process may use ({allowed})"
-                );
-            }
-            (a, b)
-        }
-        None => (
-            allowed.cpus()[0],
-            *allowed.cpus().get(1).unwrap_or(&allowed.cpus()[0]),
-        ),
-    };
+    let (cpu_a, cpu_b) = chosen_cpus(args, &allowed)?;
 
     // 2. Affinity belongs to a thread. sched_setaffinity(0, ..) pins the *calling thread*; the
     //    "process affinity" that taskset -p shows is its main thread's (tid = pid). A thread
@@ -255,15 +226,7 @@ fn run(args: &Args) -> Result<()> {
     // 3. NIC locality. A PCIe NIC hangs off one socket's root complex: sysfs says which NUMA
     //    node and which CPUs are local. Memory and threads there avoid the socket interconnect.
     n.step(3, "Where the NIC is: NUMA node and local CPUs from sysfs");
-    let names = DeviceList::new().context("listing RDMA devices")?.names();
-    let dev_a = match &args.dev_a {
-        Some(d) => d.clone(),
-        None => names.first().cloned().ok_or_else(no_device)?,
-    };
-    let dev_b = match &args.dev_b {
-        Some(d) => d.clone(),
-        None => names.get(1).cloned().unwrap_or_else(|| dev_a.clone()),
-    };
+    let (dev_a, dev_b) = args.pair.names(PROGRAM)?;
     for dev in dedup([&dev_a, &dev_b]) {
         nic_locality(&n, dev);
     }
@@ -295,6 +258,40 @@ fn run(args: &Args) -> Result<()> {
         ));
     }
     placements.push(Placement::Unpinned);
+    let rows = rounds(args, &n, &placements, &mut a, &mut b)?;
+    print_table(args, &rows);
+    Ok(())
+}
+
+/// The two CPUs of the pinned placements: `--cpus`, which must be among `allowed`, or the first
+/// two allowed CPUs (the first twice when there is only one).
+fn chosen_cpus(args: &Args, allowed: &CpuList) -> Result<(usize, usize)> {
+    Ok(match args.cpus {
+        Some(CpuPair(a, b)) => {
+            for c in [a, b] {
+                ensure!(
+                    allowed.contains(c),
+                    "--cpus: CPU {c} is not among the CPUs this process may use ({allowed})"
+                );
+            }
+            (a, b)
+        }
+        None => (
+            allowed.cpus()[0],
+            *allowed.cpus().get(1).unwrap_or(&allowed.cpus()[0]),
+        ),
+    })
+}
+
+/// Step 5's rounds: the ping-pong under every placement, `-n` round trips split over `-r`
+/// rounds. Returns a row per placement, every round merged into it.
+fn rounds(
+    args: &Args,
+    n: &Narrator,
+    placements: &[Placement],
+    a: &mut Side,
+    b: &mut Side,
+) -> Result<Vec<Row>> {
     // Rounds in alternating order (A B C, C B A, ...): a burst of other load on the machine
     // then hits every placement, not only the one that happened to run at that moment.
     let rounds = args.rounds.min(args.iters);
@@ -309,7 +306,7 @@ fn run(args: &Args) -> Result<()> {
         .collect();
     for r in 0..rounds {
         let count = args.iters / rounds + u32::from(r < args.iters % rounds);
-        let mut order = placements.clone();
+        let mut order = placements.to_vec();
         if r % 2 == 1 {
             order.reverse();
         }
@@ -322,7 +319,7 @@ fn run(args: &Args) -> Result<()> {
                 args.warmup,
                 args.size
             ));
-            let part = measure(args, &n, p, count, &mut a, &mut b).with_context(|| p.describe())?;
+            let part = measure(args, n, p, count, a, b).with_context(|| p.describe())?;
             let mut sorted = part.rtt_us.clone();
             sorted.sort_by(f64::total_cmp);
             medians.push(format!("{} {:.1}", p.key(), percentile(&sorted, 0.5)));
@@ -334,15 +331,7 @@ fn run(args: &Args) -> Result<()> {
         }
         println!("round {} medians (µs): {}", r + 1, medians.join(", "));
     }
-    print_table(args, &rows);
-    Ok(())
-}
-
-fn no_device() -> anyhow::Error {
-    anyhow::anyhow!(
-        "no RDMA device: get one with scripts/softroce-up (a kernel with rdma_rxe) or run in \
-         the guest: scripts/softroce-vm run -- lesson09_affinity"
-    )
+    Ok(rows)
 }
 
 fn dedup(v: [&String; 2]) -> Vec<&String> {
@@ -500,29 +489,15 @@ impl Side {
         // Lesson 01's steps, told only in lesson 01 and 14: this lesson's narration is placement.
         let quiet = Narrator { quiet: true };
         let Device { ctx, port, gid } =
-            open_named_device(Some(dev), args.ib_port, args.gid_idx, &quiet)?;
+            open_named_device(Some(dev), args.pair.ib_port, args.pair.gid_idx, &quiet)?;
         let size = args.size;
         let pd = ctx.alloc_pd().context("ibv_alloc_pd")?;
         let mr = pd
             .reg_mr(2 * size, AccessFlags::LOCAL_WRITE)
             .context("ibv_reg_mr")?;
         let cq = ctx.create_cq(RX_DEPTH + 2, None).context("ibv_create_cq")?;
-        let qp = pd
-            .create_qp(&QpInitAttr {
-                send_cq: &cq,
-                recv_cq: &cq,
-                qp_type: QpType::Rc,
-                caps: QpCaps {
-                    max_send_wr: 2,
-                    max_recv_wr: RX_DEPTH,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 0,
-                },
-                sq_sig_all: false,
-            })
-            .context("ibv_create_qp")?;
-        let ep = local_endpoint(&ctx, args.ib_port, &qp, &gid, random_psn())?;
+        let qp = create_rc_qp(&pd, &cq, 2, RX_DEPTH)?;
+        let ep = local_endpoint(&ctx, args.pair.ib_port, &qp, &gid, random_psn())?;
         n.say(format!("{dev}: QP {:#x}, {gid}", qp.qpn()));
         Ok(Side {
             mtu: port.active_mtu.unwrap_or(Mtu::Mtu1024),
@@ -538,7 +513,7 @@ impl Side {
 
     fn connect(&mut self, args: &Args, remote: &Endpoint, mtu: Mtu) -> Result<()> {
         let opts = ConnectOpts {
-            port_num: args.ib_port,
+            port_num: args.pair.ib_port,
             sgid_index: self.gid.entry.index as u8,
             path_mtu: mtu,
             access: AccessFlags::EMPTY,

@@ -27,9 +27,9 @@ use verbs_lab::verbs::{
     QpType, RecvWr, RtsAttr, SendOp, SendWr, Sge, UdDest, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    decode_rc_pingpong, encode_rc_pingpong, first_mismatch, oob_connect, open_device, pattern,
-    print_pingpong_summary, rc_pingpong_handshake, report_error, usage_error, CommonArgs, Narrator,
-    Summary,
+    decode_rc_pingpong, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device,
+    pattern, print_pingpong_summary, print_round_trips, rc_pingpong_handshake, CommonArgs, Device,
+    Narrator,
 };
 
 #[derive(Parser, Debug)]
@@ -134,37 +134,7 @@ fn run(args: &Args) -> Result<()> {
         3,
         "RESET -> INIT (port, Q_Key) -> RTR -> RTS (sq_psn): no peer named anywhere",
     );
-    qp.modify_to_init(&InitAttr {
-        port_num: a.ib_port,
-        pkey_index: 0,
-        access: AccessFlags::EMPTY,
-        qkey: QKEY,
-    })
-    .context("ibv_modify_qp(INIT)")?;
-    let recvs: Vec<RecvWr> = (0..args.rx_depth)
-        .map(|_| RecvWr {
-            wr_id: RECV_WRID,
-            sges: std::slice::from_ref(&recv_sge),
-        })
-        .collect();
-    // Receives first: a datagram that finds no receive is dropped, not retried (no RNR on UD).
-    qp.post_recv(&recvs).context("posting the receives")?;
-    qp.modify_to_rtr(None).context("ibv_modify_qp(RTR)")?;
-    let local = local_endpoint(&dev.ctx, a.ib_port, &qp, &dev.gid, random_psn())?;
-    qp.modify_to_rts(&RtsAttr {
-        sq_psn: local.psn,
-        timeout: 0,
-        retry_cnt: 0,
-        rnr_retry: 0,
-        max_rd_atomic: 0,
-    })
-    .context("ibv_modify_qp(RTS)")?;
-    n.say(format!(
-        "Q_Key {QKEY:#x}; {} receives of {} bytes posted; qp.state() = {}",
-        args.rx_depth,
-        GRH_LEN + size,
-        qp.state()?
-    ));
+    let local = ready_ud_qp(&qp, &dev, a.ib_port, &recv_sge, args.rx_depth, &n)?;
 
     // 4. The handshake of ibv_ud_pingpong, which is ibv_rc_pingpong's (lesson 04): the
     //    endpoint records cross; each side then builds an address handle to the other.
@@ -205,7 +175,83 @@ fn run(args: &Args) -> Result<()> {
         5,
         "Ping-pong: ibv_post_send (AH, remote QPN, Q_Key), ibv_poll_cq, ibv_post_recv",
     );
-    let iters = u64::from(args.iters);
+    let done = ping_pong(&ctx, &mr, dest, &recv_sge, args, &n)?;
+
+    // 6. Results: ibv_ud_pingpong's two lines, then ours.
+    n.step(6, "Results");
+    print_pingpong_summary(u64::from(args.size), u64::from(args.iters), done.elapsed);
+    print_round_trips(size, &done.rtts_us);
+    println!("{}", done.check.verdict(done.received, size));
+    Ok(())
+}
+
+/// Step 3: RESET -> INIT -> RTR -> RTS without a peer. INIT takes the port and our Q_Key (no
+/// access flags: UD has no RDMA), RTR nothing, RTS only our first PSN; `rx_depth` receives
+/// into `recv_sge` are posted before RTR. Returns our endpoint (its PSN is the one set at RTS).
+fn ready_ud_qp(
+    qp: &Qp,
+    dev: &Device,
+    ib_port: u8,
+    recv_sge: &Sge,
+    rx_depth: u32,
+    n: &Narrator,
+) -> Result<Endpoint> {
+    let size = recv_sge.len() as usize - GRH_LEN;
+    qp.modify_to_init(&InitAttr {
+        port_num: ib_port,
+        pkey_index: 0,
+        access: AccessFlags::EMPTY,
+        qkey: QKEY,
+    })
+    .context("ibv_modify_qp(INIT)")?;
+    let recvs: Vec<RecvWr> = (0..rx_depth)
+        .map(|_| RecvWr {
+            wr_id: RECV_WRID,
+            sges: std::slice::from_ref(recv_sge),
+        })
+        .collect();
+    // Receives first: a datagram that finds no receive is dropped, not retried (no RNR on UD).
+    qp.post_recv(&recvs).context("posting the receives")?;
+    qp.modify_to_rtr(None).context("ibv_modify_qp(RTR)")?;
+    let local = local_endpoint(&dev.ctx, ib_port, qp, &dev.gid, random_psn())?;
+    qp.modify_to_rts(&RtsAttr {
+        sq_psn: local.psn,
+        timeout: 0,
+        retry_cnt: 0,
+        rnr_retry: 0,
+        max_rd_atomic: 0,
+    })
+    .context("ibv_modify_qp(RTS)")?;
+    n.say(format!(
+        "Q_Key {QKEY:#x}; {} receives of {} bytes posted; qp.state() = {}",
+        rx_depth,
+        GRH_LEN + size,
+        qp.state()?
+    ));
+    Ok(local)
+}
+
+/// What the ping-pong of step 5 measured and checked.
+struct PingPongDone {
+    elapsed: Duration,
+    rtts_us: Vec<f64>,
+    check: Check,
+    received: u64,
+}
+
+/// Step 5, the ping-pong of lesson 04, each SEND carrying its destination `dest`: the client
+/// posts the first SEND; each side posts its next only when its previous SEND completed and
+/// the peer's datagram arrived; every consumed receive is re-posted at once.
+fn ping_pong(
+    ctx: &Ping,
+    mr: &Mr,
+    dest: UdDest<'_>,
+    recv_sge: &Sge,
+    args: &Args,
+    n: &Narrator,
+) -> Result<PingPongDone> {
+    let (size, iters) = (ctx.size, u64::from(args.iters));
+    let server = args.common.role().is_server();
     let mut check = Check::Undecided;
     let mut rtts_us: Vec<f64> = Vec::new();
     let (mut scnt, mut rcnt) = (0u64, 0u64);
@@ -214,7 +260,7 @@ fn run(args: &Args) -> Result<()> {
     let mut posted_at = Instant::now();
     let start = Instant::now();
     if !server {
-        ctx.send(&mr, dest, pattern(my_seq, size), &n, true)?;
+        ctx.send(mr, dest, pattern(my_seq, size), n, true)?;
         pending |= SEND_WRID;
     }
     let mut wcs: [WorkCompletion; 2] = WorkCompletion::array();
@@ -228,17 +274,18 @@ fn run(args: &Args) -> Result<()> {
             match wc.wr_id() {
                 SEND_WRID => scnt += 1,
                 RECV_WRID => {
-                    let payload = ctx.received(wc, &mr, rcnt == 0, &n)?;
+                    let payload = ctx.received(wc, mr, rcnt == 0, n)?;
                     // A copy: the NIC may write the MR again once receives are re-posted.
                     let sent = mr.to_vec(GRH_LEN + size..GRH_LEN + 2 * size)?;
                     let want = pattern(2 * rcnt + peer_seq, size);
-                    check.message(rcnt, &payload, &want, &sent, &n)?;
+                    check.message(rcnt, &payload, &want, &sent, n)?;
                     rcnt += 1;
-                    qp.post_recv(&[RecvWr {
-                        wr_id: RECV_WRID,
-                        sges: std::slice::from_ref(&recv_sge),
-                    }])
-                    .context("re-posting a receive")?;
+                    ctx.qp
+                        .post_recv(&[RecvWr {
+                            wr_id: RECV_WRID,
+                            sges: std::slice::from_ref(recv_sge),
+                        }])
+                        .context("re-posting a receive")?;
                     // ibv_ud_pingpong sends what its buffer holds, i.e. echoes; so do we when
                     // the peer is that tool, and send our pattern otherwise.
                     if let Check::Echo = check {
@@ -257,24 +304,18 @@ fn run(args: &Args) -> Result<()> {
                     Check::Echo => mr.to_vec(GRH_LEN + size..GRH_LEN + 2 * size)?,
                     _ => pattern(2 * scnt + my_seq, size),
                 };
-                ctx.send(&mr, dest, msg, &n, false)?;
+                ctx.send(mr, dest, msg, n, false)?;
                 pending = RECV_WRID | SEND_WRID;
             }
         }
     }
     let elapsed = start.elapsed();
-
-    // 6. Results: ibv_ud_pingpong's two lines, then ours.
-    n.step(6, "Results");
-    print_pingpong_summary(u64::from(args.size), iters, elapsed);
-    if let Some(s) = Summary::of(&rtts_us) {
-        println!(
-            "round trip of {size} bytes (usec): avg {:.1}  min {:.1}  median {:.1}  max {:.1}  ({} samples)",
-            s.avg, s.min, s.median, s.max, s.count
-        );
-    }
-    println!("{}", check.verdict(rcnt, size));
-    Ok(())
+    Ok(PingPongDone {
+        elapsed,
+        rtts_us,
+        check,
+        received: rcnt,
+    })
 }
 
 /// Checks the peer's record: UD on RoCE needs its GID to build the address handle.
@@ -586,12 +627,9 @@ fn show_loss(
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    args.common
-        .check()
-        .unwrap_or_else(|e| usage_error::<Args>(&e));
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error("lesson11_ud", &e),
-    }
+    lesson_main(
+        "lesson11_ud",
+        |a: &Args| a.common.check(),
+        |a: &Args, ()| run(a),
+    )
 }

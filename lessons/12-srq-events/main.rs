@@ -27,13 +27,13 @@ use clap::Parser;
 use verbs_lab::connect::{bring_up, local_endpoint, random_psn, Endpoint};
 use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{
-    AccessFlags, AsyncEventKind, Context, Cq, Gid, Mr, Mtu, Payload, Qp, QpCaps, QpInitAttr,
+    AccessFlags, AsyncEventKind, Context, Cq, Gid, Mr, Mtu, Payload, Pd, Qp, QpCaps, QpInitAttr,
     QpType, RecvWr, SendOp, SendWr, Sge, Srq, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    connect_opts, decode_rc_pingpong, encode_rc_pingpong, first_mismatch, oob_connect, open_device,
-    pattern, print_pingpong_summary, rc_pingpong_handshake, report_error, usage_error, CommonArgs,
-    Narrator, RC_PINGPONG_RECORD_LEN,
+    connect_opts, decode_rc_pingpong, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect,
+    open_device, pattern, print_pingpong_summary, rc_pingpong_handshake, CommonArgs, Narrator,
+    RC_PINGPONG_RECORD_LEN,
 };
 
 #[derive(Parser, Debug)]
@@ -108,27 +108,7 @@ fn run(args: &Args) -> Result<()> {
         "ibv_create_srq: max_wr {} (asked {}), max_sge {}, srq_limit {} (disarmed)",
         granted.max_wr, args.rx_depth, granted.max_sge, granted.srq_limit
     ));
-    let qps = (0..num_qp)
-        .map(|_| {
-            pd.create_qp_with_srq(
-                &QpInitAttr {
-                    send_cq: &cq,
-                    recv_cq: &cq,
-                    qp_type: QpType::Rc,
-                    caps: QpCaps {
-                        max_send_wr: 1,
-                        max_recv_wr: 0,
-                        max_send_sge: 1,
-                        max_recv_sge: 0,
-                        max_inline_data: 0,
-                    },
-                    sq_sig_all: false,
-                },
-                &srq,
-            )
-        })
-        .collect::<verbs_lab::verbs::Result<Vec<Qp>>>()
-        .context("ibv_create_qp with init_attr.srq")?;
+    let qps = create_srq_qps(&pd, &cq, &srq, num_qp)?;
     n.say(format!(
         "{num_qp} RC QPs ({:#x} … {:#x}) with init_attr.srq set: no receive queues of their own",
         qps[0].qpn(),
@@ -180,6 +160,39 @@ fn run(args: &Args) -> Result<()> {
         let watched = watcher.join().expect("the async event thread panicked");
         result.and(watched)
     })?;
+    report_events(&events, limit, args.show_port_down)
+}
+
+/// `num_qp` RC QPs created with `init_attr.srq` = `srq` (`ibv_create_qp`): no receive queue
+/// of their own (`max_recv_wr` 0), every SEND that reaches any of them consumes the SRQ's next
+/// receive.
+fn create_srq_qps(pd: &Pd, cq: &Cq, srq: &Srq, num_qp: usize) -> Result<Vec<Qp>> {
+    (0..num_qp)
+        .map(|_| {
+            pd.create_qp_with_srq(
+                &QpInitAttr {
+                    send_cq: cq,
+                    recv_cq: cq,
+                    qp_type: QpType::Rc,
+                    caps: QpCaps {
+                        max_send_wr: 1,
+                        max_recv_wr: 0,
+                        max_send_sge: 1,
+                        max_recv_sge: 0,
+                        max_inline_data: 0,
+                    },
+                    sq_sig_all: false,
+                },
+                srq,
+            )
+        })
+        .collect::<verbs_lab::verbs::Result<Vec<Qp>>>()
+        .context("ibv_create_qp with init_attr.srq")
+}
+
+/// The async events the thread saw, summed up; with `--show-port-down` there must have been a
+/// PORT_ERR and, after it, a PORT_ACTIVE.
+fn report_events(events: &Events, limit: u32, show_port_down: bool) -> Result<()> {
     let seen = events.seen.lock().expect("event list").clone();
     println!(
         "async events: {} in all; IBV_EVENT_SRQ_LIMIT_REACHED {} times (limit {limit}, re-armed \
@@ -187,7 +200,7 @@ fn run(args: &Args) -> Result<()> {
         seen.len(),
         events.srq_limit.load(Ordering::Acquire)
     );
-    if args.show_port_down {
+    if show_port_down {
         let down = seen.iter().position(|k| *k == AsyncEventKind::PORT_ERR);
         let up = seen.iter().rposition(|k| *k == AsyncEventKind::PORT_ACTIVE);
         ensure!(
@@ -737,10 +750,5 @@ fn check_flags(args: &Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error("lesson12_srq_events", &e),
-    }
+    lesson_main("lesson12_srq_events", check_flags, |a: &Args, ()| run(a))
 }

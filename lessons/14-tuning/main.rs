@@ -43,12 +43,12 @@ use clap::Parser;
 use nix::sys::resource::{getrusage, UsageWho};
 use verbs_lab::connect::{bring_up, local_endpoint, random_psn, ConnectOpts, Endpoint};
 use verbs_lab::verbs::{
-    AccessFlags, CompChannel, Context, Cq, DeviceList, GidChoice, Mr, Mtu, Payload, Pd, Qp, QpCaps,
-    QpInitAttr, QpType, RecvWr, SendOp, SendWr, Sge, WcOpcode, WorkCompletion,
+    AccessFlags, CompChannel, Context, Cq, GidChoice, Mr, Mtu, Payload, Pd, Qp, RecvWr, SendOp,
+    SendWr, Sge, WcOpcode, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    check_device_flags, first_mismatch, open_named_device, pattern, report_error, usage_error,
-    Device, Narrator,
+    check_device_flags, create_rc_qp, create_rc_qp_inline, first_mismatch, lesson_main,
+    open_named_device, pattern, Device, DevicePairArgs, Narrator,
 };
 
 const PROGRAM: &str = "lesson14_tuning";
@@ -69,18 +69,8 @@ const PROBE_DEPTH: u32 = 4;
     after_help = "Examples:\n  lesson14_tuning\n  lesson14_tuning -n 4000 --pp-iters 400 -r 5\n  lesson14_tuning --dev-a rxe0 --dev-b rxe0"
 )]
 struct Args {
-    /// Device of the sending QP (default: the first device)
-    #[arg(long = "dev-a")]
-    dev_a: Option<String>,
-    /// Device of the receiving QP (default: the second device, or the first again)
-    #[arg(long = "dev-b")]
-    dev_b: Option<String>,
-    /// Port of both devices
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
-    ib_port: u8,
-    /// GID index on both devices (default: chosen automatically)
-    #[arg(short = 'g', long = "gid-idx")]
-    gid_idx: Option<u32>,
+    #[command(flatten)]
+    pair: DevicePairArgs,
     /// RDMA WRITEs per stream run (at least 64)
     #[arg(short = 'n', long = "iters", default_value_t = 2000)]
     iters: u32,
@@ -125,17 +115,12 @@ fn check_flags(a: &Args) -> Result<()> {
         "-r {}: 1 to 100 rounds",
         a.rounds
     );
-    check_device_flags(a.ib_port, a.gid_idx, a.qp_timeout, a.wait_secs)?;
+    check_device_flags(a.pair.ib_port, a.pair.gid_idx, a.qp_timeout, a.wait_secs)?;
     Ok(())
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error(PROGRAM, &e),
-    }
+    lesson_main(PROGRAM, check_flags, |a: &Args, ()| run(a))
 }
 
 /// One end: its device, a PD, one MR (the stream's 64 slots, then the ping-pong's receive and
@@ -157,7 +142,7 @@ impl Side {
     fn open(args: &Args, dev: &str, n: &Narrator) -> Result<Side> {
         // Lesson 01's steps: open the device, check the port is ACTIVE, choose the GID.
         let Device { ctx, port, gid } =
-            open_named_device(Some(dev), args.ib_port, args.gid_idx, n)?;
+            open_named_device(Some(dev), args.pair.ib_port, args.pair.gid_idx, n)?;
         let size = args.size;
         let pd = ctx.alloc_pd().context("ibv_alloc_pd")?;
         let mr = pd
@@ -172,22 +157,8 @@ impl Side {
         let cq = ctx
             .create_cq(DEPTH + RX_DEPTH + 8, Some(&channel))
             .context("ibv_create_cq")?;
-        let qp = pd
-            .create_qp(&QpInitAttr {
-                send_cq: &cq,
-                recv_cq: &cq,
-                qp_type: QpType::Rc,
-                caps: QpCaps {
-                    max_send_wr: DEPTH,
-                    max_recv_wr: RX_DEPTH,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: INLINE_ASK,
-                },
-                sq_sig_all: false,
-            })
-            .context("ibv_create_qp")?;
-        let ep = local_endpoint(&ctx, args.ib_port, &qp, &gid, random_psn())?;
+        let qp = create_rc_qp_inline(&pd, &cq, DEPTH, RX_DEPTH, INLINE_ASK)?;
+        let ep = local_endpoint(&ctx, args.pair.ib_port, &qp, &gid, random_psn())?;
         n.say(format!(
             "{dev}: QP {:#x}, send queue {} (granted), max_inline_data {} (granted), CQ of {} \
              with completion channel fd {}",
@@ -213,7 +184,7 @@ impl Side {
 
     fn opts(&self, args: &Args, mtu: Mtu) -> ConnectOpts {
         ConnectOpts {
-            port_num: args.ib_port,
+            port_num: args.pair.ib_port,
             sgid_index: self.gid.entry.index as u8,
             path_mtu: mtu,
             access: AccessFlags::REMOTE_WRITE,
@@ -256,20 +227,7 @@ fn run(args: &Args) -> Result<()> {
         1,
         "Two RC QPs connected to each other in this process (lessons 02–05)",
     );
-    let names = DeviceList::new().context("listing RDMA devices")?.names();
-    let dev_a = match &args.dev_a {
-        Some(d) => d.clone(),
-        None => names.first().cloned().ok_or_else(|| {
-            anyhow::anyhow!(
-                "no RDMA device: run scripts/softroce-vm (or scripts/softroce-up on a kernel \
-                 with rdma_rxe)"
-            )
-        })?,
-    };
-    let dev_b = match &args.dev_b {
-        Some(d) => d.clone(),
-        None => names.get(1).cloned().unwrap_or_else(|| dev_a.clone()),
-    };
+    let (dev_a, dev_b) = args.pair.names(PROGRAM)?;
     let a = Side::open(args, &dev_a, &n).with_context(|| format!("sending side on {dev_a}"))?;
     let b = Side::open(args, &dev_b, &n).with_context(|| format!("receiving side on {dev_b}"))?;
     let mtu = a.mtu.min(b.mtu);
@@ -288,15 +246,7 @@ fn run(args: &Args) -> Result<()> {
         a.ep.qpn, b.ep.qpn
     ));
     let inline_cap = a.qp.caps().max_inline_data as usize;
-    let cores: Vec<usize> = core_affinity::get_core_ids()
-        .unwrap_or_default()
-        .iter()
-        .map(|c| c.id)
-        .collect();
-    ensure!(
-        !cores.is_empty(),
-        "core_affinity::get_core_ids() found no CPU this process may use"
-    );
+    let cores = usable_cores()?;
 
     n.step(2, "The settings, each a run of its own");
     let cases = cases(args.size <= inline_cap, &cores);
@@ -317,25 +267,8 @@ fn run(args: &Args) -> Result<()> {
         3,
         "Rounds over the settings, in alternating order (A B C .., .. C B A)",
     );
-    let mut results: Vec<Vec<Measured>> = vec![Vec::new(); cases.len()];
     let wait = Duration::from_secs(args.wait_secs);
-    for r in 0..args.rounds {
-        let mut order: Vec<usize> = (0..cases.len()).collect();
-        if r % 2 == 1 {
-            order.reverse();
-        }
-        let mut line = Vec::new();
-        for i in order {
-            let m = match cases[i].kind {
-                Kind::Stream(s) => stream(&a, &b, s, u64::from(args.iters), wait),
-                Kind::PingPong(p) => ping_pong(&a, &b, p, args.pp_iters, wait),
-            }
-            .with_context(|| format!("round {}, {}", r + 1, cases[i].describe()))?;
-            line.push(format!("{} {}", cases[i].key, m.show()));
-            results[i].push(m);
-        }
-        println!("round {}: {}", r + 1, line.join(", "));
-    }
+    let results = rounds(args, &a, &b, &cases, wait)?;
     n.say(format!(
         "after every stream run, the {DEPTH} slots on {dev_b} equalled the {DEPTH} source slots \
          byte for byte; every ping-pong message carried the expected sequence number"
@@ -369,6 +302,51 @@ fn run(args: &Args) -> Result<()> {
     );
     print_table(&cases, &results, &moderation, &slots, &window, args);
     Ok(())
+}
+
+/// The CPUs this process may use, for the placement settings.
+fn usable_cores() -> Result<Vec<usize>> {
+    let cores: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    ensure!(
+        !cores.is_empty(),
+        "core_affinity::get_core_ids() found no CPU this process may use"
+    );
+    Ok(cores)
+}
+
+/// Step 3: `-r` rounds over every setting, in alternating order (A B C .., .. C B A) so that
+/// no setting always runs first or last; one line per round. Returns each setting's results,
+/// in the order of `cases`.
+fn rounds(
+    args: &Args,
+    a: &Side,
+    b: &Side,
+    cases: &[Case],
+    wait: Duration,
+) -> Result<Vec<Vec<Measured>>> {
+    let mut results: Vec<Vec<Measured>> = vec![Vec::new(); cases.len()];
+    for r in 0..args.rounds {
+        let mut order: Vec<usize> = (0..cases.len()).collect();
+        if r % 2 == 1 {
+            order.reverse();
+        }
+        let mut line = Vec::new();
+        for i in order {
+            let m = match cases[i].kind {
+                Kind::Stream(s) => stream(a, b, s, u64::from(args.iters), wait),
+                Kind::PingPong(p) => ping_pong(a, b, p, args.pp_iters, wait),
+            }
+            .with_context(|| format!("round {}, {}", r + 1, cases[i].describe()))?;
+            line.push(format!("{} {}", cases[i].key, m.show()));
+            results[i].push(m);
+        }
+        println!("round {}: {}", r + 1, line.join(", "));
+    }
+    Ok(results)
 }
 
 /// One stream setting.
@@ -819,25 +797,10 @@ fn probe_pair(args: &Args, a: &Side, b: &Side, mtu: Mtu) -> Result<Probe> {
         a.ctx.create_cq(8, None).context("ibv_create_cq")?,
         b.ctx.create_cq(8, None).context("ibv_create_cq")?,
     );
-    let mk = |s: &Side, cq: &Cq| {
-        s.pd.create_qp(&QpInitAttr {
-            send_cq: cq,
-            recv_cq: cq,
-            qp_type: QpType::Rc,
-            caps: QpCaps {
-                max_send_wr: PROBE_DEPTH,
-                max_recv_wr: 1,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            sq_sig_all: false,
-        })
-        .context("ibv_create_qp (probe)")
-    };
+    let mk = |s: &Side, cq: &Cq| create_rc_qp(&s.pd, cq, PROBE_DEPTH, 1).context("the probe QP");
     let (qa, qb) = (mk(a, &cqa)?, mk(b, &cqb)?);
-    let ea = local_endpoint(&a.ctx, args.ib_port, &qa, &a.gid, random_psn())?;
-    let eb = local_endpoint(&b.ctx, args.ib_port, &qb, &b.gid, random_psn())?;
+    let ea = local_endpoint(&a.ctx, args.pair.ib_port, &qa, &a.gid, random_psn())?;
+    let eb = local_endpoint(&b.ctx, args.pair.ib_port, &qb, &b.gid, random_psn())?;
     bring_up(&qa, &ea, &eb, &a.opts(args, mtu)).context("connecting the probe QP")?;
     bring_up(&qb, &eb, &ea, &b.opts(args, mtu)).context("connecting the probe peer QP")?;
     Ok(Probe { qa, qb, cqa, cqb })

@@ -61,6 +61,49 @@ impl CommonArgs {
     }
 }
 
+/// The devices of the lessons that hold both ends in one process (09, 14): a QP on `--dev-a`
+/// (the client, which sends) connected to a QP on `--dev-b` (the server), both on port `-i`
+/// with GID index `-g`.
+#[derive(Args, Debug, Clone)]
+pub struct DevicePairArgs {
+    /// Device of the client (sending) QP (default: the first device)
+    #[arg(long = "dev-a")]
+    pub dev_a: Option<String>,
+    /// Device of the server (receiving) QP (default: the second device, or the first again if
+    /// there is one)
+    #[arg(long = "dev-b")]
+    pub dev_b: Option<String>,
+    /// Port of both devices
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u8,
+    /// GID index on both devices (default: chosen automatically)
+    #[arg(short = 'g', long = "gid-idx")]
+    pub gid_idx: Option<u32>,
+}
+
+impl DevicePairArgs {
+    /// The two devices' names: `--dev-a` or the first device, `--dev-b` or the second (the
+    /// first again when there is only one). With no device at all, says how to get one and
+    /// how to run `program` where there is one.
+    pub fn names(&self, program: &str) -> Result<(String, String)> {
+        let names = DeviceList::new().context("listing RDMA devices")?.names();
+        let a = match &self.dev_a {
+            Some(d) => d.clone(),
+            None => names.first().cloned().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no RDMA device: get one with scripts/softroce-up (a kernel with rdma_rxe) \
+                     or run in the guest: scripts/softroce-vm run -- {program}"
+                )
+            })?,
+        };
+        let b = match &self.dev_b {
+            Some(d) => d.clone(),
+            None => names.get(1).cloned().unwrap_or_else(|| a.clone()),
+        };
+        Ok((a, b))
+    }
+}
+
 /// Which side of the exchange this process is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {
@@ -425,6 +468,20 @@ pub fn print_pingpong_summary(size: u64, iters: u64, elapsed: Duration) {
     );
 }
 
+/// The ping-pong lessons' (04, 11) own summary line after the C examples' two: the round trip
+/// of `size` bytes in µs as avg, min, median, max. Prints nothing and returns false when there
+/// is no sample (only the client, which starts every exchange, measures round trips).
+pub fn print_round_trips(size: usize, rtts_us: &[f64]) -> bool {
+    let Some(s) = Summary::of(rtts_us) else {
+        return false;
+    };
+    println!(
+        "round trip of {size} bytes (usec): avg {:.1}  min {:.1}  median {:.1}  max {:.1}  ({} samples)",
+        s.avg, s.min, s.median, s.max, s.count
+    );
+    true
+}
+
 /// Minimum, median, maximum and mean of a set of samples (e.g. round trips in µs).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Summary {
@@ -683,9 +740,21 @@ pub fn exchange_params(
     Ok(theirs)
 }
 
-/// Lesson 02's RC QP as the two-sided lessons use it: both queues on `cq`, one SGE per request,
-/// no inline data, every request signaled only if it says so (`sq_sig_all` off).
+/// Lesson 02's RC QP as the lessons from 03 on use it: both queues on `cq`, one SGE per
+/// request, no inline data, every request signaled only if it says so (`sq_sig_all` off).
 pub fn create_rc_qp(pd: &Pd, cq: &Cq, max_send_wr: u32, max_recv_wr: u32) -> Result<Qp> {
+    create_rc_qp_inline(pd, cq, max_send_wr, max_recv_wr, 0)
+}
+
+/// [`create_rc_qp`] asking for room for `max_inline_data` bytes of inline data in each send
+/// request (lesson 14; the device may grant more, `qp.caps()` says what it granted).
+pub fn create_rc_qp_inline(
+    pd: &Pd,
+    cq: &Cq,
+    max_send_wr: u32,
+    max_recv_wr: u32,
+    max_inline_data: u32,
+) -> Result<Qp> {
     pd.create_qp(&QpInitAttr {
         send_cq: cq,
         recv_cq: cq,
@@ -695,7 +764,7 @@ pub fn create_rc_qp(pd: &Pd, cq: &Cq, max_send_wr: u32, max_recv_wr: u32) -> Res
             max_recv_wr,
             max_send_sge: 1,
             max_recv_sge: 1,
-            max_inline_data: 0,
+            max_inline_data,
         },
         sq_sig_all: false,
     })
@@ -773,6 +842,18 @@ pub fn connect_qp(
 pub fn peer_rts_barrier(conn: &mut OobConn) -> Result<()> {
     conn.barrier("the peer's QP to reach RTS")
         .context("synchronising after connecting")
+}
+
+/// Narrates a memory region the way lessons 05 and 06 do after `pd.reg_mr(len, access)`:
+/// `ibv_reg_mr: LEN bytes at ADDR, access FLAGS: lkey K, rkey R`.
+pub fn say_mr(n: &Narrator, mr: &Mr, access: verbs_lab::verbs::AccessFlags) {
+    n.say(format!(
+        "ibv_reg_mr: {} bytes at {:#x}, access {access}: lkey {:#x}, rkey {:#x}",
+        mr.len(),
+        mr.addr(),
+        mr.lkey(),
+        mr.rkey()
+    ));
 }
 
 /// What one side of lessons 05 and 06 works with once connected: its buffer, QP and CQ, the
@@ -907,7 +988,8 @@ mod lessons_05_08_tests {
     }
 }
 
-/// The `main` of lessons 05–08: parse the flags (`verbs_lab::cli::parse`), refuse what `check`
+/// The `main` of every lesson but 10, 13 and 15 (which start workers or choose a role
+/// first): parse the flags (`verbs_lab::cli::parse`), refuse what `check`
 /// refuses before any verbs call (a usage error, exit 2, [`usage_error`]), then `run` with what
 /// `check` returned; an error from `run` is reported by [`report_error`] (exit 1).
 pub fn lesson_main<A: clap::Parser, T>(
