@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use nix::unistd::getppid;
 
-use crate::mq::{self, Msg, Queue};
+use crate::mq::{self, Queue, WorkerMsg};
 
 /// The environment variable that carries the coordinator's pid to its workers.
 pub const COORDINATOR_ENV: &str = "VL_COORDINATOR_PID";
@@ -273,7 +273,7 @@ pub trait Roster {
     /// True once worker `i` has sent everything awaited.
     fn finished(&self, i: usize) -> bool;
     /// Takes one message from the coordinator's inbox.
-    fn handle(&mut self, msg: Msg) -> Result<(), Self::Error>;
+    fn handle(&mut self, msg: WorkerMsg) -> Result<(), Self::Error>;
 }
 
 /// Why [`gather`] ended before every worker had finished.
@@ -446,7 +446,7 @@ pub fn stop<'a>(
     reason: &str,
     grace: Duration,
 ) -> Vec<Stopped> {
-    let abort = Msg::Abort {
+    let abort = WorkerMsg::Abort {
         reason: reason.chars().take(500).collect(),
     };
     let mut live: Vec<(&mut Worker, Option<String>)> = crew

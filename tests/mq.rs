@@ -10,57 +10,57 @@ use nix::errno::Errno;
 use nix::mqueue::{mq_open, mq_send, MQ_OFlag};
 use nix::sys::stat::Mode;
 use verbs_lab::mq::{
-    check_name, registered_names, unlink_all_registered, CodecError, Limits, MqError, Msg, Queue,
-    COORDINATOR, HEADER_LEN, MAX_MSG_LEN, MAX_RESULT, MAX_TEXT,
+    check_name, registered_names, unlink_all_registered, CodecError, Limits, MqError, Queue,
+    WorkerMsg, COORDINATOR, HEADER_LEN, MAX_MSG_LEN, MAX_RESULT, MAX_TEXT,
 };
 
 // ---- the codec ------------------------------------------------------------------------------
 
-fn every_kind() -> Vec<Msg> {
+fn every_kind() -> Vec<WorkerMsg> {
     vec![
-        Msg::Hello {
+        WorkerMsg::Hello {
             worker: 0,
             pid: 4242,
             cpu: Some(1),
         },
-        Msg::Hello {
+        WorkerMsg::Hello {
             worker: 7,
             pid: u32::MAX,
             cpu: None,
         },
-        Msg::Ready { worker: 3 },
-        Msg::Go { start_at_ns: 0 },
-        Msg::Go {
+        WorkerMsg::Ready { worker: 3 },
+        WorkerMsg::Go { start_at_ns: 0 },
+        WorkerMsg::Go {
             start_at_ns: u64::MAX,
         },
-        Msg::Result {
+        WorkerMsg::Result {
             worker: 1,
             payload: vec![],
         },
-        Msg::Result {
+        WorkerMsg::Result {
             worker: 2,
             payload: (0..MAX_RESULT).map(|i| (i * 7) as u8).collect(),
         },
-        Msg::error(1, "ibv_reg_mr failed: Cannot allocate memory"),
-        Msg::Error {
+        WorkerMsg::error(1, "ibv_reg_mr failed: Cannot allocate memory"),
+        WorkerMsg::Error {
             worker: 9,
             message: "x".repeat(MAX_TEXT),
         },
-        Msg::Done { worker: 65_536 },
-        Msg::Barrier {
+        WorkerMsg::Done { worker: 65_536 },
+        WorkerMsg::Barrier {
             worker: 1,
             step: 65_536,
         },
-        Msg::Barrier {
+        WorkerMsg::Barrier {
             worker: 0,
             step: u64::MAX,
         },
-        Msg::text(COORDINATOR, "hello from the coordinator"),
-        Msg::text(5, "grüße, ünïcödé ✓"),
-        Msg::Abort {
+        WorkerMsg::text(COORDINATOR, "hello from the coordinator"),
+        WorkerMsg::text(5, "grüße, ünïcödé ✓"),
+        WorkerMsg::Abort {
             reason: "worker 1 died".into(),
         },
-        Msg::Abort {
+        WorkerMsg::Abort {
             reason: String::new(),
         },
     ]
@@ -76,23 +76,23 @@ fn every_type_round_trips() {
             u16::from_be_bytes([b[8], b[9]]) as usize,
             b.len() - HEADER_LEN
         );
-        assert_eq!(Msg::decode(&b).as_ref(), Ok(&m), "{}", m.kind());
+        assert_eq!(WorkerMsg::decode(&b).as_ref(), Ok(&m), "{}", m.kind());
     }
 }
 
 #[test]
 fn long_texts_are_cut_not_refused() {
-    let m = Msg::error(1, "é".repeat(5000));
-    let Msg::Error { message, .. } = &m else {
+    let m = WorkerMsg::error(1, "é".repeat(5000));
+    let WorkerMsg::Error { message, .. } = &m else {
         unreachable!()
     };
     assert!(message.len() <= MAX_TEXT && message.ends_with('…'));
-    assert!(Msg::decode(&m.encode().unwrap()).is_ok());
+    assert!(WorkerMsg::decode(&m.encode().unwrap()).is_ok());
 }
 
 #[test]
 fn encoding_refuses_what_cannot_be_sent() {
-    let big = Msg::Result {
+    let big = WorkerMsg::Result {
         worker: 0,
         payload: vec![0; MAX_RESULT + 1],
     };
@@ -100,12 +100,12 @@ fn encoding_refuses_what_cannot_be_sent() {
         matches!(big.encode(), Err(CodecError::TooLarge { len, max, .. })
         if len == MAX_RESULT + 1 && max == MAX_RESULT)
     );
-    let long = Msg::Text {
+    let long = WorkerMsg::Text {
         from: 0,
         text: "y".repeat(MAX_TEXT + 1),
     };
     assert!(long.encode().unwrap_err().to_string().contains("exceeds"));
-    let impostor = Msg::Done {
+    let impostor = WorkerMsg::Done {
         worker: COORDINATOR,
     };
     assert!(impostor
@@ -113,7 +113,7 @@ fn encoding_refuses_what_cannot_be_sent() {
         .unwrap_err()
         .to_string()
         .contains("coordinator's id"));
-    let reserved = Msg::Hello {
+    let reserved = WorkerMsg::Hello {
         worker: 0,
         pid: 1,
         cpu: Some(u32::MAX),
@@ -126,7 +126,7 @@ fn encoding_refuses_what_cannot_be_sent() {
 }
 
 fn refused(bytes: &[u8]) -> String {
-    match Msg::decode(bytes) {
+    match WorkerMsg::decode(bytes) {
         Ok(m) => panic!("{bytes:?} decoded as {m:?}"),
         Err(e) => e.to_string(),
     }
@@ -152,7 +152,7 @@ fn truncated_and_padded_input_is_refused() {
 
 #[test]
 fn garbage_and_foreign_input_is_refused_with_the_reason() {
-    let good = Msg::Go { start_at_ns: 5 }.encode().unwrap();
+    let good = WorkerMsg::Go { start_at_ns: 5 }.encode().unwrap();
     let with = |i: usize, v: u8| {
         let mut b = good.clone();
         b[i] = v;
@@ -171,7 +171,7 @@ fn garbage_and_foreign_input_is_refused_with_the_reason() {
     from_worker[4..8].copy_from_slice(&1u32.to_be_bytes());
     assert!(refused(&from_worker).contains("only the coordinator"));
     // A Hello with a 4-byte payload (length field consistent with it).
-    let mut hello = Msg::Hello {
+    let mut hello = WorkerMsg::Hello {
         worker: 1,
         pid: 2,
         cpu: None,
@@ -182,7 +182,7 @@ fn garbage_and_foreign_input_is_refused_with_the_reason() {
     hello[8..10].copy_from_slice(&4u16.to_be_bytes());
     assert!(refused(&hello).contains("4 payload bytes, expected 8"));
     // Text that is not UTF-8.
-    let mut text = Msg::text(1, "abc").encode().unwrap();
+    let mut text = WorkerMsg::text(1, "abc").encode().unwrap();
     text[HEADER_LEN + 1] = 0xff;
     assert!(refused(&text).contains("not UTF-8"));
     // A Result larger than allowed, with a consistent header.
@@ -235,7 +235,7 @@ fn random_bytes_never_panic_and_what_decodes_is_canonical() {
             }
             b
         };
-        if let Ok(m) = Msg::decode(&bytes) {
+        if let Ok(m) = WorkerMsg::decode(&bytes) {
             decoded += 1;
             assert_eq!(
                 m.encode().as_deref(),
@@ -282,13 +282,13 @@ fn higher_priority_is_received_first_and_equal_ones_in_order() {
         ("high-2", 7),
         ("zero", 0),
     ] {
-        q.send(&Msg::text(0, text), prio).unwrap();
+        q.send(&WorkerMsg::text(0, text), prio).unwrap();
     }
     assert_eq!(q.attr().unwrap().curmsgs, 5);
     let mut got = Vec::new();
     for _ in 0..5 {
         let (m, p) = q.recv_with_priority(Duration::from_secs(1)).unwrap();
-        let Msg::Text { text, .. } = m else {
+        let WorkerMsg::Text { text, .. } = m else {
             panic!("{m:?}")
         };
         got.push((text, p));
@@ -305,7 +305,10 @@ fn higher_priority_is_received_first_and_equal_ones_in_order() {
         want.map(|(t, p)| (t.to_string(), p)),
         "priority order, FIFO within a priority"
     );
-    assert!(q.send(&Msg::text(0, "x"), 32768).is_err(), "MQ_PRIO_MAX");
+    assert!(
+        q.send(&WorkerMsg::text(0, "x"), 32768).is_err(),
+        "MQ_PRIO_MAX"
+    );
 }
 
 #[test]
@@ -325,13 +328,17 @@ fn waits_are_bounded_and_nonblocking_calls_do_not_wait() {
     assert!(matches!(e, MqError::WouldBlock { .. }) && e.to_string().contains("empty"));
 
     // Fill it, then a send waits for room only as long as told.
-    q.try_send(&Msg::Done { worker: 1 }, 0).unwrap();
-    q.try_send(&Msg::Done { worker: 2 }, 0).unwrap();
-    let e = q.try_send(&Msg::Done { worker: 3 }, 0).unwrap_err();
+    q.try_send(&WorkerMsg::Done { worker: 1 }, 0).unwrap();
+    q.try_send(&WorkerMsg::Done { worker: 2 }, 0).unwrap();
+    let e = q.try_send(&WorkerMsg::Done { worker: 3 }, 0).unwrap_err();
     assert!(e.to_string().contains("full"), "{e}");
     let t = Instant::now();
     let e = q
-        .send_timeout(&Msg::Done { worker: 3 }, 0, Duration::from_millis(200))
+        .send_timeout(
+            &WorkerMsg::Done { worker: 3 },
+            0,
+            Duration::from_millis(200),
+        )
         .unwrap_err();
     assert!(
         e.is_timeout() && t.elapsed() < Duration::from_millis(1500),
@@ -339,9 +346,13 @@ fn waits_are_bounded_and_nonblocking_calls_do_not_wait() {
     );
     assert!(e.to_string().contains("room for a message"), "{e}");
     // A receive makes room.
-    assert_eq!(q.try_recv().unwrap().0, Msg::Done { worker: 1 });
-    q.send_timeout(&Msg::Done { worker: 3 }, 0, Duration::from_millis(200))
-        .unwrap();
+    assert_eq!(q.try_recv().unwrap().0, WorkerMsg::Done { worker: 1 });
+    q.send_timeout(
+        &WorkerMsg::Done { worker: 3 },
+        0,
+        Duration::from_millis(200),
+    )
+    .unwrap();
 }
 
 #[test]
@@ -350,7 +361,7 @@ fn a_message_larger_than_the_queue_is_refused_before_the_call() {
     let q = Queue::create(&qname("small"), 1, 64).unwrap();
     let e = q
         .send(
-            &Msg::Result {
+            &WorkerMsg::Result {
                 worker: 0,
                 payload: vec![1; 100],
             },
@@ -437,7 +448,7 @@ fn the_owner_removes_the_queue_on_drop_and_others_do_not() {
         let other = Queue::open(&name).unwrap();
         assert!(!other.is_owner());
         assert_eq!(other.capacity(), (2, 64));
-        other.send(&Msg::Ready { worker: 4 }, 0).unwrap();
+        other.send(&WorkerMsg::Ready { worker: 4 }, 0).unwrap();
     }
     assert_eq!(
         raw_open(&name),
@@ -446,7 +457,7 @@ fn the_owner_removes_the_queue_on_drop_and_others_do_not() {
     );
     assert_eq!(
         q.recv_timeout(Duration::from_secs(1)).unwrap(),
-        Msg::Ready { worker: 4 }
+        WorkerMsg::Ready { worker: 4 }
     );
     drop(q);
     assert_eq!(
@@ -471,10 +482,10 @@ fn unlink_all_registered_removes_every_created_name() {
     assert_eq!(raw_open(&a), Err(Errno::ENOENT));
     assert_eq!(raw_open(&b), Err(Errno::ENOENT));
     // The descriptors still work after the names are gone.
-    qa.send(&Msg::Done { worker: 0 }, 0).unwrap();
+    qa.send(&WorkerMsg::Done { worker: 0 }, 0).unwrap();
     assert_eq!(
         qa.recv_timeout(Duration::from_secs(1)).unwrap(),
-        Msg::Done { worker: 0 }
+        WorkerMsg::Done { worker: 0 }
     );
     drop((qa, qb)); // unlinking again on drop is harmless
     assert!(registered_names().is_empty());

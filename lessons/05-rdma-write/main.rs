@@ -37,8 +37,8 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet, open_device,
-    parse_size, pattern, peer_rts_barrier, same_as_client, say_mr, CommonArgs, Device, Params,
-    PeerInfo, Side,
+    parse_size, pattern, peer_rts_barrier, same_as_client, say_mr, CommonArgs, Device, PeerInfo,
+    Side, Terms,
 };
 
 const PROGRAM: &str = "lesson05_rdma_write";
@@ -105,12 +105,12 @@ struct Test {
 
 impl Test {
     /// What this side tells the peer: the client its test, both sides their active MTU.
-    fn offer(&self, server: bool, dev: &Device) -> Params {
-        let test = Params::new()
+    fn offer(&self, server: bool, dev: &Device) -> Terms {
+        let test = Terms::new()
             .with("size", self.size)
             .with("iters", self.iters)
             .with("notify", self.notify.name());
-        let mine = if server { Params::new() } else { test };
+        let mine = if server { Terms::new() } else { test };
         mine.with("mtu", dev.active_mtu())
     }
 }
@@ -151,7 +151,7 @@ fn check_flags(args: &Args) -> Result<Test> {
 }
 
 /// The server takes the client's test, but refuses if it was told something else explicitly.
-fn adopt(args: &Args, theirs: &Params) -> Result<Test> {
+fn adopt(args: &Args, theirs: &Terms) -> Result<Test> {
     let notify = match theirs.raw("notify") {
         Some("imm") => Notify::Imm,
         Some("flag") => Notify::Flag,

@@ -36,7 +36,7 @@ use verbs_lab::verbs::{
 use verbs_lab_lessons::{
     connect_opts, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet, open_device,
     parse_size, pattern, peer_rts_barrier, recv_params, same_as_client, say_mr, send_params,
-    CommonArgs, Device, Narrator, Params, PeerInfo, Side, Summary,
+    CommonArgs, Device, Narrator, PeerInfo, Side, Summary, Terms,
 };
 
 const PROGRAM: &str = "lesson06_rdma_read";
@@ -86,8 +86,8 @@ impl Test {
 
     /// What this side tells the peer: its active MTU; the target how many reads it answers at
     /// once, the reader its test and how many reads it may issue at once.
-    fn offer(&self, server: bool, dev: &Device, attr: &DeviceAttr) -> Params {
-        let mine = Params::new().with("mtu", dev.active_mtu());
+    fn offer(&self, server: bool, dev: &Device, attr: &DeviceAttr) -> Terms {
+        let mine = Terms::new().with("mtu", dev.active_mtu());
         if server {
             return mine.with("max_qp_rd_atom", attr.max_qp_rd_atom);
         }
@@ -243,7 +243,7 @@ fn connect_with_depths(
     qp: &Qp,
     ep: &Endpoint,
     peer: &PeerInfo,
-    theirs: &Params,
+    theirs: &Terms,
     depth: u8,
 ) -> Result<()> {
     let (n, server) = (args.common.narrator(), args.common.role().is_server());
@@ -294,7 +294,7 @@ fn read_depth(
     test: &Test,
     server: bool,
     attr: &DeviceAttr,
-    theirs: &Params,
+    theirs: &Terms,
     n: &Narrator,
 ) -> Result<u8> {
     let (init_rd_atom, rd_atom): (i32, i32) = if server {
@@ -322,7 +322,7 @@ fn read_depth(
 }
 
 /// The server takes the client's test, but refuses if it was told something else explicitly.
-fn adopt(args: &Args, theirs: &Params) -> Result<Test> {
+fn adopt(args: &Args, theirs: &Terms) -> Result<Test> {
     let t = Test {
         size: theirs.get("size")?,
         outstanding: theirs.get("outstanding")?,
@@ -405,7 +405,7 @@ fn reader(s: Side, t: &Test, peer: &PeerInfo, bad_rkey: bool) -> Result<()> {
         );
         send_params(
             s.conn,
-            &Params::new()
+            &Terms::new()
                 .with("round", r)
                 .with("verified", "yes")
                 .with("serial_us", serial.as_micros())

@@ -53,7 +53,7 @@ use verbs_lab::verbs::{
 use verbs_lab_lessons::{
     connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet, open_device,
     parse_size, pattern, peer_rts_barrier, recv_params, same_as_client, send_params, CommonArgs,
-    Device, Narrator, Params, Summary,
+    Device, Narrator, Summary, Terms,
 };
 
 const PROGRAM: &str = "lesson07_events";
@@ -109,8 +109,8 @@ fn check_flags(args: &Args) -> Result<Test> {
 
 impl Test {
     /// What this side tells the peer: both sides their active MTU, the client its test.
-    fn offer(&self, server: bool, dev: &Device) -> Params {
-        let mine = Params::new().with("mtu", dev.active_mtu());
+    fn offer(&self, server: bool, dev: &Device) -> Terms {
+        let mine = Terms::new().with("mtu", dev.active_mtu());
         if server {
             return mine;
         }
@@ -376,7 +376,7 @@ impl Measured {
     fn cpu_pct(&self) -> f64 {
         100.0 * self.cpu().as_secs_f64() / self.wall.as_secs_f64().max(1e-9)
     }
-    fn add_to(&self, p: Params, m: Mode) -> Params {
+    fn add_to(&self, p: Terms, m: Mode) -> Terms {
         let k = |s: &str| format!("{}_{s}", m.name());
         p.with(&k("wall_us"), self.wall.as_micros())
             .with(&k("cpu_us"), self.cpu.as_micros())
@@ -389,7 +389,7 @@ impl Measured {
             .with(&k("repoll"), self.stats.repoll_catches)
             .with(&k("empty"), self.stats.empty_wakeups)
     }
-    fn from_params(p: &Params, m: Mode) -> Result<Measured> {
+    fn from_params(p: &Terms, m: Mode) -> Result<Measured> {
         let k = |s: &str| format!("{}_{s}", m.name());
         let us = |s: &str| -> Result<Duration> { Ok(Duration::from_micros(p.get(&k(s))?)) };
         Ok(Measured {
@@ -557,7 +557,7 @@ fn compare(
     rtts: &[Vec<f64>; 2],
 ) -> Result<()> {
     if server {
-        let p = measured[0].add_to(Params::new(), Mode::Busy);
+        let p = measured[0].add_to(Terms::new(), Mode::Busy);
         let p = measured[1].add_to(p, Mode::Event);
         send_params(conn, &p, "our measurements")?;
         print_table(test, measured, None, None);
@@ -598,7 +598,7 @@ fn connect(
 }
 
 /// The server takes the client's test, but refuses if it was told something else explicitly.
-fn adopt(args: &Args, theirs: &Params) -> Result<Test> {
+fn adopt(args: &Args, theirs: &Terms) -> Result<Test> {
     let t = Test {
         size: theirs.get("size")?,
         iters: theirs.get("iters")?,

@@ -38,7 +38,7 @@ use verbs_lab::verbs::{
 use verbs_lab_lessons::{
     connect_qp, create_rc_qp, exchange_endpoints, exchange_params, lesson_main, meet, open_device,
     peer_rts_barrier, poll_one_explained, recv_params, send_params, CommonArgs, Device, Narrator,
-    Params, Role,
+    Role, Terms,
 };
 
 const PROGRAM: &str = "lesson08_atomics";
@@ -228,7 +228,7 @@ fn server(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
     let offer = Offer {
         word,
         qp_access,
-        params: Params::new()
+        params: Terms::new()
             .with("mtu", dev.active_mtu())
             .with("initial", args.initial)
             .with("clients", args.clients),
@@ -263,7 +263,7 @@ fn server(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
 struct Offer {
     word: RemoteBuf,
     qp_access: AccessFlags,
-    params: Params,
+    params: Terms,
 }
 
 /// Accepts client `k` on `listener` and connects `qp` to it, as lesson 03 taught: parameters
@@ -460,7 +460,7 @@ fn client(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
     n.step(3, "Create the CQ and the RC QP; connect (lessons 02-03)");
     let cq = dev.ctx.create_cq(16, None).context("ibv_create_cq")?;
     let qp = create_rc_qp(&pd, &cq, 16, 1)?;
-    let mine = Params::new()
+    let mine = Terms::new()
         .with("mtu", dev.active_mtu())
         .with("iters", iters)
         .with("show_errors", args.show_errors as u8);
@@ -525,7 +525,7 @@ fn report(conn: &mut OobConn, done: Result<Done>, took: Duration) -> Result<()> 
     let done = match done {
         Ok(done) => done,
         Err(e) => {
-            let failed = Params::new().with("error", outcome_word(&e));
+            let failed = Terms::new().with("error", outcome_word(&e));
             let _ = send_params(conn, &failed, "our report");
             return Err(e);
         }
@@ -536,7 +536,7 @@ fn report(conn: &mut OobConn, done: Result<Done>, took: Duration) -> Result<()> 
         .map(u64::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let report = Params::new()
+    let report = Terms::new()
         .with("added", done.olds.len())
         .with("fetch_adds", done.fetch_adds)
         .with("cas", done.cas)
@@ -735,7 +735,7 @@ fn show_misaligned(a: &Atomics, conn: &mut OobConn, n: &Narrator) -> Result<()> 
     };
     let e = match misaligned.run(op, 0) {
         Ok(old) => {
-            let _ = send_params(conn, &Params::new().with("demo", "no-error"), "our report");
+            let _ = send_params(conn, &Terms::new().with("demo", "no-error"), "our report");
             bail!(
                 "the misaligned fetch-and-add succeeded (old value {old}): this NIC does not \
                  check alignment"
@@ -747,7 +747,7 @@ fn show_misaligned(a: &Atomics, conn: &mut OobConn, n: &Narrator) -> Result<()> 
     println!("misaligned fetch-and-add at word + 4 -> {outcome}");
     println!("    {e:#}");
     if wc_status_name(&e).is_some() {
-        send_params(conn, &Params::new().with("demo", &outcome), "our report")?;
+        send_params(conn, &Terms::new().with("demo", &outcome), "our report")?;
         println!(
             "the remote NIC refused it; our QP is now in the error state (every later request \
              is flushed)"
@@ -766,7 +766,7 @@ fn show_misaligned(a: &Atomics, conn: &mut OobConn, n: &Narrator) -> Result<()> 
         },
         1,
     );
-    send_params(conn, &Params::new().with("demo", &outcome), "our report")?;
+    send_params(conn, &Terms::new().with("demo", &outcome), "our report")?;
     let probe = probe?;
     println!(
         "the request never left this host: the QP still works — an aligned compare-and-swap \

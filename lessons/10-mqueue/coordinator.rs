@@ -8,7 +8,7 @@ use std::fs;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
-use verbs_lab::mq::{self, Msg, Queue, MAX_MSG_LEN, MAX_TEXT};
+use verbs_lab::mq::{self, Queue, WorkerMsg, MAX_MSG_LEN, MAX_TEXT};
 use verbs_lab::workers::{self, describe, GatherError, Roster};
 use verbs_lab_lessons::Narrator;
 
@@ -31,25 +31,25 @@ impl Worker {
     fn pid(&self) -> u32 {
         self.proc.pid()
     }
-    fn finished(&self, phase: Phase) -> bool {
+    fn finished(&self, phase: Stage) -> bool {
         match phase {
-            Phase::Hello => self.hello,
-            Phase::Results => self.result.is_some() && self.done,
+            Stage::Hello => self.hello,
+            Stage::Results => self.result.is_some() && self.done,
         }
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+enum Stage {
     Hello,
     Results,
 }
 
-impl Phase {
+impl Stage {
     fn awaited(self) -> &'static str {
         match self {
-            Phase::Hello => "Hello",
-            Phase::Results => "Result and Done",
+            Stage::Hello => "Hello",
+            Stage::Results => "Result and Done",
         }
     }
 }
@@ -184,7 +184,7 @@ fn conduct(
         11,
         "Wait for every worker's Hello (recv_timeout, watching the processes)",
     );
-    collect(inbox, ws, Phase::Hello, wait, n)?;
+    collect(inbox, ws, Stage::Hello, wait, n)?;
 
     // 12. Go, with a common start instant 20 ms ahead on CLOCK_MONOTONIC (one clock for
     //     every process of the machine), so the workers start together.
@@ -192,7 +192,7 @@ fn conduct(
     let start_at_ns = mq::monotonic_ns() + 20_000_000;
     for w in ws.iter() {
         w.inbox
-            .send(&Msg::Go { start_at_ns }, 0)
+            .send(&WorkerMsg::Go { start_at_ns }, 0)
             .with_context(|| format!("sending Go to worker {}", w.id))?;
     }
     n.say(format!(
@@ -201,7 +201,7 @@ fn conduct(
     ));
 
     n.step(13, "Collect Result and Done; check each sum");
-    collect(inbox, ws, Phase::Results, wait, n)?;
+    collect(inbox, ws, Stage::Results, wait, n)?;
     for w in ws.iter_mut() {
         let st = w
             .proc
@@ -225,7 +225,7 @@ fn conduct(
 fn collect(
     inbox: &Queue,
     ws: &mut [Worker],
-    phase: Phase,
+    phase: Stage,
     wait: Duration,
     n: &Narrator,
 ) -> Result<()> {
@@ -257,7 +257,7 @@ fn collect(
 /// The workers during one phase, as `workers::gather` asks about them.
 struct Crew<'a> {
     ws: &'a mut [Worker],
-    phase: Phase,
+    phase: Stage,
     n: &'a Narrator,
 }
 
@@ -272,18 +272,18 @@ impl Roster for Crew<'_> {
     fn finished(&self, i: usize) -> bool {
         self.ws[i].finished(self.phase)
     }
-    fn handle(&mut self, msg: Msg) -> Result<()> {
+    fn handle(&mut self, msg: WorkerMsg) -> Result<()> {
         handle(msg, self.ws, self.phase, self.n)
     }
 }
 
-fn handle(msg: Msg, ws: &mut [Worker], phase: Phase, n: &Narrator) -> Result<()> {
+fn handle(msg: WorkerMsg, ws: &mut [Worker], phase: Stage, n: &Narrator) -> Result<()> {
     let from = msg.sender();
     let Some(w) = ws.iter_mut().find(|w| w.id == from) else {
         bail!("a message from unknown sender {from}: {msg}");
     };
     match (phase, msg) {
-        (Phase::Hello, Msg::Hello { pid, cpu, .. }) => {
+        (Stage::Hello, WorkerMsg::Hello { pid, cpu, .. }) => {
             ensure!(
                 pid == w.pid(),
                 "worker {from} says pid {pid}, but we started pid {}",
@@ -296,7 +296,7 @@ fn handle(msg: Msg, ws: &mut [Worker], phase: Phase, n: &Narrator) -> Result<()>
             w.pinned = cpu;
             w.hello = true;
         }
-        (Phase::Results, Msg::Result { payload, .. }) => {
+        (Stage::Results, WorkerMsg::Result { payload, .. }) => {
             let r =
                 WorkResult::decode(&payload).with_context(|| format!("worker {from}'s Result"))?;
             n.say(format!(
@@ -306,7 +306,7 @@ fn handle(msg: Msg, ws: &mut [Worker], phase: Phase, n: &Narrator) -> Result<()>
             ));
             w.result = Some(r);
         }
-        (Phase::Results, Msg::Done { .. }) => {
+        (Stage::Results, WorkerMsg::Done { .. }) => {
             ensure!(
                 w.result.is_some(),
                 "worker {from} sent Done before its Result"
@@ -314,7 +314,7 @@ fn handle(msg: Msg, ws: &mut [Worker], phase: Phase, n: &Narrator) -> Result<()>
             n.say(format!("Done from worker {from}"));
             w.done = true;
         }
-        (_, Msg::Error { message, .. }) => {
+        (_, WorkerMsg::Error { message, .. }) => {
             bail!("worker {from} (pid {}) failed: {message}", w.pid())
         }
         (phase, other) => bail!("unexpected while waiting for {}: {other}", phase.awaited()),

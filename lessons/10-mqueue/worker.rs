@@ -10,7 +10,7 @@ use nix::sched::{sched_getcpu, sched_setaffinity, CpuSet};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::{getpid, Pid};
 use verbs_lab::affinity::allowed_cpus;
-use verbs_lab::mq::{self, Msg, Queue};
+use verbs_lab::mq::{self, Queue, WorkerMsg};
 use verbs_lab::workers;
 
 use crate::job::{share, worker_queue, WorkResult};
@@ -32,7 +32,7 @@ pub fn run(args: &Args, w: u32) -> Result<()> {
     let coord = Queue::open(base).context("opening the coordinator's queue")?;
     let r = body(args, w, base, &coord);
     if let Err(e) = &r {
-        let _ = coord.try_send(&Msg::error(w, format!("{e:#}")), 1);
+        let _ = coord.try_send(&WorkerMsg::error(w, format!("{e:#}")), 1);
     }
     r
 }
@@ -43,7 +43,7 @@ fn body(args: &Args, w: u32, base: &str, coord: &Queue) -> Result<()> {
     let cpu = if args.pin { Some(pin(w)?) } else { None };
     coord
         .send(
-            &Msg::Hello {
+            &WorkerMsg::Hello {
                 worker: w,
                 pid: std::process::id(),
                 cpu,
@@ -52,8 +52,8 @@ fn body(args: &Args, w: u32, base: &str, coord: &Queue) -> Result<()> {
         )
         .context("sending Hello")?;
     let start_at = match next(&inbox, wait)? {
-        Msg::Go { start_at_ns } => start_at_ns,
-        Msg::Abort { reason } => bail!("aborted by the coordinator before Go: {reason}"),
+        WorkerMsg::Go { start_at_ns } => start_at_ns,
+        WorkerMsg::Abort { reason } => bail!("aborted by the coordinator before Go: {reason}"),
         other => bail!("expected Go, got {other}"),
     };
     // Start together with the others, but never wait longer than --wait for it.
@@ -75,7 +75,7 @@ fn body(args: &Args, w: u32, base: &str, coord: &Queue) -> Result<()> {
         );
         // Silent for longer than the coordinator waits: it must notice, not us.
         let why = match next(&inbox, 3 * wait)? {
-            Msg::Abort { reason } => format!("stalled, then aborted: {reason}"),
+            WorkerMsg::Abort { reason } => format!("stalled, then aborted: {reason}"),
             other => format!("stalled, then got {other}"),
         };
         bail!(why);
@@ -93,7 +93,7 @@ fn body(args: &Args, w: u32, base: &str, coord: &Queue) -> Result<()> {
     };
     coord
         .send(
-            &Msg::Result {
+            &WorkerMsg::Result {
                 worker: w,
                 payload: result.encode(),
             },
@@ -101,14 +101,14 @@ fn body(args: &Args, w: u32, base: &str, coord: &Queue) -> Result<()> {
         )
         .context("sending Result")?;
     coord
-        .send(&Msg::Done { worker: w }, 0)
+        .send(&WorkerMsg::Done { worker: w }, 0)
         .context("sending Done")?;
     Ok(())
 }
 
 /// The next message on our queue, within `wait`. (Should the coordinator die meanwhile,
 /// the kernel ends this process: see `follow_coordinator` above.)
-fn next(inbox: &Queue, wait: Duration) -> Result<Msg> {
+fn next(inbox: &Queue, wait: Duration) -> Result<WorkerMsg> {
     inbox.recv_timeout(wait).map_err(|e| {
         if e.is_timeout() {
             anyhow::anyhow!(

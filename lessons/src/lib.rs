@@ -634,15 +634,15 @@ pub fn check_device_flags(
 /// Test parameters one side announces to the other, as `key=value` words on one line
 /// (`size=4096 iters=5 notify=imm mtu=4096`): readable in a packet capture, strict to parse.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Params(Vec<(String, String)>);
+pub struct Terms(Vec<(String, String)>);
 
-impl Params {
-    pub fn new() -> Params {
-        Params::default()
+impl Terms {
+    pub fn new() -> Terms {
+        Terms::default()
     }
 
     /// Adds `key=value`. Keys and values are single words (no space, no `=`).
-    pub fn with(mut self, key: &str, value: impl fmt::Display) -> Params {
+    pub fn with(mut self, key: &str, value: impl fmt::Display) -> Terms {
         let value = value.to_string();
         assert!(
             !key.is_empty() && !key.contains([' ', '=']) && !value.contains([' ', '=']),
@@ -676,9 +676,9 @@ impl Params {
         self.to_string()
     }
 
-    pub fn decode(s: &[u8]) -> std::result::Result<Params, String> {
+    pub fn decode(s: &[u8]) -> std::result::Result<Terms, String> {
         let s = std::str::from_utf8(s).map_err(|_| "not UTF-8 text".to_string())?;
-        let mut p = Params::new();
+        let mut p = Terms::new();
         for word in s.split_whitespace() {
             let (k, v) = word
                 .split_once('=')
@@ -690,7 +690,7 @@ impl Params {
     }
 }
 
-impl fmt::Display for Params {
+impl fmt::Display for Terms {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, (k, v)) in self.0.iter().enumerate() {
             if i > 0 {
@@ -702,16 +702,16 @@ impl fmt::Display for Params {
     }
 }
 
-/// Sends one [`Params`] message; `what` names it in errors.
-pub fn send_params(conn: &mut OobConn, p: &Params, what: &str) -> Result<()> {
+/// Sends one [`Terms`] message; `what` names it in errors.
+pub fn send_params(conn: &mut OobConn, p: &Terms, what: &str) -> Result<()> {
     conn.send_msg(p.encode().as_bytes(), what)
         .with_context(|| format!("sending {what}"))
 }
 
-/// Receives one [`Params`] message (at most 1 MiB); `what` names it in errors.
-pub fn recv_params(conn: &mut OobConn, what: &str) -> Result<Params> {
+/// Receives one [`Terms`] message (at most 1 MiB); `what` names it in errors.
+pub fn recv_params(conn: &mut OobConn, what: &str) -> Result<Terms> {
     let raw = conn.recv_msg(1 << 20, what)?;
-    Params::decode(&raw).map_err(|detail| {
+    Terms::decode(&raw).map_err(|detail| {
         OobError::Malformed {
             what: what.into(),
             detail,
@@ -720,13 +720,13 @@ pub fn recv_params(conn: &mut OobConn, what: &str) -> Result<Params> {
     })
 }
 
-/// Swaps [`Params`] with the peer, the client first (as [`exchange`] does), narrating both.
+/// Swaps [`Terms`] with the peer, the client first (as [`exchange`] does), narrating both.
 pub fn exchange_params(
     conn: &mut OobConn,
     role: &Role,
-    mine: &Params,
+    mine: &Terms,
     n: &Narrator,
-) -> Result<Params> {
+) -> Result<Terms> {
     n.say(format!("our parameters:   {mine}"));
     let theirs = if role.is_server() {
         let t = recv_params(conn, "the client's test parameters")?;
@@ -811,7 +811,7 @@ pub fn connect_opts(
 /// ([`oob_connect`]), then our test parameters `mine` swapped with the peer's
 /// ([`exchange_params`], narrated). `mine` carries `mtu=` ([`Device::active_mtu`]) for
 /// [`connect_qp`]. Returns the connection and the peer's parameters.
-pub fn meet(args: &CommonArgs, mine: &Params, n: &Narrator) -> Result<(OobConn, Params)> {
+pub fn meet(args: &CommonArgs, mine: &Terms, n: &Narrator) -> Result<(OobConn, Terms)> {
     let mut conn = oob_connect(args, n)?;
     let theirs = exchange_params(&mut conn, &args.role(), mine, n)?;
     Ok((conn, theirs))
@@ -827,7 +827,7 @@ pub fn connect_qp(
     qp: &Qp,
     ep: &Endpoint,
     peer: &PeerInfo,
-    theirs: &Params,
+    theirs: &Terms,
     access: verbs_lab::verbs::AccessFlags,
 ) -> Result<verbs_lab::connect::ConnectOpts> {
     let mut opts = connect_opts(args, dev, Some(theirs.get("mtu")?));
@@ -948,9 +948,9 @@ mod lessons_05_08_tests {
 
     #[test]
     fn params_round_trip_and_name_bad_keys() {
-        let p = Params::new().with("size", 4096).with("notify", "imm");
+        let p = Terms::new().with("size", 4096).with("notify", "imm");
         assert_eq!(p.encode(), "size=4096 notify=imm");
-        let q = Params::decode(p.encode().as_bytes()).unwrap();
+        let q = Terms::decode(p.encode().as_bytes()).unwrap();
         assert_eq!(q, p);
         assert_eq!(q.get::<usize>("size").unwrap(), 4096);
         assert!(q
@@ -963,8 +963,8 @@ mod lessons_05_08_tests {
             .unwrap_err()
             .to_string()
             .contains("notify=imm"));
-        assert!(Params::decode(b"size").unwrap_err().contains("key=value"));
-        assert!(Params::decode(b"a=b=c").is_err());
+        assert!(Terms::decode(b"size").unwrap_err().contains("key=value"));
+        assert!(Terms::decode(b"a=b=c").is_err());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use verbs_lab::affinity::{CpuChoice, CpuList};
-use verbs_lab::mq::{Msg, MAX_MSG_LEN};
+use verbs_lab::mq::{WorkerMsg, MAX_MSG_LEN};
 use vl_perftest::aggregate::{aggregate, aggregate_info, row_messages, totals};
 use vl_perftest::output::{GateOutcome, OutputArgs, OutputFormat, Reporter};
 use vl_perftest::params::{Config, Params, Tool};
@@ -267,7 +267,7 @@ fn chunks_fit_a_message_and_reassemble_strictly() {
     let parts = chunks(&blob).unwrap();
     assert_eq!(parts.len(), 3);
     for p in &parts {
-        let m = Msg::Result {
+        let m = WorkerMsg::Result {
             worker: 1,
             payload: p.clone(),
         };

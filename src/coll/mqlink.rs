@@ -5,16 +5,16 @@
 //! by its ranks when it is killed outright (`PR_SET_PDEATHSIG`), or by the next launcher (the
 //! queues of a pid that no longer exists). Rank 0 reads its queue and writes the others'; every
 //! other rank reads its own and writes rank 0's — the same star as over TCP, with the same
-//! messages: the star's byte strings travel as [`Msg::Result`] frames from their rank, cut to
+//! messages: the star's byte strings travel as [`WorkerMsg::Result`] frames from their rank, cut to
 //! fit a queue message (a first byte says whether more of the string follows).
 //!
 //! A queue cannot tell that its writer died, so the launcher does: when a rank exits badly it
-//! sends every other rank a [`Msg::Error`] naming that rank and how it ended, and the star turns
-//! it into the error that names the rank ([`Incoming::Gone`]).
+//! sends every other rank a [`WorkerMsg::Error`] naming that rank and how it ended, and the star
+//! turns it into the error that names the rank ([`Incoming::Gone`]).
 
 use std::time::{Duration, Instant};
 
-use crate::mq::{MqError, Msg, Queue, MAX_RESULT};
+use crate::mq::{MqError, Queue, WorkerMsg, MAX_RESULT};
 
 /// The queues of local runs are `/vl-coll-{launcher pid}-r{rank}`.
 pub const QUEUE_PREFIX: &str = "/vl-coll-";
@@ -139,9 +139,9 @@ impl MqLinks {
     }
 
     /// Adds one queue message to what has arrived; a whole string or a notice comes out.
-    fn take(&mut self, msg: Msg) -> Result<Option<Incoming>, String> {
+    fn take(&mut self, msg: WorkerMsg) -> Result<Option<Incoming>, String> {
         match msg {
-            Msg::Result { worker, payload } => {
+            WorkerMsg::Result { worker, payload } => {
                 let expected = worker < self.world && worker != self.rank;
                 let (Some((&last, piece)), true) = (payload.split_first(), expected) else {
                     return Err(format!(
@@ -156,7 +156,7 @@ impl MqLinks {
                     bytes: std::mem::take(buf),
                 }))
             }
-            Msg::Error { worker, message } => Ok(Some(Incoming::Gone {
+            WorkerMsg::Error { worker, message } => Ok(Some(Incoming::Gone {
                 rank: worker,
                 detail: message,
             })),
@@ -180,7 +180,7 @@ fn send_piece(
     payload.push(u8::from(last));
     payload.extend_from_slice(piece);
     q.send_timeout(
-        &Msg::Result {
+        &WorkerMsg::Result {
             worker: from,
             payload,
         },
@@ -191,8 +191,8 @@ fn send_piece(
 }
 
 /// The launcher's notice that `rank` ended (`detail`: how), for the other ranks' queues.
-pub fn gone_notice(rank: u32, detail: &str) -> Msg {
-    Msg::error(rank, detail)
+pub fn gone_notice(rank: u32, detail: &str) -> WorkerMsg {
+    WorkerMsg::error(rank, detail)
 }
 
 #[cfg(test)]

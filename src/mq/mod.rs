@@ -5,7 +5,7 @@
 //! queue outlives the process that created it until someone calls `mq_unlink(3)`. This module
 //! gives them three things:
 //!
-//! - [`Msg`]: the messages of the coordinator/worker protocol and a strict binary codec
+//! - [`WorkerMsg`]: the messages of the coordinator/worker protocol and a strict binary codec
 //!   (a 10-byte header with magic, version, type, sender and length, then the payload). Any
 //!   byte string that is not exactly one valid message is refused with the reason, never a
 //!   panic; an encoded message is at most [`MAX_MSG_LEN`] bytes, within the default

@@ -10,11 +10,12 @@ pub const MAGIC: [u8; 2] = *b"VL";
 pub const VERSION: u8 = 1;
 /// Header: magic (2), version (1), type (1), sender (u32), payload length (u16); big-endian.
 pub const HEADER_LEN: usize = 10;
-/// The largest opaque payload of a [`Msg::Result`] (7 KiB).
+/// The largest opaque payload of a [`WorkerMsg::Result`] (7 KiB).
 pub const MAX_RESULT: usize = 7 * 1024;
-/// The largest text (UTF-8 bytes) of [`Msg::Error`], [`Msg::Text`] and [`Msg::Abort`].
+/// The largest text (UTF-8 bytes) of [`WorkerMsg::Error`], [`WorkerMsg::Text`] and
+/// [`WorkerMsg::Abort`].
 pub const MAX_TEXT: usize = 2048;
-/// The largest encoded message: a full [`Msg::Result`]. Fits the default `msgsize_max` (8192)
+/// The largest encoded message: a full [`WorkerMsg::Result`]. Fits the default `msgsize_max` (8192)
 /// with room for a later header to grow.
 pub const MAX_MSG_LEN: usize = HEADER_LEN + MAX_RESULT;
 const _: () = assert!(
@@ -33,7 +34,7 @@ pub const MQ_PRIO_MAX: u32 = 32768;
 /// The coordinator may send `Abort` instead of `Go`, or at any time. `Text` is free text for
 /// demonstrations.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Msg {
+pub enum WorkerMsg {
     /// A worker introduces itself: its process id and the CPU it is pinned to, if any.
     Hello {
         worker: u32,
@@ -49,7 +50,7 @@ pub enum Msg {
     /// A worker's results: opaque bytes whose layout the caller defines (at most
     /// [`MAX_RESULT`]).
     Result { worker: u32, payload: Vec<u8> },
-    /// A worker failed; `message` says why (at most [`MAX_TEXT`] bytes: see [`Msg::error`]).
+    /// A worker failed; `message` says why (at most [`MAX_TEXT`] bytes: see [`WorkerMsg::error`]).
     Error { worker: u32, message: String },
     /// A worker has sent everything and is about to exit.
     Done { worker: u32 },
@@ -164,19 +165,19 @@ impl fmt::Display for CodecError {
 
 impl std::error::Error for CodecError {}
 
-impl Msg {
+impl WorkerMsg {
     /// An `Error` message; a text longer than [`MAX_TEXT`] is cut at a character boundary and
     /// marked with "…".
-    pub fn error(worker: u32, message: impl Into<String>) -> Msg {
-        Msg::Error {
+    pub fn error(worker: u32, message: impl Into<String>) -> WorkerMsg {
+        WorkerMsg::Error {
             worker,
             message: bounded_text(message.into()),
         }
     }
 
-    /// A `Text` message, cut to [`MAX_TEXT`] like [`Msg::error`].
-    pub fn text(from: u32, text: impl Into<String>) -> Msg {
-        Msg::Text {
+    /// A `Text` message, cut to [`MAX_TEXT`] like [`WorkerMsg::error`].
+    pub fn text(from: u32, text: impl Into<String>) -> WorkerMsg {
+        WorkerMsg::Text {
             from,
             text: bounded_text(text.into()),
         }
@@ -190,28 +191,28 @@ impl Msg {
     /// Who sent it: a worker number, or [`COORDINATOR`].
     pub fn sender(&self) -> u32 {
         match self {
-            Msg::Hello { worker, .. }
-            | Msg::Ready { worker }
-            | Msg::Result { worker, .. }
-            | Msg::Error { worker, .. }
-            | Msg::Done { worker }
-            | Msg::Barrier { worker, .. } => *worker,
-            Msg::Text { from, .. } => *from,
-            Msg::Go { .. } | Msg::Abort { .. } => COORDINATOR,
+            WorkerMsg::Hello { worker, .. }
+            | WorkerMsg::Ready { worker }
+            | WorkerMsg::Result { worker, .. }
+            | WorkerMsg::Error { worker, .. }
+            | WorkerMsg::Done { worker }
+            | WorkerMsg::Barrier { worker, .. } => *worker,
+            WorkerMsg::Text { from, .. } => *from,
+            WorkerMsg::Go { .. } | WorkerMsg::Abort { .. } => COORDINATOR,
         }
     }
 
     fn type_byte(&self) -> u8 {
         match self {
-            Msg::Hello { .. } => T_HELLO,
-            Msg::Ready { .. } => T_READY,
-            Msg::Go { .. } => T_GO,
-            Msg::Result { .. } => T_RESULT,
-            Msg::Error { .. } => T_ERROR,
-            Msg::Done { .. } => T_DONE,
-            Msg::Text { .. } => T_TEXT,
-            Msg::Abort { .. } => T_ABORT,
-            Msg::Barrier { .. } => T_BARRIER,
+            WorkerMsg::Hello { .. } => T_HELLO,
+            WorkerMsg::Ready { .. } => T_READY,
+            WorkerMsg::Go { .. } => T_GO,
+            WorkerMsg::Result { .. } => T_RESULT,
+            WorkerMsg::Error { .. } => T_ERROR,
+            WorkerMsg::Done { .. } => T_DONE,
+            WorkerMsg::Text { .. } => T_TEXT,
+            WorkerMsg::Abort { .. } => T_ABORT,
+            WorkerMsg::Barrier { .. } => T_BARRIER,
         }
     }
 
@@ -221,7 +222,7 @@ impl Msg {
         let kind = self.kind();
         let mut p = Writer::new();
         match self {
-            Msg::Hello { pid, cpu, .. } => {
+            WorkerMsg::Hello { pid, cpu, .. } => {
                 if *cpu == Some(NO_CPU) {
                     return Err(CodecError::Payload {
                         kind,
@@ -231,10 +232,10 @@ impl Msg {
                 p.u32(*pid);
                 p.u32(cpu.unwrap_or(NO_CPU));
             }
-            Msg::Ready { .. } | Msg::Done { .. } => {}
-            Msg::Go { start_at_ns } => p.u64(*start_at_ns),
-            Msg::Barrier { step, .. } => p.u64(*step),
-            Msg::Result { payload, .. } => {
+            WorkerMsg::Ready { .. } | WorkerMsg::Done { .. } => {}
+            WorkerMsg::Go { start_at_ns } => p.u64(*start_at_ns),
+            WorkerMsg::Barrier { step, .. } => p.u64(*step),
+            WorkerMsg::Result { payload, .. } => {
                 if payload.len() > MAX_RESULT {
                     return Err(CodecError::TooLarge {
                         kind,
@@ -244,9 +245,9 @@ impl Msg {
                 }
                 p.raw(payload);
             }
-            Msg::Error { message: t, .. }
-            | Msg::Text { text: t, .. }
-            | Msg::Abort { reason: t } => {
+            WorkerMsg::Error { message: t, .. }
+            | WorkerMsg::Text { text: t, .. }
+            | WorkerMsg::Abort { reason: t } => {
                 if t.len() > MAX_TEXT {
                     return Err(CodecError::TooLarge {
                         kind,
@@ -258,7 +259,10 @@ impl Msg {
             }
         }
         let sender = self.sender();
-        let worker_sent = !matches!(self, Msg::Go { .. } | Msg::Abort { .. } | Msg::Text { .. });
+        let worker_sent = !matches!(
+            self,
+            WorkerMsg::Go { .. } | WorkerMsg::Abort { .. } | WorkerMsg::Text { .. }
+        );
         if worker_sent && sender == COORDINATOR {
             return Err(CodecError::Sender { kind, sender });
         }
@@ -277,7 +281,7 @@ impl Msg {
     /// Parses exactly one message. Strict: wrong magic, version, type, length, payload layout,
     /// sender or UTF-8 is refused with the reason. The encoding is canonical: whatever decodes
     /// encodes back to the same bytes.
-    pub fn decode(bytes: &[u8]) -> Result<Msg, CodecError> {
+    pub fn decode(bytes: &[u8]) -> Result<WorkerMsg, CodecError> {
         if bytes.len() < HEADER_LEN {
             return Err(CodecError::Short { len: bytes.len() });
         }
@@ -313,7 +317,7 @@ impl Msg {
 }
 
 /// The payload of a message of type `t` from `sender`, whose header was valid.
-fn decode_payload(t: u8, sender: u32, p: &[u8]) -> Result<Msg, CodecError> {
+fn decode_payload(t: u8, sender: u32, p: &[u8]) -> Result<WorkerMsg, CodecError> {
     let kind = type_name(t);
     let exact = |n: usize| -> Result<(), CodecError> {
         if p.len() == n {
@@ -356,7 +360,7 @@ fn decode_payload(t: u8, sender: u32, p: &[u8]) -> Result<Msg, CodecError> {
             let mut r = Reader::new(p);
             let pid = r.u32("pid").map_err(bad)?;
             let cpu = r.u32("cpu").map_err(bad)?;
-            Msg::Hello {
+            WorkerMsg::Hello {
                 worker,
                 pid,
                 cpu: (cpu != NO_CPU).then_some(cpu),
@@ -364,17 +368,17 @@ fn decode_payload(t: u8, sender: u32, p: &[u8]) -> Result<Msg, CodecError> {
         }
         T_READY => {
             exact(0)?;
-            Msg::Ready { worker }
+            WorkerMsg::Ready { worker }
         }
         T_GO => {
             exact(8)?;
-            Msg::Go {
+            WorkerMsg::Go {
                 start_at_ns: Reader::new(p).u64("start_at_ns").map_err(bad)?,
             }
         }
         T_BARRIER => {
             exact(8)?;
-            Msg::Barrier {
+            WorkerMsg::Barrier {
                 worker,
                 step: Reader::new(p).u64("step").map_err(bad)?,
             }
@@ -387,24 +391,24 @@ fn decode_payload(t: u8, sender: u32, p: &[u8]) -> Result<Msg, CodecError> {
                     max: MAX_RESULT,
                 });
             }
-            Msg::Result {
+            WorkerMsg::Result {
                 worker,
                 payload: p.to_vec(),
             }
         }
-        T_ERROR => Msg::Error {
+        T_ERROR => WorkerMsg::Error {
             worker,
             message: text(MAX_TEXT)?,
         },
         T_DONE => {
             exact(0)?;
-            Msg::Done { worker }
+            WorkerMsg::Done { worker }
         }
-        T_TEXT => Msg::Text {
+        T_TEXT => WorkerMsg::Text {
             from: sender,
             text: text(MAX_TEXT)?,
         },
-        T_ABORT => Msg::Abort {
+        T_ABORT => WorkerMsg::Abort {
             reason: text(MAX_TEXT)?,
         },
         _ => unreachable!("type_name() knows every type matched here"),
@@ -427,30 +431,32 @@ fn bounded_text(mut s: String) -> String {
     s
 }
 
-impl fmt::Display for Msg {
+impl fmt::Display for WorkerMsg {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Msg::Hello { worker, pid, cpu } => match cpu {
+            WorkerMsg::Hello { worker, pid, cpu } => match cpu {
                 Some(c) => write!(
                     f,
                     "Hello from worker {worker} (pid {pid}, pinned to CPU {c})"
                 ),
                 None => write!(f, "Hello from worker {worker} (pid {pid}, not pinned)"),
             },
-            Msg::Ready { worker } => write!(f, "Ready from worker {worker}"),
-            Msg::Go { start_at_ns: 0 } => write!(f, "Go (start now)"),
-            Msg::Go { start_at_ns } => write!(f, "Go (start at monotonic {start_at_ns} ns)"),
-            Msg::Result { worker, payload } => {
+            WorkerMsg::Ready { worker } => write!(f, "Ready from worker {worker}"),
+            WorkerMsg::Go { start_at_ns: 0 } => write!(f, "Go (start now)"),
+            WorkerMsg::Go { start_at_ns } => write!(f, "Go (start at monotonic {start_at_ns} ns)"),
+            WorkerMsg::Result { worker, payload } => {
                 write!(f, "Result from worker {worker} ({} bytes)", payload.len())
             }
-            Msg::Error { worker, message } => write!(f, "Error from worker {worker}: {message}"),
-            Msg::Done { worker } => write!(f, "Done from worker {worker}"),
-            Msg::Text { from, text } if *from == COORDINATOR => {
+            WorkerMsg::Error { worker, message } => {
+                write!(f, "Error from worker {worker}: {message}")
+            }
+            WorkerMsg::Done { worker } => write!(f, "Done from worker {worker}"),
+            WorkerMsg::Text { from, text } if *from == COORDINATOR => {
                 write!(f, "Text from the coordinator: {text:?}")
             }
-            Msg::Text { from, text } => write!(f, "Text from {from}: {text:?}"),
-            Msg::Abort { reason } => write!(f, "Abort: {reason}"),
-            Msg::Barrier { worker, step } => {
+            WorkerMsg::Text { from, text } => write!(f, "Text from {from}: {text:?}"),
+            WorkerMsg::Abort { reason } => write!(f, "Abort: {reason}"),
+            WorkerMsg::Barrier { worker, step } => {
                 write!(f, "Barrier from worker {worker} (before step {step})")
             }
         }
@@ -458,7 +464,7 @@ impl fmt::Display for Msg {
 }
 
 /// Nanoseconds on `CLOCK_MONOTONIC`: one clock for every process of the machine, so a
-/// coordinator can name a common start instant in [`Msg::Go`].
+/// coordinator can name a common start instant in [`WorkerMsg::Go`].
 pub fn monotonic_ns() -> u64 {
     use nix::time::{clock_gettime, ClockId};
     // CLOCK_MONOTONIC cannot fail on Linux with a valid timespec.
@@ -472,7 +478,7 @@ mod tests {
 
     #[test]
     fn header_layout() {
-        let b = Msg::Done {
+        let b = WorkerMsg::Done {
             worker: 0x0102_0304,
         }
         .encode()

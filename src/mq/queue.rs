@@ -1,4 +1,5 @@
-//! [`Queue`]: an open message queue carrying [`Msg`]s, with bounded waits and removal on drop.
+//! [`Queue`]: an open message queue carrying [`WorkerMsg`]s, with bounded waits and removal on
+//! drop.
 
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
@@ -13,7 +14,7 @@ use nix::sys::stat::Mode;
 
 use super::cleanup::registry;
 use super::limits::{call_error, check_name, create_error, open_error, MqError, Result};
-use super::msg::{Msg, MQ_PRIO_MAX};
+use super::msg::{WorkerMsg, MQ_PRIO_MAX};
 
 /// A queue's attributes (`mq_getattr(3)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +40,7 @@ impl From<MqAttr> for QueueAttr {
     }
 }
 
-/// An open message queue carrying [`Msg`]s. The process that created it (the *owner*) removes
+/// An open message queue carrying [`WorkerMsg`]s. The process that created it (the *owner*) removes
 /// its name when the `Queue` is dropped; every `Queue` closes its descriptor on drop.
 ///
 /// The descriptor is always `O_NONBLOCK`: every wait is a `poll(2)` with a deadline, so it is
@@ -65,9 +66,9 @@ impl Queue {
     /// exists. The error names the limit that refused: `maxmsg` above `msg_max` or `msgsize`
     /// above `msgsize_max` (EINVAL), the per-user bytes (EMFILE), `queues_max` (ENOSPC).
     ///
-    /// To carry every [`Msg`], `msgsize` must be at least [`MAX_MSG_LEN`](super::MAX_MSG_LEN); a queue that only
-    /// carries small messages (`Go`, `Abort`) may be smaller — [`Queue::send`] refuses what
-    /// does not fit.
+    /// To carry every [`WorkerMsg`], `msgsize` must be at least
+    /// [`MAX_MSG_LEN`](super::MAX_MSG_LEN); a queue that only carries small messages (`Go`,
+    /// `Abort`) may be smaller — [`Queue::send`] refuses what does not fit.
     pub fn create(name: &str, maxmsg: usize, msgsize: usize) -> Result<Queue> {
         check_name(name)?;
         if maxmsg == 0 || msgsize == 0 {
@@ -181,12 +182,12 @@ impl Queue {
 
     /// Sends `msg` with `priority` (0 to 32767; higher is received first), waiting up to the
     /// send wait (10 s by default) for room if the queue is full.
-    pub fn send(&self, msg: &Msg, priority: u32) -> Result<()> {
+    pub fn send(&self, msg: &WorkerMsg, priority: u32) -> Result<()> {
         self.send_timeout(msg, priority, self.send_wait)
     }
 
     /// Sends `msg` (`mq_send(3)`), waiting up to `timeout` for room.
-    pub fn send_timeout(&self, msg: &Msg, priority: u32, timeout: Duration) -> Result<()> {
+    pub fn send_timeout(&self, msg: &WorkerMsg, priority: u32, timeout: Duration) -> Result<()> {
         let bytes = self.encode(msg, priority)?;
         let deadline = Instant::now() + timeout;
         loop {
@@ -209,7 +210,7 @@ impl Queue {
     }
 
     /// Sends without waiting: a full queue is [`MqError::WouldBlock`].
-    pub fn try_send(&self, msg: &Msg, priority: u32) -> Result<()> {
+    pub fn try_send(&self, msg: &WorkerMsg, priority: u32) -> Result<()> {
         let bytes = self.encode(msg, priority)?;
         match mq_send(self.mqd(), &bytes, priority) {
             Ok(()) => Ok(()),
@@ -221,7 +222,7 @@ impl Queue {
         }
     }
 
-    fn encode(&self, msg: &Msg, priority: u32) -> Result<Vec<u8>> {
+    fn encode(&self, msg: &WorkerMsg, priority: u32) -> Result<Vec<u8>> {
         if priority >= MQ_PRIO_MAX {
             return Err(MqError::Invalid(format!(
                 "priority {priority} on {}: priorities run from 0 to {}",
@@ -258,12 +259,12 @@ impl Queue {
     }
 
     /// Receives the oldest message of the highest priority, waiting up to `timeout`.
-    pub fn recv_timeout(&self, timeout: Duration) -> Result<Msg> {
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<WorkerMsg> {
         self.recv_with_priority(timeout).map(|(m, _)| m)
     }
 
     /// As [`Queue::recv_timeout`], with the message's priority (`mq_receive(3)`).
-    pub fn recv_with_priority(&self, timeout: Duration) -> Result<(Msg, u32)> {
+    pub fn recv_with_priority(&self, timeout: Duration) -> Result<(WorkerMsg, u32)> {
         let deadline = Instant::now() + timeout;
         loop {
             match self.receive_once()? {
@@ -282,7 +283,7 @@ impl Queue {
     }
 
     /// Receives without waiting: an empty queue is [`MqError::WouldBlock`].
-    pub fn try_recv(&self) -> Result<(Msg, u32)> {
+    pub fn try_recv(&self) -> Result<(WorkerMsg, u32)> {
         self.receive_once()?.ok_or_else(|| MqError::WouldBlock {
             name: self.name.clone(),
             what: "the queue is empty (mq_receive: EAGAIN)",
@@ -290,13 +291,13 @@ impl Queue {
     }
 
     /// One `mq_receive`: `Ok(None)` when the queue is empty.
-    fn receive_once(&self) -> Result<Option<(Msg, u32)>> {
+    fn receive_once(&self) -> Result<Option<(WorkerMsg, u32)>> {
         let mut buf = vec![0u8; self.msgsize];
         let mut prio = 0u32;
         loop {
             match mq_receive(self.mqd(), &mut buf, &mut prio) {
                 Ok(n) => {
-                    let msg = Msg::decode(&buf[..n]).map_err(|err| MqError::Codec {
+                    let msg = WorkerMsg::decode(&buf[..n]).map_err(|err| MqError::Codec {
                         name: self.name.clone(),
                         err,
                     })?;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context as _, Result};
-use verbs_lab::mq::{self, Msg, Queue};
+use verbs_lab::mq::{self, Queue, WorkerMsg};
 use verbs_lab::workers::{self, describe, GatherError, Roster, Worker};
 
 use super::report::{Assembler, WorkerReport};
@@ -252,7 +252,7 @@ impl Run<'_> {
         for p in &mut self.ps {
             p.at_barrier = None;
             p.inbox
-                .send(&Msg::Go { start_at_ns }, 0)
+                .send(&WorkerMsg::Go { start_at_ns }, 0)
                 .with_context(|| format!("sending Go to {}", p.who()))?;
         }
         self.released = Instant::now();
@@ -347,15 +347,15 @@ impl Run<'_> {
         }
     }
 
-    fn handle(&mut self, msg: Msg, stage: Stage) -> Result<()> {
+    fn handle(&mut self, msg: WorkerMsg, stage: Stage) -> Result<()> {
         let from = msg.sender();
         let Some(i) = self.ps.iter().position(|p| p.id() == from) else {
             bail!("a message from unknown sender {from}: {msg}");
         };
         let p = &mut self.ps[i];
         match msg {
-            Msg::Error { message, .. } => bail!("{} failed: {message}", p.who()),
-            Msg::Hello { pid, cpu, .. } if stage == Stage::Ready && !p.hello => {
+            WorkerMsg::Error { message, .. } => bail!("{} failed: {message}", p.who()),
+            WorkerMsg::Hello { pid, cpu, .. } if stage == Stage::Ready && !p.hello => {
                 ensure!(
                     pid == p.pid(),
                     "worker {from} says pid {pid}, but we started pid {}",
@@ -364,13 +364,17 @@ impl Run<'_> {
                 p.cpu = cpu;
                 p.hello = true;
             }
-            Msg::Ready { .. } if stage == Stage::Ready && p.hello && !p.ready => p.ready = true,
-            Msg::Barrier { step, .. } if stage == Stage::Results && p.at_barrier.is_none() => {
+            WorkerMsg::Ready { .. } if stage == Stage::Ready && p.hello && !p.ready => {
+                p.ready = true
+            }
+            WorkerMsg::Barrier { step, .. }
+                if stage == Stage::Results && p.at_barrier.is_none() =>
+            {
                 p.at_barrier = Some(step);
                 self.first_at_barrier.get_or_insert_with(Instant::now);
                 self.barrier_arrival(step)?;
             }
-            Msg::Result { payload, .. } if stage == Stage::Results && p.report.is_none() => {
+            WorkerMsg::Result { payload, .. } if stage == Stage::Results && p.report.is_none() => {
                 let who = p.who();
                 let blob = p
                     .chunks
@@ -384,7 +388,7 @@ impl Run<'_> {
                 }
                 self.check_in_step()?;
             }
-            Msg::Done { .. } if stage == Stage::Results && p.report.is_some() => {
+            WorkerMsg::Done { .. } if stage == Stage::Results && p.report.is_some() => {
                 p.done = true;
                 self.first_done.get_or_insert_with(Instant::now);
             }
@@ -468,7 +472,7 @@ impl Roster for Turn<'_, '_> {
     fn finished(&self, i: usize) -> bool {
         self.run.ps[i].finished(self.stage)
     }
-    fn handle(&mut self, msg: Msg) -> Result<()> {
+    fn handle(&mut self, msg: WorkerMsg) -> Result<()> {
         self.run.handle(msg, self.stage)
     }
 }

@@ -16,8 +16,8 @@
 //! N: the number of processes is one of the parameters each worker pair compares in its HELLO.
 //!
 //! Results come back as [`WorkerReport`]s — the worker's pid, its run header, its rows and
-//! when each row's measurement ran — cut into chunks that fit a `Msg::Result`. The coordinator
-//! reports each process, the aggregate over one interval (total bytes over latest end minus
+//! when each row's measurement ran — cut into chunks that fit a `WorkerMsg::Result`. The
+//! coordinator reports each process, the aggregate over one interval (total bytes over latest end minus
 //! earliest start, see [`crate::aggregate`]) as the result row the gates check, and beside it
 //! the labelled sum of the per-process averages and the intervals' overlap.
 //!

@@ -1,6 +1,6 @@
 //! What a worker sends back — [`WorkerReport`]: its pid, its run header, its rows and when
 //! each was measured — in a small strict versioned encoding over `verbs_lab::wire`, cut into
-//! chunks that fit a `Msg::Result` ([`chunks`], [`Assembler`]).
+//! chunks that fit a `WorkerMsg::Result` ([`chunks`], [`Assembler`]).
 
 use std::time::Duration;
 
@@ -243,10 +243,10 @@ fn decode_info(r: &mut Reader<'_>) -> Result<RunInfo, WireError> {
 
 /// Bytes of a chunk's header: its index and the number of chunks (u16 each, big-endian).
 pub const CHUNK_HEADER: usize = 4;
-/// Bytes of report a chunk carries at most: a chunk fills one `Msg::Result`.
+/// Bytes of report a chunk carries at most: a chunk fills one `WorkerMsg::Result`.
 pub const CHUNK_DATA: usize = mq::MAX_RESULT - CHUNK_HEADER;
 
-/// Cuts an encoded report into `Msg::Result` payloads: `index, count` then up to
+/// Cuts an encoded report into `WorkerMsg::Result` payloads: `index, count` then up to
 /// [`CHUNK_DATA`] bytes; at least one chunk. Fails beyond 65535 chunks (~470 MB).
 pub fn chunks(blob: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     let parts: Vec<&[u8]> = if blob.is_empty() {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
-use verbs_lab::mq::{Msg, Queue};
+use verbs_lab::mq::{Queue, WorkerMsg};
 use verbs_lab::workers::{follow_coordinator, monotonic_ns_of};
 
 use super::report::{chunks, WorkerReport};
@@ -40,7 +40,7 @@ pub fn worker_main(cfg: &Config) -> ExitCode {
     match worker(cfg, w, &coord) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            if let Err(qe) = coord.send(&Msg::error(w.index, format!("{e:#}")), 1) {
+            if let Err(qe) = coord.send(&WorkerMsg::error(w.index, format!("{e:#}")), 1) {
                 return fail(&format!(
                     "{e:#} (and the coordinator could not be told: {qe})"
                 ));
@@ -99,14 +99,14 @@ fn worker(cfg: &Config, w: &WorkerOf, coord: &Queue) -> Result<()> {
     };
     let blob = report.encode().context("encoding the report")?;
     for payload in chunks(&blob).map_err(anyhow::Error::msg)? {
-        let m = Msg::Result {
+        let m = WorkerMsg::Result {
             worker: w.index,
             payload,
         };
         coord.send(&m, 0).context("sending the results")?;
     }
     coord
-        .send(&Msg::Done { worker: w.index }, 0)
+        .send(&WorkerMsg::Done { worker: w.index }, 0)
         .context("sending Done")?;
     Ok(())
 }
@@ -130,8 +130,8 @@ impl CoordLink<'_> {
         let deadline = Instant::now() + wait;
         loop {
             match self.inbox.recv_timeout(Duration::from_millis(100)) {
-                Ok(Msg::Go { start_at_ns }) => return Ok(start_at_ns),
-                Ok(Msg::Abort { reason }) => bail!("aborted by the coordinator: {reason}"),
+                Ok(WorkerMsg::Go { start_at_ns }) => return Ok(start_at_ns),
+                Ok(WorkerMsg::Abort { reason }) => bail!("aborted by the coordinator: {reason}"),
                 Ok(other) => bail!("expected Go from the coordinator {what}, got {other}"),
                 Err(e) if e.is_timeout() => {}
                 Err(e) => return Err(e).with_context(|| format!("waiting for Go {what}")),
@@ -160,14 +160,14 @@ impl RowSink for WorkerSink<'_> {
 
     fn connected(&mut self, info: &RunInfo) -> Result<()> {
         let l = self.link;
-        let hello = Msg::Hello {
+        let hello = WorkerMsg::Hello {
             worker: l.index,
             pid: std::process::id(),
             cpu: info.cpu.as_ref().map(|(c, _)| *c as u32),
         };
         l.coord.send(&hello, 0).context("sending Hello")?;
         l.coord
-            .send(&Msg::Ready { worker: l.index }, 0)
+            .send(&WorkerMsg::Ready { worker: l.index }, 0)
             .context("sending Ready")?;
         l.wait_go(self.wait, "after Ready", &mut || Ok(()))?;
         Ok(())
@@ -194,7 +194,7 @@ impl Pacer for WorkerPacer<'_> {
         let l = self.link;
         l.coord
             .send(
-                &Msg::Barrier {
+                &WorkerMsg::Barrier {
                     worker: l.index,
                     step: size,
                 },
