@@ -122,10 +122,12 @@ export VL_REPO="$repo" VL_TESTS="$repo/tests/guest" HOME=/root
 bins=/opt/vl-bin
 mkdir -p "$bins"
 t0=$(uptime_cs)
-if [ -d "$repo/.vm-out/bin" ]; then
-    cp -p "$repo/.vm-out/bin/"* "$bins/" 2>/dev/null || die "cannot copy $repo/.vm-out/bin into the guest's RAM"
+# Nothing staged yet (a fresh clone's `softroce-vm shell --no-build`): target/release serves.
+staged=$(find "$repo/.vm-out/bin" -maxdepth 1 -type f 2>/dev/null | head -n 1)
+if [ -n "$staged" ]; then
+    cp -p "$repo/.vm-out/bin/"* "$bins/" || die "cannot copy $repo/.vm-out/bin into the guest's RAM (see cp's error above)"
 fi
-say "$(ls "$bins" | wc -l) binaries copied into the guest's RAM ($bins) in $(( ($(uptime_cs) - t0) / 100 )) s"
+say "$(find "$bins" -type f | wc -l) binaries copied into the guest's RAM ($bins) in $(( ($(uptime_cs) - t0) / 100 )) s"
 export PATH="$bins:$repo/target/release:/usr/sbin:/usr/bin"
 cd "$repo" || die "cannot cd to $repo"
 
