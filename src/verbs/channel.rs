@@ -14,21 +14,16 @@ use super::context::{Context, ContextInner};
 use super::cq::Cq;
 use super::error::{Result, VerbsError};
 use super::fd::{set_nonblocking, wait_readable};
+use super::handle::{Handle, VerbsObject};
 
-pub(crate) struct ChannelInner {
-    pub(crate) ptr: *mut ibv_comp_channel,
-    _ctx: Arc<ContextInner>,
-}
+/// The owner of a `struct ibv_comp_channel`; its `parent` is the context.
+pub(crate) type ChannelInner = Handle<ibv_comp_channel, Arc<ContextInner>>;
 
 // SAFETY: a completion channel is a kernel fd wrapper; libibverbs allows use from any thread.
-unsafe impl Send for ChannelInner {}
-// SAFETY: as above.
-unsafe impl Sync for ChannelInner {}
-
-impl Drop for ChannelInner {
-    fn drop(&mut self) {
-        // SAFETY: every CQ bound to this channel holds an Arc of us, so none is left.
-        unsafe { ibv_destroy_comp_channel(self.ptr) };
+unsafe impl VerbsObject for ibv_comp_channel {
+    unsafe fn destroy(ptr: *mut ibv_comp_channel) {
+        // SAFETY: the caller's contract; every CQ bound to this channel holds an Arc of it.
+        unsafe { ibv_destroy_comp_channel(ptr) };
     }
 }
 
@@ -40,25 +35,23 @@ pub struct CompChannel {
 
 impl CompChannel {
     pub(crate) fn create(ctx: &Context) -> Result<CompChannel> {
-        // SAFETY: the context is open.
-        let ptr = unsafe { ibv_create_comp_channel(ctx.inner.ptr) };
-        if ptr.is_null() {
-            return Err(VerbsError::last("ibv_create_comp_channel"));
-        }
-        // SAFETY: ptr is a live channel; its fd stays open until ibv_destroy_comp_channel.
-        let fd = unsafe { BorrowedFd::borrow_raw((*ptr).fd) };
+        // SAFETY: the context is open; the new channel is ours alone, and its context outlives
+        // it as its parent.
+        let inner = unsafe {
+            Handle::created(
+                "ibv_create_comp_channel",
+                ibv_create_comp_channel(ctx.inner.ptr),
+                ctx.inner.clone(),
+            )?
+        };
+        // SAFETY: the channel is live; its fd stays open until ibv_destroy_comp_channel.
+        let fd = unsafe { BorrowedFd::borrow_raw((*inner.ptr).fd) };
         // Non-blocking, so that ibv_get_cq_event returns EAGAIN instead of hanging when no
-        // event is pending (rdma-core's man page shows the same fcntl).
-        if let Err(e) = set_nonblocking(fd, "fcntl(comp_channel, O_NONBLOCK)") {
-            // SAFETY: ptr is ours and no CQ uses it yet.
-            unsafe { ibv_destroy_comp_channel(ptr) };
-            return Err(e);
-        }
+        // event is pending (rdma-core's man page shows the same fcntl). On failure, dropping
+        // `inner` destroys the channel, which no CQ uses yet.
+        set_nonblocking(fd, "fcntl(comp_channel, O_NONBLOCK)")?;
         Ok(CompChannel {
-            inner: Arc::new(ChannelInner {
-                ptr,
-                _ctx: ctx.inner.clone(),
-            }),
+            inner: Arc::new(inner),
         })
     }
 

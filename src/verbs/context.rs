@@ -16,6 +16,7 @@ use super::channel::CompChannel;
 use super::cq::Cq;
 use super::error::{Result, VerbsError};
 use super::gid::{choose_gid, Gid, GidChoice, GidEntry, GidType};
+use super::handle::{Handle, VerbsObject};
 use super::pd::Pd;
 use crate::sysfs;
 
@@ -43,21 +44,22 @@ extern "C" {
 }
 
 /// The owner of a `struct ibv_context`; every child object holds an `Arc` of it, so the device
-/// is closed only after the last PD, CQ and channel is gone.
-pub(crate) struct ContextInner {
-    pub(crate) ptr: *mut ibv_context,
-    pub(crate) name: String,
-}
+/// is closed only after the last PD, CQ and channel is gone. Having no parent, it keeps its
+/// device name in `parent` ([`ContextInner::name`]).
+pub(crate) type ContextInner = Handle<ibv_context, String>;
 
 // SAFETY: libibverbs contexts are thread-safe: every verb may be called from any thread.
-unsafe impl Send for ContextInner {}
-// SAFETY: as above; ContextInner has no interior state of its own.
-unsafe impl Sync for ContextInner {}
+unsafe impl VerbsObject for ibv_context {
+    unsafe fn destroy(ptr: *mut ibv_context) {
+        // SAFETY: the caller's contract; ptr came from ibv_open_device.
+        unsafe { ibv_close_device(ptr) };
+    }
+}
 
-impl Drop for ContextInner {
-    fn drop(&mut self) {
-        // SAFETY: ptr came from ibv_open_device; all children hold an Arc of us, so none is left.
-        unsafe { ibv_close_device(self.ptr) };
+impl ContextInner {
+    /// The device name, e.g. `rxe0`.
+    pub(crate) fn name(&self) -> &str {
+        &self.parent
     }
 }
 
@@ -251,19 +253,17 @@ pub struct PortAttr {
 
 impl Context {
     pub(crate) fn open(device: *mut ibv_device, name: String) -> Result<Context> {
-        // SAFETY: `device` is a live entry of a device list the caller still holds.
-        let ptr = unsafe { ibv_open_device(device) };
-        if ptr.is_null() {
-            return Err(VerbsError::last("ibv_open_device"));
-        }
+        // SAFETY: `device` is a live entry of a device list the caller still holds; the new
+        // context is ours alone.
+        let inner = unsafe { Handle::created("ibv_open_device", ibv_open_device(device), name)? };
         Ok(Context {
-            inner: Arc::new(ContextInner { ptr, name }),
+            inner: Arc::new(inner),
         })
     }
 
     /// The device name, e.g. `rxe0`.
     pub fn name(&self) -> &str {
-        &self.inner.name
+        self.inner.name()
     }
 
     /// Device capabilities (`ibv_query_device(3)`).

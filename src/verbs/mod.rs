@@ -20,6 +20,7 @@ pub mod device;
 pub mod error;
 pub(crate) mod fd;
 pub mod gid;
+pub(crate) mod handle;
 pub mod mr;
 pub mod mw;
 pub mod pd;

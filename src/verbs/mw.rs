@@ -17,25 +17,21 @@ use rdma_sys::{
 
 use super::attrs::AccessFlags;
 use super::error::{Result, VerbsError};
+use super::handle::{Handle, VerbsObject};
 use super::mr::Mr;
 use super::pd::{Pd, PdInner};
 use super::qp::Qp;
 
 /// A type 2 memory window. Holds its PD.
 pub struct Mw {
-    ptr: *mut ibv_mw,
-    _pd: Arc<PdInner>,
+    inner: Handle<ibv_mw, Arc<PdInner>>,
 }
 
 // SAFETY: the MW handle is thread-safe in libibverbs; we hold no other state.
-unsafe impl Send for Mw {}
-// SAFETY: as above.
-unsafe impl Sync for Mw {}
-
-impl Drop for Mw {
-    fn drop(&mut self) {
-        // SAFETY: ptr is our MW; its PD outlives it through our Arc.
-        unsafe { ibv_dealloc_mw(self.ptr) };
+unsafe impl VerbsObject for ibv_mw {
+    unsafe fn destroy(ptr: *mut ibv_mw) {
+        // SAFETY: the caller's contract.
+        unsafe { ibv_dealloc_mw(ptr) };
     }
 }
 
@@ -48,10 +44,9 @@ impl Mw {
                 "ibv_alloc_mw",
                 nix::errno::Errno::EOPNOTSUPP,
             )),
-            Some(p) if p.is_null() => Err(VerbsError::last("ibv_alloc_mw")),
+            // SAFETY: `ptr` is NULL or a new MW, ours alone; its PD outlives it as its parent.
             Some(ptr) => Ok(Mw {
-                ptr,
-                _pd: pd.inner.clone(),
+                inner: unsafe { Handle::created("ibv_alloc_mw", ptr, pd.inner.clone())? },
             }),
         }
     }
@@ -60,7 +55,7 @@ impl Mw {
     /// bind gives it the rkey returned by [`Qp::post_bind_mw`]).
     pub fn rkey(&self) -> u32 {
         // SAFETY: ptr is a live MW.
-        unsafe { (*self.ptr).rkey }
+        unsafe { (*self.inner.ptr).rkey }
     }
 }
 
@@ -86,7 +81,7 @@ impl Qp {
         // SAFETY: pure arithmetic on the key.
         let rkey = unsafe { ibv_inc_rkey(mw.rkey()) };
         let bind = bind_mw_t {
-            mw: mw.ptr,
+            mw: mw.inner.ptr,
             rkey,
             bind_info: ibv_mw_bind_info {
                 mr: mr.ptr,

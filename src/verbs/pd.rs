@@ -6,25 +6,19 @@ use rdma_sys::{ibv_alloc_pd, ibv_dealloc_pd, ibv_pd};
 
 use super::attrs::AccessFlags;
 use super::context::{Context, ContextInner};
-use super::error::{Result, VerbsError};
+use super::error::Result;
+use super::handle::{Handle, VerbsObject};
 use super::mr::Mr;
 use super::qp::{Qp, QpInitAttr};
 
-pub(crate) struct PdInner {
-    pub(crate) ptr: *mut ibv_pd,
-    pub(crate) ctx: Arc<ContextInner>,
-}
+/// The owner of a `struct ibv_pd`; its `parent` is the context.
+pub(crate) type PdInner = Handle<ibv_pd, Arc<ContextInner>>;
 
-// SAFETY: PDs are thread-safe in libibverbs; PdInner has no interior state of its own.
-unsafe impl Send for PdInner {}
-// SAFETY: as above.
-unsafe impl Sync for PdInner {}
-
-impl Drop for PdInner {
-    fn drop(&mut self) {
-        // SAFETY: every MR, QP and AH of this PD holds an Arc of us, so none is left; the
-        // context outlives us through `ctx`.
-        unsafe { ibv_dealloc_pd(self.ptr) };
+// SAFETY: PDs are thread-safe in libibverbs.
+unsafe impl VerbsObject for ibv_pd {
+    unsafe fn destroy(ptr: *mut ibv_pd) {
+        // SAFETY: the caller's contract; every MR, QP and AH of this PD holds an Arc of it.
+        unsafe { ibv_dealloc_pd(ptr) };
     }
 }
 
@@ -36,16 +30,17 @@ pub struct Pd {
 
 impl Pd {
     pub(crate) fn alloc(ctx: &Context) -> Result<Pd> {
-        // SAFETY: the context is open (we hold it).
-        let ptr = unsafe { ibv_alloc_pd(ctx.inner.ptr) };
-        if ptr.is_null() {
-            return Err(VerbsError::last("ibv_alloc_pd"));
-        }
+        // SAFETY: the context is open (we hold it); the new PD is ours alone, and its context
+        // outlives it as its parent.
+        let inner = unsafe {
+            Handle::created(
+                "ibv_alloc_pd",
+                ibv_alloc_pd(ctx.inner.ptr),
+                ctx.inner.clone(),
+            )?
+        };
         Ok(Pd {
-            inner: Arc::new(PdInner {
-                ptr,
-                ctx: ctx.inner.clone(),
-            }),
+            inner: Arc::new(inner),
         })
     }
 
@@ -57,7 +52,7 @@ impl Pd {
 
     /// The name of the device this PD belongs to.
     pub fn device_name(&self) -> &str {
-        &self.inner.ctx.name
+        self.inner.parent.name()
     }
 
     /// Allocates `len` zeroed, page-aligned bytes and registers them (`ibv_reg_mr(3)`).

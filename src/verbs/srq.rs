@@ -11,25 +11,20 @@ use rdma_sys::{
 };
 
 use super::error::{Result, VerbsError};
+use super::handle::{Handle, VerbsObject};
 use super::pd::{Pd, PdInner};
 use super::qp::{Qp, QpInitAttr};
 use super::wr::RecvWr;
 
-pub(crate) struct SrqInner {
-    pub(crate) ptr: *mut ibv_srq,
-    _pd: Arc<PdInner>,
-}
+/// The owner of a `struct ibv_srq`; its `parent` is the PD.
+pub(crate) type SrqInner = Handle<ibv_srq, Arc<PdInner>>;
 
 // SAFETY: SRQs are thread-safe in libibverbs (providers lock the queue); no state of our own.
-unsafe impl Send for SrqInner {}
-// SAFETY: as above.
-unsafe impl Sync for SrqInner {}
-
-impl Drop for SrqInner {
-    fn drop(&mut self) {
-        // SAFETY: every QP attached to this SRQ holds an Arc of us, so none is left (the kernel
-        // refuses to destroy an SRQ in use); the PD outlives us through `_pd`.
-        unsafe { ibv_destroy_srq(self.ptr) };
+unsafe impl VerbsObject for ibv_srq {
+    unsafe fn destroy(ptr: *mut ibv_srq) {
+        // SAFETY: the caller's contract; every QP attached to this SRQ holds an Arc of it (the
+        // kernel refuses to destroy an SRQ in use).
+        unsafe { ibv_destroy_srq(ptr) };
     }
 }
 
@@ -135,16 +130,17 @@ impl Pd {
         let mut init: ibv_srq_init_attr = unsafe { std::mem::zeroed() };
         init.attr.max_wr = max_wr;
         init.attr.max_sge = max_sge;
-        // SAFETY: the PD is live; `init` is fully initialised.
-        let ptr = unsafe { ibv_create_srq(self.inner.ptr, &mut init) };
-        if ptr.is_null() {
-            return Err(VerbsError::last("ibv_create_srq"));
-        }
+        // SAFETY: the PD is live; `init` is fully initialised; the new SRQ is ours alone, and
+        // the PD outlives it as its parent.
+        let inner = unsafe {
+            Handle::created(
+                "ibv_create_srq",
+                ibv_create_srq(self.inner.ptr, &mut init),
+                self.inner.clone(),
+            )?
+        };
         Ok(Srq {
-            inner: Arc::new(SrqInner {
-                ptr,
-                _pd: self.inner.clone(),
-            }),
+            inner: Arc::new(inner),
         })
     }
 

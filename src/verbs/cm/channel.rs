@@ -5,19 +5,14 @@ use super::*;
 
 // ---- the event channel ------------------------------------------------------------------------
 
-pub(crate) struct EventChannelInner {
-    pub(super) ptr: *mut rdma_event_channel,
-}
+/// The owner of a `struct rdma_event_channel`; it has no parent.
+pub(crate) type EventChannelInner = Handle<rdma_event_channel, ()>;
 
 // SAFETY: an event channel is a kernel fd wrapper; librdmacm allows use from any thread.
-unsafe impl Send for EventChannelInner {}
-// SAFETY: as above.
-unsafe impl Sync for EventChannelInner {}
-
-impl Drop for EventChannelInner {
-    fn drop(&mut self) {
-        // SAFETY: every CmId on this channel holds an Arc of us, so none is left.
-        unsafe { rdma_destroy_event_channel(self.ptr) };
+unsafe impl VerbsObject for rdma_event_channel {
+    unsafe fn destroy(ptr: *mut rdma_event_channel) {
+        // SAFETY: the caller's contract; every CmId on this channel holds an Arc of it.
+        unsafe { rdma_destroy_event_channel(ptr) };
     }
 }
 
@@ -32,11 +27,13 @@ impl EventChannel {
     /// Opens `/dev/infiniband/rdma_cm` (`rdma_create_event_channel(3)`) and makes its fd
     /// non-blocking, so that every wait is a bounded `poll(2)`.
     pub fn create() -> Result<EventChannel> {
-        // SAFETY: no arguments; returns NULL with errno set on failure.
-        let ptr = unsafe { rdma_create_event_channel() };
-        if ptr.is_null() {
-            let e = VerbsError::last("rdma_create_event_channel");
-            return Err(match e.errno() {
+        // SAFETY: no arguments; returns NULL with errno set on failure, else a channel that is
+        // ours alone.
+        let created = unsafe {
+            Handle::created("rdma_create_event_channel", rdma_create_event_channel(), ())
+        };
+        let inner = Arc::new(created.map_err(|e| {
+            match e.errno() {
                 Some(Errno::ENODEV | Errno::ENOENT | Errno::ENOSYS) => VerbsError::Call {
                     verb: "rdma_create_event_channel",
                     errno: e.errno().unwrap_or(Errno::ENODEV),
@@ -47,11 +44,10 @@ impl EventChannel {
                     ),
                 },
                 _ => e,
-            });
-        }
-        let inner = Arc::new(EventChannelInner { ptr });
+            }
+        })?);
         // SAFETY: the fd belongs to the live channel for the whole borrow.
-        let fd = unsafe { BorrowedFd::borrow_raw((*ptr).fd) };
+        let fd = unsafe { BorrowedFd::borrow_raw((*inner.ptr).fd) };
         set_nonblocking(fd, "fcntl(rdma_cm channel, O_NONBLOCK)")?;
         Ok(EventChannel { inner })
     }

@@ -38,6 +38,7 @@ use super::attrs::{AccessFlags, Mtu, QpState};
 use super::context::{Context, ContextInner};
 use super::error::{Result, VerbsError};
 use super::fd::{set_nonblocking, wait_readable};
+use super::handle::{Handle, VerbsObject};
 use super::pd::Pd;
 use super::qp::{Qp, QpInitAttr};
 
@@ -248,7 +249,10 @@ impl CmId {
             .to_string_lossy()
             .into_owned();
         let ctx = Context {
-            inner: Arc::new(ContextInner { ptr: verbs, name }),
+            inner: Arc::new(ContextInner {
+                ptr: verbs,
+                parent: name,
+            }),
         };
         all.push(ctx.clone());
         Some(ctx)
@@ -284,7 +288,7 @@ impl CmId {
         }
         // SAFETY: the id is live.
         let verbs = unsafe { (*self.ptr).verbs };
-        if verbs.is_null() || pd.inner.ctx.ptr != verbs {
+        if verbs.is_null() || pd.inner.parent.ptr != verbs {
             return Err(VerbsError::InvalidArgument(
                 "the PD must be allocated on the rdma_cm_id's own device context \
                  (CmId::context), after the address is resolved"

@@ -1,0 +1,62 @@
+//! The one owner of a verbs object's C handle: the pointer a creating verb returned, destroyed
+//! by the object's own destroy verb when the last user lets go, and — beside it — the parent's
+//! handle, which therefore outlives it.
+//!
+//! A context, PD, completion channel, SRQ, memory window and rdma_cm event channel are each a
+//! [`Handle`] of their C type; the file of each object says which verb creates and which destroys
+//! it ([`VerbsObject`]), and why its C object may be shared between threads.
+
+use super::error::{Result, VerbsError};
+
+/// A C verbs object that libibverbs or librdmacm lets any thread use and destroy, and the verb
+/// that destroys it.
+///
+/// # Safety
+///
+/// Implement it only for an object the library documents as thread-safe: a [`Handle`] of it is
+/// `Send` and `Sync`.
+pub(crate) unsafe trait VerbsObject {
+    /// Destroys the object (`ibv_dealloc_pd`, `ibv_destroy_srq`, …).
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is a live object that nothing uses any more and that is destroyed only here.
+    unsafe fn destroy(ptr: *mut Self);
+}
+
+/// A live C object of type `T`, destroyed when dropped; `parent` is dropped after it.
+pub(crate) struct Handle<T: VerbsObject, P> {
+    pub(crate) ptr: *mut T,
+    /// What must outlive the object: its parent's handle (a context, which has no parent, keeps
+    /// its device name here).
+    pub(crate) parent: P,
+}
+
+// SAFETY: `T` is a thread-safe C object (the contract of `VerbsObject`), and `P` is shared only
+// as far as it allows itself.
+unsafe impl<T: VerbsObject, P: Send> Send for Handle<T, P> {}
+// SAFETY: as above.
+unsafe impl<T: VerbsObject, P: Sync> Sync for Handle<T, P> {}
+
+impl<T: VerbsObject, P> Handle<T, P> {
+    /// Takes what a creating verb returned: NULL means `verb` failed, and `errno` says why.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is NULL or a live object that only this handle destroys, and `parent` keeps alive
+    /// whatever the object needs until it is destroyed.
+    pub(crate) unsafe fn created(verb: &'static str, ptr: *mut T, parent: P) -> Result<Self> {
+        if ptr.is_null() {
+            return Err(VerbsError::last(verb));
+        }
+        Ok(Handle { ptr, parent })
+    }
+}
+
+impl<T: VerbsObject, P> Drop for Handle<T, P> {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` is live and ours (the contract of `created`); every child holds an `Arc`
+        // of its parent's handle, so none is left. `parent` is dropped only after this body.
+        unsafe { T::destroy(self.ptr) };
+    }
+}
