@@ -250,17 +250,9 @@ pub struct Parties<'a> {
 /// Client: one rdma_cm connection per QP to the server's listener, each QP moved through
 /// INIT → RTR → RTS with the CM's attributes.
 pub fn connect_client(p: &Parties<'_>) -> Result<CmLink> {
-    let Parties {
-        cfg,
-        dev,
-        qps,
-        local,
-        remote,
-        setup,
-    } = *p;
-    let rc = rdma_cm(cfg)?;
-    let host = cfg.host.as_deref().unwrap_or_default();
-    let src = source_ip(rc, dev);
+    let rc = rdma_cm(p.cfg)?;
+    let host = p.cfg.host.as_deref().unwrap_or_default();
+    let src = source_ip(rc, p.dev);
     let dsts: Vec<SocketAddr> = (host, rc.port)
         .to_socket_addrs()
         .with_context(|| format!("-R: resolving the server's name '{host}'"))?
@@ -272,8 +264,8 @@ pub fn connect_client(p: &Parties<'_>) -> Result<CmLink> {
         .copied()
         .ok_or_else(|| anyhow!("-R: '{host}' has no address"))?;
     let channel = EventChannel::create().context("-R: rdma_create_event_channel")?;
-    let mut ids = Vec::with_capacity(qps.len());
-    for (q, qp) in qps.iter().enumerate() {
+    let mut ids = Vec::with_capacity(p.qps.len());
+    for (q, qp) in p.qps.iter().enumerate() {
         let step = |s: &str| format!("-R: QP {q} to {dst}: {s}");
         let id = CmId::create(&channel, PortSpace::Tcp).context("-R: rdma_create_id")?;
         if let Some(tos) = rc.tos {
@@ -285,16 +277,16 @@ pub fn connect_client(p: &Parties<'_>) -> Result<CmLink> {
             .expect(CmEventKind::AddrResolved, "rdma_resolve_addr")
             .with_context(|| step("resolving the address"))?;
         let from = src.map_or_else(|| "the routed source".to_string(), |s| s.to_string());
-        check_device(&id, dev, cfg, &format!("{dst} from {from}"))?;
+        check_device(&id, p.dev, p.cfg, &format!("{dst} from {from}"))?;
         id.resolve_route(RESOLVE)
             .with_context(|| step("rdma_resolve_route"))?;
         next_event(&channel, RESOLVE * 2, "route resolution")?
             .expect(CmEventKind::RouteResolved, "rdma_resolve_route")
             .with_context(|| step("resolving the route"))?;
-        let o = overrides(cfg, setup, q);
+        let o = overrides(p.cfg, p.setup, q);
         id.modify_qp(qp, QpState::Init, &o)
             .with_context(|| step("INIT"))?;
-        id.connect(&param(rc, setup, qp, record(q, &local.qps[q])))
+        id.connect(&param(rc, p.setup, qp, record(q, &p.local.qps[q])))
             .with_context(|| step("rdma_connect"))?;
         let ev = next_event(&channel, CM_WAIT, "the server's accept")?;
         if let Some(why) = rejected_reason(&ev) {
@@ -303,7 +295,7 @@ pub fn connect_client(p: &Parties<'_>) -> Result<CmLink> {
         let ev = ev
             .expect(CmEventKind::ConnectResponse, "rdma_connect")
             .with_context(|| step("connecting"))?;
-        let back = check_record(&ev.private_data, remote).with_context(|| step("the REP"))?;
+        let back = check_record(&ev.private_data, p.remote).with_context(|| step("the REP"))?;
         if back != q {
             bail!("-R: the server accepted QP {q}'s connection for its QP {back} (protocol error)");
         }
@@ -391,26 +383,18 @@ fn accept_one(
     private_data: &[u8],
     taken: &[Option<CmId>],
 ) -> Result<usize> {
-    let Parties {
-        cfg,
-        dev,
-        qps,
-        local,
-        remote,
-        setup,
-    } = *p;
-    let rc = rdma_cm(cfg)?;
+    let rc = rdma_cm(p.cfg)?;
     let from = id
         .peer_addr()
         .map_or_else(|| "the client".to_string(), |a| a.to_string());
-    check_device(id, dev, cfg, &format!("the connection from {from}"))?;
-    let q = check_record(private_data, remote)
+    check_device(id, p.dev, p.cfg, &format!("the connection from {from}"))?;
+    let q = check_record(private_data, p.remote)
         .with_context(|| format!("-R: the connect request from {from}"))?;
     if taken[q].is_some() {
         bail!("-R: a second connect request for QP {q} from {from} (protocol error)");
     }
-    let qp = &qps[q];
-    let o = overrides(cfg, setup, q);
+    let qp = &p.qps[q];
+    let o = overrides(p.cfg, p.setup, q);
     let step = |s: &str| format!("-R: accepting QP {q} from {from}: {s}");
     id.modify_qp(qp, QpState::Init, &o)
         .with_context(|| step("INIT"))?;
@@ -418,7 +402,7 @@ fn accept_one(
         .with_context(|| step("RTR"))?;
     id.modify_qp(qp, QpState::Rts, &o)
         .with_context(|| step("RTS"))?;
-    id.accept(&param(rc, setup, qp, record(q, &local.qps[q])))
+    id.accept(&param(rc, p.setup, qp, record(q, &p.local.qps[q])))
         .with_context(|| step("rdma_accept"))?;
     Ok(q)
 }
