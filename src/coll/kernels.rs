@@ -115,18 +115,12 @@ impl fmt::Display for RedOp {
 
 impl FromStr for RedOp {
     type Err = String;
+    /// By its name ([`RedOp::name`]), the only spelling.
     fn from_str(s: &str) -> Result<RedOp, String> {
-        Ok(match s {
-            "sum" => RedOp::Sum,
-            "prod" => RedOp::Prod,
-            "min" => RedOp::Min,
-            "max" => RedOp::Max,
-            _ => {
-                return Err(format!(
-                    "unknown reduction '{s}': use sum, prod, min or max"
-                ))
-            }
-        })
+        RedOp::ALL
+            .into_iter()
+            .find(|op| op.name() == s)
+            .ok_or_else(|| format!("unknown reduction '{s}': use sum, prod, min or max"))
     }
 }
 
