@@ -221,6 +221,18 @@ impl Writer {
     }
 }
 
+/// `s` cut to at most `max` bytes on a character boundary: text that must fit a field's limit.
+pub fn clip(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// Reads a record, strictly (see the module comment). Each call names the field it reads, for
 /// the error.
 #[derive(Debug, Clone)]
@@ -297,25 +309,24 @@ impl<'a> Reader<'a> {
 
     /// A byte that must be 0 or 1.
     pub fn bool(&mut self, what: &str) -> Result<bool, WireError> {
-        match self.u8(what)? {
-            0 => Ok(false),
-            1 => Ok(true),
-            v => Err(WireError::invalid(
-                what,
-                format!("{v} is not a boolean (0 or 1)"),
-            )),
-        }
+        self.zero_or_one(what, |v| format!("{v} is not a boolean (0 or 1)"))
     }
 
     /// The tag of an optional value: 0 (absent) or 1 (present, the value follows).
     pub fn tag(&mut self, what: &str) -> Result<bool, WireError> {
+        self.zero_or_one(what, |v| format!("option tag {v} is neither 0 nor 1"))
+    }
+
+    /// A byte read as `false` (0) or `true` (1); any other value is refused with `refusal(v)`.
+    fn zero_or_one(
+        &mut self,
+        what: &str,
+        refusal: impl FnOnce(u8) -> String,
+    ) -> Result<bool, WireError> {
         match self.u8(what)? {
             0 => Ok(false),
             1 => Ok(true),
-            v => Err(WireError::invalid(
-                what,
-                format!("option tag {v} is neither 0 nor 1"),
-            )),
+            v => Err(WireError::invalid(what, refusal(v))),
         }
     }
 

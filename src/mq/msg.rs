@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::wire::{Reader, WireError, Writer};
+use crate::wire::{clip, Reader, WireError, Writer};
 
 /// The first two bytes of every message.
 pub const MAGIC: [u8; 2] = *b"VL";
@@ -422,11 +422,7 @@ fn bounded_text(mut s: String) -> String {
         return s;
     }
     let ellipsis = "…";
-    let mut cut = MAX_TEXT - ellipsis.len();
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    s.truncate(cut);
+    s.truncate(clip(&s, MAX_TEXT - ellipsis.len()).len());
     s.push_str(ellipsis);
     s
 }

@@ -1,6 +1,6 @@
 //! The record of each message: [`encode`] and the strict [`decode`] (see the module's doc).
 
-use verbs_lab::wire::{Reader, Width, WireError, Writer};
+use verbs_lab::wire::{clip, Reader, Width, WireError, Writer};
 
 use super::*;
 
@@ -10,18 +10,6 @@ use super::*;
 fn clipped(w: &mut Writer, width: Width, s: &str, max: usize) {
     w.text(width, clip(s, max.min(width.max())))
         .expect("text clipped to its width fits");
-}
-
-/// Cuts `s` to at most `max` bytes on a character boundary.
-fn clip(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// The record of a message (the payload of one frame).
