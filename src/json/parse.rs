@@ -184,54 +184,57 @@ impl Parser<'_> {
     }
 
     fn object(&mut self) -> Result<Value, ParseError> {
-        self.eat(b'{')?;
         let mut o = Object::new();
-        self.ws();
-        if self.peek() == Some(b'}') {
-            self.i += 1;
-            return Ok(Value::Object(o));
-        }
-        loop {
-            self.ws();
-            if self.peek() != Some(b'"') {
-                return Err(self.err("expected a key in quotes"));
+        self.sequence(b'{', b'}', |p| {
+            p.ws();
+            if p.peek() != Some(b'"') {
+                return Err(p.err("expected a key in quotes"));
             }
-            let key = self.string()?;
+            let key = p.string()?;
             if o.get(&key).is_some() {
-                return Err(self.err(&format!("duplicate key \"{key}\"")));
+                return Err(p.err(&format!("duplicate key \"{key}\"")));
             }
-            self.ws();
-            self.eat(b':')?;
-            let v = self.value()?;
+            p.ws();
+            p.eat(b':')?;
+            let v = p.value()?;
             o.insert(key, v);
-            match self.peek() {
-                Some(b',') => self.i += 1,
-                Some(b'}') => {
-                    self.i += 1;
-                    return Ok(Value::Object(o));
-                }
-                _ => return Err(self.err("expected ',' or '}'")),
-            }
-        }
+            Ok(())
+        })?;
+        Ok(Value::Object(o))
     }
 
     fn array(&mut self) -> Result<Value, ParseError> {
-        self.eat(b'[')?;
         let mut items = Vec::new();
+        self.sequence(b'[', b']', |p| {
+            items.push(p.value()?);
+            Ok(())
+        })?;
+        Ok(Value::Array(items))
+    }
+
+    /// `open`, then items (each read by `item`, which ends after the whitespace that follows it)
+    /// separated by commas, then `close`: the frame an object and an array share.
+    fn sequence(
+        &mut self,
+        open: u8,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> Result<(), ParseError>,
+    ) -> Result<(), ParseError> {
+        self.eat(open)?;
         self.ws();
-        if self.peek() == Some(b']') {
+        if self.peek() == Some(close) {
             self.i += 1;
-            return Ok(Value::Array(items));
+            return Ok(());
         }
         loop {
-            items.push(self.value()?);
+            item(self)?;
             match self.peek() {
                 Some(b',') => self.i += 1,
-                Some(b']') => {
+                Some(c) if c == close => {
                     self.i += 1;
-                    return Ok(Value::Array(items));
+                    return Ok(());
                 }
-                _ => return Err(self.err("expected ',' or ']'")),
+                _ => return Err(self.err(&format!("expected ',' or '{}'", close as char))),
             }
         }
     }
