@@ -240,13 +240,9 @@ pub fn choose_cpu_in(
                 show(allowed)
             ));
         }
-        let (cpu, shared) = pick(&usable, index);
-        let mut why = format!("requested CPU list {req}");
-        if usable.len() < req.len() {
-            why.push_str(&format!(", of which {usable} allowed"));
-        }
-        why.push_str(&shared);
-        return Ok(CpuChoice::Pin { cpu, why });
+        let why = format!("requested CPU list {req}");
+        let narrowed = format!(", of which {usable} allowed");
+        return Ok(pin(req, &usable, index, why, &narrowed));
     }
 
     let (local, source) = match nic_local_cpus(sysfs_root, dev) {
@@ -262,13 +258,26 @@ pub fn choose_cpu_in(
             ),
         });
     }
-    let (cpu, shared) = pick(&usable, index);
-    let mut why = format!("NIC-local: {dev} {source} {local}");
-    if usable.len() < local.len() {
-        why.push_str(&format!(", allowed {usable}"));
+    let why = format!("NIC-local: {dev} {source} {local}");
+    let narrowed = format!(", allowed {usable}");
+    Ok(pin(&local, &usable, index, why, &narrowed))
+}
+
+/// Pins to the `index`-th of the `usable` CPUs (those of `candidates` this process may use);
+/// `why` says where the candidates came from, `narrowed` is added when fewer are usable.
+fn pin(
+    candidates: &CpuList,
+    usable: &CpuList,
+    index: usize,
+    mut why: String,
+    narrowed: &str,
+) -> CpuChoice {
+    let (cpu, shared) = pick(usable, index);
+    if usable.len() < candidates.len() {
+        why.push_str(narrowed);
     }
     why.push_str(&shared);
-    Ok(CpuChoice::Pin { cpu, why })
+    CpuChoice::Pin { cpu, why }
 }
 
 fn show(list: &CpuList) -> String {
