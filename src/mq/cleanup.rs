@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use nix::mqueue::mq_unlink;
 use nix::sys::signal::{raise, SigSet, Signal};
 
-use super::limits::{call_error, MqError, Result};
+use super::limits::{call_error, status_mask, MqError, Result};
 
 static REGISTRY: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
@@ -116,14 +116,7 @@ pub fn install_cleanup_on_signals() -> Result<()> {
 
 /// The `SigIgn` mask of `/proc/self/status`: bit N-1 set when signal N is ignored.
 fn ignored_signals() -> u64 {
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("SigIgn:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .unwrap_or(0)
+    status_mask("SigIgn").unwrap_or(0)
 }
 
 // ---------------------------------------------------------------------------------------------

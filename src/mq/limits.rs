@@ -62,14 +62,17 @@ impl Limits {
 /// usually not.
 pub fn has_cap_sys_resource() -> bool {
     const CAP_SYS_RESOURCE: u32 = 24;
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE) != 0)
+    status_mask("CapEff").is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE) != 0)
+}
+
+/// The hexadecimal mask of `/proc/self/status` line `key` (`CapEff`, `SigIgn`, ...), or `None`
+/// where it cannot be read.
+pub(super) fn status_mask(key: &str) -> Option<u64> {
+    let status = fs::read_to_string("/proc/self/status").ok()?;
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))?;
+    u64::from_str_radix(line.trim(), 16).ok()
 }
 
 /// Shows a limit, or "unknown".
