@@ -13,10 +13,14 @@
 //! ```
 //!
 //! `DIR` laid over `PREFIX/share` is where each shell and `man` look for them.
+//!
+//! A tool that fails ends the same way everywhere: [`failed`] (or [`exit_code`] around its
+//! `run`) prints `NAME: error: ` and the error's chain of causes, and exits 1.
 
 use std::ffi::OsString;
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use clap::{Command, Parser};
 use clap_complete::Shell;
@@ -28,6 +32,21 @@ pub const GENERATE_ENV: &str = "VERBS_LAB_GENERATE";
 pub fn parse<T: Parser>() -> T {
     generate_if_asked(T::command);
     T::parse()
+}
+
+/// A tool's failure: prints `NAME: error: ` and the error with its chain of causes to stderr,
+/// and returns exit status 1.
+pub fn failed(name: &str, e: &anyhow::Error) -> ExitCode {
+    eprintln!("{name}: error: {e:#}");
+    ExitCode::FAILURE
+}
+
+/// A tool's exit status: 0 for `Ok`, else [`failed`].
+pub fn exit_code(name: &str, result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => failed(name, &e),
+    }
 }
 
 /// When [`GENERATE_ENV`] names a directory, writes `command()`'s man page and completions there

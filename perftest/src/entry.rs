@@ -10,6 +10,8 @@
 
 use std::process::ExitCode;
 
+use verbs_lab::cli::failed;
+
 use crate::output::{OutputFormat, Reporter};
 use crate::params::{Config, Params, Tool};
 use crate::run::{measures, run_tool};
@@ -61,20 +63,14 @@ pub fn main(tool: Tool) -> ExitCode {
     match run_tool(&cfg, &mut reporter) {
         Ok(result) => match reporter.finish(&result) {
             Ok(outcome) => outcome.exit_code(),
-            Err(e) => {
-                eprintln!("{name}: error: {e:#}");
-                ExitCode::FAILURE
-            }
+            Err(e) => failed(&name, &e),
         },
         Err(e) => match crate::signals::received() {
             Some(i) => {
                 eprintln!("{name}: {i}: the peer was told, the run torn down");
                 ExitCode::from(i.exit_code())
             }
-            None => {
-                eprintln!("{name}: error: {e:#}");
-                ExitCode::FAILURE
-            }
+            None => failed(&name, &e),
         },
     }
 }

@@ -63,13 +63,7 @@ struct DeviceInfo {
 
 fn main() -> ExitCode {
     let args: Args = verbs_lab::cli::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("vl_devinfo: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    verbs_lab::cli::exit_code("vl_devinfo", run(&args))
 }
 
 fn run(args: &Args) -> Result<()> {

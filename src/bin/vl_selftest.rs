@@ -329,11 +329,5 @@ fn check_wrong_rkey(a: &Side, b: &Side, n: usize, wait: Duration, remote: Remote
 
 fn main() -> ExitCode {
     let args: Args = verbs_lab::cli::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("vl_selftest: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    verbs_lab::cli::exit_code("vl_selftest", run(&args))
 }

@@ -52,11 +52,5 @@ fn run(args: &Args) -> Result<()> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("vl_benchchart: error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    verbs_lab::cli::exit_code("vl_benchchart", run(&args))
 }

@@ -110,10 +110,7 @@ pub fn coordinator_main(cfg: &Config, out: &OutputArgs) -> ExitCode {
     });
     match outcome {
         Ok(outcome) => outcome.exit_code(),
-        Err(e) => {
-            eprintln!("{name}: error: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(e) => verbs_lab::cli::failed(&name, &e),
     }
 }
 
