@@ -10,6 +10,7 @@
 //! - [`json`]: the one JSON writer (`--json` output) and strict parser (everything reading it);
 //! - [`cli`]: man pages and shell completions of every binary, from its clap definition;
 //! - [`affinity`]: CPU lists, the CPUs near a NIC, and pinning a benchmark thread;
+//! - [`background`]: a helper thread that stops and is joined when its guard is dropped;
 //! - [`mq`]: typed, versioned messages over POSIX message queues, for coordinator and workers;
 //! - [`workers`]: the one supervisor of worker processes (spawn, watch, stop, reap; die with the
 //!   coordinator);
@@ -19,6 +20,7 @@
 //! The lessons (`lessons/`) and the benchmarks (`perftest/`) are built on it.
 
 pub mod affinity;
+pub mod background;
 pub mod cli;
 pub mod coll;
 pub mod connect;

@@ -15,14 +15,13 @@
 //! with the event as its error: "port 1 of rxe1 went down (IBV_EVENT_PORT_ERR) …".
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::net::UnixStream;
 use std::sync::Mutex;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
+use verbs_lab::background::Background;
 use verbs_lab::verbs::{AsyncEvent, AsyncEventKind, Context};
 
 /// How often the watcher looks at sysfs for the device's removal where it cannot hear the
@@ -164,92 +163,84 @@ fn record(ev: DeviceEvent) {
 /// guard's end of a socket pair, which dropping the guard closes. Where the announcements
 /// cannot be heard (no netlink in a container), it looks at sysfs every [`SLICE`] instead.
 pub fn watch(ctx: &Context, port: u8) -> std::io::Result<EventWatch> {
-    let (stop, stopped) = UnixStream::pair()?;
     let ctx = ctx.clone();
-    let thread = std::thread::Builder::new()
-        .name("async-events".into())
-        .spawn(move || {
-            let device = ctx.name().to_string();
-            // Only a node that was there can go away (no sysfs in a container: no look).
-            let removable = !ctx.being_removed();
-            let node = ctx
-                .uverbs_sysfs_path()
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let uevents = if removable {
-                uevent_socket().ok()
-            } else {
-                None
-            };
-            let timeout = match uevents {
-                None if removable => {
-                    PollTimeout::try_from(SLICE.as_millis() as i32).unwrap_or(PollTimeout::MAX)
-                }
-                _ => PollTimeout::NONE,
-            };
-            let removed = || {
-                record(DeviceEvent {
-                    device: device.clone(),
-                    cause: Cause::Removed,
-                })
-            };
-            loop {
-                if removable && ctx.being_removed() {
-                    removed();
-                }
-                let mut fds = vec![
-                    PollFd::new(stopped.as_fd(), PollFlags::POLLIN),
-                    PollFd::new(ctx.async_event_fd(), PollFlags::POLLIN),
-                ];
-                if let Some(u) = &uevents {
-                    fds.push(PollFd::new(u.as_fd(), PollFlags::POLLIN));
-                }
-                match poll(&mut fds, timeout) {
-                    Ok(_) => {}
-                    Err(Errno::EINTR) => continue,
-                    Err(e) => {
-                        eprintln!(
-                            "warning: cannot wait for the asynchronous events of {device}: {e}"
-                        );
-                        return;
-                    }
-                }
-                let woke = |i: usize| {
-                    fds.get(i)
-                        .and_then(|f| f.revents())
-                        .is_some_and(|r| !r.is_empty())
-                };
-                if woke(0) {
+    let thread = Background::spawn("async-events", move |stopped| {
+        let device = ctx.name().to_string();
+        // Only a node that was there can go away (no sysfs in a container: no look).
+        let removable = !ctx.being_removed();
+        let node = ctx
+            .uverbs_sysfs_path()
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let uevents = if removable {
+            uevent_socket().ok()
+        } else {
+            None
+        };
+        let timeout = match uevents {
+            None if removable => {
+                PollTimeout::try_from(SLICE.as_millis() as i32).unwrap_or(PollTimeout::MAX)
+            }
+            _ => PollTimeout::NONE,
+        };
+        let removed = || {
+            record(DeviceEvent {
+                device: device.clone(),
+                cause: Cause::Removed,
+            })
+        };
+        loop {
+            if removable && ctx.being_removed() {
+                removed();
+            }
+            let mut fds = vec![
+                PollFd::new(stopped.as_fd(), PollFlags::POLLIN),
+                PollFd::new(ctx.async_event_fd(), PollFlags::POLLIN),
+            ];
+            if let Some(u) = &uevents {
+                fds.push(PollFd::new(u.as_fd(), PollFlags::POLLIN));
+            }
+            match poll(&mut fds, timeout) {
+                Ok(_) => {}
+                Err(Errno::EINTR) => continue,
+                Err(e) => {
+                    eprintln!("warning: cannot wait for the asynchronous events of {device}: {e}");
                     return;
                 }
-                let (queue, news) = (woke(1), woke(2));
-                drop(fds);
-                if news && drain_removals(uevents.as_ref(), &node) {
-                    removed();
-                }
-                if !queue {
-                    continue;
-                }
-                match ctx.get_async_event(Duration::ZERO) {
-                    Ok(Some(ev)) if ends_run(&ev, port) => record(DeviceEvent {
-                        device: device.clone(),
-                        cause: Cause::Event(ev),
-                    }),
-                    Ok(_) => {}
-                    Err(e) => {
-                        // The queue itself failed (a device removed under us): say so once,
-                        // the run goes on and meets the fault through its completions.
-                        eprintln!("warning: cannot read the asynchronous events of {device}: {e}");
-                        return;
-                    }
+            }
+            let woke = |i: usize| {
+                fds.get(i)
+                    .and_then(|f| f.revents())
+                    .is_some_and(|r| !r.is_empty())
+            };
+            if woke(0) {
+                return;
+            }
+            let (queue, news) = (woke(1), woke(2));
+            drop(fds);
+            if news && drain_removals(uevents.as_ref(), &node) {
+                removed();
+            }
+            if !queue {
+                continue;
+            }
+            match ctx.get_async_event(Duration::ZERO) {
+                Ok(Some(ev)) if ends_run(&ev, port) => record(DeviceEvent {
+                    device: device.clone(),
+                    cause: Cause::Event(ev),
+                }),
+                Ok(_) => {}
+                Err(e) => {
+                    // The queue itself failed (a device removed under us): say so once,
+                    // the run goes on and meets the fault through its completions.
+                    eprintln!("warning: cannot read the asynchronous events of {device}: {e}");
+                    return;
                 }
             }
-        })?;
-    Ok(EventWatch {
-        stop: Some(stop),
-        thread: Some(thread),
-    })
+        }
+    })?;
+    Ok(EventWatch { _thread: thread })
 }
 
 /// A socket that hears the kernel's device announcements (uevents), non-blocking.
@@ -300,18 +291,7 @@ pub fn removal_of(msg: &[u8], node: &str) -> bool {
 
 /// See [`watch`]: dropping it wakes the thread at once and waits for it.
 pub struct EventWatch {
-    stop: Option<UnixStream>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for EventWatch {
-    fn drop(&mut self) {
-        // Closing our end makes the thread's end readable (end of file).
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+    _thread: Background,
 }
 
 #[cfg(test)]

@@ -4,11 +4,10 @@
 use std::io::{self, ErrorKind};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::net::UnixStream;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::{OobConn, OobError, Result, DEFAULT_BIND};
+use crate::background::Background;
 
 /// Waits for one client on `port` ([`DEFAULT_BIND`]), at most `timeout`.
 pub fn accept(port: u16, timeout: Duration) -> Result<OobConn> {
@@ -127,8 +126,7 @@ impl Listener {
         reply: Vec<u8>,
         log: impl Fn(SocketAddr) + Send + 'static,
     ) -> io::Result<Refuser> {
-        let (stop, stopped) = UnixStream::pair()?;
-        let thread = std::thread::spawn(move || loop {
+        let thread = Background::spawn("refuse-others", move |stopped| loop {
             match wait_any(&[stopped.as_fd(), self.listener.as_fd()], None) {
                 Ok(ready) if ready.first() == Some(&true) => return,
                 Ok(_) => {}
@@ -144,11 +142,8 @@ impl Listener {
                 }
                 log(canonical(peer));
             }
-        });
-        Ok(Refuser {
-            stop: Some(stop),
-            thread: Some(thread),
-        })
+        })?;
+        Ok(Refuser { _thread: thread })
     }
 }
 
@@ -189,18 +184,7 @@ const REFUSE_READ: Duration = Duration::from_secs(2);
 
 /// Turns away further clients while it lives (see [`Listener::refuse_others`]).
 pub struct Refuser {
-    stop: Option<UnixStream>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for Refuser {
-    fn drop(&mut self) {
-        // Closing our end makes the thread's end readable (end of file): it wakes and returns.
-        drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+    _thread: Background,
 }
 
 /// `[::]:port` with IPV6_V6ONLY off: IPv6 and IPv4 clients alike, whatever the sysctl default.
