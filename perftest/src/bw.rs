@@ -188,6 +188,15 @@ struct Tx {
     stopped: bool,
 }
 
+/// What a phase has done so far: each sending QP's progress, both directions' totals, and
+/// what the peer said.
+struct Sides<'a> {
+    txs: Vec<TxQp<'a>>,
+    tx: Tx,
+    rx: Rx,
+    watch: PeerWatch,
+}
+
 /// Runs one phase of one size: posts (if this side sends), receives (if it receives), exchanges
 /// tallies. `sent_before` / `peer_sent_before` count the messages of the earlier phases of this
 /// size per QP, sent by this side and by the peer: sequence numbers continue across phases.
@@ -250,24 +259,27 @@ fn phase(
     // Requests, built once per phase.
     let src_sges = source_sges(cfg, mr, &k.layout, k.n)?;
     let c = tx_cfg(cfg, &k.layout, k.n, remote, *inline_limit, seq_base);
-    let mut txs = if sends {
+    let txs = if sends {
         senders(cfg, qps, remote, ahs, &src_sges, &c, mode)
     } else {
         Vec::new()
     };
-    let mut rx = Rx::new(&k, rx_seq_base);
-    let mut tx = Tx::new(&k);
+    let mut st = Sides {
+        txs,
+        tx: Tx::new(&k),
+        rx: Rx::new(&k, rx_seq_base),
+        watch: PeerWatch::new(ph, size),
+    };
     let mut wcs = WorkCompletion::array::<POLL_BATCH>();
-    let mut watch = PeerWatch::new(ph, size);
     let mut last_progress = t_phase;
     let mut turns = 0u32;
     let mut sleep = false;
 
     loop {
         let mut posted_now = 0;
-        if tx.posting {
-            tx.first_post.get_or_insert_with(Instant::now);
-            for (q, t) in txs.iter_mut().enumerate() {
+        if st.tx.posting {
+            st.tx.first_post.get_or_insert_with(Instant::now);
+            for (q, t) in st.txs.iter_mut().enumerate() {
                 posted_now += post_some(t, q, &c, mr, &k.layout)?;
             }
         }
@@ -277,14 +289,14 @@ fn phase(
         turns = turns.wrapping_add(1);
         if got > 0 {
             let now = Instant::now();
-            reap(&wcs[..got], &k, dst, &mut rx, &mut txs, &mut tx.total)?;
+            reap(&wcs[..got], &k, dst, &mut st)?;
             if receives {
-                rx.repost(qps, dst, &k.layout)?;
-                rx.progressed(now, &mut watch);
+                st.rx.repost(qps, dst, &k.layout)?;
+                st.rx.progressed(now, &mut st.watch);
             }
             if sends {
-                tx.last_completion = now;
-                tx.log.record(tx.total, now);
+                st.tx.last_completion = now;
+                st.tx.log.record(st.tx.total, now);
             }
             last_progress = now;
         }
@@ -294,18 +306,18 @@ fn phase(
             continue;
         }
         let now = Instant::now();
-        settle(&k, &mut txs, &mut tx, &mut rx, &watch, ch, now)?;
-        if tx.done && rx.done {
+        settle(&k, &mut st, ch, now)?;
+        if st.tx.done && st.rx.done {
             break;
         }
         let stalled_for = now.duration_since(last_progress);
-        keep_watch(&k, &txs, &tx, &rx, &mut watch, ch, (now, stalled_for))?;
+        keep_watch(&k, &mut st, ch, (now, stalled_for))?;
         if idle && software && channel.is_none() {
             let _ = backoff(stalled_for);
         }
         sleep = idle;
     }
-    phase_out(&k, &txs, &tx, &rx, &mut watch, ch)
+    phase_out(&k, &mut st, ch)
 }
 
 /// Housekeeping (clock, peer, deadline, stall) is due every 64 turns, every 8 when idle, every
@@ -337,14 +349,8 @@ impl Tx {
 
 /// One poll's completions, each checked and accounted to its QP.
 #[inline]
-fn reap(
-    wcs: &[WorkCompletion],
-    k: &PhaseCtx<'_>,
-    dst: &[Mr],
-    rx: &mut Rx,
-    txs: &mut [TxQp<'_>],
-    tx_total: &mut u64,
-) -> Result<()> {
+fn reap(wcs: &[WorkCompletion], k: &PhaseCtx<'_>, dst: &[Mr], st: &mut Sides<'_>) -> Result<()> {
+    let Sides { txs, tx, rx, .. } = st;
     for wc in wcs {
         if !wc.is_success() {
             return Err(wc_error(wc));
@@ -365,7 +371,7 @@ fn reap(
             // Signaled requests complete everything before them on their QP.
             let done = completed_through(t.completed, wc.wr_id());
             if done > t.completed {
-                *tx_total += done - t.completed;
+                tx.total += done - t.completed;
                 t.completed = done;
             }
         }
@@ -443,15 +449,8 @@ impl Rx {
 /// signaled request, so its last completion is seen); the sending is done when every request
 /// completed (the TALLY then goes to the peer); the receiving when the peer's tally is met, or,
 /// on a lossy transport that may never deliver them all, when the line was quiet for a while.
-fn settle(
-    k: &PhaseCtx<'_>,
-    txs: &mut [TxQp<'_>],
-    tx: &mut Tx,
-    rx: &mut Rx,
-    watch: &PeerWatch,
-    ch: &mut Channel,
-    now: Instant,
-) -> Result<()> {
+fn settle(k: &PhaseCtx<'_>, st: &mut Sides<'_>, ch: &mut Channel, now: Instant) -> Result<()> {
+    let Sides { txs, tx, rx, watch } = st;
     if let RunMode::Duration(d) = k.mode {
         if k.sends && !tx.stopped && now >= k.t_phase + d {
             tx.stopped = true;
@@ -487,13 +486,11 @@ fn settle(
 /// since the last progress) or a receiver whose peer went silent or overran the phase.
 fn keep_watch(
     k: &PhaseCtx<'_>,
-    txs: &[TxQp<'_>],
-    tx: &Tx,
-    rx: &Rx,
-    watch: &mut PeerWatch,
+    st: &mut Sides<'_>,
     ch: &mut Channel,
     (now, stalled_for): (Instant, Duration),
 ) -> Result<()> {
+    let Sides { txs, tx, rx, watch } = st;
     watch.check(ch, now)?;
     if k.sends && !tx.done {
         watch.beat(ch, now)?;
@@ -519,14 +516,8 @@ fn keep_watch(
 
 /// What the phase measured on each side, checked against the peer's tally (waited for if it
 /// has not arrived yet).
-fn phase_out(
-    k: &PhaseCtx<'_>,
-    txs: &[TxQp<'_>],
-    tx: &Tx,
-    rx: &Rx,
-    watch: &mut PeerWatch,
-    ch: &mut Channel,
-) -> Result<PhaseOut> {
+fn phase_out(k: &PhaseCtx<'_>, st: &mut Sides<'_>, ch: &mut Channel) -> Result<PhaseOut> {
+    let Sides { txs, tx, rx, watch } = st;
     let (cfg, mode, size) = (k.cfg, k.mode, k.size);
     let mut out = PhaseOut {
         sent: txs.iter().map(|t| t.posted).collect(),
