@@ -1,6 +1,7 @@
 //! The channel against real sockets on loopback: framing, limits, deadlines, listeners.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpListener};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -13,16 +14,25 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A client connected (with `timeout`) on loopback to a server thread that runs `server` on the
+/// connection it accepted; join the thread at the end of the test.
+fn served(
+    timeout: Duration,
+    server: impl FnOnce(OobConn) + Send + 'static,
+) -> (OobConn, JoinHandle<()>) {
+    let port = free_port();
+    let t = std::thread::spawn(move || server(accept(port, Duration::from_secs(10)).unwrap()));
+    let c = connect("127.0.0.1", port, timeout).unwrap();
+    (c, t)
+}
+
 #[test]
 fn framed_messages_round_trip() {
-    let port = free_port();
-    let t = std::thread::spawn(move || {
-        let mut c = accept(port, Duration::from_secs(10)).unwrap();
+    let (mut c, t) = served(Duration::from_secs(10), move |mut c| {
         let m = c.recv_msg(100, "hello").unwrap();
         c.send_msg(&m, "echo").unwrap();
         c.barrier("end").unwrap();
     });
-    let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
     c.send_msg(b"abc", "hello").unwrap();
     assert_eq!(c.recv_msg(100, "echo").unwrap(), b"abc");
     c.barrier("end").unwrap();
@@ -31,12 +41,9 @@ fn framed_messages_round_trip() {
 
 #[test]
 fn oversized_frame_is_refused_before_allocating() {
-    let port = free_port();
-    let t = std::thread::spawn(move || {
-        let mut c = accept(port, Duration::from_secs(10)).unwrap();
+    let (mut c, t) = served(Duration::from_secs(10), move |mut c| {
         c.send_raw(&u32::MAX.to_be_bytes(), "len").unwrap();
     });
-    let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
     let e = c.recv_msg(1024, "parameters").unwrap_err();
     assert!(
         matches!(e, OobError::TooLong { len, max: 1024, .. } if len == u32::MAX as usize),
@@ -47,13 +54,10 @@ fn oversized_frame_is_refused_before_allocating() {
 
 #[test]
 fn silent_peer_times_out_and_closed_peer_is_named() {
-    let port = free_port();
-    let t = std::thread::spawn(move || {
-        let c = accept(port, Duration::from_secs(10)).unwrap();
+    let (mut c, t) = served(Duration::from_millis(300), move |c| {
         std::thread::sleep(Duration::from_millis(600));
         drop(c);
     });
-    let mut c = connect("127.0.0.1", port, Duration::from_millis(300)).unwrap();
     let mut b = [0u8; 4];
     let e = c.recv_raw(&mut b, "the server's endpoint").unwrap_err();
     assert!(matches!(e, OobError::Timeout { .. }), "{e}");
@@ -66,13 +70,10 @@ fn silent_peer_times_out_and_closed_peer_is_named() {
 
 #[test]
 fn a_peer_that_closes_mid_frame_is_told_apart_from_one_that_closes_between_frames() {
-    let port = free_port();
-    let t = std::thread::spawn(move || {
-        let mut c = accept(port, Duration::from_secs(10)).unwrap();
+    let (mut c, t) = served(Duration::from_secs(10), move |mut c| {
         // A frame announcing 64 bytes, then 3 of them, then the end of the connection.
         c.send_raw(&[0, 0, 0, 64, 1, 2, 3], "half a frame").unwrap();
     });
-    let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
     let e = c.recv_msg(1024, "the HELLO").unwrap_err();
     assert!(matches!(e, OobError::Closed { got: 7, .. }), "{e}");
     assert!(
@@ -129,9 +130,7 @@ fn nobody_listening_times_out() {
 
 #[test]
 fn a_trickling_peer_is_cut_off_by_the_frame_deadline() {
-    let port = free_port();
-    let t = std::thread::spawn(move || {
-        let mut c = accept(port, Duration::from_secs(10)).unwrap();
+    let (mut c, t) = served(Duration::from_secs(10), move |mut c| {
         // Announce 8 bytes, then one byte every 100 ms: each byte alone is within the
         // timeout, the frame as a whole is not.
         c.send_raw(&8u32.to_be_bytes(), "len").unwrap();
@@ -142,7 +141,6 @@ fn a_trickling_peer_is_cut_off_by_the_frame_deadline() {
             }
         }
     });
-    let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
     c.set_timeout(Duration::from_millis(350)).unwrap();
     let start = Instant::now();
     let e = c.recv_msg(100, "the tally").unwrap_err();
@@ -158,17 +156,14 @@ fn a_trickling_peer_is_cut_off_by_the_frame_deadline() {
 
 #[test]
 fn try_recv_keeps_half_a_frame_without_blocking() {
-    let port = free_port();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    let t = std::thread::spawn(move || {
-        let mut c = accept(port, Duration::from_secs(10)).unwrap();
+    let (mut c, t) = served(Duration::from_secs(10), move |mut c| {
         c.send_raw(&[0, 0, 0, 3, b'a'], "half").unwrap();
         go_rx.recv().unwrap();
         c.send_raw(b"bc", "rest").unwrap();
         c.send_msg(b"next", "next").unwrap();
         go_rx.recv().unwrap();
     });
-    let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
     std::thread::sleep(Duration::from_millis(100));
     let start = Instant::now();
     assert_eq!(c.try_recv_msg(100, "m").unwrap(), None);
@@ -187,13 +182,10 @@ fn try_recv_keeps_half_a_frame_without_blocking() {
 
 #[test]
 fn half_a_frame_left_too_long_is_an_error() {
-    let port = free_port();
-    let t = std::thread::spawn(move || {
-        let mut c = accept(port, Duration::from_secs(10)).unwrap();
+    let (mut c, t) = served(Duration::from_secs(10), move |mut c| {
         c.send_raw(&[0, 0], "half a length").unwrap();
         std::thread::sleep(Duration::from_millis(800));
     });
-    let mut c = connect("127.0.0.1", port, Duration::from_secs(10)).unwrap();
     c.set_timeout(Duration::from_millis(200)).unwrap();
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(c.try_recv_msg(100, "a heartbeat").unwrap(), None);
