@@ -19,6 +19,20 @@
 //!
 //! The lessons (`lessons/`) and the benchmarks (`perftest/`) are built on it.
 
+/// Implements `Display` as the type's `name()`, for the enums whose printed form is their
+/// name (port states, launchers, element types, reductions, protocol phases, ...): the one
+/// `fmt` they share. `name` may take `self` or `&self`.
+#[macro_export]
+macro_rules! display_by_name {
+    ($($t:ty),+ $(,)?) => {$(
+        impl ::std::fmt::Display for $t {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    )+};
+}
+
 pub mod affinity;
 pub mod background;
 pub mod cli;

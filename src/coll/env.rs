@@ -12,8 +12,6 @@
 //! `MASTER_ADDR` + `MASTER_PORT` (as torch under mpirun or srun expects), and is needed only
 //! when there is more than one rank.
 
-use std::fmt;
-
 /// Where the rank and world size came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Launcher {
@@ -43,11 +41,7 @@ impl Launcher {
     }
 }
 
-impl fmt::Display for Launcher {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+crate::display_by_name!(Launcher);
 
 /// The bootstrap flags as a tool parsed them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -85,11 +85,7 @@ impl PortState {
     }
 }
 
-impl fmt::Display for PortState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+crate::display_by_name!(PortState);
 
 /// What a port speaks on the wire: InfiniBand (addressed by LID) or Ethernet (RoCE, by GID).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -105,11 +105,7 @@ impl AtomicType {
     }
 }
 
-impl fmt::Display for AtomicType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+verbs_lab::display_by_name!(AtomicType);
 
 impl FromStr for AtomicType {
     type Err = String;

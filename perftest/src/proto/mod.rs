@@ -159,11 +159,7 @@ impl Phase {
     }
 }
 
-impl fmt::Display for Phase {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+verbs_lab::display_by_name!(Phase);
 
 /// A barrier token: both sides send one and expect the same phase and size back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
