@@ -6,7 +6,6 @@
 //! dispatch. Elements are read and written in native byte order with `from_ne_bytes` /
 //! `to_ne_bytes` over `chunks_exact`, which the compiler turns into plain loads and stores.
 
-use std::fmt;
 use std::str::FromStr;
 
 /// The element type of a collective's buffer (nccl-tests' `-d`).
@@ -61,11 +60,7 @@ impl DataType {
     }
 }
 
-impl fmt::Display for DataType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+crate::display_by_name!(DataType);
 
 impl FromStr for DataType {
     type Err = String;
@@ -107,11 +102,7 @@ impl RedOp {
     }
 }
 
-impl fmt::Display for RedOp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+crate::display_by_name!(RedOp);
 
 impl FromStr for RedOp {
     type Err = String;
@@ -134,7 +125,7 @@ pub trait Element: Copy + PartialOrd {
 }
 
 macro_rules! element {
-    ($t:ty, $add:ident, $mul:ident) => {
+    ($t:ty, $add:path, $mul:path) => {
         impl Element for $t {
             const SIZE: usize = std::mem::size_of::<$t>();
             #[inline(always)]
@@ -147,47 +138,22 @@ macro_rules! element {
             }
             #[inline(always)]
             fn add(self, o: Self) -> Self {
-                self.$add(o)
+                $add(self, o)
             }
             #[inline(always)]
             fn mul(self, o: Self) -> Self {
-                self.$mul(o)
+                $mul(self, o)
             }
         }
     };
 }
 
-trait FloatOps {
-    fn fadd(self, o: Self) -> Self;
-    fn fmul(self, o: Self) -> Self;
-}
-impl FloatOps for f32 {
-    #[inline(always)]
-    fn fadd(self, o: Self) -> Self {
-        self + o
-    }
-    #[inline(always)]
-    fn fmul(self, o: Self) -> Self {
-        self * o
-    }
-}
-impl FloatOps for f64 {
-    #[inline(always)]
-    fn fadd(self, o: Self) -> Self {
-        self + o
-    }
-    #[inline(always)]
-    fn fmul(self, o: Self) -> Self {
-        self * o
-    }
-}
-
 // Integers wrap on overflow, as NCCL's and MPI's integer sums do.
-element!(f32, fadd, fmul);
-element!(f64, fadd, fmul);
-element!(i32, wrapping_add, wrapping_mul);
-element!(i64, wrapping_add, wrapping_mul);
-element!(u8, wrapping_add, wrapping_mul);
+element!(f32, std::ops::Add::add, std::ops::Mul::mul);
+element!(f64, std::ops::Add::add, std::ops::Mul::mul);
+element!(i32, i32::wrapping_add, i32::wrapping_mul);
+element!(i64, i64::wrapping_add, i64::wrapping_mul);
+element!(u8, u8::wrapping_add, u8::wrapping_mul);
 
 /// `dst[i] = f(dst[i], src[i])` over whole elements: the one loop every kernel is made of.
 #[inline(always)]
