@@ -195,26 +195,27 @@ fn half_a_frame_left_too_long_is_an_error() {
     t.join().unwrap();
 }
 
+/// The connection `l` accepts from a client thread that connects to it at `host`.
+fn accepted_from(l: &Listener, host: &'static str) -> OobConn {
+    let port = l.port();
+    let t = std::thread::spawn(move || {
+        connect(host, port, Duration::from_secs(5)).unwrap();
+    });
+    let c = l.accept(Duration::from_secs(5)).unwrap();
+    t.join().unwrap();
+    c
+}
+
 #[test]
 fn listens_on_ipv4_ipv6_and_both() {
     // The default takes IPv4 clients too (dual stack), and names them as IPv4.
     let l = Listener::bind(0).unwrap();
-    let port = l.port();
-    let t = std::thread::spawn(move || {
-        connect("127.0.0.1", port, Duration::from_secs(5)).unwrap();
-    });
-    let c = l.accept(Duration::from_secs(5)).unwrap();
+    let c = accepted_from(&l, "127.0.0.1");
     assert_eq!(c.peer().ip(), IpAddr::V4(Ipv4Addr::LOCALHOST));
-    t.join().unwrap();
     // A given IPv6 address.
     if let Ok(l) = Listener::bind_on(IpAddr::V6(Ipv6Addr::LOCALHOST), 0) {
-        let port = l.port();
-        let t = std::thread::spawn(move || {
-            connect("::1", port, Duration::from_secs(5)).unwrap();
-        });
-        let c = l.accept(Duration::from_secs(5)).unwrap();
+        let c = accepted_from(&l, "::1");
         assert_eq!(c.peer().ip(), IpAddr::V6(Ipv6Addr::LOCALHOST));
-        t.join().unwrap();
     }
     // A given IPv4 address; an address not of this host is refused with a hint.
     let l = Listener::bind_on(IpAddr::V4(Ipv4Addr::LOCALHOST), 0).unwrap();
