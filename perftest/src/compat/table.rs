@@ -38,6 +38,12 @@ const COMM_RDMA_CM: Status = Refused(
      Use -R to connect the measured QPs through rdma_cm",
 );
 const MCAST: Status = Refused("multicast is not supported; the send tools run unicast");
+const SAMPLES: Status = Refused(
+    "printing every sample is not supported; --json and --format table carry the percentiles",
+);
+const TPH: Status = Refused("PCIe TPH hints are not supported");
+const MMAP: Status = Refused("buffers from an mmap'd file are not supported");
+const WRITE_IMM: Status = Refused("RDMA Write with immediate is not supported yet");
 const RATE: Status =
     Refused("rate limiting is not supported: the vl_* tools always send as fast as the QP allows");
 
@@ -99,23 +105,8 @@ pub const OPTIONS: &[PerftestOption] = &[
     ),
     opt('g', "mcg", false, MCAST),
     opt('h', "help", false, Same("")),
-    opt(
-        'H',
-        "report-histogrm",
-        false,
-        Refused(
-            "printing every sample is not supported; --json and --format table carry the \
-         percentiles",
-        ),
-    ),
-    long(
-        "report-histogram",
-        false,
-        Refused(
-            "printing every sample is not supported; --json and --format table carry the \
-         percentiles",
-        ),
-    ),
+    opt('H', "report-histogrm", false, SAMPLES),
+    long("report-histogram", false, SAMPLES),
     opt('i', "ib-port", true, Same("")),
     opt(
         'I',
@@ -186,15 +177,7 @@ pub const OPTIONS: &[PerftestOption] = &[
         Same("with -R only, as perftest (rdma_set_option RDMA_OPTION_ID_TOS)"),
     ),
     opt('u', "qp-timeout", true, Same("")),
-    opt(
-        'U',
-        "report-unsorted",
-        false,
-        Refused(
-            "printing every sample is not supported; --json and --format table carry the \
-         percentiles",
-        ),
-    ),
+    opt('U', "report-unsorted", false, SAMPLES),
     opt('V', "version", false, Same("prints verbs-lab's version")),
     opt(
         'w',
@@ -253,9 +236,9 @@ pub const OPTIONS: &[PerftestOption] = &[
         true,
         Refused("the CQ is always drained in batches of 32"),
     ),
-    long("tph_mem", true, Refused("PCIe TPH hints are not supported")),
-    long("cpu_id", true, Refused("PCIe TPH hints are not supported")),
-    long("ph", true, Refused("PCIe TPH hints are not supported")),
+    long("tph_mem", true, TPH),
+    long("cpu_id", true, TPH),
+    long("ph", true, TPH),
     long(
         "congest_type",
         true,
@@ -330,16 +313,8 @@ pub const OPTIONS: &[PerftestOption] = &[
         true,
         Refused("a delay between latency samples is not supported"),
     ),
-    long(
-        "mmap",
-        true,
-        Refused("buffers from an mmap'd file are not supported"),
-    ),
-    long(
-        "mmap-offset",
-        true,
-        Refused("buffers from an mmap'd file are not supported"),
-    ),
+    long("mmap", true, MMAP),
+    long("mmap-offset", true, MMAP),
     long(
         "mr_per_qp",
         false,
@@ -466,16 +441,8 @@ pub const OPTIONS: &[PerftestOption] = &[
         false,
         Refused("out-of-order placement (mlx5) is not supported"),
     ),
-    long(
-        "write_with_imm",
-        false,
-        Refused("RDMA Write with immediate is not supported yet"),
-    ),
-    long(
-        "unsolicited_write",
-        false,
-        Refused("RDMA Write with immediate is not supported yet"),
-    ),
+    long("write_with_imm", false, WRITE_IMM),
+    long("unsolicited_write", false, WRITE_IMM),
     long(
         "send_with_imm",
         false,
