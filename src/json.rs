@@ -239,6 +239,9 @@ macro_rules! from_via {
 from_via!(Int as i64: i8, i16, i32, i64);
 from_via!(UInt as u64: u8, u16, u32, u64);
 from_via!(Float as f64: f32, f64);
+from_via!(Bool as bool: bool);
+from_via!(String as String: &str, String, &String);
+from_via!(Object as Object: Object);
 
 impl From<usize> for Value {
     fn from(v: usize) -> Value {
@@ -248,31 +251,6 @@ impl From<usize> for Value {
 impl From<isize> for Value {
     fn from(v: isize) -> Value {
         Value::Int(v as i64)
-    }
-}
-impl From<bool> for Value {
-    fn from(v: bool) -> Value {
-        Value::Bool(v)
-    }
-}
-impl From<&str> for Value {
-    fn from(v: &str) -> Value {
-        Value::String(v.to_string())
-    }
-}
-impl From<String> for Value {
-    fn from(v: String) -> Value {
-        Value::String(v)
-    }
-}
-impl From<&String> for Value {
-    fn from(v: &String) -> Value {
-        Value::String(v.clone())
-    }
-}
-impl From<Object> for Value {
-    fn from(v: Object) -> Value {
-        Value::Object(v)
     }
 }
 impl<T: Into<Value>> From<Vec<T>> for Value {
