@@ -21,13 +21,13 @@
 
 /// Implements `Display` as the type's `name()`, for the enums whose printed form is their
 /// name (port states, launchers, element types, reductions, protocol phases, ...): the one
-/// `fmt` they share. `name` may take `self` or `&self`.
+/// `fmt` they share. `name` may take `self` or `&self`, and return a `&str` or a `String`.
 #[macro_export]
 macro_rules! display_by_name {
     ($($t:ty),+ $(,)?) => {$(
         impl ::std::fmt::Display for $t {
             fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                f.write_str(self.name())
+                f.write_str(::std::convert::AsRef::<str>::as_ref(&self.name()))
             }
         }
     )+};

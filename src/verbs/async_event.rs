@@ -88,11 +88,7 @@ impl AsyncEventKind {
     }
 }
 
-impl std::fmt::Display for AsyncEventKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.name())
-    }
-}
+crate::display_by_name!(AsyncEventKind);
 
 #[derive(Clone, Copy)]
 enum Element {

@@ -200,11 +200,7 @@ impl WcOpcode {
     }
 }
 
-impl fmt::Display for WcOpcode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.name())
-    }
-}
+crate::display_by_name!(WcOpcode);
 
 /// One work completion, layout-identical to `struct ibv_wc` so that `ibv_poll_cq(3)` can fill a
 /// slice of them directly.

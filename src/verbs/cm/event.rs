@@ -118,11 +118,7 @@ impl CmEventKind {
     }
 }
 
-impl std::fmt::Display for CmEventKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.name())
-    }
-}
+crate::display_by_name!(CmEventKind);
 
 /// One event, copied out of the `struct rdma_cm_event` before it was acknowledged.
 pub struct CmEvent {
