@@ -13,6 +13,14 @@ set -eu
 require_bin vl_write_bw
 mqueue_ready
 
+# both_outputs: the client's and the server's output so far, for a failure that ends the step.
+both_outputs() {
+    echo "-- client output:"
+    cat "$TMPDIR/cli.out"
+    echo "-- server output:"
+    cat "$TMPDIR/srv.out"
+}
+
 step "a client worker is killed (SIGKILL) in the middle of a run"
 next_port
 vl_write_bw -d "$VL_DEV0" -u 20 -p "$PORT" -D 60 --procs 2 --wait 30 >"$TMPDIR/srv.out" 2>&1 &
@@ -21,10 +29,11 @@ wait_port "$PORT" 60 "$spid"
 vl_write_bw -d "$VL_DEV1" -u 20 -p "$PORT" -D 60 --procs 2 --wait 30 "$VL_ADDR0" >"$TMPDIR/cli.out" 2>&1 &
 cpid=$!
 next_port
-wpid=$(wait_worker_pid 1 "$VL_ADDR0")
+wpid=$(wait_worker_pid 1 "$VL_ADDR0") || { cat "$TMPDIR/cli.out" "$TMPDIR/srv.out"; exit 1; }
 echo "client worker 1: pid $wpid"
 # Let it connect and start measuring.
 sleep 10
+_vl_alive "$wpid" || { both_outputs; fail "worker 1 ended before the kill"; }
 t0=$(_vl_now)
 kill -KILL "$wpid"
 rc=0
@@ -60,7 +69,7 @@ cpid=$!
 next_port
 wpid=$(wait_worker_pid 1 "$VL_ADDR0") || { cat "$TMPDIR/cli.out" "$TMPDIR/srv.out"; exit 1; }
 sleep "$w"
-_vl_alive "$wpid" || { cat "$TMPDIR/cli.out" "$TMPDIR/srv.out"; fail "worker 1 ended before the stop"; }
+_vl_alive "$wpid" || { both_outputs; fail "worker 1 ended before the stop"; }
 t0=$(_vl_now)
 kill -STOP "$wpid"
 rc=0
@@ -69,6 +78,8 @@ t1=$(_vl_now)
 cat "$TMPDIR/cli.out"
 [ "$rc" -ne 124 ] || fail "the client still ran $((4 * w)) s after its worker stopped"
 [ "$rc" -ne 0 ] || fail "the client exited 0"
+secs=$(((t1 - t0) / 100))
+[ "$secs" -ge $((w - 1)) ] || { echo "-- server output:"; cat "$TMPDIR/srv.out"; }
 within "client seconds after the stop" $(((t1 - t0) / 100)) $((w - 1)) $((w + 10))
 expect_contains "$TMPDIR/cli.out" "worker 1 (pid $wpid, CPU 1) has been stopped (SIGSTOP or a debugger) for $w s"
 rc=0

@@ -54,8 +54,18 @@ expect_contains "$SERVER_OUT" "the client's pings are 128 bytes, our buffer is 6
 expect_contains "$CLIENT_OUT" "the server disconnected"
 
 step "faults: an address no RDMA device reaches, a neighbour that does not answer, a bad name"
-expect_fail_within 20 "unreachable network" lesson13_rdma_cm -q -p "$port" 10.9.9.9
-expect_contains "$out" "10.9.9.9:$port is not reachable through an RDMA device"
+# An address no RDMA device reaches, inside the guest: the local end of a veth pair that has no
+# rxe device on it (no address outside the guest is ever named).
+nord=192.168.78.1
+ip link add vlnord0 type veth peer name vlnord1 || fail "cannot create the veth pair vlnord0/vlnord1"
+trap 'ip link del vlnord0 2>/dev/null || true' EXIT
+ip addr add "$nord/24" dev vlnord0
+ip link set vlnord0 up
+expect_fail_within 20 "address without an RDMA device" lesson13_rdma_cm -q -p "$port" "$nord"
+expect_contains "$out" "the address could not be resolved to a local RDMA device (status -19: No such device)"
+expect_contains "$out" "check that the address is on an interface with an RDMA device (rdma link)"
+ip link del vlnord0
+trap - EXIT
 expect_fail_within 30 "silent neighbour" lesson13_rdma_cm -q -p "$port" --wait 20 192.168.77.9
 expect_contains "$out" "got RDMA_CM_EVENT_ADDR_ERROR: no neighbour answered for the address"
 expect_fail_within 20 "bad name" lesson13_rdma_cm -q -p "$port" no.such.host.invalid
