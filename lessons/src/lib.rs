@@ -361,10 +361,10 @@ pub fn first_mismatch(got: &[u8], want: &[u8]) -> Option<usize> {
         .or((got.len() != want.len()).then(|| got.len().min(want.len())))
 }
 
-/// Prints an error chain the way every lesson does and returns the exit code 1.
+/// Prints an error chain the way every tool of the project does (`verbs_lab::cli::failed`) and
+/// returns the exit code 1.
 pub fn report_error(program: &str, e: &anyhow::Error) -> std::process::ExitCode {
-    eprintln!("{program}: error: {e:#}");
-    std::process::ExitCode::FAILURE
+    verbs_lab::cli::failed(program, e)
 }
 
 /// Size of `ibv_rc_pingpong`'s endpoint record on the wire: the text
