@@ -157,18 +157,7 @@ impl Session<'_> {
     /// barrier with the peer, then the pacer's common start time (if it named one).
     pub fn enter_measure(&mut self, size: u64) -> Result<()> {
         let start_at = match self.pacer.as_deref_mut() {
-            Some(p) => {
-                let ch = &mut *self.ch;
-                let mut last = Instant::now();
-                let mut beat = || -> Result<()> {
-                    if last.elapsed() >= HEARTBEAT {
-                        last = Instant::now();
-                        ch.send(&Msg::Heartbeat).map_err(anyhow::Error::new)?;
-                    }
-                    Ok(())
-                };
-                p.before_measure(size, &mut beat)?
-            }
+            Some(p) => p.before_measure(size, &mut heartbeats(&mut *self.ch))?,
             None => None,
         };
         self.ch
@@ -191,6 +180,20 @@ impl Session<'_> {
     pub fn post_receives(&self, q: usize, slots: impl Iterator<Item = usize>) -> Result<()> {
         let res = &self.link.res;
         post_receives(&res.qps[q], &res.dst[q], &res.layout, q, slots)
+    }
+}
+
+/// The tick of a wait that is not on the channel (a `--procs` barrier, the wait for Go): sends
+/// the peer a HEARTBEAT every [`HEARTBEAT`], so that the peer, waiting meanwhile, hears this side
+/// is alive.
+pub fn heartbeats(ch: &mut Channel) -> impl FnMut() -> Result<()> + '_ {
+    let mut last = Instant::now();
+    move || {
+        if last.elapsed() >= HEARTBEAT {
+            last = Instant::now();
+            ch.send(&Msg::Heartbeat).map_err(anyhow::Error::new)?;
+        }
+        Ok(())
     }
 }
 

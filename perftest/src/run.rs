@@ -30,8 +30,9 @@ pub trait RowSink {
     fn bw_row(&mut self, info: &RunInfo, row: &BwRow);
     fn lat_row(&mut self, info: &RunInfo, row: &LatRow);
     /// The QPs are connected and the run is about to start its barrier with the peer: a worker
-    /// of a `--procs` run reports Ready here and waits for Go. An error ends the run.
-    fn connected(&mut self, _info: &RunInfo) -> Result<()> {
+    /// of a `--procs` run reports Ready here and waits for Go, sending the peer heartbeats on
+    /// `ch` meanwhile (the peer waits at that barrier). An error ends the run.
+    fn connected(&mut self, _info: &RunInfo, _ch: &mut Channel) -> Result<()> {
         Ok(())
     }
     /// The port's NIC counter deltas over the run (before the first size to after the last).
@@ -292,7 +293,7 @@ fn measure<'c>(
         }
     }
     let info = run_info(cfg, &s.link, cpu);
-    sink.connected(&info)?;
+    sink.connected(&info, s.ch)?;
     s.ch.sync(Phase::Connected, 0)?;
 
     sink.header(&info);

@@ -218,11 +218,15 @@ impl OobConn {
     }
 
     /// Receives one framed message of at most `max` bytes; a longer announcement is refused
-    /// before anything is allocated. The whole frame must arrive within the timeout.
+    /// before anything is allocated. The frame must begin within the timeout and end within the
+    /// timeout of its first byte.
     pub fn recv_msg(&mut self, max: usize, what: &str) -> Result<Vec<u8>> {
         let deadline = self.deadline();
         self.fill_until(4, deadline, what)?;
         let len = self.frame_len(max, what)?;
+        // The rest gets the timeout from the frame's first byte, not what was left of the wait
+        // for it: a header that came just in time is not "half a frame, then silence".
+        let deadline = self.deadline();
         self.fill_until(4 + len, deadline, what)?;
         Ok(self.take_frame(len))
     }

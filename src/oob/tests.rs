@@ -155,6 +155,21 @@ fn a_trickling_peer_is_cut_off_by_the_frame_deadline() {
 }
 
 #[test]
+fn a_frame_begun_late_in_the_wait_gets_its_own_timeout() {
+    // The header comes 300 ms into a 400 ms wait, the rest 200 ms after it: late for the wait
+    // that began before the header, in time counted from the frame's first byte.
+    let (mut c, t) = served(Duration::from_secs(10), move |mut c| {
+        std::thread::sleep(Duration::from_millis(300));
+        c.send_raw(&3u32.to_be_bytes(), "len").unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        c.send_raw(b"abc", "body").unwrap();
+    });
+    c.set_timeout(Duration::from_millis(400)).unwrap();
+    assert_eq!(c.recv_msg(100, "the tally").unwrap(), b"abc");
+    t.join().unwrap();
+}
+
+#[test]
 fn try_recv_keeps_half_a_frame_without_blocking() {
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let (mut c, t) = served(Duration::from_secs(10), move |mut c| {

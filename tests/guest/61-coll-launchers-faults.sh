@@ -107,15 +107,7 @@ vl_all_reduce_perf --np 4 -d "$VL_DEV0,$VL_DEV1" -b 1M -e 1M -n 100000 -w 0 -c 0
 launcher=$!
 wait_for "$TMPDIR/np.out" "#  Rank  3" 90
 sleep 3
-victim=
-for f in /proc/[0-9]*/cmdline; do
-    case $(tr '\0' ' ' <"$f" 2>/dev/null || true) in
-        *vl_all_reduce_perf*"--rank 2 "*)
-            victim=${f#/proc/}
-            victim=${victim%/cmdline}
-            ;;
-    esac
-done
+victim=$(pids_with_args "*vl_all_reduce_perf*--rank 2 *" | tail -n 1)
 [ -n "$victim" ] || fail "no rank 2 process found"
 kill -KILL "$victim"
 rc=0

@@ -230,19 +230,23 @@ no_queues() {
     echo "/dev/mqueue is empty"
 }
 
-# workers_of PATTERN [INDEX]: the pids of the worker processes (--vl-worker, INDEX if given)
-# whose command line contains PATTERN.
-workers_of() {
-    _wo_w="--vl-worker${2:+ $2 }"
-    for _f in /proc/[0-9]*/cmdline; do
-        _c=$(tr '\0' ' ' 2>/dev/null <"$_f" || true)
-        case $_c in
-            *"$_wo_w"*"$1"* | *"$1"*"$_wo_w"*)
-                _p=${_f#/proc/}
-                echo "${_p%/cmdline}"
-                ;;
+# pids_with_args GLOB: the pids of the processes whose arguments, joined by spaces and followed
+# by one, match the shell pattern GLOB. One `ps` for all of them: a scan that forked a reader per
+# process took over a minute under emulation on a busy host, starving the processes it watched.
+pids_with_args() {
+    ps -o pid,args 2>/dev/null | while read -r _pa_pid _pa_args; do
+        # shellcheck disable=SC2254 # GLOB is a pattern on purpose
+        case "$_pa_args " in
+            $1) echo "$_pa_pid" ;;
         esac
     done
+}
+
+# workers_of PATTERN [INDEX]: the pids of the worker processes (--vl-worker, INDEX if given)
+# whose command line contains PATTERN among the coordinator's arguments (a worker's command line
+# is its coordinator's followed by --vl-worker INDEX --vl-queue NAME).
+workers_of() {
+    pids_with_args "*$1*--vl-worker ${2:+$2 }*"
 }
 
 # wait_worker_pid INDEX PATTERN: the pid of worker INDEX whose command line contains PATTERN,
@@ -262,11 +266,8 @@ wait_worker_pid() {
 
 # no_workers: no worker process (--vl-worker) is left running.
 no_workers() {
-    for _f in /proc/[0-9]*/cmdline; do
-        if tr '\0' ' ' 2>/dev/null <"$_f" | grep -q -- '--vl-worker'; then
-            fail "a worker is still running: $(tr '\0' ' ' <"$_f")"
-        fi
-    done
+    _nw=$(workers_of "")
+    [ -z "$_nw" ] || fail "worker(s) still running: $(ps -o pid,args | grep -F -e '--vl-worker ' | grep -vF 'grep -F')"
     echo "no worker process left"
 }
 

@@ -11,8 +11,9 @@ use verbs_lab::workers::{follow_coordinator, monotonic_ns_of};
 
 use super::report::{chunks, WorkerReport};
 use super::{peer_timeout, queue_names, worker_queue, SETUP_SLACK};
-use crate::engine::Pacer;
+use crate::engine::{heartbeats, Pacer};
 use crate::params::{Config, WorkerOf};
+use crate::proto::Channel;
 use crate::result::{BwRow, LatRow, Rows, RunInfo, Span};
 use crate::run::{run_tool_paced, RowSink};
 
@@ -158,7 +159,7 @@ impl RowSink for WorkerSink<'_> {
     fn bw_row(&mut self, _: &RunInfo, _: &BwRow) {}
     fn lat_row(&mut self, _: &RunInfo, _: &LatRow) {}
 
-    fn connected(&mut self, info: &RunInfo) -> Result<()> {
+    fn connected(&mut self, info: &RunInfo, ch: &mut Channel) -> Result<()> {
         let l = self.link;
         let hello = WorkerMsg::Hello {
             worker: l.index,
@@ -169,7 +170,9 @@ impl RowSink for WorkerSink<'_> {
         l.coord
             .send(&WorkerMsg::Ready { worker: l.index }, 0)
             .context("sending Ready")?;
-        l.wait_go(self.wait, "after Ready", &mut || Ok(()))?;
+        // The other workers may take seconds more to connect: the peer, waiting at its first
+        // barrier, hears from this side meanwhile.
+        l.wait_go(self.wait, "after Ready", &mut heartbeats(ch))?;
         Ok(())
     }
 }
