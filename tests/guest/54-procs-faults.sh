@@ -29,7 +29,7 @@ wait_port "$PORT" 60 "$spid"
 vl_write_bw -d "$VL_DEV1" -u 20 -p "$PORT" -D 60 --procs 2 --wait 30 "$VL_ADDR0" >"$TMPDIR/cli.out" 2>&1 &
 cpid=$!
 next_port
-wpid=$(wait_worker_pid 1 "$VL_ADDR0") || { cat "$TMPDIR/cli.out" "$TMPDIR/srv.out"; exit 1; }
+wpid=$(wait_worker_pid 1 "$VL_ADDR0") || { both_outputs; exit 1; }
 echo "client worker 1: pid $wpid"
 # Let it connect and start measuring.
 sleep 10
@@ -67,7 +67,7 @@ wait_port "$PORT" 60 "$spid"
 vl_write_bw -d "$VL_DEV1" -u 20 -p "$PORT" -D $((4 * w)) --procs 2 --wait "$w" "$VL_ADDR0" >"$TMPDIR/cli.out" 2>&1 &
 cpid=$!
 next_port
-wpid=$(wait_worker_pid 1 "$VL_ADDR0") || { cat "$TMPDIR/cli.out" "$TMPDIR/srv.out"; exit 1; }
+wpid=$(wait_worker_pid 1 "$VL_ADDR0") || { both_outputs; exit 1; }
 sleep "$w"
 _vl_alive "$wpid" || { both_outputs; fail "worker 1 ended before the stop"; }
 t0=$(_vl_now)
