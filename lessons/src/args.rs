@@ -1,0 +1,200 @@
+//! The command line every lesson shares: the two-sided lessons' [`CommonArgs`] (perftest-style:
+//! the server is started without a host, the client with the server's), the one-process
+//! lessons' [`DevicePairArgs`], and the checks that refuse a flag before any verbs call.
+
+use std::fmt;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _, Result};
+use clap::Args;
+use verbs_lab::verbs::DeviceList;
+
+use crate::Narrator;
+
+/// The flags every two-sided lesson takes, perftest-style: the server is started without a
+/// host, the client with the server's host.
+#[derive(Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Server to connect to; without it this process is the server.
+    pub host: Option<String>,
+    /// TCP port of the out-of-band exchange.
+    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    pub port: u16,
+    /// RDMA device to use (default: the first one).
+    #[arg(short = 'd', long = "ib-dev")]
+    pub ib_dev: Option<String>,
+    /// Port of the device.
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u8,
+    /// GID index (default: chosen automatically, the same way on both sides).
+    #[arg(short = 'g', long = "gid-idx")]
+    pub gid_idx: Option<u32>,
+    /// QP ack timeout exponent: 4.096 µs × 2^N before a retransmit.
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 18)]
+    pub qp_timeout: u8,
+    /// Seconds to wait for the peer at any one step before giving up.
+    #[arg(long = "wait", default_value_t = 30)]
+    pub wait_secs: u64,
+    /// No narration: print only results.
+    #[arg(short = 'q', long = "quiet")]
+    pub quiet: bool,
+}
+
+impl CommonArgs {
+    pub fn role(&self) -> Role {
+        match &self.host {
+            Some(h) => Role::Client(h.clone()),
+            None => Role::Server,
+        }
+    }
+    pub fn wait(&self) -> Duration {
+        Duration::from_secs(self.wait_secs)
+    }
+    pub fn narrator(&self) -> Narrator {
+        Narrator { quiet: self.quiet }
+    }
+    /// Refuses common flags that cannot work, before any verbs call (so it needs no device).
+    pub fn check(&self) -> Result<()> {
+        check_device_flags(self.ib_port, self.gid_idx, self.qp_timeout, self.wait_secs)
+    }
+}
+
+/// The devices of the lessons that hold both ends in one process (09, 14): a QP on `--dev-a`
+/// (the client, which sends) connected to a QP on `--dev-b` (the server), both on port `-i`
+/// with GID index `-g`.
+#[derive(Args, Debug, Clone)]
+pub struct DevicePairArgs {
+    /// Device of the client (sending) QP (default: the first device)
+    #[arg(long = "dev-a")]
+    pub dev_a: Option<String>,
+    /// Device of the server (receiving) QP (default: the second device, or the first again if
+    /// there is one)
+    #[arg(long = "dev-b")]
+    pub dev_b: Option<String>,
+    /// Port of both devices
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    pub ib_port: u8,
+    /// GID index on both devices (default: chosen automatically)
+    #[arg(short = 'g', long = "gid-idx")]
+    pub gid_idx: Option<u32>,
+}
+
+impl DevicePairArgs {
+    /// The two devices' names: `--dev-a` or the first device, `--dev-b` or the second (the
+    /// first again when there is only one). With no device at all, says how to get one and
+    /// how to run `program` where there is one.
+    pub fn names(&self, program: &str) -> Result<(String, String)> {
+        let names = DeviceList::new().context("listing RDMA devices")?.names();
+        let a = match &self.dev_a {
+            Some(d) => d.clone(),
+            None => names.first().cloned().ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no RDMA device: get one with scripts/softroce-up (a kernel with rdma_rxe) \
+                     or run in the guest: scripts/softroce-vm run -- {program}"
+                )
+            })?,
+        };
+        let b = match &self.dev_b {
+            Some(d) => d.clone(),
+            None => names.get(1).cloned().unwrap_or_else(|| a.clone()),
+        };
+        Ok((a, b))
+    }
+}
+
+/// Which side of the exchange this process is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    Server,
+    Client(String),
+}
+
+impl Role {
+    pub fn is_server(&self) -> bool {
+        *self == Role::Server
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Role::Server => f.write_str("server"),
+            Role::Client(h) => write!(f, "client of {h}"),
+        }
+    }
+}
+
+/// Refuses device flags that cannot work (`-i`, `-g`, `-u`, `--wait`), before any verbs call:
+/// [`CommonArgs::check`] and the one-process lessons that take these flags without `-d`/`-p`.
+pub fn check_device_flags(
+    ib_port: u8,
+    gid_idx: Option<u32>,
+    qp_timeout: u8,
+    wait_secs: u64,
+) -> Result<()> {
+    if let Some(g) = gid_idx {
+        if g > 255 {
+            bail!(
+                "-g {g}: unusable GID index: the source GID index of an address vector is \
+                 8 bits (0..=255); `lesson01_devices` lists the populated ones"
+            );
+        }
+    }
+    if ib_port == 0 {
+        bail!("-i 0: ports are numbered from 1");
+    }
+    if qp_timeout > 31 {
+        bail!("-u {qp_timeout}: the QP ack timeout is a 5-bit exponent (0..=31; 18 ≈ 1.1 s)");
+    }
+    if wait_secs == 0 {
+        bail!("--wait 0: every wait needs at least 1 s, or nothing could ever arrive");
+    }
+    Ok(())
+}
+
+/// Parses a size with an optional binary suffix: `4096`, `64K`, `1M` (for `-s`).
+pub fn parse_size(s: &str) -> std::result::Result<usize, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1usize << 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 1 << 20),
+        Some((i, 'g' | 'G')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    num.parse::<usize>()
+        .ok()
+        .and_then(|v| v.checked_mul(mult))
+        .ok_or_else(|| format!("'{s}' is not a size (bytes, or with K/M/G: 4096, 64K, 1M)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        c: CommonArgs,
+    }
+
+    #[test]
+    fn common_flags_are_checked_without_a_device() {
+        let ok = T::parse_from(["x", "-g", "1"]);
+        assert!(ok.c.check().is_ok());
+        let e = T::parse_from(["x", "-g", "300"]).c.check().unwrap_err();
+        assert!(e.to_string().contains("GID index"), "{e}");
+        assert!(T::parse_from(["x", "-u", "32"]).c.check().is_err());
+        assert!(T::parse_from(["x", "--wait", "0"]).c.check().is_err());
+        assert!(T::parse_from(["x", "-i", "0"]).c.check().is_err());
+    }
+
+    #[test]
+    fn sizes_parse_with_suffixes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(65536));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("-1").is_err());
+    }
+}
