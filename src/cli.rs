@@ -34,6 +34,20 @@ pub fn parse<T: Parser>() -> T {
     T::parse()
 }
 
+/// `-d DEV` and `-i N`: which devices and ports a tool that surveys them looks at (`vl_devinfo`;
+/// `#[command(flatten)]` it into the tool's own arguments).
+#[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
+pub struct DevicePortFilter {
+    /// Only this device (e.g. rxe0); default: every device
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+    pub ib_dev: Option<String>,
+
+    /// Only this port (numbered from 1); default: every port
+    #[arg(short = 'i', long = "ib-port", value_name = "N",
+          value_parser = clap::value_parser!(u8).range(1..))]
+    pub ib_port: Option<u8>,
+}
+
 /// A tool's failure: prints `NAME: error: ` and the error with its chain of causes to stderr,
 /// and returns exit status 1.
 pub fn failed(name: &str, e: &anyhow::Error) -> ExitCode {

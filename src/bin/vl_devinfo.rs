@@ -10,6 +10,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::Parser;
 use comfy_table::{presets, Table};
 
+use verbs_lab::cli::DevicePortFilter;
 use verbs_lab::json::{Object, Value};
 use verbs_lab::verbs::attrs::{atomic_cap_name, link_rate};
 use verbs_lab::verbs::device::format_guid;
@@ -27,14 +28,8 @@ use verbs_lab::verbs::{
                   message says what to do)\n  2  bad command line"
 )]
 struct Args {
-    /// Only this device (e.g. rxe0); default: every device
-    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
-    ib_dev: Option<String>,
-
-    /// Only this port (numbered from 1); default: every port
-    #[arg(short = 'i', long = "ib-port", value_name = "N",
-          value_parser = clap::value_parser!(u8).range(1..))]
-    ib_port: Option<u8>,
+    #[command(flatten)]
+    only: DevicePortFilter,
 
     /// Print every capability, not just the ones a benchmark usually needs
     #[arg(short, long)]
@@ -71,7 +66,7 @@ fn run(args: &Args) -> Result<()> {
     if list.is_empty() {
         return Err(VerbsError::NoDevices).context("listing RDMA devices");
     }
-    let devices = match &args.ib_dev {
+    let devices = match &args.only.ib_dev {
         Some(name) => vec![list.find(name)?],
         None => list.iter().collect(),
     };
@@ -82,7 +77,7 @@ fn run(args: &Args) -> Result<()> {
         let ctx = dev
             .open()
             .with_context(|| format!("opening {name} (ibv_open_device)"))?;
-        infos.push(describe(&ctx, args.ib_port)?);
+        infos.push(describe(&ctx, args.only.ib_port)?);
     }
 
     if args.json {
