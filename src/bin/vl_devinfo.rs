@@ -179,10 +179,30 @@ fn new_table() -> Table {
     t
 }
 
+/// The tables of one device (capabilities, ports, GIDs), then the GID verbs-lab uses on each
+/// port and why.
 fn print_human(d: &DeviceInfo, verbose: bool) {
-    let a = &d.attr;
     println!("Device {}", d.name);
+    println!("{}", caps_table(d, verbose));
+    println!("{}", ports_table(&d.ports, verbose));
+    println!("{}", gids_table(&d.ports));
+    for p in &d.ports {
+        match &p.choice {
+            Ok(c) => println!(
+                "verbs-lab uses GID index {} on {} port {}: {}",
+                c.entry.index, d.name, p.attr.port_num, c.reason
+            ),
+            Err(e) => println!(
+                "verbs-lab has no GID to use on {} port {}: {e}",
+                d.name, p.attr.port_num
+            ),
+        }
+    }
+}
 
+/// The device's capabilities: the ones a benchmark usually needs, every one with `verbose`.
+fn caps_table(d: &DeviceInfo, verbose: bool) -> Table {
+    let a = &d.attr;
     let mut caps = new_table();
     caps.set_header(vec!["device", d.name.as_str()]);
     let mut row = |k: &str, v: String| {
@@ -227,9 +247,12 @@ fn print_human(d: &DeviceInfo, verbose: bool) {
                 .join("\n"),
         );
     }
-    println!("{caps}");
+    caps
+}
 
-    let mut ports = new_table();
+/// One row per port: state, MTUs, link layer, LID, rate (and more with `verbose`).
+fn ports_table(ports: &[PortInfo], verbose: bool) -> Table {
+    let mut table = new_table();
     let mut header = vec![
         "port",
         "state",
@@ -242,8 +265,8 @@ fn print_human(d: &DeviceInfo, verbose: bool) {
     if verbose {
         header.extend(["phys state", "SM LID", "max_msg_sz", "gid_tbl_len"]);
     }
-    ports.set_header(header);
-    for p in &d.ports {
+    table.set_header(header);
+    for p in ports {
         let pa = &p.attr;
         let mut cells = vec![
             pa.port_num.to_string(),
@@ -262,15 +285,18 @@ fn print_human(d: &DeviceInfo, verbose: bool) {
                 pa.gid_tbl_len.to_string(),
             ]);
         }
-        ports.add_row(cells);
+        table.add_row(cells);
     }
-    println!("{ports}");
+    table
+}
 
+/// Every port's GID table, the entry verbs-lab chooses marked with `*`.
+fn gids_table(ports: &[PortInfo]) -> Table {
     let mut gids = new_table();
     gids.set_header(vec![
         "port", "index", "GID", "type", "netdev", "IP", "chosen",
     ]);
-    for p in &d.ports {
+    for p in ports {
         let chosen = p.choice.as_ref().ok().map(|c| c.entry.index);
         for e in &p.gids {
             gids.add_row(vec![
@@ -284,19 +310,7 @@ fn print_human(d: &DeviceInfo, verbose: bool) {
             ]);
         }
     }
-    println!("{gids}");
-    for p in &d.ports {
-        match &p.choice {
-            Ok(c) => println!(
-                "verbs-lab uses GID index {} on {} port {}: {}",
-                c.entry.index, d.name, p.attr.port_num, c.reason
-            ),
-            Err(e) => println!(
-                "verbs-lab has no GID to use on {} port {}: {e}",
-                d.name, p.attr.port_num
-            ),
-        }
-    }
+    gids
 }
 
 fn gid_json(e: &GidEntry) -> Object {
