@@ -48,6 +48,20 @@ pub struct DevicePortFilter {
     pub ib_port: Option<u8>,
 }
 
+impl DevicePortFilter {
+    /// The ports to look at on `device`, which has `port_count` ports: `-i`'s, or every one; a
+    /// port the device does not have is an error that says how many it has.
+    pub fn ports(&self, device: &str, port_count: u8) -> anyhow::Result<Vec<u8>> {
+        match self.ib_port {
+            Some(p) if p > port_count => anyhow::bail!(
+                "{device} has no port {p}: it has {port_count} port(s), numbered from 1"
+            ),
+            Some(p) => Ok(vec![p]),
+            None => Ok((1..=port_count).collect()),
+        }
+    }
+}
+
 /// A tool's failure: prints `NAME: error: ` and the error with its chain of causes to stderr,
 /// and returns exit status 1.
 pub fn failed(name: &str, e: &anyhow::Error) -> ExitCode {
@@ -182,4 +196,22 @@ pub fn check_generated(exe: &Path, scratch: &Path, flag: &str) -> Result<Vec<Pat
         }
     }
     Ok(listed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_filter_gives_its_port_every_port_or_says_how_many_there_are() {
+        let every = DevicePortFilter::default();
+        assert_eq!(every.ports("rxe0", 2).unwrap(), [1, 2]);
+        let second = DevicePortFilter {
+            ib_port: Some(2),
+            ..every.clone()
+        };
+        assert_eq!(second.ports("rxe0", 2).unwrap(), [2]);
+        let e = second.ports("rxe0", 1).unwrap_err().to_string();
+        assert_eq!(e, "rxe0 has no port 2: it has 1 port(s), numbered from 1");
+    }
 }

@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use clap::Parser;
 use comfy_table::{presets, Table};
 
@@ -77,7 +77,7 @@ fn run(args: &Args) -> Result<()> {
         let ctx = dev
             .open()
             .with_context(|| format!("opening {name} (ibv_open_device)"))?;
-        infos.push(describe(&ctx, args.only.ib_port)?);
+        infos.push(describe(&ctx, &args.only)?);
     }
 
     if args.json {
@@ -93,22 +93,14 @@ fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// Queries a device, its ports (all, or just `only_port`) and their GID tables.
-fn describe(ctx: &Context, only_port: Option<u8>) -> Result<DeviceInfo> {
+/// Queries a device, its ports (all, or just `-i`'s) and their GID tables.
+fn describe(ctx: &Context, only: &DevicePortFilter) -> Result<DeviceInfo> {
     let name = ctx.name().to_string();
     let attr = ctx
         .query_device()
         .with_context(|| format!("querying {name} (ibv_query_device)"))?;
-    let ports: Vec<u8> = match only_port {
-        Some(p) if p > attr.phys_port_cnt => bail!(
-            "{name} has no port {p}: it has {} port(s), numbered from 1",
-            attr.phys_port_cnt
-        ),
-        Some(p) => vec![p],
-        None => (1..=attr.phys_port_cnt).collect(),
-    };
     let mut port_infos = Vec::new();
-    for port in ports {
+    for port in only.ports(&name, attr.phys_port_cnt)? {
         let pattr = ctx
             .query_port(port)
             .with_context(|| format!("querying {name} port {port} (ibv_query_port)"))?;
