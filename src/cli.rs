@@ -16,6 +16,9 @@
 //!
 //! A tool that fails ends the same way everywhere: [`failed`] (or [`exit_code`] around its
 //! `run`) prints `NAME: error: ` and the error's chain of causes, and exits 1.
+//!
+//! [`DevicePortFilter`] is `-d DEV` and `-i N` of a tool that surveys devices and ports, and the
+//! choice of ports they make.
 
 use std::ffi::OsString;
 use std::io::{self, Write as _};
