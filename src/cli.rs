@@ -16,6 +16,9 @@
 //!
 //! A tool that fails ends the same way everywhere: [`failed`] (or [`exit_code`] around its
 //! `run`) prints `NAME: error: ` and the error's chain of causes, and exits 1.
+//!
+//! [`DevicePortFilter`] is `-d DEV` and `-i N` of a tool that surveys devices and ports, and the
+//! choice of ports they make.
 
 use std::ffi::OsString;
 use std::io::{self, Write as _};
@@ -32,6 +35,34 @@ pub const GENERATE_ENV: &str = "VERBS_LAB_GENERATE";
 pub fn parse<T: Parser>() -> T {
     generate_if_asked(T::command);
     T::parse()
+}
+
+/// `-d DEV` and `-i N`: which devices and ports a tool that surveys them looks at (`vl_devinfo`;
+/// `#[command(flatten)]` it into the tool's own arguments).
+#[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
+pub struct DevicePortFilter {
+    /// Only this device (e.g. rxe0); default: every device
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+    pub ib_dev: Option<String>,
+
+    /// Only this port (numbered from 1); default: every port
+    #[arg(short = 'i', long = "ib-port", value_name = "N",
+          value_parser = clap::value_parser!(u8).range(1..))]
+    pub ib_port: Option<u8>,
+}
+
+impl DevicePortFilter {
+    /// The ports to look at on `device`, which has `port_count` ports: `-i`'s, or every one; a
+    /// port the device does not have is an error that says how many it has.
+    pub fn ports(&self, device: &str, port_count: u8) -> anyhow::Result<Vec<u8>> {
+        match self.ib_port {
+            Some(p) if p > port_count => anyhow::bail!(
+                "{device} has no port {p}: it has {port_count} port(s), numbered from 1"
+            ),
+            Some(p) => Ok(vec![p]),
+            None => Ok((1..=port_count).collect()),
+        }
+    }
 }
 
 /// A tool's failure: prints `NAME: error: ` and the error with its chain of causes to stderr,
@@ -168,4 +199,22 @@ pub fn check_generated(exe: &Path, scratch: &Path, flag: &str) -> Result<Vec<Pat
         }
     }
     Ok(listed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_filter_gives_its_port_every_port_or_says_how_many_there_are() {
+        let every = DevicePortFilter::default();
+        assert_eq!(every.ports("rxe0", 2).unwrap(), [1, 2]);
+        let second = DevicePortFilter {
+            ib_port: Some(2),
+            ..every.clone()
+        };
+        assert_eq!(second.ports("rxe0", 2).unwrap(), [2]);
+        let e = second.ports("rxe0", 1).unwrap_err().to_string();
+        assert_eq!(e, "rxe0 has no port 2: it has 1 port(s), numbered from 1");
+    }
 }

@@ -108,9 +108,8 @@ pub struct CounterGate {
 impl FromStr for CounterGate {
     type Err = String;
     fn from_str(s: &str) -> Result<CounterGate, String> {
-        let (name, max) = s.split_once('=').ok_or_else(|| {
-            format!("'{s}' has no '=' (expected NAME=N, e.g. hw_counters/retrans_segs=0)")
-        })?;
+        let (name, max) =
+            crate::gates::split_gate(s, "expected NAME=N, e.g. hw_counters/retrans_segs=0")?;
         let name = name.trim();
         if name.is_empty() || name.contains("..") || name.starts_with('/') {
             return Err(format!("'{name}' is not a counter name"));
@@ -185,7 +184,10 @@ mod tests {
         let ok: CounterGate = "hw_counters/retrans=0".parse().unwrap();
         assert!(check(std::slice::from_ref(&ok), Some(&d)).is_empty());
         assert_eq!(check(&[ok], None).len(), 1, "no counters: the gate fails");
-        assert!("x".parse::<CounterGate>().is_err());
+        assert_eq!(
+            "x".parse::<CounterGate>().unwrap_err(),
+            "'x' has no '=' (expected NAME=N, e.g. hw_counters/retrans_segs=0)"
+        );
         assert!("../x=1".parse::<CounterGate>().is_err());
         assert!("x=-1".parse::<CounterGate>().is_err());
     }

@@ -35,15 +35,20 @@ pub struct LatGate {
     pub limit_us: f64,
 }
 
+/// A `NAME=VALUE` gate (`--max-lat`, `--max-counter`) split at its first `=`; without one, an
+/// error that says what was expected (`usage`).
+pub fn split_gate<'s>(s: &'s str, usage: &str) -> Result<(&'s str, &'s str), String> {
+    s.split_once('=')
+        .ok_or_else(|| format!("'{s}' has no '=' ({usage})"))
+}
+
 /// Parses `p99=50`, `avg=10`, `p99.9=12.5us`, `max=100usec`.
 impl FromStr for LatGate {
     type Err = String;
 
     fn from_str(s: &str) -> Result<LatGate, String> {
         let usage = "expected KEY=USEC, e.g. p99=50";
-        let (key, limit) = s
-            .split_once('=')
-            .ok_or_else(|| format!("'{s}' has no '=' ({usage})"))?;
+        let (key, limit) = split_gate(s, usage)?;
         let key = key.trim().to_ascii_lowercase();
         if !LAT_KEYS.contains(&key.as_str()) {
             return Err(format!(

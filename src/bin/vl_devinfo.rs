@@ -6,10 +6,11 @@
 
 use std::process::ExitCode;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use clap::Parser;
 use comfy_table::{presets, Table};
 
+use verbs_lab::cli::DevicePortFilter;
 use verbs_lab::json::{Object, Value};
 use verbs_lab::verbs::attrs::{atomic_cap_name, link_rate};
 use verbs_lab::verbs::device::format_guid;
@@ -27,14 +28,8 @@ use verbs_lab::verbs::{
                   message says what to do)\n  2  bad command line"
 )]
 struct Args {
-    /// Only this device (e.g. rxe0); default: every device
-    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
-    ib_dev: Option<String>,
-
-    /// Only this port (numbered from 1); default: every port
-    #[arg(short = 'i', long = "ib-port", value_name = "N",
-          value_parser = clap::value_parser!(u8).range(1..))]
-    ib_port: Option<u8>,
+    #[command(flatten)]
+    only: DevicePortFilter,
 
     /// Print every capability, not just the ones a benchmark usually needs
     #[arg(short, long)]
@@ -71,7 +66,7 @@ fn run(args: &Args) -> Result<()> {
     if list.is_empty() {
         return Err(VerbsError::NoDevices).context("listing RDMA devices");
     }
-    let devices = match &args.ib_dev {
+    let devices = match &args.only.ib_dev {
         Some(name) => vec![list.find(name)?],
         None => list.iter().collect(),
     };
@@ -82,7 +77,7 @@ fn run(args: &Args) -> Result<()> {
         let ctx = dev
             .open()
             .with_context(|| format!("opening {name} (ibv_open_device)"))?;
-        infos.push(describe(&ctx, args.ib_port)?);
+        infos.push(describe(&ctx, &args.only)?);
     }
 
     if args.json {
@@ -98,22 +93,14 @@ fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// Queries a device, its ports (all, or just `only_port`) and their GID tables.
-fn describe(ctx: &Context, only_port: Option<u8>) -> Result<DeviceInfo> {
+/// Queries a device, its ports (all, or just `-i`'s) and their GID tables.
+fn describe(ctx: &Context, only: &DevicePortFilter) -> Result<DeviceInfo> {
     let name = ctx.name().to_string();
     let attr = ctx
         .query_device()
         .with_context(|| format!("querying {name} (ibv_query_device)"))?;
-    let ports: Vec<u8> = match only_port {
-        Some(p) if p > attr.phys_port_cnt => bail!(
-            "{name} has no port {p}: it has {} port(s), numbered from 1",
-            attr.phys_port_cnt
-        ),
-        Some(p) => vec![p],
-        None => (1..=attr.phys_port_cnt).collect(),
-    };
     let mut port_infos = Vec::new();
-    for port in ports {
+    for port in only.ports(&name, attr.phys_port_cnt)? {
         let pattr = ctx
             .query_port(port)
             .with_context(|| format!("querying {name} port {port} (ibv_query_port)"))?;
@@ -184,10 +171,30 @@ fn new_table() -> Table {
     t
 }
 
+/// The tables of one device (capabilities, ports, GIDs), then the GID verbs-lab uses on each
+/// port and why.
 fn print_human(d: &DeviceInfo, verbose: bool) {
-    let a = &d.attr;
     println!("Device {}", d.name);
+    println!("{}", caps_table(d, verbose));
+    println!("{}", ports_table(&d.ports, verbose));
+    println!("{}", gids_table(&d.ports));
+    for p in &d.ports {
+        match &p.choice {
+            Ok(c) => println!(
+                "verbs-lab uses GID index {} on {} port {}: {}",
+                c.entry.index, d.name, p.attr.port_num, c.reason
+            ),
+            Err(e) => println!(
+                "verbs-lab has no GID to use on {} port {}: {e}",
+                d.name, p.attr.port_num
+            ),
+        }
+    }
+}
 
+/// The device's capabilities: the ones a benchmark usually needs, every one with `verbose`.
+fn caps_table(d: &DeviceInfo, verbose: bool) -> Table {
+    let a = &d.attr;
     let mut caps = new_table();
     caps.set_header(vec!["device", d.name.as_str()]);
     let mut row = |k: &str, v: String| {
@@ -232,9 +239,12 @@ fn print_human(d: &DeviceInfo, verbose: bool) {
                 .join("\n"),
         );
     }
-    println!("{caps}");
+    caps
+}
 
-    let mut ports = new_table();
+/// One row per port: state, MTUs, link layer, LID, rate (and more with `verbose`).
+fn ports_table(ports: &[PortInfo], verbose: bool) -> Table {
+    let mut table = new_table();
     let mut header = vec![
         "port",
         "state",
@@ -247,8 +257,8 @@ fn print_human(d: &DeviceInfo, verbose: bool) {
     if verbose {
         header.extend(["phys state", "SM LID", "max_msg_sz", "gid_tbl_len"]);
     }
-    ports.set_header(header);
-    for p in &d.ports {
+    table.set_header(header);
+    for p in ports {
         let pa = &p.attr;
         let mut cells = vec![
             pa.port_num.to_string(),
@@ -267,15 +277,18 @@ fn print_human(d: &DeviceInfo, verbose: bool) {
                 pa.gid_tbl_len.to_string(),
             ]);
         }
-        ports.add_row(cells);
+        table.add_row(cells);
     }
-    println!("{ports}");
+    table
+}
 
+/// Every port's GID table, the entry verbs-lab chooses marked with `*`.
+fn gids_table(ports: &[PortInfo]) -> Table {
     let mut gids = new_table();
     gids.set_header(vec![
         "port", "index", "GID", "type", "netdev", "IP", "chosen",
     ]);
-    for p in &d.ports {
+    for p in ports {
         let chosen = p.choice.as_ref().ok().map(|c| c.entry.index);
         for e in &p.gids {
             gids.add_row(vec![
@@ -289,19 +302,7 @@ fn print_human(d: &DeviceInfo, verbose: bool) {
             ]);
         }
     }
-    println!("{gids}");
-    for p in &d.ports {
-        match &p.choice {
-            Ok(c) => println!(
-                "verbs-lab uses GID index {} on {} port {}: {}",
-                c.entry.index, d.name, p.attr.port_num, c.reason
-            ),
-            Err(e) => println!(
-                "verbs-lab has no GID to use on {} port {}: {e}",
-                d.name, p.attr.port_num
-            ),
-        }
-    }
+    gids
 }
 
 fn gid_json(e: &GidEntry) -> Object {

@@ -104,73 +104,37 @@ pub struct DeviceAttr {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DeviceCapFlags(pub u32);
 
-/// Every `IBV_DEVICE_*` bit libibverbs defines for `device_cap_flags`, with its name.
-const DEVICE_CAPS: &[(ibv_device_cap_flags, &str)] = &[
-    (
-        ibv_device_cap_flags::IBV_DEVICE_RESIZE_MAX_WR,
-        "RESIZE_MAX_WR",
-    ),
-    (
-        ibv_device_cap_flags::IBV_DEVICE_BAD_PKEY_CNTR,
-        "BAD_PKEY_CNTR",
-    ),
-    (
-        ibv_device_cap_flags::IBV_DEVICE_BAD_QKEY_CNTR,
-        "BAD_QKEY_CNTR",
-    ),
-    (ibv_device_cap_flags::IBV_DEVICE_RAW_MULTI, "RAW_MULTI"),
-    (
-        ibv_device_cap_flags::IBV_DEVICE_AUTO_PATH_MIG,
-        "AUTO_PATH_MIG",
-    ),
-    (
-        ibv_device_cap_flags::IBV_DEVICE_CHANGE_PHY_PORT,
-        "CHANGE_PHY_PORT",
-    ),
-    (
-        ibv_device_cap_flags::IBV_DEVICE_UD_AV_PORT_ENFORCE,
-        "UD_AV_PORT_ENFORCE",
-    ),
-    (
-        ibv_device_cap_flags::IBV_DEVICE_CURR_QP_STATE_MOD,
-        "CURR_QP_STATE_MOD",
-    ),
-    (
-        ibv_device_cap_flags::IBV_DEVICE_SHUTDOWN_PORT,
-        "SHUTDOWN_PORT",
-    ),
-    (ibv_device_cap_flags::IBV_DEVICE_INIT_TYPE, "INIT_TYPE"),
-    (
-        ibv_device_cap_flags::IBV_DEVICE_PORT_ACTIVE_EVENT,
-        "PORT_ACTIVE_EVENT",
-    ),
-    (
-        ibv_device_cap_flags::IBV_DEVICE_SYS_IMAGE_GUID,
-        "SYS_IMAGE_GUID",
-    ),
-    (
-        ibv_device_cap_flags::IBV_DEVICE_RC_RNR_NAK_GEN,
-        "RC_RNR_NAK_GEN",
-    ),
-    (ibv_device_cap_flags::IBV_DEVICE_SRQ_RESIZE, "SRQ_RESIZE"),
-    (ibv_device_cap_flags::IBV_DEVICE_N_NOTIFY_CQ, "N_NOTIFY_CQ"),
-    (ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW, "MEM_WINDOW"),
-    (ibv_device_cap_flags::IBV_DEVICE_UD_IP_CSUM, "UD_IP_CSUM"),
-    (ibv_device_cap_flags::IBV_DEVICE_XRC, "XRC"),
-    (
-        ibv_device_cap_flags::IBV_DEVICE_MEM_MGT_EXTENSIONS,
-        "MEM_MGT_EXTENSIONS",
-    ),
-    (
-        ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2A,
-        "MEM_WINDOW_TYPE_2A",
-    ),
-    (
-        ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B,
-        "MEM_WINDOW_TYPE_2B",
-    ),
-    (ibv_device_cap_flags::IBV_DEVICE_RC_IP_CSUM, "RC_IP_CSUM"),
-    (ibv_device_cap_flags::IBV_DEVICE_RAW_IP_CSUM, "RAW_IP_CSUM"),
+/// Every `IBV_DEVICE_*` bit libibverbs defines for `device_cap_flags`, with its C name: each
+/// flag is written once, and [`DeviceCapFlags::names`] drops the `IBV_DEVICE_` prefix.
+macro_rules! device_caps {
+    ($($flag:ident),* $(,)?) => {
+        &[$((ibv_device_cap_flags::$flag, stringify!($flag))),*]
+    };
+}
+const DEVICE_CAPS: &[(ibv_device_cap_flags, &str)] = device_caps![
+    IBV_DEVICE_RESIZE_MAX_WR,
+    IBV_DEVICE_BAD_PKEY_CNTR,
+    IBV_DEVICE_BAD_QKEY_CNTR,
+    IBV_DEVICE_RAW_MULTI,
+    IBV_DEVICE_AUTO_PATH_MIG,
+    IBV_DEVICE_CHANGE_PHY_PORT,
+    IBV_DEVICE_UD_AV_PORT_ENFORCE,
+    IBV_DEVICE_CURR_QP_STATE_MOD,
+    IBV_DEVICE_SHUTDOWN_PORT,
+    IBV_DEVICE_INIT_TYPE,
+    IBV_DEVICE_PORT_ACTIVE_EVENT,
+    IBV_DEVICE_SYS_IMAGE_GUID,
+    IBV_DEVICE_RC_RNR_NAK_GEN,
+    IBV_DEVICE_SRQ_RESIZE,
+    IBV_DEVICE_N_NOTIFY_CQ,
+    IBV_DEVICE_MEM_WINDOW,
+    IBV_DEVICE_UD_IP_CSUM,
+    IBV_DEVICE_XRC,
+    IBV_DEVICE_MEM_MGT_EXTENSIONS,
+    IBV_DEVICE_MEM_WINDOW_TYPE_2A,
+    IBV_DEVICE_MEM_WINDOW_TYPE_2B,
+    IBV_DEVICE_RC_IP_CSUM,
+    IBV_DEVICE_RAW_IP_CSUM,
 ];
 
 impl DeviceCapFlags {
@@ -203,7 +167,7 @@ impl DeviceCapFlags {
             .filter(|(f, _)| self.0 & f.0 != 0)
             .map(|(f, n)| {
                 rest &= !f.0;
-                n.to_string()
+                n.strip_prefix("IBV_DEVICE_").unwrap_or(n).to_string()
             })
             .collect();
         if rest != 0 {
@@ -515,6 +479,7 @@ mod tests {
         assert!(DeviceCapFlags::default().names().is_empty());
         for (i, (f, n)) in DEVICE_CAPS.iter().enumerate() {
             assert_eq!(f.0.count_ones(), 1, "{n} is one bit");
+            assert!(n.starts_with("IBV_DEVICE_"), "{n} is the C name");
             if let Some((g, m)) = DEVICE_CAPS.get(i + 1) {
                 assert!(f.0 < g.0, "{n} before {m}: the table is in bit order");
             }

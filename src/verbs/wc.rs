@@ -18,125 +18,66 @@ struct StatusInfo {
     hint: Option<&'static str>,
 }
 
-const STATUSES: &[StatusInfo] = &[
-    StatusInfo { value: 0, name: "IBV_WC_SUCCESS", meaning: "success", hint: None },
-    StatusInfo {
-        value: 1,
-        name: "IBV_WC_LOC_LEN_ERR",
-        meaning: "local length error",
-        hint: Some("a received message was larger than the posted receive buffer"),
-    },
-    StatusInfo {
-        value: 2,
-        name: "IBV_WC_LOC_QP_OP_ERR",
-        meaning: "local QP operation error",
-        hint: Some("the work request was malformed for this QP (e.g. inline data too large)"),
-    },
-    StatusInfo { value: 3, name: "IBV_WC_LOC_EEC_OP_ERR", meaning: "local EE context operation error", hint: None },
-    StatusInfo {
-        value: 4,
-        name: "IBV_WC_LOC_PROT_ERR",
-        meaning: "local protection error",
-        hint: Some("an SGE names memory outside its MR, a wrong lkey, or an MR of another PD"),
-    },
-    StatusInfo {
-        value: 5,
-        name: "IBV_WC_WR_FLUSH_ERR",
-        meaning: "work request flushed error",
-        hint: Some("the QP went to the error state (usually because of an earlier error): look at the first failed completion"),
-    },
-    StatusInfo { value: 6, name: "IBV_WC_MW_BIND_ERR", meaning: "memory management operation error", hint: None },
-    StatusInfo { value: 7, name: "IBV_WC_BAD_RESP_ERR", meaning: "bad response error", hint: None },
-    StatusInfo {
-        value: 8,
-        name: "IBV_WC_LOC_ACCESS_ERR",
-        meaning: "local access error",
-        hint: Some("the local MR lacks LOCAL_WRITE for data the NIC had to write"),
-    },
-    StatusInfo {
-        value: 9,
-        name: "IBV_WC_REM_INV_REQ_ERR",
-        meaning: "remote invalid request error",
-        hint: Some("the responder refused the request: a message longer than its receive buffer, an opcode its QP does not allow, or (under emulation) a response that came too late: try a larger QP timeout"),
-    },
-    StatusInfo {
-        value: 10,
-        name: "IBV_WC_REM_ACCESS_ERR",
-        meaning: "remote access error",
-        hint: Some("the remote address or rkey is wrong, the range is outside the remote MR, or the remote MR lacks the REMOTE_WRITE/READ/ATOMIC access flag"),
-    },
-    StatusInfo {
-        value: 11,
-        name: "IBV_WC_REM_OP_ERR",
-        meaning: "remote operation error",
-        hint: Some("the responder could not complete the operation (e.g. its receive buffer MR lacks LOCAL_WRITE)"),
-    },
-    StatusInfo {
-        value: 12,
-        name: "IBV_WC_RETRY_EXC_ERR",
-        meaning: "transport retry counter exceeded",
-        hint: Some("the peer did not acknowledge: it is dead, unreachable, its QP is not in RTR/RTS, or the QP timeout is too short for this link"),
-    },
-    StatusInfo {
-        value: 13,
-        name: "IBV_WC_RNR_RETRY_EXC_ERR",
-        meaning: "RNR retry counter exceeded",
-        hint: Some("the peer had no receive posted for a SEND: post receives before the sender sends"),
-    },
-    StatusInfo { value: 14, name: "IBV_WC_LOC_RDD_VIOL_ERR", meaning: "local RDD violation error", hint: None },
-    StatusInfo {
-        value: 15,
-        name: "IBV_WC_REM_INV_RD_REQ_ERR",
-        meaning: "remote invalid RD request",
-        hint: None,
-    },
-    StatusInfo { value: 16, name: "IBV_WC_REM_ABORT_ERR", meaning: "aborted error", hint: None },
-    StatusInfo { value: 17, name: "IBV_WC_INV_EECN_ERR", meaning: "invalid EE context number", hint: None },
-    StatusInfo { value: 18, name: "IBV_WC_INV_EEC_STATE_ERR", meaning: "invalid EE context state", hint: None },
-    StatusInfo { value: 19, name: "IBV_WC_FATAL_ERR", meaning: "fatal error", hint: None },
-    StatusInfo {
-        value: 20,
-        name: "IBV_WC_RESP_TIMEOUT_ERR",
-        meaning: "response timeout error",
-        hint: None,
-    },
-    StatusInfo { value: 21, name: "IBV_WC_GENERAL_ERR", meaning: "general error", hint: None },
-    StatusInfo { value: 22, name: "IBV_WC_TM_ERR", meaning: "TM error", hint: None },
-    StatusInfo {
-        value: 23,
-        name: "IBV_WC_TM_RNDV_INCOMPLETE",
-        meaning: "TM software rendezvous",
-        hint: None,
-    },
-];
+/// Every `enum ibv_wc_status` value, written once: the [`WcStatus`] constant (the C name without
+/// `IBV_WC_`), the C constant, what it means (as `ibv_wc_status_str(3)` says it) and, for the
+/// statuses a program meets, what usually causes it. Makes the constants and [`STATUSES`].
+macro_rules! wc_statuses {
+    ($($konst:ident = $c:ident, $meaning:literal, $hint:expr;)*) => {
+        /// Every `enum ibv_wc_status` value, by its name without the `IBV_WC_` prefix.
+        impl WcStatus {
+            $(pub const $konst: WcStatus = WcStatus(ibv_wc_status::$c);)*
+        }
 
-/// Every `enum ibv_wc_status` value, by its name without the `IBV_WC_` prefix.
+        /// The status table, ordered by value.
+        const STATUSES: &[StatusInfo] = &[
+            $(StatusInfo {
+                value: ibv_wc_status::$c,
+                name: stringify!($c),
+                meaning: $meaning,
+                hint: $hint,
+            },)*
+        ];
+    };
+}
+
+wc_statuses! {
+    SUCCESS = IBV_WC_SUCCESS, "success", None;
+    LOC_LEN_ERR = IBV_WC_LOC_LEN_ERR, "local length error",
+        Some("a received message was larger than the posted receive buffer");
+    LOC_QP_OP_ERR = IBV_WC_LOC_QP_OP_ERR, "local QP operation error",
+        Some("the work request was malformed for this QP (e.g. inline data too large)");
+    LOC_EEC_OP_ERR = IBV_WC_LOC_EEC_OP_ERR, "local EE context operation error", None;
+    LOC_PROT_ERR = IBV_WC_LOC_PROT_ERR, "local protection error",
+        Some("an SGE names memory outside its MR, a wrong lkey, or an MR of another PD");
+    WR_FLUSH_ERR = IBV_WC_WR_FLUSH_ERR, "work request flushed error",
+        Some("the QP went to the error state (usually because of an earlier error): look at the first failed completion");
+    MW_BIND_ERR = IBV_WC_MW_BIND_ERR, "memory management operation error", None;
+    BAD_RESP_ERR = IBV_WC_BAD_RESP_ERR, "bad response error", None;
+    LOC_ACCESS_ERR = IBV_WC_LOC_ACCESS_ERR, "local access error",
+        Some("the local MR lacks LOCAL_WRITE for data the NIC had to write");
+    REM_INV_REQ_ERR = IBV_WC_REM_INV_REQ_ERR, "remote invalid request error",
+        Some("the responder refused the request: a message longer than its receive buffer, an opcode its QP does not allow, or (under emulation) a response that came too late: try a larger QP timeout");
+    REM_ACCESS_ERR = IBV_WC_REM_ACCESS_ERR, "remote access error",
+        Some("the remote address or rkey is wrong, the range is outside the remote MR, or the remote MR lacks the REMOTE_WRITE/READ/ATOMIC access flag");
+    REM_OP_ERR = IBV_WC_REM_OP_ERR, "remote operation error",
+        Some("the responder could not complete the operation (e.g. its receive buffer MR lacks LOCAL_WRITE)");
+    RETRY_EXC_ERR = IBV_WC_RETRY_EXC_ERR, "transport retry counter exceeded",
+        Some("the peer did not acknowledge: it is dead, unreachable, its QP is not in RTR/RTS, or the QP timeout is too short for this link");
+    RNR_RETRY_EXC_ERR = IBV_WC_RNR_RETRY_EXC_ERR, "RNR retry counter exceeded",
+        Some("the peer had no receive posted for a SEND: post receives before the sender sends");
+    LOC_RDD_VIOL_ERR = IBV_WC_LOC_RDD_VIOL_ERR, "local RDD violation error", None;
+    REM_INV_RD_REQ_ERR = IBV_WC_REM_INV_RD_REQ_ERR, "remote invalid RD request", None;
+    REM_ABORT_ERR = IBV_WC_REM_ABORT_ERR, "aborted error", None;
+    INV_EECN_ERR = IBV_WC_INV_EECN_ERR, "invalid EE context number", None;
+    INV_EEC_STATE_ERR = IBV_WC_INV_EEC_STATE_ERR, "invalid EE context state", None;
+    FATAL_ERR = IBV_WC_FATAL_ERR, "fatal error", None;
+    RESP_TIMEOUT_ERR = IBV_WC_RESP_TIMEOUT_ERR, "response timeout error", None;
+    GENERAL_ERR = IBV_WC_GENERAL_ERR, "general error", None;
+    TM_ERR = IBV_WC_TM_ERR, "TM error", None;
+    TM_RNDV_INCOMPLETE = IBV_WC_TM_RNDV_INCOMPLETE, "TM software rendezvous", None;
+}
+
 impl WcStatus {
-    pub const SUCCESS: WcStatus = WcStatus(ibv_wc_status::IBV_WC_SUCCESS);
-    pub const LOC_LEN_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_LOC_LEN_ERR);
-    pub const LOC_QP_OP_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_LOC_QP_OP_ERR);
-    pub const LOC_EEC_OP_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_LOC_EEC_OP_ERR);
-    pub const LOC_PROT_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_LOC_PROT_ERR);
-    pub const WR_FLUSH_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_WR_FLUSH_ERR);
-    pub const MW_BIND_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_MW_BIND_ERR);
-    pub const BAD_RESP_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_BAD_RESP_ERR);
-    pub const LOC_ACCESS_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_LOC_ACCESS_ERR);
-    pub const REM_INV_REQ_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_INV_REQ_ERR);
-    pub const REM_ACCESS_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_ACCESS_ERR);
-    pub const REM_OP_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_OP_ERR);
-    pub const RETRY_EXC_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_RETRY_EXC_ERR);
-    pub const RNR_RETRY_EXC_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_RNR_RETRY_EXC_ERR);
-    pub const LOC_RDD_VIOL_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_LOC_RDD_VIOL_ERR);
-    pub const REM_INV_RD_REQ_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_INV_RD_REQ_ERR);
-    pub const REM_ABORT_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_REM_ABORT_ERR);
-    pub const INV_EECN_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_INV_EECN_ERR);
-    pub const INV_EEC_STATE_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_INV_EEC_STATE_ERR);
-    pub const FATAL_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_FATAL_ERR);
-    pub const RESP_TIMEOUT_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_RESP_TIMEOUT_ERR);
-    pub const GENERAL_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_GENERAL_ERR);
-    pub const TM_ERR: WcStatus = WcStatus(ibv_wc_status::IBV_WC_TM_ERR);
-    pub const TM_RNDV_INCOMPLETE: WcStatus = WcStatus(ibv_wc_status::IBV_WC_TM_RNDV_INCOMPLETE);
-
     fn info(self) -> Option<&'static StatusInfo> {
         STATUSES.iter().find(|s| s.value == self.0)
     }
