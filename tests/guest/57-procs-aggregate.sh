@@ -2,11 +2,15 @@
 # --procs 2 -a on both sides: the processes measure every size together (a barrier across them
 # before each measurement, a common start time) and the aggregate is measured over one interval.
 # From the client's JSON, per size: the aggregate equals the total bytes of both over the union
-# of their intervals, and the intervals overlap by most of the shorter one's length (where both
-# last 100 ms or more, times the time scale: under TCG the processes' starts are tens of ms
-# apart — the emulator's scheduling jitter — while a small size's 4 messages take under a
-# millisecond; on a host loaded to time scale x4 starts were up to 413 ms apart, and a 144 ms
-# interval overlapped its twin by 44%; all are printed). Under TCG one process is often
+# of their intervals, and the intervals overlap by most of the shorter one's length for the
+# largest size and wherever both last 1 s or more, times the time scale. Shorter intervals are
+# printed, not judged: under TCG the processes' starts are tens of ms apart (the emulator's
+# scheduling jitter) while a small size's 4 messages take under a millisecond, and on hosts
+# loaded past what the time scale was chosen for, starts were up to 413 ms apart (a 144 ms
+# interval overlapped its twin by 44%) and 242 ms apart (a 388 ms one by 38%; time scale x2,
+# load 13). A second is over twice the worst jitter seen; processes that measured one after the
+# other would not overlap at all. On a quiet host the largest size alone lasts over a second
+# (1.7 s); on a faster machine the jitter shrinks with it. Under TCG one process is often
 # starved for a while, so the two need not end together: the overlap is measured against the
 # shorter interval, and the start offset is printed. The common start is 100 ms ahead, times the
 # time scale (--procs-start): the emulated guest needs tens of ms to pass a barrier round. Then a
@@ -40,7 +44,7 @@ cp "$TMPDIR/sweep.json" "$VL_PT_OUT/procs2-sweep.json"
 step "per size: the intervals overlap, and the aggregate is total bytes over their union"
 # The JSON is indented one key per line: "processes" (each process's rows, each with bytes,
 # iterations (= messages: one QP per process), start_ns, end_ns), then "aggregate".
-awk -v min_ns="$((lead_us * 1000))" '
+awk -v min_ns="$((lead_us * 10000))" '
     /"processes": \[/ { sec = "p" }
     /"aggregate": \[/ { sec = "a" }
     { v = $2; sub(/,$/, "", v) }
@@ -53,7 +57,8 @@ awk -v min_ns="$((lead_us * 1000))" '
     sec == "a" && /"bw_avg_mib_s": / { agg[ab] = v + 0 }
     sec == "a" && /"overlap_fraction": / { frac[ab] = v + 0 }
     END {
-        bad = 0; n = 0
+        bad = 0; n = 0; judged = 0; maxb = 0
+        for (b in sizes) if (b + 0 > maxb) maxb = b + 0
         for (b in sizes) {
             n++
             lo = st[0, b] < st[1, b] ? st[0, b] : st[1, b]
@@ -66,9 +71,13 @@ awk -v min_ns="$((lead_us * 1000))" '
             d = want - agg[b]; if (d < 0) d = -d
             printf "%8d B: intervals %.3f and %.3f ms, starts %.3f ms apart, overlap %.3f ms (%.0f%% of the shorter; of the union: JSON %.2f); aggregate %.3f MiB/s, total bytes / union %.3f\n", b, l0 / 1e6, l1 / 1e6, off / 1e6, ov / 1e6, 100 * f, frac[b], agg[b], want
             if (d > 0.005 * want + 0.002) { print "  ^ the aggregate is not total bytes over the union"; bad = 1 }
-            if (lmin >= min_ns && f < 0.5) { print "  ^ the intervals overlap by less than half the shorter"; bad = 1 }
+            if (lmin >= min_ns || b + 0 == maxb) {
+                judged++
+                if (f < 0.5) { print "  ^ the intervals overlap by less than half the shorter"; bad = 1 }
+            }
         }
         if (n != 23) { print "expected 23 sizes, found " n; bad = 1 }
+        printf "overlap judged for %d sizes (the largest, and those of %.0f ms or more)\n", judged, min_ns / 1e6
         exit bad
     }' "$TMPDIR/sweep.json" || fail "the intervals or the aggregate are wrong (above)"
 no_workers
