@@ -407,6 +407,7 @@ one_run() {
     echo "guest_cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)"
     echo "guest_vcpus=$(grep -c '^processor' /proc/cpuinfo)"
     echo "guest_mem_kib=$(awk '/^MemTotal/ { print $2 }' /proc/meminfo)"
+    echo "guest_clocksource=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null)"
     echo "perftest_version=$(ib_write_bw --version 2>&1 | sed -n '1s/^Version: *//p')"
     echo "verbs_lab_version=$(vl_write_bw --version 2>&1 | sed -n 1p)"
     echo "busybox=$(busybox 2>&1 | sed -n '1s/ (.*//p')"
