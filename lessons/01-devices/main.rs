@@ -39,6 +39,7 @@ use rdma_sys::{
     ibv_open_device, ibv_port_attr, ibv_port_state, ibv_query_device, ibv_query_gid,
 };
 
+use verbs_lab::cli::DevicePortFilter;
 use verbs_lab::sysfs;
 use verbs_lab::verbs::device::format_guid;
 use verbs_lab::verbs::error::HOW_TO_GET_A_DEVICE;
@@ -49,14 +50,9 @@ use verbs_lab_lessons::{lesson_main, Narrator};
 #[derive(Parser, Debug)]
 #[command(name = "lesson01_devices")]
 struct Args {
-    /// Only this device (e.g. rxe0); default: every device
-    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
-    ib_dev: Option<String>,
-
-    /// Only this port (numbered from 1); default: every port
-    #[arg(short = 'i', long = "ib-port", value_name = "N",
-          value_parser = clap::value_parser!(u8).range(1..))]
-    ib_port: Option<u8>,
+    /// `-d DEV` and `-i N`, as `vl_devinfo` takes them: which devices and ports to look at.
+    #[command(flatten)]
+    only: DevicePortFilter,
 
     /// No narration: one summary line per device
     #[arg(short, long)]
@@ -110,7 +106,7 @@ fn run(args: &Args) -> Result<()> {
     }
 
     // Pick the devices to look at: the one named with -d, or all of them.
-    let chosen: Vec<*mut ibv_device> = match &args.ib_dev {
+    let chosen: Vec<*mut ibv_device> = match &args.only.ib_dev {
         Some(want) => match list.devices().iter().find(|&&d| device_name(d) == *want) {
             Some(&d) => vec![d],
             None => {
@@ -126,7 +122,7 @@ fn run(args: &Args) -> Result<()> {
 
     for dev in chosen {
         let name = device_name(dev);
-        let summary = explore(dev, &name, args.ib_port, &n)?;
+        let summary = explore(dev, &name, &args.only, &n)?;
         if args.quiet {
             println!("{summary}");
         }
@@ -219,7 +215,7 @@ impl std::fmt::Display for Summary {
 fn explore(
     dev: *mut ibv_device,
     name: &str,
-    only_port: Option<u8>,
+    only: &DevicePortFilter,
     n: &Narrator,
 ) -> Result<Summary> {
     // ── Step 2: open the device ──────────────────────────────────────────────────────────────
@@ -300,14 +296,8 @@ fn explore(
     ));
 
     // ── Step 4 and 5: each port, and its GID table ───────────────────────────────────────────
-    let ports: Vec<u8> = match only_port {
-        Some(p) if p > dattr.phys_port_cnt => bail!(
-            "{name} has no port {p}: it has {} port(s), numbered from 1",
-            dattr.phys_port_cnt
-        ),
-        Some(p) => vec![p],
-        None => (1..=dattr.phys_port_cnt).collect(),
-    };
+    // The port named with -i, or all of them (phys_port_cnt of them, numbered from 1).
+    let ports = only.ports(name, dattr.phys_port_cnt)?;
     let mut port_summaries = Vec::new();
     for port in ports {
         port_summaries.push(query_port_and_gids(&ctx, name, port, n)?);
