@@ -24,12 +24,15 @@ use verbs_lab::connect::{
 use verbs_lab::oob::OobConn;
 use verbs_lab::sysfs;
 use verbs_lab::verbs::{
-    AccessFlags, Cq, InitAttr, Mtu, Payload, Qp, RecvWr, SendOp, SendWr, WcStatus, WorkCompletion,
+    AccessFlags, Cq, InitAttr, Mtu, Payload, Qp, SendOp, SendWr, WcStatus, WorkCompletion,
 };
+// The wr_id scheme of ibv_rc_pingpong: each completion says which queue it came from, and the
+// same bits track what an iteration still waits for.
+use verbs_lab_lessons::pingpong::{RECV_WRID, SEND_WRID};
 use verbs_lab_lessons::{
     create_rc_qp, decode_rc_pingpong, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect,
-    open_device, pattern, print_pingpong_summary, print_round_trips, rc_pingpong_handshake,
-    CommonArgs, Narrator,
+    open_device, pattern, pingpong_recvs, print_pingpong_summary, print_round_trips,
+    rc_pingpong_handshake, CommonArgs, Narrator, PingPong,
 };
 
 #[derive(Parser, Debug)]
@@ -61,11 +64,6 @@ struct Args {
     #[arg(long = "show-rnr")]
     show_rnr: bool,
 }
-
-/// The wr_id scheme of ibv_rc_pingpong: each completion says which queue it came from, and the
-/// same bits track what an iteration still waits for.
-const RECV_WRID: u64 = 1;
-const SEND_WRID: u64 = 2;
 
 fn run(args: &Args) -> Result<()> {
     let a = &args.common;
@@ -159,13 +157,8 @@ fn run(args: &Args) -> Result<()> {
     if server && args.show_rnr {
         n.say("--show-rnr: posting NO receive on purpose");
     } else {
-        let wrs: Vec<RecvWr> = (0..args.rx_depth)
-            .map(|_| RecvWr {
-                wr_id: RECV_WRID,
-                sges: std::slice::from_ref(&recv_sge),
-            })
-            .collect();
-        qp.post_recv(&wrs).context("posting the initial receives")?;
+        qp.post_recv(&pingpong_recvs(&recv_sge, args.rx_depth))
+            .context("posting the initial receives")?;
         n.say(format!(
             "posted {} receives of {size} bytes, all into the receive half (wr_id {RECV_WRID})",
             args.rx_depth
@@ -218,25 +211,19 @@ fn run(args: &Args) -> Result<()> {
 
     // 5. The ping-pong, exactly as ibv_rc_pingpong runs it: the client posts the first SEND;
     //    each side posts its next SEND only when both its previous SEND completed and the
-    //    peer's message arrived ("pending" holds the wr_ids still awaited). Every consumed
+    //    peer's message arrived (`pp.pending()` holds the wr_ids still awaited). Every consumed
     //    receive is replaced at once, so rx_depth receives stay posted.
     n.step(5, "Ping-pong: ibv_post_send, ibv_poll_cq, ibv_post_recv");
     let iters = u64::from(args.iters);
     let mut check = Check::Undecided;
-    let mut rtts_us: Vec<f64> = Vec::with_capacity(if server { 0 } else { args.iters as usize });
-    let (mut scnt, mut rcnt) = (0u64, 0u64);
-    let mut pending = RECV_WRID;
-    let mut posted_at = Instant::now();
     // Our k-th message carries pattern(2k) from the client, pattern(2k+1) from the server.
-    let (my_seq, peer_seq) = if server { (1, 0) } else { (0, 1) };
-    let start = Instant::now();
+    let mut pp = PingPong::new(iters, server);
     if !server {
-        posted_at = Instant::now();
-        post_message(&qp, &mr, size, 2 * scnt + my_seq, &send_sge, &n)?;
-        pending |= SEND_WRID;
+        pp.sending();
+        post_message(&qp, &mr, size, pp.our_seq(), &send_sge, &n)?;
     }
     let mut wcs: [WorkCompletion; 2] = WorkCompletion::array();
-    while scnt < iters || rcnt < iters {
+    while pp.running() {
         // Busy-poll the CQ, but never longer than --wait without a completion.
         let polled = Instant::now();
         let mut spins = 0u32;
@@ -250,7 +237,7 @@ fn run(args: &Args) -> Result<()> {
                 bail!(
                     "timed out after {} s waiting for {} (is the peer alive?)",
                     wait.as_secs(),
-                    awaited(pending, scnt.min(rcnt))
+                    awaited(pp.pending(), pp.iteration())
                 );
             }
         };
@@ -279,19 +266,21 @@ fn run(args: &Args) -> Result<()> {
                 };
                 bail!(
                     "waiting for {}: {which} completed with {status}{}{size_hint}",
-                    awaited(pending, scnt.min(rcnt)),
+                    awaited(pp.pending(), pp.iteration()),
                     status.hint().map(|h| format!(" — {h}")).unwrap_or_default()
                 );
             }
             match wc.wr_id() {
-                SEND_WRID => scnt += 1,
+                // Our SEND was acknowledged: `pp.completed` below counts it.
+                SEND_WRID => {}
                 RECV_WRID => {
+                    let rcnt = pp.received;
                     ensure!(
                         wc.byte_len() as usize == size,
                         "message {rcnt} from the peer has {} bytes, we expect {size} (same -s on both sides?)",
                         wc.byte_len()
                     );
-                    let want = pattern(2 * rcnt + peer_seq, size);
+                    let want = pattern(pp.peer_seq(), size);
                     // A copy: the NIC may write this buffer again as soon as the receive is re-posted.
                     let (got, sent) = (mr.to_vec(0..size)?, mr.to_vec(size..2 * size)?);
                     check.message(rcnt, &got, &want, &sent, &n)?;
@@ -302,30 +291,22 @@ fn run(args: &Args) -> Result<()> {
                             remote.qpn
                         ));
                     }
-                    rcnt += 1;
                     // Replace the consumed receive.
-                    qp.post_recv(&[RecvWr {
-                        wr_id: RECV_WRID,
-                        sges: std::slice::from_ref(&recv_sge),
-                    }])
-                    .context("re-posting a receive")?;
+                    qp.post_recv(&pingpong_recvs(&recv_sge, 1))
+                        .context("re-posting a receive")?;
                 }
                 other => bail!("completion for unknown wr_id {other} ({})", wc.opcode()),
             }
-            pending &= !wc.wr_id();
-            if pending == 0 && !server {
-                // The client has the full round trip: its SEND and the reply.
-                rtts_us.push(posted_at.elapsed().as_secs_f64() * 1e6);
-            }
-            if scnt < iters && pending == 0 {
-                // A round trip starts before the post: on rxe the post itself does real work.
-                posted_at = Instant::now();
-                post_message(&qp, &mr, size, 2 * scnt + my_seq, &send_sge, &n)?;
-                pending = RECV_WRID | SEND_WRID;
+            // The wr_id leaves the awaited set; with both gone the next SEND is due (and the
+            // client has its round trip).
+            if pp.completed(wc.wr_id()) {
+                pp.sending();
+                post_message(&qp, &mr, size, pp.our_seq(), &send_sge, &n)?;
             }
         }
     }
-    let elapsed = start.elapsed();
+    let elapsed = pp.elapsed();
+    let (scnt, rcnt) = (pp.sent, pp.received);
     n.say(format!(
         "{iters} iterations done: {scnt} SEND completions, {rcnt} RECV completions"
     ));
@@ -333,7 +314,7 @@ fn run(args: &Args) -> Result<()> {
     // 6. Results: ibv_rc_pingpong's two lines (so scripts parse both tools alike), then ours.
     n.step(6, "Results");
     print_pingpong_summary(u64::from(args.size), iters, elapsed);
-    if !print_round_trips(size, &rtts_us) {
+    if !print_round_trips(size, &pp.rtts_us) {
         n.say("(round trips are measured by the client, which starts every exchange)");
     }
     println!("{}", check.verdict(rcnt, size));

@@ -43,20 +43,19 @@ use verbs_lab::affinity::{allowed_cpus, cpu_choice, CpuChoice, CpuList};
 use verbs_lab::connect::{bring_up, local_endpoint, random_psn, ConnectOpts, Endpoint};
 use verbs_lab::sysfs;
 use verbs_lab::verbs::{
-    AccessFlags, Context, Cq, GidChoice, Mr, Mtu, Payload, Qp, RecvWr, SendOp, SendWr,
-    WorkCompletion,
+    AccessFlags, Context, Cq, GidChoice, Mr, Mtu, Payload, Qp, SendOp, SendWr, WorkCompletion,
 };
+// ibv_rc_pingpong's wr_ids, as in lesson 04.
+use verbs_lab_lessons::pingpong::{RECV_WRID, SEND_WRID};
 use verbs_lab_lessons::{
     check_device_flags, create_rc_qp, first_mismatch, lesson_main, open_named_device, pattern,
-    Device, DevicePairArgs, Narrator,
+    pingpong_recvs, Device, DevicePairArgs, Narrator,
 };
 
 const PROGRAM: &str = "lesson09_affinity";
 const MAX_SIZE: usize = 64 * 1024;
 /// Receives kept posted on each QP.
 const RX_DEPTH: u32 = 4;
-const RECV_WRID: u64 = 1;
-const SEND_WRID: u64 = 2;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -525,13 +524,9 @@ impl Side {
         })?;
         // The receive half: bytes 0..size (the send half follows it).
         let recv = self.mr.sge(0..self.size)?;
-        let wrs: Vec<RecvWr> = (0..RX_DEPTH)
-            .map(|_| RecvWr {
-                wr_id: RECV_WRID,
-                sges: std::slice::from_ref(&recv),
-            })
-            .collect();
-        self.qp.post_recv(&wrs).context("ibv_post_recv")?;
+        self.qp
+            .post_recv(&pingpong_recvs(&recv, RX_DEPTH))
+            .context("ibv_post_recv")?;
         Ok(())
     }
 }
@@ -675,10 +670,7 @@ impl Poller {
                         );
                         self.recvd += 1;
                         side.qp
-                            .post_recv(&[RecvWr {
-                                wr_id: RECV_WRID,
-                                sges: &[side.mr.sge(0..side.size)?],
-                            }])
+                            .post_recv(&pingpong_recvs(&side.mr.sge(0..side.size)?, 1))
                             .context("re-posting a receive")?;
                     }
                     SEND_WRID => self.sent += 1,

@@ -24,12 +24,14 @@ use verbs_lab::connect::{local_endpoint, random_psn, Endpoint};
 use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{
     AccessFlags, Ah, AhAttr, Cq, GlobalRoute, InitAttr, Mr, Payload, Qp, QpCaps, QpInitAttr,
-    QpType, RecvWr, RtsAttr, SendOp, SendWr, Sge, UdDest, WorkCompletion,
+    QpType, RtsAttr, SendOp, SendWr, Sge, UdDest, WorkCompletion,
 };
+// The wr_id scheme of `ibv_ud_pingpong`, which is ibv_rc_pingpong's (lesson 04).
+use verbs_lab_lessons::pingpong::{RECV_WRID, SEND_WRID};
 use verbs_lab_lessons::{
     decode_rc_pingpong, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device,
-    pattern, print_pingpong_summary, print_round_trips, rc_pingpong_handshake, CommonArgs, Device,
-    Narrator,
+    pattern, pingpong_recvs, print_pingpong_summary, print_round_trips, rc_pingpong_handshake,
+    CommonArgs, Device, Narrator, PingPong,
 };
 
 #[derive(Parser, Debug)]
@@ -67,9 +69,6 @@ struct Args {
 const QKEY: u32 = 0x1111_1111;
 /// The Global Route Header area at the start of every UD receive buffer.
 const GRH_LEN: usize = 40;
-/// The wr_id scheme of `ibv_ud_pingpong` (as in lesson 04).
-const RECV_WRID: u64 = 1;
-const SEND_WRID: u64 = 2;
 
 fn run(args: &Args) -> Result<()> {
     let a = &args.common;
@@ -204,14 +203,9 @@ fn ready_ud_qp(
         qkey: QKEY,
     })
     .context("ibv_modify_qp(INIT)")?;
-    let recvs: Vec<RecvWr> = (0..rx_depth)
-        .map(|_| RecvWr {
-            wr_id: RECV_WRID,
-            sges: std::slice::from_ref(recv_sge),
-        })
-        .collect();
     // Receives first: a datagram that finds no receive is dropped, not retried (no RNR on UD).
-    qp.post_recv(&recvs).context("posting the receives")?;
+    qp.post_recv(&pingpong_recvs(recv_sge, rx_depth))
+        .context("posting the receives")?;
     qp.modify_to_rtr(None).context("ibv_modify_qp(RTR)")?;
     let local = local_endpoint(&dev.ctx, ib_port, qp, &dev.gid, random_psn())?;
     qp.modify_to_rts(&RtsAttr {
@@ -250,41 +244,35 @@ fn ping_pong(
     args: &Args,
     n: &Narrator,
 ) -> Result<PingPongDone> {
-    let (size, iters) = (ctx.size, u64::from(args.iters));
+    let size = ctx.size;
     let server = args.common.role().is_server();
     let mut check = Check::Undecided;
-    let mut rtts_us: Vec<f64> = Vec::new();
-    let (mut scnt, mut rcnt) = (0u64, 0u64);
-    let mut pending = RECV_WRID;
-    let (my_seq, peer_seq) = if server { (1, 0) } else { (0, 1) };
-    let mut posted_at = Instant::now();
-    let start = Instant::now();
+    let mut pp = PingPong::new(u64::from(args.iters), server);
     if !server {
-        ctx.send(mr, dest, pattern(my_seq, size), n, true)?;
-        pending |= SEND_WRID;
+        pp.sending();
+        ctx.send(mr, dest, pattern(pp.our_seq(), size), n, true)?;
     }
     let mut wcs: [WorkCompletion; 2] = WorkCompletion::array();
-    while scnt < iters || rcnt < iters {
+    while pp.running() {
         let ne = ctx
             .poll(&mut wcs)
-            .with_context(|| format!("iteration {}: {}", scnt.min(rcnt), awaited(pending)))?;
+            .with_context(|| format!("iteration {}: {}", pp.iteration(), awaited(pp.pending())))?;
         for wc in &wcs[..ne] {
-            wc.ok()
-                .with_context(|| format!("iteration {}: {}", scnt.min(rcnt), awaited(pending)))?;
+            wc.ok().with_context(|| {
+                format!("iteration {}: {}", pp.iteration(), awaited(pp.pending()))
+            })?;
             match wc.wr_id() {
-                SEND_WRID => scnt += 1,
+                // Our SEND left: `pp.completed` below counts it.
+                SEND_WRID => {}
                 RECV_WRID => {
+                    let rcnt = pp.received;
                     let payload = ctx.received(wc, mr, rcnt == 0, n)?;
                     // A copy: the NIC may write the MR again once receives are re-posted.
                     let sent = mr.to_vec(GRH_LEN + size..GRH_LEN + 2 * size)?;
-                    let want = pattern(2 * rcnt + peer_seq, size);
+                    let want = pattern(pp.peer_seq(), size);
                     check.message(rcnt, &payload, &want, &sent, n)?;
-                    rcnt += 1;
                     ctx.qp
-                        .post_recv(&[RecvWr {
-                            wr_id: RECV_WRID,
-                            sges: std::slice::from_ref(recv_sge),
-                        }])
+                        .post_recv(&pingpong_recvs(recv_sge, 1))
                         .context("re-posting a receive")?;
                     // ibv_ud_pingpong sends what its buffer holds, i.e. echoes; so do we when
                     // the peer is that tool, and send our pattern otherwise.
@@ -294,27 +282,21 @@ fn ping_pong(
                 }
                 other => bail!("completion for unknown wr_id {other} ({})", wc.opcode()),
             }
-            pending &= !wc.wr_id();
-            if pending == 0 && !server {
-                rtts_us.push(posted_at.elapsed().as_secs_f64() * 1e6);
-            }
-            if scnt < iters && pending == 0 {
-                posted_at = Instant::now();
+            if pp.completed(wc.wr_id()) {
+                pp.sending();
                 let msg = match check {
                     Check::Echo => mr.to_vec(GRH_LEN + size..GRH_LEN + 2 * size)?,
-                    _ => pattern(2 * scnt + my_seq, size),
+                    _ => pattern(pp.our_seq(), size),
                 };
                 ctx.send(mr, dest, msg, n, false)?;
-                pending = RECV_WRID | SEND_WRID;
             }
         }
     }
-    let elapsed = start.elapsed();
     Ok(PingPongDone {
-        elapsed,
-        rtts_us,
+        elapsed: pp.elapsed(),
+        rtts_us: pp.rtts_us,
         check,
-        received: rcnt,
+        received: pp.received,
     })
 }
 

@@ -43,12 +43,12 @@ use clap::Parser;
 use nix::sys::resource::{getrusage, UsageWho};
 use verbs_lab::connect::{bring_up, local_endpoint, random_psn, ConnectOpts, Endpoint};
 use verbs_lab::verbs::{
-    AccessFlags, CompChannel, Context, Cq, GidChoice, Mr, Mtu, Payload, Pd, Qp, RecvWr, SendOp,
-    SendWr, Sge, WcOpcode, WorkCompletion,
+    AccessFlags, CompChannel, Context, Cq, GidChoice, Mr, Mtu, Payload, Pd, Qp, SendOp, SendWr,
+    Sge, WcOpcode, WorkCompletion,
 };
 use verbs_lab_lessons::{
     check_device_flags, create_rc_qp, create_rc_qp_inline, first_mismatch, lesson_main,
-    open_named_device, pattern, Device, DevicePairArgs, Narrator,
+    open_named_device, pattern, pingpong_recvs, Device, DevicePairArgs, Narrator,
 };
 
 const PROGRAM: &str = "lesson14_tuning";
@@ -205,13 +205,9 @@ impl Side {
 
     fn post_recvs(&self, count: u32) -> Result<()> {
         let sge = self.recv_sge()?;
-        let wrs: Vec<RecvWr> = (0..count)
-            .map(|_| RecvWr {
-                wr_id: 0,
-                sges: std::slice::from_ref(&sge),
-            })
-            .collect();
-        self.qp.post_recv(&wrs).context("ibv_post_recv")
+        self.qp
+            .post_recv(&pingpong_recvs(&sge, count))
+            .context("ibv_post_recv")
     }
 }
 

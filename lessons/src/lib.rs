@@ -10,7 +10,7 @@
 //! | [`terms`] | the `key=value` test parameters the two sides agree on | 05–08 |
 //! | [`qp`] | the RC QP, its bring-up to RTS, one side's working set | 02, 03 |
 //! | [`data`] | the byte pattern both sides compute, and where a message differs | 04 |
-//! | [`pingpong`] | `ibv_rc_pingpong`'s record, handshake and summary lines | 04, 11, 12 |
+//! | [`pingpong`] | `ibv_rc_pingpong`'s record, handshake, wr_ids, loop bookkeeping and summary lines | 04, 11, 12 |
 //!
 //! Everything is also at the crate's root (`use verbs_lab_lessons::{open_device, Narrator}`),
 //! together with the `main` of the lessons ([`lesson_main`]).
@@ -34,8 +34,9 @@ pub use device::{open_device, open_named_device, poll_one_explained, Device};
 pub use narrator::{say_mr, Narrator};
 pub use peer::{exchange, exchange_endpoints, meet, oob_connect, peer_rts_barrier, PeerInfo};
 pub use pingpong::{
-    decode_rc_pingpong, encode_rc_pingpong, print_pingpong_summary, print_round_trips,
-    rc_pingpong_handshake, Summary, RC_PINGPONG_DONE, RC_PINGPONG_RECORD_LEN,
+    decode_rc_pingpong, encode_rc_pingpong, pingpong_recvs, print_pingpong_summary,
+    print_round_trips, rc_pingpong_handshake, PingPong, Summary, RC_PINGPONG_DONE,
+    RC_PINGPONG_RECORD_LEN,
 };
 pub use qp::{connect_opts, connect_qp, create_rc_qp, create_rc_qp_inline, Side};
 pub use terms::{exchange_params, recv_params, same_as_client, send_params, Terms};

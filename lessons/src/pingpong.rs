@@ -1,12 +1,123 @@
 //! What the lessons compatible with rdma-core's ping-pong examples share (04, 11, 12): the
-//! `ibv_rc_pingpong` endpoint record and handshake, and the summary lines those programs print.
+//! `ibv_rc_pingpong` endpoint record and handshake, its wr_id scheme and the bookkeeping of its
+//! loop ([`PingPong`]), and the summary lines those programs print.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use verbs_lab::connect::Endpoint;
 use verbs_lab::oob::OobConn;
-use verbs_lab::verbs::Gid;
+use verbs_lab::verbs::{Gid, RecvWr, Sge};
+
+/// The wr_id of every receive in `ibv_rc_pingpong`'s scheme (lessons 04, 09, 11): each
+/// completion says which queue it came from, and the same bits track what an iteration still
+/// waits for ([`PingPong::pending`]).
+pub const RECV_WRID: u64 = 1;
+/// The wr_id of every SEND in `ibv_rc_pingpong`'s scheme (see [`RECV_WRID`]).
+pub const SEND_WRID: u64 = 2;
+
+/// `count` receive requests into `sge`, each with wr_id [`RECV_WRID`], for one
+/// `qp.post_recv(..)` (`ibv_post_recv(3)`): the initial ones, or 1 to replace a consumed one.
+pub fn pingpong_recvs<'a>(sge: &'a Sge<'a>, count: u32) -> Vec<RecvWr<'a>> {
+    (0..count)
+        .map(|_| RecvWr {
+            wr_id: RECV_WRID,
+            sges: std::slice::from_ref(sge),
+        })
+        .collect()
+}
+
+/// The bookkeeping of `ibv_rc_pingpong`'s loop (lesson 04; lesson 11 runs it on UD): the SENDs
+/// and receives completed so far, the wr_ids the current iteration still waits for, and on the
+/// client, which starts every exchange, the round trip of every iteration. Each side posts its
+/// next SEND only when its previous SEND completed and the peer's message arrived.
+#[derive(Debug)]
+pub struct PingPong {
+    iters: u64,
+    server: bool,
+    /// Our SENDs completed.
+    pub sent: u64,
+    /// The peer's messages received.
+    pub received: u64,
+    pending: u64,
+    started: Instant,
+    posted_at: Instant,
+    /// The round trips, in µs (the client's; the server measures none).
+    pub rtts_us: Vec<f64>,
+}
+
+impl PingPong {
+    /// Starts the clock of `iters` exchanges, awaiting the peer's first message.
+    pub fn new(iters: u64, server: bool) -> PingPong {
+        let now = Instant::now();
+        PingPong {
+            iters,
+            server,
+            sent: 0,
+            received: 0,
+            pending: RECV_WRID,
+            started: now,
+            posted_at: now,
+            rtts_us: Vec::with_capacity(if server { 0 } else { iters as usize }),
+        }
+    }
+
+    /// Whether SENDs or receives remain.
+    pub fn running(&self) -> bool {
+        self.sent < self.iters || self.received < self.iters
+    }
+
+    /// The iteration under way, for messages.
+    pub fn iteration(&self) -> u64 {
+        self.sent.min(self.received)
+    }
+
+    /// The wr_id bits ([`SEND_WRID`], [`RECV_WRID`]) the iteration still waits for.
+    pub fn pending(&self) -> u64 {
+        self.pending
+    }
+
+    /// The sequence number of our next message: the client's k-th carries 2k, the server's 2k+1
+    /// (for [`pattern`](crate::pattern)).
+    pub fn our_seq(&self) -> u64 {
+        2 * self.sent + u64::from(self.server)
+    }
+
+    /// The sequence number of the peer's next message (see [`our_seq`](Self::our_seq)).
+    pub fn peer_seq(&self) -> u64 {
+        2 * self.received + u64::from(!self.server)
+    }
+
+    /// Call just before posting a SEND: the round trip starts before the post (on rxe the post
+    /// itself does real work), and the iteration now waits for the SEND and the peer's reply.
+    pub fn sending(&mut self) {
+        self.posted_at = Instant::now();
+        self.pending = RECV_WRID | SEND_WRID;
+    }
+
+    /// Accounts a successful completion with wr_id [`SEND_WRID`] or [`RECV_WRID`] once the lesson
+    /// has handled it, and records the client's round trip when the iteration is complete.
+    /// Returns whether our next SEND is due.
+    pub fn completed(&mut self, wr_id: u64) -> bool {
+        match wr_id {
+            SEND_WRID => self.sent += 1,
+            RECV_WRID => self.received += 1,
+            _ => {}
+        }
+        self.pending &= !wr_id;
+        if self.pending == 0 && !self.server {
+            // The client has the full round trip: its SEND and the reply.
+            self.rtts_us
+                .push(self.posted_at.elapsed().as_secs_f64() * 1e6);
+        }
+        self.sent < self.iters && self.pending == 0
+    }
+
+    /// The time since [`new`](Self::new).
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+}
 
 /// Size of `ibv_rc_pingpong`'s endpoint record on the wire: the text
 /// `LLLL:QQQQQQ:PPPPPP:GGGG…` (LID, QPN, PSN in hex, then the GID as 32 hex digits in byte
@@ -186,6 +297,31 @@ mod tests {
                 .contains("QPN")
         );
         assert_eq!(RC_PINGPONG_DONE.len(), 5);
+    }
+
+    #[test]
+    fn pingpong_sends_when_both_completions_are_in() {
+        // The client of 2 exchanges: it starts, and measures each round trip.
+        let mut c = PingPong::new(2, false);
+        assert_eq!((c.our_seq(), c.peer_seq(), c.pending()), (0, 1, RECV_WRID));
+        c.sending();
+        assert_eq!(c.pending(), RECV_WRID | SEND_WRID);
+        assert!(!c.completed(SEND_WRID), "the reply is still awaited");
+        assert!(c.completed(RECV_WRID), "both in: the next SEND is due");
+        assert_eq!((c.sent, c.received, c.rtts_us.len()), (1, 1, 1));
+        assert_eq!((c.our_seq(), c.peer_seq(), c.iteration()), (2, 3, 1));
+        c.sending();
+        assert!(!c.completed(RECV_WRID));
+        assert!(!c.completed(SEND_WRID), "-n SENDs made: no more");
+        assert!(!c.running());
+        // The server answers: it awaits the first message, measures nothing.
+        let mut s = PingPong::new(1, true);
+        assert_eq!((s.our_seq(), s.peer_seq()), (1, 0));
+        assert!(s.completed(RECV_WRID));
+        s.sending();
+        assert!(s.running());
+        assert!(!s.completed(SEND_WRID));
+        assert!(!s.running() && s.rtts_us.is_empty());
     }
 
     #[test]
