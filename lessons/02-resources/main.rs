@@ -233,9 +233,7 @@ fn run(args: &Args) -> Result<()> {
     //    the errno and what to do.
     if args.show_errors {
         n.step(6, "Requests that must be refused (--show-errors)");
-        let too_deep = u32::try_from(dev.max_qp_wr)
-            .unwrap_or(u32::MAX)
-            .saturating_add(1);
+        let too_deep = one_past(dev.max_qp_wr);
         n.say(format!(
             "(a) ibv_create_qp with max_send_wr {too_deep} (device max_qp_wr is {}):",
             dev.max_qp_wr
@@ -257,9 +255,7 @@ fn run(args: &Args) -> Result<()> {
         let r = pd.reg_mr(size, AccessFlags::REMOTE_WRITE);
         say_refusal(&n, r.map(|m| format!("MR lkey {:#x}", m.lkey())));
 
-        let too_many = u32::try_from(dev.max_cqe)
-            .unwrap_or(u32::MAX)
-            .saturating_add(1);
+        let too_many = one_past(dev.max_cqe);
         n.say(format!(
             "(c) ibv_create_cq with {too_many} entries (device max_cqe is {}):",
             dev.max_cqe
@@ -301,6 +297,12 @@ fn run(args: &Args) -> Result<()> {
 }
 
 /// Narrates a request that should have been refused: the error, or a note that it was granted.
+/// One more than a device limit (`ibv_device_attr`'s `max_qp_wr`, `max_cqe`): the smallest
+/// request the device must refuse.
+fn one_past(limit: i32) -> u32 {
+    u32::try_from(limit).unwrap_or(u32::MAX).saturating_add(1)
+}
+
 fn say_refusal<T: std::fmt::Display>(
     n: &Narrator,
     r: std::result::Result<T, verbs_lab::verbs::VerbsError>,

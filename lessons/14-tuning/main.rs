@@ -284,13 +284,20 @@ fn run(args: &Args) -> Result<()> {
         5,
         "Send-queue slots: fill a small send queue with unsignaled writes, let them execute, post one more",
     );
-    let slots = sq_slot_probe(args, &a, &b, mtu, wait, &n)?;
+    let ends = Ends {
+        args,
+        a: &a,
+        b: &b,
+        mtu,
+        wait,
+    };
+    let slots = sq_slot_probe(ends, &n)?;
 
     n.step(
         6,
         "A memory window: bind, the peer writes through it, invalidate, the peer's next write",
     );
-    let window = memory_window(args, &a, &b, mtu, wait, &n)?;
+    let window = memory_window(ends, &n)?;
 
     n.step(
         7,
@@ -728,18 +735,12 @@ fn ping_pong(a: &Side, b: &Side, p: PingPong, count: u32, wait: Duration) -> Res
 /// the queue holds, wait until the last one's bytes arrived (so all have executed), then post
 /// one more. Portable code must assume it is refused: the provider may learn that slots are
 /// free only from a polled completion, and unsignaled requests produce none.
-fn sq_slot_probe(
-    args: &Args,
-    a: &Side,
-    b: &Side,
-    mtu: Mtu,
-    wait: Duration,
-    n: &Narrator,
-) -> Result<String> {
+fn sq_slot_probe(ends: Ends, n: &Narrator) -> Result<String> {
+    let Ends { a, b, wait, .. } = ends;
     let size = a.size;
     // The peer QP only has to exist (and stay connected) while the writes land: `_peer` keeps
     // it alive to the end of this function (a `..` would drop it here).
-    let Probe { qa, qb: _peer, .. } = probe_pair(args, a, b, mtu)?;
+    let Probe { qa, qb: _peer, .. } = probe_pair(ends)?;
     let depth = qa.caps().max_send_wr.min(DEPTH);
     b.mr.fill(0..stream_len(size), 0)?;
     let remote = b.mr.remote(0..stream_len(size))?;
@@ -785,9 +786,23 @@ fn sq_slot_probe(
     Ok(verdict)
 }
 
+/// The measured pair as the experiments of steps 5 and 6 use it: both ends, the flags, the
+/// path MTU both QPs were connected with, and the bound of every wait.
+#[derive(Clone, Copy)]
+struct Ends<'a> {
+    args: &'a Args,
+    a: &'a Side,
+    b: &'a Side,
+    mtu: Mtu,
+    wait: Duration,
+}
+
 /// A second connected QP pair with a send queue of `PROBE_DEPTH`, for experiments that may break
 /// it (fill its queue, or end in a remote access error that moves it to the error state).
-fn probe_pair(args: &Args, a: &Side, b: &Side, mtu: Mtu) -> Result<Probe> {
+fn probe_pair(ends: Ends) -> Result<Probe> {
+    let Ends {
+        args, a, b, mtu, ..
+    } = ends;
     // Their own CQs: nothing of these experiments can reach the measured CQs.
     let (cqa, cqb) = (
         a.ctx.create_cq(8, None).context("ibv_create_cq")?,
@@ -813,14 +828,8 @@ struct Probe {
 /// A type 2 memory window on a fresh region of `b`: `b`'s QP binds it (`IBV_WR_BIND_MW`), `a`
 /// writes through its rkey, `b` invalidates it (`IBV_WR_LOCAL_INV`), `a` writes again and must
 /// get a remote access error, the window's bytes unchanged.
-fn memory_window(
-    args: &Args,
-    a: &Side,
-    b: &Side,
-    mtu: Mtu,
-    wait: Duration,
-    n: &Narrator,
-) -> Result<String> {
+fn memory_window(ends: Ends, n: &Narrator) -> Result<String> {
+    let Ends { a, b, wait, .. } = ends;
     let size = a.size;
     // Declared before the QPs, so dropped after them.
     let region =
@@ -832,7 +841,7 @@ fn memory_window(
     let mw =
         b.pd.alloc_mw_type2()
             .context("ibv_alloc_mw(IBV_MW_TYPE_2)")?;
-    let Probe { qa, qb, cqa, cqb } = probe_pair(args, a, b, mtu)?;
+    let Probe { qa, qb, cqa, cqb } = probe_pair(ends)?;
     n.say(format!(
         "{}: region of {size} bytes (rkey {:#x}, access {}), window allocated with rkey {:#x}",
         b.ctx.name(),
