@@ -40,7 +40,7 @@ use nix::sched::{sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet};
 use nix::sys::resource::{getrusage, UsageWho};
 use nix::unistd::{getpid, gettid, Pid};
 use verbs_lab::affinity::{allowed_cpus, cpu_choice, CpuChoice, CpuList};
-use verbs_lab::connect::{bring_up, local_endpoint, random_psn, ConnectOpts, Endpoint};
+use verbs_lab::connect::{bring_up, local_endpoint, random_psn, Endpoint};
 use verbs_lab::sysfs;
 use verbs_lab::verbs::{
     AccessFlags, Context, Cq, GidChoice, Mr, Mtu, Payload, Qp, SendOp, SendWr, WorkCompletion,
@@ -49,7 +49,7 @@ use verbs_lab::verbs::{
 use verbs_lab_lessons::pingpong::{RECV_WRID, SEND_WRID};
 use verbs_lab_lessons::{
     check_device_flags, create_rc_qp, first_mismatch, lesson_main, open_named_device, pattern,
-    pingpong_recvs, Device, DevicePairArgs, Narrator,
+    pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator,
 };
 
 const PROGRAM: &str = "lesson09_affinity";
@@ -511,14 +511,8 @@ impl Side {
     }
 
     fn connect(&mut self, args: &Args, remote: &Endpoint, mtu: Mtu) -> Result<()> {
-        let opts = ConnectOpts {
-            port_num: args.pair.ib_port,
-            sgid_index: self.gid.entry.index as u8,
-            path_mtu: mtu,
-            access: AccessFlags::EMPTY,
-            timeout: args.qp_timeout,
-            ..Default::default()
-        };
+        // SEND/RECV only: no remote access.
+        let opts = rc_connect_opts(args.pair.ib_port, &self.gid, mtu, args.qp_timeout);
         bring_up(&self.qp, &self.ep, remote, &opts).with_context(|| {
             format!("connecting QP {:#x} on {}", self.qp.qpn(), self.ctx.name())
         })?;

@@ -48,7 +48,7 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     check_device_flags, create_rc_qp, create_rc_qp_inline, first_mismatch, lesson_main,
-    open_named_device, pattern, pingpong_recvs, Device, DevicePairArgs, Narrator,
+    open_named_device, pattern, pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator,
 };
 
 const PROGRAM: &str = "lesson14_tuning";
@@ -184,12 +184,8 @@ impl Side {
 
     fn opts(&self, args: &Args, mtu: Mtu) -> ConnectOpts {
         ConnectOpts {
-            port_num: args.pair.ib_port,
-            sgid_index: self.gid.entry.index as u8,
-            path_mtu: mtu,
             access: AccessFlags::REMOTE_WRITE,
-            timeout: args.qp_timeout,
-            ..Default::default()
+            ..rc_connect_opts(args.pair.ib_port, &self.gid, mtu, args.qp_timeout)
         }
     }
 

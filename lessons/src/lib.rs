@@ -38,7 +38,7 @@ pub use pingpong::{
     print_round_trips, rc_pingpong_handshake, PingPong, Summary, RC_PINGPONG_DONE,
     RC_PINGPONG_RECORD_LEN,
 };
-pub use qp::{connect_opts, connect_qp, create_rc_qp, create_rc_qp_inline, Side};
+pub use qp::{connect_opts, connect_qp, create_rc_qp, create_rc_qp_inline, rc_connect_opts, Side};
 pub use terms::{exchange_params, recv_params, same_as_client, send_params, Terms};
 
 /// Prints an error chain the way every tool of the project does (`verbs_lab::cli::failed`) and

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use verbs_lab::connect::{ConnectOpts, Endpoint};
 use verbs_lab::oob::OobConn;
-use verbs_lab::verbs::{AccessFlags, Cq, Mr, Mtu, Pd, Qp, QpCaps, QpInitAttr, QpType};
+use verbs_lab::verbs::{AccessFlags, Cq, GidChoice, Mr, Mtu, Pd, Qp, QpCaps, QpInitAttr, QpType};
 
 use crate::{CommonArgs, Device, Narrator, PeerInfo, Terms};
 
@@ -45,11 +45,20 @@ pub fn create_rc_qp_inline(
 /// timeout, and a path MTU no larger than our active MTU nor the peer's (when it told us).
 pub fn connect_opts(args: &CommonArgs, dev: &Device, peer_mtu: Option<Mtu>) -> ConnectOpts {
     let ours = dev.active_mtu();
+    let path_mtu = peer_mtu.map_or(ours, |p| p.min(ours));
+    rc_connect_opts(args.ib_port, &dev.gid, path_mtu, args.qp_timeout)
+}
+
+/// Lesson 03's connection attributes from their parts: port `ib_port`, the source GID index of
+/// `gid`, `path_mtu`, the ack timeout exponent `timeout` (`-u`), no remote access (set
+/// `access` for that), the rest as `ConnectOpts::default()`. [`connect_opts`] for the
+/// two-sided lessons; the one-process pairs of lessons 09 and 14 call it for each end.
+pub fn rc_connect_opts(ib_port: u8, gid: &GidChoice, path_mtu: Mtu, timeout: u8) -> ConnectOpts {
     ConnectOpts {
-        port_num: args.ib_port,
-        sgid_index: dev.gid.entry.index as u8,
-        path_mtu: peer_mtu.map_or(ours, |p| p.min(ours)),
-        timeout: args.qp_timeout,
+        port_num: ib_port,
+        sgid_index: gid.entry.index as u8,
+        path_mtu,
+        timeout,
         // 6, not 7: on rxe a retry count of 7 never runs out (see RETRY_CNT).
         retry_cnt: verbs_lab::connect::RETRY_CNT,
         ..Default::default()
