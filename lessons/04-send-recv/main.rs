@@ -30,9 +30,9 @@ use verbs_lab::verbs::{
 // same bits track what an iteration still waits for.
 use verbs_lab_lessons::pingpong::{RECV_WRID, SEND_WRID};
 use verbs_lab_lessons::{
-    create_rc_qp, decode_rc_pingpong, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect,
-    open_device, pattern, pingpong_recvs, print_pingpong_summary, print_round_trips,
-    rc_pingpong_handshake, CommonArgs, Narrator, PingPong,
+    create_rc_qp, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device,
+    pattern, pingpong_recvs, print_pingpong_summary, print_round_trips, rc_pingpong_handshake,
+    read_peer_record, CommonArgs, Narrator, PingPong,
 };
 
 #[derive(Parser, Debug)]
@@ -321,12 +321,9 @@ fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// Checks the peer's first record and narrates it.
+/// Reads the peer's record, narrated, and checks that it names a GID where one is needed.
 fn parse_record(rec: &[u8], dev: &verbs_lab_lessons::Device, n: &Narrator) -> Result<Endpoint> {
-    let remote = decode_rc_pingpong(rec)
-        .map_err(anyhow::Error::msg)
-        .context("the peer's endpoint record")?;
-    n.say(format!("remote address: {remote}"));
+    let remote = read_peer_record(rec, n)?;
     if dev.port.link_layer.needs_grh() && remote.gid.is_zero() {
         bail!(
             "the peer sent GID zero, but {} is RoCE (Ethernet): it must send from a GID \

@@ -29,9 +29,9 @@ use verbs_lab::verbs::{
 // The wr_id scheme of `ibv_ud_pingpong`, which is ibv_rc_pingpong's (lesson 04).
 use verbs_lab_lessons::pingpong::{RECV_WRID, SEND_WRID};
 use verbs_lab_lessons::{
-    decode_rc_pingpong, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device,
-    pattern, pingpong_recvs, print_pingpong_summary, print_round_trips, rc_pingpong_handshake,
-    CommonArgs, Device, Narrator, PingPong,
+    encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device, pattern,
+    pingpong_recvs, print_pingpong_summary, print_round_trips, rc_pingpong_handshake,
+    read_peer_record, CommonArgs, Device, Narrator, PingPong,
 };
 
 #[derive(Parser, Debug)]
@@ -146,7 +146,8 @@ fn run(args: &Args) -> Result<()> {
     let mine = encode_rc_pingpong(&local);
     // The server makes its AH before it replies; the client after the exchange.
     let (remote, ah) = rc_pingpong_handshake(&mut conn, server, &mine, |rec| {
-        let remote = parse_record(rec, &n)?;
+        // UD on RoCE needs the peer's GID to build the address handle: create_ah checks it.
+        let remote = read_peer_record(rec, &n)?;
         let ah = create_ah(&pd, &dev, a.ib_port, args.sl, &remote, &n)?;
         Ok((remote, ah))
     })?;
@@ -298,15 +299,6 @@ fn ping_pong(
         check,
         received: pp.received,
     })
-}
-
-/// Checks the peer's record: UD on RoCE needs its GID to build the address handle.
-fn parse_record(rec: &[u8], n: &Narrator) -> Result<Endpoint> {
-    let remote = decode_rc_pingpong(rec)
-        .map_err(anyhow::Error::msg)
-        .context("the peer's endpoint record")?;
-    n.say(format!("remote address: {remote}"));
-    Ok(remote)
 }
 
 /// `ibv_create_ah`: the path to the peer's port, used by every SEND we post.

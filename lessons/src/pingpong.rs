@@ -9,6 +9,8 @@ use verbs_lab::connect::Endpoint;
 use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{Gid, RecvWr, Sge};
 
+use crate::Narrator;
+
 /// The wr_id of every receive in `ibv_rc_pingpong`'s scheme (lessons 04, 09, 11): each
 /// completion says which queue it came from, and the same bits track what an iteration still
 /// waits for ([`PingPong::pending`]).
@@ -161,6 +163,16 @@ pub fn decode_rc_pingpong(rec: &[u8]) -> std::result::Result<Endpoint, String> {
         psn: hex(f[2], "PSN")? & 0xff_ffff,
         gid: Gid::from_hex(f[3]).ok_or_else(|| format!("GID '{}' is not 32 hex digits", f[3]))?,
     })
+}
+
+/// Decodes the peer's endpoint record ([`decode_rc_pingpong`]) and narrates it as lessons 04 and
+/// 11 do: `remote address: …`, beside the `local address` they said before the handshake.
+pub fn read_peer_record(rec: &[u8], n: &Narrator) -> Result<Endpoint> {
+    let remote = decode_rc_pingpong(rec)
+        .map_err(anyhow::Error::msg)
+        .context("the peer's endpoint record")?;
+    n.say(format!("remote address: {remote}"));
+    Ok(remote)
 }
 
 /// The handshake of `ibv_rc_pingpong` and its siblings (`ibv_ud_pingpong`, and
