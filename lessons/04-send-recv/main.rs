@@ -18,9 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
-use verbs_lab::connect::{
-    local_endpoint, path_mtu, random_psn, rtr_attr, rts_attr, ConnectOpts, Endpoint,
-};
+use verbs_lab::connect::{local_endpoint, random_psn, rtr_attr, rts_attr, ConnectOpts, Endpoint};
 use verbs_lab::oob::OobConn;
 use verbs_lab::sysfs;
 use verbs_lab::verbs::{
@@ -31,8 +29,8 @@ use verbs_lab::verbs::{
 use verbs_lab_lessons::pingpong::{RECV_WRID, SEND_WRID};
 use verbs_lab_lessons::{
     create_rc_qp, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device,
-    pattern, pingpong_recvs, print_pingpong_summary, print_round_trips, rc_pingpong_handshake,
-    read_peer_record, CommonArgs, Narrator, PingPong,
+    pattern, pingpong_recvs, rc_pingpong_handshake, read_peer_record, CommonArgs, Narrator,
+    PingPong,
 };
 
 #[derive(Parser, Debug)]
@@ -79,9 +77,7 @@ fn run(args: &Args) -> Result<()> {
     if a.gid_idx.is_none() {
         n.say("(no -g given: the GID was chosen automatically; ibv_rc_pingpong needs -g on RoCE)");
     }
-    let mtu = path_mtu(dev.port.active_mtu, Some(args.mtu))
-        .map_err(anyhow::Error::msg)
-        .context("-m")?;
+    let mtu = dev.checked_path_mtu(args.mtu)?;
     ensure!(
         args.size <= dev.port.max_msg_sz,
         "-s {}: larger than the port's max_msg_sz of {} bytes",
@@ -305,19 +301,18 @@ fn run(args: &Args) -> Result<()> {
             }
         }
     }
-    let elapsed = pp.elapsed();
-    let (scnt, rcnt) = (pp.sent, pp.received);
+    let done = pp.finish();
     n.say(format!(
-        "{iters} iterations done: {scnt} SEND completions, {rcnt} RECV completions"
+        "{iters} iterations done: {} SEND completions, {} RECV completions",
+        done.sent, done.received
     ));
 
     // 6. Results: ibv_rc_pingpong's two lines (so scripts parse both tools alike), then ours.
     n.step(6, "Results");
-    print_pingpong_summary(u64::from(args.size), iters, elapsed);
-    if !print_round_trips(size, &pp.rtts_us) {
+    if !done.print(size) {
         n.say("(round trips are measured by the client, which starts every exchange)");
     }
-    println!("{}", check.verdict(rcnt, size));
+    println!("{}", check.verdict(done.received, size));
     Ok(())
 }
 

@@ -30,8 +30,8 @@ use verbs_lab::verbs::{
 use verbs_lab_lessons::pingpong::{RECV_WRID, SEND_WRID};
 use verbs_lab_lessons::{
     encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device, pattern,
-    pingpong_recvs, print_pingpong_summary, print_round_trips, rc_pingpong_handshake,
-    read_peer_record, CommonArgs, Device, Narrator, PingPong,
+    pingpong_recvs, rc_pingpong_handshake, read_peer_record, CommonArgs, Device, Finished,
+    Narrator, PingPong,
 };
 
 #[derive(Parser, Debug)]
@@ -175,13 +175,12 @@ fn run(args: &Args) -> Result<()> {
         5,
         "Ping-pong: ibv_post_send (AH, remote QPN, Q_Key), ibv_poll_cq, ibv_post_recv",
     );
-    let done = ping_pong(&ctx, &mr, dest, &recv_sge, args, &n)?;
+    let (done, check) = ping_pong(&ctx, &mr, dest, &recv_sge, args, &n)?;
 
     // 6. Results: ibv_ud_pingpong's two lines, then ours.
     n.step(6, "Results");
-    print_pingpong_summary(u64::from(args.size), u64::from(args.iters), done.elapsed);
-    print_round_trips(size, &done.rtts_us);
-    println!("{}", done.check.verdict(done.received, size));
+    done.print(size);
+    println!("{}", check.verdict(done.received, size));
     Ok(())
 }
 
@@ -226,17 +225,10 @@ fn ready_ud_qp(
     Ok(local)
 }
 
-/// What the ping-pong of step 5 measured and checked.
-struct PingPongDone {
-    elapsed: Duration,
-    rtts_us: Vec<f64>,
-    check: Check,
-    received: u64,
-}
-
 /// Step 5, the ping-pong of lesson 04, each SEND carrying its destination `dest`: the client
 /// posts the first SEND; each side posts its next only when its previous SEND completed and
-/// the peer's datagram arrived; every consumed receive is re-posted at once.
+/// the peer's datagram arrived; every consumed receive is re-posted at once. Returns what it
+/// measured, and how it checked the datagrams.
 fn ping_pong(
     ctx: &Ping,
     mr: &Mr,
@@ -244,7 +236,7 @@ fn ping_pong(
     recv_sge: &Sge,
     args: &Args,
     n: &Narrator,
-) -> Result<PingPongDone> {
+) -> Result<(Finished, Check)> {
     let size = ctx.size;
     let server = args.common.role().is_server();
     let mut check = Check::Undecided;
@@ -293,12 +285,7 @@ fn ping_pong(
             }
         }
     }
-    Ok(PingPongDone {
-        elapsed: pp.elapsed(),
-        rtts_us: pp.rtts_us,
-        check,
-        received: pp.received,
-    })
+    Ok((pp.finish(), check))
 }
 
 /// `ibv_create_ah`: the path to the peer's port, used by every SEND we post.

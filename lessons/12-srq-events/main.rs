@@ -319,9 +319,7 @@ fn traffic(
         mine.extend_from_slice(&encode_rc_pingpong(&ep));
     }
     let mut opts = connect_opts(a, dev, None);
-    opts.path_mtu = verbs_lab::connect::path_mtu(dev.port.active_mtu, Some(args.mtu))
-        .map_err(anyhow::Error::msg)
-        .context("-m")?;
+    opts.path_mtu = dev.checked_path_mtu(args.mtu)?;
     opts.access = AccessFlags::EMPTY;
     opts.max_rd_atomic = 1;
     let mut conn = oob_connect(a, n)?;

@@ -24,6 +24,14 @@ impl Device {
     pub fn active_mtu(&self) -> Mtu {
         self.port.active_mtu.unwrap_or(Mtu::Mtu1024)
     }
+
+    /// The path MTU `-m` asks for (lessons 04 and 12, as `ibv_rc_pingpong`), refused with an
+    /// error naming `-m` when it is larger than the port's active MTU (`connect::path_mtu`).
+    pub fn checked_path_mtu(&self, asked: Mtu) -> Result<Mtu> {
+        verbs_lab::connect::path_mtu(self.port.active_mtu, Some(asked))
+            .map_err(anyhow::Error::msg)
+            .context("-m")
+    }
 }
 
 /// Opens the device named by `-d` (or the first), queries the port and chooses the GID, as

@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | [`args`] | the shared flags and their checks before any verbs call | every lesson |
 //! | [`narrator`] | numbered steps and the lines under them (`-q` silences) | every lesson |
-//! | [`device`] | opening the device, its port and GID; a wait that explains a timeout | 01 |
+//! | [`device`] | opening the device, its port and GID, the `-m` path MTU; a wait that explains a timeout | 01 |
 //! | [`peer`] | the out-of-band connection, the endpoint record, the barrier after RTS | 03 |
 //! | [`terms`] | the `key=value` test parameters the two sides agree on | 05–08 |
 //! | [`qp`] | the RC QP, its bring-up to RTS, one side's working set | 02, 03 |
@@ -35,7 +35,7 @@ pub use narrator::{say_mr, Narrator};
 pub use peer::{exchange, exchange_endpoints, meet, oob_connect, peer_rts_barrier, PeerInfo};
 pub use pingpong::{
     decode_rc_pingpong, encode_rc_pingpong, pingpong_recvs, print_pingpong_summary,
-    print_round_trips, rc_pingpong_handshake, read_peer_record, PingPong, Summary,
+    print_round_trips, rc_pingpong_handshake, read_peer_record, Finished, PingPong, Summary,
     RC_PINGPONG_DONE, RC_PINGPONG_RECORD_LEN,
 };
 pub use qp::{connect_opts, connect_qp, create_rc_qp, create_rc_qp_inline, rc_connect_opts, Side};

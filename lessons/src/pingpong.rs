@@ -115,9 +115,39 @@ impl PingPong {
         self.sent < self.iters && self.pending == 0
     }
 
-    /// The time since [`new`](Self::new).
-    pub fn elapsed(&self) -> Duration {
-        self.started.elapsed()
+    /// Stops the clock: what the ping-pong measured, to print.
+    pub fn finish(self) -> Finished {
+        Finished {
+            elapsed: self.started.elapsed(),
+            iters: self.iters,
+            sent: self.sent,
+            received: self.received,
+            rtts_us: self.rtts_us,
+        }
+    }
+}
+
+/// What a finished [`PingPong`] measured.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    /// From the start of the loop to its end.
+    pub elapsed: Duration,
+    pub iters: u64,
+    /// Our SENDs completed.
+    pub sent: u64,
+    /// The peer's messages received.
+    pub received: u64,
+    /// The client's round trips in µs (none on the server).
+    pub rtts_us: Vec<f64>,
+}
+
+impl Finished {
+    /// The results of a ping-pong of `size`-byte messages: the C examples' two summary lines
+    /// ([`print_pingpong_summary`]), then ours, the round trips ([`print_round_trips`]). Returns
+    /// false when there was no round trip to print (on the server).
+    pub fn print(&self, size: usize) -> bool {
+        print_pingpong_summary(size as u64, self.iters, self.elapsed);
+        print_round_trips(size, &self.rtts_us)
     }
 }
 
