@@ -29,8 +29,8 @@ use verbs_lab::verbs::{
 use verbs_lab_lessons::pingpong::{RECV_WRID, SEND_WRID};
 use verbs_lab_lessons::{
     create_rc_qp, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device,
-    pattern, pingpong_recvs, rc_pingpong_handshake, read_peer_record, CommonArgs, Narrator,
-    PingPong,
+    pattern, pingpong_recvs, rc_pingpong_handshake, read_peer_record, require_peer_gid, CommonArgs,
+    Narrator, PingPong,
 };
 
 #[derive(Parser, Debug)]
@@ -319,13 +319,7 @@ fn run(args: &Args) -> Result<()> {
 /// Reads the peer's record, narrated, and checks that it names a GID where one is needed.
 fn parse_record(rec: &[u8], dev: &verbs_lab_lessons::Device, n: &Narrator) -> Result<Endpoint> {
     let remote = read_peer_record(rec, n)?;
-    if dev.port.link_layer.needs_grh() && remote.gid.is_zero() {
-        bail!(
-            "the peer sent GID zero, but {} is RoCE (Ethernet): it must send from a GID \
-             (ibv_rc_pingpong: give it -g, e.g. -g 1)",
-            dev.ctx.name()
-        );
-    }
+    require_peer_gid(dev, &remote, "it must send from a GID", "ibv_rc_pingpong")?;
     Ok(remote)
 }
 

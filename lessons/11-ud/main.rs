@@ -30,8 +30,8 @@ use verbs_lab::verbs::{
 use verbs_lab_lessons::pingpong::{RECV_WRID, SEND_WRID};
 use verbs_lab_lessons::{
     encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device, pattern,
-    pingpong_recvs, rc_pingpong_handshake, read_peer_record, CommonArgs, Device, Finished,
-    Narrator, PingPong,
+    pingpong_recvs, rc_pingpong_handshake, read_peer_record, require_peer_gid, CommonArgs, Device,
+    Finished, Narrator, PingPong,
 };
 
 #[derive(Parser, Debug)]
@@ -297,13 +297,12 @@ fn create_ah(
     remote: &Endpoint,
     n: &Narrator,
 ) -> Result<Ah> {
-    if dev.port.link_layer.needs_grh() && remote.gid.is_zero() {
-        bail!(
-            "the peer sent GID zero, but {} is RoCE (Ethernet): an address handle needs the \
-             peer's GID (ibv_ud_pingpong: give it -g, e.g. -g 1)",
-            dev.ctx.name()
-        );
-    }
+    require_peer_gid(
+        dev,
+        remote,
+        "an address handle needs the peer's GID",
+        "ibv_ud_pingpong",
+    )?;
     let attr = AhAttr {
         dlid: remote.lid,
         sl,

@@ -9,7 +9,7 @@ use verbs_lab::connect::Endpoint;
 use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{Gid, RecvWr, Sge};
 
-use crate::Narrator;
+use crate::{Device, Narrator};
 
 /// The wr_id of every receive in `ibv_rc_pingpong`'s scheme (lessons 04, 09, 11): each
 /// completion says which queue it came from, and the same bits track what an iteration still
@@ -203,6 +203,20 @@ pub fn read_peer_record(rec: &[u8], n: &Narrator) -> Result<Endpoint> {
         .context("the peer's endpoint record")?;
     n.say(format!("remote address: {remote}"));
     Ok(remote)
+}
+
+/// On RoCE (Ethernet) every packet carries a GRH, so the peer's record must name its GID: a
+/// zero GID is refused with what needs it (`needs`) and how to make `tool`, the C example the
+/// peer may be, send one (`-g`). On InfiniBand a zero GID is fine (the LID routes).
+pub fn require_peer_gid(dev: &Device, remote: &Endpoint, needs: &str, tool: &str) -> Result<()> {
+    if dev.port.link_layer.needs_grh() && remote.gid.is_zero() {
+        bail!(
+            "the peer sent GID zero, but {} is RoCE (Ethernet): {needs} ({tool}: give it -g, e.g. \
+             -g 1)",
+            dev.ctx.name()
+        );
+    }
+    Ok(())
 }
 
 /// The handshake of `ibv_rc_pingpong` and its siblings (`ibv_ud_pingpong`, and
