@@ -42,7 +42,7 @@ mod validate;
 
 use peak::measured;
 pub use peak::{Measured, PeakLog, PhaseOut};
-use send::{post_some, senders, source_sges, tx_cfg, TxQp};
+use send::{post_some, senders, source_sges, tx_cfg, TxCfg, TxQp};
 use validate::{check_received, prepare, validate};
 
 /// Measures one message size; returns the row this side reports (none on a server that only
@@ -281,13 +281,7 @@ fn phase(
     let mut sleep = false;
 
     loop {
-        let mut posted_now = 0;
-        if st.tx.posting {
-            st.tx.first_post.get_or_insert_with(Instant::now);
-            for (q, t) in st.txs.iter_mut().enumerate() {
-                posted_now += post_some(t, q, &c, mr, &k.layout)?;
-            }
-        }
+        let posted_now = st.post_window(&c, mr, &k.layout)?;
         // With -e, a loop that found nothing to do last time sleeps on the channel.
         let got = poll_or_sleep(cq, channel.as_ref(), &mut wcs, sleep && posted_now == 0)?;
         sleep = false;
@@ -296,15 +290,7 @@ fn phase(
         if got > 0 {
             let now = Instant::now();
             overdue = now.duration_since(last_housekeeping) >= CHANNEL_CHECK;
-            reap(&wcs[..got], &k, dst, &mut st)?;
-            if receives {
-                st.rx.repost(qps, dst, &k.layout)?;
-                st.rx.progressed(now, &mut st.watch);
-            }
-            if sends {
-                st.tx.last_completion = now;
-                st.tx.log.record(st.tx.total, now);
-            }
+            st.account(&wcs[..got], &k, dst, now)?;
             last_progress = now;
         }
 
@@ -326,6 +312,44 @@ fn phase(
         sleep = idle;
     }
     phase_out(&k, &mut st, ch)
+}
+
+impl Sides<'_> {
+    /// Tops up every sending QP's window (nothing once the sending is done). Returns how many
+    /// requests were posted.
+    #[inline]
+    fn post_window(&mut self, c: &TxCfg, mr: &Mr, layout: &Layout) -> Result<u64> {
+        let mut posted = 0;
+        if self.tx.posting {
+            self.tx.first_post.get_or_insert_with(Instant::now);
+            for (q, t) in self.txs.iter_mut().enumerate() {
+                posted += post_some(t, q, c, mr, layout)?;
+            }
+        }
+        Ok(posted)
+    }
+
+    /// Accounts one poll's completions (found at `now`): each is checked and counted, the
+    /// consumed receives are posted again, and both directions' peak logs take the time.
+    #[inline]
+    fn account(
+        &mut self,
+        wcs: &[WorkCompletion],
+        k: &PhaseCtx<'_>,
+        dst: &[Mr],
+        now: Instant,
+    ) -> Result<()> {
+        reap(wcs, k, dst, self)?;
+        if k.receives {
+            self.rx.repost(k.qps, dst, &k.layout)?;
+            self.rx.progressed(now, &mut self.watch);
+        }
+        if k.sends {
+            self.tx.last_completion = now;
+            self.tx.log.record(self.tx.total, now);
+        }
+        Ok(())
+    }
 }
 
 /// Housekeeping (clock, peer, deadline, stall) is due every 64 turns, every 8 when idle, every
