@@ -257,7 +257,7 @@ fn phase(
         peer_timeout,
         counters: PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port),
         t_phase,
-        win0: u64::from(cfg.tx_depth.max(cfg.effective_cq_mod())) * nq as u64,
+        win0: u64::from(cfg.queues.tx_depth.max(cfg.queues.effective_cq_mod())) * nq as u64,
     };
 
     // Requests, built once per phase.

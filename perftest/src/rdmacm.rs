@@ -154,9 +154,9 @@ fn overrides(cfg: &Config, link: &Setup, q: usize) -> CmQpOverrides {
     CmQpOverrides {
         access: Some(link.access),
         path_mtu: Some(link.path_mtu),
-        sl: (cfg.sl != 0).then_some(cfg.sl),
-        traffic_class: cfg.tclass,
-        flow_label: (!cfg.flow_labels.is_empty()).then(|| cfg.flow_label(q)),
+        sl: (cfg.qos.sl != 0).then_some(cfg.qos.sl),
+        traffic_class: cfg.qos.tclass,
+        flow_label: (!cfg.qos.flow_labels.is_empty()).then(|| cfg.qos.flow_label(q)),
         max_dest_rd_atomic: Some(link.accept_rd),
         timeout: Some(cfg.qp_timeout),
         max_rd_atomic: Some(link.init_rd),

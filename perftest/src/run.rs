@@ -461,14 +461,14 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
             .unwrap_or_default(),
         mtu: link.path_mtu.bytes(),
         qps: cfg.qps,
-        tx_depth: cfg.tx_depth,
+        tx_depth: cfg.queues.tx_depth,
         rx_depth: if kind == TestKind::Send {
             link.res.rx_posted
         } else {
-            cfg.rx_depth
+            cfg.queues.rx_depth
         },
-        post_list: cfg.post_list,
-        cq_moderation: cfg.effective_cq_mod(),
+        post_list: cfg.queues.post_list,
+        cq_moderation: cfg.queues.effective_cq_mod(),
         max_inline: link.inline_limit,
         outstanding_reads: link.outstanding,
         atomic_type: cfg.atomic.map(|a| a.name().to_string()),

@@ -237,11 +237,8 @@ pub struct Config {
     /// Warm-up iterations per QP and size.
     pub warmup: u64,
     pub qps: u32,
-    pub tx_depth: u32,
-    pub rx_depth: u32,
-    /// `-Q` as given (the run caps it by the tx depth and post list).
-    pub cq_mod: u32,
-    pub post_list: u32,
+    /// `-t`, `-r`, `-Q`, `-l`: how every QP's queues are filled.
+    pub queues: QueueShape,
     pub conn: QpType,
     pub bidirectional: bool,
     /// `-I` as given.
@@ -258,12 +255,8 @@ pub struct Config {
     /// Pin to a CPU local to the NIC when `--cpu` is not given (off with `--disable_numa`).
     pub auto_pin: bool,
     pub validate: bool,
-    /// `-S`: the service level of every QP's address vector.
-    pub sl: u8,
-    /// `--tclass`: the GRH traffic class (`None`: 0, or the CM's from `-T`).
-    pub tclass: Option<u8>,
-    /// `--flow_label`: QP `q` gets `flow_labels[q % len]` (empty: 0).
-    pub flow_labels: Vec<u32>,
+    /// `-S`, `--tclass`, `--flow_label`: what every QP's address vector carries.
+    pub qos: Qos,
     /// `-R`: the QPs are connected through librdmacm.
     pub rdma_cm: Option<RdmaCm>,
     /// How long to wait for the peer to connect or accept.
@@ -279,6 +272,54 @@ pub struct Config {
     /// `--procs-start`: how far ahead of the release the common start time of each
     /// measurement is (zero: no common start).
     pub procs_start: Duration,
+}
+
+/// The shape of every QP's queues: their depths and how the send queue is posted and signaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueShape {
+    /// `-t`: send requests in flight per QP.
+    pub tx_depth: u32,
+    /// `-r`: receives posted per QP (send tools).
+    pub rx_depth: u32,
+    /// `-Q` as given (the run caps it by the tx depth and post list).
+    pub cq_mod: u32,
+    /// `-l`: send requests per `ibv_post_send` call.
+    pub post_list: u32,
+}
+
+impl QueueShape {
+    /// The CQ moderation the run uses: `-Q`, capped so that every full send queue holds a
+    /// signaled request (`tx depth − post list + 1`), else the sender could wait forever.
+    pub fn effective_cq_mod(&self) -> u32 {
+        self.cq_mod.min(self.tx_depth - self.post_list + 1).max(1)
+    }
+}
+
+/// The quality of service every QP's address vector asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Qos {
+    /// `-S`: the service level.
+    pub sl: u8,
+    /// `--tclass`: the GRH traffic class (`None`: 0, or the CM's from `-T`).
+    pub tclass: Option<u8>,
+    /// `--flow_label`: QP `q` gets `flow_labels[q % len]` (empty: 0).
+    pub flow_labels: Vec<u32>,
+}
+
+impl Qos {
+    /// Whether `--tclass` or `--flow_label` was given: fields of the GRH.
+    pub fn grh_given(&self) -> bool {
+        self.tclass.is_some() || !self.flow_labels.is_empty()
+    }
+
+    /// `--flow_label`: QP `q` takes the list's entry `q mod len`, as perftest (0 without the
+    /// flag).
+    pub fn flow_label(&self, q: usize) -> u32 {
+        match self.flow_labels.len() {
+            0 => 0,
+            n => self.flow_labels[q % n],
+        }
+    }
 }
 
 /// `-R` and its options.
@@ -394,10 +435,12 @@ impl Config {
             run_infinitely: p.run_infinitely,
             warmup,
             qps: p.qps,
-            tx_depth,
-            rx_depth,
-            cq_mod: p.cq_mod,
-            post_list: p.post_list,
+            queues: QueueShape {
+                tx_depth,
+                rx_depth,
+                cq_mod: p.cq_mod,
+                post_list: p.post_list,
+            },
             conn: p.conn,
             bidirectional: p.bidirectional,
             inline_size: p.inline_size,
@@ -410,9 +453,11 @@ impl Config {
             cpu: p.cpu.clone(),
             auto_pin: !p.disable_numa,
             validate: p.validate,
-            sl: p.sl,
-            tclass: p.tclass,
-            flow_labels: p.flow_label.clone(),
+            qos: Qos {
+                sl: p.sl,
+                tclass: p.tclass,
+                flow_labels: p.flow_label.clone(),
+            },
             rdma_cm,
             wait: Duration::from_secs(p.wait_secs),
             wait_destroy: p.wait_destroy.map(Duration::from_secs),
@@ -430,25 +475,9 @@ impl Config {
     /// Whether any QoS option was given (`-S`, `--tclass`, `--flow_label`, `-T`): the tools
     /// then print each QP's address vector as the device holds it, on stderr.
     pub fn qos_given(&self) -> bool {
-        self.sl != 0
-            || self.tclass.is_some()
-            || !self.flow_labels.is_empty()
+        self.qos.sl != 0
+            || self.qos.grh_given()
             || self.rdma_cm.as_ref().is_some_and(|r| r.tos.is_some())
-    }
-
-    /// `--flow_label`: QP `q` takes the list's entry `q mod len`, as perftest (0 without the
-    /// flag).
-    pub fn flow_label(&self, q: usize) -> u32 {
-        match self.flow_labels.len() {
-            0 => 0,
-            n => self.flow_labels[q % n],
-        }
-    }
-
-    /// The CQ moderation the run uses: `-Q`, capped so that every full send queue holds a
-    /// signaled request (`tx depth − post list + 1`), else the sender could wait forever.
-    pub fn effective_cq_mod(&self) -> u32 {
-        self.cq_mod.min(self.tx_depth - self.post_list + 1).max(1)
     }
 
     /// The inline size to ask the QP for.
@@ -479,10 +508,10 @@ impl Config {
             ("duration", duration),
             ("warmup", self.warmup.to_string()),
             ("qps", self.qps.to_string()),
-            ("tx_depth", self.tx_depth.to_string()),
-            ("rx_depth", self.rx_depth.to_string()),
-            ("cq_mod", self.cq_mod.to_string()),
-            ("post_list", self.post_list.to_string()),
+            ("tx_depth", self.queues.tx_depth.to_string()),
+            ("rx_depth", self.queues.rx_depth.to_string()),
+            ("cq_mod", self.queues.cq_mod.to_string()),
+            ("post_list", self.queues.post_list.to_string()),
             ("bidirectional", on_off(self.bidirectional)),
             ("inline", opt(self.inline_size.map(|i| i.to_string()))),
             ("events", on_off(self.events)),
