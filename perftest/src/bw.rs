@@ -255,7 +255,7 @@ fn phase(
         lossy,
         cq_timeout,
         peer_timeout,
-        counters: PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port),
+        counters: PortCounters::snapshot(link.dev.ctx.name(), cfg.device.ib_port),
         t_phase,
         win0: u64::from(cfg.queues.tx_depth.max(cfg.queues.effective_cq_mod())) * nq as u64,
     };

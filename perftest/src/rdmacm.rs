@@ -220,13 +220,13 @@ fn source_ip(rc: &RdmaCm, dev: &LocalDev) -> Option<IpAddr> {
 /// Checks that an id landed on our device and port.
 fn check_device(id: &CmId, dev: &LocalDev, cfg: &Config, what: &str) -> Result<()> {
     let name = id.device_name().unwrap_or_else(|| "no device".into());
-    if name != dev.ctx.name() || id.port_num() != cfg.ib_port {
+    if name != dev.ctx.name() || id.port_num() != cfg.device.ib_port {
         bail!(
             "-R: {what} goes through {name} port {}, but this side runs on {} port {} (-d, -i); \
              give the address of that device{}",
             id.port_num(),
             dev.ctx.name(),
-            cfg.ib_port,
+            cfg.device.ib_port,
             if cfg.is_server() {
                 " to the client"
             } else {

@@ -65,7 +65,7 @@ fn defaults_are_perftests() {
         ),
         (128, 100, 1, 1)
     );
-    assert_eq!((c.port, c.ib_port, c.qp_timeout), (18515, 1, 14));
+    assert_eq!((c.port, c.device.ib_port, c.qp_timeout), (18515, 1, 14));
     assert_eq!(c.conn, QpType::Rc);
     assert_eq!(
         c.inline_request(),
@@ -111,8 +111,8 @@ fn short_and_long_forms_agree() {
                 --port 20000 --noPeak --CPU-freq --warmup 3 host1";
     for args in [short, long] {
         let c = ok(WRITE_BW, args);
-        assert_eq!(c.ib_dev.as_deref(), Some("rxe1"));
-        assert_eq!((c.ib_port, c.gid_index), (2, Some(1)));
+        assert_eq!(c.device.ib_dev.as_deref(), Some("rxe1"));
+        assert_eq!((c.device.ib_port, c.device.gid_index), (2, Some(1)));
         assert_eq!(c.sizes, Sizes::Single(4096));
         assert_eq!(c.mode, RunMode::Iters(300));
         assert_eq!(

@@ -63,7 +63,7 @@ pub fn connect(
     check_remote_slots(cfg, &remote, *sizes.last().unwrap_or(&0))?;
     let depth = ReadDepth::of(cfg, &dev, &remote);
     let opts = ConnectOpts {
-        port_num: cfg.ib_port,
+        port_num: cfg.device.ib_port,
         sgid_index: dev.gid.entry.index as u8,
         path_mtu,
         access: res.rights.qp,
@@ -275,7 +275,7 @@ fn ud_address(
         &AhAttr {
             dlid: r.lid,
             sl: opts.sl,
-            port_num: cfg.ib_port,
+            port_num: cfg.device.ib_port,
             grh,
         },
     )

@@ -152,7 +152,7 @@ impl<'a> Rounds<'a> {
             f.events,
             f.backoff,
             qp,
-            PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port),
+            PortCounters::snapshot(link.dev.ctx.name(), cfg.device.ib_port),
         );
         Rounds {
             f,

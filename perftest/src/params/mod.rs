@@ -225,9 +225,8 @@ pub struct Config {
     pub port: u16,
     /// The server's listening address (`--bind`, else every address).
     pub bind: std::net::IpAddr,
-    pub ib_dev: Option<String>,
-    pub ib_port: u8,
-    pub gid_index: Option<u32>,
+    /// `-d`, `-i`, `-x`: the device, port and GID the QPs use.
+    pub device: DeviceChoice,
     pub sizes: Sizes,
     pub mode: RunMode,
     /// `-f/--margin` of a `-D` bandwidth run: not measured at either end (`None`: 0).
@@ -272,6 +271,17 @@ pub struct Config {
     /// `--procs-start`: how far ahead of the release the common start time of each
     /// measurement is (zero: no common start).
     pub procs_start: Duration,
+}
+
+/// Where the QPs live: the device, its port and the GID of their address vectors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceChoice {
+    /// `-d`: the device's name (`None`: the first device).
+    pub ib_dev: Option<String>,
+    /// `-i`: the port, numbered from 1.
+    pub ib_port: u8,
+    /// `-x`: the GID index (`None`: both sides pick the same kind of GID).
+    pub gid_index: Option<u32>,
 }
 
 /// The shape of every QP's queues: their depths and how the send queue is posted and signaled.
@@ -426,9 +436,11 @@ impl Config {
             host: p.host.clone(),
             port,
             bind: p.bind.unwrap_or(verbs_lab::oob::DEFAULT_BIND),
-            ib_dev: p.ib_dev.clone(),
-            ib_port: p.ib_port,
-            gid_index: p.gid_index,
+            device: DeviceChoice {
+                ib_dev: p.ib_dev.clone(),
+                ib_port: p.ib_port,
+                gid_index: p.gid_index,
+            },
             sizes,
             mode,
             margin,
