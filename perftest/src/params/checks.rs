@@ -338,8 +338,11 @@ pub(super) fn check_output_options(tool: Tool, p: &Params) -> Result<(), String>
 
 /// `-S`, `--tclass`, `--flow_label` and `-R` with its options; returns `-R`'s settings.
 pub(super) fn check_qos(tool: Tool, p: &Params, port: u16) -> Result<Option<RdmaCm>, String> {
-    if p.sl > 15 {
-        return Err(format!("-S {}: the service level is 4 bits (0..=15)", p.sl));
+    if p.qos.sl > 15 {
+        return Err(format!(
+            "-S {}: the service level is 4 bits (0..=15)",
+            p.qos.sl
+        ));
     }
     if !p.rdma_cm {
         return Ok(None);

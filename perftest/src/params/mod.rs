@@ -273,14 +273,26 @@ pub struct Config {
     pub procs_start: Duration,
 }
 
-/// Where the QPs live: the device, its port and the GID of their address vectors.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where the QPs live: the device (`-d`), its port (`-i`) and the GID of their address vectors
+/// (`-x`). Parsed as given ([`Params`] flattens it) and used as such.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct DeviceChoice {
-    /// `-d`: the device's name (`None`: the first device).
+    /// RDMA device (default: the first one).
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
     pub ib_dev: Option<String>,
-    /// `-i`: the port, numbered from 1.
+
+    /// Port of the device.
+    #[arg(
+        short = 'i',
+        long = "ib-port",
+        value_name = "PORT",
+        default_value_t = 1
+    )]
     pub ib_port: u8,
-    /// `-x`: the GID index (`None`: both sides pick the same kind of GID).
+
+    /// GID index (default: both sides pick the first RoCE v2 GID with an IPv4 address, else the
+    /// first populated one).
+    #[arg(short = 'x', long = "gid-index", value_name = "IDX")]
     pub gid_index: Option<u32>,
 }
 
@@ -305,14 +317,22 @@ impl QueueShape {
     }
 }
 
-/// The quality of service every QP's address vector asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The quality of service every QP's address vector asks for: `-S`, `--tclass` (`None`: 0, or
+/// the CM's from `-T`) and `--flow_label` (see [`Qos::flow_label`]). Parsed as given
+/// ([`Params`] flattens it; `check_qos` checks it) and used as such.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct Qos {
-    /// `-S`: the service level.
+    /// Service level of the QPs' address vectors (0..=15; RoCE maps it to a priority).
+    #[arg(short = 'S', long = "sl", value_name = "SL", default_value_t = 0)]
     pub sl: u8,
-    /// `--tclass`: the GRH traffic class (`None`: 0, or the CM's from `-T`).
+
+    /// Traffic class of the GRH (0..=255; on RoCE v2 the IP header's DSCP and ECN bits).
+    #[arg(long = "tclass", value_name = "N")]
     pub tclass: Option<u8>,
-    /// `--flow_label`: QP `q` gets `flow_labels[q % len]` (empty: 0).
+
+    /// Flow label of the GRH, per QP in turn from a comma list (each 0..=0xFFFFF; decimal or
+    /// 0x hex).
+    #[arg(long = "flow_label", value_name = "FL[,FL...]", value_delimiter = ',', value_parser = parse_flow_label)]
     pub flow_labels: Vec<u32>,
 }
 
@@ -406,7 +426,7 @@ impl Config {
         check_tool_options(tool, p)?;
         check_output_options(tool, p)?;
         let warmup = resolve_warmup(p)?;
-        if p.ib_port == 0 {
+        if p.device.ib_port == 0 {
             return Err("-i 0: ports are numbered from 1".into());
         }
         if p.wait_secs == 0 {
@@ -436,11 +456,7 @@ impl Config {
             host: p.host.clone(),
             port,
             bind: p.bind.unwrap_or(verbs_lab::oob::DEFAULT_BIND),
-            device: DeviceChoice {
-                ib_dev: p.ib_dev.clone(),
-                ib_port: p.ib_port,
-                gid_index: p.gid_index,
-            },
+            device: p.device.clone(),
             sizes,
             mode,
             margin,
@@ -465,11 +481,7 @@ impl Config {
             cpu: p.cpu.clone(),
             auto_pin: !p.disable_numa,
             validate: p.validate,
-            qos: Qos {
-                sl: p.sl,
-                tclass: p.tclass,
-                flow_labels: p.flow_label.clone(),
-            },
+            qos: p.qos.clone(),
             rdma_cm,
             wait: Duration::from_secs(p.wait_secs),
             wait_destroy: p.wait_destroy.map(Duration::from_secs),
