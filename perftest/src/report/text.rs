@@ -169,16 +169,13 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
     // Memory is never registered with relaxed ordering; posts go through ibv_post_send.
     s.push_str(" PCIe relax order: OFF\n");
     s.push_str(" ibv_wr* API     : OFF\n");
-    // perftest's rule: the TX depth on the client (and both sides of -b), the RX depth of the
-    // send tools on the server (and both sides of -b); latency tests count as one-way here.
-    let client = info.role != "server";
-    if client || info.bidirectional {
+    if info.perftest_shows_tx_depth() {
         line(&mut s, "TX depth", &info.tx_depth);
     }
     if info.post_list > 1 {
         line(&mut s, "Post List", &info.post_list);
     }
-    if info.test == TestKind::Send && (!client || info.bidirectional) {
+    if info.perftest_shows_rx_depth() {
         line(&mut s, "RX depth", &info.rx_depth);
     }
     if info.metric == Metric::Bw {
@@ -203,11 +200,12 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
     );
     // perftest's words for an exchange over a TCP socket; ours is the verbs-lab protocol.
     line(&mut s, "Data ex. method", &"Ethernet");
+    let pinned = |cpu: &Option<(usize, String)>| match cpu {
+        Some((cpu, why)) => format!("{cpu} ({why})"),
+        None => "no".to_string(),
+    };
     if procs.is_empty() {
-        match &info.cpu {
-            Some((cpu, why)) => line(&mut s, "CPU pinned", &format_args!("{cpu} ({why})")),
-            None => line(&mut s, "CPU pinned", &"no"),
-        }
+        line(&mut s, "CPU pinned", &pinned(&info.cpu));
     } else {
         line(
             &mut s,
@@ -219,18 +217,12 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
             ),
         );
         for p in procs {
-            match &p.cpu {
-                Some((cpu, why)) => line(
-                    &mut s,
-                    "CPU pinned",
-                    &format_args!("process {}: {cpu} ({why})", p.process),
-                ),
-                None => line(
-                    &mut s,
-                    "CPU pinned",
-                    &format_args!("process {}: no", p.process),
-                ),
-            }
+            let cpu = pinned(&p.cpu);
+            line(
+                &mut s,
+                "CPU pinned",
+                &format_args!("process {}: {cpu}", p.process),
+            );
         }
     }
     s.push_str(SEPARATOR);
