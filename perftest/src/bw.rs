@@ -37,11 +37,13 @@ use crate::result::{BwRow, TestKind};
 use verbs_lab::diag::{device_report, PortCounters};
 
 mod peak;
+mod recv;
 mod send;
 mod validate;
 
 use peak::measured;
 pub use peak::{Measured, PeakLog, PhaseOut};
+use recv::Rx;
 use send::{post_some, senders, source_sges, tx_cfg, TxCfg, TxQp};
 use validate::{check_received, prepare, validate};
 
@@ -162,19 +164,6 @@ struct PhaseCtx<'a> {
     t_phase: Instant,
     /// The smallest window of the peak.
     win0: u64,
-}
-
-/// Receive-side state of a phase.
-struct Rx {
-    received: Vec<u64>,
-    /// Next expected sequence number per QP (validation).
-    next_seq: Vec<u64>,
-    /// Slots to re-post per QP.
-    pending: Vec<Vec<usize>>,
-    total: u64,
-    last: Option<Instant>,
-    log: PeakLog,
-    done: bool,
 }
 
 /// Send-side progress of a phase (each QP's own is in its `TxQp`).
@@ -410,72 +399,6 @@ fn reap(wcs: &[WorkCompletion], k: &PhaseCtx<'_>, dst: &[Mr], st: &mut Sides<'_>
         }
     }
     Ok(())
-}
-
-impl Rx {
-    fn new(k: &PhaseCtx<'_>, next_seq: Vec<u64>) -> Rx {
-        Rx {
-            received: vec![0; k.nq],
-            next_seq,
-            // Re-posted after every poll, so at most one poll's worth is pending.
-            pending: (0..k.nq).map(|_| Vec::with_capacity(POLL_BATCH)).collect(),
-            total: 0,
-            last: None,
-            log: PeakLog::new(k.win0, k.t_phase),
-            done: !k.receives,
-        }
-    }
-
-    /// After a poll that found completions: when anything has arrived, the time and count go
-    /// to the peak's log, and the peer counts as alive.
-    #[inline]
-    fn progressed(&mut self, now: Instant, watch: &mut PeerWatch) {
-        if self.total > 0 {
-            self.last = Some(now);
-            self.log.record(self.total, now);
-            watch.last_sign = now;
-        }
-    }
-
-    /// A receive on QP `q`: its length is the size's, its bytes (with `--validate`) the
-    /// expected pattern; it is counted and its slot kept for re-posting.
-    #[inline]
-    fn on_receive(
-        &mut self,
-        wc: &WorkCompletion,
-        q: usize,
-        k: &PhaseCtx<'_>,
-        dst: &[Mr],
-    ) -> Result<()> {
-        let slot = (wc.wr_id() & SEQ_MASK) as usize;
-        let want = k.n + k.rx_off;
-        if wc.byte_len() as usize != want {
-            bail!(
-                "QP {q} received {} bytes, expected {want}: the peer sent another size",
-                wc.byte_len()
-            );
-        }
-        if k.cfg.validate {
-            let off = k.layout.dst(q, slot) + k.rx_off;
-            let msg = dst[q].to_vec(off..off + k.n)?;
-            check_received(&msg, q, &mut self.next_seq[q], k.lossy, k.ph, k.size)?;
-        }
-        self.received[q] += 1;
-        self.total += 1;
-        self.pending[q].push(slot);
-        Ok(())
-    }
-
-    /// Posts the slots of this poll's receives again.
-    #[inline]
-    fn repost(&mut self, qps: &[Qp], dst: &[Mr], layout: &Layout) -> Result<()> {
-        for (q, qp) in qps.iter().enumerate().take(self.pending.len()) {
-            if !self.pending[q].is_empty() {
-                crate::engine::post_receives(qp, &dst[q], layout, q, self.pending[q].drain(..))?;
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Decides what is finished: a timed run's senders stop at the deadline (every QP ends on a
