@@ -39,6 +39,25 @@ pub struct QueueShape {
 }
 
 impl QueueShape {
+    /// perftest's force_dependecies: a queue deeper than the iterations of a counted run is
+    /// never filled, so the depths are cut to them (the receive queue's only where the send
+    /// tools post receives) and the header shows the depths used.
+    pub(super) fn fitted_to(self, mode: super::RunMode, receives: bool) -> QueueShape {
+        let super::RunMode::Iters(n) = mode else {
+            return self;
+        };
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        QueueShape {
+            tx_depth: self.tx_depth.min(n).max(self.post_list),
+            rx_depth: if receives {
+                self.rx_depth.min(n)
+            } else {
+                self.rx_depth
+            },
+            ..self
+        }
+    }
+
     /// The CQ moderation the run uses: `-Q`, capped so that every full send queue holds a
     /// signaled request (`tx depth − post list + 1`), else the sender could wait forever.
     pub fn effective_cq_mod(&self) -> u32 {

@@ -291,21 +291,7 @@ impl Config {
             let mode = resolve_mode(tool, p)?;
             (mode, resolve_margin(tool, p, mode)?)
         };
-        let (tx_depth, rx_depth) = resolve_queues(tool, p)?;
-        // perftest's force_dependecies: a queue deeper than the iterations of a counted run is
-        // never filled, and its header shows the depth used.
-        let (tx_depth, rx_depth) = match mode {
-            RunMode::Iters(n) => {
-                let n = u32::try_from(n).unwrap_or(u32::MAX);
-                let rx = if tool.kind == TestKind::Send {
-                    rx_depth.min(n)
-                } else {
-                    rx_depth
-                };
-                (tx_depth.min(n).max(p.post_list), rx)
-            }
-            RunMode::Duration(_) => (tx_depth, rx_depth),
-        };
+        let queues = resolve_queues(tool, p)?.fitted_to(mode, tool.kind == TestKind::Send);
         check_tool_options(tool, p)?;
         check_output_options(tool, p)?;
         let warmup = resolve_warmup(p)?;
@@ -346,12 +332,7 @@ impl Config {
             run_infinitely: p.run_infinitely,
             warmup,
             qps: p.qps,
-            queues: QueueShape {
-                tx_depth,
-                rx_depth,
-                cq_mod: p.cq_mod,
-                post_list: p.post_list,
-            },
+            queues,
             conn: p.conn,
             bidirectional: p.bidirectional,
             inline_size: p.inline_size,
