@@ -146,9 +146,6 @@ pub fn header(info: &RunInfo, unit: BwUnit) -> String {
 /// `CPU pinned` line per process (`process I: CPU (why)`). Without processes, [`header`].
 pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> String {
     let mut s = String::new();
-    let line = |s: &mut String, key: &str, value: &dyn std::fmt::Display| {
-        let _ = writeln!(s, " {key:<16}: {value}");
-    };
     s.push_str(SEPARATOR);
     s.push('\n');
     let _ = writeln!(s, "                    {}", title(info));
@@ -200,15 +197,36 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
     );
     // perftest's words for an exchange over a TCP socket; ours is the verbs-lab protocol.
     line(&mut s, "Data ex. method", &"Ethernet");
+    cpu_lines(&mut s, info, procs);
+    s.push_str(SEPARATOR);
+    s.push('\n');
+    endpoint_lines(&mut s, info);
+    s.push_str(SEPARATOR);
+    s.push('\n');
+    if !passive(info) {
+        s.push_str(&column_header(info, unit));
+        s.push('\n');
+    }
+    s
+}
+
+/// One `key: value` line of the header, the key padded as perftest's.
+fn line(s: &mut String, key: &str, value: &dyn std::fmt::Display) {
+    let _ = writeln!(s, " {key:<16}: {value}");
+}
+
+/// The header's `CPU pinned` line, or with `--procs` its `Processes` line and one `CPU pinned`
+/// line per process.
+fn cpu_lines(s: &mut String, info: &RunInfo, procs: &[ProcessResult]) {
     let pinned = |cpu: &Option<(usize, String)>| match cpu {
         Some((cpu, why)) => format!("{cpu} ({why})"),
         None => "no".to_string(),
     };
     if procs.is_empty() {
-        line(&mut s, "CPU pinned", &pinned(&info.cpu));
+        line(s, "CPU pinned", &pinned(&info.cpu));
     } else {
         line(
-            &mut s,
+            s,
             "Processes",
             &format_args!(
                 "{} (--procs: a #proc row per process, their #sum, then the aggregate over one \
@@ -219,15 +237,16 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
         for p in procs {
             let cpu = pinned(&p.cpu);
             line(
-                &mut s,
+                s,
                 "CPU pinned",
                 &format_args!("process {}: {cpu}", p.process),
             );
         }
     }
-    s.push_str(SEPARATOR);
-    s.push('\n');
+}
 
+/// The header's QP endpoints, each side's followed by its GID (when it has one).
+fn endpoint_lines(s: &mut String, info: &RunInfo) {
     for (side, endpoints, gid) in [
         ("local", &info.local_endpoints, &info.gid),
         ("remote", &info.remote_endpoints, &info.remote_gid),
@@ -239,13 +258,6 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
             }
         }
     }
-    s.push_str(SEPARATOR);
-    s.push('\n');
-    if !passive(info) {
-        s.push_str(&column_header(info, unit));
-        s.push('\n');
-    }
-    s
 }
 
 /// The server of a read or atomic latency test: it only serves the client's operations and,
