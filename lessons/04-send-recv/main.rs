@@ -24,13 +24,10 @@ use verbs_lab::sysfs;
 use verbs_lab::verbs::{
     AccessFlags, Cq, InitAttr, Mtu, Payload, Qp, SendOp, SendWr, WcStatus, WorkCompletion,
 };
-// The wr_id scheme of ibv_rc_pingpong: each completion says which queue it came from, and the
-// same bits track what an iteration still waits for.
-use verbs_lab_lessons::pingpong::{RECV_WRID, SEND_WRID};
 use verbs_lab_lessons::{
     create_rc_qp, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device,
     pattern, pingpong_recvs, rc_pingpong_handshake, read_peer_record, require_peer_gid, CommonArgs,
-    Narrator, PingPong,
+    Narrator, PingPong, RECV_WRID, SEND_WRID,
 };
 
 #[derive(Parser, Debug)]

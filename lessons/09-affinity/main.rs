@@ -45,11 +45,9 @@ use verbs_lab::sysfs;
 use verbs_lab::verbs::{
     AccessFlags, Context, Cq, GidChoice, Mr, Mtu, Payload, Qp, SendOp, SendWr, WorkCompletion,
 };
-// ibv_rc_pingpong's wr_ids, as in lesson 04.
-use verbs_lab_lessons::pingpong::{RECV_WRID, SEND_WRID};
 use verbs_lab_lessons::{
     check_device_flags, create_rc_qp, first_mismatch, lesson_main, open_named_device, pattern,
-    pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator,
+    pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator, RECV_WRID, SEND_WRID,
 };
 
 const PROGRAM: &str = "lesson09_affinity";

@@ -26,12 +26,10 @@ use verbs_lab::verbs::{
     AccessFlags, Ah, AhAttr, Cq, GlobalRoute, InitAttr, Mr, Payload, Qp, QpCaps, QpInitAttr,
     QpType, RtsAttr, SendOp, SendWr, Sge, UdDest, WorkCompletion,
 };
-// The wr_id scheme of `ibv_ud_pingpong`, which is ibv_rc_pingpong's (lesson 04).
-use verbs_lab_lessons::pingpong::{RECV_WRID, SEND_WRID};
 use verbs_lab_lessons::{
     encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device, pattern,
     pingpong_recvs, rc_pingpong_handshake, read_peer_record, require_peer_gid, CommonArgs, Device,
-    Finished, Narrator, PingPong,
+    Finished, Narrator, PingPong, RECV_WRID, SEND_WRID,
 };
 
 #[derive(Parser, Debug)]

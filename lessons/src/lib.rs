@@ -36,7 +36,7 @@ pub use peer::{exchange, exchange_endpoints, meet, oob_connect, peer_rts_barrier
 pub use pingpong::{
     decode_rc_pingpong, encode_rc_pingpong, pingpong_recvs, print_pingpong_summary,
     print_round_trips, rc_pingpong_handshake, read_peer_record, require_peer_gid, Finished,
-    PingPong, Summary, RC_PINGPONG_DONE, RC_PINGPONG_RECORD_LEN,
+    PingPong, Summary, RC_PINGPONG_DONE, RC_PINGPONG_RECORD_LEN, RECV_WRID, SEND_WRID,
 };
 pub use qp::{connect_opts, connect_qp, create_rc_qp, create_rc_qp_inline, rc_connect_opts, Side};
 pub use terms::{exchange_params, recv_params, same_as_client, send_params, Terms};
