@@ -24,6 +24,32 @@ pub(crate) unsafe trait VerbsObject {
     unsafe fn destroy(ptr: *mut Self);
 }
 
+/// Makes the C type `$t` a [`VerbsObject`] destroyed by the verb `$destroy` — the one
+/// `unsafe impl` every handle-owned object shares:
+///
+/// ```ignore
+/// // SAFETY: PDs are thread-safe in libibverbs; every MR, QP and AH of this PD holds an Arc
+/// // of it, so none is left when it is deallocated.
+/// verbs_object!(unsafe ibv_pd, destroyed by ibv_dealloc_pd);
+/// ```
+///
+/// The `unsafe` in the invocation marks what the caller asserts, in a `// SAFETY:` comment
+/// written at the object (not here, where it could only be generic): that the library lets any
+/// thread use and destroy a `$t`, and why nothing still uses one when its last handle drops.
+macro_rules! verbs_object {
+    (unsafe $t:ty, destroyed by $destroy:path) => {
+        // SAFETY: the invocation's `// SAFETY:` comment says why `$t` is thread-safe.
+        unsafe impl $crate::verbs::handle::VerbsObject for $t {
+            unsafe fn destroy(ptr: *mut $t) {
+                // SAFETY: the caller's contract (a live object, used by nothing, destroyed only
+                // here); the invocation says why no child is left.
+                unsafe { $destroy(ptr) };
+            }
+        }
+    };
+}
+pub(crate) use verbs_object;
+
 /// A live C object of type `T`, destroyed when dropped; `parent` is dropped after it.
 pub(crate) struct Handle<T: VerbsObject, P> {
     pub(crate) ptr: *mut T,

@@ -17,7 +17,7 @@ use rdma_sys::{
 
 use super::attrs::AccessFlags;
 use super::error::{Result, VerbsError};
-use super::handle::{Handle, VerbsObject};
+use super::handle::{verbs_object, Handle};
 use super::mr::Mr;
 use super::pd::{Pd, PdInner};
 use super::qp::Qp;
@@ -27,13 +27,9 @@ pub struct Mw {
     inner: Handle<ibv_mw, Arc<PdInner>>,
 }
 
-// SAFETY: the MW handle is thread-safe in libibverbs; we hold no other state.
-unsafe impl VerbsObject for ibv_mw {
-    unsafe fn destroy(ptr: *mut ibv_mw) {
-        // SAFETY: the caller's contract.
-        unsafe { ibv_dealloc_mw(ptr) };
-    }
-}
+// SAFETY: the MW handle is thread-safe in libibverbs; we hold no other state. A window has no
+// children: only its own `Mw` uses it.
+verbs_object!(unsafe ibv_mw, destroyed by ibv_dealloc_mw);
 
 impl Mw {
     /// `ibv_alloc_mw(pd, IBV_MW_TYPE_2)`.
