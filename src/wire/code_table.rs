@@ -5,7 +5,7 @@
 /// cannot drift apart. The enum is `#[repr(u8)]` (each variant's discriminant is its code) and
 /// gets:
 ///
-/// - `ALL`: every value, in table order;
+/// - `ALL`: every value, in table order (an array);
 /// - `code(self) -> u8`: the byte on the wire;
 /// - `from_code(u8) -> Option<Self>`: the value of a byte, `None` for a byte the table lacks
 ///   (and `TryFrom<u8>`, whose error is that byte);
@@ -46,7 +46,7 @@ macro_rules! wire_codes {
         #[allow(dead_code)]
         impl $name {
             /// Every value, in table order.
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            pub const ALL: [$name; [$(stringify!($variant)),+].len()] = [$($name::$variant),+];
 
             /// The byte on the wire.
             pub const fn code(self) -> u8 {
