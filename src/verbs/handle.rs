@@ -2,9 +2,11 @@
 //! by the object's own destroy verb when the last user lets go, and — beside it — the parent's
 //! handle, which therefore outlives it.
 //!
-//! A context, PD, completion channel, SRQ, memory window and rdma_cm event channel are each a
-//! [`Handle`] of their C type; the file of each object says which verb creates and which destroys
-//! it ([`VerbsObject`]), and why its C object may be shared between threads.
+//! A context, PD, completion channel, SRQ, memory window, QP, address handle and rdma_cm event
+//! channel are each a [`Handle`] of their C type; the file of each object says which verb creates
+//! and which destroys it ([`verbs_object!`]), and why its C object may be shared between threads.
+//! A CQ (which acks its pending events first), an MR (which frees its buffer only after a
+//! successful deregistration) and a cm id (which detaches its QP first) destroy themselves.
 
 use super::error::{Result, VerbsError};
 
@@ -84,5 +86,26 @@ impl<T: VerbsObject, P> Drop for Handle<T, P> {
         // SAFETY: `ptr` is live and ours (the contract of `created`); every child holds an `Arc`
         // of its parent's handle, so none is left. `parent` is dropped only after this body.
         unsafe { T::destroy(self.ptr) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::verbs::{Ah, CompChannel, Context, Cq, EventChannel, Mw, Pd, Qp, Srq};
+
+    /// Every object may be moved to, and shared with, another thread (the benchmarks' workers
+    /// and the collectives' helper threads do): the handles carry that from `VerbsObject`.
+    #[test]
+    fn verbs_objects_are_send_and_sync() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Context>();
+        send_sync::<Pd>();
+        send_sync::<CompChannel>();
+        send_sync::<Cq>();
+        send_sync::<Srq>();
+        send_sync::<Mw>();
+        send_sync::<Qp>();
+        send_sync::<Ah>();
+        send_sync::<EventChannel>();
     }
 }

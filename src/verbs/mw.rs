@@ -103,7 +103,7 @@ impl Qp {
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
         // SAFETY: `wr` is one fully initialised request (no SGEs, next NULL); the MW and MR it
         // names are borrowed by the caller for the call and checked by the kernel afterwards.
-        let ret = unsafe { rdma_sys::ibv_post_send(self.ptr, wr, &mut bad) };
+        let ret = unsafe { rdma_sys::ibv_post_send(self.inner.ptr, wr, &mut bad) };
         VerbsError::check_ret(verb, ret)
     }
 }
