@@ -37,12 +37,14 @@ use crate::result::{BwRow, TestKind};
 use verbs_lab::diag::{device_report, PortCounters};
 
 mod peak;
+mod recv;
 mod send;
 mod validate;
 
 use peak::measured;
 pub use peak::{Measured, PeakLog, PhaseOut};
-use send::{post_some, senders, source_sges, tx_cfg, TxQp};
+use recv::Rx;
+use send::{post_some, senders, source_sges, tx_cfg, TxCfg, TxQp};
 use validate::{check_received, prepare, validate};
 
 /// Measures one message size; returns the row this side reports (none on a server that only
@@ -164,19 +166,6 @@ struct PhaseCtx<'a> {
     win0: u64,
 }
 
-/// Receive-side state of a phase.
-struct Rx {
-    received: Vec<u64>,
-    /// Next expected sequence number per QP (validation).
-    next_seq: Vec<u64>,
-    /// Slots to re-post per QP.
-    pending: Vec<Vec<usize>>,
-    total: u64,
-    last: Option<Instant>,
-    log: PeakLog,
-    done: bool,
-}
-
 /// Send-side progress of a phase (each QP's own is in its `TxQp`).
 struct Tx {
     /// Requests completed on every QP.
@@ -255,9 +244,9 @@ fn phase(
         lossy,
         cq_timeout,
         peer_timeout,
-        counters: PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port),
+        counters: PortCounters::snapshot(link.dev.ctx.name(), cfg.device.ib_port),
         t_phase,
-        win0: u64::from(cfg.tx_depth.max(cfg.effective_cq_mod())) * nq as u64,
+        win0: u64::from(cfg.queues.tx_depth.max(cfg.queues.effective_cq_mod())) * nq as u64,
     };
 
     // Requests, built once per phase.
@@ -281,13 +270,7 @@ fn phase(
     let mut sleep = false;
 
     loop {
-        let mut posted_now = 0;
-        if st.tx.posting {
-            st.tx.first_post.get_or_insert_with(Instant::now);
-            for (q, t) in st.txs.iter_mut().enumerate() {
-                posted_now += post_some(t, q, &c, mr, &k.layout)?;
-            }
-        }
+        let posted_now = st.post_window(&c, mr, &k.layout)?;
         // With -e, a loop that found nothing to do last time sleeps on the channel.
         let got = poll_or_sleep(cq, channel.as_ref(), &mut wcs, sleep && posted_now == 0)?;
         sleep = false;
@@ -296,15 +279,7 @@ fn phase(
         if got > 0 {
             let now = Instant::now();
             overdue = now.duration_since(last_housekeeping) >= CHANNEL_CHECK;
-            reap(&wcs[..got], &k, dst, &mut st)?;
-            if receives {
-                st.rx.repost(qps, dst, &k.layout)?;
-                st.rx.progressed(now, &mut st.watch);
-            }
-            if sends {
-                st.tx.last_completion = now;
-                st.tx.log.record(st.tx.total, now);
-            }
+            st.account(&wcs[..got], &k, dst, now)?;
             last_progress = now;
         }
 
@@ -326,6 +301,44 @@ fn phase(
         sleep = idle;
     }
     phase_out(&k, &mut st, ch)
+}
+
+impl Sides<'_> {
+    /// Tops up every sending QP's window (nothing once the sending is done). Returns how many
+    /// requests were posted.
+    #[inline]
+    fn post_window(&mut self, c: &TxCfg, mr: &Mr, layout: &Layout) -> Result<u64> {
+        let mut posted = 0;
+        if self.tx.posting {
+            self.tx.first_post.get_or_insert_with(Instant::now);
+            for (q, t) in self.txs.iter_mut().enumerate() {
+                posted += post_some(t, q, c, mr, layout)?;
+            }
+        }
+        Ok(posted)
+    }
+
+    /// Accounts one poll's completions (found at `now`): each is checked and counted, the
+    /// consumed receives are posted again, and both directions' peak logs take the time.
+    #[inline]
+    fn account(
+        &mut self,
+        wcs: &[WorkCompletion],
+        k: &PhaseCtx<'_>,
+        dst: &[Mr],
+        now: Instant,
+    ) -> Result<()> {
+        reap(wcs, k, dst, self)?;
+        if k.receives {
+            self.rx.repost(k.qps, dst, &k.layout)?;
+            self.rx.progressed(now, &mut self.watch);
+        }
+        if k.sends {
+            self.tx.last_completion = now;
+            self.tx.log.record(self.tx.total, now);
+        }
+        Ok(())
+    }
 }
 
 /// Housekeeping (clock, peer, deadline, stall) is due every 64 turns, every 8 when idle, every
@@ -386,72 +399,6 @@ fn reap(wcs: &[WorkCompletion], k: &PhaseCtx<'_>, dst: &[Mr], st: &mut Sides<'_>
         }
     }
     Ok(())
-}
-
-impl Rx {
-    fn new(k: &PhaseCtx<'_>, next_seq: Vec<u64>) -> Rx {
-        Rx {
-            received: vec![0; k.nq],
-            next_seq,
-            // Re-posted after every poll, so at most one poll's worth is pending.
-            pending: (0..k.nq).map(|_| Vec::with_capacity(POLL_BATCH)).collect(),
-            total: 0,
-            last: None,
-            log: PeakLog::new(k.win0, k.t_phase),
-            done: !k.receives,
-        }
-    }
-
-    /// After a poll that found completions: when anything has arrived, the time and count go
-    /// to the peak's log, and the peer counts as alive.
-    #[inline]
-    fn progressed(&mut self, now: Instant, watch: &mut PeerWatch) {
-        if self.total > 0 {
-            self.last = Some(now);
-            self.log.record(self.total, now);
-            watch.last_sign = now;
-        }
-    }
-
-    /// A receive on QP `q`: its length is the size's, its bytes (with `--validate`) the
-    /// expected pattern; it is counted and its slot kept for re-posting.
-    #[inline]
-    fn on_receive(
-        &mut self,
-        wc: &WorkCompletion,
-        q: usize,
-        k: &PhaseCtx<'_>,
-        dst: &[Mr],
-    ) -> Result<()> {
-        let slot = (wc.wr_id() & SEQ_MASK) as usize;
-        let want = k.n + k.rx_off;
-        if wc.byte_len() as usize != want {
-            bail!(
-                "QP {q} received {} bytes, expected {want}: the peer sent another size",
-                wc.byte_len()
-            );
-        }
-        if k.cfg.validate {
-            let off = k.layout.dst(q, slot) + k.rx_off;
-            let msg = dst[q].to_vec(off..off + k.n)?;
-            check_received(&msg, q, &mut self.next_seq[q], k.lossy, k.ph, k.size)?;
-        }
-        self.received[q] += 1;
-        self.total += 1;
-        self.pending[q].push(slot);
-        Ok(())
-    }
-
-    /// Posts the slots of this poll's receives again.
-    #[inline]
-    fn repost(&mut self, qps: &[Qp], dst: &[Mr], layout: &Layout) -> Result<()> {
-        for (q, qp) in qps.iter().enumerate().take(self.pending.len()) {
-            if !self.pending[q].is_empty() {
-                crate::engine::post_receives(qp, &dst[q], layout, q, self.pending[q].drain(..))?;
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Decides what is finished: a timed run's senders stop at the deadline (every QP ends on a

@@ -17,31 +17,31 @@ pub struct LocalDev {
 
 /// Opens the device (`-d`, or the first), checks the port is ACTIVE and picks the GID.
 pub fn open_device(cfg: &Config) -> Result<LocalDev> {
-    let ctx = DeviceList::open(cfg.ib_dev.as_deref()).context("opening the RDMA device")?;
+    let ctx = DeviceList::open(cfg.device.ib_dev.as_deref()).context("opening the RDMA device")?;
     let attr = ctx
         .query_device()
         .with_context(|| format!("querying {}", ctx.name()))?;
     let port = ctx
-        .query_port(cfg.ib_port)
-        .with_context(|| format!("querying port {} of {}", cfg.ib_port, ctx.name()))?;
+        .query_port(cfg.device.ib_port)
+        .with_context(|| format!("querying port {} of {}", cfg.device.ib_port, ctx.name()))?;
     if port.state != PortState::ACTIVE {
         bail!(
             "port {} of {} is {}, not ACTIVE: check the link (rdma link show; for SoftRoCE the \
              netdev must be up)",
-            cfg.ib_port,
+            cfg.device.ib_port,
             ctx.name(),
             port.state
         );
     }
     let gid = ctx
-        .choose_gid(cfg.ib_port, cfg.gid_index)
+        .choose_gid(cfg.device.ib_port, cfg.device.gid_index)
         .context("choosing the GID (-x)")?;
     if let crate::params::Sizes::Single(s) = cfg.sizes {
         if s > u64::from(port.max_msg_sz) {
             bail!(
                 "-s {s} is larger than the largest message of {} port {} (max_msg_sz {})",
                 ctx.name(),
-                cfg.ib_port,
+                cfg.device.ib_port,
                 port.max_msg_sz
             );
         }

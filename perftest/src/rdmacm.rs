@@ -154,9 +154,9 @@ fn overrides(cfg: &Config, link: &Setup, q: usize) -> CmQpOverrides {
     CmQpOverrides {
         access: Some(link.access),
         path_mtu: Some(link.path_mtu),
-        sl: (cfg.sl != 0).then_some(cfg.sl),
-        traffic_class: cfg.tclass,
-        flow_label: (!cfg.flow_labels.is_empty()).then(|| cfg.flow_label(q)),
+        sl: (cfg.qos.sl != 0).then_some(cfg.qos.sl),
+        traffic_class: cfg.qos.tclass,
+        flow_label: (!cfg.qos.flow_labels.is_empty()).then(|| cfg.qos.flow_label(q)),
         max_dest_rd_atomic: Some(link.accept_rd),
         timeout: Some(cfg.qp_timeout),
         max_rd_atomic: Some(link.init_rd),
@@ -220,13 +220,13 @@ fn source_ip(rc: &RdmaCm, dev: &LocalDev) -> Option<IpAddr> {
 /// Checks that an id landed on our device and port.
 fn check_device(id: &CmId, dev: &LocalDev, cfg: &Config, what: &str) -> Result<()> {
     let name = id.device_name().unwrap_or_else(|| "no device".into());
-    if name != dev.ctx.name() || id.port_num() != cfg.ib_port {
+    if name != dev.ctx.name() || id.port_num() != cfg.device.ib_port {
         bail!(
             "-R: {what} goes through {name} port {}, but this side runs on {} port {} (-d, -i); \
              give the address of that device{}",
             id.port_num(),
             dev.ctx.name(),
-            cfg.ib_port,
+            cfg.device.ib_port,
             if cfg.is_server() {
                 " to the client"
             } else {

@@ -126,6 +126,20 @@ pub struct RunInfo {
     pub remote_endpoints: Vec<String>,
 }
 
+impl RunInfo {
+    /// perftest's rule for the header's `TX depth`: shown on the client, and on both sides of
+    /// `-b` (latency tests count as one-way here).
+    pub fn perftest_shows_tx_depth(&self) -> bool {
+        self.role != "server" || self.bidirectional
+    }
+
+    /// perftest's rule for the header's `RX depth`: shown by the send tools on the server, and
+    /// on both sides of `-b`.
+    pub fn perftest_shows_rx_depth(&self) -> bool {
+        self.test == TestKind::Send && (self.role == "server" || self.bidirectional)
+    }
+}
+
 /// One bandwidth row (one message size).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BwRow {

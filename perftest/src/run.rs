@@ -109,7 +109,7 @@ pub fn run_tool_paced(
     let dev = device::open_device(cfg)?;
     // The device's asynchronous events (a port going down, a fatal QP or device error) end
     // the run within a moment, named (see events.rs); the watch outlives the channel below.
-    let _events = crate::events::watch(&dev.ctx, cfg.ib_port).with_context(|| {
+    let _events = crate::events::watch(&dev.ctx, cfg.device.ib_port).with_context(|| {
         format!(
             "starting the thread that reads {}'s asynchronous events",
             dev.ctx.name()
@@ -298,7 +298,7 @@ fn measure<'c>(
 
     sink.header(&info);
     let dev_name = s.link.dev.ctx.name().to_string();
-    let before = counters::read(&dev_name, cfg.ib_port);
+    let before = counters::read(&dev_name, cfg.device.ib_port);
     let sizes = s.link.sizes.clone();
     let progress = Progress::start(cfg, &sizes);
     let rows = match cfg.tool.metric {
@@ -306,7 +306,7 @@ fn measure<'c>(
             let rows = run_infinitely(s, later_periods, &info, sink)?;
             sink.counters(counters::deltas(
                 &before,
-                &counters::read(&dev_name, cfg.ib_port),
+                &counters::read(&dev_name, cfg.device.ib_port),
             ));
             // The periods ended with SYNC(finish) already.
             return Ok(RunResult {
@@ -340,7 +340,7 @@ fn measure<'c>(
     };
     sink.counters(counters::deltas(
         &before,
-        &counters::read(&dev_name, cfg.ib_port),
+        &counters::read(&dev_name, cfg.device.ib_port),
     ));
     drop(progress);
     s.ch.sync(Phase::Finish, 0)?;
@@ -449,7 +449,7 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
         role: if cfg.is_server() { "server" } else { "client" }.to_string(),
         conn_type: cfg.conn.to_string(),
         device: link.dev.ctx.name().to_string(),
-        ib_port: cfg.ib_port,
+        ib_port: cfg.device.ib_port,
         link_layer: link.dev.port.link_layer.to_string(),
         gid_index: link.dev.gid.entry.index,
         gid: gid_text(&link.dev.gid.entry.gid),
@@ -461,14 +461,14 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
             .unwrap_or_default(),
         mtu: link.path_mtu.bytes(),
         qps: cfg.qps,
-        tx_depth: cfg.tx_depth,
+        tx_depth: cfg.queues.tx_depth,
         rx_depth: if kind == TestKind::Send {
             link.res.rx_posted
         } else {
-            cfg.rx_depth
+            cfg.queues.rx_depth
         },
-        post_list: cfg.post_list,
-        cq_moderation: cfg.effective_cq_mod(),
+        post_list: cfg.queues.post_list,
+        cq_moderation: cfg.queues.effective_cq_mod(),
         max_inline: link.inline_limit,
         outstanding_reads: link.outstanding,
         atomic_type: cfg.atomic.map(|a| a.name().to_string()),

@@ -56,8 +56,16 @@ fn defaults_are_perftests() {
         RunMode::Iters(5000),
         "ib_write_bw runs 5000 iterations"
     );
-    assert_eq!((c.tx_depth, c.cq_mod, c.post_list, c.qps), (128, 100, 1, 1));
-    assert_eq!((c.port, c.ib_port, c.qp_timeout), (18515, 1, 14));
+    assert_eq!(
+        (
+            c.queues.tx_depth,
+            c.queues.cq_mod,
+            c.queues.post_list,
+            c.qps
+        ),
+        (128, 100, 1, 1)
+    );
+    assert_eq!((c.port, c.device.ib_port, c.qp_timeout), (18515, 1, 14));
     assert_eq!(c.conn, QpType::Rc);
     assert_eq!(
         c.inline_request(),
@@ -70,12 +78,12 @@ fn defaults_are_perftests() {
     assert_eq!(c.mode, RunMode::Iters(1000));
 
     let c = ok(SEND_BW, "");
-    assert_eq!(c.rx_depth, 512);
+    assert_eq!(c.queues.rx_depth, 512);
 
     for lat in [WRITE_LAT, SEND_LAT, READ_LAT] {
         let c = ok(lat, "");
         assert_eq!(c.sizes, Sizes::Single(2), "{}", lat.name());
-        assert_eq!(c.tx_depth, 1);
+        assert_eq!(c.queues.tx_depth, 1);
         assert_eq!(c.mode, RunMode::Iters(1000));
     }
     assert_eq!(ok(WRITE_LAT, "").inline_request(), 64);
@@ -103,12 +111,18 @@ fn short_and_long_forms_agree() {
                 --port 20000 --noPeak --CPU-freq --warmup 3 host1";
     for args in [short, long] {
         let c = ok(WRITE_BW, args);
-        assert_eq!(c.ib_dev.as_deref(), Some("rxe1"));
-        assert_eq!((c.ib_port, c.gid_index), (2, Some(1)));
+        assert_eq!(c.device.ib_dev.as_deref(), Some("rxe1"));
+        assert_eq!((c.device.ib_port, c.device.gid_index), (2, Some(1)));
         assert_eq!(c.sizes, Sizes::Single(4096));
         assert_eq!(c.mode, RunMode::Iters(300));
         assert_eq!(
-            (c.qps, c.tx_depth, c.rx_depth, c.cq_mod, c.post_list),
+            (
+                c.qps,
+                c.queues.tx_depth,
+                c.queues.rx_depth,
+                c.queues.cq_mod,
+                c.queues.post_list
+            ),
             (4, 64, 256, 8, 4)
         );
         assert_eq!(c.conn, QpType::Uc);
@@ -223,11 +237,11 @@ fn impossible_combinations_are_refused_with_the_flag() {
 
 #[test]
 fn effective_cq_moderation_keeps_a_signal_in_every_full_queue() {
-    assert_eq!(ok(WRITE_BW, "").effective_cq_mod(), 100);
-    assert_eq!(ok(WRITE_BW, "-t 16").effective_cq_mod(), 16);
-    assert_eq!(ok(WRITE_BW, "-t 16 -l 8").effective_cq_mod(), 9);
-    assert_eq!(ok(WRITE_BW, "-Q 1").effective_cq_mod(), 1);
-    assert_eq!(ok(WRITE_LAT, "").effective_cq_mod(), 1);
+    assert_eq!(ok(WRITE_BW, "").queues.effective_cq_mod(), 100);
+    assert_eq!(ok(WRITE_BW, "-t 16").queues.effective_cq_mod(), 16);
+    assert_eq!(ok(WRITE_BW, "-t 16 -l 8").queues.effective_cq_mod(), 9);
+    assert_eq!(ok(WRITE_BW, "-Q 1").queues.effective_cq_mod(), 1);
+    assert_eq!(ok(WRITE_LAT, "").queues.effective_cq_mod(), 1);
 }
 
 #[test]

@@ -151,15 +151,15 @@ pub(super) fn tx_cfg(
     let stamp = cfg.validate && matches!(cfg.tool.kind, TestKind::Write | TestKind::Send);
     // Stamping rewrites a source slot before each post: no more requests in flight than slots.
     let window = if stamp {
-        u64::from(cfg.tx_depth).min(layout.src_slots as u64)
+        u64::from(cfg.queues.tx_depth).min(layout.src_slots as u64)
     } else {
-        u64::from(cfg.tx_depth)
+        u64::from(cfg.queues.tx_depth)
     };
-    let post_list = u64::from(cfg.post_list).min(window);
+    let post_list = u64::from(cfg.queues.post_list).min(window);
     TxCfg {
         window,
-        // Every full window must hold a signaled request (see Config::effective_cq_mod).
-        cq_mod: u64::from(cfg.effective_cq_mod()).min(window - post_list + 1),
+        // Every full window must hold a signaled request (see QueueShape::effective_cq_mod).
+        cq_mod: u64::from(cfg.queues.effective_cq_mod()).min(window - post_list + 1),
         post_list,
         size: n,
         seq_base,
@@ -196,7 +196,7 @@ pub(super) fn senders<'a>(
         }
         txs.push(TxQp {
             qp: &qps[q],
-            batch: vec![wr; cfg.post_list as usize],
+            batch: vec![wr; cfg.queues.post_list as usize],
             sges,
             remote: rb,
             remote_slots: u64::from(r.slots),

@@ -63,7 +63,7 @@ pub fn connect(
     check_remote_slots(cfg, &remote, *sizes.last().unwrap_or(&0))?;
     let depth = ReadDepth::of(cfg, &dev, &remote);
     let opts = ConnectOpts {
-        port_num: cfg.ib_port,
+        port_num: cfg.device.ib_port,
         sgid_index: dev.gid.entry.index as u8,
         path_mtu,
         access: res.rights.qp,
@@ -76,9 +76,9 @@ pub fn connect(
         } else {
             1
         },
-        sl: cfg.sl,
+        sl: cfg.qos.sl,
         hop_limit: 64,
-        traffic_class: cfg.tclass.unwrap_or(0),
+        traffic_class: cfg.qos.tclass.unwrap_or(0),
     };
     let ahs = bring_up(cfg, &dev, &res, &local, &remote, &opts, depth.ours_accept)?;
     let cm = match cfg.rdma_cm {
@@ -241,7 +241,7 @@ fn bring_up(
             rtr.max_dest_rd_atomic = ours_accept;
             check_grh(cfg, rtr.ah.grh.is_some())?;
             if let Some(g) = rtr.ah.grh.as_mut() {
-                g.flow_label = cfg.flow_label(q);
+                g.flow_label = cfg.qos.flow_label(q);
             }
             qp.modify_to_rtr(Some(&rtr)).with_context(what)?;
             qp.modify_to_rts(&rts_attr(opts, &endpoint(l)))
@@ -267,7 +267,7 @@ fn ud_address(
             sgid_index: opts.sgid_index,
             hop_limit: opts.hop_limit,
             traffic_class: opts.traffic_class,
-            flow_label: cfg.flow_label(q),
+            flow_label: cfg.qos.flow_label(q),
         });
     check_grh(cfg, grh.is_some())?;
     Ah::create(
@@ -275,7 +275,7 @@ fn ud_address(
         &AhAttr {
             dlid: r.lid,
             sl: opts.sl,
-            port_num: cfg.ib_port,
+            port_num: cfg.device.ib_port,
             grh,
         },
     )
@@ -313,7 +313,7 @@ pub fn check_remote_slots(cfg: &Config, remote: &Endpoints, largest: u64) -> Res
 /// `--tclass` and `--flow_label` live in the GRH: refused on a path without one (InfiniBand
 /// without a GID, `-x`).
 fn check_grh(cfg: &Config, has_grh: bool) -> Result<()> {
-    if !has_grh && (cfg.tclass.is_some() || !cfg.flow_labels.is_empty()) {
+    if !has_grh && cfg.qos.grh_given() {
         bail!(
             "--tclass and --flow_label are fields of the GRH, and this path has none (an \
              InfiniBand port without a GID); give -x GID_INDEX so that the QPs use a GRH"
@@ -337,9 +337,9 @@ pub fn qos_readback(cfg: &Config, link: &Link) -> Result<Vec<String>> {
                     "QP {q} ({:#x}): UD, the address vector is in its address handle (sl {}, \
                      traffic class {}, flow label {:#x} given)",
                     qp.qpn(),
-                    cfg.sl,
-                    cfg.tclass.unwrap_or(0),
-                    cfg.flow_label(q)
+                    cfg.qos.sl,
+                    cfg.qos.tclass.unwrap_or(0),
+                    cfg.qos.flow_label(q)
                 ));
             }
             let av = qp
@@ -351,14 +351,14 @@ pub fn qos_readback(cfg: &Config, link: &Link) -> Result<Vec<String>> {
             // What was set and the device does not hold is said, not hidden (rxe keeps no SL:
             // on RoCE the SL only selects a VLAN priority, and rxe has none).
             let mut lost = Vec::new();
-            if av.sl != cfg.sl {
-                lost.push(format!("-S {}", cfg.sl));
+            if av.sl != cfg.qos.sl {
+                lost.push(format!("-S {}", cfg.qos.sl));
             }
-            if let Some(t) = cfg.tclass.filter(|t| *t != tc) {
+            if let Some(t) = cfg.qos.tclass.filter(|t| *t != tc) {
                 lost.push(format!("--tclass {t}"));
             }
-            if !cfg.flow_labels.is_empty() && cfg.flow_label(q) != fl {
-                lost.push(format!("--flow_label {:#x}", cfg.flow_label(q)));
+            if !cfg.qos.flow_labels.is_empty() && cfg.qos.flow_label(q) != fl {
+                lost.push(format!("--flow_label {:#x}", cfg.qos.flow_label(q)));
             }
             Ok(format!(
                 "QP {q} ({:#x}) address vector (ibv_query_qp): sl {}, traffic class {tc}, flow \

@@ -94,9 +94,9 @@ impl Layout {
             (1, 1)
         } else {
             match kind {
-                TestKind::Write if bw => (fit(cfg.tx_depth), fit(cfg.tx_depth)),
-                TestKind::Send if bw => (fit(cfg.tx_depth), fit(cfg.rx_depth)),
-                TestKind::Send => (1, fit(cfg.rx_depth)),
+                TestKind::Write if bw => (fit(cfg.queues.tx_depth), fit(cfg.queues.tx_depth)),
+                TestKind::Send if bw => (fit(cfg.queues.tx_depth), fit(cfg.queues.rx_depth)),
+                TestKind::Send => (1, fit(cfg.queues.rx_depth)),
                 _ => (1, 1),
             }
         };

@@ -80,9 +80,9 @@ fn rx_posted(cfg: &Config, layout: &Layout) -> u32 {
     if cfg.tool.kind != TestKind::Send {
         0
     } else if cfg.validate {
-        cfg.rx_depth.min(layout.dst_slots as u32)
+        cfg.queues.rx_depth.min(layout.dst_slots as u32)
     } else {
-        cfg.rx_depth
+        cfg.queues.rx_depth
     }
 }
 
@@ -94,7 +94,7 @@ fn create_cq(
     rx_posted: u32,
     channel: Option<&CompChannel>,
 ) -> Result<Cq> {
-    let cqe = (cfg.qps as usize) * (cfg.tx_depth as usize + rx_posted as usize) + 16;
+    let cqe = (cfg.qps as usize) * (cfg.queues.tx_depth as usize + rx_posted as usize) + 16;
     let max_cqe = dev.attr.max_cqe.max(1) as usize;
     if cqe > max_cqe {
         bail!(
@@ -102,7 +102,7 @@ fn create_cq(
              of {} holds; lower -q, -t or -r",
             cqe - 16,
             cfg.qps,
-            cfg.tx_depth,
+            cfg.queues.tx_depth,
             rx_posted,
             max_cqe,
             dev.ctx.name()
@@ -162,7 +162,7 @@ fn create_qps(cfg: &Config, pd: &Pd, cq: &Cq, rx_posted: u32) -> Result<Vec<Qp>>
     let is_send = cfg.tool.kind == TestKind::Send;
     let inline_req = cfg.inline_request();
     let caps = |inline: u32| QpCaps {
-        max_send_wr: cfg.tx_depth,
+        max_send_wr: cfg.queues.tx_depth,
         max_recv_wr: if is_send { rx_posted.max(1) } else { 1 },
         max_send_sge: 1,
         max_recv_sge: 1,
@@ -188,7 +188,7 @@ fn create_qps(cfg: &Config, pd: &Pd, cq: &Cq, rx_posted: u32) -> Result<Vec<Qp>>
                 return Err(e).with_context(|| {
                     format!(
                         "ibv_create_qp (QP {q}: {} tx {}, rx {}, inline {inline_req})",
-                        cfg.conn, cfg.tx_depth, rx_posted
+                        cfg.conn, cfg.queues.tx_depth, rx_posted
                     )
                 })
             }

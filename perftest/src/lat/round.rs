@@ -141,8 +141,8 @@ impl<'a> Rounds<'a> {
             size: f.size,
             wr,
             inline: f.pingpong && inline_limit > 0 && f.n as u64 <= u64::from(inline_limit),
-            cq_mod: u64::from(cfg.effective_cq_mod()),
-            depth: u64::from(cfg.tx_depth),
+            cq_mod: u64::from(cfg.queues.effective_cq_mod()),
+            depth: u64::from(cfg.queues.tx_depth),
             all_signaled: !f.pingpong,
         };
         let waiter = Waiter::new(
@@ -152,7 +152,7 @@ impl<'a> Rounds<'a> {
             f.events,
             f.backoff,
             qp,
-            PortCounters::snapshot(link.dev.ctx.name(), cfg.ib_port),
+            PortCounters::snapshot(link.dev.ctx.name(), cfg.device.ib_port),
         );
         Rounds {
             f,

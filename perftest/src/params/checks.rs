@@ -172,8 +172,8 @@ pub(super) fn resolve_margin(
     Ok((f > 0).then(|| Duration::from_secs(f)))
 }
 
-/// `-q`, `-t`, `-r`, `-Q`, `-l`: the queues; returns the tx and rx depths.
-pub(super) fn resolve_queues(tool: Tool, p: &Params) -> Result<(u32, u32), String> {
+/// `-q`, `-t`, `-r`, `-Q`, `-l`: the queues, with the tool's default depths.
+pub(super) fn resolve_queues(tool: Tool, p: &Params) -> Result<QueueShape, String> {
     let lat = tool.metric == Metric::Lat;
     if p.qps == 0 {
         return Err("-q 0: at least one QP is needed".into());
@@ -229,7 +229,12 @@ pub(super) fn resolve_queues(tool: Tool, p: &Params) -> Result<(u32, u32), Strin
             p.qps
         ));
     }
-    Ok((tx_depth, rx_depth))
+    Ok(QueueShape {
+        tx_depth,
+        rx_depth,
+        cq_mod: p.cq_mod,
+        post_list: p.post_list,
+    })
 }
 
 /// Options that belong to some tools only: `-b`, `-o`, `-A`, `-I`, `-e`, `-u`, `--validate`.
@@ -338,8 +343,11 @@ pub(super) fn check_output_options(tool: Tool, p: &Params) -> Result<(), String>
 
 /// `-S`, `--tclass`, `--flow_label` and `-R` with its options; returns `-R`'s settings.
 pub(super) fn check_qos(tool: Tool, p: &Params, port: u16) -> Result<Option<RdmaCm>, String> {
-    if p.sl > 15 {
-        return Err(format!("-S {}: the service level is 4 bits (0..=15)", p.sl));
+    if p.qos.sl > 15 {
+        return Err(format!(
+            "-S {}: the service level is 4 bits (0..=15)",
+            p.qos.sl
+        ));
     }
     if !p.rdma_cm {
         return Ok(None);

@@ -10,23 +10,9 @@ pub struct Params {
     #[arg(value_name = "SERVER")]
     pub host: Option<String>,
 
-    /// RDMA device (default: the first one).
-    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
-    pub ib_dev: Option<String>,
-
-    /// Port of the device.
-    #[arg(
-        short = 'i',
-        long = "ib-port",
-        value_name = "PORT",
-        default_value_t = 1
-    )]
-    pub ib_port: u8,
-
-    /// GID index (default: both sides pick the first RoCE v2 GID with an IPv4 address, else the
-    /// first populated one).
-    #[arg(short = 'x', long = "gid-index", value_name = "IDX")]
-    pub gid_index: Option<u32>,
+    /// `-d`, `-i`, `-x`.
+    #[command(flatten)]
+    pub device: DeviceChoice,
 
     /// Message size in bytes (bw tools 65536, lat tools 2, atomics 8); K/M/G suffixes accepted.
     #[arg(short = 's', long = "size", value_name = "BYTES", value_parser = parse_size)]
@@ -131,18 +117,9 @@ pub struct Params {
     #[arg(long = "bind", value_name = "ADDR")]
     pub bind: Option<std::net::IpAddr>,
 
-    /// Service level of the QPs' address vectors (0..=15; RoCE maps it to a priority).
-    #[arg(short = 'S', long = "sl", value_name = "SL", default_value_t = 0)]
-    pub sl: u8,
-
-    /// Traffic class of the GRH (0..=255; on RoCE v2 the IP header's DSCP and ECN bits).
-    #[arg(long = "tclass", value_name = "N")]
-    pub tclass: Option<u8>,
-
-    /// Flow label of the GRH, per QP in turn from a comma list (each 0..=0xFFFFF; decimal or
-    /// 0x hex).
-    #[arg(long = "flow_label", value_name = "FL[,FL...]", value_delimiter = ',', value_parser = parse_flow_label)]
-    pub flow_label: Vec<u32>,
+    /// `-S`, `--tclass`, `--flow_label`.
+    #[command(flatten)]
+    pub qos: Qos,
 
     /// Connect the QPs through the RDMA connection manager (librdmacm): the server listens on
     /// rdma_cm port PORT+1, the client resolves the server's address and route and connects;

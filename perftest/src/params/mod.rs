@@ -19,10 +19,12 @@ use crate::result::{Metric, TestKind};
 
 mod checks;
 mod cli;
+mod groups;
 
 pub use checks::INFINITE_PERIOD_SECS;
 use checks::*;
 pub use cli::Params;
+pub use groups::{DeviceChoice, Qos, QueueShape, RdmaCm, WorkerOf, MAX_FLOW_LABEL};
 
 /// Which tool is running: the operation and what is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -225,9 +227,8 @@ pub struct Config {
     pub port: u16,
     /// The server's listening address (`--bind`, else every address).
     pub bind: std::net::IpAddr,
-    pub ib_dev: Option<String>,
-    pub ib_port: u8,
-    pub gid_index: Option<u32>,
+    /// `-d`, `-i`, `-x`: the device, port and GID the QPs use.
+    pub device: DeviceChoice,
     pub sizes: Sizes,
     pub mode: RunMode,
     /// `-f/--margin` of a `-D` bandwidth run: not measured at either end (`None`: 0).
@@ -237,11 +238,8 @@ pub struct Config {
     /// Warm-up iterations per QP and size.
     pub warmup: u64,
     pub qps: u32,
-    pub tx_depth: u32,
-    pub rx_depth: u32,
-    /// `-Q` as given (the run caps it by the tx depth and post list).
-    pub cq_mod: u32,
-    pub post_list: u32,
+    /// `-t`, `-r`, `-Q`, `-l`: how every QP's queues are filled.
+    pub queues: QueueShape,
     pub conn: QpType,
     pub bidirectional: bool,
     /// `-I` as given.
@@ -258,12 +256,8 @@ pub struct Config {
     /// Pin to a CPU local to the NIC when `--cpu` is not given (off with `--disable_numa`).
     pub auto_pin: bool,
     pub validate: bool,
-    /// `-S`: the service level of every QP's address vector.
-    pub sl: u8,
-    /// `--tclass`: the GRH traffic class (`None`: 0, or the CM's from `-T`).
-    pub tclass: Option<u8>,
-    /// `--flow_label`: QP `q` gets `flow_labels[q % len]` (empty: 0).
-    pub flow_labels: Vec<u32>,
+    /// `-S`, `--tclass`, `--flow_label`: what every QP's address vector carries.
+    pub qos: Qos,
     /// `-R`: the QPs are connected through librdmacm.
     pub rdma_cm: Option<RdmaCm>,
     /// How long to wait for the peer to connect or accept.
@@ -279,46 +273,6 @@ pub struct Config {
     /// `--procs-start`: how far ahead of the release the common start time of each
     /// measurement is (zero: no common start).
     pub procs_start: Duration,
-}
-
-/// `-R` and its options.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RdmaCm {
-    /// The rdma_cm port: `-p` + 1 (on iWARP, rdma_cm's ports are TCP ports, so it cannot share
-    /// the exchange's).
-    pub port: u16,
-    /// `-T`: the type of service (`None`: the CM's default).
-    pub tos: Option<u8>,
-    /// `--bind_source_ip` (client).
-    pub source_ip: Option<std::net::IpAddr>,
-    /// `--retry_count`: the connection's transport retry count.
-    pub retry_count: u8,
-}
-
-/// The flow label's width: 20 bits.
-pub const MAX_FLOW_LABEL: u32 = 0xF_FFFF;
-
-/// One `--flow_label` value: decimal or `0x` hex (perftest reads it with strtol base 0), 20 bits.
-fn parse_flow_label(s: &str) -> Result<u32, String> {
-    let s = s.trim();
-    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(h) => u32::from_str_radix(h, 16),
-        None => s.parse::<u32>(),
-    }
-    .map_err(|_| format!("'{s}' is not a number (decimal or 0x hex)"))?;
-    if v > MAX_FLOW_LABEL {
-        return Err(format!(
-            "{v:#x} does not fit the GRH's 20-bit flow label (at most {MAX_FLOW_LABEL:#x})"
-        ));
-    }
-    Ok(v)
-}
-
-/// Which worker of a `--procs` run this process is (the hidden `--vl-worker I --vl-queue NAME`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkerOf {
-    pub index: u32,
-    pub queue: String,
 }
 
 /// `--procs` above this is refused (each worker costs a core, a queue and a TCP port).
@@ -337,25 +291,11 @@ impl Config {
             let mode = resolve_mode(tool, p)?;
             (mode, resolve_margin(tool, p, mode)?)
         };
-        let (tx_depth, rx_depth) = resolve_queues(tool, p)?;
-        // perftest's force_dependecies: a queue deeper than the iterations of a counted run is
-        // never filled, and its header shows the depth used.
-        let (tx_depth, rx_depth) = match mode {
-            RunMode::Iters(n) => {
-                let n = u32::try_from(n).unwrap_or(u32::MAX);
-                let rx = if tool.kind == TestKind::Send {
-                    rx_depth.min(n)
-                } else {
-                    rx_depth
-                };
-                (tx_depth.min(n).max(p.post_list), rx)
-            }
-            RunMode::Duration(_) => (tx_depth, rx_depth),
-        };
+        let queues = resolve_queues(tool, p)?.fitted_to(mode, tool.kind == TestKind::Send);
         check_tool_options(tool, p)?;
         check_output_options(tool, p)?;
         let warmup = resolve_warmup(p)?;
-        if p.ib_port == 0 {
+        if p.device.ib_port == 0 {
             return Err("-i 0: ports are numbered from 1".into());
         }
         if p.wait_secs == 0 {
@@ -385,19 +325,14 @@ impl Config {
             host: p.host.clone(),
             port,
             bind: p.bind.unwrap_or(verbs_lab::oob::DEFAULT_BIND),
-            ib_dev: p.ib_dev.clone(),
-            ib_port: p.ib_port,
-            gid_index: p.gid_index,
+            device: p.device.clone(),
             sizes,
             mode,
             margin,
             run_infinitely: p.run_infinitely,
             warmup,
             qps: p.qps,
-            tx_depth,
-            rx_depth,
-            cq_mod: p.cq_mod,
-            post_list: p.post_list,
+            queues,
             conn: p.conn,
             bidirectional: p.bidirectional,
             inline_size: p.inline_size,
@@ -410,9 +345,7 @@ impl Config {
             cpu: p.cpu.clone(),
             auto_pin: !p.disable_numa,
             validate: p.validate,
-            sl: p.sl,
-            tclass: p.tclass,
-            flow_labels: p.flow_label.clone(),
+            qos: p.qos.clone(),
             rdma_cm,
             wait: Duration::from_secs(p.wait_secs),
             wait_destroy: p.wait_destroy.map(Duration::from_secs),
@@ -430,25 +363,9 @@ impl Config {
     /// Whether any QoS option was given (`-S`, `--tclass`, `--flow_label`, `-T`): the tools
     /// then print each QP's address vector as the device holds it, on stderr.
     pub fn qos_given(&self) -> bool {
-        self.sl != 0
-            || self.tclass.is_some()
-            || !self.flow_labels.is_empty()
+        self.qos.sl != 0
+            || self.qos.grh_given()
             || self.rdma_cm.as_ref().is_some_and(|r| r.tos.is_some())
-    }
-
-    /// `--flow_label`: QP `q` takes the list's entry `q mod len`, as perftest (0 without the
-    /// flag).
-    pub fn flow_label(&self, q: usize) -> u32 {
-        match self.flow_labels.len() {
-            0 => 0,
-            n => self.flow_labels[q % n],
-        }
-    }
-
-    /// The CQ moderation the run uses: `-Q`, capped so that every full send queue holds a
-    /// signaled request (`tx depth − post list + 1`), else the sender could wait forever.
-    pub fn effective_cq_mod(&self) -> u32 {
-        self.cq_mod.min(self.tx_depth - self.post_list + 1).max(1)
     }
 
     /// The inline size to ask the QP for.
@@ -479,10 +396,10 @@ impl Config {
             ("duration", duration),
             ("warmup", self.warmup.to_string()),
             ("qps", self.qps.to_string()),
-            ("tx_depth", self.tx_depth.to_string()),
-            ("rx_depth", self.rx_depth.to_string()),
-            ("cq_mod", self.cq_mod.to_string()),
-            ("post_list", self.post_list.to_string()),
+            ("tx_depth", self.queues.tx_depth.to_string()),
+            ("rx_depth", self.queues.rx_depth.to_string()),
+            ("cq_mod", self.queues.cq_mod.to_string()),
+            ("post_list", self.queues.post_list.to_string()),
             ("bidirectional", on_off(self.bidirectional)),
             ("inline", opt(self.inline_size.map(|i| i.to_string()))),
             ("events", on_off(self.events)),

@@ -73,7 +73,6 @@ fn test_name(info: &RunInfo) -> String {
 
 /// The header block, as perftest's `write_test_info_to_file`, key for key and in its order.
 fn test_info(info: &RunInfo) -> Object {
-    let client = info.role != "server";
     let mut o = Object::new().field("test", test_name(info));
     if info.use_events {
         o.insert("Test with events", format!("Using_{}_comp0", info.device));
@@ -86,13 +85,13 @@ fn test_info(info: &RunInfo) -> Object {
     o.insert("Using_SRQ", "OFF");
     o.insert("PCIe_relax_order", "OFF");
     o.insert("ibv_wr_API", "OFF");
-    if client || info.bidirectional {
+    if info.perftest_shows_tx_depth() {
         o.insert("TX_depth", info.tx_depth);
     }
     if info.post_list > 1 {
         o.insert("Post_List", info.post_list);
     }
-    if info.test == TestKind::Send && (!client || info.bidirectional) {
+    if info.perftest_shows_rx_depth() {
         o.insert("RX_depth", info.rx_depth);
     }
     if info.metric == Metric::Bw {

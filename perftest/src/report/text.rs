@@ -146,9 +146,6 @@ pub fn header(info: &RunInfo, unit: BwUnit) -> String {
 /// `CPU pinned` line per process (`process I: CPU (why)`). Without processes, [`header`].
 pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> String {
     let mut s = String::new();
-    let line = |s: &mut String, key: &str, value: &dyn std::fmt::Display| {
-        let _ = writeln!(s, " {key:<16}: {value}");
-    };
     s.push_str(SEPARATOR);
     s.push('\n');
     let _ = writeln!(s, "                    {}", title(info));
@@ -169,16 +166,13 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
     // Memory is never registered with relaxed ordering; posts go through ibv_post_send.
     s.push_str(" PCIe relax order: OFF\n");
     s.push_str(" ibv_wr* API     : OFF\n");
-    // perftest's rule: the TX depth on the client (and both sides of -b), the RX depth of the
-    // send tools on the server (and both sides of -b); latency tests count as one-way here.
-    let client = info.role != "server";
-    if client || info.bidirectional {
+    if info.perftest_shows_tx_depth() {
         line(&mut s, "TX depth", &info.tx_depth);
     }
     if info.post_list > 1 {
         line(&mut s, "Post List", &info.post_list);
     }
-    if info.test == TestKind::Send && (!client || info.bidirectional) {
+    if info.perftest_shows_rx_depth() {
         line(&mut s, "RX depth", &info.rx_depth);
     }
     if info.metric == Metric::Bw {
@@ -203,14 +197,36 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
     );
     // perftest's words for an exchange over a TCP socket; ours is the verbs-lab protocol.
     line(&mut s, "Data ex. method", &"Ethernet");
+    cpu_lines(&mut s, info, procs);
+    s.push_str(SEPARATOR);
+    s.push('\n');
+    endpoint_lines(&mut s, info);
+    s.push_str(SEPARATOR);
+    s.push('\n');
+    if !passive(info) {
+        s.push_str(&column_header(info, unit));
+        s.push('\n');
+    }
+    s
+}
+
+/// One `key: value` line of the header, the key padded as perftest's.
+fn line(s: &mut String, key: &str, value: &dyn std::fmt::Display) {
+    let _ = writeln!(s, " {key:<16}: {value}");
+}
+
+/// The header's `CPU pinned` line, or with `--procs` its `Processes` line and one `CPU pinned`
+/// line per process.
+fn cpu_lines(s: &mut String, info: &RunInfo, procs: &[ProcessResult]) {
+    let pinned = |cpu: &Option<(usize, String)>| match cpu {
+        Some((cpu, why)) => format!("{cpu} ({why})"),
+        None => "no".to_string(),
+    };
     if procs.is_empty() {
-        match &info.cpu {
-            Some((cpu, why)) => line(&mut s, "CPU pinned", &format_args!("{cpu} ({why})")),
-            None => line(&mut s, "CPU pinned", &"no"),
-        }
+        line(s, "CPU pinned", &pinned(&info.cpu));
     } else {
         line(
-            &mut s,
+            s,
             "Processes",
             &format_args!(
                 "{} (--procs: a #proc row per process, their #sum, then the aggregate over one \
@@ -219,23 +235,18 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
             ),
         );
         for p in procs {
-            match &p.cpu {
-                Some((cpu, why)) => line(
-                    &mut s,
-                    "CPU pinned",
-                    &format_args!("process {}: {cpu} ({why})", p.process),
-                ),
-                None => line(
-                    &mut s,
-                    "CPU pinned",
-                    &format_args!("process {}: no", p.process),
-                ),
-            }
+            let cpu = pinned(&p.cpu);
+            line(
+                s,
+                "CPU pinned",
+                &format_args!("process {}: {cpu}", p.process),
+            );
         }
     }
-    s.push_str(SEPARATOR);
-    s.push('\n');
+}
 
+/// The header's QP endpoints, each side's followed by its GID (when it has one).
+fn endpoint_lines(s: &mut String, info: &RunInfo) {
     for (side, endpoints, gid) in [
         ("local", &info.local_endpoints, &info.gid),
         ("remote", &info.remote_endpoints, &info.remote_gid),
@@ -247,13 +258,6 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
             }
         }
     }
-    s.push_str(SEPARATOR);
-    s.push('\n');
-    if !passive(info) {
-        s.push_str(&column_header(info, unit));
-        s.push('\n');
-    }
-    s
 }
 
 /// The server of a read or atomic latency test: it only serves the client's operations and,

@@ -1,0 +1,83 @@
+//! The receiving side of a phase: what arrived on each QP, checked as it arrives, and the
+//! receives posted again as they are consumed.
+
+use super::*;
+
+/// Receive-side state of a phase.
+pub(super) struct Rx {
+    pub(super) received: Vec<u64>,
+    /// Next expected sequence number per QP (validation).
+    next_seq: Vec<u64>,
+    /// Slots to re-post per QP.
+    pending: Vec<Vec<usize>>,
+    pub(super) total: u64,
+    pub(super) last: Option<Instant>,
+    pub(super) log: PeakLog,
+    pub(super) done: bool,
+}
+
+impl Rx {
+    pub(super) fn new(k: &PhaseCtx<'_>, next_seq: Vec<u64>) -> Rx {
+        Rx {
+            received: vec![0; k.nq],
+            next_seq,
+            // Re-posted after every poll, so at most one poll's worth is pending.
+            pending: (0..k.nq).map(|_| Vec::with_capacity(POLL_BATCH)).collect(),
+            total: 0,
+            last: None,
+            log: PeakLog::new(k.win0, k.t_phase),
+            done: !k.receives,
+        }
+    }
+
+    /// After a poll that found completions: when anything has arrived, the time and count go
+    /// to the peak's log, and the peer counts as alive.
+    #[inline]
+    pub(super) fn progressed(&mut self, now: Instant, watch: &mut PeerWatch) {
+        if self.total > 0 {
+            self.last = Some(now);
+            self.log.record(self.total, now);
+            watch.last_sign = now;
+        }
+    }
+
+    /// A receive on QP `q`: its length is the size's, its bytes (with `--validate`) the
+    /// expected pattern; it is counted and its slot kept for re-posting.
+    #[inline]
+    pub(super) fn on_receive(
+        &mut self,
+        wc: &WorkCompletion,
+        q: usize,
+        k: &PhaseCtx<'_>,
+        dst: &[Mr],
+    ) -> Result<()> {
+        let slot = (wc.wr_id() & SEQ_MASK) as usize;
+        let want = k.n + k.rx_off;
+        if wc.byte_len() as usize != want {
+            bail!(
+                "QP {q} received {} bytes, expected {want}: the peer sent another size",
+                wc.byte_len()
+            );
+        }
+        if k.cfg.validate {
+            let off = k.layout.dst(q, slot) + k.rx_off;
+            let msg = dst[q].to_vec(off..off + k.n)?;
+            check_received(&msg, q, &mut self.next_seq[q], k.lossy, k.ph, k.size)?;
+        }
+        self.received[q] += 1;
+        self.total += 1;
+        self.pending[q].push(slot);
+        Ok(())
+    }
+
+    /// Posts the slots of this poll's receives again.
+    #[inline]
+    pub(super) fn repost(&mut self, qps: &[Qp], dst: &[Mr], layout: &Layout) -> Result<()> {
+        for (q, qp) in qps.iter().enumerate().take(self.pending.len()) {
+            if !self.pending[q].is_empty() {
+                crate::engine::post_receives(qp, &dst[q], layout, q, self.pending[q].drain(..))?;
+            }
+        }
+        Ok(())
+    }
+}

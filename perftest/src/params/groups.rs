@@ -1,0 +1,141 @@
+//! The option groups a [`Config`](super::Config) holds: the options that travel together
+//! through the run — where the QPs live, the shape of their queues, the QoS of their address
+//! vectors, `-R`, and which `--procs` worker this process is.
+
+/// Where the QPs live: the device (`-d`), its port (`-i`) and the GID of their address vectors
+/// (`-x`). Parsed as given ([`Params`](super::Params) flattens it) and used as such.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct DeviceChoice {
+    /// RDMA device (default: the first one).
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+    pub ib_dev: Option<String>,
+
+    /// Port of the device.
+    #[arg(
+        short = 'i',
+        long = "ib-port",
+        value_name = "PORT",
+        default_value_t = 1
+    )]
+    pub ib_port: u8,
+
+    /// GID index (default: both sides pick the first RoCE v2 GID with an IPv4 address, else the
+    /// first populated one).
+    #[arg(short = 'x', long = "gid-index", value_name = "IDX")]
+    pub gid_index: Option<u32>,
+}
+
+/// The shape of every QP's queues: their depths and how the send queue is posted and signaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueShape {
+    /// `-t`: send requests in flight per QP.
+    pub tx_depth: u32,
+    /// `-r`: receives posted per QP (send tools).
+    pub rx_depth: u32,
+    /// `-Q` as given (the run caps it by the tx depth and post list).
+    pub cq_mod: u32,
+    /// `-l`: send requests per `ibv_post_send` call.
+    pub post_list: u32,
+}
+
+impl QueueShape {
+    /// perftest's force_dependecies: a queue deeper than the iterations of a counted run is
+    /// never filled, so the depths are cut to them (the receive queue's only where the send
+    /// tools post receives) and the header shows the depths used.
+    pub(super) fn fitted_to(self, mode: super::RunMode, receives: bool) -> QueueShape {
+        let super::RunMode::Iters(n) = mode else {
+            return self;
+        };
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        QueueShape {
+            tx_depth: self.tx_depth.min(n).max(self.post_list),
+            rx_depth: if receives {
+                self.rx_depth.min(n)
+            } else {
+                self.rx_depth
+            },
+            ..self
+        }
+    }
+
+    /// The CQ moderation the run uses: `-Q`, capped so that every full send queue holds a
+    /// signaled request (`tx depth − post list + 1`), else the sender could wait forever.
+    pub fn effective_cq_mod(&self) -> u32 {
+        self.cq_mod.min(self.tx_depth - self.post_list + 1).max(1)
+    }
+}
+
+/// The quality of service every QP's address vector asks for: `-S`, `--tclass` (`None`: 0, or
+/// the CM's from `-T`) and `--flow_label` (see [`Qos::flow_label`]). Parsed as given
+/// ([`Params`](super::Params) flattens it; `check_qos` checks it) and used as such.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct Qos {
+    /// Service level of the QPs' address vectors (0..=15; RoCE maps it to a priority).
+    #[arg(short = 'S', long = "sl", value_name = "SL", default_value_t = 0)]
+    pub sl: u8,
+
+    /// Traffic class of the GRH (0..=255; on RoCE v2 the IP header's DSCP and ECN bits).
+    #[arg(long = "tclass", value_name = "N")]
+    pub tclass: Option<u8>,
+
+    /// Flow label of the GRH, per QP in turn from a comma list (each 0..=0xFFFFF; decimal or
+    /// 0x hex).
+    #[arg(long = "flow_label", value_name = "FL[,FL...]", value_delimiter = ',', value_parser = parse_flow_label)]
+    pub flow_labels: Vec<u32>,
+}
+
+impl Qos {
+    /// Whether `--tclass` or `--flow_label` was given: fields of the GRH.
+    pub fn grh_given(&self) -> bool {
+        self.tclass.is_some() || !self.flow_labels.is_empty()
+    }
+
+    /// `--flow_label`: QP `q` takes the list's entry `q mod len`, as perftest (0 without the
+    /// flag).
+    pub fn flow_label(&self, q: usize) -> u32 {
+        match self.flow_labels.len() {
+            0 => 0,
+            n => self.flow_labels[q % n],
+        }
+    }
+}
+
+/// `-R` and its options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmaCm {
+    /// The rdma_cm port: `-p` + 1 (on iWARP, rdma_cm's ports are TCP ports, so it cannot share
+    /// the exchange's).
+    pub port: u16,
+    /// `-T`: the type of service (`None`: the CM's default).
+    pub tos: Option<u8>,
+    /// `--bind_source_ip` (client).
+    pub source_ip: Option<std::net::IpAddr>,
+    /// `--retry_count`: the connection's transport retry count.
+    pub retry_count: u8,
+}
+
+/// The flow label's width: 20 bits.
+pub const MAX_FLOW_LABEL: u32 = 0xF_FFFF;
+
+/// One `--flow_label` value: decimal or `0x` hex (perftest reads it with strtol base 0), 20 bits.
+fn parse_flow_label(s: &str) -> Result<u32, String> {
+    let s = s.trim();
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse::<u32>(),
+    }
+    .map_err(|_| format!("'{s}' is not a number (decimal or 0x hex)"))?;
+    if v > MAX_FLOW_LABEL {
+        return Err(format!(
+            "{v:#x} does not fit the GRH's 20-bit flow label (at most {MAX_FLOW_LABEL:#x})"
+        ));
+    }
+    Ok(v)
+}
+
+/// Which worker of a `--procs` run this process is (the hidden `--vl-worker I --vl-queue NAME`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerOf {
+    pub index: u32,
+    pub queue: String,
+}
