@@ -14,6 +14,8 @@
 #   raw/        every run's server and client output, and server_client's log
 #   progress.log  the lines printed on the console
 set -eu
+# shellcheck source=scripts/lib/args.sh
+. "$(dirname "$0")/lib/args.sh"
 
 usage() {
     cat <<'EOF'
@@ -59,8 +61,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-case $RUNS in '' | *[!0-9]*) echo "bench-guest: --runs needs a positive number" >&2; exit 2 ;; esac
-[ "$RUNS" -ge 1 ] || { echo "bench-guest: --runs must be at least 1" >&2; exit 2; }
+need_count bench-guest --runs "$RUNS" 1
 [ -n "$MAX_EXTRA" ] || MAX_EXTRA=$RUNS
 case $MAX_EXTRA in *[!0-9]*) echo "bench-guest: --max-extra needs a number" >&2; exit 2 ;; esac
 

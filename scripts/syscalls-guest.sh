@@ -11,6 +11,8 @@
 # (a sched_yield loop) goes round, so those rows are a bound on the idle case, not a measurement
 # of it. Runs inside the SoftRoCE guest; POSIX sh + busybox awk.
 set -eu
+# shellcheck source=scripts/lib/args.sh
+. "$(dirname "$0")/lib/args.sh"
 
 usage() {
     cat <<'EOF'
@@ -38,8 +40,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-case $N in '' | *[!0-9]*) echo "syscalls-guest: -n needs a positive number" >&2; exit 2 ;; esac
-[ "$N" -ge 10 ] || { echo "syscalls-guest: -n must be at least 10" >&2; exit 2; }
+need_count syscalls-guest -n "$N" 10
 : "${VL_TESTS:?not in the SoftRoCE guest (VL_TESTS unset): run through scripts/softroce-vm}"
 command -v strace >/dev/null || { echo "syscalls-guest: no strace in the guest (GUEST_PKGS in scripts/softroce-vm)" >&2; exit 1; }
 # shellcheck source=tests/guest/lib.sh

@@ -15,23 +15,10 @@
 //! - [`workers`]: the one supervisor of worker processes (spawn, watch, stop, reap; die with the
 //!   coordinator);
 //! - [`wire`]: the one binary codec (a strict `Writer`/`Reader` pair) the records above use.
+//! - [`names`]: enums printed and parsed by name (`display_by_name!`, `name_table!`).
 //! - [`coll`]: collectives over verbs — launcher bootstrap, the ring communicator, reductions.
 //!
 //! The lessons (`lessons/`) and the benchmarks (`perftest/`) are built on it.
-
-/// Implements `Display` as the type's `name()`, for the enums whose printed form is their
-/// name (port states, launchers, element types, reductions, protocol phases, ...): the one
-/// `fmt` they share. `name` may take `self` or `&self`, and return a `&str` or a `String`.
-#[macro_export]
-macro_rules! display_by_name {
-    ($($t:ty),+ $(,)?) => {$(
-        impl ::std::fmt::Display for $t {
-            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                f.write_str(::std::convert::AsRef::<str>::as_ref(&self.name()))
-            }
-        }
-    )+};
-}
 
 pub mod affinity;
 pub mod background;
@@ -41,6 +28,7 @@ pub mod connect;
 pub mod diag;
 pub mod json;
 pub mod mq;
+pub mod names;
 pub mod oob;
 pub mod sysfs;
 pub mod verbs;

@@ -13,7 +13,8 @@
 //! every truncation, a boolean or tag that is neither 0 nor 1, text that is not UTF-8, a
 //! count larger than the remaining bytes could hold (checked *before* anything is allocated)
 //! and trailing bytes ([`Reader::finish`]) are refused with a [`WireError`] that names the
-//! field. Decoding never panics, whatever the input.
+//! field. Decoding never panics, whatever the input. A one-byte code (a message type, a phase)
+//! is declared once, with its name, by [`wire_codes!`](crate::wire_codes).
 //!
 //! ```
 //! use verbs_lab::wire::{Reader, Writer};
@@ -28,6 +29,8 @@
 //! ```
 
 use std::fmt;
+
+mod code_table;
 
 /// Why bytes could not be read, or a value could not be written.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,45 +6,27 @@
 //! dispatch. Elements are read and written in native byte order with `from_ne_bytes` /
 //! `to_ne_bytes` over `chunks_exact`, which the compiler turns into plain loads and stores.
 
-use std::str::FromStr;
-
-/// The element type of a collective's buffer (nccl-tests' `-d`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DataType {
-    F32,
-    F64,
-    I32,
-    I64,
-    U8,
+crate::name_table! {
+    /// The element type of a collective's buffer (nccl-tests' `-d`), in the order the tools
+    /// list them; its name is the one nccl-tests prints in its `type` column.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum DataType {
+        F32 => "float" | "f32" | "float32",
+        F64 => "double" | "f64" | "float64",
+        I32 => "int32" | "i32" | "int",
+        I64 => "int64" | "i64",
+        U8 => "uint8" | "u8",
+    }
+    unknown: "unknown data type '{}'";
 }
 
 impl DataType {
-    /// Every type, in the order the tools list them.
-    pub const ALL: [DataType; 5] = [
-        DataType::F32,
-        DataType::F64,
-        DataType::I32,
-        DataType::I64,
-        DataType::U8,
-    ];
-
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
             DataType::F32 | DataType::I32 => 4,
             DataType::F64 | DataType::I64 => 8,
             DataType::U8 => 1,
-        }
-    }
-
-    /// The name nccl-tests prints in its `type` column.
-    pub fn name(self) -> &'static str {
-        match self {
-            DataType::F32 => "float",
-            DataType::F64 => "double",
-            DataType::I32 => "int32",
-            DataType::I64 => "int64",
-            DataType::U8 => "uint8",
         }
     }
 
@@ -60,59 +42,16 @@ impl DataType {
     }
 }
 
-crate::display_by_name!(DataType);
-
-impl FromStr for DataType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<DataType, String> {
-        Ok(match s {
-            "float" | "f32" | "float32" => DataType::F32,
-            "double" | "f64" | "float64" => DataType::F64,
-            "int32" | "i32" | "int" => DataType::I32,
-            "int64" | "i64" => DataType::I64,
-            "uint8" | "u8" => DataType::U8,
-            _ => {
-                return Err(format!(
-                    "unknown data type '{s}': use float, double, int32, int64 or uint8"
-                ))
-            }
-        })
+crate::name_table! {
+    /// The reduction operator (nccl-tests' `-o`), by its name, the only spelling.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum RedOp {
+        Sum => "sum",
+        Prod => "prod",
+        Min => "min",
+        Max => "max",
     }
-}
-
-/// The reduction operator (nccl-tests' `-o`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RedOp {
-    Sum,
-    Prod,
-    Min,
-    Max,
-}
-
-impl RedOp {
-    pub const ALL: [RedOp; 4] = [RedOp::Sum, RedOp::Prod, RedOp::Min, RedOp::Max];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            RedOp::Sum => "sum",
-            RedOp::Prod => "prod",
-            RedOp::Min => "min",
-            RedOp::Max => "max",
-        }
-    }
-}
-
-crate::display_by_name!(RedOp);
-
-impl FromStr for RedOp {
-    type Err = String;
-    /// By its name ([`RedOp::name`]), the only spelling.
-    fn from_str(s: &str) -> Result<RedOp, String> {
-        RedOp::ALL
-            .into_iter()
-            .find(|op| op.name() == s)
-            .ok_or_else(|| format!("unknown reduction '{s}': use sum, prod, min or max"))
-    }
+    unknown: "unknown reduction '{}'";
 }
 
 /// A fixed-size element that can be read from and written to native-order bytes.

@@ -63,33 +63,23 @@ pub enum WorkerMsg {
     Abort { reason: String },
 }
 
-const T_HELLO: u8 = 1;
-const T_READY: u8 = 2;
-const T_GO: u8 = 3;
-const T_RESULT: u8 = 4;
-const T_ERROR: u8 = 5;
-const T_DONE: u8 = 6;
-const T_TEXT: u8 = 7;
-const T_ABORT: u8 = 8;
-const T_BARRIER: u8 = 9;
+crate::wire_codes! {
+    /// The type byte of each message, and its name in errors.
+    enum MsgType {
+        Hello = 1 => "Hello",
+        Ready = 2 => "Ready",
+        Go = 3 => "Go",
+        Result = 4 => "Result",
+        Error = 5 => "Error",
+        Done = 6 => "Done",
+        Text = 7 => "Text",
+        Abort = 8 => "Abort",
+        Barrier = 9 => "Barrier",
+    }
+}
 
 /// "Not pinned" in the `cpu` field of a `Hello` on the wire.
 const NO_CPU: u32 = u32::MAX;
-
-fn type_name(t: u8) -> &'static str {
-    match t {
-        T_HELLO => "Hello",
-        T_READY => "Ready",
-        T_GO => "Go",
-        T_RESULT => "Result",
-        T_ERROR => "Error",
-        T_DONE => "Done",
-        T_TEXT => "Text",
-        T_ABORT => "Abort",
-        T_BARRIER => "Barrier",
-        _ => "unknown",
-    }
-}
 
 /// Why bytes are not a message (decoding), or a message cannot be sent (encoding).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,7 +175,7 @@ impl WorkerMsg {
 
     /// The type's name, as in error messages: "Hello", "Result", ...
     pub fn kind(&self) -> &'static str {
-        type_name(self.type_byte())
+        self.msg_type().name()
     }
 
     /// Who sent it: a worker number, or [`COORDINATOR`].
@@ -202,17 +192,17 @@ impl WorkerMsg {
         }
     }
 
-    fn type_byte(&self) -> u8 {
+    fn msg_type(&self) -> MsgType {
         match self {
-            WorkerMsg::Hello { .. } => T_HELLO,
-            WorkerMsg::Ready { .. } => T_READY,
-            WorkerMsg::Go { .. } => T_GO,
-            WorkerMsg::Result { .. } => T_RESULT,
-            WorkerMsg::Error { .. } => T_ERROR,
-            WorkerMsg::Done { .. } => T_DONE,
-            WorkerMsg::Text { .. } => T_TEXT,
-            WorkerMsg::Abort { .. } => T_ABORT,
-            WorkerMsg::Barrier { .. } => T_BARRIER,
+            WorkerMsg::Hello { .. } => MsgType::Hello,
+            WorkerMsg::Ready { .. } => MsgType::Ready,
+            WorkerMsg::Go { .. } => MsgType::Go,
+            WorkerMsg::Result { .. } => MsgType::Result,
+            WorkerMsg::Error { .. } => MsgType::Error,
+            WorkerMsg::Done { .. } => MsgType::Done,
+            WorkerMsg::Text { .. } => MsgType::Text,
+            WorkerMsg::Abort { .. } => MsgType::Abort,
+            WorkerMsg::Barrier { .. } => MsgType::Barrier,
         }
     }
 
@@ -270,7 +260,7 @@ impl WorkerMsg {
         let mut out = Writer::with_capacity(HEADER_LEN + payload.len());
         out.raw(&MAGIC);
         out.u8(VERSION);
-        out.u8(self.type_byte());
+        out.u8(self.msg_type().code());
         out.u32(sender);
         // Every payload limit is below u16::MAX.
         out.u16(payload.len() as u16);
@@ -299,10 +289,7 @@ impl WorkerMsg {
             return Err(CodecError::Version { got: version });
         }
         let t = h.u8("type").map_err(header)?;
-        let kind = type_name(t);
-        if kind == "unknown" {
-            return Err(CodecError::UnknownType { got: t });
-        }
+        let t = MsgType::from_code(t).ok_or(CodecError::UnknownType { got: t })?;
         let sender = h.u32("sender").map_err(header)?;
         let declared = h.u16("length").map_err(header)? as usize;
         let p = h.rest();
@@ -317,8 +304,8 @@ impl WorkerMsg {
 }
 
 /// The payload of a message of type `t` from `sender`, whose header was valid.
-fn decode_payload(t: u8, sender: u32, p: &[u8]) -> Result<WorkerMsg, CodecError> {
-    let kind = type_name(t);
+fn decode_payload(t: MsgType, sender: u32, p: &[u8]) -> Result<WorkerMsg, CodecError> {
+    let kind = t.name();
     let exact = |n: usize| -> Result<(), CodecError> {
         if p.len() == n {
             Ok(())
@@ -349,13 +336,13 @@ fn decode_payload(t: u8, sender: u32, p: &[u8]) -> Result<WorkerMsg, CodecError>
         kind,
         reason: e.to_string(),
     };
-    let from_coordinator = matches!(t, T_GO | T_ABORT);
-    if from_coordinator != (sender == COORDINATOR) && t != T_TEXT {
+    let from_coordinator = matches!(t, MsgType::Go | MsgType::Abort);
+    if from_coordinator != (sender == COORDINATOR) && t != MsgType::Text {
         return Err(CodecError::Sender { kind, sender });
     }
     let worker = sender;
     let msg = match t {
-        T_HELLO => {
+        MsgType::Hello => {
             exact(8)?;
             let mut r = Reader::new(p);
             let pid = r.u32("pid").map_err(bad)?;
@@ -366,24 +353,24 @@ fn decode_payload(t: u8, sender: u32, p: &[u8]) -> Result<WorkerMsg, CodecError>
                 cpu: (cpu != NO_CPU).then_some(cpu),
             }
         }
-        T_READY => {
+        MsgType::Ready => {
             exact(0)?;
             WorkerMsg::Ready { worker }
         }
-        T_GO => {
+        MsgType::Go => {
             exact(8)?;
             WorkerMsg::Go {
                 start_at_ns: Reader::new(p).u64("start_at_ns").map_err(bad)?,
             }
         }
-        T_BARRIER => {
+        MsgType::Barrier => {
             exact(8)?;
             WorkerMsg::Barrier {
                 worker,
                 step: Reader::new(p).u64("step").map_err(bad)?,
             }
         }
-        T_RESULT => {
+        MsgType::Result => {
             if p.len() > MAX_RESULT {
                 return Err(CodecError::TooLarge {
                     kind,
@@ -396,22 +383,21 @@ fn decode_payload(t: u8, sender: u32, p: &[u8]) -> Result<WorkerMsg, CodecError>
                 payload: p.to_vec(),
             }
         }
-        T_ERROR => WorkerMsg::Error {
+        MsgType::Error => WorkerMsg::Error {
             worker,
             message: text(MAX_TEXT)?,
         },
-        T_DONE => {
+        MsgType::Done => {
             exact(0)?;
             WorkerMsg::Done { worker }
         }
-        T_TEXT => WorkerMsg::Text {
+        MsgType::Text => WorkerMsg::Text {
             from: sender,
             text: text(MAX_TEXT)?,
         },
-        T_ABORT => WorkerMsg::Abort {
+        MsgType::Abort => WorkerMsg::Abort {
             reason: text(MAX_TEXT)?,
         },
-        _ => unreachable!("type_name() knows every type matched here"),
     };
     Ok(msg)
 }
@@ -479,7 +465,7 @@ mod tests {
         }
         .encode()
         .unwrap();
-        assert_eq!(b, [b'V', b'L', 1, T_DONE, 1, 2, 3, 4, 0, 0]);
+        assert_eq!(b, [b'V', b'L', 1, 6, 1, 2, 3, 4, 0, 0]);
     }
 
     #[test]

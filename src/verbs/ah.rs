@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use rdma_sys::{ibv_ah, ibv_ah_attr, ibv_create_ah, ibv_destroy_ah, ibv_gid, ibv_global_route};
 
-use super::error::{Result, VerbsError};
+use super::error::Result;
 use super::gid::Gid;
+use super::handle::{verbs_object, Handle};
 use super::pd::{Pd, PdInner};
 
 /// The Global Route Header fields: required on RoCE, where ports are addressed by GID.
@@ -79,37 +80,29 @@ impl AhAttr {
     }
 }
 
-/// An address handle for UD sends. Keeps its PD alive.
+/// An address handle for UD sends. Keeps its PD alive (its `parent`).
 pub struct Ah {
-    pub(crate) ptr: *mut ibv_ah,
-    _pd: Arc<PdInner>,
+    pub(crate) inner: Handle<ibv_ah, Arc<PdInner>>,
 }
 
-// SAFETY: address handles are immutable after creation and thread-safe in libibverbs.
-unsafe impl Send for Ah {}
-// SAFETY: as above.
-unsafe impl Sync for Ah {}
+// SAFETY: address handles are immutable after creation and thread-safe in libibverbs. Posting
+// borrows the Ah, so no post is running when it is destroyed; rxe copies the address vector
+// into the WQE at post time.
+verbs_object!(unsafe ibv_ah, destroyed by ibv_destroy_ah);
 
 impl Ah {
     /// Creates an address handle (`ibv_create_ah(3)`).
     pub fn create(pd: &Pd, attr: &AhAttr) -> Result<Ah> {
         let mut a = attr.to_ibv();
-        // SAFETY: the PD is live; `a` is a fully initialised attribute struct.
-        let ptr = unsafe { ibv_create_ah(pd.inner.ptr, &mut a) };
-        if ptr.is_null() {
-            return Err(VerbsError::last("ibv_create_ah"));
-        }
-        Ok(Ah {
-            ptr,
-            _pd: pd.inner.clone(),
-        })
-    }
-}
-
-impl Drop for Ah {
-    fn drop(&mut self) {
-        // SAFETY: ptr is our AH; the PD outlives us. Posting borrows the Ah, so no post is
-        // running; rxe copies the address vector into the WQE at post time.
-        unsafe { ibv_destroy_ah(self.ptr) };
+        // SAFETY: the PD is live; `a` is a fully initialised attribute struct. The new AH is
+        // ours alone, and its PD outlives it as its parent.
+        let inner = unsafe {
+            Handle::created(
+                "ibv_create_ah",
+                ibv_create_ah(pd.inner.ptr, &mut a),
+                pd.inner.clone(),
+            )?
+        };
+        Ok(Ah { inner })
     }
 }

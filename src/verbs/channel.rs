@@ -14,18 +14,14 @@ use super::context::{Context, ContextInner};
 use super::cq::Cq;
 use super::error::{Result, VerbsError};
 use super::fd::{set_nonblocking, wait_readable};
-use super::handle::{Handle, VerbsObject};
+use super::handle::{verbs_object, Handle};
 
 /// The owner of a `struct ibv_comp_channel`; its `parent` is the context.
 pub(crate) type ChannelInner = Handle<ibv_comp_channel, Arc<ContextInner>>;
 
 // SAFETY: a completion channel is a kernel fd wrapper; libibverbs allows use from any thread.
-unsafe impl VerbsObject for ibv_comp_channel {
-    unsafe fn destroy(ptr: *mut ibv_comp_channel) {
-        // SAFETY: the caller's contract; every CQ bound to this channel holds an Arc of it.
-        unsafe { ibv_destroy_comp_channel(ptr) };
-    }
-}
+// Every CQ bound to this channel holds an Arc of it, so none is left when it is destroyed.
+verbs_object!(unsafe ibv_comp_channel, destroyed by ibv_destroy_comp_channel);
 
 /// A completion channel; CQs created with it keep it alive.
 #[derive(Clone)]

@@ -16,7 +16,7 @@ use super::channel::CompChannel;
 use super::cq::Cq;
 use super::error::{Result, VerbsError};
 use super::gid::{choose_gid, Gid, GidChoice, GidEntry, GidType};
-use super::handle::{Handle, VerbsObject};
+use super::handle::{verbs_object, Handle};
 use super::pd::Pd;
 use crate::sysfs;
 
@@ -48,13 +48,10 @@ extern "C" {
 /// device name in `parent` ([`ContextInner::name`]).
 pub(crate) type ContextInner = Handle<ibv_context, String>;
 
-// SAFETY: libibverbs contexts are thread-safe: every verb may be called from any thread.
-unsafe impl VerbsObject for ibv_context {
-    unsafe fn destroy(ptr: *mut ibv_context) {
-        // SAFETY: the caller's contract; ptr came from ibv_open_device.
-        unsafe { ibv_close_device(ptr) };
-    }
-}
+// SAFETY: libibverbs contexts are thread-safe: every verb may be called from any thread. The
+// pointer came from ibv_open_device, and every PD, CQ and channel holds an Arc of it, so none is
+// left when it is closed.
+verbs_object!(unsafe ibv_context, destroyed by ibv_close_device);
 
 impl ContextInner {
     /// The device name, e.g. `rxe0`.

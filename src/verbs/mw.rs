@@ -17,7 +17,7 @@ use rdma_sys::{
 
 use super::attrs::AccessFlags;
 use super::error::{Result, VerbsError};
-use super::handle::{Handle, VerbsObject};
+use super::handle::{verbs_object, Handle};
 use super::mr::Mr;
 use super::pd::{Pd, PdInner};
 use super::qp::Qp;
@@ -27,13 +27,9 @@ pub struct Mw {
     inner: Handle<ibv_mw, Arc<PdInner>>,
 }
 
-// SAFETY: the MW handle is thread-safe in libibverbs; we hold no other state.
-unsafe impl VerbsObject for ibv_mw {
-    unsafe fn destroy(ptr: *mut ibv_mw) {
-        // SAFETY: the caller's contract.
-        unsafe { ibv_dealloc_mw(ptr) };
-    }
-}
+// SAFETY: the MW handle is thread-safe in libibverbs; we hold no other state. A window has no
+// children: only its own `Mw` uses it.
+verbs_object!(unsafe ibv_mw, destroyed by ibv_dealloc_mw);
 
 impl Mw {
     /// `ibv_alloc_mw(pd, IBV_MW_TYPE_2)`.
@@ -107,7 +103,7 @@ impl Qp {
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
         // SAFETY: `wr` is one fully initialised request (no SGEs, next NULL); the MW and MR it
         // names are borrowed by the caller for the call and checked by the kernel afterwards.
-        let ret = unsafe { rdma_sys::ibv_post_send(self.ptr, wr, &mut bad) };
+        let ret = unsafe { rdma_sys::ibv_post_send(self.inner.ptr, wr, &mut bad) };
         VerbsError::check_ret(verb, ret)
     }
 }

@@ -7,20 +7,16 @@ use rdma_sys::{ibv_alloc_pd, ibv_dealloc_pd, ibv_pd};
 use super::attrs::AccessFlags;
 use super::context::{Context, ContextInner};
 use super::error::Result;
-use super::handle::{Handle, VerbsObject};
+use super::handle::{verbs_object, Handle};
 use super::mr::Mr;
 use super::qp::{Qp, QpInitAttr};
 
 /// The owner of a `struct ibv_pd`; its `parent` is the context.
 pub(crate) type PdInner = Handle<ibv_pd, Arc<ContextInner>>;
 
-// SAFETY: PDs are thread-safe in libibverbs.
-unsafe impl VerbsObject for ibv_pd {
-    unsafe fn destroy(ptr: *mut ibv_pd) {
-        // SAFETY: the caller's contract; every MR, QP and AH of this PD holds an Arc of it.
-        unsafe { ibv_dealloc_pd(ptr) };
-    }
-}
+// SAFETY: PDs are thread-safe in libibverbs. Every MR, QP and AH of this PD holds an Arc of it,
+// so none is left when it is deallocated.
+verbs_object!(unsafe ibv_pd, destroyed by ibv_dealloc_pd);
 
 /// A protection domain. MRs and QPs created from it keep it alive.
 #[derive(Clone)]

@@ -17,6 +17,7 @@ use super::ah::AhAttr;
 use super::attrs::{AccessFlags, Mtu, QpState, QpType};
 use super::cq::{Cq, CqInner};
 use super::error::{Result, VerbsError};
+use super::handle::{verbs_object, Handle};
 use super::mr::Mr;
 use super::pd::{Pd, PdInner};
 use super::srq::SrqInner;
@@ -94,11 +95,16 @@ pub struct RtsAttr {
     pub max_rd_atomic: u8,
 }
 
-/// A queue pair. Holds its PD and CQs, so they can never be freed before it.
+/// A queue pair. Holds its PD and CQs (its handle's `parent`), so they can never be freed
+/// before it.
 pub struct Qp {
-    pub(crate) ptr: *mut ibv_qp,
+    pub(crate) inner: Handle<ibv_qp, QpParents>,
     qp_type: QpType,
     caps: QpCaps,
+}
+
+/// What a QP needs alive until it is destroyed.
+pub(crate) struct QpParents {
     _pd: Arc<PdInner>,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
@@ -106,17 +112,9 @@ pub struct Qp {
     _srq: Option<Arc<SrqInner>>,
 }
 
-// SAFETY: QPs are thread-safe in libibverbs (providers lock their queues); we hold no other state.
-unsafe impl Send for Qp {}
-// SAFETY: as above.
-unsafe impl Sync for Qp {}
-
-impl Drop for Qp {
-    fn drop(&mut self) {
-        // SAFETY: ptr is our QP; PD and CQs outlive it through our Arcs.
-        unsafe { ibv_destroy_qp(self.ptr) };
-    }
-}
+// SAFETY: QPs are thread-safe in libibverbs (providers lock their queues); we hold no other
+// state. Nothing is created from a QP: PD, CQs and SRQ outlive it as its parents.
+verbs_object!(unsafe ibv_qp, destroyed by ibv_destroy_qp);
 
 /// Requests converted per `ibv_post_send` call; longer lists are posted in chunks.
 const POST_CHUNK: usize = 32;
@@ -145,19 +143,25 @@ impl Qp {
         if let Some(s) = &srq {
             init.srq = s.ptr;
         }
-        // SAFETY: the PD, both CQs and the SRQ (if any) are live and of the same context.
-        let ptr = unsafe { ibv_create_qp(pd.inner.ptr, &mut init) };
-        if ptr.is_null() {
-            return Err(VerbsError::last("ibv_create_qp"));
-        }
-        let mut qp = Qp {
-            ptr,
-            qp_type: attr.qp_type,
-            caps: QpCaps::default(),
+        let parents = QpParents {
             _pd: pd.inner.clone(),
             _send_cq: attr.send_cq.inner.clone(),
             _recv_cq: attr.recv_cq.inner.clone(),
             _srq: srq,
+        };
+        // SAFETY: the PD, both CQs and the SRQ (if any) are live and of the same context. The
+        // new QP is ours alone, and its parents outlive it.
+        let inner = unsafe {
+            Handle::created(
+                "ibv_create_qp",
+                ibv_create_qp(pd.inner.ptr, &mut init),
+                parents,
+            )?
+        };
+        let mut qp = Qp {
+            inner,
+            qp_type: attr.qp_type,
+            caps: QpCaps::default(),
         };
         // What the provider granted may exceed what was asked; read it back rather than trust
         // either the request or a vendor table.
@@ -168,13 +172,13 @@ impl Qp {
     /// The raw handle, for the connection manager (`cm.rs`), which attaches the QP to its
     /// `rdma_cm_id` so that librdmacm walks it through INIT → RTR → RTS.
     pub(crate) fn as_ptr(&self) -> *mut ibv_qp {
-        self.ptr
+        self.inner.ptr
     }
 
     /// The QP number the peer must be told.
     pub fn qpn(&self) -> u32 {
         // SAFETY: ptr is a live QP.
-        unsafe { (*self.ptr).qp_num }
+        unsafe { (*self.inner.ptr).qp_num }
     }
     pub fn qp_type(&self) -> QpType {
         self.qp_type
@@ -191,7 +195,7 @@ impl Qp {
         let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         let mask = ibv_qp_attr_mask::IBV_QP_STATE | ibv_qp_attr_mask::IBV_QP_CAP;
         // SAFETY: the QP is live; both out-pointers are valid.
-        let ret = unsafe { ibv_query_qp(self.ptr, &mut attr, mask.0 as i32, &mut init) };
+        let ret = unsafe { ibv_query_qp(self.inner.ptr, &mut attr, mask.0 as i32, &mut init) };
         VerbsError::check_ret("ibv_query_qp", ret)?;
         let c = init.cap;
         Ok((
@@ -223,7 +227,7 @@ impl Qp {
         let mask =
             ibv_qp_attr_mask::IBV_QP_MAX_QP_RD_ATOMIC | ibv_qp_attr_mask::IBV_QP_MAX_DEST_RD_ATOMIC;
         // SAFETY: the QP is live; both out-pointers are valid.
-        let ret = unsafe { ibv_query_qp(self.ptr, &mut attr, mask.0 as i32, &mut init) };
+        let ret = unsafe { ibv_query_qp(self.inner.ptr, &mut attr, mask.0 as i32, &mut init) };
         VerbsError::check_ret("ibv_query_qp", ret)?;
         Ok((attr.max_rd_atomic, attr.max_dest_rd_atomic))
     }
@@ -238,7 +242,7 @@ impl Qp {
         let mut init: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         let mask = ibv_qp_attr_mask::IBV_QP_AV;
         // SAFETY: the QP is live; both out-pointers are valid.
-        let ret = unsafe { ibv_query_qp(self.ptr, &mut attr, mask.0 as i32, &mut init) };
+        let ret = unsafe { ibv_query_qp(self.inner.ptr, &mut attr, mask.0 as i32, &mut init) };
         VerbsError::check_ret("ibv_query_qp", ret)?;
         Ok(AhAttr::from_ibv(&attr.ah_attr))
     }
@@ -250,7 +254,7 @@ impl Qp {
         mask: ibv_qp_attr_mask,
     ) -> Result<()> {
         // SAFETY: the QP is live; attr is fully initialised for every bit in mask.
-        let ret = unsafe { ibv_modify_qp(self.ptr, attr, mask.0 as i32) };
+        let ret = unsafe { ibv_modify_qp(self.inner.ptr, attr, mask.0 as i32) };
         VerbsError::check_ret(verb, ret)
     }
 
@@ -405,7 +409,7 @@ impl Qp {
         // SAFETY: raw[0..n] are initialised and linked in order; every SGE points at registered
         // memory, or at inline bytes borrowed for this call (a `Payload::Inline` slice, or a
         // range checked to lie inside `inline_from`, which is borrowed too); the QP is live.
-        let ret = unsafe { rdma_sys::ibv_post_send(self.ptr, base, &mut bad) };
+        let ret = unsafe { rdma_sys::ibv_post_send(self.inner.ptr, base, &mut bad) };
         if ret != 0 {
             let idx = if bad.is_null() {
                 0
@@ -540,7 +544,7 @@ impl Qp {
             let mut bad: *mut ibv_recv_wr = std::ptr::null_mut();
             // SAFETY: raw[0..n] are initialised and linked; SGEs name registered memory, which
             // stays allocated while registered; the QP is live.
-            let ret = unsafe { rdma_sys::ibv_post_recv(self.ptr, base, &mut bad) };
+            let ret = unsafe { rdma_sys::ibv_post_recv(self.inner.ptr, base, &mut bad) };
             VerbsError::check_ret("ibv_post_recv", ret)?;
         }
         Ok(())
@@ -570,7 +574,7 @@ fn op_fields(wr: &SendWr<'_>) -> (u32, u32, wr_t) {
     let ud = || match wr.ud {
         Some(d) => wr_t {
             ud: ud_t {
-                ah: d.ah.ptr,
+                ah: d.ah.inner.ptr,
                 remote_qpn: d.remote_qpn,
                 remote_qkey: d.remote_qkey,
             },

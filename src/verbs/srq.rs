@@ -11,7 +11,7 @@ use rdma_sys::{
 };
 
 use super::error::{Result, VerbsError};
-use super::handle::{Handle, VerbsObject};
+use super::handle::{verbs_object, Handle};
 use super::pd::{Pd, PdInner};
 use super::qp::{Qp, QpInitAttr};
 use super::wr::RecvWr;
@@ -20,13 +20,8 @@ use super::wr::RecvWr;
 pub(crate) type SrqInner = Handle<ibv_srq, Arc<PdInner>>;
 
 // SAFETY: SRQs are thread-safe in libibverbs (providers lock the queue); no state of our own.
-unsafe impl VerbsObject for ibv_srq {
-    unsafe fn destroy(ptr: *mut ibv_srq) {
-        // SAFETY: the caller's contract; every QP attached to this SRQ holds an Arc of it (the
-        // kernel refuses to destroy an SRQ in use).
-        unsafe { ibv_destroy_srq(ptr) };
-    }
-}
+// Every QP attached to this SRQ holds an Arc of it (the kernel refuses to destroy an SRQ in use).
+verbs_object!(unsafe ibv_srq, destroyed by ibv_destroy_srq);
 
 /// The sizes of an SRQ and its limit (`struct ibv_srq_attr`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

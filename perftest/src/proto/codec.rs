@@ -15,9 +15,9 @@ fn clipped(w: &mut Writer, width: Width, s: &str, max: usize) {
 /// The record of a message (the payload of one frame).
 pub fn encode(msg: &Msg) -> Vec<u8> {
     let mut w = Writer::with_capacity(64);
+    w.u8(msg.msg_type().code());
     match msg {
         Msg::Hello(h) => {
-            w.u8(T_HELLO);
             w.raw(&MAGIC);
             w.u16(h.version);
             clipped(&mut w, Width::U8, &h.tool, MAX_NAME);
@@ -31,12 +31,10 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             }
         }
         Msg::Accept(a) => {
-            w.u8(T_ACCEPT);
             w.u16(a.version);
             clipped(&mut w, Width::U8, &a.tool, MAX_NAME);
         }
         Msg::Error(text) => {
-            w.u8(T_ERROR);
             let clean: String = text
                 .chars()
                 .map(|c| if c.is_control() && c != '\n' { ' ' } else { c })
@@ -44,7 +42,6 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             clipped(&mut w, Width::U16, &clean, MAX_TEXT);
         }
         Msg::Endpoints(e) => {
-            w.u8(T_ENDPOINTS);
             clipped(&mut w, Width::U8, &e.device, MAX_NAME);
             w.u32(e.active_mtu);
             w.u32(e.max_msg_sz);
@@ -64,12 +61,10 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             }
         }
         Msg::Barrier(s) => {
-            w.u8(T_SYNC);
             w.u8(s.phase.code());
             w.u64(s.size);
         }
         Msg::Tally(t) => {
-            w.u8(T_TALLY);
             w.u8(t.phase.code());
             w.u64(t.size);
             let n = t.per_qp.len().min(MAX_QPS);
@@ -79,7 +74,6 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             }
         }
         Msg::Result(r) => {
-            w.u8(T_RESULT);
             w.u64(r.bytes);
             w.u64(r.iterations);
             w.f64(r.peak_bps);
@@ -87,7 +81,8 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
             w.f64(r.msg_rate_mpps);
             w.u64(r.elapsed_ns);
         }
-        Msg::Heartbeat => w.u8(T_HEARTBEAT),
+        // The type byte is the whole record.
+        Msg::Heartbeat => {}
     }
     w.into_bytes()
 }
@@ -195,9 +190,10 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
         });
     }
     let mut r = Reader::new(buf);
-    let msg = match r.u8("type")? {
-        T_HELLO => Msg::Hello(decode_hello(&mut r)?),
-        T_ACCEPT => {
+    let t = r.u8("type")?;
+    let msg = match MsgType::from_code(t).ok_or(ProtoError::UnknownType(t))? {
+        MsgType::Hello => Msg::Hello(decode_hello(&mut r)?),
+        MsgType::Accept => {
             let version = decode_version(&mut r)?;
             let tool = str8(&mut r, MAX_NAME, "tool name")?;
             check_ident(tool, "tool name")?;
@@ -206,7 +202,7 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
                 tool: tool.to_string(),
             })
         }
-        T_ERROR => {
+        MsgType::Error => {
             let text = r.text(Width::U16, "error text", MAX_TEXT)?;
             if text.is_empty() {
                 return Err(bad("error text", "empty"));
@@ -216,13 +212,13 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
             }
             Msg::Error(text.to_string())
         }
-        T_ENDPOINTS => Msg::Endpoints(decode_endpoints(&mut r)?),
-        T_SYNC => {
+        MsgType::Endpoints => Msg::Endpoints(decode_endpoints(&mut r)?),
+        MsgType::Sync => {
             let phase = decode_phase(&mut r)?;
             let size = r.u64("size")?;
             Msg::Barrier(Barrier { phase, size })
         }
-        T_TALLY => {
+        MsgType::Tally => {
             let phase = decode_phase(&mut r)?;
             let size = r.u64("size")?;
             let n = r.length(Width::U16, "tally", MAX_QPS)?;
@@ -236,7 +232,7 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
                 per_qp,
             })
         }
-        T_RESULT => Msg::Result(WireRow {
+        MsgType::Result => Msg::Result(WireRow {
             bytes: r.u64("bytes")?,
             iterations: r.u64("iterations")?,
             peak_bps: rate(&mut r, "peak bandwidth")?,
@@ -244,8 +240,7 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
             msg_rate_mpps: rate(&mut r, "message rate")?,
             elapsed_ns: r.u64("elapsed time")?,
         }),
-        T_HEARTBEAT => Msg::Heartbeat,
-        t => return Err(ProtoError::UnknownType(t)),
+        MsgType::Heartbeat => Msg::Heartbeat,
     };
     r.finish()?;
     Ok(msg)

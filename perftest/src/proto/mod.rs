@@ -42,14 +42,19 @@ pub const MAX_VALUE: usize = 64;
 /// Most QP records in an ENDPOINTS or TALLY (the `-q` limit).
 pub const MAX_QPS: usize = crate::params::MAX_QPS as usize;
 
-const T_HELLO: u8 = 1;
-const T_ACCEPT: u8 = 2;
-const T_ERROR: u8 = 3;
-const T_ENDPOINTS: u8 = 4;
-const T_SYNC: u8 = 5;
-const T_TALLY: u8 = 6;
-const T_RESULT: u8 = 7;
-const T_HEARTBEAT: u8 = 8;
+verbs_lab::wire_codes! {
+    /// The type byte that starts every record, and the message's name in errors.
+    enum MsgType {
+        Hello = 1 => "HELLO",
+        Accept = 2 => "ACCEPT",
+        Error = 3 => "ERROR",
+        Endpoints = 4 => "ENDPOINTS",
+        Sync = 5 => "SYNC",
+        Tally = 6 => "TALLY",
+        Result = 7 => "RESULT",
+        Heartbeat = 8 => "HEARTBEAT",
+    }
+}
 
 /// The client's opening message: who it is and every parameter that must match.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,60 +107,24 @@ pub struct Endpoints {
     pub qps: Vec<QpEndpoint>,
 }
 
-/// The phases both sides step through together (see the protocol document).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// QPs connected, before the first size.
-    Connected,
-    /// A size's buffers are prepared and its receives posted.
-    Ready,
-    /// The warm-up of a size (TALLY only).
-    WarmUp,
-    /// The measured run of a size (SYNC starts it; TALLY ends it).
-    Measure,
-    /// A size is finished (checks and results exchanged).
-    Done,
-    /// The last message of a run.
-    Finish,
-    /// `--run_infinitely`: the client asks for one more period (SYNC(period, N)); it sends
-    /// SYNC(finish, 0) instead to stop, and the server answers in kind.
-    Period,
-}
-
-impl Phase {
-    fn code(self) -> u8 {
-        match self {
-            Phase::Connected => 1,
-            Phase::Ready => 2,
-            Phase::WarmUp => 3,
-            Phase::Measure => 4,
-            Phase::Done => 5,
-            Phase::Finish => 6,
-            Phase::Period => 7,
-        }
-    }
-    fn from_code(c: u8) -> Option<Phase> {
-        Some(match c {
-            1 => Phase::Connected,
-            2 => Phase::Ready,
-            3 => Phase::WarmUp,
-            4 => Phase::Measure,
-            5 => Phase::Done,
-            6 => Phase::Finish,
-            7 => Phase::Period,
-            _ => return None,
-        })
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Phase::Connected => "connected",
-            Phase::Ready => "ready",
-            Phase::WarmUp => "warm-up",
-            Phase::Measure => "measurement",
-            Phase::Done => "done",
-            Phase::Finish => "finish",
-            Phase::Period => "period",
-        }
+verbs_lab::wire_codes! {
+    /// The phases both sides step through together (see the protocol document).
+    pub enum Phase {
+        /// QPs connected, before the first size.
+        Connected = 1 => "connected",
+        /// A size's buffers are prepared and its receives posted.
+        Ready = 2 => "ready",
+        /// The warm-up of a size (TALLY only).
+        WarmUp = 3 => "warm-up",
+        /// The measured run of a size (SYNC starts it; TALLY ends it).
+        Measure = 4 => "measurement",
+        /// A size is finished (checks and results exchanged).
+        Done = 5 => "done",
+        /// The last message of a run.
+        Finish = 6 => "finish",
+        /// `--run_infinitely`: the client asks for one more period (SYNC(period, N)); it sends
+        /// SYNC(finish, 0) instead to stop, and the server answers in kind.
+        Period = 7 => "period",
     }
 }
 
@@ -234,15 +203,20 @@ pub enum Msg {
 impl Msg {
     /// The message's name, for errors.
     pub fn name(&self) -> &'static str {
+        self.msg_type().name()
+    }
+
+    /// Its type byte.
+    fn msg_type(&self) -> MsgType {
         match self {
-            Msg::Hello(_) => "HELLO",
-            Msg::Accept(_) => "ACCEPT",
-            Msg::Error(_) => "ERROR",
-            Msg::Endpoints(_) => "ENDPOINTS",
-            Msg::Barrier(_) => "SYNC",
-            Msg::Tally(_) => "TALLY",
-            Msg::Result(_) => "RESULT",
-            Msg::Heartbeat => "HEARTBEAT",
+            Msg::Hello(_) => MsgType::Hello,
+            Msg::Accept(_) => MsgType::Accept,
+            Msg::Error(_) => MsgType::Error,
+            Msg::Endpoints(_) => MsgType::Endpoints,
+            Msg::Barrier(_) => MsgType::Sync,
+            Msg::Tally(_) => MsgType::Tally,
+            Msg::Result(_) => MsgType::Result,
+            Msg::Heartbeat => MsgType::Heartbeat,
         }
     }
 }

@@ -8,13 +8,9 @@ use super::*;
 /// The owner of a `struct rdma_event_channel`; it has no parent.
 pub(crate) type EventChannelInner = Handle<rdma_event_channel, ()>;
 
-// SAFETY: an event channel is a kernel fd wrapper; librdmacm allows use from any thread.
-unsafe impl VerbsObject for rdma_event_channel {
-    unsafe fn destroy(ptr: *mut rdma_event_channel) {
-        // SAFETY: the caller's contract; every CmId on this channel holds an Arc of it.
-        unsafe { rdma_destroy_event_channel(ptr) };
-    }
-}
+// SAFETY: an event channel is a kernel fd wrapper; librdmacm allows use from any thread. Every
+// CmId on this channel holds an Arc of it, so none is left when it is destroyed.
+verbs_object!(unsafe rdma_event_channel, destroyed by rdma_destroy_event_channel);
 
 /// Where the connection manager reports what happened (`rdma_create_event_channel(3)`): a file
 /// descriptor that becomes readable when an event is queued. Cheap to clone (an `Arc`).

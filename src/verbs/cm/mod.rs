@@ -38,7 +38,7 @@ use super::attrs::{AccessFlags, Mtu, QpState};
 use super::context::{Context, ContextInner};
 use super::error::{Result, VerbsError};
 use super::fd::{set_nonblocking, wait_readable};
-use super::handle::{Handle, VerbsObject};
+use super::handle::{verbs_object, Handle};
 use super::pd::Pd;
 use super::qp::{Qp, QpInitAttr};
 
