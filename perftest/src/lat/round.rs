@@ -2,14 +2,14 @@
 //! for the side that starts it ([`Rounds::ping`]) and the side that answers
 //! ([`Rounds::pong`]).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Result};
 use verbs_lab::diag::PortCounters;
 use verbs_lab::verbs::{CompChannel, Cq, Mr, Payload, Qp, SendWr, Sge, UdDest, WorkCompletion};
 
 use super::post::{reap, take, Post, Recv};
-use super::wait::{Waited, Waiter};
+use super::wait::{WaitLimits, Waited, Waiter};
 use super::SendQueue;
 use crate::conn::{Layout, Link};
 use crate::engine::{poll_or_sleep, remote_op, PeerWatch, Session, POLL_BATCH};
@@ -48,12 +48,8 @@ pub(super) struct Facts {
     pub(super) local_len: usize,
     /// Write latency: the byte of the destination slot that changes with each message.
     poll_off: usize,
-    /// How long one completion may take.
-    cq_timeout: Duration,
-    /// `-e`: every poll may sleep.
-    events: bool,
-    /// A software device: long waits give the CPU away.
-    backoff: bool,
+    /// How the round's waits may wait.
+    limits: WaitLimits,
 }
 
 impl Facts {
@@ -74,9 +70,11 @@ impl Facts {
             src: layout.src(0, 0),
             local_len: if kind == TestKind::Atomic { 8 } else { n },
             poll_off: layout.dst(0, 0) + n.saturating_sub(1),
-            cq_timeout: s.cq_timeout,
-            events: cfg.events,
-            backoff: s.yields(),
+            limits: WaitLimits {
+                cq_timeout: s.cq_timeout,
+                events: cfg.events,
+                backoff: s.yields(),
+            },
         }
     }
 }
@@ -148,9 +146,7 @@ impl<'a> Rounds<'a> {
         let waiter = Waiter::new(
             ch,
             watch,
-            f.cq_timeout,
-            f.events,
-            f.backoff,
+            f.limits,
             qp,
             PortCounters::snapshot(link.dev.ctx.name(), cfg.device.ib_port),
         );

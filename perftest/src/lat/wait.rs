@@ -33,11 +33,22 @@ pub(super) enum Waited {
     PeerDone,
 }
 
+/// How every wait of a phase may wait: its bound, whether a poll may sleep, whether it yields.
+#[derive(Clone, Copy)]
+pub(super) struct WaitLimits {
+    /// How long one completion may take.
+    pub(super) cq_timeout: Duration,
+    /// `-e`: every poll may sleep, so the clock is read after each.
+    pub(super) events: bool,
+    /// A software device (rxe, siw): long waits give the CPU away (`engine::backoff`).
+    pub(super) backoff: bool,
+}
+
 /// The context of the waits of a phase: the peer watch and the limits.
 pub(super) struct Waiter<'w> {
     pub(super) ch: &'w mut crate::proto::Channel,
     pub(super) watch: PeerWatch,
-    pub(super) cq_timeout: Duration,
+    limits: WaitLimits,
     /// Once past the quiet spins, the spins between clock reads: 1 with events (each poll may
     /// sleep), else [`QUIET_MIN`].
     step: u64,
@@ -50,8 +61,6 @@ pub(super) struct Waiter<'w> {
     cap: u64,
     /// A ponger in duration mode stops when the pinger's tally equals its count.
     pub(super) stop_at: Option<u64>,
-    /// A software device (rxe, siw): long waits give the CPU away (`engine::backoff`).
-    pub(super) backoff: bool,
     /// Set when a wait looked at the out-of-band channel (bookkeeping inside the wait); the
     /// loop clears it.
     pub(super) looked: bool,
@@ -63,27 +72,24 @@ pub(super) struct Waiter<'w> {
 }
 
 impl<'w> Waiter<'w> {
-    /// The waits of a phase; `events`: every poll may sleep, so the clock is read after each.
-    #[allow(clippy::too_many_arguments)]
+    /// The waits of a phase within `limits` (with events the clock is read after each poll).
     pub(super) fn new(
         ch: &'w mut crate::proto::Channel,
         watch: PeerWatch,
-        cq_timeout: Duration,
-        events: bool,
-        backoff: bool,
+        limits: WaitLimits,
         qp: &'w Qp,
         counters: PortCounters,
     ) -> Waiter<'w> {
+        let step = if limits.events { 1 } else { QUIET_MIN };
         Waiter {
             ch,
             watch,
-            cq_timeout,
-            step: if events { 1 } else { QUIET_MIN },
-            quiet: if events { 1 } else { QUIET_MIN },
+            limits,
+            step,
+            quiet: step,
             spun: 0,
             cap: QUIET_MAX,
             stop_at: None,
-            backoff,
             looked: false,
             what: "",
             qp,
@@ -126,7 +132,7 @@ impl<'w> Waiter<'w> {
             next = spins + slow;
             let now = Instant::now();
             let waited = now.saturating_duration_since(since);
-            if self.backoff && backoff(waited) {
+            if self.limits.backoff && backoff(waited) {
                 blind = YIELDS_PER_READ - 1;
                 next = spins + self.step;
             }
@@ -139,7 +145,7 @@ impl<'w> Waiter<'w> {
                     }
                 }
             }
-            if waited > self.cq_timeout {
+            if waited > self.limits.cq_timeout {
                 bail!(
                     "no answer for {:.1} s while waiting for {}: the peer stopped, or the QP \
                      timeout (-u) is too short for this link; {}",
