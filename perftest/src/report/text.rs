@@ -301,30 +301,52 @@ pub fn column_header(info: &RunInfo, unit: BwUnit) -> String {
     }
 }
 
+/// perftest's two bandwidth row formats: where they differ (the iterations' width, the gaps
+/// and the bandwidths' decimals), the rest of the row is the same.
+struct BwRowFormat {
+    iters_width: usize,
+    after_iters: &'static str,
+    bw_decimals: usize,
+    after_avg: &'static str,
+}
+
+/// perftest's `REPORT_FMT`.
+const REPORT_FMT: BwRowFormat = BwRowFormat {
+    iters_width: 10,
+    after_iters: "       ",
+    bw_decimals: 2,
+    after_avg: "\t\t     ",
+};
+
+/// perftest's `REPORT_FMT_EXT`.
+const REPORT_FMT_EXT: BwRowFormat = BwRowFormat {
+    iters_width: 0,
+    after_iters: "           ",
+    bw_decimals: 6,
+    after_avg: "            ",
+};
+
 /// One bandwidth row, newline included. Like perftest, a Gb/s average below 0.1 is printed
 /// with six decimals (`REPORT_FMT_EXT`) so slow links do not read 0.00.
 pub fn bw_row(row: &BwRow, unit: BwUnit) -> String {
     let peak = unit.convert(row.peak_bps);
     let avg = unit.convert(row.avg_bps);
-    if unit == BwUnit::Gbps && avg < 0.1 {
-        format!(
-            " {:<7}    {}           {}            {}            {}\n",
-            row.bytes,
-            row.iterations,
-            cfix(peak, 7, 6),
-            cfix(avg, 7, 6),
-            cfix(row.msg_rate_mpps, 7, 6)
-        )
+    let f = if unit == BwUnit::Gbps && avg < 0.1 {
+        &REPORT_FMT_EXT
     } else {
-        format!(
-            " {:<7}    {:<10}       {}            {}\t\t     {}\n",
-            row.bytes,
-            row.iterations,
-            cfix(peak, 7, 2),
-            cfix(avg, 7, 2),
-            cfix(row.msg_rate_mpps, 7, 6)
-        )
-    }
+        &REPORT_FMT
+    };
+    format!(
+        " {:<7}    {:<w$}{}{}            {}{}{}\n",
+        row.bytes,
+        row.iterations,
+        f.after_iters,
+        cfix(peak, 7, f.bw_decimals),
+        cfix(avg, 7, f.bw_decimals),
+        f.after_avg,
+        cfix(row.msg_rate_mpps, 7, 6),
+        w = f.iters_width
+    )
 }
 
 /// One latency row, newline included: perftest's nine columns, or its duration-mode four
