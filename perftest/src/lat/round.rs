@@ -181,13 +181,8 @@ impl<'a> Rounds<'a> {
         deadline: Option<Instant>,
         rec: Option<&mut LatRecorder>,
     ) -> Result<bool> {
-        let f = &self.f;
-        stamp(self.mr, f.src, f.n, seq, f.kind, f.stamp_all)?;
-        // Room in the send queue before the clock starts: the sample is the round trip.
-        if self
-            .post
-            .make_room(sq, &mut self.waiter, &mut self.wcs, &mut self.recv)?
-        {
+        // The message and room for it before the clock starts: the sample is the round trip.
+        if self.prepare(seq, sq)? {
             self.prev_end = None;
         }
         // One clock read per round trip, as perftest samples between consecutive posts: the
@@ -231,6 +226,16 @@ impl<'a> Rounds<'a> {
             self.prev_end = None;
         }
         Ok(true)
+    }
+
+    /// Both sides' step before a post: stamps message `seq` and makes room for it in the send
+    /// queue. True when making room had to wait (bookkeeping: no sample may span it).
+    #[inline]
+    fn prepare(&mut self, seq: u64, sq: &mut SendQueue) -> Result<bool> {
+        let f = &self.f;
+        stamp(self.mr, f.src, f.n, seq, f.kind, f.stamp_all)?;
+        self.post
+            .make_room(sq, &mut self.waiter, &mut self.wcs, &mut self.recv)
     }
 
     /// The pinger waits for the answer to message `seq`; returns when it came.
@@ -298,12 +303,7 @@ impl<'a> Rounds<'a> {
         }
         // Answer first, read the clock after: nothing stands between the arrival and the
         // answer. The ponger's samples run from one answer to the next (a round trip).
-        let f = &self.f;
-        stamp(self.mr, f.src, f.n, seq, f.kind, f.stamp_all)?;
-        if self
-            .post
-            .make_room(sq, &mut self.waiter, &mut self.wcs, &mut self.recv)?
-        {
+        if self.prepare(seq, sq)? {
             // A wait for room is bookkeeping too, and its spins are not a round's.
             self.answered = None;
         }
