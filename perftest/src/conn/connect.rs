@@ -122,7 +122,6 @@ pub fn connect(
         path_mtu,
         sizes,
         inline_limit,
-        granted_inline,
         outstanding: if depth.needs_rd { depth.outstanding } else { 0 },
         cm,
     };

@@ -54,8 +54,6 @@ pub struct Link {
     pub sizes: Vec<u64>,
     /// Messages up to this many bytes are sent inline (0: never).
     pub inline_limit: u32,
-    /// What the QP reports it may inline (`max_inline_data`, read back).
-    pub granted_inline: u32,
     /// RDMA reads/atomics in flight per QP (`-o`, capped by both devices).
     pub outstanding: u32,
     /// `-R`: the rdma_cm connections of the QPs (dropped after them: declared last).
