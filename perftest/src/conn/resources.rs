@@ -24,7 +24,6 @@ pub struct Resources {
     pub dst: Vec<Mr>,
     pub rights: Rights,
     pub qps: Vec<Qp>,
-    pub psns: Vec<u32>,
     pub layout: Layout,
     /// Receives posted per QP (send tools): `-r`, or fewer with `--validate` (one slot each).
     pub rx_posted: u32,
@@ -59,7 +58,6 @@ pub fn create_resources(cfg: &Config, dev: &LocalDev, max_size: u64) -> Result<R
     let rights = rights(cfg);
     let (src, dst) = register_slots(cfg, &pd, &layout, &rights)?;
     let qps = create_qps(cfg, &pd, &cq, rx_posted)?;
-    let psns = (0..qps.len()).map(|_| random_psn()).collect();
     Ok(Resources {
         pd,
         cq,
@@ -68,7 +66,6 @@ pub fn create_resources(cfg: &Config, dev: &LocalDev, max_size: u64) -> Result<R
         dst,
         rights,
         qps,
-        psns,
         layout,
         rx_posted,
     })
@@ -198,7 +195,7 @@ fn create_qps(cfg: &Config, pd: &Pd, cq: &Cq, rx_posted: u32) -> Result<Vec<Qp>>
     Ok(qp_list)
 }
 
-/// What we tell the peer about `res`.
+/// What we tell the peer about `res`: with each QP's first PSN, drawn here at random.
 pub fn local_endpoints(dev: &LocalDev, res: &Resources) -> Endpoints {
     let l = &res.layout;
     Endpoints {
@@ -213,7 +210,7 @@ pub fn local_endpoints(dev: &LocalDev, res: &Resources) -> Endpoints {
             .enumerate()
             .map(|(q, qp)| QpEndpoint {
                 qpn: qp.qpn(),
-                psn: res.psns[q],
+                psn: random_psn(),
                 lid: dev.port.lid,
                 gid: dev.gid.entry.gid,
                 rkey: res.dst[q].rkey(),
