@@ -57,8 +57,6 @@ const RX_DEPTH: u32 = 4;
 
 #[derive(Parser, Debug)]
 #[command(
-    name = PROGRAM,
-    version,
     about = "Lesson 09: CPU affinity — process vs thread masks, NIC locality, and ping-pong latency on the same core, on different cores, unpinned",
     after_help = "Examples:\n  lesson09_affinity\n  lesson09_affinity --dev-a rxe0 --dev-b rxe0 -n 100\n  lesson09_affinity --cpus 1,0"
 )]

@@ -63,8 +63,6 @@ const PROBE_DEPTH: u32 = 4;
 
 #[derive(Parser, Debug)]
 #[command(
-    name = PROGRAM,
-    version,
     about = "Lesson 14: performance tuning — signaling, inline, post lists, batched polling, events, CPU placement, CQ moderation — each measured",
     after_help = "Examples:\n  lesson14_tuning\n  lesson14_tuning -n 4000 --pp-iters 400 -r 5\n  lesson14_tuning --dev-a rxe0 --dev-b rxe0"
 )]
@@ -926,20 +924,44 @@ fn print_table(
 ) {
     let find = |key: &str| cases.iter().position(|c| c.key == key);
     let med = |i: usize| median(results[i].iter().map(Measured::value).collect());
-    // (knob, variant, case key) — the first variant of a knob is its baseline.
-    let rows: [(&str, &str, &str); 12] = [
-        ("signaling", "every WR signaled", "sig1"),
-        ("signaling", "every 16th signaled", "sig16"),
-        ("inline", "off (NIC reads the SGE)", "sig16"),
-        ("inline", "IBV_SEND_INLINE", "inline"),
-        ("post list", "1 WR per ibv_post_send", "sig16"),
-        ("post list", "16 WRs per ibv_post_send", "list16"),
-        ("poll batch", "ibv_poll_cq n=1", "poll1"),
-        ("poll batch", "ibv_poll_cq n=16", "sig1"),
-        ("wait", "busy polling", "busy"),
-        ("wait", "events (channel)", "events"),
-        ("placement", "same core", "same-core"),
-        ("placement", "different cores", "diff-cores"),
+    // (knob, its baseline, its variant), each a (setting, case key).
+    let knobs: [(&str, [(&str, &str); 2]); 6] = [
+        (
+            "signaling",
+            [
+                ("every WR signaled", "sig1"),
+                ("every 16th signaled", "sig16"),
+            ],
+        ),
+        (
+            "inline",
+            [
+                ("off (NIC reads the SGE)", "sig16"),
+                ("IBV_SEND_INLINE", "inline"),
+            ],
+        ),
+        (
+            "post list",
+            [
+                ("1 WR per ibv_post_send", "sig16"),
+                ("16 WRs per ibv_post_send", "list16"),
+            ],
+        ),
+        (
+            "poll batch",
+            [("ibv_poll_cq n=1", "poll1"), ("ibv_poll_cq n=16", "sig1")],
+        ),
+        (
+            "wait",
+            [("busy polling", "busy"), ("events (channel)", "events")],
+        ),
+        (
+            "placement",
+            [
+                ("same core", "same-core"),
+                ("different cores", "diff-cores"),
+            ],
+        ),
     ];
     println!(
         "\n{} bytes per message; stream: {} RDMA WRITEs per run, 64 in flight; ping-pong: {} \
@@ -950,50 +972,48 @@ fn print_table(
         "{:<11} {:<26} {:>14} {:>8}  detail (last round)",
         "knob", "setting", "result", "ratio"
     );
-    let mut base = f64::NAN;
-    let mut knob = "";
-    for (k, variant, key) in rows {
-        if k != knob {
-            knob = k;
-            base = f64::NAN;
-        }
-        let Some(i) = find(key) else {
-            println!("{k:<11} {variant:<26} {:>14} {:>8}  not run here", "-", "-");
-            continue;
-        };
-        let v = med(i);
-        if base.is_nan() {
-            base = v;
-        }
-        let last = results[i].last().expect("at least one round");
-        let (result, ratio, detail) = match *last {
-            Measured::Stream {
-                msgs,
-                post_calls,
-                wcs,
-                fruitful_polls,
-                ..
-            } => (
-                format!("{v:.1} kmsg/s"),
-                v / base,
-                format!(
-                    "{msgs} writes: {post_calls} ibv_post_send, {wcs} completions in \
+    for (k, settings) in knobs {
+        // The first setting run is the knob's baseline.
+        let mut base = f64::NAN;
+        for (variant, key) in settings {
+            let Some(i) = find(key) else {
+                println!("{k:<11} {variant:<26} {:>14} {:>8}  not run here", "-", "-");
+                continue;
+            };
+            let v = med(i);
+            if base.is_nan() {
+                base = v;
+            }
+            let last = results[i].last().expect("at least one round");
+            let (result, ratio, detail) = match *last {
+                Measured::Stream {
+                    msgs,
+                    post_calls,
+                    wcs,
+                    fruitful_polls,
+                    ..
+                } => (
+                    format!("{v:.1} kmsg/s"),
+                    v / base,
+                    format!(
+                        "{msgs} writes: {post_calls} ibv_post_send, {wcs} completions in \
                      {fruitful_polls} ibv_poll_cq"
+                    ),
                 ),
-            ),
-            Measured::PingPong { cpu_share, .. } => (
-                format!("{v:.0} µs RTT"),
-                base / v,
-                format!(
-                    "client thread on a CPU {:.0}% of its run",
-                    cpu_share * 100.0
+                Measured::PingPong { cpu_share, .. } => (
+                    format!("{v:.0} µs RTT"),
+                    base / v,
+                    format!(
+                        "client thread on a CPU {:.0}% of its run",
+                        cpu_share * 100.0
+                    ),
                 ),
-            ),
-        };
-        println!(
-            "{k:<11} {variant:<26} {result:>14} {:>7.2}x  {detail}",
-            ratio
-        );
+            };
+            println!(
+                "{k:<11} {variant:<26} {result:>14} {:>7.2}x  {detail}",
+                ratio
+            );
+        }
     }
     println!("{:<11} {:<26} {moderation}", "moderation", "ibv_modify_cq");
     println!(

@@ -1,8 +1,9 @@
 //! The command line every lesson shares: the two-sided lessons' [`CommonArgs`] (perftest-style:
-//! the server is started without a host, the client with the server's), the one-process
-//! lessons' [`DevicePairArgs`], and the checks that refuse a flag before any verbs call.
+//! the server is started without a host, the client with the server's), the ping-pong lessons'
+//! [`PingPongArgs`], the one-process lessons' [`DevicePairArgs`], and the checks that refuse a flag before any verbs call.
 
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
@@ -56,6 +57,40 @@ impl CommonArgs {
     /// Refuses common flags that cannot work, before any verbs call (so it needs no device).
     pub fn check(&self) -> Result<()> {
         check_device_flags(self.ib_port, self.gid_idx, self.qp_timeout, self.wait_secs)
+    }
+}
+
+/// The flags of the ping-pong lessons (04, 11, 12) that mean the same in all three, as in
+/// `ibv_rc_pingpong`, `ibv_ud_pingpong` and `ibv_srq_pingpong`: the common flags, `-n` and `-r`.
+/// (`-s` and `-m` differ in default or range from lesson to lesson: each lesson declares its own.)
+#[derive(Args, Debug, Clone)]
+pub struct PingPongArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Number of exchanges (round trips), counted over all QPs.
+    #[arg(short = 'n', long = "iters", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000_000))]
+    pub iters: u32,
+    /// Receives kept posted at all times.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub rx_depth: u32,
+}
+
+impl PingPongArgs {
+    /// [`CommonArgs::check`], and `-r` within `rx_depth`, the receives the lesson can keep
+    /// posted (lesson 11 keeps at least 2, lesson 12's SRQ at most 16384).
+    pub fn check(&self, rx_depth: RangeInclusive<u32>) -> Result<()> {
+        self.common.check()?;
+        if !rx_depth.contains(&self.rx_depth) {
+            bail!(
+                "-r {}: this lesson keeps {} to {} receives posted",
+                self.rx_depth,
+                rx_depth.start(),
+                rx_depth.end()
+            );
+        }
+        Ok(())
     }
 }
 
