@@ -46,8 +46,9 @@ use verbs_lab::verbs::{
     AccessFlags, Context, Cq, GidChoice, Mr, Mtu, Payload, Qp, SendOp, SendWr, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    check_device_flags, create_rc_qp, first_mismatch, lesson_main, open_named_device, pattern,
-    pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator, RECV_WRID, SEND_WRID,
+    check_device_flags, check_range, create_rc_qp, first_mismatch, lesson_main, open_named_device,
+    pattern, pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator, RECV_WRID,
+    SEND_WRID,
 };
 
 const PROGRAM: &str = "lesson09_affinity";
@@ -109,22 +110,10 @@ impl std::str::FromStr for CpuPair {
 }
 
 fn check_flags(a: &Args) -> Result<()> {
-    ensure!(
-        (1..=MAX_SIZE).contains(&a.size),
-        "-s {}: messages of 1 to {MAX_SIZE} bytes",
-        a.size
-    );
-    ensure!(
-        (1..=1_000_000).contains(&a.iters),
-        "-n {}: 1 to 1000000 round trips",
-        a.iters
-    );
-    ensure!(a.warmup <= 100_000, "--warmup {}: at most 100000", a.warmup);
-    ensure!(
-        (1..=100).contains(&a.rounds),
-        "-r {}: 1 to 100 rounds",
-        a.rounds
-    );
+    check_range("-s", a.size, 1..=MAX_SIZE, "bytes per message")?;
+    check_range("-n", a.iters, 1..=1_000_000, "round trips")?;
+    check_range("--warmup", a.warmup, 0..=100_000, "round trips")?;
+    check_range("-r", a.rounds, 1..=100, "rounds")?;
     check_device_flags(a.pair.ib_port, a.pair.gid_idx, a.qp_timeout, a.wait_secs)
 }
 

@@ -55,7 +55,7 @@ use nix::sys::time::TimeSpec;
 use nix::time::{clock_gettime, ClockId};
 use verbs_lab::mq::{self, Limits, Queue, PROC_DIR};
 use verbs_lab::workers;
-use verbs_lab_lessons::{parse_args, report_error, usage_error, Narrator};
+use verbs_lab_lessons::{check_range, parse_args, report_error, usage_error, Narrator};
 
 // Part two lives beside this file: the coordinator (steps 9 to 14), a worker process, and the
 // job they agree on. Part one, the tour of the raw calls, is this file.
@@ -110,16 +110,13 @@ struct Args {
 }
 
 fn check_flags(a: &Args) -> Result<()> {
-    ensure!(
-        (1..=MAX_WORKERS).contains(&a.workers),
-        "-k {}: start 1 to {MAX_WORKERS} workers (each costs a queue against `ulimit -q`)",
-        a.workers
-    );
-    ensure!(
-        (1..=MAX_COUNT).contains(&a.count),
-        "-n {}: each worker sums 1 to {MAX_COUNT} numbers",
-        a.count
-    );
+    check_range(
+        "-k",
+        a.workers,
+        1..=MAX_WORKERS,
+        "workers (each costs a queue against `ulimit -q`)",
+    )?;
+    check_range("-n", a.count, 1..=MAX_COUNT, "numbers per worker")?;
     for (flag, w) in [
         ("--kill-worker", a.kill_worker),
         ("--stall-worker", a.stall_worker),

@@ -47,8 +47,9 @@ use verbs_lab::verbs::{
     Sge, WcOpcode, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    check_device_flags, create_rc_qp, create_rc_qp_inline, first_mismatch, lesson_main,
-    open_named_device, pattern, pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator,
+    check_device_flags, check_range, create_rc_qp, create_rc_qp_inline, first_mismatch,
+    lesson_main, open_named_device, pattern, pingpong_recvs, rc_connect_opts, Device,
+    DevicePairArgs, Narrator,
 };
 
 const PROGRAM: &str = "lesson14_tuning";
@@ -93,26 +94,20 @@ struct Args {
 }
 
 fn check_flags(a: &Args) -> Result<()> {
-    ensure!(
-        (8..=4096).contains(&a.size),
-        "-s {}: messages of 8 to 4096 bytes (a sequence number fills the first 8)",
-        a.size
-    );
-    ensure!(
-        (u64::from(DEPTH)..=10_000_000).contains(&u64::from(a.iters)),
-        "-n {}: {DEPTH} to 10000000 writes (every one of the {DEPTH} slots is written and checked)",
-        a.iters
-    );
-    ensure!(
-        (1..=1_000_000).contains(&a.pp_iters),
-        "--pp-iters {}: 1 to 1000000 round trips",
-        a.pp_iters
-    );
-    ensure!(
-        (1..=100).contains(&a.rounds),
-        "-r {}: 1 to 100 rounds",
-        a.rounds
-    );
+    check_range(
+        "-s",
+        a.size,
+        8..=4096,
+        "bytes per message (a sequence number fills the first 8)",
+    )?;
+    check_range(
+        "-n",
+        a.iters,
+        DEPTH..=10_000_000,
+        &format!("writes (every one of the {DEPTH} slots is written and checked)"),
+    )?;
+    check_range("--pp-iters", a.pp_iters, 1..=1_000_000, "round trips")?;
+    check_range("-r", a.rounds, 1..=100, "rounds")?;
     check_device_flags(a.pair.ib_port, a.pair.gid_idx, a.qp_timeout, a.wait_secs)?;
     Ok(())
 }

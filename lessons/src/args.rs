@@ -187,6 +187,25 @@ pub fn check_device_flags(
     Ok(())
 }
 
+/// Refuses `value` of `flag` outside `range`, before any verbs call, with the range taken from
+/// `range` itself (so the message cannot drift from the check) and `what` it counts:
+/// `check_range("-r", 0, 1..=100, "rounds")` fails with `-r 0: 1 to 100 rounds`.
+pub fn check_range<T: PartialOrd + fmt::Display>(
+    flag: &str,
+    value: T,
+    range: RangeInclusive<T>,
+    what: &str,
+) -> Result<()> {
+    if !range.contains(&value) {
+        bail!(
+            "{flag} {value}: {} to {} {what}",
+            range.start(),
+            range.end()
+        );
+    }
+    Ok(())
+}
+
 /// Parses a size with an optional binary suffix: `4096`, `64K`, `1M` (for `-s`).
 pub fn parse_size(s: &str) -> std::result::Result<usize, String> {
     let t = s.trim();
@@ -222,6 +241,16 @@ mod tests {
         assert!(T::parse_from(["x", "-u", "32"]).c.check().is_err());
         assert!(T::parse_from(["x", "--wait", "0"]).c.check().is_err());
         assert!(T::parse_from(["x", "-i", "0"]).c.check().is_err());
+    }
+
+    #[test]
+    fn ranges_are_refused_with_their_own_bounds() {
+        assert!(check_range("-r", 1, 1..=100, "rounds").is_ok());
+        assert!(check_range("-r", 100, 1..=100, "rounds").is_ok());
+        let e = check_range("-r", 0, 1..=100, "rounds").unwrap_err();
+        assert_eq!(e.to_string(), "-r 0: 1 to 100 rounds");
+        let e = check_range("-s", 70_000usize, 1..=65_536, "bytes").unwrap_err();
+        assert_eq!(e.to_string(), "-s 70000: 1 to 65536 bytes");
     }
 
     #[test]
