@@ -46,9 +46,8 @@ use verbs_lab::verbs::{
     AccessFlags, Context, Cq, GidChoice, Mr, Mtu, Payload, Qp, SendOp, SendWr, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    check_device_flags, check_range, create_rc_qp, first_mismatch, lesson_main, open_named_device,
-    pattern, pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator, RECV_WRID,
-    SEND_WRID,
+    check_range, create_rc_qp, first_mismatch, lesson_main, open_named_device, pattern,
+    pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator, RECV_WRID, SEND_WRID,
 };
 
 const PROGRAM: &str = "lesson09_affinity";
@@ -114,7 +113,7 @@ fn check_flags(a: &Args) -> Result<()> {
     check_range("-n", a.iters, 1..=1_000_000, "round trips")?;
     check_range("--warmup", a.warmup, 0..=100_000, "round trips")?;
     check_range("-r", a.rounds, 1..=100, "rounds")?;
-    check_device_flags(a.pair.ib_port, a.pair.gid_idx, a.qp_timeout, a.wait_secs)
+    a.pair.check(a.qp_timeout, a.wait_secs)
 }
 
 fn main() -> ExitCode {

@@ -47,9 +47,8 @@ use verbs_lab::verbs::{
     Sge, WcOpcode, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    check_device_flags, check_range, create_rc_qp, create_rc_qp_inline, first_mismatch,
-    lesson_main, open_named_device, pattern, pingpong_recvs, rc_connect_opts, Device,
-    DevicePairArgs, Narrator,
+    check_range, create_rc_qp, create_rc_qp_inline, first_mismatch, lesson_main, open_named_device,
+    pattern, pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator,
 };
 
 const PROGRAM: &str = "lesson14_tuning";
@@ -108,7 +107,7 @@ fn check_flags(a: &Args) -> Result<()> {
     )?;
     check_range("--pp-iters", a.pp_iters, 1..=1_000_000, "round trips")?;
     check_range("-r", a.rounds, 1..=100, "rounds")?;
-    check_device_flags(a.pair.ib_port, a.pair.gid_idx, a.qp_timeout, a.wait_secs)?;
+    a.pair.check(a.qp_timeout, a.wait_secs)?;
     Ok(())
 }
 

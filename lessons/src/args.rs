@@ -135,6 +135,12 @@ impl DevicePairArgs {
         };
         Ok((a, b))
     }
+
+    /// Refuses `-i`, `-g` and the lesson's own `-u` and `--wait` when they cannot work, before
+    /// any verbs call, as [`CommonArgs::check`] does for the two-sided lessons.
+    pub fn check(&self, qp_timeout: u8, wait_secs: u64) -> Result<()> {
+        check_device_flags(self.ib_port, self.gid_idx, qp_timeout, wait_secs)
+    }
 }
 
 /// Which side of the exchange this process is.
@@ -160,8 +166,8 @@ impl fmt::Display for Role {
 }
 
 /// Refuses device flags that cannot work (`-i`, `-g`, `-u`, `--wait`), before any verbs call:
-/// [`CommonArgs::check`] and the one-process lessons that take these flags without `-d`/`-p`.
-pub fn check_device_flags(
+/// [`CommonArgs::check`] and [`DevicePairArgs::check`].
+fn check_device_flags(
     ib_port: u8,
     gid_idx: Option<u32>,
     qp_timeout: u8,
