@@ -48,7 +48,6 @@ use verbs_lab_lessons::{lesson_main, Narrator};
 
 /// Lesson 01: list the RDMA devices, open them, query device, ports and GID tables.
 #[derive(Parser, Debug)]
-#[command(name = "lesson01_devices")]
 struct Args {
     /// `-d DEV` and `-i N`, as `vl_devinfo` takes them: which devices and ports to look at.
     #[command(flatten)]

@@ -18,7 +18,6 @@ use verbs_lab_lessons::{lesson_main, Narrator};
 
 #[derive(Parser, Debug)]
 #[command(
-    version,
     about = "Lesson 02: PD, MR (access flags, lkey/rkey), CQ, QP (requested vs granted caps), tear-down"
 )]
 struct Args {

@@ -27,7 +27,6 @@ use verbs_lab_lessons::{
 
 #[derive(Parser, Debug)]
 #[command(
-    version,
     about = "Lesson 03: exchange QPN/PSN/LID/GID over TCP and walk an RC QP RESET -> INIT -> RTR -> RTS"
 )]
 struct Args {

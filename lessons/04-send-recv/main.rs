@@ -26,30 +26,21 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     create_rc_qp, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device,
-    pattern, pingpong_recvs, rc_pingpong_handshake, read_peer_record, require_peer_gid, CommonArgs,
-    Narrator, PingPong, RECV_WRID, SEND_WRID,
+    pattern, pingpong_recvs, rc_pingpong_handshake, read_peer_record, require_peer_gid, Narrator,
+    PingPong, PingPongArgs, RECV_WRID, SEND_WRID,
 };
 
 #[derive(Parser, Debug)]
 #[command(
-    version,
     about = "Lesson 04: SEND/RECV ping-pong, wire-compatible with ibv_rc_pingpong; --show-rnr shows a missing receive"
 )]
 struct Args {
     #[command(flatten)]
-    common: CommonArgs,
+    pp: PingPongArgs,
     /// Size of each message in bytes (both sides must use the same).
     #[arg(short = 's', long = "size", default_value_t = 4096,
           value_parser = clap::value_parser!(u32).range(1..=(1 << 30)))]
     size: u32,
-    /// Number of exchanges (round trips).
-    #[arg(short = 'n', long = "iters", default_value_t = 1000,
-          value_parser = clap::value_parser!(u32).range(1..=100_000_000))]
-    iters: u32,
-    /// Receives kept posted at all times.
-    #[arg(short = 'r', long = "rx-depth", default_value_t = 500,
-          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    rx_depth: u32,
     /// Path MTU in bytes (256, 512, 1024, 2048, 4096): at most the port's active MTU, the same
     /// on both sides.
     #[arg(short = 'm', long = "mtu", default_value = "1024")]
@@ -61,7 +52,7 @@ struct Args {
 }
 
 fn run(args: &Args) -> Result<()> {
-    let a = &args.common;
+    let a = &args.pp.common;
     let n = a.narrator();
     let server = a.role().is_server();
     let size = args.size as usize;
@@ -87,9 +78,9 @@ fn run(args: &Args) -> Result<()> {
         .context("ibv_query_device")?
         .max_qp_wr;
     ensure!(
-        i64::from(args.rx_depth) <= i64::from(max_qp_wr),
+        i64::from(args.pp.rx_depth) <= i64::from(max_qp_wr),
         "-r {}: deeper than the device's max_qp_wr of {max_qp_wr}",
-        args.rx_depth
+        args.pp.rx_depth
     );
 
     // 2. Resources (lesson 02). One MR with two halves: received messages land in the first,
@@ -104,9 +95,9 @@ fn run(args: &Args) -> Result<()> {
     // Room for every posted receive plus our one outstanding send.
     let cq = dev
         .ctx
-        .create_cq(args.rx_depth + 1, None)
+        .create_cq(args.pp.rx_depth + 1, None)
         .context("ibv_create_cq")?;
-    let qp = create_rc_qp(&pd, &cq, 1, args.rx_depth)?;
+    let qp = create_rc_qp(&pd, &cq, 1, args.pp.rx_depth)?;
     n.say(format!(
         "MR of {} bytes (lkey {:#x}): receive half at {:#x}, send half at {:#x}; CQ of {} entries; QP {:#08x}",
         mr.len(),
@@ -150,11 +141,11 @@ fn run(args: &Args) -> Result<()> {
     if server && args.show_rnr {
         n.say("--show-rnr: posting NO receive on purpose");
     } else {
-        qp.post_recv(&pingpong_recvs(&recv_sge, args.rx_depth))
+        qp.post_recv(&pingpong_recvs(&recv_sge, args.pp.rx_depth))
             .context("posting the initial receives")?;
         n.say(format!(
             "posted {} receives of {size} bytes, all into the receive half (wr_id {RECV_WRID})",
-            args.rx_depth
+            args.pp.rx_depth
         ));
     }
 
@@ -207,7 +198,7 @@ fn run(args: &Args) -> Result<()> {
     //    peer's message arrived (`pp.pending()` holds the wr_ids still awaited). Every consumed
     //    receive is replaced at once, so rx_depth receives stay posted.
     n.step(5, "Ping-pong: ibv_post_send, ibv_poll_cq, ibv_post_recv");
-    let iters = u64::from(args.iters);
+    let iters = u64::from(args.pp.iters);
     let mut check = Check::Undecided;
     // Our k-th message carries pattern(2k) from the client, pattern(2k+1) from the server.
     let mut pp = PingPong::new(iters, server);
@@ -476,7 +467,7 @@ fn show_rnr(
     remote: &Endpoint,
     before: &[Option<u64>],
 ) -> Result<()> {
-    let a = &args.common;
+    let a = &args.pp.common;
     let size = args.size as usize;
     let counter = |name: &str| sysfs::port_counter(ctx.name(), a.ib_port, name);
     let names = rnr_counters(a.role().is_server());
@@ -578,7 +569,7 @@ fn poll_one_any(cq: &Cq, wait: Duration, what: &str) -> Result<WorkCompletion> {
 fn main() -> ExitCode {
     lesson_main(
         "lesson04_send_recv",
-        |_: &Args| Ok(()),
+        |a: &Args| a.pp.check(1..=1_000_000),
         |a: &Args, ()| run(a),
     )
 }

@@ -70,8 +70,6 @@ impl Notify {
 
 #[derive(Parser, Debug)]
 #[command(
-    name = PROGRAM,
-    version,
     about = "Lesson 05: one-sided RDMA Write into the buffer the peer advertised, checked byte \
              for byte on the target",
     after_help = "Server (the target):  lesson05_rdma_write -d rxe0\n\

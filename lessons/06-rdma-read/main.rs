@@ -46,8 +46,6 @@ const MAX_ROUNDS: u32 = 10_000;
 
 #[derive(Parser, Debug)]
 #[command(
-    name = PROGRAM,
-    version,
     about = "Lesson 06: one-sided RDMA Read of the peer's buffer, several reads outstanding at \
              once, every byte checked",
     after_help = "Server (the target):  lesson06_rdma_read -d rxe0\n\

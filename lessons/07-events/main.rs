@@ -65,8 +65,6 @@ const ACK_BATCH: u32 = 16;
 
 #[derive(Parser, Debug)]
 #[command(
-    name = PROGRAM,
-    version,
     about = "Lesson 07: completion channel vs busy polling — latency and CPU time side by side",
     after_help = "Server:  lesson07_events -d rxe0\n\
                   Client:  lesson07_events -d rxe1 -n 500 --show-race 192.168.77.1\n\

@@ -74,8 +74,6 @@ impl NoAtomic {
 
 #[derive(Parser, Debug)]
 #[command(
-    name = PROGRAM,
-    version,
     about = "Lesson 08: remote fetch-and-add and compare-and-swap on one 8-byte word, from \
              several clients at once",
     after_help = "Server:   lesson08_atomics -d rxe0 --clients 2\n\

@@ -46,7 +46,7 @@ use verbs_lab::verbs::{
     AccessFlags, Context, Cq, GidChoice, Mr, Mtu, Payload, Qp, SendOp, SendWr, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    check_device_flags, create_rc_qp, first_mismatch, lesson_main, open_named_device, pattern,
+    check_range, create_rc_qp, first_mismatch, lesson_main, open_named_device, pattern,
     pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator, RECV_WRID, SEND_WRID,
 };
 
@@ -57,8 +57,6 @@ const RX_DEPTH: u32 = 4;
 
 #[derive(Parser, Debug)]
 #[command(
-    name = PROGRAM,
-    version,
     about = "Lesson 09: CPU affinity — process vs thread masks, NIC locality, and ping-pong latency on the same core, on different cores, unpinned",
     after_help = "Examples:\n  lesson09_affinity\n  lesson09_affinity --dev-a rxe0 --dev-b rxe0 -n 100\n  lesson09_affinity --cpus 1,0"
 )]
@@ -111,23 +109,11 @@ impl std::str::FromStr for CpuPair {
 }
 
 fn check_flags(a: &Args) -> Result<()> {
-    ensure!(
-        (1..=MAX_SIZE).contains(&a.size),
-        "-s {}: messages of 1 to {MAX_SIZE} bytes",
-        a.size
-    );
-    ensure!(
-        (1..=1_000_000).contains(&a.iters),
-        "-n {}: 1 to 1000000 round trips",
-        a.iters
-    );
-    ensure!(a.warmup <= 100_000, "--warmup {}: at most 100000", a.warmup);
-    ensure!(
-        (1..=100).contains(&a.rounds),
-        "-r {}: 1 to 100 rounds",
-        a.rounds
-    );
-    check_device_flags(a.pair.ib_port, a.pair.gid_idx, a.qp_timeout, a.wait_secs)
+    check_range("-s", a.size, 1..=MAX_SIZE, "bytes per message")?;
+    check_range("-n", a.iters, 1..=1_000_000, "round trips")?;
+    check_range("--warmup", a.warmup, 0..=100_000, "round trips")?;
+    check_range("-r", a.rounds, 1..=100, "rounds")?;
+    a.pair.check(a.qp_timeout, a.wait_secs)
 }
 
 fn main() -> ExitCode {

@@ -55,7 +55,7 @@ use nix::sys::time::TimeSpec;
 use nix::time::{clock_gettime, ClockId};
 use verbs_lab::mq::{self, Limits, Queue, PROC_DIR};
 use verbs_lab::workers;
-use verbs_lab_lessons::{report_error, usage_error, Narrator};
+use verbs_lab_lessons::{check_range, parse_args, report_error, usage_error, Narrator};
 
 // Part two lives beside this file: the coordinator (steps 9 to 14), a worker process, and the
 // job they agree on. Part one, the tour of the raw calls, is this file.
@@ -69,8 +69,6 @@ const MAX_COUNT: u64 = 1_000_000_000;
 
 #[derive(Parser, Debug)]
 #[command(
-    name = PROGRAM,
-    version,
     about = "Lesson 10: POSIX message queues — the calls, the limits, and a coordinator with worker processes",
     after_help = "Examples:\n  lesson10_mqueue\n  lesson10_mqueue -k 4 --pin\n  lesson10_mqueue --kill-worker 1\n\
                   Needs no RDMA device. Queues are named /vl10-PID...; all are removed on exit and on Ctrl-C."
@@ -112,16 +110,13 @@ struct Args {
 }
 
 fn check_flags(a: &Args) -> Result<()> {
-    ensure!(
-        (1..=MAX_WORKERS).contains(&a.workers),
-        "-k {}: start 1 to {MAX_WORKERS} workers (each costs a queue against `ulimit -q`)",
-        a.workers
-    );
-    ensure!(
-        (1..=MAX_COUNT).contains(&a.count),
-        "-n {}: each worker sums 1 to {MAX_COUNT} numbers",
-        a.count
-    );
+    check_range(
+        "-k",
+        a.workers,
+        1..=MAX_WORKERS,
+        "workers (each costs a queue against `ulimit -q`)",
+    )?;
+    check_range("-n", a.count, 1..=MAX_COUNT, "numbers per worker")?;
     for (flag, w) in [
         ("--kill-worker", a.kill_worker),
         ("--stall-worker", a.stall_worker),
@@ -146,8 +141,8 @@ fn check_flags(a: &Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
-    check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(&e));
+    let args: Args = parse_args(PROGRAM);
+    check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(PROGRAM, &e));
     if args.limit_probe {
         return match limit_probe_child(&args) {
             Ok(()) => ExitCode::SUCCESS,

@@ -28,30 +28,21 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device, pattern,
-    pingpong_recvs, rc_pingpong_handshake, read_peer_record, require_peer_gid, CommonArgs, Device,
-    Finished, Narrator, PingPong, RECV_WRID, SEND_WRID,
+    pingpong_recvs, rc_pingpong_handshake, read_peer_record, require_peer_gid, Device, Finished,
+    Narrator, PingPong, PingPongArgs, RECV_WRID, SEND_WRID,
 };
 
 #[derive(Parser, Debug)]
 #[command(
-    version,
     about = "Lesson 11: UD ping-pong, wire-compatible with ibv_ud_pingpong; --show-loss sends a datagram that is dropped"
 )]
 struct Args {
     #[command(flatten)]
-    common: CommonArgs,
+    pp: PingPongArgs,
     /// Size of each message in bytes: at most the port's active MTU (both sides the same).
     #[arg(short = 's', long = "size", default_value_t = 2048,
           value_parser = clap::value_parser!(u32).range(1..=4096))]
     size: u32,
-    /// Number of exchanges (round trips).
-    #[arg(short = 'n', long = "iters", default_value_t = 1000,
-          value_parser = clap::value_parser!(u32).range(1..=100_000_000))]
-    iters: u32,
-    /// Receives kept posted at all times.
-    #[arg(short = 'r', long = "rx-depth", default_value_t = 500,
-          value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
-    rx_depth: u32,
     /// Service level of our address handle.
     #[arg(short = 'l', long = "sl", default_value_t = 0,
           value_parser = clap::value_parser!(u8).range(0..=15))]
@@ -69,7 +60,7 @@ const QKEY: u32 = 0x1111_1111;
 const GRH_LEN: usize = 40;
 
 fn run(args: &Args) -> Result<()> {
-    let a = &args.common;
+    let a = &args.pp.common;
     let n = a.narrator();
     let server = a.role().is_server();
     let size = args.size as usize;
@@ -99,7 +90,7 @@ fn run(args: &Args) -> Result<()> {
     let send_sge = mr.sge(GRH_LEN + size..GRH_LEN + 2 * size)?;
     let cq = dev
         .ctx
-        .create_cq(args.rx_depth + 1, None)
+        .create_cq(args.pp.rx_depth + 1, None)
         .context("ibv_create_cq")?;
     let qp = pd
         .create_qp(&QpInitAttr {
@@ -108,7 +99,7 @@ fn run(args: &Args) -> Result<()> {
             qp_type: QpType::Ud,
             caps: QpCaps {
                 max_send_wr: 1,
-                max_recv_wr: args.rx_depth,
+                max_recv_wr: args.pp.rx_depth,
                 max_send_sge: 1,
                 max_recv_sge: 1,
                 max_inline_data: 0,
@@ -131,7 +122,7 @@ fn run(args: &Args) -> Result<()> {
         3,
         "RESET -> INIT (port, Q_Key) -> RTR -> RTS (sq_psn): no peer named anywhere",
     );
-    let local = ready_ud_qp(&qp, &dev, a.ib_port, &recv_sge, args.rx_depth, &n)?;
+    let local = ready_ud_qp(&qp, &dev, a.ib_port, &recv_sge, args.pp.rx_depth, &n)?;
 
     // 4. The handshake of ibv_ud_pingpong, which is ibv_rc_pingpong's (lesson 04): the
     //    endpoint records cross; each side then builds an address handle to the other.
@@ -236,9 +227,9 @@ fn ping_pong(
     n: &Narrator,
 ) -> Result<(Finished, Check)> {
     let size = ctx.size;
-    let server = args.common.role().is_server();
+    let server = args.pp.common.role().is_server();
     let mut check = Check::Undecided;
-    let mut pp = PingPong::new(u64::from(args.iters), server);
+    let mut pp = PingPong::new(u64::from(args.pp.iters), server);
     if !server {
         pp.sending();
         ctx.send(mr, dest, pattern(pp.our_seq(), size), n, true)?;
@@ -587,7 +578,7 @@ fn show_loss(
 fn main() -> ExitCode {
     lesson_main(
         "lesson11_ud",
-        |a: &Args| a.common.check(),
+        |a: &Args| a.pp.check(2..=1_000_000),
         |a: &Args, ()| run(a),
     )
 }

@@ -32,18 +32,17 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     connect_opts, decode_rc_pingpong, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect,
-    open_device, pattern, print_pingpong_summary, rc_pingpong_handshake, CommonArgs, Narrator,
+    open_device, pattern, print_pingpong_summary, rc_pingpong_handshake, Narrator, PingPongArgs,
     RC_PINGPONG_RECORD_LEN,
 };
 
 #[derive(Parser, Debug)]
 #[command(
-    version,
     about = "Lesson 12: one SRQ for many QPs, the SRQ limit and async events; wire-compatible with ibv_srq_pingpong"
 )]
 struct Args {
     #[command(flatten)]
-    common: CommonArgs,
+    pp: PingPongArgs,
     /// Size of each message in bytes (both sides the same).
     #[arg(short = 's', long = "size", default_value_t = 4096,
           value_parser = clap::value_parser!(u32).range(1..=65536))]
@@ -55,14 +54,6 @@ struct Args {
     #[arg(long = "num-qp", default_value_t = 16,
           value_parser = clap::value_parser!(u32).range(1..=255))]
     num_qp: u32,
-    /// Receives the SRQ holds.
-    #[arg(short = 'r', long = "rx-depth", default_value_t = 500,
-          value_parser = clap::value_parser!(u32).range(2..=16384))]
-    rx_depth: u32,
-    /// Messages each way, over all QPs together.
-    #[arg(short = 'n', long = "iters", default_value_t = 1000,
-          value_parser = clap::value_parser!(u32).range(1..=100_000_000))]
-    iters: u32,
     /// SRQ limit: IBV_EVENT_SRQ_LIMIT_REACHED fires when fewer receives remain [default: rx-depth / 2]
     #[arg(long = "srq-limit")]
     srq_limit: Option<u32>,
@@ -81,12 +72,12 @@ const MARKER_GID: [u8; 16] = *b"lesson12 srq v1\0";
 const SEND_WRID: u64 = u64::MAX;
 
 fn run(args: &Args) -> Result<()> {
-    let a = &args.common;
+    let a = &args.pp.common;
     let n = a.narrator();
     let size = args.size as usize;
     let num_qp = args.num_qp as usize;
-    let depth = args.rx_depth as usize;
-    let limit = args.srq_limit.unwrap_or(args.rx_depth / 2);
+    let depth = args.pp.rx_depth as usize;
+    let limit = args.srq_limit.unwrap_or(args.pp.rx_depth / 2);
 
     n.step(1, "Open the device (lesson 01)");
     let dev = open_device(a, &n)?;
@@ -100,13 +91,15 @@ fn run(args: &Args) -> Result<()> {
         .context("ibv_reg_mr")?;
     let cq = dev
         .ctx
-        .create_cq(args.rx_depth + args.num_qp, None)
+        .create_cq(args.pp.rx_depth + args.num_qp, None)
         .context("ibv_create_cq")?;
-    let srq = pd.create_srq(args.rx_depth, 1).context("ibv_create_srq")?;
+    let srq = pd
+        .create_srq(args.pp.rx_depth, 1)
+        .context("ibv_create_srq")?;
     let granted = srq.query().context("ibv_query_srq")?;
     n.say(format!(
         "ibv_create_srq: max_wr {} (asked {}), max_sge {}, srq_limit {} (disarmed)",
-        granted.max_wr, args.rx_depth, granted.max_sge, granted.srq_limit
+        granted.max_wr, args.pp.rx_depth, granted.max_sge, granted.srq_limit
     ));
     let qps = create_srq_qps(&pd, &cq, &srq, num_qp)?;
     n.say(format!(
@@ -280,7 +273,7 @@ fn traffic(
     events: &Events,
     n: &Narrator,
 ) -> Result<()> {
-    let a = &args.common;
+    let a = &args.pp.common;
     let server = a.role().is_server();
     let num_qp = qps.len();
 
@@ -352,13 +345,13 @@ fn traffic(
         wait: a.wait(),
         check_pattern: lesson12_peer,
         server,
-        limit: args.srq_limit.unwrap_or(args.rx_depth / 2),
+        limit: args.srq_limit.unwrap_or(args.pp.rx_depth / 2),
     };
     if args.show_port_down {
         return pp.port_down(mr, conn, events, n);
     }
     drop(conn);
-    pp.run(mr, u64::from(args.iters), n)
+    pp.run(mr, u64::from(args.pp.iters), n)
 }
 
 /// Parses the peer's records: the first `num_qp` must be QPs, and the marker says lesson12.
@@ -730,18 +723,18 @@ impl PingPong<'_> {
 
 /// Refuses flags that cannot work, before any verbs call (a usage error, exit 2).
 fn check_flags(args: &Args) -> Result<()> {
-    args.common.check()?;
-    if args.num_qp > args.rx_depth {
+    args.pp.check(2..=16384)?;
+    if args.num_qp > args.pp.rx_depth {
         bail!(
             "--num-qp {} with -r {}: the SRQ needs at least one receive per QP",
             args.num_qp,
-            args.rx_depth
+            args.pp.rx_depth
         );
     }
-    if let Some(l) = args.srq_limit.filter(|&l| l >= args.rx_depth) {
+    if let Some(l) = args.srq_limit.filter(|&l| l >= args.pp.rx_depth) {
         bail!(
             "--srq-limit {l}: must be below -r {} (the SRQ never holds more receives)",
-            args.rx_depth
+            args.pp.rx_depth
         );
     }
     Ok(())

@@ -30,7 +30,7 @@ use verbs_lab::verbs::{
     AccessFlags, CmEvent, CmEventKind, CmId, ConnParam, Cq, EventChannel, Mr, Payload, PortSpace,
     Qp, QpCaps, QpInitAttr, QpType, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode, WorkCompletion,
 };
-use verbs_lab_lessons::{report_error, Narrator};
+use verbs_lab_lessons::{parse_args, report_error, Narrator};
 
 /// rping's default port.
 const RPING_PORT: u16 = 7174;
@@ -40,7 +40,6 @@ const MAX_SIZE: u32 = 65535;
 
 #[derive(Parser, Debug)]
 #[command(
-    version,
     about = "Lesson 13: rdma_cm — resolve, connect/accept, private data, disconnect; rping-compatible"
 )]
 struct Args {
@@ -753,7 +752,7 @@ fn client(args: &Args, host: &str, n: &Narrator) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
+    let args: Args = parse_args("lesson13_rdma_cm");
     let n = Narrator { quiet: args.quiet };
     let r = match &args.host {
         None => server(&args, &n),

@@ -47,8 +47,8 @@ use verbs_lab::verbs::{
     Sge, WcOpcode, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    check_device_flags, create_rc_qp, create_rc_qp_inline, first_mismatch, lesson_main,
-    open_named_device, pattern, pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator,
+    check_range, create_rc_qp, create_rc_qp_inline, first_mismatch, lesson_main, open_named_device,
+    pattern, pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator,
 };
 
 const PROGRAM: &str = "lesson14_tuning";
@@ -63,8 +63,6 @@ const PROBE_DEPTH: u32 = 4;
 
 #[derive(Parser, Debug)]
 #[command(
-    name = PROGRAM,
-    version,
     about = "Lesson 14: performance tuning — signaling, inline, post lists, batched polling, events, CPU placement, CQ moderation — each measured",
     after_help = "Examples:\n  lesson14_tuning\n  lesson14_tuning -n 4000 --pp-iters 400 -r 5\n  lesson14_tuning --dev-a rxe0 --dev-b rxe0"
 )]
@@ -95,27 +93,21 @@ struct Args {
 }
 
 fn check_flags(a: &Args) -> Result<()> {
-    ensure!(
-        (8..=4096).contains(&a.size),
-        "-s {}: messages of 8 to 4096 bytes (a sequence number fills the first 8)",
-        a.size
-    );
-    ensure!(
-        (u64::from(DEPTH)..=10_000_000).contains(&u64::from(a.iters)),
-        "-n {}: {DEPTH} to 10000000 writes (every one of the {DEPTH} slots is written and checked)",
-        a.iters
-    );
-    ensure!(
-        (1..=1_000_000).contains(&a.pp_iters),
-        "--pp-iters {}: 1 to 1000000 round trips",
-        a.pp_iters
-    );
-    ensure!(
-        (1..=100).contains(&a.rounds),
-        "-r {}: 1 to 100 rounds",
-        a.rounds
-    );
-    check_device_flags(a.pair.ib_port, a.pair.gid_idx, a.qp_timeout, a.wait_secs)?;
+    check_range(
+        "-s",
+        a.size,
+        8..=4096,
+        "bytes per message (a sequence number fills the first 8)",
+    )?;
+    check_range(
+        "-n",
+        a.iters,
+        DEPTH..=10_000_000,
+        &format!("writes (every one of the {DEPTH} slots is written and checked)"),
+    )?;
+    check_range("--pp-iters", a.pp_iters, 1..=1_000_000, "round trips")?;
+    check_range("-r", a.rounds, 1..=100, "rounds")?;
+    a.pair.check(a.qp_timeout, a.wait_secs)?;
     Ok(())
 }
 
@@ -926,20 +918,44 @@ fn print_table(
 ) {
     let find = |key: &str| cases.iter().position(|c| c.key == key);
     let med = |i: usize| median(results[i].iter().map(Measured::value).collect());
-    // (knob, variant, case key) — the first variant of a knob is its baseline.
-    let rows: [(&str, &str, &str); 12] = [
-        ("signaling", "every WR signaled", "sig1"),
-        ("signaling", "every 16th signaled", "sig16"),
-        ("inline", "off (NIC reads the SGE)", "sig16"),
-        ("inline", "IBV_SEND_INLINE", "inline"),
-        ("post list", "1 WR per ibv_post_send", "sig16"),
-        ("post list", "16 WRs per ibv_post_send", "list16"),
-        ("poll batch", "ibv_poll_cq n=1", "poll1"),
-        ("poll batch", "ibv_poll_cq n=16", "sig1"),
-        ("wait", "busy polling", "busy"),
-        ("wait", "events (channel)", "events"),
-        ("placement", "same core", "same-core"),
-        ("placement", "different cores", "diff-cores"),
+    // (knob, its baseline, its variant), each a (setting, case key).
+    let knobs: [(&str, [(&str, &str); 2]); 6] = [
+        (
+            "signaling",
+            [
+                ("every WR signaled", "sig1"),
+                ("every 16th signaled", "sig16"),
+            ],
+        ),
+        (
+            "inline",
+            [
+                ("off (NIC reads the SGE)", "sig16"),
+                ("IBV_SEND_INLINE", "inline"),
+            ],
+        ),
+        (
+            "post list",
+            [
+                ("1 WR per ibv_post_send", "sig16"),
+                ("16 WRs per ibv_post_send", "list16"),
+            ],
+        ),
+        (
+            "poll batch",
+            [("ibv_poll_cq n=1", "poll1"), ("ibv_poll_cq n=16", "sig1")],
+        ),
+        (
+            "wait",
+            [("busy polling", "busy"), ("events (channel)", "events")],
+        ),
+        (
+            "placement",
+            [
+                ("same core", "same-core"),
+                ("different cores", "diff-cores"),
+            ],
+        ),
     ];
     println!(
         "\n{} bytes per message; stream: {} RDMA WRITEs per run, 64 in flight; ping-pong: {} \
@@ -950,50 +966,48 @@ fn print_table(
         "{:<11} {:<26} {:>14} {:>8}  detail (last round)",
         "knob", "setting", "result", "ratio"
     );
-    let mut base = f64::NAN;
-    let mut knob = "";
-    for (k, variant, key) in rows {
-        if k != knob {
-            knob = k;
-            base = f64::NAN;
-        }
-        let Some(i) = find(key) else {
-            println!("{k:<11} {variant:<26} {:>14} {:>8}  not run here", "-", "-");
-            continue;
-        };
-        let v = med(i);
-        if base.is_nan() {
-            base = v;
-        }
-        let last = results[i].last().expect("at least one round");
-        let (result, ratio, detail) = match *last {
-            Measured::Stream {
-                msgs,
-                post_calls,
-                wcs,
-                fruitful_polls,
-                ..
-            } => (
-                format!("{v:.1} kmsg/s"),
-                v / base,
-                format!(
-                    "{msgs} writes: {post_calls} ibv_post_send, {wcs} completions in \
+    for (k, settings) in knobs {
+        // The first setting run is the knob's baseline.
+        let mut base = f64::NAN;
+        for (variant, key) in settings {
+            let Some(i) = find(key) else {
+                println!("{k:<11} {variant:<26} {:>14} {:>8}  not run here", "-", "-");
+                continue;
+            };
+            let v = med(i);
+            if base.is_nan() {
+                base = v;
+            }
+            let last = results[i].last().expect("at least one round");
+            let (result, ratio, detail) = match *last {
+                Measured::Stream {
+                    msgs,
+                    post_calls,
+                    wcs,
+                    fruitful_polls,
+                    ..
+                } => (
+                    format!("{v:.1} kmsg/s"),
+                    v / base,
+                    format!(
+                        "{msgs} writes: {post_calls} ibv_post_send, {wcs} completions in \
                      {fruitful_polls} ibv_poll_cq"
+                    ),
                 ),
-            ),
-            Measured::PingPong { cpu_share, .. } => (
-                format!("{v:.0} µs RTT"),
-                base / v,
-                format!(
-                    "client thread on a CPU {:.0}% of its run",
-                    cpu_share * 100.0
+                Measured::PingPong { cpu_share, .. } => (
+                    format!("{v:.0} µs RTT"),
+                    base / v,
+                    format!(
+                        "client thread on a CPU {:.0}% of its run",
+                        cpu_share * 100.0
+                    ),
                 ),
-            ),
-        };
-        println!(
-            "{k:<11} {variant:<26} {result:>14} {:>7.2}x  {detail}",
-            ratio
-        );
+            };
+            println!(
+                "{k:<11} {variant:<26} {result:>14} {:>7.2}x  {detail}",
+                ratio
+            );
+        }
     }
     println!("{:<11} {:<26} {moderation}", "moderation", "ibv_modify_cq");
     println!(

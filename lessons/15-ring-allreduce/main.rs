@@ -40,7 +40,7 @@ use verbs_lab::coll::kernels::{load_value, store_value};
 use verbs_lab::coll::schedule::{chunk, ring_offset, Action};
 use verbs_lab::coll::{env, launch, Comm, CommOpts, DataType, RankFlags, RedOp};
 use verbs_lab::wire::{Reader, WireError, Writer};
-use verbs_lab_lessons::Narrator;
+use verbs_lab_lessons::{parse_args, Narrator};
 
 #[derive(Parser, Debug)]
 #[command(about = "Lesson 15: a ring all-reduce over RDMA, every step shown")]
@@ -77,7 +77,7 @@ struct Seen {
 }
 
 fn main() -> ExitCode {
-    let args: Args = verbs_lab::cli::parse();
+    let args: Args = parse_args("lesson15_ring_allreduce");
     if let Some(np) = args.np {
         if args.rank.is_none() {
             // Step 1, the launcher's half: start the ranks and wait for them.

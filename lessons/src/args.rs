@@ -1,8 +1,9 @@
 //! The command line every lesson shares: the two-sided lessons' [`CommonArgs`] (perftest-style:
-//! the server is started without a host, the client with the server's), the one-process
-//! lessons' [`DevicePairArgs`], and the checks that refuse a flag before any verbs call.
+//! the server is started without a host, the client with the server's), the ping-pong lessons'
+//! [`PingPongArgs`], the one-process lessons' [`DevicePairArgs`], and the checks that refuse a flag before any verbs call.
 
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
@@ -59,6 +60,40 @@ impl CommonArgs {
     }
 }
 
+/// The flags of the ping-pong lessons (04, 11, 12) that mean the same in all three, as in
+/// `ibv_rc_pingpong`, `ibv_ud_pingpong` and `ibv_srq_pingpong`: the common flags, `-n` and `-r`.
+/// (`-s` and `-m` differ in default or range from lesson to lesson: each lesson declares its own.)
+#[derive(Args, Debug, Clone)]
+pub struct PingPongArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Number of exchanges (round trips), counted over all QPs.
+    #[arg(short = 'n', long = "iters", default_value_t = 1000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000_000))]
+    pub iters: u32,
+    /// Receives kept posted at all times.
+    #[arg(short = 'r', long = "rx-depth", default_value_t = 500,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub rx_depth: u32,
+}
+
+impl PingPongArgs {
+    /// [`CommonArgs::check`], and `-r` within `rx_depth`, the receives the lesson can keep
+    /// posted (lesson 11 keeps at least 2, lesson 12's SRQ at most 16384).
+    pub fn check(&self, rx_depth: RangeInclusive<u32>) -> Result<()> {
+        self.common.check()?;
+        if !rx_depth.contains(&self.rx_depth) {
+            bail!(
+                "-r {}: this lesson keeps {} to {} receives posted",
+                self.rx_depth,
+                rx_depth.start(),
+                rx_depth.end()
+            );
+        }
+        Ok(())
+    }
+}
+
 /// The devices of the lessons that hold both ends in one process (09, 14): a QP on `--dev-a`
 /// (the client, which sends) connected to a QP on `--dev-b` (the server), both on port `-i`
 /// with GID index `-g`.
@@ -100,6 +135,12 @@ impl DevicePairArgs {
         };
         Ok((a, b))
     }
+
+    /// Refuses `-i`, `-g` and the lesson's own `-u` and `--wait` when they cannot work, before
+    /// any verbs call, as [`CommonArgs::check`] does for the two-sided lessons.
+    pub fn check(&self, qp_timeout: u8, wait_secs: u64) -> Result<()> {
+        check_device_flags(self.ib_port, self.gid_idx, qp_timeout, wait_secs)
+    }
 }
 
 /// Which side of the exchange this process is.
@@ -125,8 +166,8 @@ impl fmt::Display for Role {
 }
 
 /// Refuses device flags that cannot work (`-i`, `-g`, `-u`, `--wait`), before any verbs call:
-/// [`CommonArgs::check`] and the one-process lessons that take these flags without `-d`/`-p`.
-pub fn check_device_flags(
+/// [`CommonArgs::check`] and [`DevicePairArgs::check`].
+fn check_device_flags(
     ib_port: u8,
     gid_idx: Option<u32>,
     qp_timeout: u8,
@@ -148,6 +189,25 @@ pub fn check_device_flags(
     }
     if wait_secs == 0 {
         bail!("--wait 0: every wait needs at least 1 s, or nothing could ever arrive");
+    }
+    Ok(())
+}
+
+/// Refuses `value` of `flag` outside `range`, before any verbs call, with the range taken from
+/// `range` itself (so the message cannot drift from the check) and `what` it counts:
+/// `check_range("-r", 0, 1..=100, "rounds")` fails with `-r 0: 1 to 100 rounds`.
+pub fn check_range<T: PartialOrd + fmt::Display>(
+    flag: &str,
+    value: T,
+    range: RangeInclusive<T>,
+    what: &str,
+) -> Result<()> {
+    if !range.contains(&value) {
+        bail!(
+            "{flag} {value}: {} to {} {what}",
+            range.start(),
+            range.end()
+        );
     }
     Ok(())
 }
@@ -187,6 +247,16 @@ mod tests {
         assert!(T::parse_from(["x", "-u", "32"]).c.check().is_err());
         assert!(T::parse_from(["x", "--wait", "0"]).c.check().is_err());
         assert!(T::parse_from(["x", "-i", "0"]).c.check().is_err());
+    }
+
+    #[test]
+    fn ranges_are_refused_with_their_own_bounds() {
+        assert!(check_range("-r", 1, 1..=100, "rounds").is_ok());
+        assert!(check_range("-r", 100, 1..=100, "rounds").is_ok());
+        let e = check_range("-r", 0, 1..=100, "rounds").unwrap_err();
+        assert_eq!(e.to_string(), "-r 0: 1 to 100 rounds");
+        let e = check_range("-s", 70_000usize, 1..=65_536, "bytes").unwrap_err();
+        assert_eq!(e.to_string(), "-s 70000: 1 to 65536 bytes");
     }
 
     #[test]

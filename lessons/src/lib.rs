@@ -13,7 +13,8 @@
 //! | [`pingpong`] | `ibv_rc_pingpong`'s record, handshake, wr_ids, loop bookkeeping and summary lines | 04, 11, 12 |
 //!
 //! Everything is also at the crate's root (`use verbs_lab_lessons::{open_device, Narrator}`),
-//! together with the `main` of the lessons ([`lesson_main`]).
+//! together with the `main` of the lessons ([`lesson_main`]) and the parsing of their command
+//! lines ([`parse_args`]).
 
 #![forbid(unsafe_code)]
 
@@ -28,7 +29,7 @@ pub mod pingpong;
 pub mod qp;
 pub mod terms;
 
-pub use args::{check_device_flags, parse_size, CommonArgs, DevicePairArgs, Role};
+pub use args::{check_range, parse_size, CommonArgs, DevicePairArgs, PingPongArgs, Role};
 pub use data::{first_mismatch, pattern};
 pub use device::{open_device, open_named_device, poll_one_explained, Device};
 pub use narrator::{say_mr, Narrator};
@@ -47,27 +48,46 @@ pub fn report_error(program: &str, e: &anyhow::Error) -> std::process::ExitCode 
     verbs_lab::cli::failed(program, e)
 }
 
+/// The clap command of the lesson `program`: `A`'s flags, named `program` and carrying the
+/// crate's version. Every lesson's command is named here, once, so that `--version`, the usage
+/// line of an error and the man page say the lesson's name rather than the package's.
+pub fn lesson_command<A: clap::CommandFactory>(program: &'static str) -> clap::Command {
+    A::command()
+        .name(program)
+        .version(env!("CARGO_PKG_VERSION"))
+}
+
+/// Parses the command line of the lesson `program` ([`lesson_command`]); with
+/// `verbs_lab::cli::GENERATE_ENV` set, writes the man page and completions instead and exits
+/// (`verbs_lab::cli::generate_if_asked`). A bad flag ends the program as clap ends it (exit 2).
+pub fn parse_args<A: clap::Parser>(program: &'static str) -> A {
+    verbs_lab::cli::generate_if_asked(|| lesson_command::<A>(program));
+    let mut cmd = lesson_command::<A>(program);
+    let mut matches = cmd.get_matches_mut();
+    A::from_arg_matches_mut(&mut matches).unwrap_or_else(|e| e.format(&mut cmd).exit())
+}
+
 /// The `main` of every lesson but 10, 13 and 15 (which start workers or choose a role
-/// first): parse the flags (`verbs_lab::cli::parse`), refuse what `check`
-/// refuses before any verbs call (a usage error, exit 2, [`usage_error`]), then `run` with what
-/// `check` returned; an error from `run` is reported by [`report_error`] (exit 1).
+/// first): parse the flags ([`parse_args`]), refuse what `check` refuses before any verbs call
+/// (a usage error, exit 2, [`usage_error`]), then `run` with what `check` returned; an error
+/// from `run` is reported by [`report_error`] (exit 1).
 pub fn lesson_main<A: clap::Parser, T>(
-    program: &str,
+    program: &'static str,
     check: impl FnOnce(&A) -> Result<T>,
     run: impl FnOnce(&A, T) -> Result<()>,
 ) -> std::process::ExitCode {
-    let args: A = verbs_lab::cli::parse();
-    let checked = check(&args).unwrap_or_else(|e| usage_error::<A>(&e));
+    let args: A = parse_args(program);
+    let checked = check(&args).unwrap_or_else(|e| usage_error::<A>(program, &e));
     match run(&args, checked) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => report_error(program, &e),
     }
 }
 
-/// Ends the program the way clap ends it for a bad flag — `error: MESSAGE`, the usage line,
-/// exit status 2 — for refusals found after parsing but before any verbs call.
-pub fn usage_error<P: clap::CommandFactory>(e: &anyhow::Error) -> ! {
-    P::command()
+/// Ends the lesson `program` the way clap ends it for a bad flag — `error: MESSAGE`, the usage
+/// line, exit status 2 — for refusals found after parsing but before any verbs call.
+pub fn usage_error<P: clap::CommandFactory>(program: &'static str, e: &anyhow::Error) -> ! {
+    lesson_command::<P>(program)
         .error(clap::error::ErrorKind::ValueValidation, format!("{e:#}"))
         .exit()
 }

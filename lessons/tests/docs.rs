@@ -29,3 +29,37 @@ fn every_binary_documents_itself() {
             .unwrap_or_else(|e| panic!("{e}"));
     }
 }
+
+/// Every lesson's command is named by `verbs_lab_lessons::lesson_command`, whatever its struct
+/// says: `--version` prints the lesson's own name (not the package's) and the version.
+#[test]
+fn every_lesson_names_itself_in_its_version() {
+    for exe in [
+        env!("CARGO_BIN_EXE_lesson01_devices"),
+        env!("CARGO_BIN_EXE_lesson02_resources"),
+        env!("CARGO_BIN_EXE_lesson03_connect"),
+        env!("CARGO_BIN_EXE_lesson04_send_recv"),
+        env!("CARGO_BIN_EXE_lesson05_rdma_write"),
+        env!("CARGO_BIN_EXE_lesson06_rdma_read"),
+        env!("CARGO_BIN_EXE_lesson07_events"),
+        env!("CARGO_BIN_EXE_lesson08_atomics"),
+        env!("CARGO_BIN_EXE_lesson09_affinity"),
+        env!("CARGO_BIN_EXE_lesson10_mqueue"),
+        env!("CARGO_BIN_EXE_lesson11_ud"),
+        env!("CARGO_BIN_EXE_lesson12_srq_events"),
+        env!("CARGO_BIN_EXE_lesson13_rdma_cm"),
+        env!("CARGO_BIN_EXE_lesson14_tuning"),
+        env!("CARGO_BIN_EXE_lesson15_ring_allreduce"),
+    ] {
+        let o = std::process::Command::new(exe)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("{exe} runs: {e}"));
+        let name = Path::new(exe).file_name().unwrap().to_string_lossy();
+        assert!(o.status.success(), "{name} --version: {}", o.status);
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            format!("{name} {}\n", env!("CARGO_PKG_VERSION"))
+        );
+    }
+}

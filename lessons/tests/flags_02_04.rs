@@ -53,6 +53,21 @@ fn lesson04_refuses_zero_iterations_and_zero_rx_depth() {
 }
 
 #[test]
+fn lesson04_checks_the_common_flags_before_the_device() {
+    assert_refused(
+        L04,
+        &["-u", "32"],
+        "-u 32: the QP ack timeout is a 5-bit exponent",
+    );
+    assert_refused(L04, &["-i", "0"], "-i 0: ports are numbered from 1");
+    assert_refused(
+        L04,
+        &["--wait", "0"],
+        "--wait 0: every wait needs at least 1 s",
+    );
+}
+
+#[test]
 fn lesson04_refuses_a_size_beyond_any_buffer() {
     assert_refused(L04, &["-s", "2147483648"], "not in 1..=1073741824");
 }

@@ -37,6 +37,32 @@ fn ud_common_flags_are_checked() {
 }
 
 #[test]
+fn each_lesson_keeps_its_own_range_of_receives() {
+    assert_refused(
+        L11,
+        &["-r", "1"],
+        "-r 1: this lesson keeps 2 to 1000000 receives posted",
+    );
+    assert_refused(
+        L12,
+        &["-r", "1"],
+        "-r 1: this lesson keeps 2 to 16384 receives posted",
+    );
+    assert_refused(
+        L12,
+        &["-r", "16385"],
+        "-r 16385: this lesson keeps 2 to 16384 receives posted",
+    );
+    for bin in [L11, L12] {
+        assert_refused(
+            bin,
+            &["-r", "0"],
+            "invalid value '0' for '--rx-depth <RX_DEPTH>'",
+        );
+    }
+}
+
+#[test]
 fn srq_needs_a_receive_per_qp_and_a_limit_below_its_size() {
     assert_refused(
         L12,
