@@ -95,7 +95,7 @@ fn simulate(
             if !ranks[r].in_flight.is_empty() && rng.next() % 3 != 0 {
                 let me = &mut ranks[r];
                 let i = me.in_flight.pop_front().unwrap();
-                let range = me.plan.sends[i].range.clone();
+                let range = me.plan.sends[i].piece.range.clone();
                 let bytes = me.src.as_ref().unwrap_or(&me.buf)[range].to_vec();
                 me.completed += 1;
                 ranks[(r + 1) % n].incoming.push_back(bytes);
@@ -112,8 +112,8 @@ fn simulate(
                     break;
                 }
                 let data = me.incoming.pop_front().unwrap();
-                assert_eq!(data.len(), m.range.len(), "message size vs the plan");
-                let dst = &mut me.buf[m.range.clone()];
+                assert_eq!(data.len(), m.piece.range.len(), "message size vs the plan");
+                let dst = &mut me.buf[m.piece.range.clone()];
                 match m.action {
                     Action::Reduce => kernels::reduce(dtype, op, dst, &data).unwrap(),
                     Action::Copy => dst.copy_from_slice(&data),
@@ -262,7 +262,7 @@ fn all_reduce_sends_two_n_minus_one_over_n_of_the_buffer() {
             let p = plan(Coll::AllReduce, r, n, count, 4, 256).unwrap();
             assert_eq!(p.bytes_sent(), 2 * (n - 1) * count * 4 / n);
             assert_eq!(
-                p.recvs.iter().map(|m| m.range.len()).sum::<usize>(),
+                p.recvs.iter().map(|m| m.piece.range.len()).sum::<usize>(),
                 p.bytes_sent()
             );
             let rs = plan(Coll::ReduceScatter, r, n, count, 4, 256).unwrap();
@@ -281,7 +281,38 @@ fn pieces_never_exceed_a_slot_and_are_whole_elements() {
     ] {
         let p = plan(coll, 1, 3, 1001, 8, 100).unwrap();
         for m in &p.sends {
-            assert!(m.range.len() <= 96 && m.range.len() % 8 == 0 && !m.range.is_empty());
+            assert!(
+                m.piece.range.len() <= 96
+                    && m.piece.range.len() % 8 == 0
+                    && !m.piece.range.is_empty()
+            );
+        }
+    }
+}
+
+/// Both ends of a link plan the same messages: what rank r sends, piece for piece (step, chunk
+/// and bytes), is what rank r+1 expects from its left — also when some chunks are empty.
+#[test]
+fn each_rank_sends_what_its_right_neighbour_expects() {
+    for n in 2..=6 {
+        for count in [1, n - 1, n, 7 * n + 3, 1000] {
+            for coll in [
+                Coll::AllReduce,
+                Coll::ReduceScatter,
+                Coll::AllGather,
+                Coll::Broadcast { root: n - 1 },
+                Coll::SendRecv,
+            ] {
+                let plans: Vec<Plan> = (0..n)
+                    .map(|r| plan(coll, r, n, count, 4, 64).unwrap())
+                    .collect();
+                for r in 0..n {
+                    let sent: Vec<_> = plans[r].sends.iter().map(|m| &m.piece).collect();
+                    let expected: Vec<_> =
+                        plans[(r + 1) % n].recvs.iter().map(|m| &m.piece).collect();
+                    assert_eq!(sent, expected, "{coll:?} n={n} count={count} rank {r}");
+                }
+            }
         }
     }
 }

@@ -204,8 +204,8 @@ fn run(args: &Args) -> Result<()> {
     let log = seen.clone();
     comm.set_tracer(Some(Box::new(move |e| {
         log.borrow_mut().push(Seen {
-            step: e.msg.step as u32,
-            chunk: e.msg.chunk as u32,
+            step: e.msg.piece.step as u32,
+            chunk: e.msg.piece.chunk as u32,
             reduced: e.msg.action == Action::Reduce,
             vector: e
                 .buffer

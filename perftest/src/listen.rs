@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use verbs_lab::oob::{Listener, OobError, Refuser};
+use verbs_lab::wire::WireError;
 
 use crate::params::Config;
 use crate::proto::{
@@ -129,7 +130,7 @@ pub fn server_hello(ours: &Hello, ch: &mut Channel) -> Result<Greeting> {
         Err(ChanError::Proto { err, .. }) => {
             ch.send_error("not a verbs-lab HELLO: this is a verbs-lab vl_* server");
             stray(match err {
-                ProtoError::BadValue { field, .. } if field == "frame length" => {
+                ProtoError::Wire(WireError::Invalid { what, .. }) if what == "frame length" => {
                     "it does not speak the verbs-lab protocol (a perftest ib_* client?)".into()
                 }
                 e => format!("its opening bytes are not a HELLO ({e})"),

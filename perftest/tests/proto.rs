@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use verbs_lab::oob;
 use verbs_lab::verbs::Gid;
-use verbs_lab::wire::XorShift;
+use verbs_lab::wire::{WireError, XorShift};
 use vl_perftest::proto::{
     check_hello, decode, encode, Accept, Barrier, ChanError, Channel, Endpoints, Hello, Msg, Phase,
     ProtoError, QpEndpoint, Tally, WireRow, MAGIC, MAX_FRAME, MAX_KEY, MAX_NAME, MAX_PARAMS,
@@ -97,7 +97,10 @@ fn every_truncation_is_refused() {
         for cut in 0..rec.len() {
             let e = decode(&rec[..cut]).expect_err(&format!("{} cut at {cut}", m.name()));
             assert!(
-                matches!(e, ProtoError::Truncated { .. } | ProtoError::Empty),
+                matches!(
+                    e,
+                    ProtoError::Wire(WireError::Truncated { .. }) | ProtoError::Empty
+                ),
                 "{} cut at {cut}: {e}",
                 m.name()
             );
@@ -113,7 +116,7 @@ fn trailing_bytes_are_refused() {
         rec.push(0);
         assert_eq!(
             decode(&rec),
-            Err(ProtoError::Trailing { extra: 1 }),
+            Err(ProtoError::Wire(WireError::Trailing { extra: 1 })),
             "{}",
             m.name()
         );
@@ -131,8 +134,8 @@ fn oversized_counts_and_lengths_are_refused_before_allocating() {
     rec.extend_from_slice(&[1, 1, 255]);
     assert!(matches!(
         decode(&rec),
-        Err(ProtoError::TooLong { field, len: 255, max })
-            if field == "parameter list" && max == MAX_PARAMS
+        Err(ProtoError::Wire(WireError::TooLong { what, len: 255, max }))
+            if what == "parameter list" && max == MAX_PARAMS
     ));
 
     // An ENDPOINTS announcing 65535 QPs.
@@ -148,7 +151,7 @@ fn oversized_counts_and_lengths_are_refused_before_allocating() {
     rec[count_at..count_at + 2].copy_from_slice(&u16::MAX.to_be_bytes());
     assert!(matches!(
         decode(&rec),
-        Err(ProtoError::TooLong { len: 65535, max, .. }) if max == MAX_QPS
+        Err(ProtoError::Wire(WireError::TooLong { len: 65535, max, .. })) if max == MAX_QPS
     ));
 
     // An ERROR whose text claims 65535 bytes (limit 4096).
@@ -157,14 +160,14 @@ fn oversized_counts_and_lengths_are_refused_before_allocating() {
     rec.extend_from_slice(&[b'a'; 100]);
     assert!(matches!(
         decode(&rec),
-        Err(ProtoError::TooLong { field, .. }) if field == "error text"
+        Err(ProtoError::Wire(WireError::TooLong { what, .. })) if what == "error text"
     ));
 
     // A record longer than a frame may be.
     let big = vec![8u8; MAX_FRAME + 1];
     assert!(matches!(
         decode(&big),
-        Err(ProtoError::TooLong { field, .. }) if field == "record"
+        Err(ProtoError::Wire(WireError::TooLong { what, .. })) if what == "record"
     ));
 }
 
@@ -190,7 +193,7 @@ fn bad_values_are_named() {
     let tool_end = 1 + 4 + 2 + 1 + "vl_write_bw".len();
     assert!(matches!(
         with(&|r| r[tool_end] = 9),
-        Err(ProtoError::BadValue { field, .. }) if field == "test kind"
+        Err(ProtoError::Wire(WireError::Invalid { what, .. })) if what == "test kind"
     ));
 
     // Duplicate parameter names.

@@ -68,14 +68,22 @@ pub enum Action {
     Copy,
 }
 
+/// What travels on one link in one message: the ring step (0-based) and the chunk it belongs
+/// to, for narration, and its bytes. A rank's message to its right neighbour is, piece for
+/// piece, the message that neighbour's plan expects from its left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece {
+    pub step: usize,
+    pub chunk: usize,
+    /// Bytes of the buffer: read from the source by the sender, written to the destination
+    /// by the receiver.
+    pub range: Range<usize>,
+}
+
 /// One message to the right neighbour.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendMsg {
-    /// Ring step (0-based) and the chunk it carries, for narration.
-    pub step: usize,
-    pub chunk: usize,
-    /// Bytes of the source buffer to send.
-    pub range: Range<usize>,
+    pub piece: Piece,
     /// Index into [`Plan::recvs`] of the message that must have been processed first.
     pub after_recv: Option<usize>,
 }
@@ -83,10 +91,7 @@ pub struct SendMsg {
 /// One message from the left neighbour.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecvMsg {
-    pub step: usize,
-    pub chunk: usize,
-    /// Bytes of the destination buffer it lands in.
-    pub range: Range<usize>,
+    pub piece: Piece,
     pub action: Action,
     /// Index into [`Plan::sends`] of a send reading this range that must have *completed* (the
     /// NIC has read its bytes) before this message may overwrite it.
@@ -103,7 +108,7 @@ pub struct Plan {
 impl Plan {
     /// Bytes this rank sends.
     pub fn bytes_sent(&self) -> usize {
-        self.sends.iter().map(|m| m.range.len()).sum()
+        self.sends.iter().map(|m| m.piece.range.len()).sum()
     }
 }
 
@@ -116,11 +121,11 @@ pub fn chunk(count: usize, n: usize, i: usize) -> Range<usize> {
     start..start + base + usize::from(i < extra)
 }
 
-/// The pieces of a byte range: consecutive sub-ranges of at most `piece` bytes.
-fn pieces(r: Range<usize>, piece: usize) -> impl Iterator<Item = Range<usize>> {
+/// The pieces of a byte range: consecutive sub-ranges of at most `piece_bytes` bytes.
+fn pieces(r: Range<usize>, piece_bytes: usize) -> impl Iterator<Item = Range<usize>> {
     (r.start..r.end)
-        .step_by(piece.max(1))
-        .map(move |s| s..(s + piece).min(r.end))
+        .step_by(piece_bytes.max(1))
+        .map(move |s| s..(s + piece_bytes).min(r.end))
 }
 
 /// The rank `k` places to the right of `rank` (negative: to the left).
@@ -146,7 +151,7 @@ pub fn plan(
             "slots of {slot_bytes} bytes cannot hold one {elem}-byte element"
         ));
     }
-    let piece = slot_bytes / elem * elem;
+    let piece_bytes = slot_bytes / elem * elem;
     let bytes = |c: usize| {
         let r = chunk(count, n, c);
         r.start * elem..r.end * elem
@@ -156,11 +161,11 @@ pub fn plan(
     }
     let mut p = match coll {
         Coll::ReduceScatter | Coll::AllGather | Coll::AllReduce => {
-            ring_plan(&ring_steps(coll, rank, n), bytes, piece)?
+            ring_plan(&ring_steps(coll, rank, n), bytes, piece_bytes)?
         }
-        Coll::Broadcast { root } => chain_plan(root, rank, n, 0..count * elem, piece)?,
+        Coll::Broadcast { root } => chain_plan(root, rank, n, 0..count * elem, piece_bytes)?,
         // Source and destination are different buffers: nothing to order.
-        Coll::SendRecv => return Ok(sendrecv_plan(0..count * elem, piece)),
+        Coll::SendRecv => return Ok(sendrecv_plan(0..count * elem, piece_bytes)),
     };
     link_overwrites(&mut p);
     Ok(p)
@@ -192,13 +197,13 @@ fn ring_steps(coll: Coll, rank: usize, n: usize) -> Vec<(usize, usize, Action)> 
 fn ring_plan(
     steps: &[(usize, usize, Action)],
     bytes: impl Fn(usize) -> Range<usize>,
-    piece: usize,
+    piece_bytes: usize,
 ) -> Result<Plan, String> {
     let mut p = Plan::default();
     // Receive index of (step, piece), to link a send to the receive it forwards.
     let mut recv_at = std::collections::HashMap::new();
     for (s, &(send_c, recv_c, action)) in steps.iter().enumerate() {
-        for (j, r) in pieces(bytes(send_c), piece).enumerate() {
+        for (j, r) in pieces(bytes(send_c), piece_bytes).enumerate() {
             let after_recv =
                 if s == 0 {
                     None
@@ -208,18 +213,22 @@ fn ring_plan(
                     })?)
                 };
             p.sends.push(SendMsg {
-                step: s,
-                chunk: send_c,
-                range: r,
+                piece: Piece {
+                    step: s,
+                    chunk: send_c,
+                    range: r,
+                },
                 after_recv,
             });
         }
-        for (j, r) in pieces(bytes(recv_c), piece).enumerate() {
+        for (j, r) in pieces(bytes(recv_c), piece_bytes).enumerate() {
             recv_at.insert((s, j), p.recvs.len());
             p.recvs.push(RecvMsg {
-                step: s,
-                chunk: recv_c,
-                range: r,
+                piece: Piece {
+                    step: s,
+                    chunk: recv_c,
+                    range: r,
+                },
                 action,
                 after_send: None,
             });
@@ -235,7 +244,7 @@ fn chain_plan(
     rank: usize,
     n: usize,
     all: Range<usize>,
-    piece: usize,
+    piece_bytes: usize,
 ) -> Result<Plan, String> {
     if root >= n {
         return Err(format!("root {root} is not a rank of a world of {n}"));
@@ -243,22 +252,26 @@ fn chain_plan(
     let mut p = Plan::default();
     let pos = ring_offset(rank, n, -(root as isize));
     if pos != 0 {
-        for r in pieces(all.clone(), piece) {
+        for r in pieces(all.clone(), piece_bytes) {
             p.recvs.push(RecvMsg {
-                step: pos - 1,
-                chunk: 0,
-                range: r,
+                piece: Piece {
+                    step: pos - 1,
+                    chunk: 0,
+                    range: r,
+                },
                 action: Action::Copy,
                 after_send: None,
             });
         }
     }
     if pos != n - 1 {
-        for (j, r) in pieces(all, piece).enumerate() {
+        for (j, r) in pieces(all, piece_bytes).enumerate() {
             p.sends.push(SendMsg {
-                step: pos,
-                chunk: 0,
-                range: r,
+                piece: Piece {
+                    step: pos,
+                    chunk: 0,
+                    range: r,
+                },
                 after_recv: (pos != 0).then_some(j),
             });
         }
@@ -267,24 +280,30 @@ fn chain_plan(
 }
 
 /// Sendrecv: every piece of `all` to the right, every piece from the left to the same place.
-fn sendrecv_plan(all: Range<usize>, piece: usize) -> Plan {
+fn sendrecv_plan(all: Range<usize>, piece_bytes: usize) -> Plan {
     let mut p = Plan::default();
-    for r in pieces(all, piece) {
-        p.sends.push(SendMsg {
-            step: 0,
-            chunk: 0,
-            range: r.clone(),
-            after_recv: None,
-        });
-        p.recvs.push(RecvMsg {
+    for r in pieces(all, piece_bytes) {
+        let piece = Piece {
             step: 0,
             chunk: 0,
             range: r,
+        };
+        p.sends.push(SendMsg {
+            piece: piece.clone(),
+            after_recv: None,
+        });
+        p.recvs.push(RecvMsg {
+            piece,
             action: Action::Copy,
             after_send: None,
         });
     }
     p
+}
+
+/// Whether two byte ranges share a byte.
+fn overlap(a: &Range<usize>, b: &Range<usize>) -> bool {
+    a.start < b.end && b.start < a.end
 }
 
 /// Sets [`RecvMsg::after_send`]: a message may overwrite a range only once every earlier send
@@ -300,6 +319,6 @@ fn link_overwrites(p: &mut Plan) {
     for (k, m) in p.recvs.iter_mut().enumerate() {
         m.after_send = p.sends[..first_dependent[k]]
             .iter()
-            .rposition(|s| s.range.start < m.range.end && m.range.start < s.range.end);
+            .rposition(|s| overlap(&s.piece.range, &m.piece.range));
     }
 }

@@ -159,14 +159,14 @@ impl Channel {
             Err(OobError::TooLong { len, .. }) => {
                 return Err(ChanError::Proto {
                     what: what.to_string(),
-                    err: ProtoError::BadValue {
-                        field: "frame length".into(),
-                        detail: format!(
+                    err: ProtoError::Wire(WireError::invalid(
+                        "frame length",
+                        format!(
                             "{len} bytes announced (limit {MAX_FRAME}): the peer does not speak \
                              the verbs-lab protocol (a perftest ib_* tool?); run vl_* tools on \
                              both sides"
                         ),
-                    },
+                    )),
                 })
             }
             Err(e) => return Err(e.into()),

@@ -91,24 +91,6 @@ pub fn encode(msg: &Msg) -> Vec<u8> {
 
 type PResult<T> = Result<T, ProtoError>;
 
-impl From<WireError> for ProtoError {
-    fn from(e: WireError) -> ProtoError {
-        match e {
-            WireError::Truncated { what, .. } => ProtoError::Truncated { field: what },
-            WireError::Trailing { extra } => ProtoError::Trailing { extra },
-            WireError::Invalid { what, reason } => ProtoError::BadValue {
-                field: what,
-                detail: reason,
-            },
-            WireError::TooLong { what, len, max } => ProtoError::TooLong {
-                field: what,
-                len,
-                max,
-            },
-        }
-    }
-}
-
 /// A finite, non-negative number.
 fn rate(r: &mut Reader<'_>, field: &str) -> PResult<f64> {
     let v = r.f64(field)?;
@@ -127,10 +109,7 @@ fn str8<'a>(r: &mut Reader<'a>, max: usize, field: &str) -> PResult<&'a str> {
 }
 
 fn bad(field: &str, detail: impl Into<String>) -> ProtoError {
-    ProtoError::BadValue {
-        field: field.to_string(),
-        detail: detail.into(),
-    }
+    ProtoError::Wire(WireError::invalid(field, detail))
 }
 
 /// A name made of `[a-z0-9_]`, 1..=max characters.
@@ -183,11 +162,11 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
         return Err(ProtoError::Empty);
     }
     if buf.len() > MAX_FRAME {
-        return Err(ProtoError::TooLong {
-            field: "record".into(),
+        return Err(ProtoError::Wire(WireError::TooLong {
+            what: "record".into(),
             len: buf.len(),
             max: MAX_FRAME,
-        });
+        }));
     }
     let mut r = Reader::new(buf);
     let t = r.u8("type")?;

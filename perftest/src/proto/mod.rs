@@ -13,6 +13,7 @@ use std::fmt;
 use std::time::Duration;
 
 use verbs_lab::verbs::{Gid, Mtu};
+use verbs_lab::wire::WireError;
 
 use crate::result::{BwRow, Metric, TestKind};
 
@@ -221,13 +222,14 @@ impl Msg {
     }
 }
 
-/// Why a record was refused.
+/// Why a record was refused: what the codec itself refuses, as [`verbs_lab::wire`] says it, or
+/// what only this protocol knows to refuse. The texts are this protocol's own (a peer's record
+/// "ends inside" a field rather than being "truncated" at an offset).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProtoError {
-    /// The record ended inside `field`.
-    Truncated { field: String },
-    /// Bytes left after the last field.
-    Trailing { extra: usize },
+    /// The codec refused the record: it ends inside a field, has bytes after the last one, a
+    /// count or length above its limit, or a value the field does not allow.
+    Wire(WireError),
     /// An empty frame.
     Empty,
     /// A type byte we do not know.
@@ -236,22 +238,23 @@ pub enum ProtoError {
     BadMagic([u8; 4]),
     /// A HELLO (or ACCEPT) of another protocol version.
     Version { peer: u16 },
-    /// A count or length above its limit.
-    TooLong {
-        field: String,
-        len: usize,
-        max: usize,
-    },
-    /// A value outside what the field allows.
-    BadValue { field: String, detail: String },
 }
 
 impl fmt::Display for ProtoError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ProtoError::Truncated { field } => write!(f, "the record ends inside {field}"),
-            ProtoError::Trailing { extra } => {
+            ProtoError::Wire(WireError::Truncated { what, .. }) => {
+                write!(f, "the record ends inside {what}")
+            }
+            ProtoError::Wire(WireError::Trailing { extra }) => {
                 write!(f, "{extra} unexpected byte(s) after the last field")
+            }
+            ProtoError::Wire(WireError::TooLong { what, len, max }) => write!(
+                f,
+                "{what} has {len} entries/bytes, more than the limit of {max}"
+            ),
+            ProtoError::Wire(WireError::Invalid { what, reason }) => {
+                write!(f, "bad {what}: {reason}")
             }
             ProtoError::Empty => write!(f, "an empty record"),
             ProtoError::UnknownType(t) => write!(f, "unknown message type {t}"),
@@ -265,14 +268,13 @@ impl fmt::Display for ProtoError {
                 "protocol version mismatch: the peer speaks version {peer}, this side version \
                  {VERSION}; run the same verbs-lab release on both sides"
             ),
-            ProtoError::TooLong { field, len, max } => {
-                write!(
-                    f,
-                    "{field} has {len} entries/bytes, more than the limit of {max}"
-                )
-            }
-            ProtoError::BadValue { field, detail } => write!(f, "bad {field}: {detail}"),
         }
+    }
+}
+
+impl From<WireError> for ProtoError {
+    fn from(e: WireError) -> ProtoError {
+        ProtoError::Wire(e)
     }
 }
 
@@ -344,6 +346,20 @@ mod tests {
             let rec = encode(&m);
             assert_eq!(decode(&rec).as_ref(), Ok(&m), "{}", m.name());
         }
+    }
+
+    /// What the codec refuses reads in this protocol's words, not in the codec's.
+    #[test]
+    fn codec_refusals_keep_the_protocols_texts() {
+        let text = |rec: &[u8]| decode(rec).unwrap_err().to_string();
+        assert_eq!(text(&[5]), "the record ends inside phase");
+        assert_eq!(text(&[8, 0]), "1 unexpected byte(s) after the last field");
+        assert_eq!(text(&[5, 9]), "bad phase: code 9");
+        assert_eq!(
+            text(&[3, 0x10, 0x01]),
+            "error text has 4097 entries/bytes, more than the limit of 4096"
+        );
+        assert_eq!(text(&[222]), "unknown message type 222");
     }
 
     #[test]

@@ -468,8 +468,8 @@ impl Comm {
 fn self_len(plan: &Plan) -> usize {
     plan.recvs
         .iter()
-        .map(|m| m.range.end)
-        .chain(plan.sends.iter().map(|m| m.range.end))
+        .map(|m| m.piece.range.end)
+        .chain(plan.sends.iter().map(|m| m.piece.range.end))
         .max()
         .unwrap_or(0)
 }

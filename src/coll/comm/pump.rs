@@ -118,7 +118,7 @@ impl Run<'_> {
             if m.after_recv.is_some_and(|r| r >= self.processed) {
                 break;
             }
-            self.write_piece(ring, data, m.range.clone())?;
+            self.write_piece(ring, data, m.piece.range.clone())?;
             ring.tx_seq += 1;
             ring.credits -= 1;
             ring.sq_right += 1;
@@ -208,13 +208,13 @@ impl Run<'_> {
     /// destination.
     #[inline]
     fn apply_piece(&self, ring: &Ring, data: &Mr, m: &RecvMsg, imm: u32, len: u32) -> Result<()> {
-        if imm != ring.rx_seq as u32 || len as usize != m.range.len() {
+        if imm != ring.rx_seq as u32 || len as usize != m.piece.range.len() {
             return Err(CollError::Failed(format!(
                 "{} sent message {imm} of {len} bytes where message {} of {} bytes was due: do \
                  all ranks run the same collectives with the same sizes?",
                 self.left.who,
                 ring.rx_seq as u32,
-                m.range.len()
+                m.piece.range.len()
             )));
         }
         let at = (ring.rx_seq % ring.nslots as u64) as usize * ring.slot_bytes;
@@ -222,11 +222,11 @@ impl Run<'_> {
             .slots
             .to_vec(at..at + len as usize)
             .map_err(verbs("reading a slot"))?;
-        let out = self.job.dst_off + m.range.start;
+        let out = self.job.dst_off + m.piece.range.start;
         match m.action {
             Action::Reduce => {
                 let mut dst = data
-                    .to_vec(out..self.job.dst_off + m.range.end)
+                    .to_vec(out..self.job.dst_off + m.piece.range.end)
                     .map_err(verbs("reading the destination"))?;
                 kernels::reduce(self.job.dtype, self.job.op, &mut dst, &src)
                     .map_err(CollError::Failed)?;
