@@ -171,6 +171,56 @@ fn a_rank_that_dies_is_named_to_the_others() {
     }
 }
 
+/// Rank 0 finds rank 2 gone and tells rank 1, which ends and closes its socket too. Rank 0's
+/// later checks (a collective that failed asks once more who is gone) must still name rank 2,
+/// not rank 1, whose socket closed because of it.
+#[test]
+fn the_first_rank_gone_stays_the_one_named() {
+    let p = port();
+    let (closed_tx, closed_rx) = std::sync::mpsc::channel();
+    let hs: Vec<_> = (0..3)
+        .map(|r| {
+            let closed_tx = closed_tx.clone();
+            thread::spawn(move || {
+                let mut s = rendezvous(record(r, 3), ("127.0.0.1", p), T).unwrap();
+                if r == 2 {
+                    drop(s); // closes its socket, as a killed process would
+                    return None;
+                }
+                let start = Instant::now();
+                let e = loop {
+                    if let Err(e) = s.check_alive() {
+                        break e;
+                    }
+                    assert!(start.elapsed() < T, "rank {r} never noticed");
+                    thread::sleep(Duration::from_millis(5));
+                };
+                if r == 1 {
+                    drop(s); // ends on rank 0's word, closing its socket
+                    closed_tx.send(()).unwrap();
+                    return None;
+                }
+                Some((e, s))
+            })
+        })
+        .collect();
+    let mut hs = hs.into_iter();
+    let (first, mut s0) = hs.next().unwrap().join().unwrap().expect("rank 0's error");
+    for h in hs {
+        h.join().unwrap();
+    }
+    closed_rx.recv_timeout(T).expect("rank 1 ended");
+    // Rank 1's socket is closed now; give its FIN time to reach rank 0.
+    thread::sleep(Duration::from_millis(100));
+    let later = s0.check_alive().expect_err("a rank is still gone");
+    for e in [&first, &later] {
+        match e {
+            CollError::RankGone { rank, .. } => assert_eq!(*rank, 2, "{e}"),
+            other => panic!("{other}"),
+        }
+    }
+}
+
 #[test]
 fn records_round_trip_and_garbage_is_refused() {
     let r = record(3, 4);

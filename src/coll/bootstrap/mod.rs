@@ -120,6 +120,10 @@ pub struct Star {
     timeout: Duration,
     /// A local run (`--np`): the star runs over the launcher's message queues instead of `conns`.
     mq: Option<MqLinks>,
+    /// The first rank this side found or was told is gone, and why. Every later check names it
+    /// again: the ranks that end *because* we told them close their sockets too, and must not
+    /// be taken for the cause.
+    first_gone: Option<(u32, String)>,
 }
 
 fn gone(t: &[RankRecord], rank: u32, detail: String) -> CollError {
@@ -218,6 +222,7 @@ pub fn rendezvous(mine: RankRecord, master: (&str, u16), timeout: Duration) -> R
             table,
             timeout,
             mq: None,
+            first_gone: None,
         })
     } else {
         let mut c = oob::connect(master.0, master.1, timeout).map_err(|e| {
@@ -245,6 +250,7 @@ pub fn rendezvous(mine: RankRecord, master: (&str, u16), timeout: Duration) -> R
             table,
             timeout,
             mq: None,
+            first_gone: None,
         })
     }
 }
@@ -345,6 +351,7 @@ pub fn rendezvous_mq(mine: RankRecord, base: &str, timeout: Duration) -> Result<
         table,
         timeout,
         mq: Some(links),
+        first_gone: None,
     })
 }
 
@@ -358,6 +365,7 @@ impl Star {
             table: vec![mine],
             timeout: Duration::from_secs(1),
             mq: None,
+            first_gone: None,
         }
     }
 
@@ -376,7 +384,11 @@ impl Star {
 
     /// Looks at the connections without blocking: `Err` names a rank that is gone (its socket
     /// closed or rank 0 relayed that it is). Call it now and then while waiting on the NIC.
+    /// Once a rank is known gone, every call names that rank, not one that ended after it.
     pub fn check_alive(&mut self) -> Result<()> {
+        if let Some((rank, detail)) = &self.first_gone {
+            return Err(gone(&self.table, *rank, detail.clone()));
+        }
         if self.mq.is_some() {
             while let Some(got) = self.mq_poll(Duration::ZERO)? {
                 let (idx, m) = got;
@@ -507,9 +519,11 @@ impl Star {
                     return Err(CollError::Failed("a malformed abort message".into()));
                 };
                 let detail = detail.to_string();
-                let e = gone(&self.table, rank, detail);
+                let e = gone(&self.table, rank, detail.clone());
                 if self.rank == 0 {
                     self.abort(&e);
+                } else if rank != self.rank {
+                    self.first_gone.get_or_insert((rank, detail));
                 }
                 Err(e)
             }
@@ -526,6 +540,9 @@ impl Star {
             CollError::RankGone { rank, detail, .. } => (*rank, detail.clone()),
             other => (self.rank, format!("it failed: {other}")),
         };
+        if rank != self.rank {
+            self.first_gone.get_or_insert((rank, detail.clone()));
+        }
         let mut p = Writer::new();
         p.u8(ABORT);
         p.u32(rank);
