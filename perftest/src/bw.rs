@@ -54,8 +54,9 @@ pub fn run_size(s: &mut Session<'_>, size: u64) -> Result<Option<BwRow>> {
     prepare(s, size)?;
     s.ch.sync(Phase::Ready, size).map_err(anyhow::Error::new)?;
 
-    let warm = if cfg.warmup > 0 {
-        phase(s, Phase::WarmUp, size, RunMode::Iters(cfg.warmup), &[], &[])
+    let warmup = cfg.timing.warmup;
+    let warm = if warmup > 0 {
+        phase(s, Phase::WarmUp, size, RunMode::Iters(warmup), &[], &[])
             .with_context(|| format!("warm-up of size {size}"))?
     } else {
         PhaseOut::default()
@@ -65,7 +66,7 @@ pub fn run_size(s: &mut Session<'_>, size: u64) -> Result<Option<BwRow>> {
         s,
         Phase::Measure,
         size,
-        cfg.mode,
+        cfg.timing.mode,
         &warm.sent,
         &warm.peer_sent,
     )

@@ -9,7 +9,7 @@ use crate::params::Config;
 
 /// Pins the thread: `--cpu`, else a CPU local to the NIC when sysfs tells.
 pub fn pin(cfg: &Config, dev: &LocalDev) -> Result<Option<(usize, String)>> {
-    let choice = match &cfg.worker {
+    let choice = match &cfg.procs.worker {
         Some(w) => worker_cpu(dev.ctx.name(), cfg.cpu.as_ref(), w.index),
         None if cfg.cpu.is_none() && !cfg.auto_pin => Ok(None),
         None => affinity::choose_cpu(dev.ctx.name(), cfg.cpu.as_ref(), 0),

@@ -58,12 +58,12 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Op
     prepare(s, size)?;
     s.ch.sync(Phase::Ready, size).map_err(anyhow::Error::new)?;
     let mut warm_count = 0;
-    if cfg.warmup > 0 {
+    if cfg.timing.warmup > 0 {
         let w = one_phase(
             s,
             Phase::WarmUp,
             size,
-            RunMode::Iters(cfg.warmup),
+            RunMode::Iters(cfg.timing.warmup),
             0,
             None,
             sq,
@@ -78,7 +78,7 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Op
         s,
         Phase::Measure,
         size,
-        cfg.mode,
+        cfg.timing.mode,
         warm_count,
         Some(&mut rec),
         sq,
@@ -102,7 +102,7 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Op
         bytes: size,
         iterations: m.count,
         stats,
-        tps: match cfg.mode {
+        tps: match cfg.timing.mode {
             RunMode::Duration(_) => Some(m.count as f64 / m.elapsed.as_secs_f64().max(1e-9)),
             RunMode::Iters(_) => None,
         },

@@ -24,7 +24,9 @@ mod groups;
 pub use checks::INFINITE_PERIOD_SECS;
 use checks::*;
 pub use cli::Params;
-pub use groups::{DeviceChoice, Qos, QueueShape, RdmaCm, WorkerOf, MAX_FLOW_LABEL};
+pub use groups::{
+    DeviceChoice, Peer, ProcsPlan, Qos, QueueShape, RdmaCm, Timing, WorkerOf, MAX_FLOW_LABEL,
+};
 
 /// Which tool is running: the operation and what is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -222,21 +224,13 @@ pub enum RunMode {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub tool: Tool,
-    /// The server's host (client side), `None` on the server.
-    pub host: Option<String>,
-    pub port: u16,
-    /// The server's listening address (`--bind`, else every address).
-    pub bind: std::net::IpAddr,
+    /// `host`, `-p`, `--bind`, `--wait`: where the peer is and how long to wait for it.
+    pub peer: Peer,
     /// `-d`, `-i`, `-x`: the device, port and GID the QPs use.
     pub device: DeviceChoice,
     pub sizes: Sizes,
-    pub mode: RunMode,
-    /// `-f/--margin` of a `-D` bandwidth run: not measured at either end (`None`: 0).
-    pub margin: Option<Duration>,
-    /// `--run_infinitely`: periods of `mode`'s duration until the client is stopped.
-    pub run_infinitely: bool,
-    /// Warm-up iterations per QP and size.
-    pub warmup: u64,
+    /// `-n`, `-D`, `-f`, `--run_infinitely`, `--warmup`: how long each size runs.
+    pub timing: Timing,
     pub qps: u32,
     /// `-t`, `-r`, `-Q`, `-l`: how every QP's queues are filled.
     pub queues: QueueShape,
@@ -260,19 +254,12 @@ pub struct Config {
     pub qos: Qos,
     /// `-R`: the QPs are connected through librdmacm.
     pub rdma_cm: Option<RdmaCm>,
-    /// How long to wait for the peer to connect or accept.
-    pub wait: Duration,
     /// `--wait_destroy`: how long to keep the resources after the run.
     pub wait_destroy: Option<Duration>,
     /// `--report_gbits` (the header and the units depend on it).
     pub report_gbits: bool,
-    /// `--procs N`: this many worker processes (see `procs.rs`).
-    pub procs: Option<u32>,
-    /// Set in a worker process of a `--procs` run: its index and the coordinator's queue.
-    pub worker: Option<WorkerOf>,
-    /// `--procs-start`: how far ahead of the release the common start time of each
-    /// measurement is (zero: no common start).
-    pub procs_start: Duration,
+    /// `--procs`, `--procs-start`: the worker processes of the run, and which one this is.
+    pub procs: ProcsPlan,
 }
 
 /// `--procs` above this is refused (each worker costs a core, a queue and a TCP port).
@@ -322,15 +309,20 @@ impl Config {
 
         Ok(Config {
             tool,
-            host: p.host.clone(),
-            port,
-            bind: p.bind.unwrap_or(verbs_lab::oob::DEFAULT_BIND),
+            peer: Peer {
+                host: p.host.clone(),
+                port,
+                bind: p.bind.unwrap_or(verbs_lab::oob::DEFAULT_BIND),
+                wait: Duration::from_secs(p.wait_secs),
+            },
             device: p.device.clone(),
             sizes,
-            mode,
-            margin,
-            run_infinitely: p.run_infinitely,
-            warmup,
+            timing: Timing {
+                mode,
+                margin,
+                run_infinitely: p.run_infinitely,
+                warmup,
+            },
             qps: p.qps,
             queues,
             conn: p.conn,
@@ -347,17 +339,18 @@ impl Config {
             validate: p.validate,
             qos: p.qos.clone(),
             rdma_cm,
-            wait: Duration::from_secs(p.wait_secs),
             wait_destroy: p.wait_destroy.map(Duration::from_secs),
             report_gbits: p.output.report_gbits,
-            procs: p.procs,
-            worker,
-            procs_start: Duration::from_micros(p.procs_start_us),
+            procs: ProcsPlan {
+                count: p.procs,
+                worker,
+                start: Duration::from_micros(p.procs_start_us),
+            },
         })
     }
 
     pub fn is_server(&self) -> bool {
-        self.host.is_none()
+        self.peer.host.is_none()
     }
 
     /// Whether any QoS option was given (`-S`, `--tclass`, `--flow_label`, `-T`): the tools
@@ -385,7 +378,7 @@ impl Config {
     /// carries and the server compares with its own. See `docs/oob-protocol.md`.
     pub fn wire_params(&self) -> Vec<(&'static str, String)> {
         let opt = |o: Option<String>| o.unwrap_or_else(|| "default".into());
-        let (iters, duration) = match self.mode {
+        let (iters, duration) = match self.timing.mode {
             RunMode::Iters(n) => (n.to_string(), "none".to_string()),
             RunMode::Duration(d) => ("none".to_string(), format!("{}s", d.as_secs())),
         };
@@ -394,7 +387,7 @@ impl Config {
             ("size", self.sizes.to_string()),
             ("iterations", iters),
             ("duration", duration),
-            ("warmup", self.warmup.to_string()),
+            ("warmup", self.timing.warmup.to_string()),
             ("qps", self.qps.to_string()),
             ("tx_depth", self.queues.tx_depth.to_string()),
             ("rx_depth", self.queues.rx_depth.to_string()),
@@ -407,12 +400,13 @@ impl Config {
             ("outstanding", opt(self.outstanding.map(|o| o.to_string()))),
             ("atomic", opt(self.atomic.map(|a| a.to_string()))),
             ("validate", on_off(self.validate)),
-            ("processes", self.procs.unwrap_or(1).to_string()),
-            ("run_infinitely", on_off(self.run_infinitely)),
+            ("processes", self.procs.count.unwrap_or(1).to_string()),
+            ("run_infinitely", on_off(self.timing.run_infinitely)),
             ("rdma_cm", on_off(self.rdma_cm.is_some())),
             (
                 "margin",
-                self.margin
+                self.timing
+                    .margin
                     .map_or("none".into(), |m| format!("{}s", m.as_secs())),
             ),
         ]
