@@ -219,11 +219,11 @@ fn perftest_meanings() {
         &a(wbw, "--pin_cores 0-1 --data_validation --wait_destroy 2"),
     )
     .unwrap();
-    assert_eq!(c.cpu.unwrap().to_string(), "0-1");
+    assert_eq!(c.pin.cpu.unwrap().to_string(), "0-1");
     assert!(c.validate);
     assert_eq!(c.wait_destroy, Some(Duration::from_secs(2)));
     let c = Config::new(wbw, &a(wbw, "--disable_numa --perform_warm_up")).unwrap();
-    assert!(!c.auto_pin);
+    assert!(!c.pin.auto);
     assert_eq!(c.timing.warmup, 16);
     assert_eq!(
         Config::new(wbw, &a(wbw, "--warmup 0"))

@@ -150,7 +150,7 @@ fn short_and_long_forms_agree() {
     );
     let c = ok(SEND_BW, "-D 3 --cpu 0-1 --validate --report_gbits");
     assert_eq!(c.timing.mode, RunMode::Duration(Duration::from_secs(3)));
-    assert_eq!(c.cpu.unwrap().to_string(), "0-1");
+    assert_eq!(c.pin.cpu.unwrap().to_string(), "0-1");
     assert!(c.validate && c.report_gbits);
     assert_eq!(ok(WRITE_BW, "-s 64K").sizes, Sizes::Single(65536));
     assert_eq!(ok(WRITE_BW, "-a").sizes, Sizes::Sweep { max: 1 << 23 });

@@ -1,9 +1,11 @@
 //! The option groups a [`Config`](super::Config) holds: the options that travel together
 //! through the run — where the peer is, where the QPs live, how long each size runs, the shape
-//! of their queues, the QoS of their address vectors, `-R`, and the `--procs` plan.
+//! of their queues, the QoS of their address vectors, `-R`, CPU pinning and the `--procs` plan.
 
 use std::net::IpAddr;
 use std::time::Duration;
+
+use verbs_lab::affinity::CpuList;
 
 use super::RunMode;
 
@@ -163,6 +165,16 @@ fn parse_flow_label(s: &str) -> Result<u32, String> {
         ));
     }
     Ok(v)
+}
+
+/// Which CPU the run's thread is pinned to (`pin.rs`): `--cpu`, else one local to the NIC
+/// unless `--disable_numa` (the two flags conflict).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pinning {
+    /// `--cpu`: the CPUs to choose from (a `--procs` worker takes its own of them).
+    pub cpu: Option<CpuList>,
+    /// Pin to a CPU local to the NIC when `--cpu` is not given (off with `--disable_numa`).
+    pub auto: bool,
 }
 
 /// The `--procs` plan (see `procs.rs`): how many worker processes, which one this process is,

@@ -25,7 +25,8 @@ pub use checks::INFINITE_PERIOD_SECS;
 use checks::*;
 pub use cli::Params;
 pub use groups::{
-    DeviceChoice, Peer, ProcsPlan, Qos, QueueShape, RdmaCm, Timing, WorkerOf, MAX_FLOW_LABEL,
+    DeviceChoice, Peer, Pinning, ProcsPlan, Qos, QueueShape, RdmaCm, Timing, WorkerOf,
+    MAX_FLOW_LABEL,
 };
 
 /// Which tool is running: the operation and what is measured.
@@ -246,9 +247,8 @@ pub struct Config {
     /// Set for the atomic tools.
     pub atomic: Option<AtomicType>,
     pub no_peak: bool,
-    pub cpu: Option<CpuList>,
-    /// Pin to a CPU local to the NIC when `--cpu` is not given (off with `--disable_numa`).
-    pub auto_pin: bool,
+    /// `--cpu`, `--disable_numa`: which CPU the run's thread is pinned to.
+    pub pin: Pinning,
     pub validate: bool,
     /// `-S`, `--tclass`, `--flow_label`: what every QP's address vector carries.
     pub qos: Qos,
@@ -334,8 +334,10 @@ impl Config {
             outstanding: p.outstanding,
             atomic: is(TestKind::Atomic).then(|| p.atomic_type.unwrap_or_default()),
             no_peak: p.no_peak,
-            cpu: p.cpu.clone(),
-            auto_pin: !p.disable_numa,
+            pin: Pinning {
+                cpu: p.cpu.clone(),
+                auto: !p.disable_numa,
+            },
             validate: p.validate,
             qos: p.qos.clone(),
             rdma_cm,
