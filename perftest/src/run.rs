@@ -302,7 +302,7 @@ fn measure<'c>(
     sink.header(&info);
     let dev_name = s.link.dev.ctx.name().to_string();
     let before = counters::read(&dev_name, cfg.device.ib_port);
-    let sizes = s.link.sizes.clone();
+    let sizes = s.link.agreed.sizes.clone();
     let progress = Progress::start(cfg, &sizes);
     let rows = match cfg.tool.metric {
         Metric::Bw if cfg.timing.run_infinitely => {
@@ -368,6 +368,7 @@ fn run_infinitely<'c>(
 ) -> Result<Vec<BwRow>> {
     let size = s
         .link
+        .agreed
         .sizes
         .first()
         .copied()
@@ -434,7 +435,7 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
                     e.lid,
                     e.qpn,
                     e.psn,
-                    reads.then_some(link.outstanding),
+                    reads.then_some(link.agreed.outstanding),
                     rdma.then_some((e.rkey, e.addr)),
                 )
             })
@@ -462,7 +463,7 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
             .first()
             .map(|e| gid_text(&e.gid))
             .unwrap_or_default(),
-        mtu: link.path_mtu.bytes(),
+        mtu: link.agreed.path_mtu.bytes(),
         qps: cfg.qps,
         tx_depth: cfg.queues.tx_depth,
         rx_depth: if kind == TestKind::Send {
@@ -472,8 +473,8 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
         },
         post_list: cfg.queues.post_list,
         cq_moderation: cfg.queues.effective_cq_mod(),
-        max_inline: link.inline_limit,
-        outstanding_reads: link.outstanding,
+        max_inline: link.agreed.inline_limit,
+        outstanding_reads: link.agreed.outstanding,
         atomic_type: cfg.atomic.map(|a| a.name().to_string()),
         bidirectional: cfg.bidirectional,
         use_events: cfg.events,

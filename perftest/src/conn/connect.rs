@@ -7,7 +7,7 @@ use anyhow::{bail, Context as _, Result};
 use verbs_lab::connect::{init_attr, rtr_attr, rts_attr, ConnectOpts, Endpoint};
 use verbs_lab::verbs::{Ah, AhAttr, GlobalRoute, InitAttr, LinkLayer, Mtu, QpType, RtsAttr};
 
-use super::{Link, Resources, QKEY};
+use super::{Agreed, Link, Resources, QKEY};
 use crate::device::LocalDev;
 use crate::params::Config;
 use crate::proto::{ChanError, Channel, Endpoints, Msg, QpEndpoint};
@@ -119,10 +119,12 @@ pub fn connect(
         local,
         remote,
         ahs,
-        path_mtu,
-        sizes,
-        inline_limit,
-        outstanding: if depth.needs_rd { depth.outstanding } else { 0 },
+        agreed: Agreed {
+            path_mtu,
+            sizes,
+            inline_limit,
+            outstanding: if depth.needs_rd { depth.outstanding } else { 0 },
+        },
         cm,
     };
     if cfg.qos_given() {

@@ -49,6 +49,17 @@ pub struct Link {
     pub remote: Endpoints,
     /// UD: one address handle per QP, towards the peer's QP of the same index.
     pub ahs: Vec<Ah>,
+    /// The path MTU, sizes, inline limit and reads in flight the run uses.
+    pub agreed: Agreed,
+    /// `-R`: the rdma_cm connections of the QPs (dropped after them: declared last).
+    pub cm: Option<crate::rdmacm::CmLink>,
+}
+
+/// What the run uses once both ports are known: what was asked (`-m`, `-s`/`-a`, `-I`, `-o`)
+/// capped by what this device granted and the peer's endpoints told (`connect`). The header
+/// prints it; the measuring loops read the sizes and the inline limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Agreed {
     pub path_mtu: Mtu,
     /// The message sizes of the run (one, or the sweep capped by both ports).
     pub sizes: Vec<u64>,
@@ -56,8 +67,6 @@ pub struct Link {
     pub inline_limit: u32,
     /// RDMA reads/atomics in flight per QP (`-o`, capped by both devices).
     pub outstanding: u32,
-    /// `-R`: the rdma_cm connections of the QPs (dropped after them: declared last).
-    pub cm: Option<crate::rdmacm::CmLink>,
 }
 
 /// How long any single completion may take: the QP's ack timeout times its retries, doubled,

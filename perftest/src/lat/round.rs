@@ -119,7 +119,7 @@ impl<'a> Rounds<'a> {
         watch: PeerWatch,
         sges: &'a [Sge<'a>],
     ) -> Rounds<'a> {
-        let (res, remote, inline_limit) = (&link.res, &link.remote, link.inline_limit);
+        let (res, remote, inline_limit) = (&link.res, &link.remote, link.agreed.inline_limit);
         let (cq, channel) = (&res.cq, res.channel.as_ref());
         let qp = &res.qps[0];
         let r = &remote.qps[0];
