@@ -24,7 +24,7 @@ use verbs_lab::verbs::{
     Ah, Mr, Payload, Qp, RemoteBuf, SendOp, SendWr, Sge, UdDest, WcOpcode, WorkCompletion,
 };
 
-use crate::conn::{Agreed, Layout, Link, Resources};
+use crate::conn::{Agreed, Buffers, Layout, Link, Resources};
 use crate::engine::{
     backoff, check_tally, completed_through, poll_or_sleep, remote_op, send_tally, wc_error, wr_id,
     PeerWatch, Session, CHANNEL_CHECK, LOSSY_GRACE, POLL_BATCH, QP_SHIFT, SEQ_MASK,
@@ -220,12 +220,14 @@ fn phase(
         ..
     } = link;
     let Resources {
-        src: mr,
-        dst,
+        bufs: Buffers {
+            src: mr,
+            dst,
+            layout,
+        },
         qps,
         cq,
         channel,
-        layout,
         ..
     } = res;
     let t_phase = Instant::now();

@@ -179,7 +179,7 @@ impl Session<'_> {
     /// Posts `wr_ids` (slot numbers) as receives on QP `q`, in chunks, without allocating.
     pub fn post_receives(&self, q: usize, slots: impl Iterator<Item = usize>) -> Result<()> {
         let res = &self.link.res;
-        post_receives(&res.qps[q], &res.dst[q], &res.layout, q, slots)
+        post_receives(&res.qps[q], &res.bufs.dst[q], &res.bufs.layout, q, slots)
     }
 }
 

@@ -4,7 +4,7 @@
 //! ([`connect`](mod@connect)). The device itself is [`crate::device`].
 //!
 //! ## The buffers
-//! Two kinds of memory region hold `stride`-byte slots:
+//! Two kinds of memory region ([`Buffers`]) hold `stride`-byte slots:
 //! - `src` (one MR for all QPs): what this side sends (write, send) or where its reads and
 //!   atomics land;
 //! - `dst` (one MR per QP): what the peer accesses (the target of its writes, the source of its
@@ -34,7 +34,7 @@ pub mod resources;
 
 pub use connect::{check_remote_slots, connect, exchange_endpoints, qos_readback};
 pub use layout::{rights, Layout, Rights, VALIDATE_BUDGET};
-pub use resources::{create_resources, local_endpoints, Resources};
+pub use resources::{create_resources, local_endpoints, Buffers, Resources};
 
 /// The Q_Key of our UD QPs.
 pub const QKEY: u32 = 0x1111_1111;

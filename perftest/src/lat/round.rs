@@ -56,7 +56,7 @@ impl Facts {
     pub(super) fn of(s: &Session<'_>, size: u64) -> Facts {
         let cfg = s.cfg;
         let kind = cfg.tool.kind;
-        let layout = s.link.res.layout;
+        let layout = s.link.res.bufs.layout;
         let n = size as usize;
         Facts {
             kind,
@@ -152,12 +152,12 @@ impl<'a> Rounds<'a> {
         );
         Rounds {
             f,
-            mr: &res.src,
-            rx: &res.dst[0],
+            mr: &res.bufs.src,
+            rx: &res.bufs.dst[0],
             qp,
             cq,
             channel,
-            layout: res.layout,
+            layout: res.bufs.layout,
             post,
             waiter,
             wcs: WorkCompletion::array::<POLL_BATCH>(),
