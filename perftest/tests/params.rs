@@ -130,18 +130,18 @@ fn short_and_long_forms_agree() {
         );
         assert_eq!(c.conn, QpType::Uc);
         assert!(c.bidirectional && c.events && c.no_peak);
-        assert_eq!(c.inline_size, Some(32));
-        assert_eq!(c.mtu, Some(Mtu::Mtu1024));
+        assert_eq!(c.asked.inline_size, Some(32));
+        assert_eq!(c.asked.mtu, Some(Mtu::Mtu1024));
         assert_eq!((c.qp_timeout, c.peer.port, c.timing.warmup), (20, 20000, 3));
         assert_eq!(c.peer.host.as_deref(), Some("host1"));
         // Both sides derive the same wire parameters from the same flags.
         assert_eq!(c.wire_params(), ok(WRITE_BW, short).wire_params());
     }
     let c = ok(READ_BW, "-o 4");
-    assert_eq!(c.outstanding, Some(4));
+    assert_eq!(c.asked.outstanding, Some(4));
     let c = ok(ATOMIC_BW, "--outs 2 -A CMP_AND_SWAP");
     assert_eq!(
-        (c.outstanding, c.atomic),
+        (c.asked.outstanding, c.atomic),
         (Some(2), Some(AtomicType::CmpAndSwap))
     );
     assert_eq!(

@@ -178,9 +178,10 @@ fn create_qps(cfg: &Config, pd: &Pd, cq: &Cq, rx_posted: u32) -> Result<Vec<Qp>>
             Ok(qp) => qp,
             // The default inline request is a wish, not a requirement: a device that cannot
             // inline that much still runs the test, without inline.
-            Err(e) if cfg.inline_size.is_none() && inline_req > 0 => pd
-                .create_qp(&attr(0))
-                .with_context(|| format!("ibv_create_qp (QP {q}; first attempt: {e})"))?,
+            Err(e) if cfg.asked.inline_size.is_none() && inline_req > 0 => {
+                pd.create_qp(&attr(0))
+                    .with_context(|| format!("ibv_create_qp (QP {q}; first attempt: {e})"))?
+            }
             Err(e) => {
                 return Err(e).with_context(|| {
                     format!(

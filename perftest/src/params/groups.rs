@@ -1,11 +1,12 @@
 //! The option groups a [`Config`](super::Config) holds: the options that travel together
 //! through the run — where the peer is, where the QPs live, how long each size runs, the shape
-//! of their queues, the QoS of their address vectors, `-R`, CPU pinning and the `--procs` plan.
+//! of their queues, the QoS of their address vectors, what the QPs ask for, `-R`, CPU pinning and the `--procs` plan.
 
 use std::net::IpAddr;
 use std::time::Duration;
 
 use verbs_lab::affinity::CpuList;
+use verbs_lab::verbs::Mtu;
 
 use super::RunMode;
 
@@ -165,6 +166,18 @@ fn parse_flow_label(s: &str) -> Result<u32, String> {
         ));
     }
     Ok(v)
+}
+
+/// What the QPs ask for, as given (`None`: the default): `connect` checks or caps each against
+/// both ports once they are known, into what the link agreed (`conn::Agreed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Asked {
+    /// `-m`: the path MTU (refused above the smaller active MTU of the two ports).
+    pub mtu: Option<Mtu>,
+    /// `-I`: the inline size (at most what the QP grants).
+    pub inline_size: Option<u32>,
+    /// `-o`: RDMA reads/atomics in flight per QP (at most what both devices allow).
+    pub outstanding: Option<u32>,
 }
 
 /// Which CPU the run's thread is pinned to (`pin.rs`): `--cpu`, else one local to the NIC

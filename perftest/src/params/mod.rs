@@ -25,7 +25,7 @@ pub use checks::INFINITE_PERIOD_SECS;
 use checks::*;
 pub use cli::Params;
 pub use groups::{
-    DeviceChoice, Peer, Pinning, ProcsPlan, Qos, QueueShape, RdmaCm, Timing, WorkerOf,
+    Asked, DeviceChoice, Peer, Pinning, ProcsPlan, Qos, QueueShape, RdmaCm, Timing, WorkerOf,
     MAX_FLOW_LABEL,
 };
 
@@ -237,13 +237,10 @@ pub struct Config {
     pub queues: QueueShape,
     pub conn: QpType,
     pub bidirectional: bool,
-    /// `-I` as given.
-    pub inline_size: Option<u32>,
+    /// `-m`, `-I`, `-o` as given: the QPs' path MTU, inline size and reads in flight.
+    pub asked: Asked,
     pub events: bool,
-    pub mtu: Option<Mtu>,
     pub qp_timeout: u8,
-    /// `-o` as given.
-    pub outstanding: Option<u32>,
     /// Set for the atomic tools.
     pub atomic: Option<AtomicType>,
     pub no_peak: bool,
@@ -327,11 +324,13 @@ impl Config {
             queues,
             conn: p.conn,
             bidirectional: p.bidirectional,
-            inline_size: p.inline_size,
+            asked: Asked {
+                mtu: p.mtu,
+                inline_size: p.inline_size,
+                outstanding: p.outstanding,
+            },
             events: p.events,
-            mtu: p.mtu,
             qp_timeout: p.qp_timeout,
-            outstanding: p.outstanding,
             atomic: is(TestKind::Atomic).then(|| p.atomic_type.unwrap_or_default()),
             no_peak: p.no_peak,
             pin: Pinning {
@@ -365,7 +364,7 @@ impl Config {
 
     /// The inline size to ask the QP for.
     pub fn inline_request(&self) -> u32 {
-        match self.inline_size {
+        match self.asked.inline_size {
             Some(i) => i,
             None if self.tool.metric == Metric::Lat
                 && matches!(self.tool.kind, TestKind::Send | TestKind::Write) =>
@@ -396,10 +395,13 @@ impl Config {
             ("cq_mod", self.queues.cq_mod.to_string()),
             ("post_list", self.queues.post_list.to_string()),
             ("bidirectional", on_off(self.bidirectional)),
-            ("inline", opt(self.inline_size.map(|i| i.to_string()))),
+            ("inline", opt(self.asked.inline_size.map(|i| i.to_string()))),
             ("events", on_off(self.events)),
-            ("mtu", opt(self.mtu.map(|m| m.to_string()))),
-            ("outstanding", opt(self.outstanding.map(|o| o.to_string()))),
+            ("mtu", opt(self.asked.mtu.map(|m| m.to_string()))),
+            (
+                "outstanding",
+                opt(self.asked.outstanding.map(|o| o.to_string())),
+            ),
             ("atomic", opt(self.atomic.map(|a| a.to_string()))),
             ("validate", on_off(self.validate)),
             ("processes", self.procs.count.unwrap_or(1).to_string()),
