@@ -24,7 +24,7 @@ use verbs_lab::verbs::{
     Ah, Mr, Payload, Qp, RemoteBuf, SendOp, SendWr, Sge, UdDest, WcOpcode, WorkCompletion,
 };
 
-use crate::conn::{Layout, Link, Resources};
+use crate::conn::{Agreed, Buffers, Layout, Link, Resources};
 use crate::engine::{
     backoff, check_tally, completed_through, poll_or_sleep, remote_op, send_tally, wc_error, wr_id,
     PeerWatch, Session, CHANNEL_CHECK, LOSSY_GRACE, POLL_BATCH, QP_SHIFT, SEQ_MASK,
@@ -54,8 +54,9 @@ pub fn run_size(s: &mut Session<'_>, size: u64) -> Result<Option<BwRow>> {
     prepare(s, size)?;
     s.ch.sync(Phase::Ready, size).map_err(anyhow::Error::new)?;
 
-    let warm = if cfg.warmup > 0 {
-        phase(s, Phase::WarmUp, size, RunMode::Iters(cfg.warmup), &[], &[])
+    let warmup = cfg.timing.warmup;
+    let warm = if warmup > 0 {
+        phase(s, Phase::WarmUp, size, RunMode::Iters(warmup), &[], &[])
             .with_context(|| format!("warm-up of size {size}"))?
     } else {
         PhaseOut::default()
@@ -65,7 +66,7 @@ pub fn run_size(s: &mut Session<'_>, size: u64) -> Result<Option<BwRow>> {
         s,
         Phase::Measure,
         size,
-        cfg.mode,
+        cfg.timing.mode,
         &warm.sent,
         &warm.peer_sent,
     )
@@ -215,16 +216,18 @@ fn phase(
         res,
         remote,
         ahs,
-        inline_limit,
+        agreed: Agreed { inline_limit, .. },
         ..
     } = link;
     let Resources {
-        src: mr,
-        dst,
+        bufs: Buffers {
+            src: mr,
+            dst,
+            layout,
+        },
         qps,
         cq,
         channel,
-        layout,
         ..
     } = res;
     let t_phase = Instant::now();

@@ -78,8 +78,8 @@ pub fn phase_limit(cfg: &Config, cq_timeout: Duration) -> Duration {
     let size = cfg.sizes.max();
     let per_msg =
         SLOWEST_PER_MSG + Duration::from_secs_f64(size as f64 / SLOWEST_BYTES_PER_SEC as f64);
-    let warm = per_msg.saturating_mul(cfg.warmup.min(u64::from(u32::MAX)) as u32);
-    let run = match cfg.mode {
+    let warm = per_msg.saturating_mul(cfg.timing.warmup.min(u64::from(u32::MAX)) as u32);
+    let run = match cfg.timing.mode {
         RunMode::Duration(d) => d,
         RunMode::Iters(n) => {
             let msgs = n
@@ -179,7 +179,7 @@ impl Session<'_> {
     /// Posts `wr_ids` (slot numbers) as receives on QP `q`, in chunks, without allocating.
     pub fn post_receives(&self, q: usize, slots: impl Iterator<Item = usize>) -> Result<()> {
         let res = &self.link.res;
-        post_receives(&res.qps[q], &res.dst[q], &res.layout, q, slots)
+        post_receives(&res.qps[q], &res.bufs.dst[q], &res.bufs.layout, q, slots)
     }
 }
 

@@ -35,7 +35,7 @@ pub fn main(tool: Tool) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if cfg.worker.is_some() {
+    if cfg.procs.worker.is_some() {
         return crate::procs::worker_main(&cfg);
     }
     if let Err(e) = crate::output::check_applicable(&params.output, tool.metric) {
@@ -56,7 +56,7 @@ pub fn main(tool: Tool) -> ExitCode {
         // perftest's server says so before it blocks in accept.
         print!("{}", crate::report::text::WAITING_BANNER);
     }
-    if cfg.procs.is_some() {
+    if cfg.procs.count.is_some() {
         return crate::procs::coordinator_main(&cfg, &out);
     }
     let mut reporter = Reporter::new(&out);

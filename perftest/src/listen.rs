@@ -49,18 +49,19 @@ pub struct Accepted {
     pub refuser: Refuser,
 }
 
-/// Listens on `cfg.bind`, port `cfg.port`, and returns the first connection that opens with a
-/// valid HELLO, within `cfg.wait` in all. Strays are logged on stderr (`tool: ignored ...`).
+/// Listens on `cfg.peer.bind`, port `cfg.peer.port`, and returns the first connection that
+/// opens with a valid HELLO, within `cfg.peer.wait` in all. Strays are logged on stderr
+/// (`tool: ignored ...`).
 pub fn accept_client(cfg: &Config, ours: &Hello, timeout: Duration) -> Result<Accepted> {
-    let listener = Listener::bind_on(cfg.bind, cfg.port)
-        .with_context(|| format!("listening for a client on TCP port {}", cfg.port))?;
+    let listener = Listener::bind_on(cfg.peer.bind, cfg.peer.port)
+        .with_context(|| format!("listening for a client on TCP port {}", cfg.peer.port))?;
     let tool = cfg.tool.name();
     let start = Instant::now();
     loop {
-        let left = cfg.wait.saturating_sub(start.elapsed());
+        let left = cfg.peer.wait.saturating_sub(start.elapsed());
         let conn = listener
             .accept_conn(left, HELLO_WAIT)
-            .with_context(|| format!("waiting for a client on TCP port {}", cfg.port))?;
+            .with_context(|| format!("waiting for a client on TCP port {}", cfg.peer.port))?;
         let peer = conn.peer();
         let mut ch = Channel::new(conn, "client");
         match server_hello(ours, &mut ch)? {
@@ -80,7 +81,7 @@ pub fn accept_client(cfg: &Config, ours: &Hello, timeout: Duration) -> Result<Ac
                 return Ok(Accepted { ch, refuser });
             }
             Greeting::Stray(why) => {
-                let left = cfg.wait.saturating_sub(start.elapsed());
+                let left = cfg.peer.wait.saturating_sub(start.elapsed());
                 eprintln!(
                     "{tool}: ignored a connection from {peer}: {why}; still waiting for a client \
                      ({:.0} s left)",

@@ -9,10 +9,10 @@ use crate::params::Config;
 
 /// Pins the thread: `--cpu`, else a CPU local to the NIC when sysfs tells.
 pub fn pin(cfg: &Config, dev: &LocalDev) -> Result<Option<(usize, String)>> {
-    let choice = match &cfg.worker {
-        Some(w) => worker_cpu(dev.ctx.name(), cfg.cpu.as_ref(), w.index),
-        None if cfg.cpu.is_none() && !cfg.auto_pin => Ok(None),
-        None => affinity::choose_cpu(dev.ctx.name(), cfg.cpu.as_ref(), 0),
+    let choice = match &cfg.procs.worker {
+        Some(w) => worker_cpu(dev.ctx.name(), cfg.pin.cpu.as_ref(), w.index),
+        None if cfg.pin.cpu.is_none() && !cfg.pin.auto => Ok(None),
+        None => affinity::choose_cpu(dev.ctx.name(), cfg.pin.cpu.as_ref(), 0),
     }
     .map_err(anyhow::Error::msg)
     .context("choosing a CPU (--cpu)")?;

@@ -22,7 +22,7 @@ impl Progress {
     /// A bar for a run of `sizes`, shown when the run is long — a sweep, or `-D` — and stderr
     /// is a terminal. The workers of a `--procs` run never show one.
     pub fn start(cfg: &Config, sizes: &[u64]) -> Progress {
-        let per_size = match cfg.mode {
+        let per_size = match cfg.timing.mode {
             RunMode::Duration(d) => Some(d),
             RunMode::Iters(_) => None,
         };
@@ -31,7 +31,7 @@ impl Progress {
             &cfg.tool.name(),
             sizes.len(),
             per_size,
-            long && cfg.worker.is_none(),
+            long && cfg.procs.worker.is_none(),
         )
     }
 

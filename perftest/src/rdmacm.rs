@@ -74,7 +74,7 @@ pub fn listen(cfg: &Config) -> Result<Option<CmListen>> {
     }
     let channel = EventChannel::create().context("-R: rdma_create_event_channel")?;
     let listener = CmId::create(&channel, PortSpace::Tcp).context("-R: rdma_create_id")?;
-    let ip = match cfg.bind {
+    let ip = match cfg.peer.bind {
         a if a.is_unspecified() => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         a => a,
     };
@@ -251,7 +251,7 @@ pub struct Parties<'a> {
 /// INIT → RTR → RTS with the CM's attributes.
 pub fn connect_client(p: &Parties<'_>) -> Result<CmLink> {
     let rc = rdma_cm(p.cfg)?;
-    let host = p.cfg.host.as_deref().unwrap_or_default();
+    let host = p.cfg.peer.host.as_deref().unwrap_or_default();
     let src = source_ip(rc, p.dev);
     let dsts: Vec<SocketAddr> = (host, rc.port)
         .to_socket_addrs()

@@ -17,7 +17,7 @@ use crate::device::{self, LocalDev};
 use crate::engine::{Pacer, Session};
 use crate::listen::Notified;
 use crate::output::Reporter;
-use crate::params::{Config, RunMode, Sizes};
+use crate::params::{Config, RunMode, Sizes, Timing};
 use crate::progress::Progress;
 use crate::proto::{ChanError, Channel, Hello, Msg, PeerFailed, Phase, ProtoError, VERSION};
 use crate::report::endpoint_line;
@@ -119,14 +119,14 @@ pub fn run_tool_paced(
     let cq_timeout = conn::completion_timeout(cfg);
     let peer_timeout = cq_timeout.max(Duration::from_secs(15));
     // The server's guard turns away other clients until the run ends (it is dropped last).
-    let (mut ch, _refuser) = match &cfg.host {
+    let (mut ch, _refuser) = match &cfg.peer.host {
         None => {
             let a = crate::listen::accept_client(cfg, &our_hello(cfg), peer_timeout)?;
             (a.ch, Some(a.refuser))
         }
         Some(h) => {
-            let conn = oob::connect(h, cfg.port, cfg.wait)
-                .with_context(|| format!("connecting to the server {h}:{}", cfg.port))?;
+            let conn = oob::connect(h, cfg.peer.port, cfg.peer.wait)
+                .with_context(|| format!("connecting to the server {h}:{}", cfg.peer.port))?;
             let mut ch = Channel::new(conn, "server");
             ch.set_timeout(peer_timeout)?;
             (ch, None)
@@ -253,7 +253,10 @@ fn session(
 
     // --run_infinitely warms up before the first period only.
     let later_periods = Config {
-        warmup: 0,
+        timing: Timing {
+            warmup: 0,
+            ..cfg.timing
+        },
         ..cfg.clone()
     };
     // Receive buffers: posted now, before the peer can send, and kept posted for the run.
@@ -299,10 +302,10 @@ fn measure<'c>(
     sink.header(&info);
     let dev_name = s.link.dev.ctx.name().to_string();
     let before = counters::read(&dev_name, cfg.device.ib_port);
-    let sizes = s.link.sizes.clone();
+    let sizes = s.link.agreed.sizes.clone();
     let progress = Progress::start(cfg, &sizes);
     let rows = match cfg.tool.metric {
-        Metric::Bw if cfg.run_infinitely => {
+        Metric::Bw if cfg.timing.run_infinitely => {
             let rows = run_infinitely(s, later_periods, &info, sink)?;
             sink.counters(counters::deltas(
                 &before,
@@ -365,6 +368,7 @@ fn run_infinitely<'c>(
 ) -> Result<Vec<BwRow>> {
     let size = s
         .link
+        .agreed
         .sizes
         .first()
         .copied()
@@ -431,13 +435,13 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
                     e.lid,
                     e.qpn,
                     e.psn,
-                    reads.then_some(link.outstanding),
+                    reads.then_some(link.agreed.outstanding),
                     rdma.then_some((e.rkey, e.addr)),
                 )
             })
             .collect()
     };
-    let (iterations, duration) = match cfg.mode {
+    let (iterations, duration) = match cfg.timing.mode {
         RunMode::Iters(n) => (n, None),
         RunMode::Duration(d) => (0, Some(d)),
     };
@@ -459,7 +463,7 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
             .first()
             .map(|e| gid_text(&e.gid))
             .unwrap_or_default(),
-        mtu: link.path_mtu.bytes(),
+        mtu: link.agreed.path_mtu.bytes(),
         qps: cfg.qps,
         tx_depth: cfg.queues.tx_depth,
         rx_depth: if kind == TestKind::Send {
@@ -469,14 +473,14 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
         },
         post_list: cfg.queues.post_list,
         cq_moderation: cfg.queues.effective_cq_mod(),
-        max_inline: link.inline_limit,
-        outstanding_reads: link.outstanding,
+        max_inline: link.agreed.inline_limit,
+        outstanding_reads: link.agreed.outstanding,
         atomic_type: cfg.atomic.map(|a| a.name().to_string()),
         bidirectional: cfg.bidirectional,
         use_events: cfg.events,
         duration,
         iterations,
-        warmup_iterations: cfg.warmup,
+        warmup_iterations: cfg.timing.warmup,
         cpu,
         report_gbits: cfg.report_gbits,
         qp_timeout: cfg.qp_timeout,

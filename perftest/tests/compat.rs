@@ -219,13 +219,19 @@ fn perftest_meanings() {
         &a(wbw, "--pin_cores 0-1 --data_validation --wait_destroy 2"),
     )
     .unwrap();
-    assert_eq!(c.cpu.unwrap().to_string(), "0-1");
+    assert_eq!(c.pin.cpu.unwrap().to_string(), "0-1");
     assert!(c.validate);
     assert_eq!(c.wait_destroy, Some(Duration::from_secs(2)));
     let c = Config::new(wbw, &a(wbw, "--disable_numa --perform_warm_up")).unwrap();
-    assert!(!c.auto_pin);
-    assert_eq!(c.warmup, 16);
-    assert_eq!(Config::new(wbw, &a(wbw, "--warmup 0")).unwrap().warmup, 0);
+    assert!(!c.pin.auto);
+    assert_eq!(c.timing.warmup, 16);
+    assert_eq!(
+        Config::new(wbw, &a(wbw, "--warmup 0"))
+            .unwrap()
+            .timing
+            .warmup,
+        0
+    );
     // What perftest refuses, we refuse, naming it.
     for (t, args, says) in [
         (wbw, "--output=latency", "--output=latency"),
@@ -310,15 +316,15 @@ fn run_infinitely_and_margins() {
         config(wbw, &args)
     };
     let c = cfg("--run_infinitely").unwrap();
-    assert!(c.run_infinitely);
+    assert!(c.timing.run_infinitely);
     assert_eq!(
-        c.mode,
+        c.timing.mode,
         vl_perftest::params::RunMode::Duration(Duration::from_secs(5))
     );
-    assert_eq!(c.margin, None, "every period is measured whole");
+    assert_eq!(c.timing.margin, None, "every period is measured whole");
     let c = cfg("--run_infinitely -D 2").unwrap();
     assert_eq!(
-        c.mode,
+        c.timing.mode,
         vl_perftest::params::RunMode::Duration(Duration::from_secs(2))
     );
     for (args, says) in [
@@ -339,11 +345,14 @@ fn run_infinitely_and_margins() {
     .unwrap_err();
     assert!(e.contains("--run_infinitely"), "{e}");
     // perftest's margins: a quarter of -D by default, whole seconds; both must fit.
-    assert_eq!(cfg("-D 8").unwrap().margin, Some(Duration::from_secs(2)));
-    assert_eq!(cfg("-D 3").unwrap().margin, None);
-    assert_eq!(cfg("-D 8 -f 0").unwrap().margin, None);
     assert_eq!(
-        cfg("-D 8 -f 3").unwrap().margin,
+        cfg("-D 8").unwrap().timing.margin,
+        Some(Duration::from_secs(2))
+    );
+    assert_eq!(cfg("-D 3").unwrap().timing.margin, None);
+    assert_eq!(cfg("-D 8 -f 0").unwrap().timing.margin, None);
+    assert_eq!(
+        cfg("-D 8 -f 3").unwrap().timing.margin,
         Some(Duration::from_secs(3))
     );
     assert!(cfg("-D 4 -f 2").unwrap_err().contains("-f 2"));

@@ -52,7 +52,7 @@ fn defaults_are_perftests() {
     assert!(c.is_server());
     assert_eq!(c.sizes, Sizes::Single(65536));
     assert_eq!(
-        c.mode,
+        c.timing.mode,
         RunMode::Iters(5000),
         "ib_write_bw runs 5000 iterations"
     );
@@ -65,7 +65,10 @@ fn defaults_are_perftests() {
         ),
         (128, 100, 1, 1)
     );
-    assert_eq!((c.port, c.device.ib_port, c.qp_timeout), (18515, 1, 14));
+    assert_eq!(
+        (c.peer.port, c.device.ib_port, c.qp_timeout),
+        (18515, 1, 14)
+    );
     assert_eq!(c.conn, QpType::Rc);
     assert_eq!(
         c.inline_request(),
@@ -74,8 +77,8 @@ fn defaults_are_perftests() {
     );
 
     let c = ok(READ_BW, "server.example");
-    assert_eq!(c.host.as_deref(), Some("server.example"));
-    assert_eq!(c.mode, RunMode::Iters(1000));
+    assert_eq!(c.peer.host.as_deref(), Some("server.example"));
+    assert_eq!(c.timing.mode, RunMode::Iters(1000));
 
     let c = ok(SEND_BW, "");
     assert_eq!(c.queues.rx_depth, 512);
@@ -84,7 +87,7 @@ fn defaults_are_perftests() {
         let c = ok(lat, "");
         assert_eq!(c.sizes, Sizes::Single(2), "{}", lat.name());
         assert_eq!(c.queues.tx_depth, 1);
-        assert_eq!(c.mode, RunMode::Iters(1000));
+        assert_eq!(c.timing.mode, RunMode::Iters(1000));
     }
     assert_eq!(ok(WRITE_LAT, "").inline_request(), 64);
     assert_eq!(ok(SEND_LAT, "").inline_request(), 64);
@@ -98,7 +101,7 @@ fn defaults_are_perftests() {
         Sizes::Single(8),
         "-a on atomics is 8 only"
     );
-    assert_eq!(c.warmup, 16);
+    assert_eq!(c.timing.warmup, 16);
 }
 
 #[test]
@@ -114,7 +117,7 @@ fn short_and_long_forms_agree() {
         assert_eq!(c.device.ib_dev.as_deref(), Some("rxe1"));
         assert_eq!((c.device.ib_port, c.device.gid_index), (2, Some(1)));
         assert_eq!(c.sizes, Sizes::Single(4096));
-        assert_eq!(c.mode, RunMode::Iters(300));
+        assert_eq!(c.timing.mode, RunMode::Iters(300));
         assert_eq!(
             (
                 c.qps,
@@ -127,18 +130,18 @@ fn short_and_long_forms_agree() {
         );
         assert_eq!(c.conn, QpType::Uc);
         assert!(c.bidirectional && c.events && c.no_peak);
-        assert_eq!(c.inline_size, Some(32));
-        assert_eq!(c.mtu, Some(Mtu::Mtu1024));
-        assert_eq!((c.qp_timeout, c.port, c.warmup), (20, 20000, 3));
-        assert_eq!(c.host.as_deref(), Some("host1"));
+        assert_eq!(c.asked.inline_size, Some(32));
+        assert_eq!(c.asked.mtu, Some(Mtu::Mtu1024));
+        assert_eq!((c.qp_timeout, c.peer.port, c.timing.warmup), (20, 20000, 3));
+        assert_eq!(c.peer.host.as_deref(), Some("host1"));
         // Both sides derive the same wire parameters from the same flags.
         assert_eq!(c.wire_params(), ok(WRITE_BW, short).wire_params());
     }
     let c = ok(READ_BW, "-o 4");
-    assert_eq!(c.outstanding, Some(4));
+    assert_eq!(c.asked.outstanding, Some(4));
     let c = ok(ATOMIC_BW, "--outs 2 -A CMP_AND_SWAP");
     assert_eq!(
-        (c.outstanding, c.atomic),
+        (c.asked.outstanding, c.atomic),
         (Some(2), Some(AtomicType::CmpAndSwap))
     );
     assert_eq!(
@@ -146,8 +149,8 @@ fn short_and_long_forms_agree() {
         Some(AtomicType::FetchAndAdd)
     );
     let c = ok(SEND_BW, "-D 3 --cpu 0-1 --validate --report_gbits");
-    assert_eq!(c.mode, RunMode::Duration(Duration::from_secs(3)));
-    assert_eq!(c.cpu.unwrap().to_string(), "0-1");
+    assert_eq!(c.timing.mode, RunMode::Duration(Duration::from_secs(3)));
+    assert_eq!(c.pin.cpu.unwrap().to_string(), "0-1");
     assert!(c.validate && c.report_gbits);
     assert_eq!(ok(WRITE_BW, "-s 64K").sizes, Sizes::Single(65536));
     assert_eq!(ok(WRITE_BW, "-a").sizes, Sizes::Sweep { max: 1 << 23 });

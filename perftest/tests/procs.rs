@@ -504,7 +504,7 @@ const WRITE_LAT: Tool = Tool::new(TestKind::Write, Metric::Lat);
 fn procs_parameters() {
     let c = config(WRITE_BW, "--procs 2 -p 18000").unwrap();
     assert_eq!(
-        (c.procs, c.port, c.worker.is_none()),
+        (c.procs.count, c.peer.port, c.procs.worker.is_none()),
         (Some(2), 18000, true)
     );
     let param = |c: &Config| {
@@ -522,8 +522,8 @@ fn procs_parameters() {
         "--procs 2 -p 18000 --vl-worker 1 --vl-queue /vl-procs-1",
     )
     .unwrap();
-    assert_eq!(w.port, 18001, "worker I uses the base port + I");
-    assert_eq!(w.worker.as_ref().map(|w| w.index), Some(1));
+    assert_eq!(w.peer.port, 18001, "worker I uses the base port + I");
+    assert_eq!(w.procs.worker.as_ref().map(|w| w.index), Some(1));
     assert_eq!(param(&w), param(&c), "workers compare the same N");
 
     let e = config(WRITE_LAT, "--procs 2").unwrap_err();

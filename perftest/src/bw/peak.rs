@@ -175,7 +175,7 @@ pub(super) fn measured(
             log.peak(size, min_win)
         },
     };
-    match (mode, cfg.margin) {
+    match (mode, cfg.timing.margin) {
         (RunMode::Duration(d), Some(margin)) => m.within_margin(log, d, margin),
         _ => m,
     }

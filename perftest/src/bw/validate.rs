@@ -10,9 +10,7 @@ pub(super) fn prepare(s: &Session<'_>, size: u64) -> Result<()> {
         return Ok(());
     }
     let n = size as usize;
-    let Resources {
-        src, dst, layout, ..
-    } = &s.link.res;
+    let Buffers { src, dst, layout } = &s.link.res.bufs;
     for (q, rx) in dst.iter().enumerate() {
         match s.cfg.tool.kind {
             TestKind::Write => rx.fill(layout.dst_region(q), 0)?,
@@ -72,8 +70,7 @@ pub(super) fn validate(
     out: &PhaseOut,
 ) -> Result<()> {
     let n = size as usize;
-    let layout = s.link.res.layout;
-    let (src, dst) = (&s.link.res.src, &s.link.res.dst);
+    let Buffers { src, dst, layout } = &s.link.res.bufs;
     match s.cfg.tool.kind {
         TestKind::Write if s.bw_peer_sends() => {
             for (q, rx) in dst.iter().enumerate() {

@@ -7,7 +7,7 @@ use anyhow::{bail, Context as _, Result};
 use verbs_lab::connect::{init_attr, rtr_attr, rts_attr, ConnectOpts, Endpoint};
 use verbs_lab::verbs::{Ah, AhAttr, GlobalRoute, InitAttr, LinkLayer, Mtu, QpType, RtsAttr};
 
-use super::{Link, Resources, QKEY};
+use super::{Agreed, Link, Resources, QKEY};
 use crate::device::LocalDev;
 use crate::params::Config;
 use crate::proto::{ChanError, Channel, Endpoints, Msg, QpEndpoint};
@@ -108,7 +108,7 @@ pub fn connect(
 
     let granted_inline = res.qps.first().map_or(0, |qp| qp.caps().max_inline_data);
     let inline_ok = matches!(cfg.tool.kind, TestKind::Write | TestKind::Send);
-    let inline_limit = match (inline_ok, cfg.inline_size) {
+    let inline_limit = match (inline_ok, cfg.asked.inline_size) {
         (false, _) => 0,
         (true, Some(i)) => i.min(granted_inline),
         (true, None) => granted_inline,
@@ -119,10 +119,12 @@ pub fn connect(
         local,
         remote,
         ahs,
-        path_mtu,
-        sizes,
-        inline_limit,
-        outstanding: if depth.needs_rd { depth.outstanding } else { 0 },
+        agreed: Agreed {
+            path_mtu,
+            sizes,
+            inline_limit,
+            outstanding: if depth.needs_rd { depth.outstanding } else { 0 },
+        },
         cm,
     };
     if cfg.qos_given() {
@@ -138,7 +140,7 @@ fn path_mtu(cfg: &Config, dev: &LocalDev, remote: &Endpoints) -> Result<Mtu> {
     let peer_mtu = Mtu::from_bytes(remote.active_mtu).unwrap_or(Mtu::Mtu1024);
     let our_mtu = dev.port.active_mtu.unwrap_or(Mtu::Mtu1024);
     let active = our_mtu.min(peer_mtu);
-    Ok(match cfg.mtu {
+    Ok(match cfg.asked.mtu {
         None => active,
         Some(m) if m <= active => m,
         Some(m) => bail!(
@@ -193,6 +195,7 @@ impl ReadDepth {
             needs_rd: matches!(cfg.tool.kind, TestKind::Read | TestKind::Atomic),
             ours_accept: dev.attr.max_qp_rd_atom.clamp(1, 255) as u8,
             outstanding: cfg
+                .asked
                 .outstanding
                 .unwrap_or(init_max)
                 .min(init_max)

@@ -4,7 +4,7 @@
 //! ([`connect`](mod@connect)). The device itself is [`crate::device`].
 //!
 //! ## The buffers
-//! Two kinds of memory region hold `stride`-byte slots:
+//! Two kinds of memory region ([`Buffers`]) hold `stride`-byte slots:
 //! - `src` (one MR for all QPs): what this side sends (write, send) or where its reads and
 //!   atomics land;
 //! - `dst` (one MR per QP): what the peer accesses (the target of its writes, the source of its
@@ -34,7 +34,7 @@ pub mod resources;
 
 pub use connect::{check_remote_slots, connect, exchange_endpoints, qos_readback};
 pub use layout::{rights, Layout, Rights, VALIDATE_BUDGET};
-pub use resources::{create_resources, local_endpoints, Resources};
+pub use resources::{create_resources, local_endpoints, Buffers, Resources};
 
 /// The Q_Key of our UD QPs.
 pub const QKEY: u32 = 0x1111_1111;
@@ -49,6 +49,17 @@ pub struct Link {
     pub remote: Endpoints,
     /// UD: one address handle per QP, towards the peer's QP of the same index.
     pub ahs: Vec<Ah>,
+    /// The path MTU, sizes, inline limit and reads in flight the run uses.
+    pub agreed: Agreed,
+    /// `-R`: the rdma_cm connections of the QPs (dropped after them: declared last).
+    pub cm: Option<crate::rdmacm::CmLink>,
+}
+
+/// What the run uses once both ports are known: what was asked (`-m`, `-s`/`-a`, `-I`, `-o`)
+/// capped by what this device granted and the peer's endpoints told (`connect`). The header
+/// prints it; the measuring loops read the sizes and the inline limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Agreed {
     pub path_mtu: Mtu,
     /// The message sizes of the run (one, or the sweep capped by both ports).
     pub sizes: Vec<u64>,
@@ -56,8 +67,6 @@ pub struct Link {
     pub inline_limit: u32,
     /// RDMA reads/atomics in flight per QP (`-o`, capped by both devices).
     pub outstanding: u32,
-    /// `-R`: the rdma_cm connections of the QPs (dropped after them: declared last).
-    pub cm: Option<crate::rdmacm::CmLink>,
 }
 
 /// How long any single completion may take: the QP's ack timeout times its retries, doubled,

@@ -18,15 +18,22 @@ pub struct Resources {
     pub pd: Pd,
     pub cq: Cq,
     pub channel: Option<CompChannel>,
+    /// The registered slots the run's messages come from and land in.
+    pub bufs: Buffers,
+    pub rights: Rights,
+    pub qps: Vec<Qp>,
+    /// Receives posted per QP (send tools): `-r`, or fewer with `--validate` (one slot each).
+    pub rx_posted: u32,
+}
+
+/// The run's memory: the source and destination regions and where each QP's slots lie in them
+/// (see [the module](super)). The measuring loops read the three together.
+pub struct Buffers {
     /// Every QP's source slots.
     pub src: Mr,
     /// Each QP's destination slots, one MR per QP.
     pub dst: Vec<Mr>,
-    pub rights: Rights,
-    pub qps: Vec<Qp>,
     pub layout: Layout,
-    /// Receives posted per QP (send tools): `-r`, or fewer with `--validate` (one slot each).
-    pub rx_posted: u32,
 }
 
 impl Drop for Resources {
@@ -56,17 +63,15 @@ pub fn create_resources(cfg: &Config, dev: &LocalDev, max_size: u64) -> Result<R
     };
     let cq = create_cq(cfg, dev, rx_posted, channel.as_ref())?;
     let rights = rights(cfg);
-    let (src, dst) = register_slots(cfg, &pd, &layout, &rights)?;
+    let bufs = register_slots(cfg, &pd, layout, &rights)?;
     let qps = create_qps(cfg, &pd, &cq, rx_posted)?;
     Ok(Resources {
         pd,
         cq,
         channel,
-        src,
-        dst,
+        bufs,
         rights,
         qps,
-        layout,
         rx_posted,
     })
 }
@@ -112,12 +117,7 @@ fn create_cq(
 
 /// Registers the source slots (one MR) and each QP's destination slots (one MR per QP) with
 /// their least rights, and fills the source with a payload.
-fn register_slots(
-    cfg: &Config,
-    pd: &Pd,
-    layout: &Layout,
-    rights: &Rights,
-) -> Result<(Mr, Vec<Mr>)> {
+fn register_slots(cfg: &Config, pd: &Pd, layout: Layout, rights: &Rights) -> Result<Buffers> {
     let qps = cfg.qps as usize;
     let bytes = layout.src_total(qps);
     let src = pd.reg_mr(bytes, rights.src).with_context(|| {
@@ -150,7 +150,7 @@ fn register_slots(
                 .context("filling the send buffers")?;
         }
     }
-    Ok((src, dst))
+    Ok(Buffers { src, dst, layout })
 }
 
 /// The `-q` QPs on `cq`. The default inline request of the latency tools is a wish: a device
@@ -178,9 +178,10 @@ fn create_qps(cfg: &Config, pd: &Pd, cq: &Cq, rx_posted: u32) -> Result<Vec<Qp>>
             Ok(qp) => qp,
             // The default inline request is a wish, not a requirement: a device that cannot
             // inline that much still runs the test, without inline.
-            Err(e) if cfg.inline_size.is_none() && inline_req > 0 => pd
-                .create_qp(&attr(0))
-                .with_context(|| format!("ibv_create_qp (QP {q}; first attempt: {e})"))?,
+            Err(e) if cfg.asked.inline_size.is_none() && inline_req > 0 => {
+                pd.create_qp(&attr(0))
+                    .with_context(|| format!("ibv_create_qp (QP {q}; first attempt: {e})"))?
+            }
             Err(e) => {
                 return Err(e).with_context(|| {
                     format!(
@@ -197,7 +198,7 @@ fn create_qps(cfg: &Config, pd: &Pd, cq: &Cq, rx_posted: u32) -> Result<Vec<Qp>>
 
 /// What we tell the peer about `res`: with each QP's first PSN, drawn here at random.
 pub fn local_endpoints(dev: &LocalDev, res: &Resources) -> Endpoints {
-    let l = &res.layout;
+    let l = &res.bufs.layout;
     Endpoints {
         device: dev.ctx.name().to_string(),
         active_mtu: dev.port.active_mtu.unwrap_or(Mtu::Mtu1024).bytes(),
@@ -213,8 +214,8 @@ pub fn local_endpoints(dev: &LocalDev, res: &Resources) -> Endpoints {
                 psn: random_psn(),
                 lid: dev.port.lid,
                 gid: dev.gid.entry.gid,
-                rkey: res.dst[q].rkey(),
-                addr: res.dst[q].addr() + l.dst(q, 0) as u64,
+                rkey: res.bufs.dst[q].rkey(),
+                addr: res.bufs.dst[q].addr() + l.dst(q, 0) as u64,
                 slot_stride: l.stride as u32,
                 slots: l.dst_slots as u32,
             })

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::conn::Resources;
+use crate::conn::Buffers;
 use crate::engine::{send_tally, PeerWatch, Session};
 use crate::params::RunMode;
 use crate::pattern;
@@ -58,12 +58,12 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Op
     prepare(s, size)?;
     s.ch.sync(Phase::Ready, size).map_err(anyhow::Error::new)?;
     let mut warm_count = 0;
-    if cfg.warmup > 0 {
+    if cfg.timing.warmup > 0 {
         let w = one_phase(
             s,
             Phase::WarmUp,
             size,
-            RunMode::Iters(cfg.warmup),
+            RunMode::Iters(cfg.timing.warmup),
             0,
             None,
             sq,
@@ -78,17 +78,17 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Op
         s,
         Phase::Measure,
         size,
-        cfg.mode,
+        cfg.timing.mode,
         warm_count,
         Some(&mut rec),
         sq,
     )
     .with_context(|| format!("measurement of size {size}"))?;
     if cfg.validate && cfg.tool.kind == TestKind::Write && m.count > 0 {
-        let layout = s.link.res.layout;
+        let layout = s.link.res.bufs.layout;
         let off = layout.dst(0, 0);
         let last = warm_count + m.count - 1;
-        let buf = s.link.res.dst[0].to_vec(off..off + size as usize)?;
+        let buf = s.link.res.bufs.dst[0].to_vec(off..off + size as usize)?;
         if let Err(e) = pattern::check(&buf, 0, last, true) {
             bail!(
                 "--validate: after {} RDMA writes of {size} bytes the buffer should hold \
@@ -102,7 +102,7 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Op
         bytes: size,
         iterations: m.count,
         stats,
-        tps: match cfg.mode {
+        tps: match cfg.timing.mode {
             RunMode::Duration(_) => Some(m.count as f64 / m.elapsed.as_secs_f64().max(1e-9)),
             RunMode::Iters(_) => None,
         },
@@ -111,7 +111,7 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Op
 
 /// Clears the destination (write: so the poll byte starts at 0) and stamps nothing yet.
 fn prepare(s: &Session<'_>, size: u64) -> Result<()> {
-    let Resources { dst, layout, .. } = &s.link.res;
+    let Buffers { dst, layout, .. } = &s.link.res.bufs;
     if s.cfg.tool.kind == TestKind::Write {
         let d = layout.dst(0, 0);
         dst[0].fill(d..d + size as usize, 0)?;
@@ -181,6 +181,7 @@ fn one_phase(
     let Session { link, ch, .. } = s;
     let sges = [link
         .res
+        .bufs
         .src
         .sge(f.src..f.src + f.local_len)
         .context("building the SGE")?];

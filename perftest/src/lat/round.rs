@@ -56,7 +56,7 @@ impl Facts {
     pub(super) fn of(s: &Session<'_>, size: u64) -> Facts {
         let cfg = s.cfg;
         let kind = cfg.tool.kind;
-        let layout = s.link.res.layout;
+        let layout = s.link.res.bufs.layout;
         let n = size as usize;
         Facts {
             kind,
@@ -119,7 +119,7 @@ impl<'a> Rounds<'a> {
         watch: PeerWatch,
         sges: &'a [Sge<'a>],
     ) -> Rounds<'a> {
-        let (res, remote, inline_limit) = (&link.res, &link.remote, link.inline_limit);
+        let (res, remote, inline_limit) = (&link.res, &link.remote, link.agreed.inline_limit);
         let (cq, channel) = (&res.cq, res.channel.as_ref());
         let qp = &res.qps[0];
         let r = &remote.qps[0];
@@ -152,12 +152,12 @@ impl<'a> Rounds<'a> {
         );
         Rounds {
             f,
-            mr: &res.src,
-            rx: &res.dst[0],
+            mr: &res.bufs.src,
+            rx: &res.bufs.dst[0],
             qp,
             cq,
             channel,
-            layout: res.layout,
+            layout: res.bufs.layout,
             post,
             waiter,
             wcs: WorkCompletion::array::<POLL_BATCH>(),

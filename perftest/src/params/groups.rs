@@ -1,6 +1,28 @@
 //! The option groups a [`Config`](super::Config) holds: the options that travel together
-//! through the run — where the QPs live, the shape of their queues, the QoS of their address
-//! vectors, `-R`, and which `--procs` worker this process is.
+//! through the run — where the peer is, where the QPs live, how long each size runs, the shape
+//! of their queues, the QoS of their address vectors, what the QPs ask for, `-R`, CPU pinning and the `--procs` plan.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use verbs_lab::affinity::CpuList;
+use verbs_lab::verbs::Mtu;
+
+use super::RunMode;
+
+/// Where the peer is and how long to wait for it: the exchange's TCP connection (`listen.rs`,
+/// `run.rs`) and `-R`'s rdma_cm addresses start from here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// The server's host (client side), `None` on the server.
+    pub host: Option<String>,
+    /// `-p`: the exchange's TCP port (a `--procs` worker's: `-p` + its index).
+    pub port: u16,
+    /// The server's listening address (`--bind`, else every address).
+    pub bind: IpAddr,
+    /// `--wait`: how long to wait for the peer to connect or accept.
+    pub wait: Duration,
+}
 
 /// Where the QPs live: the device (`-d`), its port (`-i`) and the GID of their address vectors
 /// (`-x`). Parsed as given ([`Params`](super::Params) flattens it) and used as such.
@@ -23,6 +45,19 @@ pub struct DeviceChoice {
     /// first populated one).
     #[arg(short = 'x', long = "gid-index", value_name = "IDX")]
     pub gid_index: Option<u32>,
+}
+
+/// How long each size runs (`-n`, `-D`, `-f`, `--run_infinitely`) and the warm-up before it:
+/// what the measuring loops and the progress estimate read, and what both sides must agree on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub mode: RunMode,
+    /// `-f/--margin` of a `-D` bandwidth run: not measured at either end (`None`: 0).
+    pub margin: Option<Duration>,
+    /// `--run_infinitely`: periods of `mode`'s duration until the client is stopped.
+    pub run_infinitely: bool,
+    /// `--warmup`: warm-up iterations per QP and size.
+    pub warmup: u64,
 }
 
 /// The shape of every QP's queues: their depths and how the send queue is posted and signaled.
@@ -131,6 +166,41 @@ fn parse_flow_label(s: &str) -> Result<u32, String> {
         ));
     }
     Ok(v)
+}
+
+/// What the QPs ask for, as given (`None`: the default): `connect` checks or caps each against
+/// both ports once they are known, into what the link agreed (`conn::Agreed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Asked {
+    /// `-m`: the path MTU (refused above the smaller active MTU of the two ports).
+    pub mtu: Option<Mtu>,
+    /// `-I`: the inline size (at most what the QP grants).
+    pub inline_size: Option<u32>,
+    /// `-o`: RDMA reads/atomics in flight per QP (at most what both devices allow).
+    pub outstanding: Option<u32>,
+}
+
+/// Which CPU the run's thread is pinned to (`pin.rs`): `--cpu`, else one local to the NIC
+/// unless `--disable_numa` (the two flags conflict).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pinning {
+    /// `--cpu`: the CPUs to choose from (a `--procs` worker takes its own of them).
+    pub cpu: Option<CpuList>,
+    /// Pin to a CPU local to the NIC when `--cpu` is not given (off with `--disable_numa`).
+    pub auto: bool,
+}
+
+/// The `--procs` plan (see `procs.rs`): how many worker processes, which one this process is,
+/// and when they start each measurement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcsPlan {
+    /// `--procs N`: this many worker processes (`None`: one process, no coordinator).
+    pub count: Option<u32>,
+    /// Set in a worker process: its index and the coordinator's queue.
+    pub worker: Option<WorkerOf>,
+    /// `--procs-start`: how far ahead of the release the common start time of each
+    /// measurement is (zero: no common start).
+    pub start: Duration,
 }
 
 /// Which worker of a `--procs` run this process is (the hidden `--vl-worker I --vl-queue NAME`).

@@ -24,7 +24,10 @@ mod groups;
 pub use checks::INFINITE_PERIOD_SECS;
 use checks::*;
 pub use cli::Params;
-pub use groups::{DeviceChoice, Qos, QueueShape, RdmaCm, WorkerOf, MAX_FLOW_LABEL};
+pub use groups::{
+    Asked, DeviceChoice, Peer, Pinning, ProcsPlan, Qos, QueueShape, RdmaCm, Timing, WorkerOf,
+    MAX_FLOW_LABEL,
+};
 
 /// Which tool is running: the operation and what is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -222,57 +225,38 @@ pub enum RunMode {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub tool: Tool,
-    /// The server's host (client side), `None` on the server.
-    pub host: Option<String>,
-    pub port: u16,
-    /// The server's listening address (`--bind`, else every address).
-    pub bind: std::net::IpAddr,
+    /// `host`, `-p`, `--bind`, `--wait`: where the peer is and how long to wait for it.
+    pub peer: Peer,
     /// `-d`, `-i`, `-x`: the device, port and GID the QPs use.
     pub device: DeviceChoice,
     pub sizes: Sizes,
-    pub mode: RunMode,
-    /// `-f/--margin` of a `-D` bandwidth run: not measured at either end (`None`: 0).
-    pub margin: Option<Duration>,
-    /// `--run_infinitely`: periods of `mode`'s duration until the client is stopped.
-    pub run_infinitely: bool,
-    /// Warm-up iterations per QP and size.
-    pub warmup: u64,
+    /// `-n`, `-D`, `-f`, `--run_infinitely`, `--warmup`: how long each size runs.
+    pub timing: Timing,
     pub qps: u32,
     /// `-t`, `-r`, `-Q`, `-l`: how every QP's queues are filled.
     pub queues: QueueShape,
     pub conn: QpType,
     pub bidirectional: bool,
-    /// `-I` as given.
-    pub inline_size: Option<u32>,
+    /// `-m`, `-I`, `-o` as given: the QPs' path MTU, inline size and reads in flight.
+    pub asked: Asked,
     pub events: bool,
-    pub mtu: Option<Mtu>,
     pub qp_timeout: u8,
-    /// `-o` as given.
-    pub outstanding: Option<u32>,
     /// Set for the atomic tools.
     pub atomic: Option<AtomicType>,
     pub no_peak: bool,
-    pub cpu: Option<CpuList>,
-    /// Pin to a CPU local to the NIC when `--cpu` is not given (off with `--disable_numa`).
-    pub auto_pin: bool,
+    /// `--cpu`, `--disable_numa`: which CPU the run's thread is pinned to.
+    pub pin: Pinning,
     pub validate: bool,
     /// `-S`, `--tclass`, `--flow_label`: what every QP's address vector carries.
     pub qos: Qos,
     /// `-R`: the QPs are connected through librdmacm.
     pub rdma_cm: Option<RdmaCm>,
-    /// How long to wait for the peer to connect or accept.
-    pub wait: Duration,
     /// `--wait_destroy`: how long to keep the resources after the run.
     pub wait_destroy: Option<Duration>,
     /// `--report_gbits` (the header and the units depend on it).
     pub report_gbits: bool,
-    /// `--procs N`: this many worker processes (see `procs.rs`).
-    pub procs: Option<u32>,
-    /// Set in a worker process of a `--procs` run: its index and the coordinator's queue.
-    pub worker: Option<WorkerOf>,
-    /// `--procs-start`: how far ahead of the release the common start time of each
-    /// measurement is (zero: no common start).
-    pub procs_start: Duration,
+    /// `--procs`, `--procs-start`: the worker processes of the run, and which one this is.
+    pub procs: ProcsPlan,
 }
 
 /// `--procs` above this is refused (each worker costs a core, a queue and a TCP port).
@@ -322,42 +306,52 @@ impl Config {
 
         Ok(Config {
             tool,
-            host: p.host.clone(),
-            port,
-            bind: p.bind.unwrap_or(verbs_lab::oob::DEFAULT_BIND),
+            peer: Peer {
+                host: p.host.clone(),
+                port,
+                bind: p.bind.unwrap_or(verbs_lab::oob::DEFAULT_BIND),
+                wait: Duration::from_secs(p.wait_secs),
+            },
             device: p.device.clone(),
             sizes,
-            mode,
-            margin,
-            run_infinitely: p.run_infinitely,
-            warmup,
+            timing: Timing {
+                mode,
+                margin,
+                run_infinitely: p.run_infinitely,
+                warmup,
+            },
             qps: p.qps,
             queues,
             conn: p.conn,
             bidirectional: p.bidirectional,
-            inline_size: p.inline_size,
+            asked: Asked {
+                mtu: p.mtu,
+                inline_size: p.inline_size,
+                outstanding: p.outstanding,
+            },
             events: p.events,
-            mtu: p.mtu,
             qp_timeout: p.qp_timeout,
-            outstanding: p.outstanding,
             atomic: is(TestKind::Atomic).then(|| p.atomic_type.unwrap_or_default()),
             no_peak: p.no_peak,
-            cpu: p.cpu.clone(),
-            auto_pin: !p.disable_numa,
+            pin: Pinning {
+                cpu: p.cpu.clone(),
+                auto: !p.disable_numa,
+            },
             validate: p.validate,
             qos: p.qos.clone(),
             rdma_cm,
-            wait: Duration::from_secs(p.wait_secs),
             wait_destroy: p.wait_destroy.map(Duration::from_secs),
             report_gbits: p.output.report_gbits,
-            procs: p.procs,
-            worker,
-            procs_start: Duration::from_micros(p.procs_start_us),
+            procs: ProcsPlan {
+                count: p.procs,
+                worker,
+                start: Duration::from_micros(p.procs_start_us),
+            },
         })
     }
 
     pub fn is_server(&self) -> bool {
-        self.host.is_none()
+        self.peer.host.is_none()
     }
 
     /// Whether any QoS option was given (`-S`, `--tclass`, `--flow_label`, `-T`): the tools
@@ -370,7 +364,7 @@ impl Config {
 
     /// The inline size to ask the QP for.
     pub fn inline_request(&self) -> u32 {
-        match self.inline_size {
+        match self.asked.inline_size {
             Some(i) => i,
             None if self.tool.metric == Metric::Lat
                 && matches!(self.tool.kind, TestKind::Send | TestKind::Write) =>
@@ -385,7 +379,7 @@ impl Config {
     /// carries and the server compares with its own. See `docs/oob-protocol.md`.
     pub fn wire_params(&self) -> Vec<(&'static str, String)> {
         let opt = |o: Option<String>| o.unwrap_or_else(|| "default".into());
-        let (iters, duration) = match self.mode {
+        let (iters, duration) = match self.timing.mode {
             RunMode::Iters(n) => (n.to_string(), "none".to_string()),
             RunMode::Duration(d) => ("none".to_string(), format!("{}s", d.as_secs())),
         };
@@ -394,25 +388,29 @@ impl Config {
             ("size", self.sizes.to_string()),
             ("iterations", iters),
             ("duration", duration),
-            ("warmup", self.warmup.to_string()),
+            ("warmup", self.timing.warmup.to_string()),
             ("qps", self.qps.to_string()),
             ("tx_depth", self.queues.tx_depth.to_string()),
             ("rx_depth", self.queues.rx_depth.to_string()),
             ("cq_mod", self.queues.cq_mod.to_string()),
             ("post_list", self.queues.post_list.to_string()),
             ("bidirectional", on_off(self.bidirectional)),
-            ("inline", opt(self.inline_size.map(|i| i.to_string()))),
+            ("inline", opt(self.asked.inline_size.map(|i| i.to_string()))),
             ("events", on_off(self.events)),
-            ("mtu", opt(self.mtu.map(|m| m.to_string()))),
-            ("outstanding", opt(self.outstanding.map(|o| o.to_string()))),
+            ("mtu", opt(self.asked.mtu.map(|m| m.to_string()))),
+            (
+                "outstanding",
+                opt(self.asked.outstanding.map(|o| o.to_string())),
+            ),
             ("atomic", opt(self.atomic.map(|a| a.to_string()))),
             ("validate", on_off(self.validate)),
-            ("processes", self.procs.unwrap_or(1).to_string()),
-            ("run_infinitely", on_off(self.run_infinitely)),
+            ("processes", self.procs.count.unwrap_or(1).to_string()),
+            ("run_infinitely", on_off(self.timing.run_infinitely)),
             ("rdma_cm", on_off(self.rdma_cm.is_some())),
             (
                 "margin",
-                self.margin
+                self.timing
+                    .margin
                     .map_or("none".into(), |m| format!("{}s", m.as_secs())),
             ),
         ]

@@ -115,7 +115,7 @@ pub fn coordinator_main(cfg: &Config, out: &OutputArgs) -> ExitCode {
 }
 
 fn coordinate(cfg: &Config) -> Result<(RunResult, Vec<ProcessResult>)> {
-    let n = cfg.procs.context("coordinate() needs --procs")?;
+    let n = cfg.procs.count.context("coordinate() needs --procs")?;
     let base = format!("{QUEUE_PREFIX}{}", std::process::id());
     // The inbox carries every message, a full Result included; 10 is the default msg_max.
     let inbox = Queue::create(&base, 10, mq::MAX_MSG_LEN)
@@ -190,14 +190,14 @@ fn results(reports: Vec<(u32, WorkerReport)>) -> Result<(RunResult, Vec<ProcessR
 impl Run<'_> {
     /// Ready from all, Go to all, the barriers, results from all; then every worker must exit 0.
     fn conduct(&mut self) -> Result<Vec<(u32, WorkerReport)>> {
-        let wait = self.cfg.wait;
+        let wait = self.cfg.peer.wait;
         let setup = Instant::now() + wait + SETUP_SLACK;
         self.collect(Stage::Ready, |_| setup)?;
         self.release(0)?;
         let go = self.released;
         // In duration mode the run's length is known; otherwise once one worker has finished,
         // the others get the longer of --wait and the time it took.
-        let bound = match self.cfg.mode {
+        let bound = match self.cfg.timing.mode {
             RunMode::Duration(d) => Some(go + d + wait + SETUP_SLACK),
             RunMode::Iters(_) => None,
         };
@@ -267,7 +267,7 @@ impl Run<'_> {
         mut deadline: impl FnMut(&Run<'_>) -> Instant,
     ) -> Result<()> {
         let started = Instant::now();
-        let (inbox, wait) = (self.inbox, self.cfg.wait);
+        let (inbox, wait) = (self.inbox, self.cfg.peer.wait);
         let mut turn = Turn { run: self, stage };
         let gathered = workers::gather(&mut turn, inbox, Some(wait), |t| deadline(t.run));
         let Err(e) = gathered else { return Ok(()) };
@@ -339,7 +339,7 @@ impl Run<'_> {
                 names.join(", "),
                 stage.awaited(),
                 started.elapsed().as_secs_f64(),
-                self.cfg.wait.as_secs()
+                self.cfg.peer.wait.as_secs()
             ),
         }
     }
@@ -411,7 +411,7 @@ impl Run<'_> {
         }
         self.check_in_step()?;
         if self.ps.iter().all(|p| p.at_barrier == Some(size)) {
-            let lead = u64::try_from(self.cfg.procs_start.as_nanos()).unwrap_or(u64::MAX);
+            let lead = u64::try_from(self.cfg.procs.start.as_nanos()).unwrap_or(u64::MAX);
             self.release(lead)?;
         }
         Ok(())

@@ -22,6 +22,7 @@ use crate::run::{run_tool_paced, RowSink};
 /// failure is sent to the coordinator as an `Error` (printed there); the exit status is 1.
 pub fn worker_main(cfg: &Config) -> ExitCode {
     let w = cfg
+        .procs
         .worker
         .as_ref()
         .expect("worker_main runs with --vl-worker");
@@ -31,7 +32,7 @@ pub fn worker_main(cfg: &Config) -> ExitCode {
         ExitCode::FAILURE
     };
     // First, before any thread starts: the kernel tells us when the coordinator dies.
-    if let Err(e) = follow_coordinator(&queue_names(&w.queue, cfg.procs.unwrap_or(0))) {
+    if let Err(e) = follow_coordinator(&queue_names(&w.queue, cfg.procs.count.unwrap_or(0))) {
         return fail(&e);
     }
     let coord = match Queue::open(&w.queue) {
@@ -60,11 +61,11 @@ fn worker(cfg: &Config, w: &WorkerOf, coord: &Queue) -> Result<()> {
     };
     let mut sink = WorkerSink {
         link: &link,
-        wait: cfg.wait + SETUP_SLACK,
+        wait: cfg.peer.wait + SETUP_SLACK,
     };
     let mut pacer = WorkerPacer {
         link: &link,
-        wait: (cfg.wait + SETUP_SLACK).max(2 * peer_timeout(cfg)),
+        wait: (cfg.peer.wait + SETUP_SLACK).max(2 * peer_timeout(cfg)),
         released: Instant::now(),
         spans: Vec::new(),
     };
