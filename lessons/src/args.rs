@@ -195,7 +195,7 @@ fn check_device_flags(
 
 /// Refuses `value` of `flag` outside `range`, before any verbs call, with the range taken from
 /// `range` itself (so the message cannot drift from the check) and `what` it counts:
-/// `check_range("-r", 0, 1..=100, "rounds")` fails with `-r 0: 1 to 100 rounds`.
+/// `check_range("-r", 0, 1..=100, "rounds")` fails with `-r 0: give 1 to 100 rounds`.
 pub fn check_range<T: PartialOrd + fmt::Display>(
     flag: &str,
     value: T,
@@ -204,7 +204,7 @@ pub fn check_range<T: PartialOrd + fmt::Display>(
 ) -> Result<()> {
     if !range.contains(&value) {
         bail!(
-            "{flag} {value}: {} to {} {what}",
+            "{flag} {value}: give {} to {} {what}",
             range.start(),
             range.end()
         );
@@ -254,9 +254,9 @@ mod tests {
         assert!(check_range("-r", 1, 1..=100, "rounds").is_ok());
         assert!(check_range("-r", 100, 1..=100, "rounds").is_ok());
         let e = check_range("-r", 0, 1..=100, "rounds").unwrap_err();
-        assert_eq!(e.to_string(), "-r 0: 1 to 100 rounds");
+        assert_eq!(e.to_string(), "-r 0: give 1 to 100 rounds");
         let e = check_range("-s", 70_000usize, 1..=65_536, "bytes").unwrap_err();
-        assert_eq!(e.to_string(), "-s 70000: 1 to 65536 bytes");
+        assert_eq!(e.to_string(), "-s 70000: give 1 to 65536 bytes");
     }
 
     #[test]
