@@ -1,6 +1,7 @@
 //! The command line every lesson shares: the two-sided lessons' [`CommonArgs`] (perftest-style:
 //! the server is started without a host, the client with the server's), the ping-pong lessons'
-//! [`PingPongArgs`], the one-process lessons' [`DevicePairArgs`], and the checks that refuse a flag before any verbs call.
+//! [`PingPongArgs`], the one-process lessons' [`DevicePairArgs`], and the checks that refuse a
+//! flag before any verbs call ([`check_range`] for a number outside its range).
 
 use std::fmt;
 use std::ops::RangeInclusive;
