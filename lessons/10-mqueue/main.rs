@@ -116,7 +116,12 @@ fn check_flags(a: &Args) -> Result<()> {
         1..=MAX_WORKERS,
         "workers (each costs a queue against `ulimit -q`)",
     )?;
-    check_range("-n", a.count, 1..=MAX_COUNT, "numbers per worker")?;
+    check_range(
+        "-n",
+        a.count,
+        1..=MAX_COUNT,
+        "numbers for each worker to sum",
+    )?;
     for (flag, w) in [
         ("--kill-worker", a.kill_worker),
         ("--stall-worker", a.stall_worker),

@@ -38,7 +38,10 @@ use verbs_lab_lessons::{
 
 #[derive(Parser, Debug)]
 #[command(
-    about = "Lesson 12: one SRQ for many QPs, the SRQ limit and async events; wire-compatible with ibv_srq_pingpong"
+    about = "Lesson 12: one SRQ for many QPs, the SRQ limit and async events; wire-compatible with ibv_srq_pingpong",
+    // -n and -r count differently here than in lessons 04 and 11 (`PingPongArgs`' help).
+    mut_arg("iters", |a| a.help("Messages each way, over all QPs together")),
+    mut_arg("rx_depth", |a| a.help("Receives the SRQ holds, at least --num-qp"))
 )]
 struct Args {
     #[command(flatten)]

@@ -45,11 +45,13 @@ fn lesson04_refuses_size_zero() {
 #[test]
 fn lesson04_refuses_zero_iterations_and_zero_rx_depth() {
     assert_refused(L04, &["-n", "0"], "invalid value '0' for '--iters <ITERS>'");
-    assert_refused(
-        L04,
-        &["-r", "0"],
-        "invalid value '0' for '--rx-depth <RX_DEPTH>'",
-    );
+    for r in ["0", "1000001"] {
+        assert_refused(
+            L04,
+            &["-r", r],
+            &format!("-r {r}: give 1 to 1000000 receives to post"),
+        );
+    }
 }
 
 #[test]

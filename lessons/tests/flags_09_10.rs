@@ -302,13 +302,22 @@ fn lesson10_ctrl_c_removes_the_queues() {
 #[test]
 fn lesson10_refuses_bad_flags_before_doing_anything() {
     for (args, why) in [
-        (vec!["-k", "0"], "-k 0: 1 to 8 workers (each costs a queue"),
-        (vec!["-k", "9"], "-k 9: 1 to 8 workers (each costs a queue"),
+        (
+            vec!["-k", "0"],
+            "-k 0: give 1 to 8 workers (each costs a queue",
+        ),
+        (
+            vec!["-k", "9"],
+            "-k 9: give 1 to 8 workers (each costs a queue",
+        ),
         (
             vec!["--kill-worker", "2"],
             "--kill-worker 2: workers are numbered 0 to 1 (-k 2)",
         ),
-        (vec!["-n", "0"], "-n 0: 1 to 1000000000 numbers per worker"),
+        (
+            vec!["-n", "0"],
+            "-n 0: give 1 to 1000000000 numbers for each worker to sum",
+        ),
         (vec!["--wait", "0"], "--wait 0"),
     ] {
         let o = Command::new(L10).args(&args).output().unwrap();
@@ -344,8 +353,8 @@ fn lesson09_teaches_affinity_then_says_there_is_no_device() {
 #[test]
 fn lesson09_refuses_bad_flags_before_doing_anything() {
     for (args, why) in [
-        (vec!["-s", "0"], "-s 0: 1 to 65536 bytes per message"),
-        (vec!["-n", "0"], "-n 0: 1 to 1000000 round trips"),
+        (vec!["-s", "0"], "-s 0: give 1 to 65536 bytes per message"),
+        (vec!["-n", "0"], "-n 0: give 1 to 1000000 round trips"),
         (vec!["-u", "32"], "-u 32"),
         (vec!["--cpus", "0"], "is not two CPUs 'A,B'"),
     ] {
