@@ -54,5 +54,5 @@ rc=0
 $L -n 10 >"$out" 2>&1 || rc=$?
 cat "$out"
 [ "$rc" = 2 ] || fail "-n 10 exited with $rc, expected 2"
-expect_contains "$out" "-n 10: 64 to 10000000 writes"
+expect_contains "$out" "-n 10: give 64 to 10000000 writes"
 echo "lesson 14 table complete"
