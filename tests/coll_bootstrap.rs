@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use verbs_lab::coll::bootstrap::{
-    rendezvous, rendezvous_mq, CollError, RankRecord, PROTOCOL_VERSION,
+    rendezvous, rendezvous_mq, CollError, RankRecord, Star, PROTOCOL_VERSION,
 };
 use verbs_lab::coll::env::{resolve, RankFlags};
 use verbs_lab::coll::kernels::{count_wrong, expected_value, fill_input, DataType, RedOp};
@@ -134,6 +134,18 @@ fn a_missing_rank_is_named_within_the_timeout() {
     assert!(e1.contains("rank 2"), "{e1}");
 }
 
+/// Rank `r`'s star checked every few milliseconds until it names a rank gone (bounded by `T`).
+fn first_error(s: &mut Star, r: u32) -> CollError {
+    let start = Instant::now();
+    loop {
+        if let Err(e) = s.check_alive() {
+            return e;
+        }
+        assert!(start.elapsed() < T, "rank {r} never noticed");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn a_rank_that_dies_is_named_to_the_others() {
     let p = port();
@@ -146,15 +158,7 @@ fn a_rank_that_dies_is_named_to_the_others() {
                     return None;
                 }
                 s.set_timeout(T);
-                let start = Instant::now();
-                let e = loop {
-                    if let Err(e) = s.check_alive() {
-                        break e;
-                    }
-                    assert!(start.elapsed() < T, "rank {r} never noticed");
-                    thread::sleep(Duration::from_millis(20));
-                };
-                Some(e)
+                Some(first_error(&mut s, r))
             })
         })
         .collect();
@@ -187,14 +191,7 @@ fn the_first_rank_gone_stays_the_one_named() {
                     drop(s); // closes its socket, as a killed process would
                     return None;
                 }
-                let start = Instant::now();
-                let e = loop {
-                    if let Err(e) = s.check_alive() {
-                        break e;
-                    }
-                    assert!(start.elapsed() < T, "rank {r} never noticed");
-                    thread::sleep(Duration::from_millis(5));
-                };
+                let e = first_error(&mut s, r);
                 if r == 1 {
                     drop(s); // ends on rank 0's word, closing its socket
                     closed_tx.send(()).unwrap();
@@ -340,13 +337,8 @@ fn the_launchers_notice_names_the_rank_that_ended() {
             thread::spawn(move || {
                 let mut s = rendezvous_mq(record(r, world), &base, T).unwrap();
                 let start = Instant::now();
-                loop {
-                    if let Err(e) = s.check_alive() {
-                        return (e, start.elapsed());
-                    }
-                    assert!(start.elapsed() < T, "rank {r} never heard");
-                    thread::sleep(Duration::from_millis(10));
-                }
+                let e = first_error(&mut s, r);
+                (e, start.elapsed())
             })
         })
         .collect();
