@@ -89,14 +89,17 @@ sleep 3
 eval "victim=\$PID2" # set by start_ranks
 kill -KILL "$victim"
 t0=$(_vl_now)
+# Every survivor's output is shown before any verdict, so a failure shows what the others said.
+bad=""
 for r in 0 1 3; do
     rank_rc "$r" 60
     rc=$RC
     echo "--- rank $r (exit $rc) after $((($(_vl_now) - t0) / 100)) s"
     cat "$TMPDIR/r$r.out"
-    if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then fail "rank $r exited $rc after rank 2 was killed"; fi
-    grep -q "rank 2 (host" "$TMPDIR/r$r.out" || fail "rank $r does not name rank 2"
+    if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then bad="$bad; rank $r exited $rc after rank 2 was killed"; fi
+    grep -q "rank 2 (host" "$TMPDIR/r$r.out" || bad="$bad; rank $r does not name rank 2"
 done
+[ -z "$bad" ] || fail "${bad#; }"
 elapsed=$((($(_vl_now) - t0) / 100))
 echo "every rank ended ${elapsed}s after the kill (peer timeout 20 s)"
 [ "$elapsed" -le 30 ] || fail "the ranks took ${elapsed}s to notice"
