@@ -8,8 +8,10 @@ use rdma_sys::{
     ibv_device, ibv_free_device_list, ibv_get_device_guid, ibv_get_device_list, ibv_get_device_name,
 };
 
-use super::context::Context;
+use super::attrs::PortState;
+use super::context::{Context, PortAttr};
 use super::error::{Result, VerbsError};
+use super::gid::GidChoice;
 
 /// The RDMA devices of this machine, as `ibv_get_device_list(3)` returns them.
 ///
@@ -86,6 +88,38 @@ impl DeviceList {
             None => list.iter().next().ok_or(VerbsError::NoDevices)?.open(),
         }
     }
+
+    /// What every tool does before it creates anything: opens the device called `name` (or
+    /// the first, as [`DeviceList::open`]), queries port `port_num` (`ibv_query_port(3)`),
+    /// refuses it unless it is ACTIVE ([`VerbsError::PortNotActive`]: nothing sent on it
+    /// would arrive), and chooses its GID: index `gid_index`, or the automatic rule of
+    /// [`Context::choose_gid`].
+    pub fn open_port(
+        name: Option<&str>,
+        port_num: u8,
+        gid_index: Option<u32>,
+    ) -> Result<ActivePort> {
+        let ctx = DeviceList::open(name)?;
+        let port = ctx.query_port(port_num)?;
+        if port.state != PortState::ACTIVE {
+            return Err(VerbsError::PortNotActive {
+                device: ctx.name().into(),
+                port: port_num,
+                state: port.state,
+            });
+        }
+        let gid = ctx.choose_gid(port_num, gid_index)?;
+        Ok(ActivePort { ctx, port, gid })
+    }
+}
+
+/// An opened device with the ACTIVE port a tool uses and the GID it sends from
+/// ([`DeviceList::open_port`]).
+pub struct ActivePort {
+    pub ctx: Context,
+    /// The port's attributes as they were when it was opened (`port_num`, active MTU, LID).
+    pub port: PortAttr,
+    pub gid: GidChoice,
 }
 
 impl Drop for DeviceList {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 
+use super::attrs::PortState;
 use super::wc::WcStatus;
 
 /// The result type of the safe verbs layer.
@@ -39,6 +40,13 @@ pub enum VerbsError {
         wr_id: u64,
         vendor_err: u32,
         qp_num: u32,
+    },
+    /// A port a tool was about to use is not ACTIVE (its link is down, or it is still
+    /// initializing): nothing sent on it would arrive.
+    PortNotActive {
+        device: String,
+        port: u8,
+        state: PortState,
     },
     /// A wait (for a completion or an event) ran out of time.
     Timeout { what: String, after: Duration },
@@ -235,6 +243,15 @@ impl fmt::Display for VerbsError {
                 }
                 Ok(())
             }
+            VerbsError::PortNotActive {
+                device,
+                port,
+                state,
+            } => write!(
+                f,
+                "{device} port {port} is {state}, not ACTIVE: check the link (rdma link show; for \
+                 SoftRoCE the netdev must be up)"
+            ),
             VerbsError::Timeout { what, after } => {
                 write!(
                     f,
@@ -307,5 +324,17 @@ mod tests {
         let s = e.to_string();
         assert!(s.contains("IBV_WC_REM_ACCESS_ERR"), "{s}");
         assert!(s.contains("rkey"), "{s}");
+    }
+
+    #[test]
+    fn port_not_active_says_what_to_check() {
+        let s = VerbsError::PortNotActive {
+            device: "rxe1".into(),
+            port: 1,
+            state: PortState::DOWN,
+        }
+        .to_string();
+        assert!(s.starts_with("rxe1 port 1 is DOWN, not ACTIVE"), "{s}");
+        assert!(s.contains("rdma link show"), "{s}");
     }
 }

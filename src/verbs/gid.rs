@@ -145,6 +145,19 @@ impl GidEntry {
     pub fn ip(&self) -> Option<IpAddr> {
         self.netdev.as_ref().map(|_| self.gid.to_ip())
     }
+
+    /// The index as the 8-bit `sgid_index` of an address vector's global route
+    /// (`struct ibv_global_route`); an index above 255 cannot be sent from, and is refused
+    /// rather than cut to another GID's index.
+    pub fn sgid_index(&self) -> super::Result<u8> {
+        u8::try_from(self.index).map_err(|_| {
+            super::VerbsError::InvalidArgument(format!(
+                "GID index {} does not fit the 8-bit sgid_index of an address vector: choose a \
+                 GID index from 0 to 255",
+                self.index
+            ))
+        })
+    }
 }
 
 /// The GID a tool will use and why it was chosen.
@@ -175,7 +188,7 @@ pub fn choose_gid(table: &[GidEntry], requested: Option<u32>) -> Result<GidChoic
         return match table.iter().find(|e| e.index == idx) {
             Some(e) if !e.gid.is_zero() => Ok(GidChoice {
                 entry: e.clone(),
-                reason: "given with -x / --gid-index".into(),
+                reason: "the requested index".into(),
             }),
             _ => Err(format!(
                 "GID index {idx} is empty or out of range on this port; populated indexes: {}",
@@ -290,8 +303,22 @@ mod tests {
             entry(0, "fe80::1", GidType::RoceV2),
             entry(1, "::ffff:1.2.3.4", GidType::RoceV2),
         ];
-        assert_eq!(choose_gid(&table, Some(0)).unwrap().entry.index, 0);
+        let c = choose_gid(&table, Some(0)).unwrap();
+        assert_eq!(c.entry.index, 0);
+        // Not a flag's name: lessons spell it -g, perftest -x.
+        assert_eq!(c.reason, "the requested index");
         let e = choose_gid(&table, Some(7)).unwrap_err();
         assert!(e.contains("GID index 7") && e.contains("0, 1"), "{e}");
+    }
+
+    #[test]
+    fn sgid_index_refuses_what_8_bits_cannot_hold() {
+        assert_eq!(entry(255, "fe80::1", GidType::RoceV2).sgid_index(), Ok(255));
+        // 256 would have been sent as index 0, another GID, without a word.
+        let e = entry(256, "fe80::1", GidType::RoceV2)
+            .sgid_index()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("GID index 256") && e.contains("0 to 255"), "{e}");
     }
 }

@@ -36,7 +36,7 @@ pub use channel::CompChannel;
 pub use cm::{CmEvent, CmEventKind, CmId, CmQpOverrides, ConnParam, EventChannel, PortSpace};
 pub use context::{Context, DeviceAttr, DeviceCapFlags, PortAttr, RXE_VENDOR_ID, SIW_VENDOR_ID};
 pub use cq::Cq;
-pub use device::{Device, DeviceList};
+pub use device::{ActivePort, Device, DeviceList};
 pub use error::{Result, VerbsError};
 pub use gid::{Gid, GidChoice, GidEntry, GidType};
 pub use mr::Mr;
