@@ -6,8 +6,8 @@
 use std::fmt;
 
 use crate::verbs::{
-    AccessFlags, AhAttr, Context, GidChoice, GlobalRoute, InitAttr, Mtu, Qp, RtrAttr, RtsAttr,
-    VerbsError,
+    AccessFlags, AhAttr, Context, GidChoice, GidEntry, GlobalRoute, InitAttr, Mtu, Qp, RtrAttr,
+    RtsAttr, VerbsError,
 };
 use crate::verbs::{Gid, QpType, Result};
 
@@ -68,6 +68,19 @@ pub struct ConnectOpts {
 /// retry_cnt 6 gave IBV_WC_RETRY_EXC_ERR after 7 s with retry_exceeded_err +1). With 6 a dead
 /// peer ends in an error completion on every device, after 7 ack timeouts.
 pub const RETRY_CNT: u8 = 6;
+
+impl ConnectOpts {
+    /// The defaults on port `port_num`, sending from `gid` (its index checked to fit the 8-bit
+    /// `sgid_index`, [`crate::verbs::GidEntry::sgid_index`]) with `path_mtu` ([`choose_mtu`]).
+    pub fn for_gid(port_num: u8, gid: &GidEntry, path_mtu: Mtu) -> Result<ConnectOpts> {
+        Ok(ConnectOpts {
+            port_num,
+            sgid_index: gid.sgid_index()?,
+            path_mtu,
+            ..Default::default()
+        })
+    }
+}
 
 impl Default for ConnectOpts {
     fn default() -> Self {
@@ -177,17 +190,67 @@ pub fn random_psn() -> u32 {
     (h.finish() as u32) & 0xff_ffff
 }
 
-/// The path MTU to use: the requested one, or the port's active MTU, and never above it.
-pub fn path_mtu(active: Option<Mtu>, requested: Option<Mtu>) -> std::result::Result<Mtu, String> {
-    let active = active.unwrap_or(Mtu::Mtu1024);
-    match requested {
-        None => Ok(active),
-        Some(m) if m <= active => Ok(m),
-        Some(m) => Err(format!(
-            "MTU {m} is larger than the port's active MTU {active}"
-        )),
+/// The MTU a port offers a path: its active MTU, or 1024 when the port does not say (the
+/// value of `ibv_rc_pingpong`, which every RDMA port carries).
+pub fn port_mtu(active: Option<Mtu>) -> Mtu {
+    active.unwrap_or(Mtu::Mtu1024)
+}
+
+/// The largest MTU a path allows: the smallest active MTU of its `ports` (ours, and the peer's
+/// when it told us), each as [`port_mtu`] counts it — so a port that does not say limits the
+/// path to 1024, not to nothing.
+pub fn path_mtu(ports: &[Option<Mtu>]) -> Mtu {
+    ports
+        .iter()
+        .map(|p| port_mtu(*p))
+        .min()
+        .unwrap_or(Mtu::Mtu1024)
+}
+
+/// The path MTU to connect with: `asked` (`-m`) when it is given and no larger than
+/// [`path_mtu`] of `ports`, that path MTU when it is not given.
+pub fn choose_mtu(ports: &[Option<Mtu>], asked: Option<Mtu>) -> std::result::Result<Mtu, MtuError> {
+    let limit = path_mtu(ports);
+    match asked {
+        None => Ok(limit),
+        Some(m) if m <= limit => Ok(m),
+        Some(asked) => Err(MtuError {
+            asked,
+            limit,
+            ports: ports.len(),
+        }),
     }
 }
+
+/// An MTU asked for that the path cannot carry ([`choose_mtu`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MtuError {
+    /// What was asked for (`-m`).
+    pub asked: Mtu,
+    /// The largest MTU the path allows.
+    pub limit: Mtu,
+    /// How many ports the limit came from (1: only ours was known).
+    pub ports: usize,
+}
+
+impl fmt::Display for MtuError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (asked, limit) = (self.asked, self.limit);
+        if self.ports > 1 {
+            write!(
+                f,
+                "MTU {asked} is larger than the smaller active MTU of the two ports, {limit}"
+            )
+        } else {
+            write!(
+                f,
+                "MTU {asked} is larger than the port's active MTU {limit}"
+            )
+        }
+    }
+}
+
+impl std::error::Error for MtuError {}
 
 #[cfg(test)]
 mod tests {
@@ -202,14 +265,52 @@ mod tests {
 
     #[test]
     fn mtu_choice() {
-        assert_eq!(path_mtu(Some(Mtu::Mtu4096), None), Ok(Mtu::Mtu4096));
+        use Mtu::*;
+        assert_eq!(choose_mtu(&[Some(Mtu4096)], None), Ok(Mtu4096));
+        assert_eq!(choose_mtu(&[Some(Mtu4096)], Some(Mtu1024)), Ok(Mtu1024));
+        let e = choose_mtu(&[Some(Mtu1024)], Some(Mtu4096)).unwrap_err();
         assert_eq!(
-            path_mtu(Some(Mtu::Mtu4096), Some(Mtu::Mtu1024)),
-            Ok(Mtu::Mtu1024)
+            e.to_string(),
+            "MTU 4096 is larger than the port's active MTU 1024"
         );
-        assert!(path_mtu(Some(Mtu::Mtu1024), Some(Mtu::Mtu4096))
-            .unwrap_err()
-            .contains("active MTU 1024"));
+        // Both ports: the smaller one limits the path, and -m may not exceed it.
+        assert_eq!(path_mtu(&[Some(Mtu4096), Some(Mtu2048)]), Mtu2048);
+        assert_eq!(
+            choose_mtu(&[Some(Mtu4096), Some(Mtu2048)], Some(Mtu2048)),
+            Ok(Mtu2048)
+        );
+        let e = choose_mtu(&[Some(Mtu4096), Some(Mtu2048)], Some(Mtu4096)).unwrap_err();
+        assert_eq!((e.asked, e.limit), (Mtu4096, Mtu2048));
+        assert!(e.to_string().contains("the two ports, 2048"), "{e}");
+    }
+
+    #[test]
+    fn a_port_that_does_not_say_counts_as_1024() {
+        use Mtu::*;
+        assert_eq!(port_mtu(None), Mtu1024);
+        assert_eq!(path_mtu(&[None]), Mtu1024);
+        assert_eq!(path_mtu(&[None, Some(Mtu4096)]), Mtu1024);
+        // Not `Option::min` first: that takes None as the smaller, and the default then gave
+        // 1024 — above the 512 the other port can carry (vl_selftest's old rule).
+        assert_eq!(path_mtu(&[None, Some(Mtu512)]), Mtu512);
+        assert_eq!(path_mtu(&[Some(Mtu512), None]), Mtu512);
+        assert_eq!(choose_mtu(&[None, Some(Mtu512)], None), Ok(Mtu512));
+    }
+
+    #[test]
+    fn opts_for_a_gid_check_its_index() {
+        let mut gid = GidEntry {
+            index: 3,
+            gid: "::ffff:10.0.0.1".parse().unwrap(),
+            gid_type: crate::verbs::GidType::RoceV2,
+            netdev: None,
+        };
+        let o = ConnectOpts::for_gid(2, &gid, Mtu::Mtu2048).unwrap();
+        assert_eq!((o.port_num, o.sgid_index, o.path_mtu), (2, 3, Mtu::Mtu2048));
+        assert_eq!(o.retry_cnt, RETRY_CNT);
+        gid.index = 259;
+        let e = ConnectOpts::for_gid(1, &gid, Mtu::Mtu1024).unwrap_err();
+        assert!(e.to_string().contains("GID index 259"), "{e}");
     }
 
     #[test]

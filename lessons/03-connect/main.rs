@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
-use verbs_lab::connect::{local_endpoint, path_mtu, random_psn, Endpoint};
+use verbs_lab::connect::{local_endpoint, random_psn, Endpoint};
 use verbs_lab::verbs::{
     AccessFlags, AhAttr, GlobalRoute, InitAttr, Mtu, Payload, RecvWr, RtrAttr, RtsAttr, SendOp,
     SendWr, WcOpcode,
@@ -53,7 +53,7 @@ fn run(args: &Args) -> Result<()> {
     // 1. Device, port and GID, as lesson 01 taught.
     n.step(1, "Open the device and choose our GID");
     let dev = open_device(a, &n)?;
-    let mtu = path_mtu(dev.port.active_mtu, Some(args.mtu)).map_err(anyhow::Error::msg)?;
+    let mtu = dev.checked_path_mtu(args.mtu)?;
 
     // 2. PD, MR, CQ and QP, as lesson 02 taught. A new QP is in RESET: it can do nothing.
     n.step(2, "Create PD, MR, CQ and an RC QP (lesson 02)");
@@ -158,7 +158,8 @@ fn run(args: &Args) -> Result<()> {
         // Where to: the peer's GID (on RoCE v2 an IPv4-mapped address).
         dgid: remote.gid,
         // Where from: the index of OUR GID; it fixes the source IP and RoCE v1/v2.
-        sgid_index: dev.gid.entry.index as u8,
+        // (An index above 255 does not fit the 8-bit field: refused, not cut.)
+        sgid_index: dev.gid.entry.sgid_index()?,
         // Hop limit (the IP TTL on RoCE v2). ibv_rc_pingpong asks for 1; on InfiniBand that
         // is what is sent, but on RoCE the kernel replaces it with the hop limit of the IP
         // route to the peer when it resolves the peer's MAC address (read back below).

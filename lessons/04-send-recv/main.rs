@@ -117,7 +117,7 @@ fn run(args: &Args) -> Result<()> {
     );
     let opts = ConnectOpts {
         port_num: a.ib_port,
-        sgid_index: dev.gid.entry.index as u8,
+        sgid_index: dev.gid.entry.sgid_index()?,
         path_mtu: mtu,
         // SEND/RECV needs no remote access rights (ibv_rc_pingpong uses none either).
         access: AccessFlags::EMPTY,

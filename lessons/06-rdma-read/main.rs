@@ -245,7 +245,7 @@ fn connect_with_depths(
     depth: u8,
 ) -> Result<()> {
     let (n, server) = (args.common.narrator(), args.common.role().is_server());
-    let mut opts = connect_opts(&args.common, dev, Some(theirs.get("mtu")?));
+    let mut opts = connect_opts(&args.common, dev, Some(theirs.get("mtu")?))?;
     opts.access = if server {
         AccessFlags::REMOTE_READ
     } else {

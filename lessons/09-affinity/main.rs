@@ -40,7 +40,7 @@ use nix::sched::{sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet};
 use nix::sys::resource::{getrusage, UsageWho};
 use nix::unistd::{getpid, gettid, Pid};
 use verbs_lab::affinity::{allowed_cpus, cpu_choice, CpuChoice, CpuList};
-use verbs_lab::connect::{bring_up, local_endpoint, random_psn, Endpoint};
+use verbs_lab::connect::{bring_up, local_endpoint, path_mtu, random_psn, Endpoint};
 use verbs_lab::sysfs;
 use verbs_lab::verbs::{
     AccessFlags, Context, Cq, GidChoice, Mr, Mtu, Payload, Qp, SendOp, SendWr, WorkCompletion,
@@ -222,7 +222,8 @@ fn run(args: &Args) -> Result<()> {
     );
     let mut a = Side::open(args, &dev_a, &n).with_context(|| format!("client side on {dev_a}"))?;
     let mut b = Side::open(args, &dev_b, &n).with_context(|| format!("server side on {dev_b}"))?;
-    let mtu = a.mtu.min(b.mtu);
+    // The path MTU: the smaller active MTU of the two ports (1024 for one that does not say).
+    let mtu = path_mtu(&[a.mtu, b.mtu]);
     a.connect(args, &b.ep, mtu)?;
     b.connect(args, &a.ep, mtu)?;
     n.say(format!(
@@ -463,7 +464,8 @@ struct Side {
     mr: Mr,
     ep: Endpoint,
     gid: GidChoice,
-    mtu: Mtu,
+    /// The port's active MTU (`None`: the port does not say).
+    mtu: Option<Mtu>,
     size: usize,
 }
 
@@ -483,7 +485,7 @@ impl Side {
         let ep = local_endpoint(&ctx, args.pair.ib_port, &qp, &gid, random_psn())?;
         n.say(format!("{dev}: QP {:#x}, {gid}", qp.qpn()));
         Ok(Side {
-            mtu: port.active_mtu.unwrap_or(Mtu::Mtu1024),
+            mtu: port.active_mtu,
             ctx,
             cq,
             qp,
@@ -496,7 +498,7 @@ impl Side {
 
     fn connect(&mut self, args: &Args, remote: &Endpoint, mtu: Mtu) -> Result<()> {
         // SEND/RECV only: no remote access.
-        let opts = rc_connect_opts(args.pair.ib_port, &self.gid, mtu, args.qp_timeout);
+        let opts = rc_connect_opts(args.pair.ib_port, &self.gid, mtu, args.qp_timeout)?;
         bring_up(&self.qp, &self.ep, remote, &opts).with_context(|| {
             format!("connecting QP {:#x} on {}", self.qp.qpn(), self.ctx.name())
         })?;

@@ -300,7 +300,7 @@ fn create_ah(
         // replaces with the IP route's (lesson 03) — the received GRH below shows it.
         grh: (!remote.gid.is_zero()).then_some(GlobalRoute {
             dgid: remote.gid,
-            sgid_index: dev.gid.entry.index as u8,
+            sgid_index: dev.gid.entry.sgid_index()?,
             hop_limit: 1,
             traffic_class: 0,
             flow_label: 0,

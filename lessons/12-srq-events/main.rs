@@ -314,7 +314,7 @@ fn traffic(
         };
         mine.extend_from_slice(&encode_rc_pingpong(&ep));
     }
-    let mut opts = connect_opts(a, dev, None);
+    let mut opts = connect_opts(a, dev, None)?;
     opts.path_mtu = dev.checked_path_mtu(args.mtu)?;
     opts.access = AccessFlags::EMPTY;
     opts.max_rd_atomic = 1;

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
 use nix::sys::resource::{getrusage, UsageWho};
-use verbs_lab::connect::{bring_up, local_endpoint, random_psn, ConnectOpts, Endpoint};
+use verbs_lab::connect::{bring_up, local_endpoint, path_mtu, random_psn, ConnectOpts, Endpoint};
 use verbs_lab::verbs::{
     AccessFlags, CompChannel, Context, Cq, GidChoice, Mr, Mtu, Payload, Pd, Qp, SendOp, SendWr,
     Sge, WcOpcode, WorkCompletion,
@@ -126,7 +126,8 @@ struct Side {
     mr: Mr,
     ep: Endpoint,
     gid: GidChoice,
-    mtu: Mtu,
+    /// The port's active MTU (`None`: the port does not say).
+    mtu: Option<Mtu>,
     size: usize,
 }
 
@@ -161,7 +162,7 @@ impl Side {
             channel.fd()
         ));
         Ok(Side {
-            mtu: port.active_mtu.unwrap_or(Mtu::Mtu1024),
+            mtu: port.active_mtu,
             ctx,
             pd,
             channel,
@@ -174,11 +175,11 @@ impl Side {
         })
     }
 
-    fn opts(&self, args: &Args, mtu: Mtu) -> ConnectOpts {
-        ConnectOpts {
+    fn opts(&self, args: &Args, mtu: Mtu) -> Result<ConnectOpts> {
+        Ok(ConnectOpts {
             access: AccessFlags::REMOTE_WRITE,
-            ..rc_connect_opts(args.pair.ib_port, &self.gid, mtu, args.qp_timeout)
-        }
+            ..rc_connect_opts(args.pair.ib_port, &self.gid, mtu, args.qp_timeout)?
+        })
     }
 
     /// The ping-pong's receive half and send half of the MR.
@@ -214,9 +215,10 @@ fn run(args: &Args) -> Result<()> {
     let (dev_a, dev_b) = args.pair.names(PROGRAM)?;
     let a = Side::open(args, &dev_a, &n).with_context(|| format!("sending side on {dev_a}"))?;
     let b = Side::open(args, &dev_b, &n).with_context(|| format!("receiving side on {dev_b}"))?;
-    let mtu = a.mtu.min(b.mtu);
-    bring_up(&a.qp, &a.ep, &b.ep, &a.opts(args, mtu)).context("connecting the sending QP")?;
-    bring_up(&b.qp, &b.ep, &a.ep, &b.opts(args, mtu)).context("connecting the receiving QP")?;
+    // The path MTU: the smaller active MTU of the two ports (1024 for one that does not say).
+    let mtu = path_mtu(&[a.mtu, b.mtu]);
+    bring_up(&a.qp, &a.ep, &b.ep, &a.opts(args, mtu)?).context("connecting the sending QP")?;
+    bring_up(&b.qp, &b.ep, &a.ep, &b.opts(args, mtu)?).context("connecting the receiving QP")?;
     a.post_recvs(RX_DEPTH)?;
     b.post_recvs(RX_DEPTH)?;
     // Each of the 64 source slots holds its own pattern; a write copies slot k to the peer's
@@ -800,8 +802,8 @@ fn probe_pair(ends: Ends) -> Result<Probe> {
     let (qa, qb) = (mk(a, &cqa)?, mk(b, &cqb)?);
     let ea = local_endpoint(&a.ctx, args.pair.ib_port, &qa, &a.gid, random_psn())?;
     let eb = local_endpoint(&b.ctx, args.pair.ib_port, &qb, &b.gid, random_psn())?;
-    bring_up(&qa, &ea, &eb, &a.opts(args, mtu)).context("connecting the probe QP")?;
-    bring_up(&qb, &eb, &ea, &b.opts(args, mtu)).context("connecting the probe peer QP")?;
+    bring_up(&qa, &ea, &eb, &a.opts(args, mtu)?).context("connecting the probe QP")?;
+    bring_up(&qb, &eb, &ea, &b.opts(args, mtu)?).context("connecting the probe peer QP")?;
     Ok(Probe { qa, qb, cqa, cqb })
 }
 

@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
+use verbs_lab::connect::{choose_mtu, port_mtu};
 use verbs_lab::diag::{device_report, PortCounters};
 use verbs_lab::verbs::{
-    Context, Cq, DeviceList, GidChoice, Mtu, PortAttr, PortState, Qp, VerbsError, WorkCompletion,
+    ActivePort, Context, Cq, DeviceList, GidChoice, Mtu, PortAttr, Qp, VerbsError, WorkCompletion,
 };
 
 use crate::{CommonArgs, Narrator};
@@ -22,15 +23,13 @@ impl Device {
     /// The MTU this side offers its peer: the port's active MTU, or 1024 when the port does not
     /// say (lesson 03 takes the smaller of both sides' as the path MTU).
     pub fn active_mtu(&self) -> Mtu {
-        self.port.active_mtu.unwrap_or(Mtu::Mtu1024)
+        port_mtu(self.port.active_mtu)
     }
 
     /// The path MTU `-m` asks for (lessons 04 and 12, as `ibv_rc_pingpong`), refused with an
-    /// error naming `-m` when it is larger than the port's active MTU (`connect::path_mtu`).
+    /// error naming `-m` when it is larger than the port's active MTU (`connect::choose_mtu`).
     pub fn checked_path_mtu(&self, asked: Mtu) -> Result<Mtu> {
-        verbs_lab::connect::path_mtu(self.port.active_mtu, Some(asked))
-            .map_err(anyhow::Error::msg)
-            .context("-m")
+        choose_mtu(&[self.port.active_mtu], Some(asked)).context("-m")
     }
 }
 
@@ -49,19 +48,9 @@ pub fn open_named_device(
     gid_idx: Option<u32>,
     n: &Narrator,
 ) -> Result<Device> {
-    let ctx = DeviceList::open(dev).context("opening the RDMA device")?;
-    let port = ctx
-        .query_port(ib_port)
-        .with_context(|| format!("ibv_query_port on {} port {}", ctx.name(), ib_port))?;
-    if port.state != PortState::ACTIVE {
-        bail!(
-            "{} port {} is {}, not ACTIVE: check the link (rdma link show) before running",
-            ctx.name(),
-            ib_port,
-            port.state
-        );
-    }
-    let gid = ctx.choose_gid(ib_port, gid_idx).context("choosing a GID")?;
+    // ibv_open_device, ibv_query_port (refused unless ACTIVE), then the GID: lesson 01's steps.
+    let ActivePort { ctx, port, gid } = DeviceList::open_port(dev, ib_port, gid_idx)
+        .context("opening the RDMA device, its port and GID")?;
     n.say(format!(
         "opened {} port {} ({}, active MTU {}, {})",
         ctx.name(),

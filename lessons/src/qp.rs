@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use verbs_lab::connect::{ConnectOpts, Endpoint};
+use verbs_lab::connect::{path_mtu, ConnectOpts, Endpoint};
 use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{AccessFlags, Cq, GidChoice, Mr, Mtu, Pd, Qp, QpCaps, QpInitAttr, QpType};
 
@@ -43,26 +43,30 @@ pub fn create_rc_qp_inline(
 
 /// The connection attributes of lesson 03 for this side: our port and GID index, the `-u`
 /// timeout, and a path MTU no larger than our active MTU nor the peer's (when it told us).
-pub fn connect_opts(args: &CommonArgs, dev: &Device, peer_mtu: Option<Mtu>) -> ConnectOpts {
-    let ours = dev.active_mtu();
-    let path_mtu = peer_mtu.map_or(ours, |p| p.min(ours));
+pub fn connect_opts(args: &CommonArgs, dev: &Device, peer_mtu: Option<Mtu>) -> Result<ConnectOpts> {
+    let path_mtu = match peer_mtu {
+        Some(theirs) => path_mtu(&[dev.port.active_mtu, Some(theirs)]),
+        None => dev.active_mtu(),
+    };
     rc_connect_opts(args.ib_port, &dev.gid, path_mtu, args.qp_timeout)
 }
 
 /// Lesson 03's connection attributes from their parts: port `ib_port`, the source GID index of
-/// `gid`, `path_mtu`, the ack timeout exponent `timeout` (`-u`), no remote access (set
-/// `access` for that), the rest as `ConnectOpts::default()`. [`connect_opts`] for the
-/// two-sided lessons; the one-process pairs of lessons 09 and 14 call it for each end.
-pub fn rc_connect_opts(ib_port: u8, gid: &GidChoice, path_mtu: Mtu, timeout: u8) -> ConnectOpts {
-    ConnectOpts {
-        port_num: ib_port,
-        sgid_index: gid.entry.index as u8,
-        path_mtu,
+/// `gid` (refused above 255), `path_mtu`, the ack timeout exponent `timeout` (`-u`), no remote
+/// access (set `access` for that), the rest as `ConnectOpts::for_gid` — among them a retry
+/// count of 6, not 7: on rxe a retry count of 7 never runs out (see `RETRY_CNT`).
+/// [`connect_opts`] for the two-sided lessons; the one-process pairs of lessons 09 and 14 call
+/// it for each end.
+pub fn rc_connect_opts(
+    ib_port: u8,
+    gid: &GidChoice,
+    path_mtu: Mtu,
+    timeout: u8,
+) -> Result<ConnectOpts> {
+    Ok(ConnectOpts {
         timeout,
-        // 6, not 7: on rxe a retry count of 7 never runs out (see RETRY_CNT).
-        retry_cnt: verbs_lab::connect::RETRY_CNT,
-        ..Default::default()
-    }
+        ..ConnectOpts::for_gid(ib_port, &gid.entry, path_mtu)?
+    })
 }
 
 /// Lesson 03's bring-up, INIT -> RTR -> RTS (`bring_up`), with [`connect_opts`]: the path MTU
@@ -78,7 +82,7 @@ pub fn connect_qp(
     theirs: &Terms,
     access: AccessFlags,
 ) -> Result<ConnectOpts> {
-    let mut opts = connect_opts(args, dev, Some(theirs.get("mtu")?));
+    let mut opts = connect_opts(args, dev, Some(theirs.get("mtu")?))?;
     opts.access = access;
     verbs_lab::connect::bring_up(qp, ep, &peer.ep, &opts).context("connecting the QP")?;
     Ok(opts)

@@ -3,7 +3,7 @@
 //! device against.
 
 use anyhow::{bail, Context as _, Result};
-use verbs_lab::verbs::{Context, DeviceAttr, DeviceList, GidChoice, PortAttr, PortState};
+use verbs_lab::verbs::{ActivePort, Context, DeviceAttr, DeviceList, GidChoice, PortAttr};
 
 use crate::params::Config;
 
@@ -15,27 +15,19 @@ pub struct LocalDev {
     pub gid: GidChoice,
 }
 
-/// Opens the device (`-d`, or the first), checks the port is ACTIVE and picks the GID.
+/// Opens the device (`-d`, or the first), checks the port (`-i`) is ACTIVE and picks the GID
+/// (`-x`, or the automatic choice): `DeviceList::open_port`. Refuses a single `-s` the port
+/// cannot carry.
 pub fn open_device(cfg: &Config) -> Result<LocalDev> {
-    let ctx = DeviceList::open(cfg.device.ib_dev.as_deref()).context("opening the RDMA device")?;
+    let ActivePort { ctx, port, gid } = DeviceList::open_port(
+        cfg.device.ib_dev.as_deref(),
+        cfg.device.ib_port,
+        cfg.device.gid_index,
+    )
+    .context("opening the RDMA device, its port and GID (-d, -i, -x)")?;
     let attr = ctx
         .query_device()
         .with_context(|| format!("querying {}", ctx.name()))?;
-    let port = ctx
-        .query_port(cfg.device.ib_port)
-        .with_context(|| format!("querying port {} of {}", cfg.device.ib_port, ctx.name()))?;
-    if port.state != PortState::ACTIVE {
-        bail!(
-            "port {} of {} is {}, not ACTIVE: check the link (rdma link show; for SoftRoCE the \
-             netdev must be up)",
-            cfg.device.ib_port,
-            ctx.name(),
-            port.state
-        );
-    }
-    let gid = ctx
-        .choose_gid(cfg.device.ib_port, cfg.device.gid_index)
-        .context("choosing the GID (-x)")?;
     if let crate::params::Sizes::Single(s) = cfg.sizes {
         if s > u64::from(port.max_msg_sz) {
             bail!(

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context as _, Result};
+use verbs_lab::connect::port_mtu;
 use verbs_lab::oob;
 use verbs_lab::verbs::QpType;
 
@@ -239,7 +240,7 @@ fn session(
         Sizes::Sweep { max } => {
             let mut m = max.min(u64::from(dev.port.max_msg_sz));
             if cfg.conn == QpType::Ud {
-                m = m.min(u64::from(dev.port.active_mtu.map_or(1024, |m| m.bytes())));
+                m = m.min(u64::from(port_mtu(dev.port.active_mtu).bytes()));
             }
             m
         }

@@ -12,8 +12,8 @@ use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
 use verbs_lab::connect::{bring_up, local_endpoint, path_mtu, random_psn, ConnectOpts, Endpoint};
 use verbs_lab::verbs::{
-    AccessFlags, Context, Cq, DeviceList, GidChoice, Mr, Payload, Pd, Qp, QpCaps, QpInitAttr,
-    QpType, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode, WcStatus,
+    AccessFlags, ActivePort, Cq, DeviceList, GidChoice, Mr, Mtu, Payload, Pd, Qp, QpCaps,
+    QpInitAttr, QpType, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode, WcStatus,
 };
 
 #[derive(Parser, Debug)]
@@ -53,8 +53,9 @@ const ATOMIC_OFF: usize = BUF - 8;
 /// One side: its resources, in the order they must be created.
 struct Side {
     name: String,
-    ctx: Context,
     gid: GidChoice,
+    /// The port's active MTU (`None`: the port does not say).
+    mtu: Option<Mtu>,
     _pd: Pd,
     mr: Mr,
     cq: Cq,
@@ -63,12 +64,12 @@ struct Side {
 }
 
 fn open_side(name: &str, port: u8, gid_index: Option<u32>) -> Result<Side> {
-    let list = DeviceList::new()?;
-    let ctx = list
-        .find(name)?
-        .open()
+    let ActivePort {
+        ctx,
+        port: attr,
+        gid,
+    } = DeviceList::open_port(Some(name), port, gid_index)
         .with_context(|| format!("opening {name}"))?;
-    let gid = ctx.choose_gid(port, gid_index)?;
     let pd = ctx.alloc_pd().context("ibv_alloc_pd")?;
     let mr = pd
         .reg_mr(BUF, AccessFlags::ALL_REMOTE)
@@ -93,8 +94,8 @@ fn open_side(name: &str, port: u8, gid_index: Option<u32>) -> Result<Side> {
     let ep = local_endpoint(&ctx, port, &qp, &gid, random_psn())?;
     Ok(Side {
         name: name.to_string(),
-        ctx,
         gid,
+        mtu: attr.active_mtu,
         _pd: pd,
         mr,
         cq,
@@ -160,22 +161,19 @@ fn connect_sides(args: &Args) -> Result<(Side, Side)> {
     let b = open_side(&b_name, args.port, args.gid_index)?;
     println!("A: {} {}", a.name, a.gid);
     println!("B: {} {}", b.name, b.gid);
-    let mtu_a = a.ctx.query_port(args.port)?.active_mtu;
-    let mtu_b = b.ctx.query_port(args.port)?.active_mtu;
-    let mtu = path_mtu(mtu_a.min(mtu_b), None).map_err(anyhow::Error::msg)?;
+    let mtu = path_mtu(&[a.mtu, b.mtu]);
     // A initiates every operation; only B's QP lets its peer write, read and run atomics.
-    let opts = |s: &Side, access: AccessFlags| ConnectOpts {
-        port_num: args.port,
-        sgid_index: s.gid.entry.index as u8,
-        path_mtu: mtu,
-        timeout: args.timeout,
-        access,
-        ..Default::default()
+    let opts = |s: &Side, access: AccessFlags| -> Result<ConnectOpts> {
+        Ok(ConnectOpts {
+            timeout: args.timeout,
+            access,
+            ..ConnectOpts::for_gid(args.port, &s.gid.entry, mtu)?
+        })
     };
     let remote = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    bring_up(&a.qp, &a.ep, &b.ep, &opts(&a, AccessFlags::EMPTY))
+    bring_up(&a.qp, &a.ep, &b.ep, &opts(&a, AccessFlags::EMPTY)?)
         .context("connecting A's QP to B")?;
-    bring_up(&b.qp, &b.ep, &a.ep, &opts(&b, remote)).context("connecting B's QP to A")?;
+    bring_up(&b.qp, &b.ep, &a.ep, &opts(&b, remote)?).context("connecting B's QP to A")?;
     println!("connected: A {} <-> B {} (path MTU {mtu})", a.ep, b.ep);
 
     Ok((a, b))

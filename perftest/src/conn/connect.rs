@@ -4,7 +4,9 @@
 //! read back.
 
 use anyhow::{bail, Context as _, Result};
-use verbs_lab::connect::{init_attr, rtr_attr, rts_attr, ConnectOpts, Endpoint};
+use verbs_lab::connect::{
+    choose_mtu, init_attr, port_mtu, rtr_attr, rts_attr, ConnectOpts, Endpoint,
+};
 use verbs_lab::verbs::{Ah, AhAttr, GlobalRoute, InitAttr, LinkLayer, Mtu, QpType, RtsAttr};
 
 use super::{Agreed, Link, Resources, QKEY};
@@ -63,12 +65,8 @@ pub fn connect(
     check_remote_slots(cfg, &remote, *sizes.last().unwrap_or(&0))?;
     let depth = ReadDepth::of(cfg, &dev, &remote);
     let opts = ConnectOpts {
-        port_num: cfg.device.ib_port,
-        sgid_index: dev.gid.entry.index as u8,
-        path_mtu,
         access: res.rights.qp,
         timeout: cfg.qp_timeout,
-        retry_cnt: verbs_lab::connect::RETRY_CNT,
         rnr_retry: 7,
         min_rnr_timer: 12,
         max_rd_atomic: if depth.needs_rd {
@@ -79,6 +77,8 @@ pub fn connect(
         sl: cfg.qos.sl,
         hop_limit: 64,
         traffic_class: cfg.qos.tclass.unwrap_or(0),
+        ..ConnectOpts::for_gid(cfg.device.ib_port, &dev.gid.entry, path_mtu)
+            .context("the GID (-x)")?
     };
     let ahs = bring_up(cfg, &dev, &res, &local, &remote, &opts, depth.ours_accept)?;
     let cm = match cfg.rdma_cm {
@@ -135,19 +135,18 @@ pub fn connect(
     Ok(link)
 }
 
-/// The path MTU: the smaller active MTU of the two ports, or `-m` when it fits.
+/// The path MTU: the smaller active MTU of the two ports, or `-m` when it fits (`choose_mtu`).
 fn path_mtu(cfg: &Config, dev: &LocalDev, remote: &Endpoints) -> Result<Mtu> {
-    let peer_mtu = Mtu::from_bytes(remote.active_mtu).unwrap_or(Mtu::Mtu1024);
-    let our_mtu = dev.port.active_mtu.unwrap_or(Mtu::Mtu1024);
-    let active = our_mtu.min(peer_mtu);
-    Ok(match cfg.asked.mtu {
-        None => active,
-        Some(m) if m <= active => m,
-        Some(m) => bail!(
-            "-m {m}: larger than the active MTU ({} here {our_mtu}, the peer's {} {peer_mtu})",
+    let (ours, peers) = (dev.port.active_mtu, Mtu::from_bytes(remote.active_mtu));
+    choose_mtu(&[ours, peers], cfg.asked.mtu).map_err(|e| {
+        anyhow::anyhow!(
+            "-m {}: larger than the active MTU ({} here {}, the peer's {} {})",
+            e.asked,
             dev.ctx.name(),
-            remote.device
-        ),
+            port_mtu(ours),
+            remote.device,
+            port_mtu(peers)
+        )
     })
 }
 

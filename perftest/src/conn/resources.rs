@@ -3,8 +3,8 @@
 //! about them.
 
 use anyhow::{bail, Context as _, Result};
-use verbs_lab::connect::random_psn;
-use verbs_lab::verbs::{CompChannel, Cq, Mr, Mtu, Pd, Qp, QpCaps, QpInitAttr};
+use verbs_lab::connect::{port_mtu, random_psn};
+use verbs_lab::verbs::{CompChannel, Cq, Mr, Pd, Qp, QpCaps, QpInitAttr};
 
 use super::layout::{rights, Layout, Rights};
 use super::QKEY;
@@ -201,7 +201,7 @@ pub fn local_endpoints(dev: &LocalDev, res: &Resources) -> Endpoints {
     let l = &res.bufs.layout;
     Endpoints {
         device: dev.ctx.name().to_string(),
-        active_mtu: dev.port.active_mtu.unwrap_or(Mtu::Mtu1024).bytes(),
+        active_mtu: port_mtu(dev.port.active_mtu).bytes(),
         max_msg_sz: dev.port.max_msg_sz,
         max_dest_rd_atomic: dev.attr.max_qp_rd_atom.clamp(0, 255) as u8,
         qkey: QKEY,

@@ -147,16 +147,11 @@ impl Local {
     /// to each neighbour, the receive slots and the data buffer.
     fn open(info: &RankInfo, opts: &CommOpts) -> Result<Local> {
         let dev = pick_device(&opts.devices, info.local_rank);
-        let ctx = DeviceList::open(dev).map_err(verbs("opening the RDMA device"))?;
-        let port = ctx.query_port(opts.ib_port).map_err(verbs(format!(
-            "querying port {} of {}",
-            opts.ib_port,
-            ctx.name()
-        )))?;
-        let gid = ctx
-            .choose_gid(opts.ib_port, opts.gid_index)
-            .map_err(verbs("choosing the GID"))?
-            .entry;
+        // An ACTIVE port, or this rank fails here, saying so, not later at the QP connect.
+        let crate::verbs::ActivePort { ctx, port, gid } =
+            DeviceList::open_port(dev, opts.ib_port, opts.gid_index)
+                .map_err(verbs("opening the RDMA device, its port and GID"))?;
+        let gid = gid.entry;
         let pd = ctx.alloc_pd().map_err(verbs("ibv_alloc_pd"))?;
         let sq_depth = 2 * opts.nslots + 16;
         let channel = ctx
@@ -213,7 +208,7 @@ impl Local {
         record.device = self.ctx.name().to_string();
         record.lid = self.port.lid;
         record.gid = self.gid.gid;
-        record.mtu = self.port.active_mtu.map_or(1024, |m| m.bytes());
+        record.mtu = connect::port_mtu(self.port.active_mtu).bytes();
         record.left_qpn = self.left.qpn();
         record.left_psn = connect::random_psn();
         record.right_qpn = self.right.qpn();
@@ -259,7 +254,7 @@ impl Local {
         post_recvs(&self.right, WR_RECV_CREDIT, opts.nslots)
     }
 
-    /// One QP of ours to the peer's QP `peer_qpn`, at the smaller of the two MTUs.
+    /// One QP of ours to the peer's QP `peer_qpn`, at the path MTU of our port and the peer's.
     #[allow(clippy::too_many_arguments)]
     fn connect_qp(
         &self,
@@ -271,14 +266,15 @@ impl Local {
         peer_psn: u32,
         opts: &CommOpts,
     ) -> Result<()> {
-        let mtu = record.mtu.min(peer.mtu);
+        let mtu = connect::path_mtu(&[
+            self.port.active_mtu,
+            crate::verbs::Mtu::from_bytes(peer.mtu),
+        ]);
         let o = ConnectOpts {
-            port_num: opts.ib_port,
-            sgid_index: self.gid.index as u8,
-            path_mtu: crate::verbs::Mtu::from_bytes(mtu).unwrap_or(crate::verbs::Mtu::Mtu1024),
             access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
             timeout: opts.ack_timeout,
-            ..Default::default()
+            ..ConnectOpts::for_gid(opts.ib_port, &self.gid, mtu)
+                .map_err(verbs(format!("connecting to {}", peer.who())))?
         };
         let local = Endpoint {
             lid: record.lid,
