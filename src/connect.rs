@@ -191,7 +191,7 @@ pub fn random_psn() -> u32 {
 }
 
 /// The MTU a port offers a path: its active MTU, or 1024 when the port does not say (the
-/// value of `ibv_rc_pingpong`, which every RDMA port carries).
+/// default of `ibv_rc_pingpong` and perftest).
 pub fn port_mtu(active: Option<Mtu>) -> Mtu {
     active.unwrap_or(Mtu::Mtu1024)
 }
