@@ -7,6 +7,7 @@
 //! - [`oob`]: the out-of-band TCP channel, with a timeout on every wait;
 //! - [`sysfs`]: GID attributes, NUMA nodes and counters from sysfs;
 //! - [`diag`]: what the device says when a wait expires (QP state, port counters);
+//! - [`fdwait`]: the one bounded `poll(2)` until a deadline, and deadlines that cannot overflow;
 //! - [`json`]: the one JSON writer (`--json` output) and strict parser (everything reading it);
 //! - [`cli`]: man pages and shell completions of every binary, from its clap definition;
 //! - [`affinity`]: CPU lists, the CPUs near a NIC, and pinning a benchmark thread;
@@ -26,6 +27,7 @@ pub mod cli;
 pub mod coll;
 pub mod connect;
 pub mod diag;
+pub mod fdwait;
 pub mod json;
 pub mod mq;
 pub mod names;
