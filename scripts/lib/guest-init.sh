@@ -88,21 +88,13 @@ rdma link add rxe0 type rxe netdev veth0 || die "rdma link add rxe0 failed"
 rdma link add rxe1 type rxe netdev veth1 || die "rdma link add rxe1 failed"
 
 # Wait (bounded) until each port is ACTIVE and GID 1 is its IPv4-mapped RoCEv2 GID.
-mapped_gid() {
-    echo "$1" | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x\n", $1, $2, $3, $4 }'
-}
+# shellcheck source=scripts/lib/rxe.sh
+. "$repo/scripts/lib/rxe.sh"
 wait_rxe() {
-    p=/sys/class/infiniband/$1/ports/1
-    want=$(mapped_gid "$2")
     end=$(( $(uptime_cs) + 6000 ))
-    while :; do
-        state=$(cat "$p/state" 2>/dev/null)
-        gid=$(cat "$p/gids/1" 2>/dev/null)
-        type=$(cat "$p/gid_attrs/types/1" 2>/dev/null)
-        case $state in
-            *ACTIVE*) [ "$gid" = "$want" ] && [ "$type" = "RoCE v2" ] && return 0 ;;
-        esac
-        [ "$(uptime_cs)" -lt "$end" ] || die "$1 not ready after 60 s: state '$state', GID 1 '$gid' ($type)"
+    until rxe_ready "$1" "$2"; do
+        [ "$(uptime_cs)" -lt "$end" ] \
+            || die "$1 not ready after 60 s: state '$RXE_STATE', GID 1 '$RXE_GID' ($RXE_TYPE)"
         sleep 0.1
     done
 }

@@ -3,7 +3,7 @@
 # and the one function that installs them. Sourced by scripts/test, scripts/softroce-vm and the
 # bench scripts; scripts/check-packages keeps the README and docs in agreement with these lists.
 #
-# Callers define say() and die() before sourcing this file.
+# Callers source scripts/lib/log.sh (say, die) and set PROG first.
 
 # Building the workspace: rdma-sys links libibverbs/librdmacm (pkg-config finds them) and
 # generates its bindings with bindgen (libclang; Debian 12's is clang 14, which rdma-sys needs).

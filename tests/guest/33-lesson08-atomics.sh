@@ -83,12 +83,8 @@ spid=$!
 wait_port 18334 30 "$spid"
 $L -d "$VL_DEV1" -p 18334 -n 10000 --wait 60 "$VL_ADDR0" >"$TMPDIR/vanish-client.out" 2>&1 &
 cpid=$!
-n=0
-until grep -q -F "fetch-and-adds of 1, then" "$TMPDIR/vanish-client.out"; do
-    n=$((n + 1))
-    [ "$n" -lt 600 ] || fail "the client never started its atomics (60 s)"
-    sleep 0.1
-done
+wait_for 60 "$cpid" grep -q -F "fetch-and-adds of 1, then" "$TMPDIR/vanish-client.out" \
+    || { cat "$TMPDIR/vanish-client.out"; fail "the client never started its atomics ($(scaled 60) s)"; }
 kill -9 "$spid"
 rc=0
 _vl_watch "$cpid" 120 || rc=$?

@@ -43,39 +43,21 @@ expect_contains "$CLIENT_OUT" "names no QP: it has fewer QPs than our --num-qp 8
 
 step "--show-port-down: veth1 down for 2 s while messages flow"
 # Whatever happens, the link comes back and the guest's devices are ready for the next scenario.
-restore() {
-    /usr/sbin/ip link set veth1 up 2>/dev/null || true
-    i=0
-    while [ $i -lt 300 ]; do
-        if grep -q ACTIVE /sys/class/infiniband/rxe1/ports/1/state \
-            && grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state \
-            && [ "$(cat /sys/class/infiniband/rxe1/ports/1/gids/1)" = "0000:0000:0000:0000:0000:ffff:c0a8:4d02" ]; then
-            return 0
-        fi
-        sleep 0.1
-        i=$((i + 1))
-    done
-    echo "rxe1 not ACTIVE with its GID 30 s after bringing veth1 up" >&2
-}
-trap restore EXIT
+trap restore_link EXIT
 srv=$TMPDIR/pd-server.out cli=$TMPDIR/pd-client.out
 lesson12_srq_events -d "$VL_DEV0" -p "$port" --show-port-down --wait 60 >"$srv" 2>&1 &
 spid=$!
 wait_port "$port" 60 "$spid"
 lesson12_srq_events -d "$VL_DEV1" -p "$port" --show-port-down --wait 60 "$VL_ADDR0" >"$cli" 2>&1 &
 cpid=$!
-i=0
-until grep -q "traffic running on QP 0" "$cli"; do
-    i=$((i + 1))
-    [ $i -lt 600 ] || { cat "$srv" "$cli"; fail "the client never started its traffic"; }
-    sleep 0.1
-done
+wait_for 60 "$cpid" grep -q "traffic running on QP 0" "$cli" \
+    || { cat "$srv" "$cli"; fail "the client never started its traffic"; }
 sleep 1
 step "ip link set veth1 down; sleep 2; ip link set veth1 up"
 /usr/sbin/ip link set veth1 down
 sleep 2
 /usr/sbin/ip link set veth1 up
-restore
+restore_link || fail "the devices are not ready after the link came back (above)"
 rcs=0 rcc=0
 _vl_watch "$cpid" 120 || rcc=$?
 _vl_watch "$spid" 30 || rcs=$?

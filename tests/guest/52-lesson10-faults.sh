@@ -60,12 +60,13 @@ step "SIGTERM to the coordinator while it waits: the queues go with it"
 rc=0
 $L --no-tour --stall-worker 0 --wait 60 >"$out" 2>&1 &
 cpid=$!
-_end=$(($(_vl_now) + 3000))
-until grep -q '^\[13\]' "$out"; do
-    _vl_alive "$cpid" || { cat "$out"; fail "the coordinator ended before step 13"; }
-    [ "$(_vl_now)" -lt "$_end" ] || { cat "$out"; fail "no step 13 within 30 s"; }
-    sleep 0.1
-done
+_rc=0
+wait_for 30 "$cpid" grep -q '^\[13\]' "$out" || _rc=$?
+case $_rc in
+    0) ;;
+    2) cat "$out"; fail "the coordinator ended before step 13" ;;
+    *) cat "$out"; fail "no step 13 within $(scaled 30) s" ;;
+esac
 ls /dev/mqueue
 kill -TERM "$cpid"
 _vl_watch "$cpid" 20 || rc=$?

@@ -22,36 +22,7 @@ IP=/usr/sbin/ip
 srv=$TMPDIR/srv.out
 cli=$TMPDIR/cli.out
 
-# ready DEV ADDR: DEV's port 1 is ACTIVE and GID 1 is ADDR's IPv4-mapped RoCEv2 GID (as the
-# guest's /init waits for them), within 60 s.
-ready() {
-    _r_p=/sys/class/infiniband/$1/ports/1
-    _r_want=$(echo "$2" | awk -F. '{ printf "0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x\n", $1, $2, $3, $4 }')
-    _r=0
-    while :; do
-        if grep -q ACTIVE "$_r_p/state" 2>/dev/null \
-            && [ "$(cat "$_r_p/gids/1" 2>/dev/null)" = "$_r_want" ] \
-            && [ "$(cat "$_r_p/gid_attrs/types/1" 2>/dev/null)" = "RoCE v2" ]; then
-            return 0
-        fi
-        _r=$((_r + 1))
-        [ "$_r" -lt 600 ] || return 1
-        sleep 0.1
-    done
-}
-
-# restore: the guest's set-up as /init made it — veth1 up with MTU 9000 and 192.168.77.2/24,
-# rxe1 on veth1 — whatever this scenario left; then both devices ready.
-restore() {
-    $IP link set veth1 mtu 9000 2>/dev/null || true
-    $IP link set veth1 up 2>/dev/null || true
-    $IP addr show dev veth1 | grep -q 'inet 192.168.77.2/24' \
-        || $IP addr add 192.168.77.2/24 dev veth1 2>/dev/null || true
-    [ -d /sys/class/infiniband/rxe1 ] || rdma link add rxe1 type rxe netdev veth1 2>/dev/null || true
-    ready rxe0 192.168.77.1 && ready rxe1 192.168.77.2 \
-        || echo "restore: rxe0/rxe1 not ready 60 s after the restore" >&2
-}
-trap restore EXIT
+trap restore_link EXIT
 
 # start_pair TOOL: a -D 40 pair, server on rxe0, client on rxe1; returns once the measured
 # run is under way. Sets SPID, CPID.
@@ -84,9 +55,7 @@ end_pair() {
 
 # traffic_again: both devices as /init left them, and a short send_bw pair carries traffic.
 traffic_again() {
-    restore
-    ready rxe0 192.168.77.1 || fail "rxe0 not ACTIVE with its GID after the restore"
-    ready rxe1 192.168.77.2 || fail "rxe1 not ACTIVE with its GID after the restore"
+    restore_link || fail "the devices are not ready after the restore (above)"
     rdma link show rxe1/1 | grep -q 'netdev veth1' || fail "rxe1 is not on veth1: $(rdma link show)"
     $IP link show veth1 | grep -q 'mtu 9000' || fail "veth1 lost its MTU 9000"
     vl_pair_ok vl_send_bw "-s 4096 -n 100"

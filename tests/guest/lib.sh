@@ -121,26 +121,32 @@ _vl_cm_listening() {
 # bounds a scenario checks the tools against.
 scaled() { echo $(($1 * ${VL_TIME_SCALE:-1})); }
 
+# wait_for SECS PID CMD...: run CMD every 0.1 s until it succeeds (return 0). Gives up after SECS
+# seconds, scaled (return 1), or as soon as process PID has exited (return 2; "-" for no
+# process). The one bounded wait of the scenarios: callers say what they waited for.
+wait_for() {
+    _wf_end=$(($(_vl_now) + $(scaled "$1") * 100))
+    _wf_pid=$2
+    shift 2
+    until "$@"; do
+        [ "$_wf_pid" = - ] || _vl_alive "$_wf_pid" || return 2
+        [ "$(_vl_now)" -lt "$_wf_end" ] || return 1
+        sleep 0.1
+    done
+}
+
 # _vl_wait_listen CHECK WHAT PORT [TIMEOUT=60] [PID]: wait until `CHECK PORT` is true (TIMEOUT is
 # scaled).
 _vl_wait_listen() {
-    _wp_check=$1
-    _wp_what=$2
-    _wp_port=$3
-    _wp_secs=$(scaled "${4:-60}")
-    _wp_pid=${5:-}
-    _wp_end=$(($(_vl_now) + _wp_secs * 100))
-    while ! "$_wp_check" "$_wp_port"; do
-        if [ -n "$_wp_pid" ] && ! _vl_alive "$_wp_pid"; then
-            echo "wait_port: the server (pid $_wp_pid) exited before listening on $_wp_what port $_wp_port" >&2
-            return 1
-        fi
-        if [ "$(_vl_now)" -ge "$_wp_end" ]; then
-            echo "wait_port: nothing listens on $_wp_what port $_wp_port after ${_wp_secs}s" >&2
-            return 1
-        fi
-        sleep 0.1
-    done
+    _wp_check=$1 _wp_what=$2 _wp_port=$3 _wp_secs=${4:-60}
+    _wp_rc=0
+    wait_for "$_wp_secs" "${5:--}" "$_wp_check" "$_wp_port" || _wp_rc=$?
+    case $_wp_rc in
+        0) ;;
+        2) echo "wait_port: the server (pid $5) exited before listening on $_wp_what port $_wp_port" >&2 ;;
+        *) echo "wait_port: nothing listens on $_wp_what port $_wp_port after $(scaled "$_wp_secs")s" >&2 ;;
+    esac
+    return "$_wp_rc"
 }
 
 # wait_port PORT [TIMEOUT=60] [PID]: wait until something listens on TCP PORT. Fails after
@@ -212,6 +218,32 @@ server_client() {
     echo "server_client: both sides exited 0"
 }
 
+# ---- the guest's links and devices ---------------------------------------------------------
+
+# shellcheck source=scripts/lib/rxe.sh
+. "$VL_REPO/scripts/lib/rxe.sh"
+
+# restore_link: the guest's set-up as /init made it, whatever a scenario did to it — veth1 up
+# with MTU 9000 and 192.168.77.2/24, rxe1 on veth1 — then waits (60 s, scaled) until both
+# devices are ready (rxe_ready). Returns 1, saying which device is not, when they are not.
+# Scenarios that take the link down run it on EXIT, so that the next scenario finds the guest
+# as it was.
+restore_link() {
+    /usr/sbin/ip link set veth1 mtu 9000 2>/dev/null || true
+    /usr/sbin/ip link set veth1 up 2>/dev/null || true
+    /usr/sbin/ip addr show dev veth1 | grep -q "inet $VL_ADDR1/24" \
+        || /usr/sbin/ip addr add "$VL_ADDR1/24" dev veth1 2>/dev/null || true
+    [ -d "/sys/class/infiniband/$VL_DEV1" ] \
+        || rdma link add "$VL_DEV1" type rxe netdev veth1 2>/dev/null || true
+    for _rl in "$VL_DEV0 $VL_ADDR0" "$VL_DEV1 $VL_ADDR1"; do
+        # shellcheck disable=SC2086 # "DEV ADDR", split on purpose
+        wait_for 60 - rxe_ready $_rl || {
+            echo "restore_link: ${_rl% *} not ready $(scaled 60) s after the restore: state '$RXE_STATE', GID 1 '$RXE_GID' ($RXE_TYPE)" >&2
+            return 1
+        }
+    done
+}
+
 # ---- several processes (--procs, --np) ------------------------------------------------------
 
 # mqueue_ready: /dev/mqueue mounted and empty (a queue left by an earlier scenario fails here).
@@ -252,16 +284,12 @@ workers_of() {
 # wait_worker_pid INDEX PATTERN: the pid of worker INDEX whose command line contains PATTERN,
 # waited for up to 30 s, scaled (fails the scenario if it never appears).
 wait_worker_pid() {
-    _ww_end=$(($(_vl_now) + $(scaled 30) * 100))
-    while [ "$(_vl_now)" -lt "$_ww_end" ]; do
-        _ww_pid=$(workers_of "$2" "$1" | head -n 1)
-        if [ -n "$_ww_pid" ]; then
-            echo "$_ww_pid"
-            return 0
-        fi
-        sleep 0.2
-    done
-    fail "no worker $1 ($2) appeared within $(scaled 30) s"
+    wait_for 30 - _vl_worker_up "$1" "$2" || fail "no worker $1 ($2) appeared within $(scaled 30) s"
+    echo "$_ww_pid"
+}
+_vl_worker_up() {
+    _ww_pid=$(workers_of "$2" "$1" | head -n 1)
+    [ -n "$_ww_pid" ]
 }
 
 # no_workers: no worker process (--vl-worker) is left running.

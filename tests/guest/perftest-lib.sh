@@ -84,30 +84,31 @@ within() {
 }
 
 # wait_header FILE PID: until FILE shows a result header ('#bytes': the run is under way), at
-# most 60 s; fails if process PID exits first. For faults injected mid-run: a fixed sleep is
-# too short on a loaded machine.
+# most 60 s (scaled); fails if process PID exits first. For faults injected mid-run: a fixed
+# sleep is too short on a loaded machine.
 wait_header() {
-    _wh=0
-    while ! grep -q '#bytes' "$1" 2>/dev/null; do
-        _vl_alive "$2" || { cat "$1"; fail "the tool (pid $2) exited before its run started"; }
-        _wh=$((_wh + 1))
-        [ "$_wh" -lt 600 ] || { cat "$1"; fail "no run under way after 60 s"; }
-        sleep 0.1
-    done
+    _wh_rc=0
+    wait_for 60 "$2" grep -q '#bytes' "$1" 2>/dev/null || _wh_rc=$?
+    case $_wh_rc in
+        0) ;;
+        2) cat "$1"; fail "the tool (pid $2) exited before its run started" ;;
+        *) cat "$1"; fail "no run under way after $(scaled 60) s" ;;
+    esac
 }
 
 # wait_traffic DEV PKTS PID: until DEV has sent PKTS more RoCE packets than when called (rxe's
-# hw_counters/sent_pkts), at most 60 s; fails if process PID exits first. Past the warm-up's
-# few hundred packets this means the measured run is under way.
+# hw_counters/sent_pkts), at most 60 s (scaled); fails if process PID exits first. Past the
+# warm-up's few hundred packets this means the measured run is under way.
 wait_traffic() {
     _wt_f=/sys/class/infiniband/$1/ports/1/hw_counters/sent_pkts
     [ -r "$_wt_f" ] || fail "wait_traffic: no $_wt_f"
     _wt_end=$(($(cat "$_wt_f") + $2))
-    _wt=0
-    while [ "$(cat "$_wt_f")" -lt "$_wt_end" ]; do
-        _vl_alive "$3" || fail "the tool (pid $3) exited before sending $2 packets"
-        _wt=$((_wt + 1))
-        [ "$_wt" -lt 600 ] || fail "$1 sent fewer than $2 packets in 60 s"
-        sleep 0.1
-    done
+    _wt_rc=0
+    wait_for 60 "$3" _vl_sent_at_least "$_wt_f" "$_wt_end" || _wt_rc=$?
+    case $_wt_rc in
+        0) ;;
+        2) fail "the tool (pid $3) exited before sending $2 packets" ;;
+        *) fail "$1 sent fewer than $2 packets in $(scaled 60) s" ;;
+    esac
 }
+_vl_sent_at_least() { [ "$(cat "$1")" -ge "$2" ]; }
