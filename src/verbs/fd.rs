@@ -84,10 +84,10 @@ mod tests {
         unsafe { sigaction(Signal::SIGUSR2, &handler) }.unwrap();
         // SAFETY: pthread_self has no preconditions.
         let me = unsafe { libc::pthread_self() } as usize;
-        // Nine signals, 50 ms apart, into a 500 ms wait: a wait restarted by each would end
-        // about 450 ms late, one ended by the first would end after 50 ms.
+        // A signal every 50 ms for 900 ms, into a 500 ms wait: a wait restarted by each would
+        // end after 1.4 s, one ended by the first after 50 ms.
         let signaller = std::thread::spawn(move || {
-            for _ in 0..9 {
+            for _ in 0..18 {
                 std::thread::sleep(Duration::from_millis(50));
                 // SAFETY: `me` is the test thread, alive until it has joined this thread.
                 assert_eq!(unsafe { libc::pthread_kill(me as _, libc::SIGUSR2) }, 0);
@@ -96,17 +96,19 @@ mod tests {
         let (a, _b) = UnixStream::pair().unwrap();
         let wait = Duration::from_millis(500);
         let t = Instant::now();
-        assert!(!wait_readable(a.as_fd(), wait, "poll(test)").unwrap());
+        let ready = wait_readable(a.as_fd(), wait, "poll(test)");
         let took = t.elapsed();
-        signaller.join().unwrap();
         let interrupts = INTERRUPTS.load(Ordering::SeqCst);
+        // Joined before any assertion can end this thread.
+        signaller.join().unwrap();
+        assert!(!ready.unwrap());
         assert!(
             interrupts >= 3,
             "only {interrupts} signal(s) came during the wait"
         );
         assert!(took >= wait, "ended early, after {took:?}");
         assert!(
-            took < wait + Duration::from_millis(300),
+            took < wait + Duration::from_millis(400),
             "took {took:?}: a signal restarted it"
         );
     }
