@@ -18,8 +18,7 @@
 //! `run`) prints `NAME: error: ` and the error's chain of causes, and exits 1.
 //!
 //! [`DevicePortFilter`] is `-d DEV` and `-i N` of a tool that surveys devices and ports, and the
-//! choice of ports they make.
-//!
+//! choice of ports they make; [`parse_size`] reads a size in bytes (`64K`) for any option, and
 //! [`WaitSecs`] is the one check of `--wait SECS`, the bound of every wait of a tool or lesson.
 
 use std::ffi::{OsStr, OsString};
@@ -29,6 +28,9 @@ use std::process::ExitCode;
 
 use clap::{Command, Parser};
 use clap_complete::Shell;
+
+mod size;
+pub use size::parse_size;
 
 /// The environment variable that turns a binary into its own documentation generator.
 pub const GENERATE_ENV: &str = "VERBS_LAB_GENERATE";

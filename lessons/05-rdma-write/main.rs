@@ -32,13 +32,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::{Parser, ValueEnum};
+use verbs_lab::cli::parse_size;
 use verbs_lab::verbs::{
     AccessFlags, Mr, Payload, Qp, QpState, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode,
 };
 use verbs_lab_lessons::{
     connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet, open_device,
-    parse_size, pattern, peer_rts_barrier, same_as_client, say_mr, CommonArgs, Device, PeerInfo,
-    Side, Terms,
+    pattern, peer_rts_barrier, same_as_client, say_mr, CommonArgs, Device, PeerInfo, Side, Terms,
 };
 
 const PROGRAM: &str = "lesson05_rdma_write";
@@ -80,7 +80,7 @@ struct Args {
     #[command(flatten)]
     common: CommonArgs,
     /// Bytes per write, 1 to 1M (suffixes K, M) [default: 4096]
-    #[arg(short = 's', long = "size", value_parser = parse_size)]
+    #[arg(short = 's', long = "size", value_parser = parse_size::<usize>)]
     size: Option<usize>,
     /// Writes to make, each with its own byte pattern, each checked [default: 5]
     #[arg(short = 'n', long = "iters")]

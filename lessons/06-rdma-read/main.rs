@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
+use verbs_lab::cli::parse_size;
 use verbs_lab::connect::{init_attr, rtr_attr, rts_attr, Endpoint};
 use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{
@@ -35,8 +36,8 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     connect_opts, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet, open_device,
-    parse_size, pattern, peer_rts_barrier, recv_params, same_as_client, say_mr, send_params,
-    CommonArgs, Device, Narrator, PeerInfo, Side, Summary, Terms,
+    pattern, peer_rts_barrier, recv_params, same_as_client, say_mr, send_params, CommonArgs,
+    Device, Narrator, PeerInfo, Side, Summary, Terms,
 };
 
 const PROGRAM: &str = "lesson06_rdma_read";
@@ -56,7 +57,7 @@ struct Args {
     #[command(flatten)]
     common: CommonArgs,
     /// Bytes per read, 1 to 1M (suffixes K, M) [default: 4096]
-    #[arg(short = 's', long = "size", value_parser = parse_size)]
+    #[arg(short = 's', long = "size", value_parser = parse_size::<usize>)]
     size: Option<usize>,
     /// Reads to have outstanding at once, 1 to 255 (negotiated down to what both devices allow) [default: 4]
     #[arg(short = 'o', long = "outstanding")]

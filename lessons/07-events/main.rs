@@ -45,6 +45,7 @@ use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
 use nix::sys::resource::{getrusage, UsageWho};
 use nix::time::{clock_gettime, ClockId};
+use verbs_lab::cli::parse_size;
 use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{
     AccessFlags, CompChannel, Cq, Mr, Payload, Qp, RecvWr, RemoteBuf, SendOp, SendWr, VerbsError,
@@ -52,8 +53,8 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet, open_device,
-    parse_size, pattern, peer_rts_barrier, recv_params, same_as_client, send_params, CommonArgs,
-    Device, Narrator, Summary, Terms,
+    pattern, peer_rts_barrier, recv_params, same_as_client, send_params, CommonArgs, Device,
+    Narrator, Summary, Terms,
 };
 
 const PROGRAM: &str = "lesson07_events";
@@ -74,7 +75,7 @@ struct Args {
     #[command(flatten)]
     common: CommonArgs,
     /// Bytes per message, 1 to 64K (suffixes K) [default: 64]
-    #[arg(short = 's', long = "size", value_parser = parse_size)]
+    #[arg(short = 's', long = "size", value_parser = parse_size::<usize>)]
     size: Option<usize>,
     /// Round trips in each mode [default: 500]
     #[arg(short = 'n', long = "iters")]

@@ -199,21 +199,6 @@ pub fn check_range<T: PartialOrd + fmt::Display>(
     Ok(())
 }
 
-/// Parses a size with an optional binary suffix: `4096`, `64K`, `1M` (for `-s`).
-pub fn parse_size(s: &str) -> std::result::Result<usize, String> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&t[..i], 1usize << 10),
-        Some((i, 'm' | 'M')) => (&t[..i], 1 << 20),
-        Some((i, 'g' | 'G')) => (&t[..i], 1 << 30),
-        _ => (t, 1),
-    };
-    num.parse::<usize>()
-        .ok()
-        .and_then(|v| v.checked_mul(mult))
-        .ok_or_else(|| format!("'{s}' is not a size (bytes, or with K/M/G: 4096, 64K, 1M)"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,14 +234,5 @@ mod tests {
         assert_eq!(e.to_string(), "-r 0: give 1 to 100 rounds");
         let e = check_range("-s", 70_000usize, 1..=65_536, "bytes").unwrap_err();
         assert_eq!(e.to_string(), "-s 70000: give 1 to 65536 bytes");
-    }
-
-    #[test]
-    fn sizes_parse_with_suffixes() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("64K"), Ok(65536));
-        assert_eq!(parse_size("1m"), Ok(1 << 20));
-        assert!(parse_size("x").is_err());
-        assert!(parse_size("-1").is_err());
     }
 }

@@ -29,7 +29,7 @@ pub mod pingpong;
 pub mod qp;
 pub mod terms;
 
-pub use args::{check_range, parse_size, CommonArgs, DevicePairArgs, PingPongArgs, Role};
+pub use args::{check_range, CommonArgs, DevicePairArgs, PingPongArgs, Role};
 pub use data::{first_mismatch, pattern};
 pub use device::{open_device, open_named_device, poll_one_explained, Device};
 pub use narrator::{say_mr, Narrator};

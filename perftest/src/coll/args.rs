@@ -4,6 +4,9 @@
 use clap::Parser;
 use verbs_lab::coll::{DataType, RedOp};
 
+/// The one size parser (`8`, `64K`, `1M`), from the library; `coll/mod.rs` re-exports it.
+pub use verbs_lab::cli::parse_size;
+
 #[derive(Parser, Debug, Clone)]
 #[command(
     about = "Collective bandwidth over RDMA verbs, in the layout of nccl-tests",
@@ -15,16 +18,16 @@ use verbs_lab::coll::{DataType, RedOp};
 )]
 pub struct Args {
     /// Smallest message, bytes (K, M, G suffixes).
-    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = parse_size)]
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = parse_size::<usize>)]
     pub min_bytes: usize,
     /// Largest message, bytes.
-    #[arg(short = 'e', long = "maxbytes", default_value = "1M", value_parser = parse_size)]
+    #[arg(short = 'e', long = "maxbytes", default_value = "1M", value_parser = parse_size::<usize>)]
     pub max_bytes: usize,
     /// Multiply the size by this factor from one row to the next.
     #[arg(short = 'f', long = "stepfactor")]
     pub step_factor: Option<u64>,
     /// Add this many bytes from one row to the next (instead of -f).
-    #[arg(short = 'i', long = "stepbytes", value_parser = parse_size)]
+    #[arg(short = 'i', long = "stepbytes", value_parser = parse_size::<usize>)]
     pub step_bytes: Option<usize>,
     /// Timed iterations per size.
     #[arg(short = 'n', long = "iters", default_value_t = 20)]
@@ -80,7 +83,7 @@ pub struct Args {
     #[arg(long = "bootstrap-timeout", default_value_t = 60)]
     pub bootstrap_timeout: u64,
     /// Bytes per receive slot (pipeline piece).
-    #[arg(long = "slot-size", default_value = "128K", value_parser = parse_size)]
+    #[arg(long = "slot-size", default_value = "128K", value_parser = parse_size::<usize>)]
     pub slot_bytes: usize,
     /// Receive slots per link (pieces in flight).
     #[arg(long = "slots", default_value_t = 8)]
@@ -98,20 +101,6 @@ pub struct Args {
     /// polling, idle); with --all-ranks, every rank's.
     #[arg(long)]
     pub profile: bool,
-}
-
-/// `4096`, `64K`, `4M`, `1G`.
-pub fn parse_size(s: &str) -> Result<usize, String> {
-    let (num, mult) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1 << 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .ok_or_else(|| format!("'{s}' is not a size (e.g. 8, 64K, 4M)"))
 }
 
 /// The sizes of the rows: from `min` to `max` by `factor` (or by `step` bytes), each rounded
@@ -169,7 +158,5 @@ mod tests {
             .unwrap_err()
             .contains("not both"));
         assert!(sizes(8, 16, Some(1), None, 4).is_err());
-        assert_eq!(parse_size("4M").unwrap(), 4 << 20);
-        assert!(parse_size("4X").is_err());
     }
 }

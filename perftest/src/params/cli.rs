@@ -1,6 +1,7 @@
 //! [`Params`]: the command line as clap parses it, before any check.
 
 use super::*;
+use verbs_lab::cli::parse_size;
 
 /// The command line (perftest's flags; long forms as perftest spells them).
 #[derive(Parser, Debug, Clone)]
@@ -15,7 +16,7 @@ pub struct Params {
     pub device: DeviceChoice,
 
     /// Message size in bytes (bw tools 65536, lat tools 2, atomics 8); K/M/G suffixes accepted.
-    #[arg(short = 's', long = "size", value_name = "BYTES", value_parser = parse_size)]
+    #[arg(short = 's', long = "size", value_name = "BYTES", value_parser = parse_size::<u64>)]
     pub size: Option<u64>,
 
     /// Sweep every power-of-two size from 2 to 2^23 bytes (capped by the port's max_msg_sz).

@@ -155,22 +155,6 @@ pub const DEFAULT_LAT_INLINE: u32 = 64;
 /// Inline sizes above this are refused (no device inlines more than a few hundred bytes).
 pub const MAX_INLINE: u32 = 4096;
 
-/// A message size: digits with an optional binary suffix K, M or G (`64K` = 65536).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (digits, mult) = match t.char_indices().last() {
-        Some((i, c)) if c.eq_ignore_ascii_case(&'k') => (&t[..i], 1u64 << 10),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'m') => (&t[..i], 1u64 << 20),
-        Some((i, c)) if c.eq_ignore_ascii_case(&'g') => (&t[..i], 1u64 << 30),
-        _ => (t, 1),
-    };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size in bytes (e.g. 4096 or 64K)"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("'{s}' is too large"))
-}
-
 /// Message sizes of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sizes {
@@ -460,15 +444,5 @@ mod tests {
             Some(&4096)
         );
         assert_eq!(Sizes::Single(7).list(1), vec![7]);
-    }
-
-    #[test]
-    fn sizes_with_suffixes() {
-        assert_eq!(parse_size("64K"), Ok(65536));
-        assert_eq!(parse_size("1m"), Ok(1 << 20));
-        assert_eq!(parse_size("12"), Ok(12));
-        assert!(parse_size("K").is_err());
-        assert!(parse_size("-1").is_err());
-        assert!(parse_size("99999999999999999999G").is_err());
     }
 }
