@@ -8,8 +8,8 @@
 //! - [`sysfs`]: GID attributes, NUMA nodes and counters from sysfs;
 //! - [`diag`]: what the device says when a wait expires (QP state, port counters);
 //! - [`fdwait`]: the one bounded `poll(2)` until a deadline, and deadlines that cannot overflow;
-//! - [`json`]: the one JSON writer (`--json` output) and strict parser (everything reading it);
-//! - [`cli`]: man pages and shell completions of every binary, from its clap definition;
+//! - [`cli`]: man pages and shell completions of every binary, from its clap definition, the
+//!   one size parser (`4096`, `64K`, `1M`) and the one check of `--wait SECS`;
 //! - [`affinity`]: CPU lists, the CPUs near a NIC, and pinning a benchmark thread;
 //! - [`background`]: a helper thread that stops and is joined when its guard is dropped;
 //! - [`mq`]: typed, versioned messages over POSIX message queues, for coordinator and workers;
@@ -28,7 +28,6 @@ pub mod coll;
 pub mod connect;
 pub mod diag;
 pub mod fdwait;
-pub mod json;
 pub mod mq;
 pub mod names;
 pub mod oob;
