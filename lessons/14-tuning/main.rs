@@ -46,6 +46,7 @@ use verbs_lab::verbs::{
     AccessFlags, CompChannel, Context, Cq, GidChoice, Mr, Mtu, Payload, Pd, Qp, SendOp, SendWr,
     Sge, WcOpcode, WorkCompletion,
 };
+use verbs_lab_lessons::Summary;
 use verbs_lab_lessons::{
     check_range, create_rc_qp, create_rc_qp_inline, first_mismatch, lesson_main, open_named_device,
     pattern, pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator,
@@ -85,7 +86,7 @@ struct Args {
     #[arg(short = 'u', long = "qp-timeout", default_value_t = 20)]
     qp_timeout: u8,
     /// Seconds any one run may last
-    #[arg(long = "wait", default_value_t = 60)]
+    #[arg(long = "wait", default_value_t = 60, value_parser = verbs_lab::cli::WaitSecs)]
     wait_secs: u64,
     /// No narration: print only the rounds and the table
     #[arg(short = 'q', long = "quiet")]
@@ -107,7 +108,7 @@ fn check_flags(a: &Args) -> Result<()> {
     )?;
     check_range("--pp-iters", a.pp_iters, 1..=1_000_000, "round trips")?;
     check_range("-r", a.rounds, 1..=100, "rounds")?;
-    a.pair.check(a.qp_timeout, a.wait_secs)?;
+    a.pair.check(a.qp_timeout)?;
     Ok(())
 }
 
@@ -905,11 +906,6 @@ fn memory_window(ends: Ends, n: &Narrator) -> Result<String> {
     Ok(verdict)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn print_table(
     cases: &[Case],
     results: &[Vec<Measured>],
@@ -919,7 +915,10 @@ fn print_table(
     args: &Args,
 ) {
     let find = |key: &str| cases.iter().position(|c| c.key == key);
-    let med = |i: usize| median(results[i].iter().map(Measured::value).collect());
+    let med = |i: usize| {
+        let v: Vec<f64> = results[i].iter().map(Measured::value).collect();
+        Summary::of(&v).map_or(0.0, |s| s.median)
+    };
     // (knob, its baseline, its variant), each a (setting, case key).
     let knobs: [(&str, [(&str, &str); 2]); 6] = [
         (

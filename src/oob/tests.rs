@@ -40,6 +40,18 @@ fn framed_messages_round_trip() {
 }
 
 #[test]
+fn a_frame_built_by_hand_is_what_recv_msg_reads() {
+    // perftest's last-gasp ERROR goes to the socket as `frame(..)` bytes, not through send_msg.
+    assert_eq!(frame(b"abc", "x").unwrap(), [0, 0, 0, 3, b'a', b'b', b'c']);
+    let (mut c, t) = served(Duration::from_secs(10), move |mut c| {
+        c.send_raw(&frame(b"last words", "error").unwrap(), "error")
+            .unwrap();
+    });
+    assert_eq!(c.recv_msg(100, "error").unwrap(), b"last words");
+    t.join().unwrap();
+}
+
+#[test]
 fn oversized_frame_is_refused_before_allocating() {
     let (mut c, t) = served(Duration::from_secs(10), move |mut c| {
         c.send_raw(&u32::MAX.to_be_bytes(), "len").unwrap();
@@ -65,6 +77,28 @@ fn silent_peer_times_out_and_closed_peer_is_named() {
     c.set_timeout(Duration::from_secs(5)).unwrap();
     let e = c.recv_raw(&mut b, "the server's endpoint").unwrap_err();
     assert!(matches!(e, OobError::Closed { got: 0, .. }), "{e}");
+    t.join().unwrap();
+}
+
+#[test]
+fn poll_readable_waits_its_whole_wait_and_no_timeout_is_too_long() {
+    // Duration::MAX: every deadline of the connection saturates instead of overflowing.
+    let (mut c, t) = served(Duration::MAX, move |mut c| {
+        let go = c.recv_msg(8, "go").unwrap();
+        c.send_msg(&go, "echo").unwrap();
+    });
+    for _ in 0..10 {
+        // Rounded down to 0 ms, a 0.6 ms wait would end at once.
+        let t0 = Instant::now();
+        assert!(!c.poll_readable(Duration::from_micros(600)).unwrap());
+        assert!(
+            t0.elapsed() >= Duration::from_micros(600),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
+    c.send_msg(b"go", "go").unwrap();
+    assert_eq!(c.recv_msg(8, "echo").unwrap(), b"go");
     t.join().unwrap();
 }
 
