@@ -7,8 +7,8 @@
 //! - [`oob`]: the out-of-band TCP channel, with a timeout on every wait;
 //! - [`sysfs`]: GID attributes, NUMA nodes and counters from sysfs;
 //! - [`diag`]: what the device says when a wait expires (QP state, port counters);
-//! - [`json`]: the one JSON writer (`--json` output) and strict parser (everything reading it);
-//! - [`cli`]: man pages and shell completions of every binary, from its clap definition;
+//! - [`cli`]: man pages and shell completions of every binary, from its clap definition, and the
+//!   one size parser (`4096`, `64K`, `1M`);
 //! - [`affinity`]: CPU lists, the CPUs near a NIC, and pinning a benchmark thread;
 //! - [`background`]: a helper thread that stops and is joined when its guard is dropped;
 //! - [`mq`]: typed, versioned messages over POSIX message queues, for coordinator and workers;
@@ -26,7 +26,6 @@ pub mod cli;
 pub mod coll;
 pub mod connect;
 pub mod diag;
-pub mod json;
 pub mod mq;
 pub mod names;
 pub mod oob;

@@ -35,6 +35,7 @@ mod table;
 pub mod text;
 
 pub use csv::{render_csv, render_csv_procs};
+pub(crate) use json::pretty_json;
 pub use json::{render_json, render_json_counters, render_json_procs};
 pub use perftest_json::render_perftest_json;
 pub use table::{render_table, render_table_procs};

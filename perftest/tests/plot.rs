@@ -1,12 +1,12 @@
 //! `--plot`: the SVG of a sweep holds the report's numbers. The SVG is read back as text (its
 //! `<polyline>`s and `<text>`s) and compared with the JSON report it was drawn from.
 
-use verbs_lab::json::{self, Value};
+use serde_json::Value;
 use vl_perftest::report::plot::{check_svg, has_text, panels, polylines, render_svg, X_DESC};
 
 fn golden(name: &str) -> Value {
     let path = format!("{}/tests/golden/{name}", env!("CARGO_MANIFEST_DIR"));
-    json::parse(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    serde_json::from_str::<Value>(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
 /// The values of `key` in the report's rows.
@@ -114,9 +114,12 @@ fn the_check_catches_a_chart_of_other_numbers() {
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();
-    let other =
-        json::parse(&text.replacen("\"bw_avg_mib_s\": 1163.05", "\"bw_avg_mib_s\": 600.0", 1))
-            .unwrap();
+    let other = serde_json::from_str::<Value>(&text.replacen(
+        "\"bw_avg_mib_s\": 1163.05",
+        "\"bw_avg_mib_s\": 600.0",
+        1,
+    ))
+    .unwrap();
     let e = check_svg(&svg, &other).unwrap_err();
     assert!(
         e.contains("\"average\" line") && e.contains("bw_avg_mib_s"),
@@ -139,7 +142,7 @@ fn the_check_catches_a_chart_of_other_numbers() {
         .unwrap_err()
         .contains("expected one line"));
     // Not a report at all.
-    assert!(check_svg(&svg, &json::parse("{}").unwrap()).is_err());
+    assert!(check_svg(&svg, &serde_json::from_str::<Value>("{}").unwrap()).is_err());
 }
 
 /// A bench-vs-perftest report of two tools: write_bw at three sizes (listed out of order, the
@@ -189,7 +192,7 @@ fn bench_report() -> Value {
             &st(40.0, 30.0, 45.0),
         ),
     ];
-    json::parse(&format!(r#"{{"rows":[{}]}}"#, rows.join(","))).unwrap()
+    serde_json::from_str::<Value>(&format!(r#"{{"rows":[{}]}}"#, rows.join(","))).unwrap()
 }
 
 #[test]
@@ -224,9 +227,11 @@ fn bench_rows_group_into_one_chart_per_tool_relative_to_perftest() {
     assert_eq!(c[0].ours[0].median, 0.5);
     assert_eq!(c[1].family, "read_lat");
     assert!(c[1].y_desc.contains("lower is better"));
-    assert!(comparisons(&json::parse(r#"{"results":[]}"#).unwrap())
-        .unwrap_err()
-        .contains("no \"rows\""));
+    assert!(
+        comparisons(&serde_json::from_str::<Value>(r#"{"results":[]}"#).unwrap())
+            .unwrap_err()
+            .contains("no \"rows\"")
+    );
 }
 
 #[test]

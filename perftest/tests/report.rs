@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
-use verbs_lab::json::{self, Value};
+use serde_json::Value;
 use vl_perftest::gates::EXIT_GATE_FAILED;
 use vl_perftest::output::check_applicable;
 use vl_perftest::output::{
@@ -418,7 +418,7 @@ fn titles() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// JSON: read back with the one strict parser (verbs_lab::json::parse)
+// JSON: read back with serde_json
 
 /// Reading a parsed report in a test: a missing key or a wrong type is a failed test.
 trait Field<'a> {
@@ -449,7 +449,7 @@ impl<'a> Field<'a> for Option<&'a Value> {
 
 #[test]
 fn json_holds_every_row_of_a_sweep_and_the_run() {
-    let doc = json::parse(&render_json(&bw_sweep(), false)).expect("valid JSON");
+    let doc = serde_json::from_str::<Value>(&render_json(&bw_sweep(), false)).expect("valid JSON");
     assert_eq!(doc.get("tool").str(), "vl_write_bw");
     assert_eq!(doc.get("version").str(), "0.1.0");
     assert_eq!(doc.get("format").num(), 1.0);
@@ -469,7 +469,7 @@ fn json_holds_every_row_of_a_sweep_and_the_run() {
     let gbit = rows[1].get("bw_avg_gbit_s").num();
     assert!((gbit - 1163.05 * MIB * 8.0 / 1e9).abs() < 1e-6, "{gbit}");
 
-    let doc = json::parse(&render_json(&lat_run(), false)).expect("valid JSON");
+    let doc = serde_json::from_str::<Value>(&render_json(&lat_run(), false)).expect("valid JSON");
     let rows = doc.get("results").arr();
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0].get("t_p99_99_us").num(), 244.412);
@@ -477,7 +477,8 @@ fn json_holds_every_row_of_a_sweep_and_the_run() {
     assert_eq!(rows[0].get("tps"), Some(&Value::Null));
     assert_eq!(doc.get("run").get("cpu"), Some(&Value::Null));
 
-    let doc = json::parse(&render_json(&lat_duration(), false)).expect("valid JSON");
+    let doc =
+        serde_json::from_str::<Value>(&render_json(&lat_duration(), false)).expect("valid JSON");
     assert_eq!(doc.get("run").get("duration_s").num(), 5.0);
     assert!(doc.get("results").arr()[0].get("tps").num() > 49_000.0);
 }
@@ -489,7 +490,8 @@ fn non_finite_numbers_become_null_or_empty() {
         rows[0].avg_bps = f64::NAN;
         rows[0].peak_bps = f64::INFINITY;
     }
-    let doc = json::parse(&render_json(&r, false)).expect("valid JSON despite NaN");
+    let doc =
+        serde_json::from_str::<Value>(&render_json(&r, false)).expect("valid JSON despite NaN");
     let row = &doc.get("results").arr()[0];
     assert_eq!(row.get("bw_avg_mib_s"), Some(&Value::Null));
     assert_eq!(row.get("bw_peak_gbit_s"), Some(&Value::Null));
@@ -503,7 +505,7 @@ fn non_finite_numbers_become_null_or_empty() {
     // And an RunInfo string with quotes and newlines stays valid JSON.
     let mut r = bw_sweep();
     r.info.cpu = Some((0, "odd \"why\"\nline".into()));
-    let doc = json::parse(&render_json(&r, false)).unwrap();
+    let doc = serde_json::from_str::<Value>(&render_json(&r, false)).unwrap();
     assert_eq!(
         doc.get("run").get("cpu").get("why").str(),
         "odd \"why\"\nline"
@@ -608,7 +610,7 @@ fn plot_is_written_from_the_rows_and_skipped_without_any() {
     let rep = Reporter::with_writer(&args, Box::new(Capture::default()));
     assert_eq!(rep.finish(&result).unwrap(), GateOutcome::Passed);
     let svg = std::fs::read_to_string(dir.join("run.svg")).unwrap();
-    let doc = json::parse(&render_json(&result, false)).unwrap();
+    let doc = serde_json::from_str::<Value>(&render_json(&result, false)).unwrap();
     assert!(vl_perftest::report::plot::check_svg(&svg, &doc).is_ok());
     // A passive server (no rows) with the same command line: no chart, and no failure.
     let mut empty = bw_sweep();
@@ -1014,10 +1016,10 @@ fn golden_out_json() {
         &render_perftest_json(&bw_sweep(), Some(Verbosity::Bandwidth), false),
     );
     // Valid JSON, perftest's keys, the last size in "results" and every size in "all_results".
-    let Value::Object(doc) = json::parse(&bw).expect("valid JSON") else {
+    let Value::Object(doc) = serde_json::from_str::<Value>(&bw).expect("valid JSON") else {
         panic!("not an object")
     };
-    let keys: Vec<&str> = doc.iter().map(|(k, _)| k).collect();
+    let keys: Vec<&str> = doc.keys().map(String::as_str).collect();
     assert_eq!(keys, ["test_info", "results", "all_results"]);
     assert!(bw.contains("\"test\": \"RDMA_Write_BW_Test\""), "{bw}");
     assert!(bw.contains("\"BW_average\": 1201.18"), "{bw}");
@@ -1030,7 +1032,7 @@ fn golden_out_json() {
     ] {
         assert!(lat.contains(k), "{k}: {lat}");
     }
-    assert!(json::parse(&lat).is_ok());
+    assert!(serde_json::from_str::<Value>(&lat).is_ok());
 }
 
 #[test]

@@ -1,9 +1,9 @@
 //! vl_jsoncheck — checks a `--json` report where no JSON tool is at hand (the SoftRoCE guest is
-//! busybox only): the file must be one valid JSON text (RFC 8259, read by the strict
-//! `verbs_lab::json::parse`), a vl_* report with a `results` array whose rows have positive
-//! `iterations` and a positive average (`bw_avg_gbit_s` or `t_avg_us`), and — with `--sizes` —
-//! exactly those message sizes, in order; with `--plot FILE.svg`, the run's chart must plot
-//! exactly the report's numbers (`vl_perftest::report::plot::check_svg`).
+//! busybox only): the file must be one valid JSON text (RFC 8259, read by serde_json, and no
+//! key given twice in one object), a vl_* report with a `results` array whose rows have
+//! positive `iterations` and a positive average (`bw_avg_gbit_s` or `t_avg_us`), and — with
+//! `--sizes` — exactly those message sizes, in order; with `--plot FILE.svg`, the run's chart
+//! must plot exactly the report's numbers (`vl_perftest::report::plot::check_svg`).
 //!
 //! ```text
 //! vl_jsoncheck sweep.json --sizes 2,4,8,16 --plot sweep.svg
@@ -17,7 +17,70 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use verbs_lab::json::{self, Value};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+/// Reads one JSON text as serde_json does, but refuses a key given twice in one object
+/// (serde_json's own [`Value`] keeps the last): which of the two a reader takes is anyone's
+/// guess, so such a report is not valid.
+fn parse(text: &str) -> Result<Value, serde_json::Error> {
+    serde_json::from_str::<UniqueKeys>(text).map(|u| u.0)
+}
+
+/// A [`Value`] whose every object had each key once.
+struct UniqueKeys(Value);
+
+impl<'de> Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<UniqueKeys, D::Error> {
+        d.deserialize_any(UniqueKeysVisitor).map(UniqueKeys)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> Visitor<'de> for UniqueKeysVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<Value, E> {
+        Ok(b.into())
+    }
+    fn visit_u64<E>(self, n: u64) -> Result<Value, E> {
+        Ok(n.into())
+    }
+    fn visit_i64<E>(self, n: i64) -> Result<Value, E> {
+        Ok(n.into())
+    }
+    fn visit_f64<E>(self, x: f64) -> Result<Value, E> {
+        Ok(x.into())
+    }
+    fn visit_str<E>(self, s: &str) -> Result<Value, E> {
+        Ok(s.into())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(UniqueKeys(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut o = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if o.contains_key(&key) {
+                return Err(de::Error::custom(format!("duplicate key \"{key}\"")));
+            }
+            let UniqueKeys(v) = map.next_value()?;
+            o.insert(key, v);
+        }
+        Ok(Value::Object(o))
+    }
+}
 
 /// The report checks: a `results` array whose rows' `bytes` are `sizes` (if given).
 fn check_report(doc: &Value, sizes: Option<&[u64]>) -> Result<Vec<u64>, String> {
@@ -48,7 +111,7 @@ fn check_report(doc: &Value, sizes: Option<&[u64]>) -> Result<Vec<u64>, String> 
                 Some(v) if v.as_f64().is_some_and(|x| x > 0.0) => {}
                 Some(v) => {
                     return Err(format!(
-                        "results[{i}] ({b} bytes): \"{key}\" is {v:?}, not positive"
+                        "results[{i}] ({b} bytes): \"{key}\" is {v}, not positive"
                     ))
                 }
             }
@@ -85,7 +148,7 @@ fn run(args: &Args) -> Result<String, String> {
     let file = args.file.display();
     let text =
         std::fs::read_to_string(&args.file).map_err(|e| format!("cannot read {file}: {e}"))?;
-    let doc = json::parse(&text).map_err(|e| format!("{file}: {e}"))?;
+    let doc = parse(&text).map_err(|e| format!("{file}: invalid JSON: {e}"))?;
     let got = check_report(&doc, args.sizes.as_deref()).map_err(|e| format!("{file}: {e}"))?;
     let mut msg = format!(
         "{file}: valid JSON, {} result row(s), sizes {got:?}",
@@ -126,7 +189,7 @@ mod tests {
         for e in std::fs::read_dir(dir).unwrap() {
             let p = e.unwrap().path();
             if p.extension().is_some_and(|x| x == "json") {
-                let doc = json::parse(&std::fs::read_to_string(&p).unwrap())
+                let doc = parse(&std::fs::read_to_string(&p).unwrap())
                     .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
                 check_report(&doc, None).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
                 n += 1;
@@ -137,7 +200,7 @@ mod tests {
 
     #[test]
     fn accepts_json_and_checks_sizes() {
-        let doc = json::parse(
+        let doc = parse(
             r#" {"tool":"vl_write_bw","version":"0.1.0","run":{},"results":[
                 {"bytes":2,"iterations":10,"x":-1.5e-3},{"bytes":4,"iterations":10,"s":"\u00e9\ud83d\ude00"}]} "#,
         )
@@ -146,19 +209,58 @@ mod tests {
         assert!(check_report(&doc, Some(&[2, 4, 8]))
             .unwrap_err()
             .contains("expected [2, 4, 8]"));
-        let empty = json::parse(
-            r#"{"tool":"t","version":"v","run":{},"results":[{"bytes":2,"iterations":0}]}"#,
-        )
-        .unwrap();
+        let empty =
+            parse(r#"{"tool":"t","version":"v","run":{},"results":[{"bytes":2,"iterations":0}]}"#)
+                .unwrap();
         assert!(check_report(&empty, None)
             .unwrap_err()
             .contains("iterations"));
-        let zero = json::parse(
+        let zero = parse(
             r#"{"tool":"t","version":"v","run":{},"results":[{"bytes":2,"iterations":5,"bw_avg_gbit_s":0.0}]}"#,
         )
         .unwrap();
-        assert!(check_report(&zero, None)
+        assert_eq!(
+            check_report(&zero, None).unwrap_err(),
+            "results[0] (2 bytes): \"bw_avg_gbit_s\" is 0.0, not positive"
+        );
+    }
+
+    #[test]
+    fn refuses_what_is_not_strict_json() {
+        // A key given twice, at the top or deeper down.
+        let twice = parse("{\"tool\":\"t\",\n \"tool\":\"u\"}").unwrap_err();
+        assert_eq!(
+            twice.to_string(),
+            "duplicate key \"tool\" at line 2 column 7"
+        );
+        let deep = r#"{"results":[{"bytes":2,"iterations":5,"bytes":4}]}"#;
+        assert!(parse(deep)
             .unwrap_err()
-            .contains("not positive"));
+            .to_string()
+            .contains("duplicate key \"bytes\""));
+        // What RFC 8259 does not allow.
+        for bad in [
+            "[1,]",
+            "{\"a\":1,}",
+            "[01]",
+            "[NaN]",
+            "[Infinity]",
+            "\"tab\there\"",
+            r#""\ud800""#,
+            "{} {}",
+            "{'a':1}",
+            "",
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} was accepted");
+        }
+        let deep = "[".repeat(200) + &"]".repeat(200);
+        assert!(parse(&deep).is_err(), "200 levels of nesting were accepted");
+        // Every kind of value reads back as itself.
+        let all =
+            r#"{"n":null,"t":true,"u":18446744073709551615,"i":-5,"x":-1.5e-3,"s":"é","a":[{}]}"#;
+        assert_eq!(
+            parse(all).unwrap().to_string(),
+            all.replace("-1.5e-3", "-0.0015")
+        );
     }
 }

@@ -22,7 +22,6 @@ use crate::progress::Progress;
 use clap::Parser;
 use verbs_lab::coll::env::{Launcher, RankInfo};
 use verbs_lab::coll::{launch, Coll, CollError, Comm, CommOpts, RankFlags, RankRecord};
-use verbs_lab::json::Object;
 use verbs_lab::wire::{Reader, Writer};
 
 pub use args::{parse_size, sizes, Args};
@@ -304,6 +303,34 @@ fn one_size(comm: &mut Comm, table: &Table, args: &Args, size: usize) -> Result<
     Ok(Some(row))
 }
 
+/// The `"params"` of the `--json` document: the command line's numbers and the launcher.
+#[derive(serde::Serialize)]
+struct Params {
+    min_bytes: usize,
+    max_bytes: usize,
+    iters: u32,
+    warmup_iters: u32,
+    check: u8,
+    slot_bytes: usize,
+    slots: usize,
+    launcher: &'static str,
+}
+
+impl Params {
+    fn new(args: &Args, launcher: Launcher) -> Params {
+        Params {
+            min_bytes: args.min_bytes,
+            max_bytes: args.max_bytes,
+            iters: args.iters,
+            warmup_iters: args.warmup,
+            check: args.check,
+            slot_bytes: args.slot_bytes,
+            slots: args.nslots,
+            launcher: launcher.name(),
+        }
+    }
+}
+
 /// Rank 0's end: the footer, `--json`, and the exit status (wrong values, then the gate).
 fn verdict(
     args: &Args,
@@ -315,17 +342,8 @@ fn verdict(
     let tool = table.tool;
     println!("{}", table.footer(rows));
     if let Some(path) = &args.json {
-        let p = Object::new()
-            .field("min_bytes", args.min_bytes)
-            .field("max_bytes", args.max_bytes)
-            .field("iters", args.iters)
-            .field("warmup_iters", args.warmup)
-            .field("check", args.check)
-            .field("slot_bytes", args.slot_bytes)
-            .field("slots", args.nslots)
-            .field("launcher", launcher.name());
-        let doc = table.json(records, p, rows);
-        std::fs::write(path, doc.pretty() + "\n")
+        let doc = table.json(records, Params::new(args, launcher), rows);
+        std::fs::write(path, crate::report::pretty_json(&doc))
             .map_err(|e| (EXIT_FAILED, format!("cannot write --json {path}: {e}")))?;
     }
     let wrong = report::total_wrong(rows);
@@ -379,4 +397,22 @@ fn assemble(all: &[Vec<u8>], size: usize, count: usize, has_ip: bool) -> Result<
         out_of_place: it.next().expect("out of place"),
         in_place: it.next(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_params_are_the_command_lines_numbers_in_order() {
+        let line = "vl_all_reduce_perf -b 64 -e 4K -n 7 -w 2 -c 0 --slot-size 1K --slots 3";
+        let args = Args::try_parse_from(line.split(' ')).unwrap();
+        assert_eq!(
+            serde_json::to_string(&Params::new(&args, Launcher::Flags)).unwrap(),
+            concat!(
+                r#"{"min_bytes":64,"max_bytes":4096,"iters":7,"warmup_iters":2,"check":0,"#,
+                r#""slot_bytes":1024,"slots":3,"launcher":"flags (--rank/--world-size)"}"#
+            )
+        );
+    }
 }

@@ -1,8 +1,8 @@
 //! The nccl-tests layout: header, one row per size with out-of-place and in-place columns, the
 //! footer; the bandwidth arithmetic; the JSON document.
 
+use serde::Serialize;
 use verbs_lab::coll::{Coll, DataType, RankRecord, RedOp};
-use verbs_lab::json::{Object, Value};
 
 /// One placement's measurement of one size, over all ranks.
 #[derive(Debug, Clone, PartialEq)]
@@ -158,65 +158,112 @@ impl Table<'_> {
         )
     }
 
-    pub fn json(&self, ranks: &[RankRecord], params: Object, rows: &[Row]) -> Value {
-        let ranks: Vec<Value> = ranks
-            .iter()
-            .map(|r| {
-                Object::new()
-                    .field("rank", r.rank)
-                    .field("host", r.host.as_str())
-                    .field("pid", r.pid)
-                    .field("device", r.device.as_str())
-                    .field("cpu", r.cpu)
-                    .into()
-            })
-            .collect();
-        let meas = |size: usize, m: &Measure| -> Value {
+    /// The `--json` document of the run: the table's context, `params` (the command line's
+    /// numbers), the ranks, every row and the footer's figures.
+    pub fn json<'a, P: Serialize>(
+        &'a self,
+        ranks: &'a [RankRecord],
+        params: P,
+        rows: &'a [Row],
+    ) -> CollJson<'a, P> {
+        let meas = |size: usize, m: &'a Measure| {
             let t = m.time_us();
-            Object::new()
-                .field("time_us", t)
-                .field("algbw_gbs", algbw(size, t))
-                .field("busbw_gbs", busbw(self.coll, self.n, size, t))
-                .field("wrong", m.wrong_total())
-                .field(
-                    "per_rank_time_us",
-                    Value::Array(m.per_rank_us.iter().map(|&x| x.into()).collect()),
-                )
-                .field(
-                    "per_rank_wrong",
-                    m.wrong
-                        .as_ref()
-                        .map(|w| Value::Array(w.iter().map(|&x| x.into()).collect())),
-                )
-                .into()
+            MeasureJson {
+                time_us: t,
+                algbw_gbs: algbw(size, t),
+                busbw_gbs: busbw(self.coll, self.n, size, t),
+                wrong: m.wrong_total(),
+                per_rank_time_us: &m.per_rank_us,
+                per_rank_wrong: m.wrong.as_deref(),
+            }
         };
-        let wrong = total_wrong(rows);
-        let avg = self.avg_busbw(rows);
-        let rows: Vec<Value> = rows
-            .iter()
-            .map(|r| {
-                Object::new()
-                    .field("size", r.size as u64)
-                    .field("count", r.count as u64)
-                    .field("out_of_place", meas(r.size, &r.out_of_place))
-                    .field("in_place", r.in_place.as_ref().map(|m| meas(r.size, m)))
-                    .into()
-            })
-            .collect();
-        Object::new()
-            .field("tool", self.tool)
-            .field("collective", self.coll.name())
-            .field("nranks", self.n as u64)
-            .field("type", self.dtype.name())
-            .field("redop", self.op.map(RedOp::name))
-            .field("busbw_factor", self.coll.busbw_factor(self.n))
-            .field("params", params)
-            .field("ranks", ranks)
-            .field("rows", rows)
-            .field("wrong", wrong)
-            .field("avg_busbw_gbs", avg)
-            .into()
+        CollJson {
+            tool: self.tool,
+            collective: self.coll.name(),
+            nranks: self.n,
+            dtype: self.dtype.name(),
+            redop: self.op.map(RedOp::name),
+            busbw_factor: self.coll.busbw_factor(self.n),
+            params,
+            ranks: ranks.iter().map(RankJson::from).collect(),
+            rows: rows
+                .iter()
+                .map(|r| RowJson {
+                    size: r.size,
+                    count: r.count,
+                    out_of_place: meas(r.size, &r.out_of_place),
+                    in_place: r.in_place.as_ref().map(|m| meas(r.size, m)),
+                })
+                .collect(),
+            wrong: total_wrong(rows),
+            avg_busbw_gbs: self.avg_busbw(rows),
+        }
     }
+}
+
+/// The `--json` document of a collective benchmark, written by rank 0 (see [`Table::json`]).
+#[derive(Serialize)]
+pub struct CollJson<'a, P> {
+    tool: &'a str,
+    /// nccl-tests' name: `all_reduce`, `broadcast`, ...
+    collective: &'static str,
+    nranks: usize,
+    /// The element type: `float`, `int32`, ...
+    #[serde(rename = "type")]
+    dtype: &'static str,
+    /// The reduction (`sum`, ...); `null` for a collective without one.
+    redop: Option<&'static str>,
+    /// busbw / algbw for this collective and world size.
+    busbw_factor: f64,
+    params: P,
+    ranks: Vec<RankJson<'a>>,
+    rows: Vec<RowJson<'a>>,
+    /// Wrong elements over every row, placement and rank.
+    wrong: u64,
+    /// The footer's average bus bandwidth (GB/s).
+    avg_busbw_gbs: f64,
+}
+
+/// Where one rank ran.
+#[derive(Serialize)]
+struct RankJson<'a> {
+    rank: u32,
+    host: &'a str,
+    pid: u32,
+    device: &'a str,
+    cpu: Option<u32>,
+}
+
+impl<'a> From<&'a RankRecord> for RankJson<'a> {
+    fn from(r: &'a RankRecord) -> RankJson<'a> {
+        RankJson {
+            rank: r.rank,
+            host: &r.host,
+            pid: r.pid,
+            device: &r.device,
+            cpu: r.cpu,
+        }
+    }
+}
+
+/// One size: its out-of-place and (`null` where there is none) in-place measurement.
+#[derive(Serialize)]
+struct RowJson<'a> {
+    size: usize,
+    count: usize,
+    out_of_place: MeasureJson<'a>,
+    in_place: Option<MeasureJson<'a>>,
+}
+
+/// One placement of one size: the table's columns, then each rank's own figures.
+#[derive(Serialize)]
+struct MeasureJson<'a> {
+    time_us: f64,
+    algbw_gbs: f64,
+    busbw_gbs: f64,
+    wrong: Option<u64>,
+    per_rank_time_us: &'a [f64],
+    per_rank_wrong: Option<&'a [u64]>,
 }
 
 /// Wrong elements over every row, placement and rank.
@@ -270,8 +317,32 @@ mod tests {
         let foot = t.footer(&rows);
         assert!(foot.contains("# Out of bounds values : 2 FAILED"), "{foot}");
         assert!(foot.contains("# Avg bus bandwidth    : 2.250000"), "{foot}");
-        let j = t.json(&[], Object::new(), &rows).to_string();
+        let j = serde_json::to_string(&t.json(&[], serde_json::Map::new(), &rows)).unwrap();
         assert!(j.contains("\"per_rank_time_us\":[500.0,1000.0]"), "{j}");
         assert!(j.contains("\"wrong\":2"), "{j}");
+        let doc = serde_json::to_value(t.json(&[], serde_json::Map::new(), &rows)).unwrap();
+        let keys: Vec<&str> = doc
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "tool",
+                "collective",
+                "nranks",
+                "type",
+                "redop",
+                "busbw_factor",
+                "params",
+                "ranks",
+                "rows",
+                "wrong",
+                "avg_busbw_gbs"
+            ]
+        );
+        assert_eq!(doc["rows"][0]["in_place"]["time_us"], 500.0);
     }
 }

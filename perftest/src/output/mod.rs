@@ -411,7 +411,7 @@ impl Reporter {
                 Rows::Lat(rows) => !rows.is_empty(),
             };
             if measured {
-                let doc = verbs_lab::json::parse(&render_json_procs(result, procs, gbits))?;
+                let doc = serde_json::from_str(&render_json_procs(result, procs, gbits))?;
                 let svg = crate::report::plot::render_svg(&doc).map_err(anyhow::Error::msg)?;
                 write_file(path, "--plot", &svg)?;
             } else {

@@ -3,14 +3,18 @@
 //!
 //! Keys carry their unit (`bw_avg_mib_s`, `t_p99_us`); bandwidth is given in both units, so a
 //! reader need not know whether `--report_gbits` was used. Non-finite numbers are `null`.
+//!
+//! The layout is the structs below, written by serde_json field by field in their order: the
+//! document is [`Report`], its run block [`Run`], its rows [`BwJson`] and [`LatJson`].
 
 use std::time::Duration;
 
-use verbs_lab::json::{Object, Value};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 use super::{round_to, BwUnit};
 use crate::aggregate::SizeTotal;
-use crate::result::{BwRow, LatRow, Metric, ProcessResult, Rows, RunInfo, RunResult};
+use crate::result::{BwRow, LatRow, Metric, ProcessResult, Rows, RunInfo, RunResult, Span};
 
 /// The version of this document's layout; raised only for changes that break readers.
 pub const FORMAT_VERSION: u32 = 1;
@@ -42,157 +46,158 @@ pub fn render_json_counters(
     cpu: Option<&crate::cpu_util::CpuReport>,
 ) -> String {
     let info = &result.info;
-    let results: Vec<Value> = match &result.rows {
-        Rows::Bw(rows) => rows.iter().map(|r| bw_row(r).into()).collect(),
-        Rows::Lat(rows) => rows.iter().map(|r| lat_row(r).into()).collect(),
+    let doc = Report {
+        tool: &info.tool,
+        version: &info.version,
+        format: FORMAT_VERSION,
+        run: Run::new(info, BwUnit::new(report_gbits)),
+        results: match &result.rows {
+            Rows::Bw(rows) => rows.iter().map(|r| RowJson::Bw(r.into())).collect(),
+            Rows::Lat(rows) => rows.iter().map(|r| RowJson::Lat(r.into())).collect(),
+        },
+        counters: counters.map(counters_object),
+        cpu_util: cpu.map(CpuUtil::new),
+        processes: (!procs.is_empty()).then(|| procs.iter().map(Process::new).collect()),
+        aggregate: (!procs.is_empty()).then(|| {
+            let totals = crate::aggregate::aggregate(procs).unwrap_or_default();
+            totals.iter().map(AggregateRow::new).collect()
+        }),
     };
-    let doc = Object::new()
-        .field("tool", &info.tool)
-        .field("version", &info.version)
-        .field("format", FORMAT_VERSION)
-        .field("run", run_object(info, BwUnit::new(report_gbits)))
-        .field("results", results);
-    let doc = match counters {
-        Some(c) => doc.field("counters", counters_object(c)),
-        None => doc,
-    };
-    let doc = match cpu {
-        Some(c) => doc.field(
-            "cpu_util",
-            Object::new()
-                .field(
-                    "util_percent",
-                    Value::array(c.util_percent.iter().map(|u| round_to(*u, 2))),
-                )
-                .field("process_cpu_s", round_to(c.process_cpu.as_secs_f64(), 6)),
-        ),
-        None => doc,
-    };
-    let doc = if procs.is_empty() {
-        doc
-    } else {
-        let list: Vec<Value> = procs.iter().map(|p| process(p).into()).collect();
-        let sums: Vec<Value> = crate::aggregate::aggregate(procs)
-            .unwrap_or_default()
-            .iter()
-            .map(|t| aggregate_row(t).into())
-            .collect();
-        doc.field("processes", list).field("aggregate", sums)
-    };
-    let mut text = doc.pretty();
+    pretty_json(&doc)
+}
+
+/// `doc` indented by two spaces per level, with a final newline: the layout of every JSON file
+/// perftest writes.
+pub(crate) fn pretty_json(doc: &impl Serialize) -> String {
+    let mut text = serde_json::to_string_pretty(doc).expect("a report always serializes");
     text.push('\n');
     text
 }
 
-/// Counter deltas as one object, by name.
-pub(crate) fn counters_object(c: &crate::counters::Snapshot) -> Object {
+/// Counter deltas as one object, by name, in the snapshot's order.
+pub(crate) fn counters_object(c: &crate::counters::Snapshot) -> Map<String, Value> {
     c.iter()
-        .fold(Object::new(), |o, (k, v)| o.field(k.as_str(), *v))
+        .map(|(k, v)| (k.clone(), Value::from(*v)))
+        .collect()
 }
 
-/// One process of a `--procs` run: who, where, and its rows (in the layout of `"results"`,
-/// each with its interval: `start_ns` and `end_ns` on the machine's monotonic clock).
-fn process(p: &ProcessResult) -> Object {
-    let cpu = p
-        .cpu
-        .as_ref()
-        .map(|(cpu, why)| Object::new().field("cpu", *cpu).field("why", why));
-    let rows: Vec<Value> = p
-        .rows
-        .iter()
-        .enumerate()
-        .map(|(j, r)| {
-            let row = bw_row(r);
-            match p.spans.get(j) {
-                Some(s) => row.field("start_ns", s.start_ns).field("end_ns", s.end_ns),
-                None => row,
-            }
-            .into()
-        })
-        .collect();
-    Object::new()
-        .field("process", p.process)
-        .field("pid", p.pid)
-        .field("cpu", cpu)
-        .field("results", rows)
+/// The whole document: who wrote it, the run, its rows and, as the run asked for them, the
+/// counters, the CPU use and a `--procs` run's processes with their aggregate per size.
+#[derive(Serialize)]
+struct Report<'a> {
+    /// The binary, e.g. `vl_write_bw`.
+    tool: &'a str,
+    /// verbs-lab's version.
+    version: &'a str,
+    /// [`FORMAT_VERSION`].
+    format: u32,
+    run: Run<'a>,
+    /// One row per message size (a `--procs` run's totals).
+    results: Vec<RowJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    counters: Option<Map<String, Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_util: Option<CpuUtil>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    processes: Option<Vec<Process<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    aggregate: Option<Vec<AggregateRow>>,
 }
 
-/// One size of a `--procs` run (see `crate::aggregate`): the union of the processes'
-/// intervals, their overlap, the bytes and messages of all, the aggregate over the union and,
-/// labelled `sum_*`, the plain sum of the processes' own figures.
-fn aggregate_row(t: &SizeTotal) -> Object {
-    let (m, g) = (BwUnit::MiBps, BwUnit::Gbps);
-    let us = |d: Duration| round_to(secs(d) * 1e6, 3);
-    Object::new()
-        .field("bytes", t.row.bytes)
-        .field("start_ns", t.union.start_ns)
-        .field("end_ns", t.union.end_ns)
-        .field("union_us", us(t.union.len()))
-        .field("overlap_us", us(t.overlap))
-        .field("overlap_fraction", round_to(t.overlap_fraction(), 6))
-        .field("total_bytes", t.bytes)
-        .field("total_messages", t.messages)
-        .field("bw_avg_mib_s", in_unit(m, t.row.avg_bps))
-        .field("bw_avg_gbit_s", in_unit(g, t.row.avg_bps))
-        .field("msg_rate_mpps", round_to(t.row.msg_rate_mpps, 9))
-        .field("sum_bw_avg_mib_s", in_unit(m, t.sum.avg_bps))
-        .field("sum_bw_avg_gbit_s", in_unit(g, t.sum.avg_bps))
-        .field("sum_msg_rate_mpps", round_to(t.sum.msg_rate_mpps, 9))
-}
-
-fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
+/// A row of `"results"`, in the layout of the run's metric.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum RowJson {
+    Bw(BwJson),
+    Lat(LatJson),
 }
 
 /// The run parameters: what the header block says, and more.
-pub(crate) fn run_object(info: &RunInfo, unit: BwUnit) -> Object {
-    let metric = match info.metric {
-        Metric::Bw => "bw",
-        Metric::Lat => "lat",
-    };
-    let cpu = info
-        .cpu
-        .as_ref()
-        .map(|(cpu, why)| Object::new().field("cpu", *cpu).field("why", why));
-    let unit_name = match info.metric {
-        Metric::Bw => match unit {
-            BwUnit::MiBps => "MiB/s",
-            BwUnit::Gbps => "Gb/s",
-        },
-        Metric::Lat => "usec",
-    };
-    Object::new()
-        .field("test", info.test.perftest_name())
-        .field("metric", metric)
-        .field("title", super::text::title(info))
-        .field("role", &info.role)
-        .field("device", &info.device)
-        .field("ib_port", info.ib_port)
-        .field("link_layer", &info.link_layer)
-        .field("gid_index", info.gid_index)
-        .field("gid", &info.gid)
-        .field("remote_gid", &info.remote_gid)
-        .field("connection_type", &info.conn_type)
-        .field("mtu", info.mtu)
-        .field("qps", info.qps)
-        .field("tx_depth", info.tx_depth)
-        .field("rx_depth", info.rx_depth)
-        .field("post_list", info.post_list)
-        .field("cq_moderation", info.cq_moderation)
-        .field("max_inline", info.max_inline)
-        .field("outstanding_reads", info.outstanding_reads)
-        .field("atomic_type", info.atomic_type.as_deref())
-        .field("bidirectional", info.bidirectional)
-        .field("use_events", info.use_events)
-        .field("duration_s", info.duration.map(secs))
-        .field("iterations", info.iterations)
-        .field("warmup_iterations", info.warmup_iterations)
-        .field("qp_timeout", info.qp_timeout)
-        .field("cpu", cpu)
-        .field("report_unit", unit_name)
-        .field("data_exchange", "tcp")
-        .field("local_endpoints", info.local_endpoints.clone())
-        .field("remote_endpoints", info.remote_endpoints.clone())
+#[derive(Serialize)]
+struct Run<'a> {
+    /// perftest's name of the test: `RDMA_Write`, `Send`, ...
+    test: &'static str,
+    /// `bw` or `lat`.
+    metric: &'static str,
+    /// The header's title, e.g. `RDMA_Write BW Test`.
+    title: String,
+    role: &'a str,
+    device: &'a str,
+    ib_port: u8,
+    link_layer: &'a str,
+    gid_index: u32,
+    gid: &'a str,
+    remote_gid: &'a str,
+    connection_type: &'a str,
+    mtu: u32,
+    qps: u32,
+    tx_depth: u32,
+    rx_depth: u32,
+    post_list: u32,
+    cq_moderation: u32,
+    max_inline: u32,
+    outstanding_reads: u32,
+    atomic_type: Option<&'a str>,
+    bidirectional: bool,
+    use_events: bool,
+    /// `-D`'s seconds; `null` for a run of iterations.
+    duration_s: Option<f64>,
+    iterations: u64,
+    warmup_iterations: u64,
+    qp_timeout: u8,
+    cpu: Option<Pinned<'a>>,
+    /// The unit of the text output: `MiB/s`, `Gb/s` or `usec`.
+    report_unit: &'static str,
+    /// How the peers exchanged their endpoints: always `tcp`.
+    data_exchange: &'static str,
+    /// Each QP's endpoint line, as the header shows it.
+    local_endpoints: &'a [String],
+    remote_endpoints: &'a [String],
+}
+
+impl Run<'_> {
+    fn new(info: &RunInfo, unit: BwUnit) -> Run<'_> {
+        let (metric, report_unit) = match info.metric {
+            Metric::Bw => match unit {
+                BwUnit::MiBps => ("bw", "MiB/s"),
+                BwUnit::Gbps => ("bw", "Gb/s"),
+            },
+            Metric::Lat => ("lat", "usec"),
+        };
+        Run {
+            test: info.test.perftest_name(),
+            metric,
+            title: super::text::title(info),
+            role: &info.role,
+            device: &info.device,
+            ib_port: info.ib_port,
+            link_layer: &info.link_layer,
+            gid_index: info.gid_index,
+            gid: &info.gid,
+            remote_gid: &info.remote_gid,
+            connection_type: &info.conn_type,
+            mtu: info.mtu,
+            qps: info.qps,
+            tx_depth: info.tx_depth,
+            rx_depth: info.rx_depth,
+            post_list: info.post_list,
+            cq_moderation: info.cq_moderation,
+            max_inline: info.max_inline,
+            outstanding_reads: info.outstanding_reads,
+            atomic_type: info.atomic_type.as_deref(),
+            bidirectional: info.bidirectional,
+            use_events: info.use_events,
+            duration_s: info.duration.map(|d| d.as_secs_f64()),
+            iterations: info.iterations,
+            warmup_iterations: info.warmup_iterations,
+            qp_timeout: info.qp_timeout,
+            cpu: Pinned::new(&info.cpu),
+            report_unit,
+            data_exchange: "tcp",
+            local_endpoints: &info.local_endpoints,
+            remote_endpoints: &info.remote_endpoints,
+        }
+    }
 }
 
 /// A rate in bytes/s as `unit`'s figure, rounded to its decimals.
@@ -200,33 +205,246 @@ fn in_unit(unit: BwUnit, bps: f64) -> f64 {
     round_to(unit.convert(bps), unit.decimals())
 }
 
-fn bw_row(r: &BwRow) -> Object {
-    let (m, g) = (BwUnit::MiBps, BwUnit::Gbps);
-    Object::new()
-        .field("bytes", r.bytes)
-        .field("iterations", r.iterations)
-        .field("bw_peak_mib_s", in_unit(m, r.peak_bps))
-        .field("bw_avg_mib_s", in_unit(m, r.avg_bps))
-        .field("bw_peak_gbit_s", in_unit(g, r.peak_bps))
-        .field("bw_avg_gbit_s", in_unit(g, r.avg_bps))
-        .field("msg_rate_mpps", round_to(r.msg_rate_mpps, 9))
-        .field("elapsed_us", round_to(secs(r.elapsed) * 1e6, 3))
+/// A bandwidth row: bandwidth in both units, message rate, and the time the size took.
+#[derive(Serialize)]
+struct BwJson {
+    bytes: u64,
+    iterations: u64,
+    bw_peak_mib_s: f64,
+    bw_avg_mib_s: f64,
+    bw_peak_gbit_s: f64,
+    bw_avg_gbit_s: f64,
+    msg_rate_mpps: f64,
+    elapsed_us: f64,
 }
 
-fn lat_row(r: &LatRow) -> Object {
-    let st = &r.stats;
-    let us = |x: f64| round_to(x, 3);
-    Object::new()
-        .field("bytes", r.bytes)
-        .field("iterations", r.iterations)
-        .field("samples", st.samples)
-        .field("t_min_us", us(st.min_us))
-        .field("t_median_us", us(st.median_us))
-        .field("t_avg_us", us(st.avg_us))
-        .field("t_stdev_us", us(st.stdev_us))
-        .field("t_p99_us", us(st.p99_us))
-        .field("t_p99_9_us", us(st.p999_us))
-        .field("t_p99_99_us", us(st.p9999_us))
-        .field("t_max_us", us(st.max_us))
-        .field("tps", r.tps.map(|t| round_to(t, 3)))
+impl From<&BwRow> for BwJson {
+    fn from(r: &BwRow) -> BwJson {
+        let (m, g) = (BwUnit::MiBps, BwUnit::Gbps);
+        BwJson {
+            bytes: r.bytes,
+            iterations: r.iterations,
+            bw_peak_mib_s: in_unit(m, r.peak_bps),
+            bw_avg_mib_s: in_unit(m, r.avg_bps),
+            bw_peak_gbit_s: in_unit(g, r.peak_bps),
+            bw_avg_gbit_s: in_unit(g, r.avg_bps),
+            msg_rate_mpps: round_to(r.msg_rate_mpps, 9),
+            elapsed_us: micros(r.elapsed),
+        }
+    }
+}
+
+/// A latency row: the samples' statistics in µs and, with `-D`, transactions per second.
+#[derive(Serialize)]
+struct LatJson {
+    bytes: u64,
+    iterations: u64,
+    samples: u64,
+    t_min_us: f64,
+    t_median_us: f64,
+    t_avg_us: f64,
+    t_stdev_us: f64,
+    t_p99_us: f64,
+    t_p99_9_us: f64,
+    t_p99_99_us: f64,
+    t_max_us: f64,
+    tps: Option<f64>,
+}
+
+impl From<&LatRow> for LatJson {
+    fn from(r: &LatRow) -> LatJson {
+        let st = &r.stats;
+        let us = |x: f64| round_to(x, 3);
+        LatJson {
+            bytes: r.bytes,
+            iterations: r.iterations,
+            samples: st.samples,
+            t_min_us: us(st.min_us),
+            t_median_us: us(st.median_us),
+            t_avg_us: us(st.avg_us),
+            t_stdev_us: us(st.stdev_us),
+            t_p99_us: us(st.p99_us),
+            t_p99_9_us: us(st.p999_us),
+            t_p99_99_us: us(st.p9999_us),
+            t_max_us: us(st.max_us),
+            tps: r.tps.map(|t| round_to(t, 3)),
+        }
+    }
+}
+
+/// `--cpu_util`: each row's CPU utilisation (%) and this process's CPU time (s).
+#[derive(Serialize)]
+struct CpuUtil {
+    util_percent: Vec<f64>,
+    process_cpu_s: f64,
+}
+
+impl CpuUtil {
+    fn new(c: &crate::cpu_util::CpuReport) -> CpuUtil {
+        CpuUtil {
+            util_percent: c.util_percent.iter().map(|u| round_to(*u, 2)).collect(),
+            process_cpu_s: round_to(c.process_cpu.as_secs_f64(), 6),
+        }
+    }
+}
+
+/// The CPU a process was pinned to, and why (`null` when it was not pinned).
+#[derive(Serialize)]
+struct Pinned<'a> {
+    cpu: usize,
+    why: &'a str,
+}
+
+impl Pinned<'_> {
+    fn new(cpu: &Option<(usize, String)>) -> Option<Pinned<'_>> {
+        cpu.as_ref().map(|(cpu, why)| Pinned { cpu: *cpu, why })
+    }
+}
+
+/// One process of a `--procs` run: who, where, and its rows (in the layout of `"results"`,
+/// each with its interval: `start_ns` and `end_ns` on the machine's monotonic clock).
+#[derive(Serialize)]
+struct Process<'a> {
+    process: u32,
+    pid: u32,
+    cpu: Option<Pinned<'a>>,
+    results: Vec<ProcessRow>,
+}
+
+impl Process<'_> {
+    fn new(p: &ProcessResult) -> Process<'_> {
+        let results = p.rows.iter().enumerate().map(|(j, r)| ProcessRow {
+            row: r.into(),
+            span: p.spans.get(j).map(SpanJson::from),
+        });
+        Process {
+            process: p.process,
+            pid: p.pid,
+            cpu: Pinned::new(&p.cpu),
+            results: results.collect(),
+        }
+    }
+}
+
+/// A process's row and, where it was measured, its interval.
+#[derive(Serialize)]
+struct ProcessRow {
+    #[serde(flatten)]
+    row: BwJson,
+    #[serde(flatten)]
+    span: Option<SpanJson>,
+}
+
+/// When a row's measurement ran, in nanoseconds on `CLOCK_MONOTONIC`.
+#[derive(Serialize)]
+struct SpanJson {
+    start_ns: u64,
+    end_ns: u64,
+}
+
+impl From<&Span> for SpanJson {
+    fn from(s: &Span) -> SpanJson {
+        SpanJson {
+            start_ns: s.start_ns,
+            end_ns: s.end_ns,
+        }
+    }
+}
+
+/// One size of a `--procs` run (see `crate::aggregate`): the union of the processes'
+/// intervals, their overlap, the bytes and messages of all, the aggregate over the union and,
+/// labelled `sum_*`, the plain sum of the processes' own figures.
+#[derive(Serialize)]
+struct AggregateRow {
+    bytes: u64,
+    start_ns: u64,
+    end_ns: u64,
+    union_us: f64,
+    overlap_us: f64,
+    overlap_fraction: f64,
+    total_bytes: u64,
+    total_messages: u64,
+    bw_avg_mib_s: f64,
+    bw_avg_gbit_s: f64,
+    msg_rate_mpps: f64,
+    sum_bw_avg_mib_s: f64,
+    sum_bw_avg_gbit_s: f64,
+    sum_msg_rate_mpps: f64,
+}
+
+impl AggregateRow {
+    fn new(t: &SizeTotal) -> AggregateRow {
+        let (m, g) = (BwUnit::MiBps, BwUnit::Gbps);
+        AggregateRow {
+            bytes: t.row.bytes,
+            start_ns: t.union.start_ns,
+            end_ns: t.union.end_ns,
+            union_us: micros(t.union.len()),
+            overlap_us: micros(t.overlap),
+            overlap_fraction: round_to(t.overlap_fraction(), 6),
+            total_bytes: t.bytes,
+            total_messages: t.messages,
+            bw_avg_mib_s: in_unit(m, t.row.avg_bps),
+            bw_avg_gbit_s: in_unit(g, t.row.avg_bps),
+            msg_rate_mpps: round_to(t.row.msg_rate_mpps, 9),
+            sum_bw_avg_mib_s: in_unit(m, t.sum.avg_bps),
+            sum_bw_avg_gbit_s: in_unit(g, t.sum.avg_bps),
+            sum_msg_rate_mpps: round_to(t.sum.msg_rate_mpps, 9),
+        }
+    }
+}
+
+/// A duration in microseconds, to the nanosecond.
+fn micros(d: Duration) -> f64 {
+    round_to(d.as_secs_f64() * 1e6, 3)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What serde_json writes for the floats of a report: the shortest text that reads back
+    /// as the same number, and `null` for what JSON cannot hold.
+    #[test]
+    fn floats_are_shortest_and_non_finite_ones_null() {
+        let text = |x: f64| serde_json::to_string(&x).unwrap();
+        assert_eq!(text(3.0), "3.0");
+        assert_eq!(text(1163.05), "1163.05");
+        assert_eq!(text(1e-7), "1e-7");
+        assert_eq!(text(0.000042), "0.000042");
+        assert_eq!(text(f64::NAN), "null");
+        assert_eq!(text(f64::INFINITY), "null");
+        assert_eq!(text(f64::NEG_INFINITY), "null");
+        let row = serde_json::to_value(LatJson::from(&LatRow {
+            bytes: 2,
+            iterations: 1,
+            stats: crate::stats::LatStats {
+                samples: 1,
+                min_us: 0.0,
+                max_us: 0.0,
+                median_us: 0.0,
+                avg_us: f64::NAN,
+                stdev_us: 0.0,
+                p99_us: 0.0,
+                p999_us: 0.0,
+                p9999_us: 0.0,
+            },
+            tps: Some(f64::INFINITY),
+        }))
+        .unwrap();
+        assert_eq!(row["t_avg_us"], Value::Null);
+        assert_eq!(row["tps"], Value::Null);
+        assert_eq!(row["t_min_us"], 0.0);
+    }
+
+    #[test]
+    fn counters_keep_their_order_and_the_last_of_a_name() {
+        let snap = vec![
+            ("b".to_string(), 2),
+            ("a".to_string(), 1),
+            ("b".to_string(), 3),
+        ];
+        let o = counters_object(&snap);
+        assert_eq!(serde_json::to_string(&o).unwrap(), r#"{"b":3,"a":1}"#);
+    }
 }

@@ -24,7 +24,7 @@ use std::fmt::Write as _;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use verbs_lab::json::Value;
+use serde_json::Value;
 
 /// Width of the chart, and height of each panel, in pixels.
 const WIDTH: u32 = 800;
