@@ -5,7 +5,7 @@ use clap::Parser;
 use verbs_lab::coll::{DataType, RedOp};
 
 /// The one size parser (`8`, `64K`, `1M`), from the library; `coll/mod.rs` re-exports it.
-pub use verbs_lab::cli::parse_size;
+use verbs_lab::cli::parse_size;
 
 #[derive(Parser, Debug, Clone)]
 #[command(

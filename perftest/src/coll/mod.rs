@@ -24,7 +24,7 @@ use verbs_lab::coll::env::{Launcher, RankInfo};
 use verbs_lab::coll::{launch, Coll, CollError, Comm, CommOpts, RankFlags, RankRecord};
 use verbs_lab::wire::{Reader, Writer};
 
-pub use args::{parse_size, sizes, Args};
+pub use args::{sizes, Args};
 use bench::bench_one;
 use report::{Measure, Row, Table};
 
