@@ -25,7 +25,8 @@ macro_rules! display_by_name {
 /// - `name(self) -> &'static str`: the first name of its row, and `Display` as that name;
 /// - `FromStr` (`Err = String`): any name of a row, exactly as written; anything else is
 ///   refused with the opening words, given the text, followed by `": use "` and the names
-///   ([`one_of`]).
+///   ([`one_of`]). With `ignore_case: true;` after the opening words, a name is taken in any
+///   ASCII case (`rc` for `RC`, as perftest takes its upper-case names).
 ///
 /// The attributes before `enum` (its doc, its derives) are the enum's.
 ///
@@ -46,6 +47,18 @@ macro_rules! display_by_name {
 ///     "shout".parse::<Volume>(),
 ///     Err("unknown volume 'shout': use quiet or loud".to_string())
 /// );
+/// assert!("Q".parse::<Volume>().is_err());
+///
+/// verbs_lab::name_table! {
+///     /// A transport, in any case.
+///     #[derive(Debug, Clone, Copy, PartialEq)]
+///     pub enum Transport {
+///         Rc => "RC",
+///     }
+///     unknown: "'{}' is not a transport";
+///     ignore_case: true;
+/// }
+/// assert_eq!("rc".parse::<Transport>(), Ok(Transport::Rc));
 /// ```
 #[macro_export]
 macro_rules! name_table {
@@ -55,6 +68,7 @@ macro_rules! name_table {
             $($(#[$vmeta:meta])* $variant:ident => $name:literal $(| $alias:literal)*),+ $(,)?
         }
         unknown: $unknown:literal;
+        $(ignore_case: $ignore_case:literal;)?
     ) => {
         $(#[$meta])*
         $vis enum $t {
@@ -77,16 +91,21 @@ macro_rules! name_table {
 
         impl ::std::str::FromStr for $t {
             type Err = ::std::string::String;
-            /// By any name of its row, exactly as written; the error lists the names.
+            /// By any name of its row (exactly as written, or in any case if the table says
+            /// so); the error lists the names.
             fn from_str(s: &str) -> ::std::result::Result<$t, ::std::string::String> {
-                match s {
-                    $($name $(| $alias)* => ::std::result::Result::Ok($t::$variant),)+
-                    _ => ::std::result::Result::Err(format!(
-                        concat!($unknown, ": use {}"),
-                        s,
-                        $crate::names::one_of(&[$($name),+])
-                    )),
-                }
+                let ignore_case = false $(|| $ignore_case)?;
+                let is = |name: &str| {
+                    if ignore_case { name.eq_ignore_ascii_case(s) } else { name == s }
+                };
+                $(if is($name) $(|| is($alias))* {
+                    return ::std::result::Result::Ok($t::$variant);
+                })+
+                ::std::result::Result::Err(format!(
+                    concat!($unknown, ": use {}"),
+                    s,
+                    $crate::names::one_of(&[$($name),+])
+                ))
             }
         }
     };

@@ -315,6 +315,13 @@ impl<'a> Reader<'a> {
         self.zero_or_one(what, |v| format!("{v} is not a boolean (0 or 1)"))
     }
 
+    /// A byte of a [`wire_codes!`](crate::wire_codes) table (any `TryFrom<u8, Error = u8>`);
+    /// a byte the table lacks is [`WireError::Invalid`], "code N". The one decoding of a code.
+    pub fn code<T: TryFrom<u8, Error = u8>>(&mut self, what: &str) -> Result<T, WireError> {
+        let v = self.u8(what)?;
+        T::try_from(v).map_err(|v| WireError::invalid(what, format!("code {v}")))
+    }
+
     /// The tag of an optional value: 0 (absent) or 1 (present, the value follows).
     pub fn tag(&mut self, what: &str) -> Result<bool, WireError> {
         self.zero_or_one(what, |v| format!("option tag {v} is neither 0 nor 1"))

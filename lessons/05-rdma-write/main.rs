@@ -37,8 +37,9 @@ use verbs_lab::verbs::{
     AccessFlags, Mr, Payload, Qp, QpState, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode,
 };
 use verbs_lab_lessons::{
-    connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet, open_device,
-    pattern, peer_rts_barrier, same_as_client, say_mr, CommonArgs, Device, PeerInfo, Side, Terms,
+    check_range, connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet,
+    open_device, pattern, peer_rts_barrier, same_as_client, say_mr, CommonArgs, Device, PeerInfo,
+    Side, Terms,
 };
 
 const PROGRAM: &str = "lesson05_rdma_write";
@@ -139,9 +140,7 @@ fn check_flags(args: &Args) -> Result<Test> {
             test.size
         );
     }
-    if test.iters == 0 || test.iters > MAX_ITERS {
-        bail!("-n {}: make 1 to {MAX_ITERS} writes", test.iters);
-    }
+    check_range("-n", test.iters, 1..=MAX_ITERS, "writes")?;
     if args.bad_rkey && args.common.role().is_server() {
         bail!("--bad-rkey is a client flag: the writer is the one that names the rkey");
     }

@@ -35,9 +35,9 @@ use verbs_lab::verbs::{
     WorkCompletion,
 };
 use verbs_lab_lessons::{
-    connect_opts, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet, open_device,
-    pattern, peer_rts_barrier, recv_params, same_as_client, say_mr, send_params, CommonArgs,
-    Device, Narrator, PeerInfo, Side, Summary, Terms,
+    check_range, connect_opts, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet,
+    open_device, pattern, peer_rts_barrier, recv_params, same_as_client, say_mr, send_params,
+    CommonArgs, Device, Narrator, PeerInfo, Side, Summary, Terms,
 };
 
 const PROGRAM: &str = "lesson06_rdma_read";
@@ -146,10 +146,7 @@ fn check_test(t: &Test) -> Result<()> {
             t.outstanding
         );
     }
-    if t.rounds == 0 || t.rounds > MAX_ROUNDS {
-        bail!("-n {}: make 1 to {MAX_ROUNDS} rounds", t.rounds);
-    }
-    Ok(())
+    check_range("-n", t.rounds, 1..=MAX_ROUNDS, "rounds")
 }
 
 fn run(args: &Args, asked: Test) -> Result<()> {

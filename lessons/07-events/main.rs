@@ -52,9 +52,9 @@ use verbs_lab::verbs::{
     WcOpcode, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet, open_device,
-    pattern, peer_rts_barrier, recv_params, same_as_client, send_params, CommonArgs, Device,
-    Narrator, Summary, Terms,
+    check_range, connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet,
+    open_device, pattern, peer_rts_barrier, recv_params, same_as_client, send_params, CommonArgs,
+    Device, Narrator, Summary, Terms,
 };
 
 const PROGRAM: &str = "lesson07_events";
@@ -137,10 +137,7 @@ fn check_test(t: &Test) -> Result<()> {
             t.size
         );
     }
-    if t.iters == 0 || t.iters > MAX_ITERS {
-        bail!("-n {}: make 1 to {MAX_ITERS} round trips", t.iters);
-    }
-    Ok(())
+    check_range("-n", t.iters, 1..=MAX_ITERS, "round trips")
 }
 
 /// How a side waits for its completions.
@@ -736,12 +733,6 @@ fn print_table(
             "mode", "min µs", "median µs", "mean µs", "p99 µs", "wall ms"
         );
         for (m, mode) in modes.into_iter().enumerate() {
-            let mut sorted = rtts[m].clone();
-            sorted.sort_by(|a, b| a.total_cmp(b));
-            let p99 = sorted
-                .get(((sorted.len() as f64 * 0.99).ceil() as usize).saturating_sub(1))
-                .copied()
-                .unwrap_or(0.0);
             let s = Summary::of(&rtts[m]);
             println!(
                 "{:<6} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.1}",
@@ -749,7 +740,7 @@ fn print_table(
                 s.map_or(0.0, |s| s.min),
                 s.map_or(0.0, |s| s.median),
                 s.map_or(0.0, |s| s.avg),
-                p99,
+                s.map_or(0.0, |s| s.p99),
                 ours[m].wall.as_secs_f64() * 1e3
             );
         }

@@ -36,9 +36,9 @@ use verbs_lab::verbs::{
     AccessFlags, Cq, Mr, Payload, Qp, RemoteBuf, SendOp, SendWr, VerbsError, WcOpcode,
 };
 use verbs_lab_lessons::{
-    connect_qp, create_rc_qp, exchange_endpoints, exchange_params, lesson_main, meet, open_device,
-    peer_rts_barrier, poll_one_explained, recv_params, send_params, CommonArgs, Device, Narrator,
-    Role, Terms,
+    check_range, connect_qp, create_rc_qp, exchange_endpoints, exchange_params, lesson_main, meet,
+    open_device, peer_rts_barrier, poll_one_explained, recv_params, send_params, CommonArgs,
+    Device, Narrator, Role, Terms,
 };
 
 const PROGRAM: &str = "lesson08_atomics";
@@ -110,16 +110,9 @@ fn check_flags(args: &Args) -> Result<()> {
         if server {
             bail!("-n is a client flag: each client chooses how many atomics it sends");
         }
-        if n == 0 || n > MAX_ITERS {
-            bail!("-n {n}: send 1 to {MAX_ITERS} of each atomic");
-        }
+        check_range("-n", n, 1..=MAX_ITERS, "of each atomic")?;
     }
-    if args.clients == 0 || args.clients > MAX_CLIENTS {
-        bail!(
-            "--clients {}: wait for 1 to {MAX_CLIENTS} clients",
-            args.clients
-        );
-    }
+    check_range("--clients", args.clients, 1..=MAX_CLIENTS, "clients")?;
     if !server && (args.clients != 1 || args.no_atomic_access.is_some() || args.initial != 1000) {
         bail!("--clients, --initial and --no-atomic-access are server flags");
     }

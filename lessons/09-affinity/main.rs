@@ -45,6 +45,7 @@ use verbs_lab::sysfs;
 use verbs_lab::verbs::{
     AccessFlags, Context, Cq, GidChoice, Mr, Mtu, Payload, Qp, SendOp, SendWr, WorkCompletion,
 };
+use verbs_lab_lessons::Summary;
 use verbs_lab_lessons::{
     check_range, create_rc_qp, first_mismatch, lesson_main, open_named_device, pattern,
     pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator, RECV_WRID, SEND_WRID,
@@ -303,9 +304,8 @@ fn rounds(
                 args.size
             ));
             let part = measure(args, n, p, count, a, b).with_context(|| p.describe())?;
-            let mut sorted = part.rtt_us.clone();
-            sorted.sort_by(f64::total_cmp);
-            medians.push(format!("{} {:.1}", p.key(), percentile(&sorted, 0.5)));
+            let median = Summary::of(&part.rtt_us).map_or(0.0, |s| s.median);
+            medians.push(format!("{} {median:.1}", p.key()));
             let row = rows
                 .iter_mut()
                 .find(|row| row.placement == p)
@@ -775,12 +775,6 @@ fn measure(
     })
 }
 
-/// Percentile `q` (0..=1) of sorted samples, nearest rank.
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
-    sorted[i]
-}
-
 fn print_table(args: &Args, rows: &[Row]) {
     println!(
         "\nround trip of {} bytes, {} samples per placement in {} rounds (µs; client thread ↔ \
@@ -795,21 +789,20 @@ fn print_table(args: &Args, rows: &[Row]) {
     );
     let mut medians = Vec::new();
     for r in rows {
-        let mut v = r.rtt_us.clone();
-        v.sort_by(f64::total_cmp);
-        let avg = v.iter().sum::<f64>() / v.len() as f64;
-        let median = percentile(&v, 0.5);
-        medians.push((r.placement, median));
+        let Some(s) = Summary::of(&r.rtt_us) else {
+            continue;
+        };
+        medians.push((r.placement, s.median));
         println!(
             "{:<11} {:>10} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10}",
             r.placement.key(),
             r.client.ran_on.to_string(),
             r.server.ran_on.to_string(),
-            median,
-            avg,
-            v[0],
-            percentile(&v, 0.99),
-            v[v.len() - 1],
+            s.median,
+            s.avg,
+            s.min,
+            s.p99,
+            s.max,
             format!("{}/{}", r.client.preempted, r.server.preempted)
         );
     }
@@ -839,13 +832,5 @@ mod tests {
         assert_eq!(" 3 , 3".parse::<CpuPair>(), Ok(CpuPair(3, 3)));
         assert!("0".parse::<CpuPair>().unwrap_err().contains("A,B"));
         assert!("0,x".parse::<CpuPair>().unwrap_err().contains("'x'"));
-    }
-
-    #[test]
-    fn percentiles_by_nearest_rank() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&v, 0.5), 50.0);
-        assert_eq!(percentile(&v, 0.99), 99.0);
-        assert_eq!(percentile(&[7.0], 0.99), 7.0);
     }
 }

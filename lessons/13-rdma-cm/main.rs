@@ -20,7 +20,7 @@
 #![forbid(unsafe_code)]
 
 use std::collections::VecDeque;
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -321,14 +321,6 @@ impl<'a> Conn<'a> {
     }
 }
 
-fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
-    (host, port)
-        .to_socket_addrs()
-        .with_context(|| format!("'{host}' is not an address or a known host name"))?
-        .next()
-        .with_context(|| format!("'{host}' resolves to no address"))
-}
-
 // ---- the server -------------------------------------------------------------------------------
 
 fn server(args: &Args, n: &Narrator) -> Result<()> {
@@ -568,7 +560,10 @@ fn qp_attr(cq: &Cq) -> QpInitAttr<'_> {
 fn client(args: &Args, host: &str, n: &Narrator) -> Result<()> {
     let wait = Duration::from_secs(args.wait_secs);
     let size = args.size as usize;
-    let dst = resolve(host, args.port)?;
+    // The server's address, in the family of our -a address when one is given (a name such as
+    // localhost may list ::1 first, which an IPv4-only device cannot reach).
+    let dst = verbs_lab::verbs::cm::resolve(host, args.port, args.addr)
+        .with_context(|| format!("'{host}' is not an address or a known host name"))?;
     let src = args.addr.map(|a| SocketAddr::new(a, 0));
 
     // 1. Address resolution: which local device and port reach this IP address (the routing

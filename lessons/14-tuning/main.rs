@@ -46,6 +46,7 @@ use verbs_lab::verbs::{
     AccessFlags, CompChannel, Context, Cq, GidChoice, Mr, Mtu, Payload, Pd, Qp, SendOp, SendWr,
     Sge, WcOpcode, WorkCompletion,
 };
+use verbs_lab_lessons::Summary;
 use verbs_lab_lessons::{
     check_range, create_rc_qp, create_rc_qp_inline, first_mismatch, lesson_main, open_named_device,
     pattern, pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator,
@@ -903,11 +904,6 @@ fn memory_window(ends: Ends, n: &Narrator) -> Result<String> {
     Ok(verdict)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn print_table(
     cases: &[Case],
     results: &[Vec<Measured>],
@@ -917,7 +913,10 @@ fn print_table(
     args: &Args,
 ) {
     let find = |key: &str| cases.iter().position(|c| c.key == key);
-    let med = |i: usize| median(results[i].iter().map(Measured::value).collect());
+    let med = |i: usize| {
+        let v: Vec<f64> = results[i].iter().map(Measured::value).collect();
+        Summary::of(&v).map_or(0.0, |s| s.median)
+    };
     // (knob, its baseline, its variant), each a (setting, case key).
     let knobs: [(&str, [(&str, &str); 2]); 6] = [
         (

@@ -83,20 +83,20 @@ fn sizes_that_are_not_numbers_are_refused() {
 
 #[test]
 fn counts_of_zero_are_refused() {
-    assert_refused(L05, &["-n", "0"], "-n 0: make 1 to");
+    assert_refused(L05, &["-n", "0"], "-n 0: give 1 to");
     assert_refused(
         L06,
         &["-o", "0"],
         "-o 0: between 1 and 255 reads can be outstanding",
     );
     assert_refused(L06, &["-o", "256"], "-o 256: between 1 and 255");
-    assert_refused(L06, &["-n", "0"], "-n 0: make 1 to");
-    assert_refused(L07, &["-n", "0"], "-n 0: make 1 to");
-    assert_refused(L08, &["-n", "0", "somehost"], "-n 0: send 1 to");
+    assert_refused(L06, &["-n", "0"], "-n 0: give 1 to");
+    assert_refused(L07, &["-n", "0"], "-n 0: give 1 to");
+    assert_refused(L08, &["-n", "0", "somehost"], "-n 0: give 1 to");
     assert_refused(
         L08,
         &["--clients", "0"],
-        "--clients 0: wait for 1 to 16 clients",
+        "--clients 0: give 1 to 16 clients",
     );
 }
 

@@ -18,7 +18,7 @@
 //! perftest's `-R` also moves its control exchange onto rdma_cm; ours keeps TCP, so a perftest
 //! `ib_* -R` peer and a `vl_* -R` peer do not meet (see docs/perftest-compat.md).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
@@ -253,16 +253,8 @@ pub fn connect_client(p: &Parties<'_>) -> Result<CmLink> {
     let rc = rdma_cm(p.cfg)?;
     let host = p.cfg.peer.host.as_deref().unwrap_or_default();
     let src = source_ip(rc, p.dev);
-    let dsts: Vec<SocketAddr> = (host, rc.port)
-        .to_socket_addrs()
-        .with_context(|| format!("-R: resolving the server's name '{host}'"))?
-        .collect();
-    let dst = dsts
-        .iter()
-        .find(|a| src.map_or(true, |s| s.is_ipv4() == a.is_ipv4()))
-        .or(dsts.first())
-        .copied()
-        .ok_or_else(|| anyhow!("-R: '{host}' has no address"))?;
+    let dst = verbs_lab::verbs::cm::resolve(host, rc.port, src)
+        .with_context(|| format!("-R: resolving the server's name '{host}'"))?;
     let channel = EventChannel::create().context("-R: rdma_create_event_channel")?;
     let mut ids = Vec::with_capacity(p.qps.len());
     for (q, qp) in p.qps.iter().enumerate() {

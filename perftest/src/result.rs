@@ -5,13 +5,16 @@ use std::time::Duration;
 
 use crate::stats::LatStats;
 
-/// Which operation a tool measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TestKind {
-    Write,
-    Read,
-    Send,
-    Atomic,
+verbs_lab::wire_codes! {
+    /// Which operation a tool measures. Its code travels in the HELLO and in a `--procs`
+    /// worker's report; its name is the short one of the tools' names (`vl_write_bw`).
+    #[derive(Hash)]
+    pub enum TestKind {
+        Write = 1 => "write",
+        Read = 2 => "read",
+        Send = 3 => "send",
+        Atomic = 4 => "atomic",
+    }
 }
 
 impl TestKind {
@@ -24,60 +27,14 @@ impl TestKind {
             TestKind::Atomic => "Atomic",
         }
     }
-    pub fn short(self) -> &'static str {
-        match self {
-            TestKind::Write => "write",
-            TestKind::Read => "read",
-            TestKind::Send => "send",
-            TestKind::Atomic => "atomic",
-        }
-    }
-
-    /// The test's one-byte code on the wire (the HELLO, a `--procs` worker's report): 1 write,
-    /// 2 read, 3 send, 4 atomic.
-    pub fn code(self) -> u8 {
-        match self {
-            TestKind::Write => 1,
-            TestKind::Read => 2,
-            TestKind::Send => 3,
-            TestKind::Atomic => 4,
-        }
-    }
-
-    /// The test of a wire [`code`](TestKind::code); `None` for a code no test has.
-    pub fn from_code(c: u8) -> Option<TestKind> {
-        [
-            TestKind::Write,
-            TestKind::Read,
-            TestKind::Send,
-            TestKind::Atomic,
-        ]
-        .into_iter()
-        .find(|t| t.code() == c)
-    }
 }
 
-/// Bandwidth or latency.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Metric {
-    Bw,
-    Lat,
-}
-
-impl Metric {
-    /// The metric's one-byte code on the wire: 1 bandwidth, 2 latency.
-    pub fn code(self) -> u8 {
-        match self {
-            Metric::Bw => 1,
-            Metric::Lat => 2,
-        }
-    }
-
-    /// The metric of a wire [`code`](Metric::code); `None` for a code no metric has.
-    pub fn from_code(c: u8) -> Option<Metric> {
-        [Metric::Bw, Metric::Lat]
-            .into_iter()
-            .find(|m| m.code() == c)
+verbs_lab::wire_codes! {
+    /// Bandwidth or latency; its code travels beside the [`TestKind`]'s.
+    #[derive(Hash)]
+    pub enum Metric {
+        Bw = 1 => "bw",
+        Lat = 2 => "lat",
     }
 }
 

@@ -127,8 +127,9 @@ fn on_signal(sig: Signal) {
 fn tell_peer(why: &str) {
     use nix::sys::socket::{send, MsgFlags};
     let rec = crate::proto::encode(&crate::proto::Msg::Error(why.to_string()));
-    let mut frame = (rec.len() as u32).to_be_bytes().to_vec();
-    frame.extend_from_slice(&rec);
+    let Ok(frame) = verbs_lab::oob::frame(&rec, "the ERROR message") else {
+        return;
+    };
     if let Ok(s) = SOCKET.lock() {
         if let Some(fd) = *s {
             let _ = send(fd, &frame, MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL);

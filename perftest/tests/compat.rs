@@ -34,7 +34,7 @@ struct Listed {
 }
 
 fn kind_of(word: &str) -> Option<TestKind> {
-    KINDS.into_iter().find(|k| k.short() == word)
+    KINDS.into_iter().find(|k| k.name() == word)
 }
 
 /// `all`, `bw`, `lat`, kinds joined with `+`, `-KIND` to remove one, or a tool like `send_bw`.

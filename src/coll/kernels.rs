@@ -29,17 +29,6 @@ impl DataType {
             DataType::U8 => 1,
         }
     }
-
-    /// A wire code (bootstrap and reports).
-    pub fn code(self) -> u8 {
-        match self {
-            DataType::F32 => 1,
-            DataType::F64 => 2,
-            DataType::I32 => 3,
-            DataType::I64 => 4,
-            DataType::U8 => 5,
-        }
-    }
 }
 
 crate::name_table! {

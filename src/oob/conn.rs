@@ -204,17 +204,9 @@ impl OobConn {
         self.pending_since = (!self.pending.is_empty()).then(Instant::now);
     }
 
-    /// Sends one framed message: a 4-byte big-endian length, then the bytes.
+    /// Sends one framed message ([`super::frame`]): a 4-byte big-endian length, then the bytes.
     pub fn send_msg(&mut self, payload: &[u8], what: &str) -> Result<()> {
-        let len = u32::try_from(payload.len()).map_err(|_| OobError::TooLong {
-            what: what.into(),
-            len: payload.len(),
-            max: u32::MAX as usize,
-        })?;
-        let mut frame = Vec::with_capacity(4 + payload.len());
-        frame.extend_from_slice(&len.to_be_bytes());
-        frame.extend_from_slice(payload);
-        self.send_raw(&frame, what)
+        self.send_raw(&super::frame(payload, what)?, what)
     }
 
     /// Receives one framed message of at most `max` bytes; a longer announcement is refused

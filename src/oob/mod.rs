@@ -94,4 +94,20 @@ impl std::error::Error for OobError {
 
 pub type Result<T> = std::result::Result<T, OobError>;
 
+/// One frame of the channel: the payload's length as 4 big-endian bytes, then the payload.
+/// The only place a frame is built: [`OobConn::send_msg`] sends it, and a tool that must write
+/// one straight to the socket (perftest's last-gasp ERROR on a signal) builds it here too, so
+/// both change together. A payload longer than `u32::MAX` bytes is [`OobError::TooLong`].
+pub fn frame(payload: &[u8], what: &str) -> Result<Vec<u8>> {
+    let len = u32::try_from(payload.len()).map_err(|_| OobError::TooLong {
+        what: what.into(),
+        len: payload.len(),
+        max: u32::MAX as usize,
+    })?;
+    let mut frame = Vec::with_capacity(4 + payload.len());
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(payload);
+    Ok(frame)
+}
+
 const POLL_STEP: Duration = Duration::from_millis(50);

@@ -40,6 +40,18 @@ fn framed_messages_round_trip() {
 }
 
 #[test]
+fn a_frame_built_by_hand_is_what_recv_msg_reads() {
+    // perftest's last-gasp ERROR goes to the socket as `frame(..)` bytes, not through send_msg.
+    assert_eq!(frame(b"abc", "x").unwrap(), [0, 0, 0, 3, b'a', b'b', b'c']);
+    let (mut c, t) = served(Duration::from_secs(10), move |mut c| {
+        c.send_raw(&frame(b"last words", "error").unwrap(), "error")
+            .unwrap();
+    });
+    assert_eq!(c.recv_msg(100, "error").unwrap(), b"last words");
+    t.join().unwrap();
+}
+
+#[test]
 fn oversized_frame_is_refused_before_allocating() {
     let (mut c, t) = served(Duration::from_secs(10), move |mut c| {
         c.send_raw(&u32::MAX.to_be_bytes(), "len").unwrap();

@@ -238,15 +238,19 @@ impl fmt::Debug for AccessFlags {
     }
 }
 
-/// Transport service of a QP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum QpType {
-    /// Reliable Connected: acknowledged, in order, all operations.
-    Rc,
-    /// Unreliable Connected: no acknowledgements; Send and RDMA Write only.
-    Uc,
-    /// Unreliable Datagram: one QP talks to many; Send only, messages up to one MTU.
-    Ud,
+crate::name_table! {
+    /// Transport service of a QP; parsed in any case (`rc` or `RC`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum QpType {
+        /// Reliable Connected: acknowledged, in order, all operations.
+        Rc => "RC",
+        /// Unreliable Connected: no acknowledgements; Send and RDMA Write only.
+        Uc => "UC",
+        /// Unreliable Datagram: one QP talks to many; Send only, messages up to one MTU.
+        Ud => "UD",
+    }
+    unknown: "'{}' is not a connection type";
+    ignore_case: true;
 }
 
 impl QpType {
@@ -255,28 +259,6 @@ impl QpType {
             QpType::Rc => ibv_qp_type::IBV_QPT_RC,
             QpType::Uc => ibv_qp_type::IBV_QPT_UC,
             QpType::Ud => ibv_qp_type::IBV_QPT_UD,
-        }
-    }
-}
-
-impl fmt::Display for QpType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            QpType::Rc => "RC",
-            QpType::Uc => "UC",
-            QpType::Ud => "UD",
-        })
-    }
-}
-
-impl FromStr for QpType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_uppercase().as_str() {
-            "RC" => Ok(QpType::Rc),
-            "UC" => Ok(QpType::Uc),
-            "UD" => Ok(QpType::Ud),
-            _ => Err(format!("'{s}' is not a connection type: use RC, UC or UD")),
         }
     }
 }

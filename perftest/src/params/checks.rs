@@ -408,7 +408,7 @@ pub(super) fn check_procs(tool: Tool, p: &Params) -> Result<(u16, Option<WorkerO
             "--procs {n}: {} measures latency with one ping-pong; several processes are for the \
              bandwidth tools (e.g. vl_{}_bw --procs {n})",
             tool.name(),
-            tool.kind.short()
+            tool.kind.name()
         ));
     }
     if n == 0 {

@@ -7,7 +7,6 @@
 //! only the [`Config`].
 
 use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser};
@@ -72,57 +71,29 @@ impl Tool {
                 "{op} bandwidth between two hosts, perftest-compatible (ib_{}_bw). Start the \
                  server without a host, then the client with the server's host and the same \
                  options.",
-                self.kind.short()
+                self.kind.name()
             ),
             Metric::Lat => format!(
                 "{op} latency between two hosts, perftest-compatible (ib_{}_lat). Start the \
                  server without a host, then the client with the server's host and the same \
                  options.",
-                self.kind.short()
+                self.kind.name()
             ),
         }
     }
 }
 
-/// `bw` or `lat`.
-pub fn metric_short(m: Metric) -> &'static str {
-    match m {
-        Metric::Bw => "bw",
-        Metric::Lat => "lat",
+verbs_lab::name_table! {
+    /// The two atomic operations (`-A`): perftest's spelling, also the header's; parsed in any
+    /// case, and by the short names `FAA` and `CAS`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum AtomicType {
+        #[default]
+        FetchAndAdd => "FETCH_AND_ADD" | "FAA",
+        CmpAndSwap => "CMP_AND_SWAP" | "CAS",
     }
-}
-
-/// The two atomic operations (`-A`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AtomicType {
-    #[default]
-    FetchAndAdd,
-    CmpAndSwap,
-}
-
-impl AtomicType {
-    /// perftest's spelling, also the header's.
-    pub fn name(self) -> &'static str {
-        match self {
-            AtomicType::FetchAndAdd => "FETCH_AND_ADD",
-            AtomicType::CmpAndSwap => "CMP_AND_SWAP",
-        }
-    }
-}
-
-verbs_lab::display_by_name!(AtomicType);
-
-impl FromStr for AtomicType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_uppercase().as_str() {
-            "FETCH_AND_ADD" | "FAA" => Ok(AtomicType::FetchAndAdd),
-            "CMP_AND_SWAP" | "CAS" => Ok(AtomicType::CmpAndSwap),
-            _ => Err(format!(
-                "'{s}' is not an atomic type: use FETCH_AND_ADD or CMP_AND_SWAP"
-            )),
-        }
-    }
+    unknown: "'{}' is not an atomic type";
+    ignore_case: true;
 }
 
 /// The exit codes of every `vl_*` tool, as `--help` prints them.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use verbs_lab::mq;
 use verbs_lab::wire::{Reader, WireError, Writer};
 
-use crate::result::{BwRow, Metric, RunInfo, Span, TestKind};
+use crate::result::{BwRow, RunInfo, Span};
 
 /// The first bytes of an encoded [`WorkerReport`].
 pub const REPORT_MAGIC: [u8; 4] = *b"VLPR";
@@ -167,12 +167,8 @@ fn encode_info(w: &mut Writer, i: &RunInfo) -> Result<(), WireError> {
 fn decode_info(r: &mut Reader<'_>) -> Result<RunInfo, WireError> {
     let tool = r.str("tool")?;
     let version = r.str("version")?;
-    let v = r.u8("test")?;
-    let test = TestKind::from_code(v)
-        .ok_or_else(|| WireError::invalid("test", format!("unknown code {v}")))?;
-    let v = r.u8("metric")?;
-    let metric = Metric::from_code(v)
-        .ok_or_else(|| WireError::invalid("metric", format!("unknown code {v}")))?;
+    let test = r.code("test")?;
+    let metric = r.code("metric")?;
     let role = r.str("role")?;
     let conn_type = r.str("connection type")?;
     let device = r.str("device")?;

@@ -143,19 +143,6 @@ fn check_printable(s: &str, field: &str) -> PResult<()> {
     Ok(())
 }
 
-fn decode_test(c: u8) -> PResult<TestKind> {
-    TestKind::from_code(c).ok_or_else(|| bad("test kind", format!("code {c}")))
-}
-
-fn decode_metric(c: u8) -> PResult<Metric> {
-    Metric::from_code(c).ok_or_else(|| bad("metric", format!("code {c}")))
-}
-
-fn decode_phase(r: &mut Reader<'_>) -> PResult<Phase> {
-    let c = r.u8("phase")?;
-    Phase::from_code(c).ok_or_else(|| bad("phase", format!("code {c}")))
-}
-
 /// Parses one record. Refuses anything that is not exactly a message of this version.
 pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
     if buf.is_empty() {
@@ -193,12 +180,12 @@ pub fn decode(buf: &[u8]) -> Result<Msg, ProtoError> {
         }
         MsgType::Endpoints => Msg::Endpoints(decode_endpoints(&mut r)?),
         MsgType::Sync => {
-            let phase = decode_phase(&mut r)?;
+            let phase = r.code("phase")?;
             let size = r.u64("size")?;
             Msg::Barrier(Barrier { phase, size })
         }
         MsgType::Tally => {
-            let phase = decode_phase(&mut r)?;
+            let phase = r.code("phase")?;
             let size = r.u64("size")?;
             let n = r.length(Width::U16, "tally", MAX_QPS)?;
             let mut per_qp = Vec::with_capacity(n);
@@ -243,8 +230,8 @@ fn decode_hello(r: &mut Reader<'_>) -> PResult<Hello> {
     let version = decode_version(r)?;
     let tool = str8(r, MAX_NAME, "tool name")?;
     check_ident(tool, "tool name")?;
-    let test = decode_test(r.u8("test kind")?)?;
-    let metric = decode_metric(r.u8("metric")?)?;
+    let test = r.code("test kind")?;
+    let metric = r.code("metric")?;
     let n = r.length(Width::U8, "parameter list", MAX_PARAMS)?;
     let mut params: Vec<(String, String)> = Vec::with_capacity(n);
     for _ in 0..n {

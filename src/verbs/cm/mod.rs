@@ -17,7 +17,8 @@
 //! for a connection are created on the very context the CM uses, as `rdma_create_qp(3)` needs.
 
 use std::ffi::CStr;
-use std::net::SocketAddr;
+use std::io;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -479,9 +480,52 @@ impl CmId {
     }
 }
 
+/// The address to connect to `host` (an IP address or a host name, looked up with
+/// `getaddrinfo(3)`) on rdma_cm port `port`, for a connection leaving from `source` when one is
+/// chosen: the first of the host's addresses in the source's family, else its first. A name can
+/// list both families, and `localhost` may give `::1` first, which an IPv4-only RDMA device
+/// cannot reach. A lookup that fails, or finds no address, is an [`io::Error`].
+pub fn resolve(host: &str, port: u16, source: Option<IpAddr>) -> io::Result<SocketAddr> {
+    let addrs: Vec<SocketAddr> = (host, port).to_socket_addrs()?.collect();
+    prefer_family(&addrs, source).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("'{host}' resolves to no address"),
+        )
+    })
+}
+
+/// Of `addrs`, the first in `source`'s family (any family without a source), else the first.
+fn prefer_family(addrs: &[SocketAddr], source: Option<IpAddr>) -> Option<SocketAddr> {
+    addrs
+        .iter()
+        .find(|a| source.map_or(true, |s| s.is_ipv4() == a.is_ipv4()))
+        .or(addrs.first())
+        .copied()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_name_resolves_in_the_sources_family() {
+        let both: Vec<SocketAddr> =
+            vec!["[::1]:7".parse().unwrap(), "127.0.0.1:7".parse().unwrap()];
+        let v4: IpAddr = "10.0.0.1".parse().unwrap();
+        let v6: IpAddr = "fe80::1".parse().unwrap();
+        assert_eq!(prefer_family(&both, Some(v4)), Some(both[1]));
+        assert_eq!(prefer_family(&both, Some(v6)), Some(both[0]));
+        assert_eq!(prefer_family(&both, None), Some(both[0]));
+        // Only the other family: that address, and rdma_resolve_addr says why it fails.
+        assert_eq!(prefer_family(&both[..1], Some(v4)), Some(both[0]));
+        assert_eq!(prefer_family(&[], Some(v4)), None);
+        assert_eq!(
+            resolve("127.0.0.1", 7471, Some(v6)).unwrap(),
+            "127.0.0.1:7471".parse::<SocketAddr>().unwrap()
+        );
+        assert!(resolve("no.such.host.invalid", 1, None).is_err());
+    }
 
     #[test]
     fn event_names_match_the_c_enum() {
