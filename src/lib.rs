@@ -7,8 +7,9 @@
 //! - [`oob`]: the out-of-band TCP channel, with a timeout on every wait;
 //! - [`sysfs`]: GID attributes, NUMA nodes and counters from sysfs;
 //! - [`diag`]: what the device says when a wait expires (QP state, port counters);
-//! - [`cli`]: man pages and shell completions of every binary, from its clap definition, and the
-//!   one size parser (`4096`, `64K`, `1M`);
+//! - [`fdwait`]: the one bounded `poll(2)` until a deadline, and deadlines that cannot overflow;
+//! - [`cli`]: man pages and shell completions of every binary, from its clap definition, the
+//!   one size parser (`4096`, `64K`, `1M`) and the one check of `--wait SECS`;
 //! - [`affinity`]: CPU lists, the CPUs near a NIC, and pinning a benchmark thread;
 //! - [`background`]: a helper thread that stops and is joined when its guard is dropped;
 //! - [`mq`]: typed, versioned messages over POSIX message queues, for coordinator and workers;
@@ -26,6 +27,7 @@ pub mod cli;
 pub mod coll;
 pub mod connect;
 pub mod diag;
+pub mod fdwait;
 pub mod mq;
 pub mod names;
 pub mod oob;

@@ -123,7 +123,7 @@ impl Worker {
 
     /// Waits up to `wait` for it to end; the error says how long it ran on.
     pub fn wait_exit(&mut self, wait: Duration) -> Result<ExitStatus, String> {
-        let deadline = Instant::now() + wait;
+        let deadline = crate::fdwait::deadline_after(wait);
         loop {
             match self.try_exit() {
                 Ok(Some(st)) => return Ok(st),
@@ -424,7 +424,7 @@ pub fn watch_all(
             });
             if deadline.is_none() {
                 first_failure(w, st);
-                deadline = Some(Instant::now() + grace);
+                deadline = Some(crate::fdwait::deadline_after(grace));
             }
         }
         if seen.iter().all(|&s| s) {
@@ -474,7 +474,7 @@ pub fn stop<'a>(
                 .then(|| (w, q.try_send(&abort, 10).err().map(|e| e.to_string())))
         })
         .collect();
-    let deadline = Instant::now() + grace;
+    let deadline = crate::fdwait::deadline_after(grace);
     live.iter_mut()
         .map(|(w, abort_failed)| {
             let left = deadline.saturating_duration_since(Instant::now());

@@ -83,7 +83,7 @@ struct Args {
     #[arg(short = 'u', long = "qp-timeout", default_value_t = 18)]
     qp_timeout: u8,
     /// Seconds any one wait for a completion may last
-    #[arg(long = "wait", default_value_t = 30)]
+    #[arg(long = "wait", default_value_t = 30, value_parser = verbs_lab::cli::WaitSecs)]
     wait_secs: u64,
     /// No narration: print only results
     #[arg(short = 'q', long = "quiet")]
@@ -114,7 +114,7 @@ fn check_flags(a: &Args) -> Result<()> {
     check_range("-n", a.iters, 1..=1_000_000, "round trips")?;
     check_range("--warmup", a.warmup, 0..=100_000, "round trips")?;
     check_range("-r", a.rounds, 1..=100, "rounds")?;
-    a.pair.check(a.qp_timeout, a.wait_secs)
+    a.pair.check(a.qp_timeout)
 }
 
 fn main() -> ExitCode {

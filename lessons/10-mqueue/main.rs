@@ -93,7 +93,7 @@ struct Args {
     #[arg(long = "no-tour")]
     no_tour: bool,
     /// Seconds any one wait may last
-    #[arg(long = "wait", default_value_t = 10)]
+    #[arg(long = "wait", default_value_t = 10, value_parser = verbs_lab::cli::WaitSecs)]
     wait_secs: u64,
     /// No narration: print only results
     #[arg(short = 'q', long = "quiet")]
@@ -135,10 +135,6 @@ fn check_flags(a: &Args) -> Result<()> {
             );
         }
     }
-    ensure!(
-        a.wait_secs >= 1,
-        "--wait 0: every wait needs at least 1 s, or nothing could ever arrive"
-    );
     if let Some(q) = &a.queue {
         mq::check_name(q)?;
     }

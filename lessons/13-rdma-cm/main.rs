@@ -72,8 +72,7 @@ struct Args {
     #[arg(short = 'v', long = "verbose")]
     verbose: bool,
     /// Seconds to wait for any one event (the peer, a completion) before giving up.
-    #[arg(long = "wait", default_value_t = 30,
-          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    #[arg(long = "wait", default_value_t = 30, value_parser = verbs_lab::cli::WaitSecs)]
     wait_secs: u64,
     /// No narration: print only results.
     #[arg(short = 'q', long = "quiet")]

@@ -86,7 +86,7 @@ struct Args {
     #[arg(short = 'u', long = "qp-timeout", default_value_t = 20)]
     qp_timeout: u8,
     /// Seconds any one run may last
-    #[arg(long = "wait", default_value_t = 60)]
+    #[arg(long = "wait", default_value_t = 60, value_parser = verbs_lab::cli::WaitSecs)]
     wait_secs: u64,
     /// No narration: print only the rounds and the table
     #[arg(short = 'q', long = "quiet")]
@@ -108,7 +108,7 @@ fn check_flags(a: &Args) -> Result<()> {
     )?;
     check_range("--pp-iters", a.pp_iters, 1..=1_000_000, "round trips")?;
     check_range("-r", a.rounds, 1..=100, "rounds")?;
-    a.pair.check(a.qp_timeout, a.wait_secs)?;
+    a.pair.check(a.qp_timeout)?;
     Ok(())
 }
 

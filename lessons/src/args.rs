@@ -35,7 +35,7 @@ pub struct CommonArgs {
     #[arg(short = 'u', long = "qp-timeout", default_value_t = 18)]
     pub qp_timeout: u8,
     /// Seconds to wait for the peer at any one step before giving up.
-    #[arg(long = "wait", default_value_t = 30)]
+    #[arg(long = "wait", default_value_t = 30, value_parser = verbs_lab::cli::WaitSecs)]
     pub wait_secs: u64,
     /// No narration: print only results.
     #[arg(short = 'q', long = "quiet")]
@@ -57,7 +57,7 @@ impl CommonArgs {
     }
     /// Refuses common flags that cannot work, before any verbs call (so it needs no device).
     pub fn check(&self) -> Result<()> {
-        check_device_flags(self.ib_port, self.gid_idx, self.qp_timeout, self.wait_secs)
+        check_device_flags(self.ib_port, self.gid_idx, self.qp_timeout)
     }
 }
 
@@ -130,10 +130,11 @@ impl DevicePairArgs {
         Ok((a, b))
     }
 
-    /// Refuses `-i`, `-g` and the lesson's own `-u` and `--wait` when they cannot work, before
-    /// any verbs call, as [`CommonArgs::check`] does for the two-sided lessons.
-    pub fn check(&self, qp_timeout: u8, wait_secs: u64) -> Result<()> {
-        check_device_flags(self.ib_port, self.gid_idx, qp_timeout, wait_secs)
+    /// Refuses `-i`, `-g` and the lesson's own `-u` when they cannot work, before any verbs
+    /// call, as [`CommonArgs::check`] does for the two-sided lessons. (`--wait` is checked as it
+    /// is parsed: `verbs_lab::cli::WaitSecs`.)
+    pub fn check(&self, qp_timeout: u8) -> Result<()> {
+        check_device_flags(self.ib_port, self.gid_idx, qp_timeout)
     }
 }
 
@@ -159,14 +160,9 @@ impl fmt::Display for Role {
     }
 }
 
-/// Refuses device flags that cannot work (`-i`, `-g`, `-u`, `--wait`), before any verbs call:
+/// Refuses device flags that cannot work (`-i`, `-g`, `-u`), before any verbs call:
 /// [`CommonArgs::check`] and [`DevicePairArgs::check`].
-fn check_device_flags(
-    ib_port: u8,
-    gid_idx: Option<u32>,
-    qp_timeout: u8,
-    wait_secs: u64,
-) -> Result<()> {
+fn check_device_flags(ib_port: u8, gid_idx: Option<u32>, qp_timeout: u8) -> Result<()> {
     if let Some(g) = gid_idx {
         if g > 255 {
             bail!(
@@ -180,9 +176,6 @@ fn check_device_flags(
     }
     if qp_timeout > 31 {
         bail!("-u {qp_timeout}: the QP ack timeout is a 5-bit exponent (0..=31; 18 ≈ 1.1 s)");
-    }
-    if wait_secs == 0 {
-        bail!("--wait 0: every wait needs at least 1 s, or nothing could ever arrive");
     }
     Ok(())
 }
@@ -224,7 +217,12 @@ mod tests {
         let e = T::parse_from(["x", "-g", "300"]).c.check().unwrap_err();
         assert!(e.to_string().contains("GID index"), "{e}");
         assert!(T::parse_from(["x", "-u", "32"]).c.check().is_err());
-        assert!(T::parse_from(["x", "--wait", "0"]).c.check().is_err());
+        // --wait is refused as it is parsed (verbs_lab::cli::WaitSecs).
+        assert!(T::try_parse_from(["x", "--wait", "0"]).is_err());
+        assert_eq!(
+            T::parse_from(["x", "--wait", "86400"]).c.wait().as_secs(),
+            86_400
+        );
         assert!(T::parse_from(["x", "-i", "0"]).c.check().is_err());
     }
 

@@ -319,6 +319,11 @@ fn lesson10_refuses_bad_flags_before_doing_anything() {
             "-n 0: give 1 to 1000000000 numbers for each worker to sum",
         ),
         (vec!["--wait", "0"], "--wait 0"),
+        // Once a panic: "overflow when adding duration to instant".
+        (
+            vec!["--wait", "18446744073709551615", "-k", "1", "-n", "10"],
+            "--wait 18446744073709551615: longer than a day; give 1 to 86400 seconds",
+        ),
     ] {
         let o = Command::new(L10).args(&args).output().unwrap();
         let err = text(&o.stderr);

@@ -189,6 +189,16 @@ fn clap_refuses_what_it_cannot_parse() {
         (WRITE_BW, "-q many", "many"),
         (WRITE_BW, "--cpu 3-1", "backwards"),
         (WRITE_BW, "a b", "b"),
+        (
+            WRITE_BW,
+            "--wait 0",
+            "--wait 0: every wait needs at least 1 s",
+        ),
+        (
+            WRITE_LAT,
+            "--wait 86401",
+            "--wait 86401: longer than a day; give 1 to 86400",
+        ),
     ] {
         let e = parse(tool, args).expect_err(args).to_string();
         assert!(e.contains(word), "{args}: {e}");

@@ -43,7 +43,7 @@ struct Args {
     #[arg(short = 's', long = "size", default_value_t = 4000)]
     size: usize,
     /// Seconds to wait for any one completion.
-    #[arg(long = "wait", default_value_t = 30)]
+    #[arg(long = "wait", default_value_t = 30, value_parser = verbs_lab::cli::WaitSecs)]
     wait_secs: u64,
 }
 

@@ -80,7 +80,7 @@ impl MqLinks {
             .get(idx)
             .and_then(Option::as_ref)
             .ok_or_else(|| format!("rank {} has no queue to rank {peer}", self.rank))?;
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::fdwait::deadline_after(timeout);
         let mut pieces = bytes.chunks(MAX_RESULT - 1).peekable();
         if bytes.is_empty() {
             return send_piece(q, self.rank, &[], true, timeout);
@@ -94,7 +94,7 @@ impl MqLinks {
 
     /// The next whole string or notice, waiting at most `timeout`; `Ok(None)` when none came.
     pub fn recv(&mut self, timeout: Duration) -> Result<Option<Incoming>, String> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::fdwait::deadline_after(timeout);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let msg = match self.own.recv_timeout(left) {

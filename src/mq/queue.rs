@@ -9,12 +9,13 @@ use nix::mqueue::{
     mq_attr_member_t, mq_close, mq_getattr, mq_open, mq_receive, mq_send, mq_unlink, MQ_OFlag,
     MqAttr, MqdT,
 };
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::poll::{PollFd, PollFlags};
 use nix::sys::stat::Mode;
 
 use super::cleanup::registry;
 use super::limits::{call_error, check_name, create_error, open_error, MqError, Result};
 use super::msg::{WorkerMsg, MQ_PRIO_MAX};
+use crate::fdwait::{deadline_after, poll_until};
 
 /// A queue's attributes (`mq_getattr(3)`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,7 +190,7 @@ impl Queue {
     /// Sends `msg` (`mq_send(3)`), waiting up to `timeout` for room.
     pub fn send_timeout(&self, msg: &WorkerMsg, priority: u32, timeout: Duration) -> Result<()> {
         let bytes = self.encode(msg, priority)?;
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         loop {
             match mq_send(self.mqd(), &bytes, priority) {
                 Ok(()) => return Ok(()),
@@ -265,7 +266,7 @@ impl Queue {
 
     /// As [`Queue::recv_timeout`], with the message's priority (`mq_receive(3)`).
     pub fn recv_with_priority(&self, timeout: Duration) -> Result<(WorkerMsg, u32)> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         loop {
             match self.receive_once()? {
                 Some(got) => return Ok(got),
@@ -320,25 +321,11 @@ impl Queue {
         }
     }
 
-    /// Waits (`poll(2)`) until the descriptor is ready for `events` or `deadline` passes;
-    /// false on the deadline.
+    /// Waits (`poll(2)`, [`poll_until`]) until the descriptor is ready for `events` or
+    /// `deadline` passes; false on the deadline.
     fn wait_for(&self, events: PollFlags, deadline: Instant) -> Result<bool> {
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Ok(false);
-            }
-            // Round up so that a sub-millisecond rest does not spin with timeout 0.
-            let ms = left.as_millis().saturating_add(1).min(i32::MAX as u128) as i32;
-            let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
-            let mut fds = [PollFd::new(self.mqd().as_fd(), events)];
-            match poll(&mut fds, timeout) {
-                Ok(0) => {}
-                Ok(_) => return Ok(true),
-                Err(Errno::EINTR) => {}
-                Err(e) => return Err(call_error("poll", &self.name, e, "")),
-            }
-        }
+        let mut fds = [PollFd::new(self.mqd().as_fd(), events)];
+        poll_until(&mut fds, Some(deadline)).map_err(|e| call_error("poll", &self.name, e, ""))
     }
 }
 

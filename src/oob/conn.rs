@@ -7,6 +7,7 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use super::{OobError, Result, POLL_STEP};
+use crate::fdwait::{deadline_after, deadline_from, poll_until};
 
 /// An established out-of-band connection.
 pub struct OobConn {
@@ -137,7 +138,10 @@ impl OobConn {
     /// The deadline of the next read: the timeout from now, or from the arrival of the first
     /// byte already waiting (a frame begun earlier does not get a fresh timeout).
     fn deadline(&self) -> Instant {
-        self.pending_since.unwrap_or_else(Instant::now) + self.timeout
+        deadline_from(
+            self.pending_since.unwrap_or_else(Instant::now),
+            self.timeout,
+        )
     }
 
     /// Blocks until `pending` holds `need` bytes or `deadline` passes.
@@ -304,25 +308,15 @@ impl OobConn {
     /// `wait` (`poll(2)` on the socket), so a busy loop can look at the channel now and then
     /// without blocking on it.
     pub fn poll_readable(&self, wait: Duration) -> Result<bool> {
-        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use nix::poll::{PollFd, PollFlags};
         if !self.pending.is_empty() {
             return Ok(true);
         }
-        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
-        let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
         let mut fds = [PollFd::new(self.stream.as_fd(), PollFlags::POLLIN)];
-        loop {
-            match poll(&mut fds, timeout) {
-                Ok(n) => return Ok(n > 0),
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => {
-                    return Err(OobError::Io {
-                        what: "polling the out-of-band socket".into(),
-                        err: io::Error::from(e),
-                    })
-                }
-            }
-        }
+        poll_until(&mut fds, Some(deadline_after(wait))).map_err(|e| OobError::Io {
+            what: "polling the out-of-band socket".into(),
+            err: io::Error::from(e),
+        })
     }
 
     fn classify(&self, e: io::Error, what: &str) -> OobError {

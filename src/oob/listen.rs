@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::{OobConn, OobError, Result, DEFAULT_BIND};
 use crate::background::Background;
+use crate::fdwait::{deadline_after, poll_until};
 
 /// Waits for one client on `port` ([`DEFAULT_BIND`]), at most `timeout`.
 pub fn accept(port: u16, timeout: Duration) -> Result<OobConn> {
@@ -148,35 +149,17 @@ impl Listener {
 }
 
 /// Sleeps in `poll(2)` until one of `fds` is readable (or hung up), at most `timeout` (`None`:
-/// until then); says which were. A signal does not end the wait early with an error.
+/// until then); says which were ([`poll_until`]: a signal does not end the wait early).
 fn wait_any(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let deadline = timeout.map(|t| Instant::now() + t);
-    loop {
-        let ms = match deadline {
-            None => PollTimeout::NONE,
-            Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                // Rounded up, so that a wait never ends just before its deadline.
-                let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
-            }
-        };
-        let mut p: Vec<PollFd> = fds
-            .iter()
-            .map(|f| PollFd::new(*f, PollFlags::POLLIN))
-            .collect();
-        match poll(&mut p, ms) {
-            Ok(_) => {
-                return Ok(p
-                    .iter()
-                    .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
-                    .collect())
-            }
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(io::Error::from(e)),
-        }
-    }
+    use nix::poll::{PollFd, PollFlags};
+    let mut p: Vec<PollFd> = fds
+        .iter()
+        .map(|f| PollFd::new(*f, PollFlags::POLLIN))
+        .collect();
+    poll_until(&mut p, timeout.map(deadline_after))?;
+    Ok(p.iter()
+        .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+        .collect())
 }
 
 /// How long [`Listener::refuse_others`] reads a refused client's opening message.

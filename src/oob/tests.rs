@@ -81,6 +81,28 @@ fn silent_peer_times_out_and_closed_peer_is_named() {
 }
 
 #[test]
+fn poll_readable_waits_its_whole_wait_and_no_timeout_is_too_long() {
+    // Duration::MAX: every deadline of the connection saturates instead of overflowing.
+    let (mut c, t) = served(Duration::MAX, move |mut c| {
+        let go = c.recv_msg(8, "go").unwrap();
+        c.send_msg(&go, "echo").unwrap();
+    });
+    for _ in 0..10 {
+        // Rounded down to 0 ms, a 0.6 ms wait would end at once.
+        let t0 = Instant::now();
+        assert!(!c.poll_readable(Duration::from_micros(600)).unwrap());
+        assert!(
+            t0.elapsed() >= Duration::from_micros(600),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
+    c.send_msg(b"go", "go").unwrap();
+    assert_eq!(c.recv_msg(8, "echo").unwrap(), b"go");
+    t.join().unwrap();
+}
+
+#[test]
 fn a_peer_that_closes_mid_frame_is_told_apart_from_one_that_closes_between_frames() {
     let (mut c, t) = served(Duration::from_secs(10), move |mut c| {
         // A frame announcing 64 bytes, then 3 of them, then the end of the connection.

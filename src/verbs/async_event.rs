@@ -180,7 +180,7 @@ impl Context {
         // SAFETY: async_fd stays open while the context is.
         let fd = unsafe { BorrowedFd::borrow_raw(self.async_fd()) };
         set_nonblocking(fd, "fcntl(async_fd, O_NONBLOCK)")?;
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::fdwait::deadline_after(timeout);
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if !wait_readable(fd, left, "poll(async_fd)")? {

@@ -108,7 +108,7 @@ impl CompChannel {
     /// The CQ must have been armed with [`Cq::req_notify`] before, and must be re-armed before
     /// the next wait. Returns an error if the event belongs to a CQ other than `cq`.
     pub fn wait(&self, cq: &Cq, timeout: Duration) -> Result<()> {
-        let deadline = std::time::Instant::now() + timeout;
+        let deadline = crate::fdwait::deadline_after(timeout);
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if !self.poll_readable(left)? {

@@ -180,7 +180,8 @@ pub struct Params {
     pub wait_destroy: Option<u64>,
 
     /// Seconds to wait for the peer to connect (server) or to accept (client).
-    #[arg(long = "wait", value_name = "SECS", default_value_t = 120)]
+    #[arg(long = "wait", value_name = "SECS", default_value_t = 120,
+          value_parser = verbs_lab::cli::WaitSecs)]
     pub wait_secs: u64,
 
     /// Run N worker processes (bandwidth tools), each pinned to its own CPU with its own QPs and

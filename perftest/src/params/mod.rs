@@ -237,9 +237,6 @@ impl Config {
         if p.device.ib_port == 0 {
             return Err("-i 0: ports are numbered from 1".into());
         }
-        if p.wait_secs == 0 {
-            return Err("--wait 0: give the peer at least a second".into());
-        }
         if let Some(w) = p.wait_destroy {
             if tool.metric == Metric::Lat {
                 return Err("--wait_destroy is an option of perftest's bandwidth tools".into());

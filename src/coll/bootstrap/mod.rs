@@ -465,7 +465,7 @@ impl Star {
         if self.mq.is_some() {
             // Strings from other ranks that arrive meanwhile are kept for later (an abort from
             // any of them ends the wait).
-            let deadline = Instant::now() + timeout;
+            let deadline = crate::fdwait::deadline_after(timeout);
             loop {
                 let left = deadline.saturating_duration_since(Instant::now());
                 match self.mq_poll(left.max(Duration::from_millis(1)))? {

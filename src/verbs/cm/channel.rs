@@ -58,7 +58,7 @@ impl EventChannel {
     /// it at once (`rdma_ack_cm_event(3)`: `rdma_destroy_id` waits for every event of its id to
     /// be acked, so holding one would risk a hang). Waits at most `timeout`.
     pub fn get_event(&self, timeout: Duration) -> Result<CmEvent> {
-        let deadline = Instant::now() + timeout;
+        let deadline = crate::fdwait::deadline_after(timeout);
         loop {
             if let Some(event) = self.try_get_event()? {
                 return Ok(event);
