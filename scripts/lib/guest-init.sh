@@ -88,6 +88,7 @@ rdma link add rxe0 type rxe netdev veth0 || die "rdma link add rxe0 failed"
 rdma link add rxe1 type rxe netdev veth1 || die "rdma link add rxe1 failed"
 
 # Wait (bounded) until each port is ACTIVE and GID 1 is its IPv4-mapped RoCEv2 GID.
+[ -r "$repo/scripts/lib/rxe.sh" ] || die "no scripts/lib/rxe.sh in $repo (the host's repository)"
 # shellcheck source=scripts/lib/rxe.sh
 . "$repo/scripts/lib/rxe.sh"
 wait_rxe() {

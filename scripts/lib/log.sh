@@ -1,7 +1,6 @@
 # shellcheck shell=bash
 # log.sh — how the host scripts talk: `PROG: message` on stdout, warnings and errors on stderr
-# with the script's name first. Set PROG before sourcing; die exits 1 (a run that failed), a
-# script's own usage errors exit 2.
+# with the script's name first. Set PROG before sourcing; die exits 1.
 
 say() { printf '%s: %s\n' "$PROG" "$*"; }
 warn() { printf '%s: warning: %s\n' "$PROG" "$*" >&2; }

@@ -43,7 +43,7 @@ expect_contains "$CLIENT_OUT" "names no QP: it has fewer QPs than our --num-qp 8
 
 step "--show-port-down: veth1 down for 2 s while messages flow"
 # Whatever happens, the link comes back and the guest's devices are ready for the next scenario.
-trap restore_link EXIT
+trap 'restore_link || fail "the devices are not restored for the next scenario (above)"' EXIT
 srv=$TMPDIR/pd-server.out cli=$TMPDIR/pd-client.out
 lesson12_srq_events -d "$VL_DEV0" -p "$port" --show-port-down --wait 60 >"$srv" 2>&1 &
 spid=$!

@@ -40,13 +40,10 @@ rank_rc() {
     eval "_vl_watch \$PID$1 $2" || RC=$?
 }
 
-# wait_for FILE TEXT SECS: until FILE contains TEXT.
-wait_for() {
-    _end=$(($(_vl_now) + $3 * 100))
-    until grep -q -F -e "$2" "$1" 2>/dev/null; do
-        [ "$(_vl_now)" -lt "$_end" ] || { cat "$1"; fail "no '$2' in $1 after $3 s"; }
-        sleep 0.2
-    done
+# ranks_listed FILE: until FILE lists all four ranks (90 s, scaled).
+ranks_listed() {
+    wait_for 90 - grep -q -F -e "#  Rank  3" "$1" 2>/dev/null \
+        || { cat "$1"; fail "no '#  Rank  3' in $1 after $(scaled 90) s"; }
 }
 
 step "four ranks by hand, with torchrun's environment"
@@ -84,7 +81,7 @@ expect_contains "$TMPDIR/r1.out" "rank 0 refused the job"
 
 step "a rank killed mid-run: the others fail within the peer timeout and name it"
 start_ranks 29513 4 -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20
-wait_for "$TMPDIR/r0.out" "#  Rank  3" 90
+ranks_listed "$TMPDIR/r0.out"
 sleep 3
 eval "victim=\$PID2" # set by start_ranks
 kill -KILL "$victim"
@@ -108,7 +105,7 @@ step "--np 4: a rank killed mid-run is named by the launcher and by the others"
 vl_all_reduce_perf --np 4 -d "$VL_DEV0,$VL_DEV1" -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20 \
     >"$TMPDIR/np.out" 2>&1 </dev/null &
 launcher=$!
-wait_for "$TMPDIR/np.out" "#  Rank  3" 90
+ranks_listed "$TMPDIR/np.out"
 sleep 3
 victim=$(pids_with_args "*vl_all_reduce_perf*--rank 2 *" | tail -n 1)
 [ -n "$victim" ] || fail "no rank 2 process found"
@@ -127,7 +124,7 @@ step "--np 4: the launcher killed outright takes its ranks and its queues with i
 vl_all_reduce_perf --np 4 -d "$VL_DEV0,$VL_DEV1" -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20 \
     >"$TMPDIR/np2.out" 2>&1 </dev/null &
 launcher=$!
-wait_for "$TMPDIR/np2.out" "#  Rank  3" 90
+ranks_listed "$TMPDIR/np2.out"
 ls "/dev/mqueue/vl-coll-$launcher-r0" || fail "no queues of launcher $launcher while it runs"
 kill -KILL "$launcher"
 _vl_watch "$launcher" 10 || true

@@ -22,7 +22,7 @@ IP=/usr/sbin/ip
 srv=$TMPDIR/srv.out
 cli=$TMPDIR/cli.out
 
-trap restore_link EXIT
+trap 'restore_link || fail "the devices are not restored for the next scenario (above)"' EXIT
 
 # start_pair TOOL: a -D 40 pair, server on rxe0, client on rxe1; returns once the measured
 # run is under way. Sets SPID, CPID.

@@ -129,7 +129,8 @@ wait_for() {
     _wf_pid=$2
     shift 2
     until "$@"; do
-        [ "$_wf_pid" = - ] || _vl_alive "$_wf_pid" || return 2
+        # A process that did it and then exited, between the two checks, did it.
+        [ "$_wf_pid" = - ] || _vl_alive "$_wf_pid" || { "$@" && return 0; return 2; }
         [ "$(_vl_now)" -lt "$_wf_end" ] || return 1
         sleep 0.1
     done
@@ -221,7 +222,7 @@ server_client() {
 # ---- the guest's links and devices ---------------------------------------------------------
 
 # shellcheck source=scripts/lib/rxe.sh
-. "$VL_REPO/scripts/lib/rxe.sh"
+. "${VL_REPO:-.}/scripts/lib/rxe.sh"
 
 # restore_link: the guest's set-up as /init made it, whatever a scenario did to it — veth1 up
 # with MTU 9000 and 192.168.77.2/24, rxe1 on veth1 — then waits (60 s, scaled) until both

@@ -4,8 +4,8 @@
 use clap::Parser;
 use verbs_lab::coll::{DataType, RedOp};
 
-/// The one size parser (`8`, `64K`, `1M`), from the library; `coll/mod.rs` re-exports it.
-use verbs_lab::cli::parse_size;
+/// The one size parser (`8`, `64K`, `1M`) and the longest wait, from the library.
+use verbs_lab::cli::{parse_size, MAX_WAIT_SECS};
 
 #[derive(Parser, Debug, Clone)]
 #[command(
@@ -76,11 +76,13 @@ pub struct Args {
     /// Set by --np for its ranks: the base name of the launcher's message queues.
     #[arg(long = "vl-coll-queues", hide = true)]
     pub local_queues: Option<String>,
-    /// Seconds without progress before a neighbour is declared gone.
-    #[arg(long = "timeout", default_value_t = 30)]
+    /// Seconds without progress before a neighbour is declared gone (1 to a day).
+    #[arg(long = "timeout", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_SECS))]
     pub peer_timeout: u64,
-    /// Seconds the rendezvous may take.
-    #[arg(long = "bootstrap-timeout", default_value_t = 60)]
+    /// Seconds the rendezvous may take (1 to a day).
+    #[arg(long = "bootstrap-timeout", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_SECS))]
     pub bootstrap_timeout: u64,
     /// Bytes per receive slot (pipeline piece).
     #[arg(long = "slot-size", default_value = "128K", value_parser = parse_size::<usize>)]
