@@ -8,12 +8,13 @@
 //! CPU lists use the kernel's notation (`cpuset(7)`, sysfs `local_cpulist`): `0-3,8,10-11`.
 
 use std::fmt;
-use std::fs;
 use std::path::Path;
 use std::str::FromStr;
 
 use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
 use nix::unistd::Pid;
+
+use crate::sysfs::Sysfs;
 
 /// The highest CPU count a list may name: CPU numbers run from 0 to `MAX_CPUS - 1`. Bounds the
 /// memory a typo such as `0-4000000000` could cost.
@@ -302,11 +303,8 @@ fn pick(candidates: &CpuList, index: usize) -> (usize, String) {
 
 /// The CPUs local to `dev` and where that came from, or why they are unknown.
 fn nic_local_cpus(root: &Path, dev: &str) -> Result<(CpuList, String), String> {
-    let device = root.join("class/infiniband").join(dev).join("device");
-    let read = |p: &Path| fs::read_to_string(p).ok().map(|s| s.trim().to_string());
-
-    let local_path = device.join("local_cpulist");
-    let local_note = match read(&local_path) {
+    let sys = Sysfs::at(root);
+    let local_note = match sys.device_attr(dev, "local_cpulist") {
         Some(text) if !text.is_empty() => match text.parse::<CpuList>() {
             Ok(list) => return Ok((list, "local_cpulist".into())),
             Err(e) => format!("local_cpulist unreadable ({e})"),
@@ -315,10 +313,10 @@ fn nic_local_cpus(root: &Path, dev: &str) -> Result<(CpuList, String), String> {
         None => "no local_cpulist".into(),
     };
 
-    let numa_note = match read(&device.join("numa_node")).map(|s| s.parse::<i64>()) {
+    let numa_note = match sys.device_attr(dev, "numa_node").map(|s| s.parse::<i64>()) {
         Some(Ok(node)) if node >= 0 => {
-            let path = root.join(format!("devices/system/node/node{node}/cpulist"));
-            match read(&path).map(|s| s.parse::<CpuList>()) {
+            let cpulist = u32::try_from(node).ok().and_then(|n| sys.node_cpulist(n));
+            match cpulist.map(|s| s.parse::<CpuList>()) {
                 Some(Ok(list)) => return Ok((list, format!("NUMA node {node} CPUs"))),
                 Some(Err(e)) => format!("NUMA node {node} cpulist unreadable ({e})"),
                 None => format!("NUMA node {node} has no cpulist"),

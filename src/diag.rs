@@ -7,9 +7,7 @@
 //! have are left out (rxe has them all under `ports/N/hw_counters`).
 
 use std::fmt::Write as _;
-use std::time::Instant;
 
-use crate::sysfs;
 use crate::verbs::{Qp, QpState};
 
 /// The port counters that tell a lost peer from a slow one. Names as rxe spells them; other
@@ -30,39 +28,17 @@ pub const COUNTERS: &[&str] = &[
     "packet_seq_err",
 ];
 
-/// The values of [`COUNTERS`] on one port at one moment.
-#[derive(Debug, Clone)]
-pub struct PortCounters {
-    dev: String,
-    port: u8,
-    at: Instant,
-    values: Vec<Option<u64>>,
-}
+/// The snapshot that [`device_report`] compares with the port's counters now (one type for
+/// every reader of port counters, in [`crate::sysfs`]).
+pub use crate::sysfs::PortCounters;
 
-impl PortCounters {
-    /// Reads the counters of `dev` port `port` now (a handful of sysfs reads: keep it out of
-    /// timed loops).
-    pub fn snapshot(dev: &str, port: u8) -> PortCounters {
-        PortCounters {
-            dev: dev.to_string(),
-            port,
-            at: Instant::now(),
-            values: COUNTERS
-                .iter()
-                .map(|c| sysfs::port_counter(dev, port, c))
-                .collect(),
-        }
-    }
-
-    /// How each counter that exists in both snapshots moved from this one to `later`:
-    /// `(name, increase)`, in the order of [`COUNTERS`], zeros included.
-    pub fn changes_to(&self, later: &PortCounters) -> Vec<(&'static str, u64)> {
-        COUNTERS
-            .iter()
-            .zip(self.values.iter().zip(&later.values))
-            .filter_map(|(name, (a, b))| Some((*name, b.as_ref()?.saturating_sub(*a.as_ref()?))))
-            .collect()
-    }
+/// How each of [`COUNTERS`] that exists in both snapshots moved from `before` to `after`:
+/// `(name, increase)`, in the order of [`COUNTERS`], zeros included.
+fn changes(before: &PortCounters, after: &PortCounters) -> Vec<(&'static str, u64)> {
+    COUNTERS
+        .iter()
+        .filter_map(|c| Some((*c, before.increase(after, c)?)))
+        .collect()
 }
 
 /// One paragraph for an error message: the QP's state, the counters of our port that moved
@@ -70,11 +46,7 @@ impl PortCounters {
 /// said to be unreadable.
 pub fn device_report(qp: Option<&Qp>, since: &PortCounters) -> String {
     let state = qp.map(|q| (q.qpn(), q.state().map_err(|e| e.to_string())));
-    describe(
-        state,
-        since,
-        &PortCounters::snapshot(&since.dev, since.port),
-    )
+    describe(state, since, &since.read_again())
 }
 
 /// [`device_report`] from what was read: the QP's number and state (or why it could not be
@@ -94,7 +66,7 @@ fn describe(
         }
         None => {}
     }
-    let changes = before.changes_to(after);
+    let changes = changes(before, after);
     let get = |name: &str| {
         changes
             .iter()
@@ -105,7 +77,8 @@ fn describe(
         let _ = write!(
             s,
             "{} port {} has no readable counters",
-            before.dev, before.port
+            before.dev(),
+            before.port()
         );
     } else {
         let moved: Vec<String> = changes
@@ -116,9 +89,9 @@ fn describe(
         let _ = write!(
             s,
             "{} port {} in the last {:.1} s: {}",
-            before.dev,
-            before.port,
-            after.at.duration_since(before.at).as_secs_f64(),
+            before.dev(),
+            before.port(),
+            after.at().duration_since(before.at()).as_secs_f64(),
             if moved.is_empty() {
                 "no counter moved".to_string()
             } else {
@@ -177,12 +150,11 @@ mod tests {
     use super::*;
 
     fn counters(f: impl Fn(&str) -> Option<u64>) -> PortCounters {
-        PortCounters {
-            dev: "rxe7".into(),
-            port: 1,
-            at: Instant::now(),
-            values: COUNTERS.iter().map(|c| f(c)).collect(),
-        }
+        let values = COUNTERS
+            .iter()
+            .filter_map(|c| Some((format!("hw_counters/{c}"), f(c)?)))
+            .collect();
+        PortCounters::from_values("rxe7", 1, values)
     }
 
     #[test]

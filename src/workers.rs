@@ -210,12 +210,7 @@ pub fn describe(st: ExitStatus) -> String {
 /// coordinator's pid; fails when the variable is missing (not started by a coordinator), or
 /// the coordinator is already gone.
 pub fn follow_coordinator(queues: &[String]) -> Result<u32, String> {
-    let var = std::env::var(COORDINATOR_ENV).map_err(|_| {
-        format!("{COORDINATOR_ENV} is not set: worker processes are started by their coordinator")
-    })?;
-    let pid: u32 = var
-        .parse()
-        .map_err(|_| format!("{COORDINATOR_ENV}={var:?} is not a pid"))?;
+    let pid = coordinator_pid()?;
     mq::remove_on_signal(PARENT_DEATH_SIGNAL, pid, queues.to_vec()).map_err(|e| e.to_string())?;
     nix::sys::prctl::set_pdeathsig(PARENT_DEATH_SIGNAL)
         .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
@@ -228,6 +223,29 @@ pub fn follow_coordinator(queues: &[String]) -> Result<u32, String> {
         ));
     }
     Ok(pid)
+}
+
+/// [`follow_coordinator`] for a worker given the queues of its run as `base` (by `flag`) in
+/// `family`, with `n` members: first checks that `base` names this worker's own coordinator
+/// ([`mq::QueueFamily::check_owner`]), so that a wrong name cannot tie the worker to another
+/// run's queues and have it remove them when its coordinator dies.
+pub fn follow_queues(
+    family: &mq::QueueFamily,
+    base: &str,
+    n: u32,
+    flag: &str,
+) -> Result<u32, String> {
+    family.check_owner(base, flag, coordinator_pid()?)?;
+    follow_coordinator(&family.all(base, n))
+}
+
+/// The coordinator's pid, from [`COORDINATOR_ENV`].
+fn coordinator_pid() -> Result<u32, String> {
+    let var = std::env::var(COORDINATOR_ENV).map_err(|_| {
+        format!("{COORDINATOR_ENV} is not set: worker processes are started by their coordinator")
+    })?;
+    var.parse()
+        .map_err(|_| format!("{COORDINATOR_ENV}={var:?} is not a pid"))
 }
 
 /// Nanoseconds on `CLOCK_MONOTONIC` (see [`mq::monotonic_ns`]) of an `Instant` of this process:

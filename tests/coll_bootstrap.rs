@@ -15,7 +15,7 @@ use verbs_lab::coll::bootstrap::{
 };
 use verbs_lab::coll::env::{resolve, RankFlags};
 use verbs_lab::coll::kernels::{count_wrong, expected_value, fill_input, DataType, RedOp};
-use verbs_lab::coll::mqlink::{gone_notice, queue_names, QUEUE_DEPTH};
+use verbs_lab::coll::mqlink::{gone_notice, QUEUES, QUEUE_DEPTH};
 use verbs_lab::coll::{Comm, CommOpts};
 use verbs_lab::mq::{Queue, MAX_MSG_LEN};
 use verbs_lab::verbs::{Gid, RemoteBuf};
@@ -273,7 +273,8 @@ fn queues(world: u32) -> (String, Vec<Queue>) {
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     );
-    let qs = queue_names(&base, world)
+    let qs = QUEUES
+        .all(&base, world)
         .iter()
         .map(|n| Queue::create(n, QUEUE_DEPTH, MAX_MSG_LEN).unwrap())
         .collect();
@@ -322,7 +323,7 @@ fn table_and_long_gathers_arrive_whole_and_the_queues_go() {
             assert!(all.is_none());
         }
     }
-    let names = queue_names(&base, world);
+    let names = QUEUES.all(&base, world);
     drop(qs);
     assert!(gone_from_dev_mqueue(&names), "{names:?} left behind");
 }

@@ -20,7 +20,7 @@ use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
 use verbs_lab::connect::{local_endpoint, random_psn, rtr_attr, rts_attr, ConnectOpts, Endpoint};
 use verbs_lab::oob::OobConn;
-use verbs_lab::sysfs;
+use verbs_lab::sysfs::PortCounters;
 use verbs_lab::verbs::{
     AccessFlags, Cq, InitAttr, Mtu, Payload, Qp, SendOp, SendWr, WcStatus, WorkCompletion,
 };
@@ -152,16 +152,11 @@ fn run(args: &Args) -> Result<()> {
     // 4. The handshake of ibv_rc_pingpong (lesson 03): the client writes its 52-byte record,
     //    the server reads it, moves its QP to RTR and RTS, replies with its record, and reads
     //    the client's "done"; the client connects its QP after that.
-    // --show-rnr reads rxe's RNR counters (sysfs hw_counters; absent on other providers) now,
-    // before the peer can know our QPN and send.
-    let rnr_before: Vec<Option<u64>> = if args.show_rnr {
-        rnr_counters(server)
-            .iter()
-            .map(|(c, _)| sysfs::port_counter(dev.ctx.name(), a.ib_port, c))
-            .collect()
-    } else {
-        Vec::new()
-    };
+    // --show-rnr reads the port's counters (rxe's RNR counters are in sysfs hw_counters;
+    // absent on other providers) now, before the peer can know our QPN and send.
+    let rnr_before = args
+        .show_rnr
+        .then(|| PortCounters::snapshot(dev.ctx.name(), a.ib_port));
     n.step(
         4,
         "Exchange endpoints (ibv_rc_pingpong's record and order), RTR, RTS",
@@ -177,18 +172,8 @@ fn run(args: &Args) -> Result<()> {
         Ok(remote)
     })?;
 
-    if args.show_rnr {
-        return show_rnr(
-            args,
-            &n,
-            &dev.ctx,
-            &qp,
-            &cq,
-            &mr,
-            conn,
-            &remote,
-            &rnr_before,
-        );
+    if let Some(before) = &rnr_before {
+        return show_rnr(args, &n, &qp, &cq, &mr, conn, &remote, before);
     }
     // ibv_rc_pingpong closes the TCP connection here; from now on only RDMA is waited for.
     drop(conn);
@@ -459,25 +444,23 @@ fn rnr_counters(server: bool) -> &'static [(&'static str, &'static str)] {
 fn show_rnr(
     args: &Args,
     n: &Narrator,
-    ctx: &verbs_lab::verbs::Context,
     qp: &Qp,
     cq: &Cq,
     mr: &verbs_lab::verbs::Mr,
     mut conn: OobConn,
     remote: &Endpoint,
-    before: &[Option<u64>],
+    before: &PortCounters,
 ) -> Result<()> {
     let a = &args.pp.common;
     let size = args.size as usize;
-    let counter = |name: &str| sysfs::port_counter(ctx.name(), a.ib_port, name);
     let names = rnr_counters(a.role().is_server());
     let deltas = |n: &Narrator| {
-        // The kernel serves hw_counters from a cache refreshed every `lifespan` ms: wait it out.
-        let lifespan = counter("lifespan").unwrap_or(10);
-        std::thread::sleep(Duration::from_millis(lifespan + 10));
-        for ((name, meaning), b) in names.iter().zip(before) {
-            if let (Some(b), Some(now)) = (b, counter(name)) {
-                n.say(format!("hw_counters/{name}: +{} ({meaning})", now - b));
+        // The kernel serves hw_counters from a cache refreshed at most every `lifespan` ms:
+        // read_again waits that out, so the NAK just exchanged is counted.
+        let now = before.read_again();
+        for (name, meaning) in names {
+            if let Some(d) = before.increase(&now, name) {
+                n.say(format!("hw_counters/{name}: +{d} ({meaning})"));
             }
         }
     };

@@ -12,7 +12,7 @@ use verbs_lab::mq::{self, Queue, WorkerMsg, MAX_MSG_LEN, MAX_TEXT};
 use verbs_lab::workers::{self, describe, GatherError, Roster};
 use verbs_lab_lessons::Narrator;
 
-use crate::job::{share, sum_squares_below, worker_queue, WorkResult};
+use crate::job::{share, sum_squares_below, WorkResult, QUEUES};
 use crate::{mqueue_mount, Args};
 
 /// One worker process as the coordinator sees it.
@@ -55,7 +55,7 @@ impl Stage {
 }
 
 pub fn run(args: &Args, n: &Narrator) -> Result<()> {
-    let base = format!("/vl10-{}", std::process::id());
+    let base = QUEUES.base(std::process::id());
     let wait = Duration::from_secs(args.wait_secs);
     let k = args.workers;
 
@@ -72,7 +72,7 @@ pub fn run(args: &Args, n: &Narrator) -> Result<()> {
     ));
     let mut inboxes = Vec::new();
     for w in 0..k {
-        let name = worker_queue(&base, w);
+        let name = QUEUES.member(&base, w);
         let q = Queue::create(&name, 2, MAX_TEXT + mq::HEADER_LEN)
             .with_context(|| format!("worker {w}'s queue"))?;
         inboxes.push(q);

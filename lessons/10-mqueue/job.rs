@@ -3,11 +3,15 @@
 //! carries the answer back.
 
 use anyhow::{ensure, Result};
+use verbs_lab::mq::QueueFamily;
 
-/// The queue names of a run: the coordinator's inbox, and one inbox per worker.
-pub(crate) fn worker_queue(base: &str, w: u32) -> String {
-    format!("{base}-w{w}")
-}
+/// The queue names of a run: the coordinator's inbox `/vl10-PID`, and one inbox per worker,
+/// `/vl10-PID-wI`.
+pub(crate) const QUEUES: QueueFamily = QueueFamily {
+    prefix: "/vl10-",
+    tag: "w",
+    base_is_queue: true,
+};
 
 /// What a worker computes: the sum of i² over its share [w·count, (w+1)·count), mod 2⁶⁴.
 pub(crate) fn share(w: u32, count: u64) -> (u64, u64) {

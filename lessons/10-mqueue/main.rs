@@ -209,7 +209,7 @@ impl Drop for TourQueue {
 
 fn tour(n: &Narrator) -> Result<()> {
     let pid = std::process::id();
-    let name = format!("/vl10-{pid}-tour");
+    let name = format!("{}-tour", job::QUEUES.base(pid));
 
     // 1. The limits. The kernel refuses queues beyond them; root is bound too unless it holds
     //    CAP_SYS_RESOURCE (containers usually drop it).
@@ -404,7 +404,7 @@ fn tour(n: &Narrator) -> Result<()> {
     //    CAP_SYS_RESOURCE (root on a VM or a bare machine, rarely in a container) is bound only
     //    by the kernel's hard ceilings; to show the refusal there, a child gives up root.
     n.step(7, "What the limits refuse");
-    let probe = format!("/vl10-{pid}-limit");
+    let probe = format!("{}-limit", job::QUEUES.base(pid));
     if mq::has_cap_sys_resource() {
         n.say(
             "this process holds CAP_SYS_RESOURCE (bit 24 of CapEff in /proc/self/status): \

@@ -13,7 +13,7 @@ use verbs_lab::affinity::allowed_cpus;
 use verbs_lab::mq::{self, Queue, WorkerMsg};
 use verbs_lab::workers;
 
-use crate::job::{share, worker_queue, WorkResult};
+use crate::job::{share, WorkResult, QUEUES};
 use crate::{Args, PROGRAM};
 
 /// A worker: Hello, wait for Go, the work, Result, Done. Any failure is also sent to the
@@ -24,11 +24,9 @@ pub fn run(args: &Args, w: u32) -> Result<()> {
         .as_deref()
         .expect("clap: --worker requires --queue");
     // First, before any thread starts: when the coordinator dies — even by SIGKILL — the
-    // kernel signals us (PR_SET_PDEATHSIG); we then remove its queues and exit.
-    let names: Vec<String> = std::iter::once(base.to_string())
-        .chain((0..args.workers).map(|i| worker_queue(base, i)))
-        .collect();
-    workers::follow_coordinator(&names).map_err(anyhow::Error::msg)?;
+    // kernel signals us (PR_SET_PDEATHSIG); we then remove its queues and exit. The queue
+    // names hold the coordinator's pid: queues of another run are refused, not removed.
+    workers::follow_queues(&QUEUES, base, args.workers, "--queue").map_err(anyhow::Error::msg)?;
     let coord = Queue::open(base).context("opening the coordinator's queue")?;
     let r = body(args, w, base, &coord);
     if let Err(e) = &r {
@@ -39,7 +37,7 @@ pub fn run(args: &Args, w: u32) -> Result<()> {
 
 fn body(args: &Args, w: u32, base: &str, coord: &Queue) -> Result<()> {
     let wait = Duration::from_secs(args.wait_secs);
-    let inbox = Queue::open(&worker_queue(base, w)).context("opening our queue")?;
+    let inbox = Queue::open(&QUEUES.member(base, w)).context("opening our queue")?;
     let cpu = if args.pin { Some(pin(w)?) } else { None };
     coord
         .send(

@@ -1,5 +1,6 @@
-//! The port's NIC counters around a run: every file of `ports/N/counters/` and
-//! `ports/N/hw_counters/` read before the first size and after the last, and their deltas —
+//! The port's NIC counters around a run: every counter of `ports/N/counters/` and
+//! `ports/N/hw_counters/` read before the first size and after the last
+//! (`verbs_lab::sysfs::PortCounters`), and their deltas —
 //! for `--counters` (a text block), `-W/--report-counters LIST` (perftest's `\tNAME=DELTA`
 //! lines), `--json`, `--out_json` and the `--max-counter NAME=N` gate.
 //!
@@ -9,49 +10,18 @@
 //! mlx5 has both.
 
 use std::fmt;
-use std::fs;
 use std::str::FromStr;
 
-use verbs_lab::sysfs;
+use verbs_lab::sysfs::PortCounters;
 
-/// Counter values by name, sorted by name.
+/// Counter deltas by name, sorted by name.
 pub type Snapshot = Vec<(String, u64)>;
 
-/// Reads every counter of `dev`'s port `port` (none when sysfs has no such directory).
-pub fn read(dev: &str, port: u8) -> Snapshot {
-    let base = sysfs::device_dir(dev).join(format!("ports/{port}"));
-    let mut out = Vec::new();
-    for dir in ["counters", "hw_counters"] {
-        let Ok(entries) = fs::read_dir(base.join(dir)) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            // A counter the driver cannot read right now (EINVAL on some files) is left out.
-            if let Some(v) = fs::read_to_string(e.path())
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
-            {
-                out.push((format!("{dir}/{name}"), v));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
-/// `after - before` for every counter present in both (a counter that went down, e.g. reset,
-/// counts as 0).
-pub fn deltas(before: &Snapshot, after: &Snapshot) -> Snapshot {
-    after
-        .iter()
-        .filter_map(|(k, a)| {
-            before
-                .iter()
-                .find(|(b, _)| b == k)
-                .map(|(_, b)| (k.clone(), a.saturating_sub(*b)))
-        })
-        .collect()
+/// How every counter of the port rose from `before` (a [`PortCounters::snapshot`] taken before
+/// the first size) until now: read again once the kernel's `hw_counters` cache can no longer
+/// hold values from before the call ([`PortCounters::read_again`]).
+pub fn deltas(before: &PortCounters) -> Snapshot {
+    before.changes_to(&before.read_again())
 }
 
 /// The delta of `name` (`hw_counters/X`, `counters/X`, or the bare `X` found in either).
@@ -164,9 +134,10 @@ mod tests {
 
     #[test]
     fn deltas_blocks_and_gates() {
-        let before = snap(&[("hw_counters/rcvd_pkts", 10), ("hw_counters/retrans", 5)]);
-        let after = snap(&[("hw_counters/rcvd_pkts", 110), ("hw_counters/retrans", 5)]);
-        let d = deltas(&before, &after);
+        let port = |v| PortCounters::from_values("rxe0", 1, snap(v));
+        let before = port(&[("hw_counters/rcvd_pkts", 10), ("hw_counters/retrans", 5)]);
+        let after = port(&[("hw_counters/rcvd_pkts", 110), ("hw_counters/retrans", 5)]);
+        let d = before.changes_to(&after);
         assert_eq!(
             d,
             snap(&[("hw_counters/rcvd_pkts", 100), ("hw_counters/retrans", 0)])

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context as _, Result};
 use verbs_lab::connect::port_mtu;
 use verbs_lab::oob;
+use verbs_lab::sysfs::PortCounters;
 use verbs_lab::verbs::QpType;
 
 use crate::conn::{self, Link};
@@ -301,17 +302,13 @@ fn measure<'c>(
     s.ch.sync(Phase::Connected, 0)?;
 
     sink.header(&info);
-    let dev_name = s.link.dev.ctx.name().to_string();
-    let before = counters::read(&dev_name, cfg.device.ib_port);
+    let before = PortCounters::snapshot(s.link.dev.ctx.name(), cfg.device.ib_port);
     let sizes = s.link.agreed.sizes.clone();
     let progress = Progress::start(cfg, &sizes);
     let rows = match cfg.tool.metric {
         Metric::Bw if cfg.timing.run_infinitely => {
             let rows = run_infinitely(s, later_periods, &info, sink)?;
-            sink.counters(counters::deltas(
-                &before,
-                &counters::read(&dev_name, cfg.device.ib_port),
-            ));
+            sink.counters(counters::deltas(&before));
             // The periods ended with SYNC(finish) already.
             return Ok(RunResult {
                 info,
@@ -342,10 +339,7 @@ fn measure<'c>(
             Rows::Lat(rows)
         }
     };
-    sink.counters(counters::deltas(
-        &before,
-        &counters::read(&dev_name, cfg.device.ib_port),
-    ));
+    sink.counters(counters::deltas(&before));
     drop(progress);
     s.ch.sync(Phase::Finish, 0)?;
     if let Some(d) = cfg.wait_destroy {

@@ -19,7 +19,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use super::mqlink::{self, QUEUE_DEPTH, QUEUE_PREFIX};
+use super::mqlink::{self, QUEUES, QUEUE_DEPTH};
 use crate::mq::{self, Queue, MAX_MSG_LEN};
 use crate::workers::{self, describe, Fate, Worker};
 
@@ -73,16 +73,14 @@ pub fn run_local(np: u32, args: &[OsString], grace: Duration) -> Result<Outcome,
 /// As [`run_local`], the ranks coordinated over message queues this launcher creates (see the
 /// module documentation); each child must call [`child_setup_mq`] first.
 pub fn run_local_mq(np: u32, args: &[OsString], grace: Duration) -> Result<Outcome, String> {
-    for (pid, names) in mq::remove_orphans(QUEUE_PREFIX) {
-        eprintln!(
-            "removed {} left by launcher pid {pid}, which no longer runs",
-            names.join(", ")
-        );
+    for note in QUEUES.remove_orphans() {
+        eprintln!("note: {note}");
     }
     mq::install_cleanup_on_signals()
         .map_err(|e| format!("cannot arrange for the queues' removal on Ctrl-C: {e}"))?;
-    let base = mqlink::queue_base(std::process::id());
-    let queues = mqlink::queue_names(&base, np)
+    let base = QUEUES.base(std::process::id());
+    let queues = QUEUES
+        .all(&base, np)
         .iter()
         .map(|n| Queue::create(n, QUEUE_DEPTH, MAX_MSG_LEN))
         .collect::<Result<Vec<_>, _>>()
@@ -168,18 +166,7 @@ pub fn child_setup() -> Result<(), String> {
 /// and a thread removes the launcher's queues and ends the rank, so a launcher killed outright
 /// leaves nothing in /dev/mqueue. Call it before any other thread starts.
 pub fn child_setup_mq(base: &str, world: u32) -> Result<(), String> {
-    let Some(owner) = mqlink::owner_of(base) else {
-        return Err(format!(
-            "--vl-coll-queues {base:?}: not a launcher's queue name (it is set by --np)"
-        ));
-    };
-    let launcher = workers::follow_coordinator(&mqlink::queue_names(base, world))
-        .map_err(|e| format!("tying this rank to its launcher (--np): {e}"))?;
-    if launcher != owner {
-        return Err(format!(
-            "--vl-coll-queues {base:?} names the queues of pid {owner}, but this rank's launcher \
-             is pid {launcher}"
-        ));
-    }
-    Ok(())
+    workers::follow_queues(&QUEUES, base, world, "--vl-coll-queues")
+        .map(drop)
+        .map_err(|e| format!("tying this rank to its launcher (--np): {e}"))
 }

@@ -1,7 +1,7 @@
 //! The bootstrap star of a local run (`--np N`) over POSIX message queues (`crate::mq`).
 //!
 //! The launcher creates one queue per rank, `{base}-r{I}` with `base` = `/vl-coll-{PID}`
-//! ([`queue_names`]), and owns them: they are removed when it ends, on SIGINT/SIGTERM/SIGHUP,
+//! ([`QUEUES`]), and owns them: they are removed when it ends, on SIGINT/SIGTERM/SIGHUP,
 //! by its ranks when it is killed outright (`PR_SET_PDEATHSIG`), or by the next launcher (the
 //! queues of a pid that no longer exists). Rank 0 reads its queue and writes the others'; every
 //! other rank reads its own and writes rank 0's — the same star as over TCP, with the same
@@ -14,33 +14,17 @@
 
 use std::time::{Duration, Instant};
 
-use crate::mq::{MqError, Queue, WorkerMsg, MAX_RESULT};
+use crate::mq::{MqError, Queue, QueueFamily, WorkerMsg, MAX_RESULT};
 
-/// The queues of local runs are `/vl-coll-{launcher pid}-r{rank}`.
-pub const QUEUE_PREFIX: &str = "/vl-coll-";
+/// The queues of local runs: `/vl-coll-{launcher pid}-r{rank}` (the base names the run only).
+pub const QUEUES: QueueFamily = QueueFamily {
+    prefix: "/vl-coll-",
+    tag: "r",
+    base_is_queue: false,
+};
 
 /// Messages each rank's queue holds before a writer waits.
 pub const QUEUE_DEPTH: usize = 8;
-
-/// The base name of the queues of the launcher with process id `pid`.
-pub fn queue_base(pid: u32) -> String {
-    format!("{QUEUE_PREFIX}{pid}")
-}
-
-/// The queue of `rank` under `base`.
-pub fn queue_name(base: &str, rank: u32) -> String {
-    format!("{base}-r{rank}")
-}
-
-/// Every queue of a run of `world` ranks under `base`.
-pub fn queue_names(base: &str, world: u32) -> Vec<String> {
-    (0..world).map(|r| queue_name(base, r)).collect()
-}
-
-/// The launcher pid in a base name made by [`queue_base`].
-pub fn owner_of(base: &str) -> Option<u32> {
-    base.strip_prefix(QUEUE_PREFIX)?.parse().ok()
-}
 
 /// What arrived on a rank's queue.
 #[derive(Debug)]
@@ -66,7 +50,7 @@ impl MqLinks {
     /// Opens the queues of `rank` in a run of `world` under `base` (the launcher made them).
     pub fn open(base: &str, rank: u32, world: u32) -> Result<MqLinks, String> {
         let open = |r: u32| {
-            Queue::open(&queue_name(base, r)).map_err(|e| {
+            Queue::open(&QUEUES.member(base, r)).map_err(|e| {
                 format!("rank {rank}: the launcher's queue of rank {r} cannot be opened: {e}")
             })
         };
@@ -200,13 +184,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_round_trip() {
-        let base = queue_base(4242);
+    fn names() {
+        let base = QUEUES.base(4242);
         assert_eq!(base, "/vl-coll-4242");
-        assert_eq!(owner_of(&base), Some(4242));
-        assert_eq!(owner_of("/vl-procs-1"), None);
+        assert_eq!(QUEUES.owner_of(&base), Some(4242));
+        assert_eq!(QUEUES.owner_of("/vl-procs-1"), None);
         assert_eq!(
-            queue_names(&base, 2),
+            QUEUES.all(&base, 2),
             vec!["/vl-coll-4242-r0", "/vl-coll-4242-r1"]
         );
     }

@@ -181,18 +181,9 @@ pub fn orphans_among(
     let bare = prefix.trim_start_matches('/');
     let mut found: Vec<(u32, Vec<String>)> = Vec::new();
     for n in names {
-        let Some(rest) = n.strip_prefix(bare) else {
+        let Some((pid, _)) = n.strip_prefix(bare).and_then(split_owner) else {
             continue;
         };
-        let digits = rest.split('-').next().unwrap_or("");
-        let Ok(pid) = digits.parse::<u32>() else {
-            continue;
-        };
-        if digits.starts_with('0')
-            || !(rest.len() == digits.len() || rest[digits.len()..].starts_with('-'))
-        {
-            continue;
-        }
         if alive(pid) {
             continue;
         }
@@ -207,6 +198,15 @@ pub fn orphans_among(
     }
     found.sort();
     found
+}
+
+/// The owner's pid at the start of `rest` (a queue name after its family's prefix) and what
+/// follows it: nothing, or `-…`. `None` unless the pid is plain decimal without a leading 0.
+pub(crate) fn split_owner(rest: &str) -> Option<(u32, &str)> {
+    let digits = rest.split('-').next().unwrap_or("");
+    let ok = digits.bytes().all(|b| b.is_ascii_digit()) && !digits.starts_with('0');
+    let pid = digits.parse().ok().filter(|_| ok)?;
+    Some((pid, &rest[digits.len()..]))
 }
 
 /// Removes the queues that coordinators killed outright left behind: those named

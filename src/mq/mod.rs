@@ -21,15 +21,19 @@
 //!   [`install_cleanup_on_signals`] removes them all on SIGINT, SIGTERM or SIGHUP before the
 //!   process dies of that signal. A SIGKILL cannot be caught: its queues stay until removed by
 //!   hand (`rm /dev/mqueue/NAME` once mqueue is mounted) or the machine reboots.
+//! - [`QueueFamily`]: a tool's queue names, `{prefix}{owner pid}` and its members `…-w0`, so
+//!   that a worker can check whose queues it was given and the next run can find the orphans.
 //!
 //! The kernel's limits, measured on the machines of this project (see `Limits`): at most 10
 
 mod cleanup;
+mod family;
 mod limits;
 mod msg;
 mod queue;
 
 pub use cleanup::*;
+pub use family::*;
 pub use limits::*;
 pub use msg::*;
 pub use queue::*;

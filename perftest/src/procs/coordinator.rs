@@ -10,7 +10,7 @@ use verbs_lab::mq::{self, Queue, WorkerMsg};
 use verbs_lab::workers::{self, describe, GatherError, Roster, Worker};
 
 use super::report::{Assembler, WorkerReport};
-use super::{peer_timeout, worker_queue, QUEUE_PREFIX, SETUP_SLACK};
+use super::{peer_timeout, QUEUES, SETUP_SLACK};
 use crate::aggregate::{aggregate_info, totals};
 use crate::output::{OutputArgs, Reporter};
 use crate::params::{Config, RunMode};
@@ -94,14 +94,8 @@ pub fn coordinator_main(cfg: &Config, out: &OutputArgs) -> ExitCode {
         eprintln!("{name}: error: {e}");
         return ExitCode::FAILURE;
     }
-    for (pid, names) in mq::remove_orphans(QUEUE_PREFIX) {
-        eprintln!(
-            "{name}: note: removed {} message queue{} left by a coordinator that is gone \
-             (pid {pid}): {}",
-            names.len(),
-            if names.len() == 1 { "" } else { "s" },
-            names.join(" ")
-        );
+    for note in QUEUES.remove_orphans() {
+        eprintln!("{name}: note: {note}");
     }
     let outcome = coordinate(cfg).and_then(|(total, procs)| {
         Reporter::new(out)
@@ -116,7 +110,7 @@ pub fn coordinator_main(cfg: &Config, out: &OutputArgs) -> ExitCode {
 
 fn coordinate(cfg: &Config) -> Result<(RunResult, Vec<ProcessResult>)> {
     let n = cfg.procs.count.context("coordinate() needs --procs")?;
-    let base = format!("{QUEUE_PREFIX}{}", std::process::id());
+    let base = QUEUES.base(std::process::id());
     // The inbox carries every message, a full Result included; 10 is the default msg_max.
     let inbox = Queue::create(&base, 10, mq::MAX_MSG_LEN)
         .context("creating the coordinator's message queue (--procs)")?;
@@ -126,7 +120,7 @@ fn coordinate(cfg: &Config) -> Result<(RunResult, Vec<ProcessResult>)> {
     let mut inboxes = Vec::new();
     for i in 0..n {
         // A worker's inbox carries Go and Abort only: 2 small messages.
-        let q = Queue::create(&worker_queue(&base, i), 2, mq::HEADER_LEN + mq::MAX_TEXT)
+        let q = Queue::create(&QUEUES.member(&base, i), 2, mq::HEADER_LEN + mq::MAX_TEXT)
             .with_context(|| format!("creating worker {i}'s message queue (--procs)"))?;
         inboxes.push(q);
         let mut a = args.clone();

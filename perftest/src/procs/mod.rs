@@ -34,6 +34,8 @@
 
 use std::time::Duration;
 
+use verbs_lab::mq::QueueFamily;
+
 use crate::params::Config;
 
 pub mod coordinator;
@@ -49,23 +51,15 @@ pub use report::{
 pub use verbs_lab::workers::describe;
 pub use worker::worker_main;
 
-/// The queues of a run are `/vl-procs-PID` (the coordinator's) and `/vl-procs-PID-wI`.
-pub const QUEUE_PREFIX: &str = "/vl-procs-";
+/// The queues of a run: `/vl-procs-PID` (the coordinator's) and `/vl-procs-PID-wI`.
+pub const QUEUES: QueueFamily = QueueFamily {
+    prefix: "/vl-procs-",
+    tag: "w",
+    base_is_queue: true,
+};
 
 /// How long past `--wait` a worker may take to connect and set up before it is declared stuck.
 pub const SETUP_SLACK: Duration = Duration::from_secs(30);
-
-/// The queue of worker `w` of the coordinator whose queue is `base`.
-pub fn worker_queue(base: &str, w: u32) -> String {
-    format!("{base}-w{w}")
-}
-
-/// Every queue of the run whose coordinator's queue is `base`, with `n` workers.
-pub fn queue_names(base: &str, n: u32) -> Vec<String> {
-    std::iter::once(base.to_string())
-        .chain((0..n).map(|w| worker_queue(base, w)))
-        .collect()
-}
 
 /// How long a side accepts silence from its peer: as the engine's (`run::run_tool`).
 pub fn peer_timeout(cfg: &Config) -> Duration {

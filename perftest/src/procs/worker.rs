@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use verbs_lab::mq::{Queue, WorkerMsg};
-use verbs_lab::workers::{follow_coordinator, monotonic_ns_of};
+use verbs_lab::workers::{follow_queues, monotonic_ns_of};
 
 use super::report::{chunks, WorkerReport};
-use super::{peer_timeout, queue_names, worker_queue, SETUP_SLACK};
+use super::{peer_timeout, QUEUES, SETUP_SLACK};
 use crate::engine::{heartbeats, Pacer};
 use crate::params::{Config, WorkerOf};
 use crate::proto::Channel;
@@ -31,8 +31,10 @@ pub fn worker_main(cfg: &Config) -> ExitCode {
         eprintln!("{name} worker {}: error: {e}", w.index);
         ExitCode::FAILURE
     };
-    // First, before any thread starts: the kernel tells us when the coordinator dies.
-    if let Err(e) = follow_coordinator(&queue_names(&w.queue, cfg.procs.count.unwrap_or(0))) {
+    // First, before any thread starts: the kernel tells us when the coordinator dies (once
+    // we know that --vl-queue names our coordinator's queues, not another run's).
+    let n = cfg.procs.count.unwrap_or(0);
+    if let Err(e) = follow_queues(&QUEUES, &w.queue, n, "--vl-queue") {
         return fail(&e);
     }
     let coord = match Queue::open(&w.queue) {
@@ -53,7 +55,7 @@ pub fn worker_main(cfg: &Config) -> ExitCode {
 }
 
 fn worker(cfg: &Config, w: &WorkerOf, coord: &Queue) -> Result<()> {
-    let inbox = Queue::open(&worker_queue(&w.queue, w.index)).context("opening our queue")?;
+    let inbox = Queue::open(&QUEUES.member(&w.queue, w.index)).context("opening our queue")?;
     let link = CoordLink {
         index: w.index,
         coord,
