@@ -99,6 +99,38 @@ impl BwUnit {
         }
     }
 
+    /// The unit as the `--json` report names it (`"report_unit"`): `MiB/s` or `Gb/s`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BwUnit::MiBps => "MiB/s",
+            BwUnit::Gbps => "Gb/s",
+        }
+    }
+
+    /// The unit a `--json` report names ([`BwUnit::name`]); MiB/s, the default, for any other.
+    pub fn from_name(name: Option<&str>) -> BwUnit {
+        match name {
+            Some(n) if n == BwUnit::Gbps.name() => BwUnit::Gbps,
+            _ => BwUnit::MiBps,
+        }
+    }
+
+    /// perftest's choice of row format: a Gb/s average below 0.1 takes the extended one
+    /// (`REPORT_FMT_EXT`, six decimals), so that a slow link does not read 0.00.
+    pub(crate) fn extended(self, avg: f64) -> bool {
+        self == BwUnit::Gbps && avg < 0.1
+    }
+
+    /// Decimals of a bandwidth as the text row, the table and perftest's JSON show it, for a
+    /// row whose average is `avg`: 6 in the extended format, else 2.
+    pub(crate) fn shown_decimals(self, avg: f64) -> usize {
+        if self.extended(avg) {
+            6
+        } else {
+            2
+        }
+    }
+
     /// The suffix of CSV columns and JSON keys: `mib_s` or `gbit_s`.
     pub fn key(self) -> &'static str {
         match self {

@@ -158,10 +158,7 @@ struct Run<'a> {
 impl Run<'_> {
     fn new(info: &RunInfo, unit: BwUnit) -> Run<'_> {
         let (metric, report_unit) = match info.metric {
-            Metric::Bw => match unit {
-                BwUnit::MiBps => ("bw", "MiB/s"),
-                BwUnit::Gbps => ("bw", "Gb/s"),
-            },
+            Metric::Bw => ("bw", unit.name()),
             Metric::Lat => ("lat", "usec"),
         };
         Run {

@@ -144,11 +144,7 @@ fn bw_results(r: &BwRow, verbosity: Option<Verbosity>, unit: BwUnit) -> Value {
         Some(Verbosity::MessageRate) => return json!({ "msgRate_avg": num(r.msg_rate_mpps, 6) }),
         _ => {}
     }
-    let d = if unit == BwUnit::Gbps && avg < 0.1 {
-        6
-    } else {
-        2
-    };
+    let d = unit.shown_decimals(avg);
     json!({
         "MsgSize": r.bytes,
         "n_iterations": r.iterations,

@@ -26,6 +26,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde_json::Value;
 
+use super::BwUnit;
+
 /// Width of the chart, and height of each panel, in pixels.
 const WIDTH: u32 = 800;
 const PANEL_HEIGHT: u32 = 380;
@@ -101,10 +103,8 @@ pub fn panels(doc: &Value) -> Result<Vec<Panel>, String> {
     };
     match run.get("metric").and_then(Value::as_str) {
         Some("bw") => {
-            let (unit, key) = match run.get("report_unit").and_then(Value::as_str) {
-                Some("Gb/s") => ("Gb/s", "gbit_s"),
-                _ => ("MiB/s", "mib_s"),
-            };
+            let u = BwUnit::from_name(run.get("report_unit").and_then(Value::as_str));
+            let (unit, key) = (u.name(), u.key());
             Ok(vec![
                 Panel {
                     title: format!("{title}: bandwidth"),

@@ -143,21 +143,14 @@ fn rows(result: &RunResult, procs: &[ProcessResult], unit: BwUnit) -> Table {
                 "msg rate [Mpps]".to_string(),
             ]);
             t.set_header(header);
-            let prec = |x: f64| {
-                if unit == BwUnit::Gbps && x < 0.1 {
-                    6
-                } else {
-                    2
-                }
-            };
             let cells = |process: Option<String>, r: &BwRow| {
                 let (peak, avg) = (unit.convert(r.peak_bps), unit.convert(r.avg_bps));
                 let mut c: Vec<String> = process.into_iter().collect();
                 c.extend([
                     r.bytes.to_string(),
                     r.iterations.to_string(),
-                    cfix(peak, 0, prec(avg)),
-                    cfix(avg, 0, prec(avg)),
+                    cfix(peak, 0, unit.shown_decimals(avg)),
+                    cfix(avg, 0, unit.shown_decimals(avg)),
                     cfix(r.msg_rate_mpps, 0, 6),
                 ]);
                 c

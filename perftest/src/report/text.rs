@@ -331,7 +331,7 @@ const REPORT_FMT_EXT: BwRowFormat = BwRowFormat {
 pub fn bw_row(row: &BwRow, unit: BwUnit) -> String {
     let peak = unit.convert(row.peak_bps);
     let avg = unit.convert(row.avg_bps);
-    let f = if unit == BwUnit::Gbps && avg < 0.1 {
+    let f = if unit.extended(avg) {
         &REPORT_FMT_EXT
     } else {
         &REPORT_FMT
