@@ -29,8 +29,7 @@ killed() {
     wait_port 18515 60 "$spid" || true
     $4 >"$out/$1.client" 2>&1 &
     cpid=$!
-    i=0
-    until grep -q -F -e "$2" "$out/$1.client" || [ $i -ge 1200 ]; do sleep 0.1; i=$((i + 1)); done
+    wait_for 120 "$cpid" grep -q -F -e "$2" "$out/$1.client" || true
     sleep 1
     kill -KILL "$cpid" 2>/dev/null || true
     wait "$cpid" 2>/dev/null || true

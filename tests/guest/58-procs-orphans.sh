@@ -15,6 +15,12 @@ set -eu
 require_bin vl_write_bw
 mqueue_ready
 
+# client_workers_up: the client's two workers run; sets cworkers to their pids.
+client_workers_up() {
+    cworkers=$(workers_of "$VL_ADDR0")
+    [ "$(echo "$cworkers" | wc -w)" -ge 2 ]
+}
+
 # start_pair: a --procs 2 server and client (-D 60); sets spid, cpid and cworkers (the client's
 # two workers, once both run).
 start_pair() {
@@ -27,11 +33,7 @@ start_pair() {
     cpid=$!
     next_port
     cworkers=
-    _end=$(($(_vl_now) + $(scaled 30) * 100))
-    while [ "$(echo "$cworkers" | wc -w)" -lt 2 ] && [ "$(_vl_now)" -lt "$_end" ]; do
-        cworkers=$(workers_of "$VL_ADDR0")
-        sleep 0.2
-    done
+    wait_for 30 - client_workers_up || true
     if [ "$(echo "$cworkers" | wc -w)" -ne 2 ]; then
         cat "$TMPDIR/srv.out" "$TMPDIR/cli.out"
         fail "the client's two workers did not appear"
