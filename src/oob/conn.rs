@@ -62,10 +62,10 @@ pub fn connect_noting(
         }
         if start.elapsed() >= NOTE_AFTER {
             if let (Some(note), Some(e)) = (note.take(), &last_err) {
-                let left = timeout.saturating_sub(start.elapsed()).as_secs();
+                let all = timeout.as_secs_f64();
                 note(format!(
-                    "the server at {host}:{port} does not accept yet ({e}); trying again for up \
-                     to {left} s more"
+                    "the server at {host}:{port} does not accept yet ({e}); trying again, for \
+                     {all:.0} s in all"
                 ));
             }
         }
