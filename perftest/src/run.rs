@@ -474,7 +474,7 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
             cfg.queues.rx_depth
         },
         post_list: cfg.queues.post_list,
-        cq_moderation: cfg.queues.effective_cq_mod(),
+        cq_moderation: cfg.queues.signal_period(cfg.tool),
         max_inline: link.agreed.inline_limit,
         outstanding_reads: link.agreed.outstanding,
         atomic_type: cfg.atomic.map(|a| a.name().to_string()),

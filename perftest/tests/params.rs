@@ -257,6 +257,61 @@ fn effective_cq_moderation_keeps_a_signal_in_every_full_queue() {
     assert_eq!(ok(WRITE_LAT, "").queues.effective_cq_mod(), 1);
 }
 
+/// The latency tools signal as perftest's latency loops do, and a send queue of the tx depth
+/// (the QP's `max_send_wr`, the header's TX depth) always holds a signaled request when full.
+#[test]
+fn latency_tools_signal_as_perftest_does() {
+    let period = |tool: Tool, args: &str| {
+        let c = ok(tool, args);
+        let p = c.queues.signal_period(tool);
+        // The QP's send queue is the tx depth the header prints, and the period fits in it.
+        let sq = vl_perftest::conn::qp_caps(&c, 512, 0).max_send_wr;
+        assert_eq!(sq, c.queues.tx_depth, "{} {args}", tool.name());
+        assert!(
+            (1..=sq).contains(&p),
+            "{} {args}: one signaled request in {p} does not fit a send queue of {sq}",
+            tool.name()
+        );
+        p
+    };
+    // send_lat: -Q capped by the tx depth — every SEND at the default depth of 1, as
+    // ib_send_lat, whose -Q 100 is cut to its tx depth of 1 too.
+    assert_eq!(period(SEND_LAT, ""), 1);
+    assert_eq!(ok(SEND_LAT, "").queues.tx_depth, 1);
+    assert_eq!(period(SEND_LAT, "-Q 100"), 1);
+    assert_eq!(period(SEND_LAT, "-t 128"), 100);
+    assert_eq!(period(SEND_LAT, "-t 128 -Q 1"), 1);
+    assert_eq!(period(SEND_LAT, "-t 16 -Q 100"), 16);
+    // -n below the depth cuts the depth, and the period with it.
+    assert_eq!(period(SEND_LAT, "-t 128 -n 10"), 10);
+    assert_eq!(period(SEND_LAT, "-t 128 -c UD"), 100);
+    assert_eq!(period(SEND_LAT, "-t 128 -e"), 100);
+    // What scenario 45 runs in the guest.
+    assert_eq!(period(SEND_LAT, "-t 4 -Q 4 -s 64 -n 300"), 4);
+    assert_eq!(period(SEND_LAT, "-t 4 -Q 2 -e -n 200"), 2);
+    assert_eq!(period(SEND_LAT, "-t 4 -Q 4 -c UD -s 512 -n 200"), 4);
+    assert_eq!(period(WRITE_LAT, "-t 16 -Q 8 -n 300"), 1);
+    // write, read and atomic latency: every request, whatever -t and -Q say (perftest's
+    // loops for those set IBV_SEND_SIGNALED on each post and wait for its completion).
+    for tool in [WRITE_LAT, READ_LAT, ATOMIC_LAT] {
+        for args in ["", "-t 128", "-t 128 -Q 100", "-t 128 -c UC"] {
+            if tool != WRITE_LAT && args.contains("UC") {
+                continue;
+            }
+            assert_eq!(period(tool, args), 1, "{} {args}", tool.name());
+        }
+    }
+    // The bandwidth tools keep the effective CQ moderation.
+    for (tool, args, want) in [
+        (WRITE_BW, "", 100),
+        (SEND_BW, "-t 16 -l 8", 9),
+        (READ_BW, "-Q 1", 1),
+        (ATOMIC_BW, "-t 64", 64),
+    ] {
+        assert_eq!(period(tool, args), want, "{} {args}", tool.name());
+    }
+}
+
 #[test]
 fn wire_parameters_name_every_value_that_must_match() {
     let c = ok(WRITE_BW, "-s 8192 -c UC");
