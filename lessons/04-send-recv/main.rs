@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
+use verbs_lab::cli::SizeRange;
 use verbs_lab::connect::{local_endpoint, random_psn, rtr_attr, rts_attr, ConnectOpts, Endpoint};
 use verbs_lab::oob::OobConn;
 use verbs_lab::sysfs::PortCounters;
@@ -37,9 +38,9 @@ use verbs_lab_lessons::{
 struct Args {
     #[command(flatten)]
     pp: PingPongArgs,
-    /// Size of each message in bytes (both sides must use the same).
+    /// Size of each message in bytes, 1 to 1G (suffixes K, M, G); both sides must use the same.
     #[arg(short = 's', long = "size", default_value_t = 4096,
-          value_parser = clap::value_parser!(u32).range(1..=(1 << 30)))]
+          value_parser = SizeRange::new(1..=1u32 << 30))]
     size: u32,
     /// Path MTU in bytes (256, 512, 1024, 2048, 4096): at most the port's active MTU, the same
     /// on both sides.
