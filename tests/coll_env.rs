@@ -133,6 +133,12 @@ fn bad_values_get_clear_errors() {
         e.contains("RANK=\"one\" is not a non-negative integer"),
         "{e}"
     );
+    let huge = "99999999999999999999";
+    let e = resolve(&none(), &env(&[("RANK", "0"), ("WORLD_SIZE", huge)])).unwrap_err();
+    assert_eq!(
+        e,
+        format!("WORLD_SIZE=\"{huge}\" is too large: ranks and world sizes go up to 1024")
+    );
     let e = resolve(
         &none(),
         &env(&[("RANK", "4"), ("WORLD_SIZE", "4"), MASTER[0], MASTER[1]]),

@@ -48,10 +48,13 @@ struct Args {
     /// Start N ranks on this machine (3 or 4 make a good lesson).
     #[arg(long)]
     np: Option<u32>,
+    /// This process's rank, when you launch each rank yourself (with --world-size and --master).
     #[arg(long)]
     rank: Option<u32>,
+    /// The number of ranks (with --rank and --master).
     #[arg(long = "world-size")]
     world_size: Option<u32>,
+    /// Rank among the ranks on this host (picks the device; default: the rank).
     #[arg(long = "local-rank")]
     local_rank: Option<u32>,
     /// Rank 0's address HOST:PORT (else MASTER_ADDR/MASTER_PORT).
@@ -79,11 +82,25 @@ struct Seen {
 fn main() -> ExitCode {
     let args: Args = parse_args("lesson15_ring_allreduce");
     if let Some(np) = args.np {
-        if args.rank.is_none() {
+        // The ranks --np starts get --rank and the rest, and their launcher's pid.
+        let a_rank_of_np = std::env::var_os(verbs_lab::workers::COORDINATOR_ENV).is_some();
+        if !a_rank_of_np {
             // Step 1, the launcher's half: start the ranks and wait for them.
             if !(2..=16).contains(&np) {
                 eprintln!(
-                    "lesson15_ring_allreduce: --np {np}: give 2..16 ranks (3 or 4 read best)"
+                    "lesson15_ring_allreduce: error: --np {np}: give 2..16 ranks (3 or 4 read best)"
+                );
+                return ExitCode::from(2);
+            }
+            if args.rank.is_some()
+                || args.world_size.is_some()
+                || args.local_rank.is_some()
+                || args.master.is_some()
+            {
+                eprintln!(
+                    "lesson15_ring_allreduce: error: --np starts its own ranks: leave out \
+                     --rank, --world-size, --local-rank and --master (they are for launching \
+                     each rank yourself, without --np)"
                 );
                 return ExitCode::from(2);
             }
@@ -92,7 +109,7 @@ fn main() -> ExitCode {
             return launch::Outcome::exit(ranks, "lesson15_ring_allreduce");
         }
         if let Err(e) = launch::child_setup() {
-            eprintln!("lesson15_ring_allreduce: {e}");
+            eprintln!("lesson15_ring_allreduce: error: {e}");
             return ExitCode::from(2);
         }
     }

@@ -89,11 +89,20 @@ impl LatGate {
 
 /// The clap value parser of `--min-bw`: a positive finite number.
 pub fn parse_min_bw(s: &str) -> Result<f64, String> {
+    positive_bandwidth(s, "in MiB/s, or Gb/s with --report_gbits")
+}
+
+/// The clap value parser of the collectives' `--min-busbw`: a positive finite number (GB/s).
+pub fn parse_min_busbw(s: &str) -> Result<f64, String> {
+    positive_bandwidth(s, "GB/s of bus bandwidth")
+}
+
+/// The one check of a bandwidth floor: a gate of 0, a negative, infinite or NaN floor could
+/// never fail, so each is refused, naming `unit`.
+fn positive_bandwidth(s: &str, unit: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
-        _ => Err(format!(
-            "'{s}' is not a positive bandwidth (in MiB/s, or Gb/s with --report_gbits)"
-        )),
+        _ => Err(format!("'{s}' is not a positive bandwidth ({unit})")),
     }
 }
 
@@ -176,5 +185,13 @@ mod tests {
         assert!(parse_min_bw("0").is_err());
         assert!(parse_min_bw("x").is_err());
         assert_eq!(parse_min_bw("1000.5"), Ok(1000.5));
+        for bad in ["nan", "NaN", "0", "inf", "-1", "x"] {
+            let e = parse_min_busbw(bad).unwrap_err();
+            assert_eq!(
+                e,
+                format!("'{bad}' is not a positive bandwidth (GB/s of bus bandwidth)")
+            );
+        }
+        assert_eq!(parse_min_busbw("2.5"), Ok(2.5));
     }
 }

@@ -103,9 +103,13 @@ const SOURCES: [Source; 4] = [
 ];
 
 fn number(name: &str, v: &str) -> Result<u32, String> {
-    v.trim()
-        .parse::<u32>()
-        .map_err(|_| format!("{name}={v:?} is not a non-negative integer"))
+    use std::num::IntErrorKind;
+    v.trim().parse::<u32>().map_err(|e| match e.kind() {
+        IntErrorKind::PosOverflow => {
+            format!("{name}={v:?} is too large: ranks and world sizes go up to {MAX_WORLD}")
+        }
+        _ => format!("{name}={v:?} is not a non-negative integer"),
+    })
 }
 
 /// Resolves the rank from `flags` and the environment `env` (a lookup, so tests need not touch

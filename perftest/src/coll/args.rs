@@ -9,12 +9,19 @@ use verbs_lab::cli::{parse_size, MAX_WAIT_SECS};
 
 #[derive(Parser, Debug, Clone)]
 #[command(
+    version,
     about = "Collective bandwidth over RDMA verbs, in the layout of nccl-tests",
     after_help = "Ranks: --np N starts N on this machine, coordinated over POSIX message queues \
                   (/dev/mqueue/vl-coll-PID-r*, removed at the end); otherwise the rank comes from --rank/--world-size/--master, \
                   torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), Open MPI \
                   (OMPI_COMM_WORLD_*), MPICH (PMI_RANK, PMI_SIZE) or Slurm (SLURM_PROCID, SLURM_NTASKS), \
-                  first match wins.\nExit status: 0 ok, 1 run failed or wrong values, 2 usage, 3 --min-busbw missed."
+                  first match wins.\nSizes: -e up to 2G (each rank registers an input and an output buffer of -e bytes, \
+                  plus the slots); at most 1000 rows; -i a multiple of the element size.\n\
+                  A closed stdout (| head) ends the sweep quietly with status 0, unless --json or --min-busbw still need the \
+                  rest of it, which then runs without printing.\n\
+                  SIGINT or SIGTERM ends a rank at once by the signal (the shell reports 130 or 143); --np's launcher first \
+                  removes its message queues, and its ranks end with it.\n\
+                  Exit status: 0 ok, 1 run failed or wrong values, 2 usage, 3 --min-busbw missed."
 )]
 pub struct Args {
     /// Smallest message, bytes (K, M, G suffixes).
@@ -44,7 +51,7 @@ pub struct Args {
     /// Element type: float, double, int32, int64, uint8 (nccl-tests' -d; -d is the device here).
     #[arg(short = 't', long = "datatype", default_value = "float")]
     pub dtype: DataType,
-    /// Root rank (broadcast).
+    /// Root rank (broadcast); a rank of the world for every collective, as nccl-tests takes it.
     #[arg(short = 'r', long = "root", default_value_t = 0)]
     pub root: usize,
     /// RDMA devices, comma-separated; local ranks take them round-robin.
@@ -65,7 +72,7 @@ pub struct Args {
     /// This process's rank (with --world-size and --master).
     #[arg(long)]
     pub rank: Option<u32>,
-    /// The number of ranks (with --rank and --master)
+    /// The number of ranks (with --rank and --master).
     #[arg(long = "world-size")]
     pub world_size: Option<u32>,
     /// Rank among the ranks on this host (picks the device and CPU).
@@ -94,8 +101,8 @@ pub struct Args {
     /// Write every size, every rank, as JSON to FILE (rank 0).
     #[arg(long)]
     pub json: Option<String>,
-    /// Fail with exit status 3 when the average bus bandwidth is below this (GB/s).
-    #[arg(long = "min-busbw")]
+    /// Fail with exit status 3 when the average bus bandwidth is below this (GB/s, above 0).
+    #[arg(long = "min-busbw", value_parser = crate::gates::parse_min_busbw)]
     pub min_busbw: Option<f64>,
     /// Every rank prints its own rows too.
     #[arg(long = "all-ranks")]
@@ -106,8 +113,16 @@ pub struct Args {
     pub profile: bool,
 }
 
+/// The largest `-e`: each rank registers an input and an output buffer of this size, and a
+/// registered region's length must fit the 32 bits of an SGE, as `vl_*`'s `-s`.
+pub const MAX_BYTES: usize = 1 << 31;
+/// The most rows a sweep may have.
+pub const MAX_ROWS: usize = 1000;
+
 /// The sizes of the rows: from `min` to `max` by `factor` (or by `step` bytes), each rounded
-/// down to whole elements (at least one).
+/// down to whole elements (at least one). Refused: a range outside `1..=MAX_BYTES`, a step that
+/// is not whole elements, and a sweep of more than [`MAX_ROWS`] rows (the message says how many
+/// it would be and what to give instead).
 pub fn sizes(
     min: usize,
     max: usize,
@@ -120,24 +135,44 @@ pub fn sizes(
             "-b {min} -e {max}: sizes must satisfy 0 < minbytes <= maxbytes"
         ));
     }
-    if factor.is_some() && step.is_some() {
-        return Err("give -f (factor) or -i (increment), not both".into());
+    if max > MAX_BYTES {
+        return Err(format!(
+            "-e {max}: larger than {MAX_BYTES} bytes; each rank registers an input and an \
+             output buffer of -e bytes (2 x -e of pinned memory), and a registered region's \
+             length must fit an SGE's 32 bits"
+        ));
     }
+    match (factor, step) {
+        (Some(_), Some(_)) => return Err("give -f (factor) or -i (increment), not both".into()),
+        (_, Some(0)) | (Some(0 | 1), _) => {
+            return Err("-f must be at least 2 and -i at least 1".into())
+        }
+        (_, Some(i)) if i % elem != 0 => {
+            return Err(format!(
+                "-i {i}: not a whole number of {elem}-byte elements; give a multiple of {elem}"
+            ))
+        }
+        _ => {}
+    }
+    let next = |s: usize| match step {
+        Some(i) => s.saturating_add(i),
+        None => s.saturating_mul(factor.unwrap_or(2) as usize),
+    };
     let mut v = Vec::new();
     let mut s = min;
-    loop {
+    while s <= max && v.len() <= MAX_ROWS {
         v.push((s / elem).max(1) * elem);
-        let next = match (factor, step) {
-            (_, Some(0)) | (Some(0 | 1), _) => {
-                return Err("-f must be at least 2 and -i at least 1".into())
-            }
-            (_, Some(i)) => s + i,
-            (f, None) => s.saturating_mul(f.unwrap_or(2) as usize),
-        };
-        if next > max || v.len() > 10_000 {
-            break;
-        }
-        s = next;
+        s = next(s);
+    }
+    if v.len() > MAX_ROWS {
+        // Only -i gets there: -f 2 from 1 byte to MAX_BYTES is 32 rows.
+        let i = step.unwrap_or(1);
+        let wider = (max - min).div_ceil(MAX_ROWS - 1).next_multiple_of(elem);
+        return Err(format!(
+            "-b {min} -e {max} -i {i} is {} rows, more than the {MAX_ROWS} a sweep may have: \
+             give -i {wider} or more, -f 2, or a narrower -b/-e",
+            (max - min) / i + 1
+        ));
     }
     v.dedup();
     Ok(v)
@@ -151,7 +186,7 @@ mod tests {
     fn sizes_follow_b_e_f_i() {
         assert_eq!(sizes(8, 64, None, None, 4).unwrap(), [8, 16, 32, 64]);
         assert_eq!(sizes(8, 100, Some(4), None, 4).unwrap(), [8, 32]);
-        assert_eq!(sizes(10, 30, None, Some(10), 4).unwrap(), [8, 20, 28]);
+        assert_eq!(sizes(10, 30, None, Some(8), 4).unwrap(), [8, 16, 24]);
         assert_eq!(sizes(1, 2, None, None, 8).unwrap(), [8]);
         assert!(sizes(0, 8, None, None, 4).is_err());
         assert!(sizes(16, 8, None, None, 4)
@@ -161,5 +196,32 @@ mod tests {
             .unwrap_err()
             .contains("not both"));
         assert!(sizes(8, 16, Some(1), None, 4).is_err());
+    }
+
+    #[test]
+    fn a_sweep_too_large_or_too_long_is_refused_saying_what_to_give() {
+        let e = sizes(8, 16 << 30, None, None, 4).unwrap_err();
+        assert!(
+            e.starts_with("-e 17179869184: larger than 2147483648 bytes"),
+            "{e}"
+        );
+        assert_eq!(sizes(8, MAX_BYTES, None, None, 4).unwrap().len(), 29);
+        let e = sizes(8, 1 << 30, None, Some(1), 4).unwrap_err();
+        assert_eq!(
+            e,
+            "-i 1: not a whole number of 4-byte elements; give a multiple of 4"
+        );
+        let e = sizes(8, 1 << 30, None, Some(4), 4).unwrap_err();
+        assert_eq!(
+            e,
+            "-b 8 -e 1073741824 -i 4 is 268435455 rows, more than the 1000 a sweep may have: \
+             give -i 1074820 or more, -f 2, or a narrower -b/-e"
+        );
+        assert_eq!(
+            sizes(8, 1 << 30, None, Some(1074820), 4).unwrap().len(),
+            999
+        );
+        assert_eq!(sizes(4, 4 * 1000, None, Some(4), 4).unwrap().len(), 1000);
+        assert!(sizes(4, 4 * 1001, None, Some(4), 4).is_err());
     }
 }

@@ -13,13 +13,15 @@ mod args;
 mod bench;
 mod check;
 pub mod report;
+mod stdout;
 
 use std::ffi::OsString;
+use std::fs::File;
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::progress::Progress;
-use clap::Parser;
 use verbs_lab::coll::env::{Launcher, RankInfo};
 use verbs_lab::coll::{launch, Coll, CollError, Comm, CommOpts, RankFlags, RankRecord};
 use verbs_lab::wire::{Reader, Writer};
@@ -27,6 +29,7 @@ use verbs_lab::wire::{Reader, Writer};
 pub use args::{sizes, Args};
 use bench::bench_one;
 use report::{Measure, Row, Table};
+use stdout::Stdout;
 
 /// Exit codes, as for the other tools.
 pub const EXIT_FAILED: u8 = 1;
@@ -36,7 +39,11 @@ pub const EXIT_GATE: u8 = 3;
 /// Entry point of the five tools.
 pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
     verbs_lab::cli::generate_if_asked(<Args as clap::CommandFactory>::command);
-    let args = match Args::try_parse() {
+    let command = <Args as clap::CommandFactory>::command().name(tool);
+    let parsed = command
+        .try_get_matches()
+        .and_then(|m| <Args as clap::FromArgMatches>::from_arg_matches(&m));
+    let args = match parsed {
         Ok(a) => a,
         Err(e) => {
             let usage = e.use_stderr();
@@ -44,43 +51,64 @@ pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
             return ExitCode::from(if usage { EXIT_USAGE } else { 0 });
         }
     };
-    if let Some(np) = args.np {
-        if args.rank.is_none() {
-            return launcher(np, &args, tool);
-        }
-        let tied = match &args.local_queues {
-            Some(base) => launch::child_setup_mq(base, np),
-            None => launch::child_setup(),
-        };
-        if let Err(e) = tied {
-            eprintln!("{tool}: {e}");
-            return ExitCode::from(EXIT_USAGE);
-        }
-    }
-    match run(&args, coll_of(args.root), tool) {
+    let coll = coll_of(args.root);
+    let run = match (args.np, &args.local_queues) {
+        // A rank that --np started: it ends with its launcher.
+        (Some(np), Some(base)) => launch::child_setup_mq(base, np)
+            .map_err(usage)
+            .and_then(|()| run(&args, coll, tool)),
+        (Some(np), None) => return launcher(np, &args, coll, tool),
+        (None, _) => run(&args, coll, tool),
+    };
+    match run {
         Ok(code) => ExitCode::from(code),
-        Err((code, msg)) => {
-            eprintln!("{tool}: {msg}");
-            ExitCode::from(code)
-        }
+        Err(fail) => fail_with(tool, fail),
     }
 }
 
-fn launcher(np: u32, args: &Args, tool: &str) -> ExitCode {
-    if np == 0 || np > verbs_lab::coll::env::MAX_WORLD {
-        eprintln!(
-            "{tool}: --np {np}: give 1..{} ranks",
+/// How a tool ends on a failure: `NAME: error: ...` on stderr, as every `vl_*` tool.
+fn fail_with(tool: &str, (code, msg): Fail) -> ExitCode {
+    eprintln!("{tool}: error: {msg}");
+    ExitCode::from(code)
+}
+
+/// `--np N`: checks what every rank would check (so a bad flag is said once, before any rank
+/// starts, and the --json file exists), then starts the ranks and waits for them.
+fn launcher(np: u32, args: &Args, coll: Coll, tool: &str) -> ExitCode {
+    let checked = if np == 0 || np > verbs_lab::coll::env::MAX_WORLD {
+        Err(usage(format!(
+            "--np {np}: give 1..{} ranks",
             verbs_lab::coll::env::MAX_WORLD
-        );
-        return ExitCode::from(EXIT_USAGE);
-    }
-    if args.world_size.is_some() || args.master.is_some() || args.local_queues.is_some() {
-        eprintln!("{tool}: --np starts its own ranks: leave out --world-size and --master");
-        return ExitCode::from(EXIT_USAGE);
+        )))
+    } else if args.rank.is_some()
+        || args.world_size.is_some()
+        || args.local_rank.is_some()
+        || args.master.is_some()
+    {
+        Err(usage(
+            "--np starts its own ranks: leave out --rank, --world-size, --local-rank and \
+             --master (they are for launching each rank yourself, without --np)",
+        ))
+    } else {
+        checked_sizes(args, coll, np as usize).and_then(|_| json_file(args).map(drop))
+    };
+    if let Err(fail) = checked {
+        return fail_with(tool, fail);
     }
     let own: Vec<OsString> = std::env::args_os().skip(1).collect();
     let grace = Duration::from_secs(args.peer_timeout + 10);
     launch::Outcome::exit(launch::run_local_mq(np, &own, grace), tool)
+}
+
+/// `--json FILE`, created (or emptied) before the run, so that a path that cannot be written
+/// fails at once with exit status 2, not after the sweep.
+fn json_file(args: &Args) -> Result<Option<File>, Fail> {
+    args.json
+        .as_deref()
+        .map(|path| {
+            File::create(path).map_err(|e| usage(format!("--json {path}: cannot create it: {e}")))
+        })
+        .transpose()
 }
 
 type Fail = (u8, String);
@@ -104,6 +132,11 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
     let info = rank_info(args)?;
     let n = info.world_size as usize;
     let sizes = checked_sizes(args, coll, n)?;
+    let json = if info.rank == 0 {
+        json_file(args)?
+    } else {
+        None
+    };
     let max = *sizes.last().expect("at least one size");
     let opts = comm_opts(args, &info, max);
     let launcher = info.launcher;
@@ -120,24 +153,31 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
         op,
     };
     let records = comm.table().to_vec();
+    let mut out = Stdout::new();
     if rank == 0 {
-        println!(
-            "{}",
-            table.header(&records, &params_line(args, n, launcher))
-        );
+        out.line(&table.header(&records, &params_line(args, n, launcher)))
+            .map_err(stdout_failed)?;
     }
     let mut rows = Vec::new();
     let progress = Progress::sweep(tool, sizes.len(), rank == 0);
     for &size in &sizes {
         progress.size(size as u64);
-        if let Some(row) = one_size(&mut comm, &table, args, size)? {
-            progress.row(|| println!("{}", table.row(&row)));
+        if let Some(row) = one_size(&mut comm, &mut out, &table, args, size)? {
+            progress
+                .row(|| out.line(&table.row(&row)))
+                .map_err(stdout_failed)?;
             rows.push(row);
+        }
+        // Rank 0's reader gone (`| head`) and nothing else wanting the rest: every rank stops
+        // here together, and the run ends as it would have, quietly.
+        let done = rank == 0 && out.closed() && args.json.is_none() && args.min_busbw.is_none();
+        if comm.star().broadcast(&[u8::from(done)]).map_err(failed)? != [0] {
+            break;
         }
     }
     drop(progress);
     let code = if rank == 0 {
-        verdict(args, &table, &records, &rows, launcher)?
+        verdict(args, &mut out, json, &table, &records, &rows, launcher)?
     } else {
         0
     };
@@ -179,7 +219,13 @@ fn rank_info(args: &Args) -> Result<RankInfo, Fail> {
     Ok(info)
 }
 
-/// The rows' sizes, after refusing flags that make no sense for a world of `n`.
+/// A write to stdout that failed for another reason than a closed pipe.
+fn stdout_failed(e: std::io::Error) -> Fail {
+    (EXIT_FAILED, format!("cannot write to stdout: {e}"))
+}
+
+/// The rows' sizes, after refusing flags that make no sense for a world of `n` — the same
+/// checks whatever `n`, one rank or many.
 fn checked_sizes(args: &Args, coll: Coll, n: usize) -> Result<Vec<usize>, Fail> {
     let sizes = sizes(
         args.min_bytes,
@@ -195,15 +241,37 @@ fn checked_sizes(args: &Args, coll: Coll, n: usize) -> Result<Vec<usize>, Fail> 
     if args.iters == 0 {
         return Err(usage("-n must be at least 1"));
     }
-    if let Coll::Broadcast { root } = coll {
-        if root >= n {
-            return Err(usage(format!(
-                "-r {root}: the root must be a rank of the {n} (0..{})",
-                n - 1
-            )));
-        }
+    if args.root >= n {
+        return Err(usage(format!(
+            "-r {}: the root must be a rank of the {n} (0..{}){}",
+            args.root,
+            n - 1,
+            if matches!(coll, Coll::Broadcast { .. }) {
+                ""
+            } else {
+                ", whether or not this collective has one (as nccl-tests)"
+            }
+        )));
     }
+    crate::params::check_qp_timeout(args.ack_timeout).map_err(usage)?;
+    check_slots(args.slot_bytes, args.nslots)?;
     Ok(sizes)
+}
+
+/// `--slot-size` and `--slots`: the slots are one registered region, whose length must fit an
+/// SGE's 32 bits as `-e` must.
+fn check_slots(slot_bytes: usize, nslots: usize) -> Result<(), Fail> {
+    let max = args::MAX_BYTES;
+    match slot_bytes.checked_mul(nslots) {
+        _ if slot_bytes < 8 || nslots == 0 => Err(usage(format!(
+            "--slot-size {slot_bytes} --slots {nslots}: give at least one slot of at least 8 bytes"
+        ))),
+        Some(total) if total <= max => Ok(()),
+        _ => Err(usage(format!(
+            "--slots {nslots} x --slot-size {slot_bytes}: more than {max} bytes; the slots are \
+             one registered region, whose length must fit an SGE's 32 bits"
+        ))),
+    }
 }
 
 /// The communicator's options: buffers for the largest size, the rank pinned near its device
@@ -256,7 +324,13 @@ fn params_line(args: &Args, n: usize, launcher: Launcher) -> String {
 
 /// One size out of place (and in place, but for sendrecv); every rank's numbers go to rank 0,
 /// which returns the row (`None` on the other ranks, which print their own with --all-ranks).
-fn one_size(comm: &mut Comm, table: &Table, args: &Args, size: usize) -> Result<Option<Row>, Fail> {
+fn one_size(
+    comm: &mut Comm,
+    out: &mut Stdout<std::io::Stdout>,
+    table: &Table,
+    args: &Args,
+    size: usize,
+) -> Result<Option<Row>, Fail> {
     let (coll, n, rank) = (table.coll, table.n, comm.rank());
     let count = size / args.dtype.size();
     let mut measure = |in_place: bool| -> Result<(f64, Option<u64>), Fail> {
@@ -288,7 +362,8 @@ fn one_size(comm: &mut Comm, table: &Table, args: &Args, size: usize) -> Result<
             out_of_place: mine(Some(&oop)).expect("measured"),
             in_place: mine(ip.as_ref()),
         };
-        println!("[rank {rank}] {}", table.row(&r));
+        out.line(&format!("[rank {rank}] {}", table.row(&r)))
+            .map_err(stdout_failed)?;
     }
     let Some(all) = all else {
         return Ok(None);
@@ -331,28 +406,33 @@ impl JsonParams {
     }
 }
 
-/// Rank 0's end: the footer, `--json`, and the exit status (wrong values, then the gate).
+/// Rank 0's end: the footer, `--json` (into the file created before the run), and the exit
+/// status (wrong values, then the gate).
 fn verdict(
     args: &Args,
+    out: &mut Stdout<std::io::Stdout>,
+    json: Option<File>,
     table: &Table,
     records: &[RankRecord],
     rows: &[Row],
     launcher: Launcher,
 ) -> Result<u8, Fail> {
     let tool = table.tool;
-    println!("{}", table.footer(rows));
-    if let Some(path) = &args.json {
+    out.line(&table.footer(rows)).map_err(stdout_failed)?;
+    if let (Some(mut file), Some(path)) = (json, &args.json) {
         let doc = table.json(records, JsonParams::new(args, launcher), rows);
-        std::fs::write(path, crate::report::pretty_json(&doc))
+        file.write_all(crate::report::pretty_json(&doc).as_bytes())
             .map_err(|e| (EXIT_FAILED, format!("cannot write --json {path}: {e}")))?;
     }
     let wrong = report::total_wrong(rows);
     let avg = table.avg_busbw(rows);
     Ok(if wrong > 0 {
-        eprintln!("{tool}: {wrong} wrong values (see #wrong)");
+        eprintln!("{tool}: error: {wrong} wrong values (see #wrong)");
         EXIT_FAILED
     } else if let Some(min) = args.min_busbw.filter(|m| avg < *m) {
-        eprintln!("{tool}: gate failed: average bus bandwidth {avg:.6} GB/s < --min-busbw {min}");
+        eprintln!(
+            "{tool}: error: gate failed: average bus bandwidth {avg:.6} GB/s < --min-busbw {min}"
+        );
         EXIT_GATE
     } else {
         0
@@ -402,6 +482,7 @@ fn assemble(all: &[Vec<u8>], size: usize, count: usize, has_ip: bool) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
 
     #[test]
     fn json_params_are_the_command_lines_numbers_in_order() {

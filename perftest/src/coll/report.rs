@@ -179,6 +179,7 @@ impl Table<'_> {
         };
         CollJson {
             tool: self.tool,
+            version: env!("CARGO_PKG_VERSION"),
             collective: self.coll.name(),
             nranks: self.n,
             dtype: self.dtype.name(),
@@ -205,6 +206,8 @@ impl Table<'_> {
 #[derive(Serialize)]
 pub struct CollJson<'a, P> {
     tool: &'a str,
+    /// verbs-lab's version, as in the `vl_*` tools' documents.
+    version: &'static str,
     /// nccl-tests' name: `all_reduce`, `broadcast`, ...
     collective: &'static str,
     nranks: usize,
@@ -331,6 +334,7 @@ mod tests {
             keys,
             [
                 "tool",
+                "version",
                 "collective",
                 "nranks",
                 "type",
@@ -344,5 +348,6 @@ mod tests {
             ]
         );
         assert_eq!(doc["rows"][0]["in_place"]["time_us"], 500.0);
+        assert_eq!(doc["version"], env!("CARGO_PKG_VERSION"));
     }
 }

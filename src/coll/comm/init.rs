@@ -12,7 +12,7 @@ impl Comm {
         }
         let mut record = own_record(&info, opts);
         if info.world_size == 1 {
-            return Ok(single(info, record, opts));
+            return single(info, record, opts);
         }
         let master = master_of(&info, opts)?;
         let local = Local::open(&info, opts)?;
@@ -48,6 +48,39 @@ fn check_opts(opts: &CommOpts) -> Result<()> {
     Ok(())
 }
 
+/// Registered memory is pinned and counts against RLIMIT_MEMLOCK, unless the process may lock
+/// any amount (`CAP_IPC_LOCK`, which root has): a run whose `bytes` cannot fit is refused before
+/// registering, naming the limit and what to change, rather than failing in `ibv_reg_mr`.
+fn check_memlock(bytes: usize) -> Result<()> {
+    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    let Ok((soft, _)) = getrlimit(Resource::RLIMIT_MEMLOCK) else {
+        return Ok(());
+    };
+    if soft == RLIM_INFINITY || bytes as u64 <= soft || may_lock_any_amount() {
+        return Ok(());
+    }
+    Err(CollError::Usage(format!(
+        "the buffers to register are {bytes} bytes (input and output of -e bytes each, plus \
+         --slots x --slot-size), more than the locked-memory limit of {} KiB (ulimit -l): give \
+         a smaller -e or fewer or smaller slots, or raise the limit (`ulimit -l unlimited`, or \
+         memlock in /etc/security/limits.conf)",
+        soft / 1024
+    )))
+}
+
+/// Whether this process has `CAP_IPC_LOCK` (bit 14 of `CapEff` in /proc/self/status).
+fn may_lock_any_amount() -> bool {
+    const CAP_IPC_LOCK: u32 = 14;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+}
+
 /// This rank's bootstrap record before it has a device: who and where it is.
 fn own_record(info: &RankInfo, opts: &CommOpts) -> RankRecord {
     RankRecord {
@@ -71,20 +104,36 @@ fn own_record(info: &RankInfo, opts: &CommOpts) -> RankRecord {
     }
 }
 
-/// A world of one rank: no NIC, no ring, buffers on the heap.
-fn single(info: RankInfo, record: RankRecord, opts: &CommOpts) -> Comm {
-    Comm {
+/// A world of one rank: no ring, buffers on the heap. A device named by `-d` (or a GID index
+/// asked for) is still opened and its port checked, as a rank of a larger world would, so a
+/// typo fails here too; the record then names it.
+fn single(info: RankInfo, mut record: RankRecord, opts: &CommOpts) -> Result<Comm> {
+    if !opts.devices.is_empty() || opts.gid_index.is_some() {
+        let dev = pick_device(&opts.devices, info.local_rank);
+        let active = DeviceList::open_port(dev, opts.ib_port, opts.gid_index)
+            .map_err(verbs("opening the RDMA device, its port and GID"))?;
+        record.device = active.ctx.name().to_string();
+    }
+    let bytes = 2 * opts.max_bytes;
+    let mut heap = Vec::new();
+    heap.try_reserve_exact(bytes).map_err(|e| {
+        CollError::Failed(format!(
+            "cannot allocate the {bytes}-byte input and output buffers: {e}"
+        ))
+    })?;
+    heap.resize(bytes, 0);
+    Ok(Comm {
         info,
         star: Star::single(record),
         ring: None,
-        mem: Memory::Heap(vec![0; 2 * opts.max_bytes]),
+        mem: Memory::Heap(heap),
         max_bytes: opts.max_bytes,
         peer_timeout: opts.peer_timeout,
         broken: false,
         tracer: None,
         phases: Phases::default(),
         _pd: None,
-    }
+    })
 }
 
 /// Rank 0's TCP address, or `None` when the launcher's message queues carry the rendezvous.
@@ -179,6 +228,7 @@ impl Local {
         };
         let left = qp("left")?;
         let right = qp("right")?;
+        check_memlock(opts.nslots * opts.slot_bytes + 2 * opts.max_bytes)?;
         let slots = pd
             .reg_mr(
                 opts.nslots * opts.slot_bytes,

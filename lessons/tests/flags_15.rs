@@ -1,0 +1,45 @@
+//! Lesson 15 on the host: `--np` with the flags of a rank launched by hand is refused with what
+//! each is for (exit 2), and every rank flag is explained in `--help`.
+
+use std::process::{Command, Output};
+
+const L15: &str = env!("CARGO_BIN_EXE_lesson15_ring_allreduce");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(L15)
+        .args(args)
+        .env_remove("VL_COORDINATOR_PID")
+        .output()
+        .unwrap_or_else(|e| panic!("{L15} starts: {e}"))
+}
+
+#[test]
+fn np_with_a_rank_launched_by_hand_says_which_is_which() {
+    for extra in [["--rank", "0"], ["--world-size", "3"], ["--master", "h:1"]] {
+        let mut args = vec!["--np", "2"];
+        args.extend(extra);
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(
+            err.trim_end(),
+            "lesson15_ring_allreduce: error: --np starts its own ranks: leave out --rank, \
+             --world-size, --local-rank and --master (they are for launching each rank \
+             yourself, without --np)",
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn every_rank_flag_is_explained_in_the_help() {
+    let help = String::from_utf8_lossy(&run(&["--help"]).stdout).to_string();
+    for flag in ["--rank", "--world-size", "--local-rank", "--master"] {
+        let line = help
+            .lines()
+            .find(|l| l.trim_start().starts_with(flag))
+            .unwrap_or_else(|| panic!("{flag} in {help}"));
+        let text = line.trim_start().split_once("  ").map(|(_, t)| t.trim());
+        assert!(text.is_some_and(|t| !t.is_empty()), "{flag}: {line:?}");
+    }
+}

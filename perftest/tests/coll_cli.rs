@@ -1,0 +1,192 @@
+//! The collective benchmarks on the host, as one rank (which needs no NIC) or as `--np`'s
+//! launcher: flags are checked the same way whatever the world size, bad ones are refused before
+//! anything runs (exit 2, `NAME: error: ` and the reason), a closed stdout ends the sweep
+//! quietly, and the `--json` document carries the version.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const ALL_REDUCE: &str = env!("CARGO_BIN_EXE_vl_all_reduce_perf");
+const SENDRECV: &str = env!("CARGO_BIN_EXE_vl_sendrecv_perf");
+
+fn run(bin: &str, args: &[&str]) -> Output {
+    Command::new(bin)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{bin} starts: {e}"))
+}
+
+/// `args` are refused with exit status 2 and `reason`, as `NAME: error: ...`, nothing printed.
+fn refused(bin: &str, args: &[&str], reason: &str) {
+    let out = run(bin, args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let name = bin.rsplit('/').next().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(
+        err.starts_with(&format!("{name}: error: ")),
+        "{args:?}: {err}"
+    );
+    assert!(err.contains(reason), "{args:?}: {err}");
+    assert!(out.stdout.is_empty(), "{args:?} printed a table");
+}
+
+#[test]
+fn sizes_beyond_the_registered_buffers_or_the_row_limit_are_refused() {
+    refused(
+        ALL_REDUCE,
+        &["-e", "16G"],
+        "-e 17179869184: larger than 2147483648 bytes; each rank registers an input and an output",
+    );
+    refused(
+        ALL_REDUCE,
+        &["--slots", "4096", "--slot-size", "1M"],
+        "more than 2147483648 bytes; the slots are one registered region",
+    );
+    refused(
+        ALL_REDUCE,
+        &["-b", "8", "-e", "1G", "-i", "1"],
+        "-i 1: not a whole number of 4-byte elements; give a multiple of 4",
+    );
+    refused(
+        ALL_REDUCE,
+        &["-b", "8", "-e", "1G", "-i", "4"],
+        "is 268435455 rows, more than the 1000 a sweep may have: give -i 1074820 or more",
+    );
+}
+
+#[test]
+fn a_gate_that_could_never_fail_is_refused() {
+    for bad in ["nan", "NaN", "0", "inf", "-1"] {
+        let out = run(ALL_REDUCE, &["-e", "64", &format!("--min-busbw={bad}")]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(
+            err.contains(&format!("'{bad}' is not a positive bandwidth")),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn one_rank_checks_its_flags_as_many_would() {
+    refused(
+        ALL_REDUCE,
+        &["-e", "64", "-u", "99"],
+        "-u 99: the ack timeout exponent is 5 bits",
+    );
+    refused(
+        SENDRECV,
+        &["-e", "64", "-r", "3"],
+        "-r 3: the root must be a rank of the 1",
+    );
+    // A device that does not exist fails (here: no RDMA at all; in a guest: no such device),
+    // instead of a run on the heap that says "device -".
+    let out = run(ALL_REDUCE, &["-e", "64", "-d", "nonexist"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with("vl_all_reduce_perf: error: opening the RDMA device"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn np_says_which_flags_are_for_launching_ranks_yourself() {
+    refused(
+        ALL_REDUCE,
+        &["--np", "2", "--rank", "0"],
+        "--np starts its own ranks: leave out --rank, --world-size, --local-rank and --master \
+         (they are for launching each rank yourself, without --np)",
+    );
+    // The launcher checks what every rank would, once, before starting any.
+    refused(ALL_REDUCE, &["--np", "2", "-e", "16G"], "-e 17179869184");
+    let out = run(ALL_REDUCE, &["--np", "2", "-e", "16G"]);
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+}
+
+#[test]
+fn a_json_path_that_cannot_be_written_fails_before_the_run() {
+    let started = Instant::now();
+    refused(
+        ALL_REDUCE,
+        &["-e", "64", "--json", "/nonexistent/x.json"],
+        "--json /nonexistent/x.json: cannot create it: No such file or directory",
+    );
+    refused(
+        ALL_REDUCE,
+        &["--np", "2", "--json", "/nonexistent/x.json"],
+        "--json /nonexistent/x.json: cannot create it",
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn the_json_document_has_a_version_and_the_tool_one_too() {
+    let dir = std::env::temp_dir().join(format!("vl-coll-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("coll.json");
+    let out = run(
+        ALL_REDUCE,
+        &[
+            "-e",
+            "64",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--json",
+            path.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(doc["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(doc["rows"].as_array().unwrap().len(), 4);
+    let _ = std::fs::remove_dir_all(&dir);
+    let v = run(ALL_REDUCE, &["-V"]);
+    assert_eq!(v.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&v.stdout),
+        format!("vl_all_reduce_perf {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+/// `| head -1`: the reader takes the first line and goes; the tool ends at once, quietly, 0.
+/// The 1000 rows are more than a pipe holds, so the tool meets the closed pipe whatever the
+/// timing.
+#[test]
+fn a_closed_stdout_ends_the_sweep_quietly() {
+    for bin in [ALL_REDUCE, SENDRECV] {
+        for np in [None, Some("1")] {
+            let mut cmd = Command::new(bin);
+            cmd.args(["-b", "4", "-e", "4000", "-i", "4", "-n", "1", "-w", "0"]);
+            if let Some(n) = np {
+                cmd.args(["--np", n]);
+            }
+            let mut child = cmd
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut first = String::new();
+            BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut first)
+                .unwrap();
+            assert!(first.starts_with("# vl_"), "{first}");
+            // The reader is dropped: the pipe is closed.
+            let started = Instant::now();
+            let out = child.wait_with_output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{bin} {np:?}: {err}");
+            assert!(err.is_empty(), "{bin} {np:?}: {err}");
+            assert!(started.elapsed() < Duration::from_secs(30));
+        }
+    }
+}
