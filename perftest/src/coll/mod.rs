@@ -26,7 +26,7 @@ use verbs_lab::coll::env::{Launcher, RankInfo};
 use verbs_lab::coll::{launch, Coll, CollError, Comm, CommOpts, RankFlags, RankRecord};
 use verbs_lab::wire::{Reader, Writer};
 
-pub use args::{sizes, Args};
+pub use args::{sizes, Args, MAX_BYTES, MAX_ROWS};
 use bench::bench_one;
 use report::{Measure, Row, Table};
 use stdout::Stdout;
