@@ -5,7 +5,7 @@
 # (nobody left to clean up), the next --procs run finds the queues by the dead coordinator's
 # pid, removes them and says so.
 # timeout: 240
-# slow: three two-process pairs, each left to connect and measure for 5 s before the kill
+# slow: two-process pairs, each left to connect and start measuring before the kill
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
@@ -39,8 +39,9 @@ start_pair() {
         fail "the client's two workers did not appear"
     fi
     echo "client coordinator $cpid, workers: $(echo "$cworkers" | tr '\n' ' ')"
-    # Let them connect and start measuring.
-    sleep 5
+    # Let them connect and start measuring: 3000 packets from the client's device are well past
+    # both workers' warm-ups (16 sends of 64 KiB each: 2 x 256 packets at rxe's MTU of 4096).
+    wait_traffic "$VL_DEV1" 3000 "$cpid"
 }
 
 step "SIGKILL of the client's coordinator: its workers and queues are gone within 2 s"
