@@ -179,3 +179,52 @@ fn missing_records_are_an_error_with_exit_status_1() {
     );
     assert!(!dir.join("benchmarks.json").exists());
 }
+
+#[test]
+fn coll_medians_per_size_and_profile() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("benchstat-coll");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("rows")).unwrap();
+    std::fs::write(dir.join("params"), "runs=3\nline=-b 64K -e 64K\n").unwrap();
+    // Times (us) of 64 KiB per round: ours 100 200 400, Open MPI 200 200 (round 3 printed no
+    // row). busbw = 65536 / t x 1.5.
+    let row = |t: u32| {
+        format!(
+            "       65536         16384     float     sum      -1  {t}.0   0.66   0.98      0\n"
+        )
+    };
+    for (round, ours, mpi) in [(1, 100, Some(200)), (2, 200, Some(200)), (3, 400, None)] {
+        let w = |side: &str, text: String| {
+            std::fs::write(dir.join("rows").join(format!("{round}-{side}.out")), text).unwrap()
+        };
+        w("ours", format!("#  size count type\n{}", row(ours)));
+        w("mpi", mpi.map(row).unwrap_or_default());
+        std::fs::write(
+            dir.join("rows").join(format!("{round}-ours.err")),
+            format!("# profile rank 0 65536 B out-of-place: {round}.00 ms per collective = post 0.10 + apply 0.20 (65536 B) + poll 0.30 + idle 0.40 ms; 6.0 writes, {round}.0 sleeps\n"),
+        )
+        .unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_vl_benchstat"))
+        .arg("--coll")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = std::fs::read_to_string(dir.join("table.md")).unwrap();
+    // ours: 983.04 491.52 245.76 (median 491.52); Open MPI 491.52 twice; ratios 2 and 1 (median
+    // 1.5) over the two rounds both have.
+    assert_eq!(
+        table.lines().nth(2),
+        Some("| 64 KiB | 491.520 (245.760–983.040) | 491.520 (491.520–491.520) | 200 / 200 | **1.50** | 1.00 | 2 |")
+    );
+    let profile = std::fs::read_to_string(dir.join("profile.md")).unwrap();
+    assert_eq!(
+        profile.lines().nth(2),
+        Some("| 64 KiB | 2.0 | 0.10 | 0.20 | 0.30 | 0.4 | 6 | 2 |")
+    );
+}

@@ -4,6 +4,7 @@
 //! ratio ours/perftest of every round in which both runs were valid, their median (the
 //! verdict) and the ratio of the medians; written as `benchmarks.json` (serde, [`Report`]),
 //! the generated part of `docs/benchmarks.md` and a console summary ([`markdown`]).
+//! [`coll`] does the same for `scripts/bench-coll-vs-mpi`.
 //!
 //! [`median`] is the one median of the benchmark scripts.
 
@@ -12,6 +13,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context as _, Result};
 
+pub mod coll;
 mod json;
 pub mod markdown;
 
