@@ -18,8 +18,9 @@
 //! `run`) prints `NAME: error: ` and the error's chain of causes, and exits 1.
 //!
 //! [`DevicePortFilter`] is `-d DEV` and `-i N` of a tool that surveys devices and ports, and the
-//! choice of ports they make; [`parse_size`] reads a size in bytes (`64K`) for any option, and
-//! [`WaitSecs`] is the one check of `--wait SECS`, the bound of every wait of a tool or lesson.
+//! choice of ports they make; [`parse_size`] reads a size in bytes (`64K`) for any option and
+//! [`SizeRange`] one with bounds, and [`WaitSecs`] is the one check of `--wait SECS`, the bound
+//! of every wait of a tool or lesson.
 
 use std::ffi::OsString;
 use std::io::{self, Write as _};
@@ -31,7 +32,7 @@ use clap_complete::Shell;
 
 mod size;
 mod wait;
-pub use size::parse_size;
+pub use size::{parse_size, SizeRange, SizeType};
 pub use wait::{wait_secs, WaitSecs, MAX_WAIT_SECS};
 
 /// The environment variable that turns a binary into its own documentation generator.

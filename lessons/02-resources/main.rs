@@ -13,6 +13,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 use clap::Parser;
+use verbs_lab::cli::SizeRange;
 use verbs_lab::verbs::{AccessFlags, DeviceList, QpCaps, QpInitAttr, QpType};
 use verbs_lab_lessons::{lesson_main, Narrator};
 
@@ -27,9 +28,9 @@ struct Args {
     /// Port of the device.
     #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
     ib_port: u8,
-    /// Bytes to register in each memory region.
+    /// Bytes to register in each memory region, 1 to 1G (suffixes K, M, G).
     #[arg(short = 's', long = "size", default_value_t = 4096,
-          value_parser = clap::value_parser!(u32).range(1..=(1 << 30)))]
+          value_parser = SizeRange::new(1..=1u32 << 30))]
     size: u32,
     /// Entries to ask for in the completion queue.
     #[arg(long = "cqe", default_value_t = 128,

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
+use verbs_lab::cli::SizeRange;
 use verbs_lab::connect::{local_endpoint, random_psn, rtr_attr, rts_attr, ConnectOpts, Endpoint};
 use verbs_lab::oob::OobConn;
 use verbs_lab::sysfs::PortCounters;
@@ -37,9 +38,9 @@ use verbs_lab_lessons::{
 struct Args {
     #[command(flatten)]
     pp: PingPongArgs,
-    /// Size of each message in bytes (both sides must use the same).
+    /// Size of each message in bytes, 1 to 1G (suffixes K, M, G); both sides must use the same.
     #[arg(short = 's', long = "size", default_value_t = 4096,
-          value_parser = clap::value_parser!(u32).range(1..=(1 << 30)))]
+          value_parser = SizeRange::new(1..=1u32 << 30))]
     size: u32,
     /// Path MTU in bytes (256, 512, 1024, 2048, 4096): at most the port's active MTU, the same
     /// on both sides.
@@ -66,11 +67,12 @@ fn run(args: &Args) -> Result<()> {
         n.say("(no -g given: the GID was chosen automatically; ibv_rc_pingpong needs -g on RoCE)");
     }
     let mtu = dev.checked_path_mtu(args.mtu)?;
+    let max_msg_sz = dev.port.max_msg_sz;
     ensure!(
-        args.size <= dev.port.max_msg_sz,
-        "-s {}: larger than the port's max_msg_sz of {} bytes",
-        args.size,
-        dev.port.max_msg_sz
+        args.size <= max_msg_sz,
+        "-s {}: larger than the port's max_msg_sz of {max_msg_sz} bytes; give at most \
+         -s {max_msg_sz}, on both sides",
+        args.size
     );
     let max_qp_wr = dev
         .ctx
@@ -79,7 +81,7 @@ fn run(args: &Args) -> Result<()> {
         .max_qp_wr;
     ensure!(
         i64::from(args.pp.rx_depth) <= i64::from(max_qp_wr),
-        "-r {}: deeper than the device's max_qp_wr of {max_qp_wr}",
+        "-r {}: deeper than the device's max_qp_wr of {max_qp_wr}; give at most -r {max_qp_wr}",
         args.pp.rx_depth
     );
 
@@ -204,7 +206,8 @@ fn run(args: &Args) -> Result<()> {
             spins = spins.wrapping_add(1);
             if spins & 1023 == 0 && polled.elapsed() >= wait {
                 bail!(
-                    "timed out after {} s waiting for {} (is the peer alive?)",
+                    "timed out after {} s waiting for {}; check that the peer still runs, with \
+                     the same -n",
                     wait.as_secs(),
                     awaited(pp.pending(), pp.iteration())
                 );
@@ -229,7 +232,8 @@ fn run(args: &Args) -> Result<()> {
                     WcStatus::REM_INV_REQ_ERR,
                 ];
                 let size_hint = if size_statuses.contains(&status) {
-                    " (in this ping-pong the usual cause is a different -s on the two sides)"
+                    "; in this ping-pong the usual cause is a different -s on the two sides: give \
+                     both the same"
                 } else {
                     ""
                 };
@@ -246,7 +250,8 @@ fn run(args: &Args) -> Result<()> {
                     let rcnt = pp.received;
                     ensure!(
                         wc.byte_len() as usize == size,
-                        "message {rcnt} from the peer has {} bytes, we expect {size} (same -s on both sides?)",
+                        "message {rcnt} from the peer has {} bytes, we expect {size}; give both \
+                         sides the same -s",
                         wc.byte_len()
                     );
                     let want = pattern(pp.peer_seq(), size);
@@ -264,7 +269,11 @@ fn run(args: &Args) -> Result<()> {
                     qp.post_recv(&pingpong_recvs(&recv_sge, 1))
                         .context("re-posting a receive")?;
                 }
-                other => bail!("completion for unknown wr_id {other} ({})", wc.opcode()),
+                other => bail!(
+                    "a completion ({}) for wr_id {other}, which this lesson never posts (receives \
+                     are wr_id {RECV_WRID}, SENDs {SEND_WRID}): a bug; report it",
+                    wc.opcode()
+                ),
             }
             // The wr_id leaves the awaited set; with both gone the next SEND is due (and the
             // client has its round trip).
@@ -383,7 +392,8 @@ impl Check {
             Check::On => match first_mismatch(got, want) {
                 None => Ok(()),
                 Some(at) => bail!(
-                    "message {k} from the peer is corrupt: byte {at} is {:#04x}, expected {:#04x}",
+                    "message {k} from the peer is corrupt: byte {at} is {:#04x}, expected \
+                     {:#04x}; a lesson04 peer sends exactly pattern(seq): report it",
                     got[at],
                     want[at]
                 ),
@@ -486,7 +496,7 @@ fn show_rnr(
         ));
         ensure!(
             report.contains(&WcStatus::RNR_RETRY_EXC_ERR.name()),
-            "the client did not see {}: was it started with --show-rnr?",
+            "the client did not see {}; start it with --show-rnr too",
             WcStatus::RNR_RETRY_EXC_ERR.name()
         );
         println!(
@@ -527,7 +537,7 @@ fn show_rnr(
         format!("SEND completed with {}", status.name())
     } else {
         format!(
-            "SEND completed with {} — expected {}: start the server with --show-rnr too",
+            "SEND completed with {}, not {}; start the server with --show-rnr too",
             status.name(),
             WcStatus::RNR_RETRY_EXC_ERR.name()
         )

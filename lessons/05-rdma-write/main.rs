@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::{Parser, ValueEnum};
-use verbs_lab::cli::parse_size;
+use verbs_lab::cli::SizeRange;
 use verbs_lab::verbs::{
     AccessFlags, Mr, Payload, Qp, QpState, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode,
 };
@@ -80,8 +80,8 @@ impl Notify {
 struct Args {
     #[command(flatten)]
     common: CommonArgs,
-    /// Bytes per write, 1 to 1M (suffixes K, M) [default: 4096]
-    #[arg(short = 's', long = "size", value_parser = parse_size::<usize>)]
+    /// Bytes per write, 1 to 1M (suffixes K, M, G) [default: 4096]
+    #[arg(short = 's', long = "size", value_parser = SizeRange::new(1..=MAX_SIZE))]
     size: Option<usize>,
     /// Writes to make, each with its own byte pattern, each checked [default: 5]
     #[arg(short = 'n', long = "iters")]
@@ -130,16 +130,6 @@ fn check_flags(args: &Args) -> Result<Test> {
         iters: args.iters.unwrap_or(5),
         notify: args.notify.unwrap_or(Notify::Imm),
     };
-    if test.size == 0 {
-        bail!("-s 0: a write needs at least 1 byte (a zero-byte write moves nothing to check)");
-    }
-    if test.size > MAX_SIZE {
-        bail!(
-            "-s {}: larger than the {MAX_SIZE}-byte payload area of the buffer this lesson \
-             registers ({BUF_LEN} bytes with the flag word); use at most -s 1M",
-            test.size
-        );
-    }
     check_range("-n", test.iters, 1..=MAX_ITERS, "writes")?;
     if args.bad_rkey && args.common.role().is_server() {
         bail!("--bad-rkey is a client flag: the writer is the one that names the rkey");

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
-use verbs_lab::cli::parse_size;
+use verbs_lab::cli::SizeRange;
 use verbs_lab::connect::{init_attr, rtr_attr, rts_attr, Endpoint};
 use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{
@@ -43,6 +43,8 @@ use verbs_lab_lessons::{
 const PROGRAM: &str = "lesson06_rdma_read";
 /// What each side registers: all N reads of a round must fit in it side by side.
 const BUF_LEN: usize = 1 << 20;
+/// The sizes of one read (`-s`, and the client's when the server adopts it): up to the buffer.
+const SIZES: SizeRange<usize> = SizeRange::new(1..=BUF_LEN);
 const MAX_ROUNDS: u32 = 10_000;
 
 #[derive(Parser, Debug)]
@@ -56,8 +58,8 @@ const MAX_ROUNDS: u32 = 10_000;
 struct Args {
     #[command(flatten)]
     common: CommonArgs,
-    /// Bytes per read, 1 to 1M (suffixes K, M) [default: 4096]
-    #[arg(short = 's', long = "size", value_parser = parse_size::<usize>)]
+    /// Bytes per read, 1 to 1M (suffixes K, M, G) [default: 4096]
+    #[arg(short = 's', long = "size", value_parser = SIZES)]
     size: Option<usize>,
     /// Reads to have outstanding at once, 1 to 255 (negotiated down to what both devices allow) [default: 4]
     #[arg(short = 'o', long = "outstanding")]
@@ -121,15 +123,9 @@ fn check_flags(args: &Args) -> Result<Test> {
 }
 
 fn check_test(t: &Test) -> Result<()> {
-    if t.size == 0 {
-        bail!("-s 0: a read needs at least 1 byte (a zero-byte read fetches nothing to check)");
-    }
-    if t.size > BUF_LEN {
-        bail!(
-            "-s {}: larger than the {BUF_LEN}-byte buffer this lesson registers; use at most -s 1M",
-            t.size
-        );
-    }
+    SIZES
+        .check_value("-s", t.size)
+        .map_err(anyhow::Error::msg)?;
     if t.outstanding == 0 || t.outstanding > 255 {
         bail!(
             "-o {}: between 1 and 255 reads can be outstanding (max_rd_atomic is 8 bits)",

@@ -45,7 +45,7 @@ use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
 use nix::sys::resource::{getrusage, UsageWho};
 use nix::time::{clock_gettime, ClockId};
-use verbs_lab::cli::parse_size;
+use verbs_lab::cli::SizeRange;
 use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{
     AccessFlags, CompChannel, Cq, Mr, Payload, Qp, RecvWr, RemoteBuf, SendOp, SendWr, VerbsError,
@@ -60,6 +60,8 @@ use verbs_lab_lessons::{
 const PROGRAM: &str = "lesson07_events";
 /// Largest message: the buffer holds a send slot and a receive slot of this size.
 const MAX_SIZE: usize = 64 * 1024;
+/// The sizes of a message (`-s`, and the client's when the server adopts it).
+const SIZES: SizeRange<usize> = SizeRange::new(1..=MAX_SIZE);
 const MAX_ITERS: u32 = 1_000_000;
 /// Events acknowledged per `ibv_ack_cq_events` call.
 const ACK_BATCH: u32 = 16;
@@ -74,8 +76,8 @@ const ACK_BATCH: u32 = 16;
 struct Args {
     #[command(flatten)]
     common: CommonArgs,
-    /// Bytes per message, 1 to 64K (suffixes K) [default: 64]
-    #[arg(short = 's', long = "size", value_parser = parse_size::<usize>)]
+    /// Bytes per message, 1 to 64K (suffixes K, M, G) [default: 64]
+    #[arg(short = 's', long = "size", value_parser = SIZES)]
     size: Option<usize>,
     /// Round trips in each mode [default: 500]
     #[arg(short = 'n', long = "iters")]
@@ -127,16 +129,9 @@ impl std::fmt::Display for Test {
 }
 
 fn check_test(t: &Test) -> Result<()> {
-    if t.size == 0 {
-        bail!("-s 0: a message needs at least 1 byte to check");
-    }
-    if t.size > MAX_SIZE {
-        bail!(
-            "-s {}: larger than the {MAX_SIZE}-byte slots of the buffer this lesson registers \
-             (one send slot, one receive slot); use at most -s 64K",
-            t.size
-        );
-    }
+    SIZES
+        .check_value("-s", t.size)
+        .map_err(anyhow::Error::msg)?;
     check_range("-n", t.iters, 1..=MAX_ITERS, "round trips")
 }
 

@@ -40,6 +40,7 @@ use nix::sched::{sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet};
 use nix::sys::resource::{getrusage, UsageWho};
 use nix::unistd::{getpid, gettid, Pid};
 use verbs_lab::affinity::{allowed_cpus, cpu_choice, CpuChoice, CpuList};
+use verbs_lab::cli::SizeRange;
 use verbs_lab::connect::{bring_up, local_endpoint, path_mtu, random_psn, Endpoint};
 use verbs_lab::sysfs;
 use verbs_lab::verbs::{
@@ -73,8 +74,9 @@ struct Args {
     /// Rounds over the placements, in alternating order; -n is split between them
     #[arg(short = 'r', long = "rounds", default_value_t = 3)]
     rounds: u32,
-    /// Bytes per message (1 to 64K)
-    #[arg(short = 's', long = "size", default_value_t = 64)]
+    /// Bytes per message, 1 to 64K (suffixes K, M, G)
+    #[arg(short = 's', long = "size", default_value_t = 64,
+          value_parser = SizeRange::new(1..=MAX_SIZE))]
     size: usize,
     /// The two CPUs of the pinned placements, "A,B" (default: the first two this process may use)
     #[arg(long = "cpus")]
@@ -110,7 +112,6 @@ impl std::str::FromStr for CpuPair {
 }
 
 fn check_flags(a: &Args) -> Result<()> {
-    check_range("-s", a.size, 1..=MAX_SIZE, "bytes per message")?;
     check_range("-n", a.iters, 1..=1_000_000, "round trips")?;
     check_range("--warmup", a.warmup, 0..=100_000, "round trips")?;
     check_range("-r", a.rounds, 1..=100, "rounds")?;

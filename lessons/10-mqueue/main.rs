@@ -26,7 +26,8 @@
 //! sends `Result` and `Done`; the coordinator checks every sum against the closed form.
 //! `--kill-worker N` makes worker N die (SIGKILL) after `Go`: the coordinator names it within a
 //! fraction of a second, aborts the others and fails cleanly. No queue outlives the program on
-//! any exit path but SIGKILL of the coordinator itself.
+//! any exit path but SIGKILL of the coordinator itself; and what such a run left, the next one
+//! removes at start (the queues of a coordinator that is gone).
 //!
 //! ```text
 //! lesson10_mqueue                      # the tour, then 2 workers
@@ -163,6 +164,11 @@ fn main() -> ExitCode {
         return report_error(PROGRAM, &e.into());
     }
     let n = Narrator { quiet: args.quiet };
+    // Then the queues of an earlier run whose coordinator was killed outright (SIGKILL) and
+    // whose workers died before they could remove them: /vl10-PID… of a PID that is gone.
+    for removed in job::QUEUES.remove_orphans() {
+        n.say(removed);
+    }
     let result = (|| {
         if !args.no_tour {
             tour(&n)?;

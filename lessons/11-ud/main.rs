@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
+use verbs_lab::cli::SizeRange;
 use verbs_lab::connect::{local_endpoint, random_psn, Endpoint};
 use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{
@@ -39,9 +40,10 @@ use verbs_lab_lessons::{
 struct Args {
     #[command(flatten)]
     pp: PingPongArgs,
-    /// Size of each message in bytes: at most the port's active MTU (both sides the same).
+    /// Size of each message in bytes, 1 to 4K (suffixes K, M, G): at most the port's active
+    /// MTU (both sides the same).
     #[arg(short = 's', long = "size", default_value_t = 2048,
-          value_parser = clap::value_parser!(u32).range(1..=4096))]
+          value_parser = SizeRange::new(1..=4096u32))]
     size: u32,
     /// Service level of our address handle.
     #[arg(short = 'l', long = "sl", default_value_t = 0,

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
+use verbs_lab::cli::SizeRange;
 use verbs_lab::connect::{bring_up, local_endpoint, random_psn, Endpoint};
 use verbs_lab::oob::OobConn;
 use verbs_lab::verbs::{
@@ -46,9 +47,9 @@ use verbs_lab_lessons::{
 struct Args {
     #[command(flatten)]
     pp: PingPongArgs,
-    /// Size of each message in bytes (both sides the same).
+    /// Size of each message in bytes, 1 to 64K (suffixes K, M, G); both sides the same.
     #[arg(short = 's', long = "size", default_value_t = 4096,
-          value_parser = clap::value_parser!(u32).range(1..=65536))]
+          value_parser = SizeRange::new(1..=65536u32))]
     size: u32,
     /// Path MTU in bytes (256 … 4096), the same on both sides.
     #[arg(short = 'm', long = "mtu", default_value = "1024")]

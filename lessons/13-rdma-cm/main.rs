@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
+use verbs_lab::cli::SizeRange;
 use verbs_lab::verbs::{
     AccessFlags, CmEvent, CmEventKind, CmId, ConnParam, Cq, EventChannel, Mr, Payload, PortSpace,
     Qp, QpCaps, QpInitAttr, QpType, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode, WorkCompletion,
@@ -56,9 +57,10 @@ struct Args {
     #[arg(short = 'C', long = "count", default_value_t = 10,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     count: u32,
-    /// Bytes per ping, as rping's -S (the server's must be at least the client's).
+    /// Bytes per ping, 26 to 65535 (suffixes K, M, G), as rping's -S (the server's must be at
+    /// least the client's).
     #[arg(short = 'S', long = "size", default_value_t = 64,
-          value_parser = clap::value_parser!(u32).range(MIN_SIZE as i64..=MAX_SIZE as i64))]
+          value_parser = SizeRange::new(MIN_SIZE..=MAX_SIZE))]
     size: u32,
     /// RDMA Reads we may have outstanding towards the peer (`rdma_conn_param.initiator_depth`).
     #[arg(long = "initiator-depth", default_value_t = 1,

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
 use nix::sys::resource::{getrusage, UsageWho};
+use verbs_lab::cli::SizeRange;
 use verbs_lab::connect::{bring_up, local_endpoint, path_mtu, random_psn, ConnectOpts, Endpoint};
 use verbs_lab::verbs::{
     AccessFlags, CompChannel, Context, Cq, GidChoice, Mr, Mtu, Payload, Pd, Qp, SendOp, SendWr,
@@ -79,8 +80,9 @@ struct Args {
     /// Rounds over all settings, in alternating order; the table shows the median of the rounds
     #[arg(short = 'r', long = "rounds", default_value_t = 3)]
     rounds: u32,
-    /// Bytes per message (8 to 4096)
-    #[arg(short = 's', long = "size", default_value_t = 64)]
+    /// Bytes per message, 8 to 4K (suffixes K, M, G): a sequence number fills the first 8
+    #[arg(short = 's', long = "size", default_value_t = 64,
+          value_parser = SizeRange::new(8..=4096usize))]
     size: usize,
     /// QP ack timeout exponent: 4.096 µs × 2^N before a retransmit
     #[arg(short = 'u', long = "qp-timeout", default_value_t = 20)]
@@ -94,12 +96,6 @@ struct Args {
 }
 
 fn check_flags(a: &Args) -> Result<()> {
-    check_range(
-        "-s",
-        a.size,
-        8..=4096,
-        "bytes per message (a sequence number fills the first 8)",
-    )?;
     check_range(
         "-n",
         a.iters,

@@ -20,7 +20,9 @@ pub fn oob_connect(args: &CommonArgs, n: &Narrator) -> Result<OobConn> {
         }
         Role::Client(host) => {
             n.say(format!("connecting to {host}:{}", args.port));
-            oob::connect(&host, args.port, args.wait())
+            oob::connect_noting(&host, args.port, args.wait(), |why| {
+                n.say(format!("{why} (--wait)"))
+            })
         }
     }
     .context("out-of-band connection")?;

@@ -37,48 +37,16 @@ fn assert_refused(bin: &str, args: &[&str], why: &str) {
     );
 }
 
-#[test]
-fn size_zero_is_refused_by_every_sized_lesson() {
-    for (bin, why) in [
-        (L05, "-s 0: a write needs at least 1 byte"),
-        (L06, "-s 0: a read needs at least 1 byte"),
-        (L07, "-s 0: a message needs at least 1 byte"),
-    ] {
-        assert_refused(bin, &["-s", "0"], why);
-        assert_refused(bin, &["-s", "0", "somehost"], why);
-    }
-}
+// Sizes on their own: tests/sizes.rs.
 
 #[test]
-fn sizes_beyond_the_registered_buffer_are_refused() {
-    assert_refused(
-        L05,
-        &["-s", "2M", "somehost"],
-        "-s 2097152: larger than the 1048576-byte payload area of the buffer this lesson registers",
-    );
-    assert_refused(
-        L06,
-        &["-s", "2M"],
-        "-s 2097152: larger than the 1048576-byte buffer this lesson registers",
-    );
+fn reads_side_by_side_beyond_the_registered_buffer_are_refused() {
     // Every read of a round has its own slice of the buffer: size x outstanding must fit.
     assert_refused(
         L06,
         &["-s", "64K", "-o", "32", "somehost"],
         "-s 65536 x -o 32 = 2097152 bytes: larger than the 1048576-byte buffer",
     );
-    assert_refused(
-        L07,
-        &["-s", "65537"],
-        "-s 65537: larger than the 65536-byte slots",
-    );
-}
-
-#[test]
-fn sizes_that_are_not_numbers_are_refused() {
-    let o = run(L05, &["-s", "lots"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("'lots' is not a size"));
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -16,64 +16,11 @@ use nix::sys::signal::{kill, signal, SigHandler, Signal};
 use nix::sys::stat::Mode;
 use nix::unistd::Pid;
 
+mod common;
+use common::{run_bounded, text, wait_bounded};
+
 const L09: &str = env!("CARGO_BIN_EXE_lesson09_affinity");
 const L10: &str = env!("CARGO_BIN_EXE_lesson10_mqueue");
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// Runs a lesson to completion, killing it after `limit`.
-fn run_bounded(bin: &str, args: &[&str], limit: Duration) -> (Output, Duration) {
-    let t0 = Instant::now();
-    let mut child = Command::new(bin)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{bin} starts: {e}"));
-    let (out, err) = drain(&mut child);
-    let status = wait_bounded(&mut child, limit.saturating_sub(t0.elapsed()));
-    let output = Output {
-        status,
-        stdout: out.recv().unwrap(),
-        stderr: err.recv().unwrap(),
-    };
-    (output, t0.elapsed())
-}
-
-/// Reads the child's stdout and stderr on threads (so neither pipe fills up).
-fn drain(child: &mut Child) -> (mpsc::Receiver<Vec<u8>>, mpsc::Receiver<Vec<u8>>) {
-    let spawn = |mut r: Box<dyn Read + Send>| {
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = r.read_to_end(&mut v);
-            let _ = tx.send(v);
-        });
-        rx
-    };
-    (
-        spawn(Box::new(child.stdout.take().unwrap())),
-        spawn(Box::new(child.stderr.take().unwrap())),
-    )
-}
-
-fn wait_bounded(child: &mut Child, limit: Duration) -> ExitStatus {
-    let t0 = Instant::now();
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            return st;
-        }
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("still running after {limit:?}: killed");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// The queue names a lesson 10 run of process `pid` with `k` workers creates.
 fn names(pid: u32, k: u32) -> Vec<String> {
@@ -358,7 +305,6 @@ fn lesson09_teaches_affinity_then_says_there_is_no_device() {
 #[test]
 fn lesson09_refuses_bad_flags_before_doing_anything() {
     for (args, why) in [
-        (vec!["-s", "0"], "-s 0: give 1 to 65536 bytes per message"),
         (vec!["-n", "0"], "-n 0: give 1 to 1000000 round trips"),
         (vec!["-u", "32"], "-u 32"),
         (vec!["--cpus", "0"], "is not two CPUs 'A,B'"),

@@ -26,12 +26,6 @@ fn assert_refused(bin: &str, args: &[&str], why: &str) {
 }
 
 #[test]
-fn ud_messages_are_at_most_one_4096_byte_mtu() {
-    assert_refused(L11, &["-s", "4097"], "4097");
-    assert_refused(L11, &["-s", "0"], "0");
-}
-
-#[test]
 fn ud_common_flags_are_checked() {
     assert_refused(L11, &["-i", "0"], "-i 0: ports are numbered from 1");
 }

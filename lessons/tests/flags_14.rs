@@ -16,14 +16,6 @@ fn run(args: &[&str]) -> Output {
 fn nonsense_flags_are_refused_with_the_reason() {
     for (args, reason) in [
         (&["-n", "10"][..], "-n 10: give 64 to 10000000 writes"),
-        (
-            &["-s", "4"][..],
-            "-s 4: give 8 to 4096 bytes per message (a sequence number fills the first 8)",
-        ),
-        (
-            &["-s", "8192"][..],
-            "-s 8192: give 8 to 4096 bytes per message",
-        ),
         (&["-r", "0"][..], "-r 0: give 1 to 100 rounds"),
         (
             &["--pp-iters", "0"][..],

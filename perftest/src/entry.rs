@@ -38,6 +38,9 @@ pub fn main(tool: Tool) -> ExitCode {
     if cfg.procs.worker.is_some() {
         return crate::procs::worker_main(&cfg);
     }
+    for note in &cfg.notes {
+        eprintln!("{name}: note: {note}");
+    }
     if let Err(e) = crate::output::check_applicable(&params.output, tool.metric) {
         eprintln!("{name}: error: {e}");
         return ExitCode::from(2);

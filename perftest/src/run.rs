@@ -39,6 +39,9 @@ pub trait RowSink {
     }
     /// The port's NIC counter deltas over the run (before the first size to after the last).
     fn counters(&mut self, _deltas: crate::counters::Snapshot) {}
+    /// Something a person waiting should know before any header (e.g. that the server does not
+    /// accept yet); `tool` is the program's name.
+    fn note(&mut self, _tool: &str, _text: &str) {}
 }
 
 impl RowSink for Reporter {
@@ -53,6 +56,9 @@ impl RowSink for Reporter {
     }
     fn counters(&mut self, deltas: crate::counters::Snapshot) {
         self.set_counters(deltas)
+    }
+    fn note(&mut self, tool: &str, text: &str) {
+        eprintln!("{tool}: note: {text} (--wait)");
     }
 }
 
@@ -127,7 +133,8 @@ pub fn run_tool_paced(
             (a.ch, Some(a.refuser))
         }
         Some(h) => {
-            let conn = oob::connect(h, cfg.peer.port, cfg.peer.wait)
+            let note = |text: String| sink.note(&cfg.tool.name(), &text);
+            let conn = oob::connect_noting(h, cfg.peer.port, cfg.peer.wait, note)
                 .with_context(|| format!("connecting to the server {h}:{}", cfg.peer.port))?;
             let mut ch = Channel::new(conn, "server");
             ch.set_timeout(peer_timeout)?;
@@ -467,7 +474,7 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
             cfg.queues.rx_depth
         },
         post_list: cfg.queues.post_list,
-        cq_moderation: cfg.queues.effective_cq_mod(),
+        cq_moderation: cfg.queues.signal_period(cfg.tool),
         max_inline: link.agreed.inline_limit,
         outstanding_reads: link.agreed.outstanding,
         atomic_type: cfg.atomic.map(|a| a.name().to_string()),

@@ -63,7 +63,8 @@ fn defaults_are_perftests() {
             c.queues.post_list,
             c.qps
         ),
-        (128, 100, 1, 1)
+        (128, 1, 1, 1),
+        "ib_write_bw's 64 KiB default is over 8 KiB: every request signaled"
     );
     assert_eq!(
         (c.peer.port, c.device.ib_port, c.qp_timeout),
@@ -106,10 +107,10 @@ fn defaults_are_perftests() {
 
 #[test]
 fn short_and_long_forms_agree() {
-    let short = "-d rxe1 -i 2 -x 1 -s 4096 -n 300 -q 4 -t 64 -r 256 -Q 8 -l 4 -c UC -b -I 32 \
+    let short = "-d rxe1 -i 2 -x 1 -s 4096 -n 300 -q 4 -t 64 -r 256 -Q 2 -l 4 -c UC -b -I 32 \
                  -e -m 1024 -u 20 -p 20000 -N -F --warmup 3 host1";
     let long = "--ib-dev rxe1 --ib-port 2 --gid-index 1 --size 4096 --iters 300 --qp 4 \
-                --tx-depth 64 --rx-depth 256 --cq-mod 8 --post_list 4 --connection UC \
+                --tx-depth 64 --rx-depth 256 --cq-mod 2 --post_list 4 --connection UC \
                 --bidirectional --inline_size 32 --events --mtu 1024 --qp-timeout 20 \
                 --port 20000 --noPeak --CPU-freq --warmup 3 host1";
     for args in [short, long] {
@@ -126,7 +127,7 @@ fn short_and_long_forms_agree() {
                 c.queues.cq_mod,
                 c.queues.post_list
             ),
-            (4, 64, 256, 8, 4)
+            (4, 64, 256, 2, 4)
         );
         assert_eq!(c.conn, QpType::Uc);
         assert!(c.bidirectional && c.events && c.no_peak);
@@ -250,11 +251,106 @@ fn impossible_combinations_are_refused_with_the_flag() {
 
 #[test]
 fn effective_cq_moderation_keeps_a_signal_in_every_full_queue() {
-    assert_eq!(ok(WRITE_BW, "").queues.effective_cq_mod(), 100);
-    assert_eq!(ok(WRITE_BW, "-t 16").queues.effective_cq_mod(), 16);
-    assert_eq!(ok(WRITE_BW, "-t 16 -l 8").queues.effective_cq_mod(), 9);
+    assert_eq!(ok(WRITE_BW, "-s 4096").queues.effective_cq_mod(), 100);
+    assert_eq!(ok(WRITE_BW, "-s 4096 -t 16").queues.effective_cq_mod(), 16);
+    assert_eq!(ok(WRITE_BW, "-t 16 -l 8").queues.effective_cq_mod(), 8);
+    assert_eq!(ok(WRITE_BW, "-t 10 -l 8 -Q 8").queues.effective_cq_mod(), 3);
     assert_eq!(ok(WRITE_BW, "-Q 1").queues.effective_cq_mod(), 1);
     assert_eq!(ok(WRITE_LAT, "").queues.effective_cq_mod(), 1);
+}
+
+/// The latency tools signal as perftest's latency loops do, and a send queue of the tx depth
+/// (the QP's `max_send_wr`, the header's TX depth) always holds a signaled request when full.
+#[test]
+fn latency_tools_signal_as_perftest_does() {
+    let period = |tool: Tool, args: &str| {
+        let c = ok(tool, args);
+        let p = c.queues.signal_period(tool);
+        // The QP's send queue is the tx depth the header prints, and the period fits in it.
+        let sq = vl_perftest::conn::qp_caps(&c, 512, 0).max_send_wr;
+        assert_eq!(sq, c.queues.tx_depth, "{} {args}", tool.name());
+        assert!(
+            (1..=sq).contains(&p),
+            "{} {args}: one signaled request in {p} does not fit a send queue of {sq}",
+            tool.name()
+        );
+        p
+    };
+    // send_lat: -Q capped by the tx depth — every SEND at the default depth of 1, as
+    // ib_send_lat, whose -Q 100 is cut to its tx depth of 1 too.
+    assert_eq!(period(SEND_LAT, ""), 1);
+    assert_eq!(ok(SEND_LAT, "").queues.tx_depth, 1);
+    assert_eq!(period(SEND_LAT, "-Q 100"), 1);
+    assert_eq!(period(SEND_LAT, "-t 128"), 100);
+    assert_eq!(period(SEND_LAT, "-t 128 -Q 1"), 1);
+    assert_eq!(period(SEND_LAT, "-t 16 -Q 100"), 16);
+    // -n below the depth cuts the depth, and the period with it.
+    assert_eq!(period(SEND_LAT, "-t 128 -n 10"), 10);
+    assert_eq!(period(SEND_LAT, "-t 128 -c UD"), 100);
+    assert_eq!(period(SEND_LAT, "-t 128 -e"), 100);
+    // What scenario 45 runs in the guest.
+    assert_eq!(period(SEND_LAT, "-t 4 -Q 4 -s 64 -n 300"), 4);
+    assert_eq!(period(SEND_LAT, "-t 4 -Q 2 -e -n 200"), 2);
+    assert_eq!(period(SEND_LAT, "-t 4 -Q 4 -c UD -s 512 -n 200"), 4);
+    assert_eq!(period(WRITE_LAT, "-t 16 -Q 8 -n 300"), 1);
+    // write, read and atomic latency: every request, whatever -t and -Q say (perftest's
+    // loops for those set IBV_SEND_SIGNALED on each post and wait for its completion).
+    for tool in [WRITE_LAT, READ_LAT, ATOMIC_LAT] {
+        for args in ["", "-t 128", "-t 128 -Q 100", "-t 128 -c UC"] {
+            if tool != WRITE_LAT && args.contains("UC") {
+                continue;
+            }
+            assert_eq!(period(tool, args), 1, "{} {args}", tool.name());
+        }
+    }
+    // The bandwidth tools keep the effective CQ moderation.
+    for (tool, args, want) in [
+        (WRITE_BW, "-s 4096", 100),
+        (SEND_BW, "-t 16 -l 8", 8),
+        (READ_BW, "-Q 1", 1),
+        (ATOMIC_BW, "-t 64", 64),
+    ] {
+        assert_eq!(period(tool, args), want, "{} {args}", tool.name());
+    }
+}
+
+/// perftest's `force_dependecies` rules for `-Q`, in its order: 1 for one size over 8 KiB on
+/// RC/UC without -e unless -Q is given (a note when a given one stays above 1), capped by the
+/// tx depth, the post list's size with -l unless given, and a given one must divide the post
+/// list.
+#[test]
+fn cq_moderation_follows_perftests_rules() {
+    let cq = |tool: Tool, args: &str| ok(tool, args).queues.cq_mod;
+    let notes = |tool: Tool, args: &str| ok(tool, args).notes;
+    assert_eq!(cq(WRITE_BW, ""), 1, "the 64 KiB default");
+    assert_eq!(cq(WRITE_BW, "-s 8192"), 100, "8 KiB is not over the limit");
+    assert_eq!(cq(WRITE_BW, "-s 8193"), 1);
+    assert_eq!(cq(SEND_BW, "-s 1M"), 1);
+    assert_eq!(cq(READ_BW, "-s 65536 -Q 10"), 10);
+    assert!(notes(READ_BW, "-s 65536")
+        .iter()
+        .all(|n| !n.contains("inaccurate")));
+    let n = notes(WRITE_BW, "-s 65536 -Q 10");
+    assert!(
+        n.len() == 1 && n[0].starts_with("-Q 10 with messages over 8192 bytes"),
+        "{n:?}"
+    );
+    assert!(notes(WRITE_BW, "-s 65536 -Q 1").is_empty());
+    // Not for a sweep, UD or events, where perftest keeps it too.
+    assert_eq!(cq(WRITE_BW, "-a"), 100);
+    assert_eq!(cq(WRITE_BW, "-s 65536 -e"), 100);
+    assert_eq!(cq(SEND_BW, "-s 65536 -c UC"), 1);
+    assert_eq!(cq(SEND_BW, "-s 4096 -c UD"), 100);
+    // Capped by the tx depth.
+    assert_eq!(cq(WRITE_BW, "-s 64 -t 16"), 16);
+    // Post lists: the list's size unless given, and said; a given one must divide it.
+    assert_eq!(cq(WRITE_BW, "-l 4"), 4);
+    assert!(notes(WRITE_BW, "-l 4")[0].starts_with("-l 4: CQ moderation is the post list's size"));
+    assert_eq!(cq(WRITE_BW, "-l 4 -Q 2"), 2);
+    assert!(notes(WRITE_BW, "-s 4096 -l 4 -Q 2").is_empty());
+    assert_eq!(notes(WRITE_BW, "-l 4 -Q 2").len(), 1, "64 KiB with -Q 2");
+    refused(WRITE_BW, "-l 4 -Q 3", &["-l 4 -Q 3", "multiple"]);
+    refused(WRITE_BW, "-Q 0", &["-Q 0"]);
 }
 
 #[test]

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
+use verbs_lab::cli::SizeRange;
 use verbs_lab::connect::{bring_up, local_endpoint, path_mtu, random_psn, ConnectOpts, Endpoint};
 use verbs_lab::verbs::{
     AccessFlags, ActivePort, Cq, DeviceList, GidChoice, Mr, Mtu, Payload, Pd, Qp, QpCaps,
@@ -39,8 +40,9 @@ struct Args {
     /// QP ack timeout exponent (4.096 µs × 2^N); large values suit slow emulation.
     #[arg(short = 'u', long = "qp-timeout", default_value_t = 18)]
     timeout: u8,
-    /// Message size of the data checks.
-    #[arg(short = 's', long = "size", default_value_t = 4000)]
+    /// Message size of the data checks, 1 to 8K (suffixes K, M, G): half the buffer.
+    #[arg(short = 's', long = "size", default_value_t = 4000,
+          value_parser = SizeRange::new(1..=BUF / 2))]
     size: usize,
     /// Seconds to wait for any one completion.
     #[arg(long = "wait", default_value_t = 30, value_parser = verbs_lab::cli::WaitSecs)]
@@ -128,11 +130,6 @@ fn first_mismatch(a: &[u8], b: &[u8]) -> Option<usize> {
 }
 
 fn run(args: &Args) -> Result<()> {
-    ensure!(
-        args.size > 0 && args.size <= BUF / 2,
-        "--size must be 1..={} bytes",
-        BUF / 2
-    );
     let (a, b) = connect_sides(args)?;
     let wait = Duration::from_secs(args.wait_secs);
     let n = args.size;

@@ -21,9 +21,25 @@ pub struct OobConn {
     pending_since: Option<Instant>,
 }
 
+/// How long [`connect_noting`] lets a server refuse (or not answer) before it says so.
+pub const NOTE_AFTER: Duration = Duration::from_secs(2);
+
 /// Connects to a server at `host:port`, retrying while it is not listening yet, at most
 /// `timeout` in all.
 pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<OobConn> {
+    connect_noting(host, port, timeout, |_| {})
+}
+
+/// As [`connect`]; when the server has not accepted within [`NOTE_AFTER`], calls `note` once
+/// with what is happening (whom it tries, the last error, how long it goes on), so that a
+/// person who gave the wrong address or started the client first is not left waiting in
+/// silence.
+pub fn connect_noting(
+    host: &str,
+    port: u16,
+    timeout: Duration,
+    note: impl FnOnce(String),
+) -> Result<OobConn> {
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .map_err(|e| OobError::Io {
@@ -33,6 +49,7 @@ pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<OobConn> {
         .collect();
     let start = Instant::now();
     let mut last_err = None;
+    let mut note = Some(note);
     while start.elapsed() < timeout {
         for addr in &addrs {
             let left = timeout
@@ -41,6 +58,15 @@ pub fn connect(host: &str, port: u16, timeout: Duration) -> Result<OobConn> {
             match TcpStream::connect_timeout(addr, left.min(Duration::from_secs(5))) {
                 Ok(stream) => return OobConn::new(stream, *addr, timeout),
                 Err(e) => last_err = Some(e),
+            }
+        }
+        if start.elapsed() >= NOTE_AFTER {
+            if let (Some(note), Some(e)) = (note.take(), &last_err) {
+                let all = timeout.as_secs_f64();
+                note(format!(
+                    "the server at {host}:{port} does not accept yet ({e}); trying again, for \
+                     {all:.0} s in all"
+                ));
             }
         }
         std::thread::sleep(POLL_STEP * 2);

@@ -162,6 +162,46 @@ fn nobody_listening_times_out() {
     assert!(e.to_string().contains("a client to connect"), "{e}");
 }
 
+/// A client left waiting says so once, after [`NOTE_AFTER`], with whom it tries and why; a
+/// quick connection says nothing.
+#[test]
+fn a_client_left_waiting_is_told_once() {
+    let port = free_port();
+    let mut notes = Vec::new();
+    let t0 = Instant::now();
+    let wait = NOTE_AFTER + Duration::from_millis(800);
+    let e = connect_noting("127.0.0.1", port, wait, |n| notes.push((n, t0.elapsed())))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("timed out"), "{e}");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let (note, at) = &notes[0];
+    assert!(*at >= NOTE_AFTER, "noted after {at:?}");
+    assert!(
+        note.starts_with(&format!(
+            "the server at 127.0.0.1:{port} does not accept yet ("
+        )),
+        "{note}"
+    );
+    assert!(note.contains("refused"), "{note}");
+
+    let mut told = false;
+    let (mut c, t) = {
+        let port = free_port();
+        let t = std::thread::spawn(move || {
+            accept(port, Duration::from_secs(10))
+                .unwrap()
+                .barrier("end")
+                .unwrap()
+        });
+        let c = connect_noting("127.0.0.1", port, Duration::from_secs(10), |_| told = true);
+        (c.unwrap(), t)
+    };
+    c.barrier("end").unwrap();
+    t.join().unwrap();
+    assert!(!told, "a connection within {NOTE_AFTER:?} says nothing");
+}
+
 #[test]
 fn a_trickling_peer_is_cut_off_by_the_frame_deadline() {
     let (mut c, t) = served(Duration::from_secs(10), move |mut c| {

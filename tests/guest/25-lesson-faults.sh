@@ -62,7 +62,7 @@ expect_contains "$CLIENT_OUT" "the usual cause is a different -s on the two side
 
 step "nonsense flags are refused with the reason"
 expect_fail_within 30 "size 0" lesson04_send_recv -d "$VL_DEV0" -s 0
-expect_contains "$out" "invalid value '0' for '--size <SIZE>': 0 is not in 1.."
+expect_contains "$out" "error: -s 0: too small; give 1 to 1G bytes"
 expect_not_contains "$out" "[1] Open the device"
 expect_fail_within 30 "iters 0" lesson04_send_recv -d "$VL_DEV0" -n 0
 expect_contains "$out" "invalid value '0' for '--iters <ITERS>'"

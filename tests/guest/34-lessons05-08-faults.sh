@@ -123,7 +123,7 @@ mark_from=
 
 step "nonsense flags are refused with the reason"
 expect_fail_within 30 "size 0" lesson05_rdma_write -d "$VL_DEV0" -s 0
-expect_contains "$out" "error: -s 0: a write needs at least 1 byte"
+expect_contains "$out" "error: -s 0: too small; give 1 to 1M bytes"
 expect_not_contains "$out" "[1] Open the device"
 expect_fail_within 30 "size beyond the buffer" lesson06_rdma_read -d "$VL_DEV1" -s 512K -o 4 "$VL_ADDR0"
 expect_contains "$out" "-s 524288 x -o 4 = 2097152 bytes: larger than the 1048576-byte buffer"

@@ -44,6 +44,15 @@ expect_contains "$CLIENT_OUT" "tps average"
 run_ok vl_send_bw "-c UD -s 2048 -n 300"
 expect_row "$SERVER_OUT" "vl_send_bw UD receiver"
 run_ok vl_send_lat "-c UD -s 1024 -n 200"
+# Send latency with unsignaled SENDs (one in -Q, as ib_send_lat): a send queue of 4 fills with
+# them, and each fifth post waits for the signaled fourth one's completion to free the queue;
+# with -e that wait sleeps on the channel. The header's TX depth is the QP's send queue.
+run_ok vl_send_lat "-t 4 -Q 4 -s 64 -n 300"
+[ "$(header_value "$CLIENT_OUT" "TX depth")" = 4 ] || fail "vl_send_lat -t 4: TX depth is not 4"
+run_ok vl_send_lat "-t 4 -Q 2 -e -n 200"
+run_ok vl_send_lat "-t 4 -Q 4 -c UD -s 512 -n 200"
+# Write latency signals every write at any depth, as ib_write_lat.
+run_ok vl_write_lat "-t 16 -Q 8 -n 300"
 run_ok vl_write_bw "-c UC -n 200"
 run_ok vl_write_lat "-c UC -n 200"
 run_ok vl_send_bw "-c UC -n 200 -s 16384"

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Lesson 10 when things go wrong: a worker that dies (--kill-worker) is named within seconds
 # (not when --wait runs out) and the run fails; a worker that stalls is named when --wait runs
-# out; SIGTERM to the coordinator removes its queues. After each: nothing in /dev/mqueue and no
-# worker process left.
+# out; SIGTERM to the coordinator removes its queues; what a coordinator and its workers killed
+# outright (SIGKILL) left, the next run removes at start. After each: nothing in /dev/mqueue and
+# no worker process left.
 # timeout: 180
 set -eu
 # shellcheck source=tests/guest/lib.sh
@@ -56,22 +57,48 @@ expect_contains "$out" "sent no Result and Done within 3 s (--wait); still runni
 expect_contains "$out" "stalled, then aborted"
 no_leftovers
 
+# start_stalled: starts a coordinator whose worker 0 stalls, in the background (its pid in
+# $cpid), and waits until it waits for the results (step 13), its queues and workers all there.
+start_stalled() {
+    $L --no-tour --stall-worker 0 --wait 60 >"$out" 2>&1 &
+    cpid=$!
+    _rc=0
+    wait_for 30 "$cpid" grep -q '^\[13\]' "$out" || _rc=$?
+    case $_rc in
+        0) ;;
+        2) cat "$out"; fail "the coordinator ended before step 13" ;;
+        *) cat "$out"; fail "no step 13 within $(scaled 30) s" ;;
+    esac
+}
+
 step "SIGTERM to the coordinator while it waits: the queues go with it"
 rc=0
-$L --no-tour --stall-worker 0 --wait 60 >"$out" 2>&1 &
-cpid=$!
-_rc=0
-wait_for 30 "$cpid" grep -q '^\[13\]' "$out" || _rc=$?
-case $_rc in
-    0) ;;
-    2) cat "$out"; fail "the coordinator ended before step 13" ;;
-    *) cat "$out"; fail "no step 13 within $(scaled 30) s" ;;
-esac
+start_stalled
 ls /dev/mqueue
 kill -TERM "$cpid"
 _vl_watch "$cpid" 20 || rc=$?
 cat "$out"
 [ "$rc" = 143 ] || fail "expected the coordinator to die of SIGTERM (status 143), got $rc"
 expect_contains "$out" "SIGTERM: removed 3 message queues this process created; exiting"
+no_leftovers
+
+step "SIGKILL to the coordinator and its workers: the next run removes what they left"
+rc=0
+start_stalled
+wpids=$(sed -n 's/^ *worker [0-9]*: pid \([0-9]*\)$/\1/p' "$out")
+# Stopped first, so that no one of them can react to another's death (the workers would
+# remove their coordinator's queues when told it died): then nobody removes anything.
+# shellcheck disable=SC2086 # one pid per word
+kill -STOP "$cpid" $wpids
+# shellcheck disable=SC2086
+kill -KILL $wpids "$cpid"
+_vl_watch "$cpid" 20 || rc=$?
+[ "$rc" = 137 ] || fail "expected the coordinator to die of SIGKILL (status 137), got $rc"
+left=$(ls /dev/mqueue)
+echo "left in /dev/mqueue: $left"
+[ -n "$left" ] || fail "nothing left in /dev/mqueue: this step shows nothing"
+run_timeout 120 $L --no-tour -k 1 -n 10 >"$out" 2>&1 || fail "the next run failed"
+cat "$out"
+expect_contains "$out" "removed 3 message queues left by a coordinator that is gone (pid $cpid): /vl10-$cpid /vl10-$cpid-w0 /vl10-$cpid-w1"
 no_leftovers
 echo "lesson 10 fault scenarios passed"

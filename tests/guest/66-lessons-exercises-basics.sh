@@ -68,7 +68,7 @@ expect_contains "$SERVER_OUT" "completed with IBV_WC_REM_ACCESS_ERR"
 
 step "lesson 05, exercise 2: -s 2M"
 run_rc 2 lesson05_rdma_write -d "$VL_DEV1" -s 2M "$VL_ADDR0"
-expect_contains "$out" "-s 2097152: larger than the 1048576-byte payload area of the buffer this lesson registers"
+expect_contains "$out" "error: -s 2M: too large; give 1 to 1M bytes"
 
 step "lesson 06, exercise 1: -o 255"
 server_client "$port" "lesson06_rdma_read -d $VL_DEV0 -p $port" \

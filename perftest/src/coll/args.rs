@@ -65,6 +65,7 @@ pub struct Args {
     /// This process's rank (with --world-size and --master).
     #[arg(long)]
     pub rank: Option<u32>,
+    /// The number of ranks (with --rank and --master)
     #[arg(long = "world-size")]
     pub world_size: Option<u32>,
     /// Rank among the ranks on this host (picks the device and CPU).

@@ -305,7 +305,7 @@ fn one_size(comm: &mut Comm, table: &Table, args: &Args, size: usize) -> Result<
 
 /// The `"params"` of the `--json` document: the command line's numbers and the launcher.
 #[derive(serde::Serialize)]
-struct Params {
+struct JsonParams {
     min_bytes: usize,
     max_bytes: usize,
     iters: u32,
@@ -316,9 +316,9 @@ struct Params {
     launcher: &'static str,
 }
 
-impl Params {
-    fn new(args: &Args, launcher: Launcher) -> Params {
-        Params {
+impl JsonParams {
+    fn new(args: &Args, launcher: Launcher) -> JsonParams {
+        JsonParams {
             min_bytes: args.min_bytes,
             max_bytes: args.max_bytes,
             iters: args.iters,
@@ -342,7 +342,7 @@ fn verdict(
     let tool = table.tool;
     println!("{}", table.footer(rows));
     if let Some(path) = &args.json {
-        let doc = table.json(records, Params::new(args, launcher), rows);
+        let doc = table.json(records, JsonParams::new(args, launcher), rows);
         std::fs::write(path, crate::report::pretty_json(&doc))
             .map_err(|e| (EXIT_FAILED, format!("cannot write --json {path}: {e}")))?;
     }
@@ -408,7 +408,7 @@ mod tests {
         let line = "vl_all_reduce_perf -b 64 -e 4K -n 7 -w 2 -c 0 --slot-size 1K --slots 3";
         let args = Args::try_parse_from(line.split(' ')).unwrap();
         assert_eq!(
-            serde_json::to_string(&Params::new(&args, Launcher::Flags)).unwrap(),
+            serde_json::to_string(&JsonParams::new(&args, Launcher::Flags)).unwrap(),
             concat!(
                 r#"{"min_bytes":64,"max_bytes":4096,"iters":7,"warmup_iters":2,"check":0,"#,
                 r#""slot_bytes":1024,"slots":3,"launcher":"flags (--rank/--world-size)"}"#

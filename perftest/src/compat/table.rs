@@ -150,7 +150,15 @@ pub const OPTIONS: &[PerftestOption] = &[
         true,
         Same("#iterations counts the messages of all QPs, as perftest"),
     ),
-    opt('Q', "cq-mod", true, Same("")),
+    opt(
+        'Q',
+        "cq-mod",
+        true,
+        Same(
+            "with perftest's rules: 1 for one size over 8 KiB (RC/UC, no -e) unless given, the \
+             post list's size with -l unless given, capped by the tx depth",
+        ),
+    ),
     opt('r', "rx-depth", true, Same("")),
     opt(
         'R',

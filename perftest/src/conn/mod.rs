@@ -34,7 +34,7 @@ pub mod resources;
 
 pub use connect::{check_remote_slots, connect, exchange_endpoints, qos_readback};
 pub use layout::{rights, Layout, Rights, VALIDATE_BUDGET};
-pub use resources::{create_resources, local_endpoints, Buffers, Resources};
+pub use resources::{create_resources, local_endpoints, qp_caps, Buffers, Resources};
 
 /// The Q_Key of our UD QPs.
 pub const QKEY: u32 = 0x1111_1111;

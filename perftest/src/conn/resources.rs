@@ -153,23 +153,35 @@ fn register_slots(cfg: &Config, pd: &Pd, layout: Layout, rights: &Rights) -> Res
     Ok(Buffers { src, dst, layout })
 }
 
-/// The `-q` QPs on `cq`. The default inline request of the latency tools is a wish: a device
-/// that cannot inline that much gets QPs without inline.
-fn create_qps(cfg: &Config, pd: &Pd, cq: &Cq, rx_posted: u32) -> Result<Vec<Qp>> {
-    let is_send = cfg.tool.kind == TestKind::Send;
-    let inline_req = cfg.inline_request();
-    let caps = |inline: u32| QpCaps {
+/// What each QP is created with. The send queue holds the tx depth (`-t`) and no more, as
+/// perftest's (`max_send_wr` = its tx depth): the header's TX depth is the QP's send queue. A
+/// request posted unsignaled keeps its slot until a later signaled one completes and that
+/// completion is polled, so the loops signal at least one request in every tx depth
+/// ([`QueueShape::signal_period`](crate::params::QueueShape::signal_period)) and never have
+/// more than the depth posted and not yet retired by a completion taken.
+pub fn qp_caps(cfg: &Config, rx_posted: u32, inline: u32) -> QpCaps {
+    QpCaps {
         max_send_wr: cfg.queues.tx_depth,
-        max_recv_wr: if is_send { rx_posted.max(1) } else { 1 },
+        max_recv_wr: if cfg.tool.kind == TestKind::Send {
+            rx_posted.max(1)
+        } else {
+            1
+        },
         max_send_sge: 1,
         max_recv_sge: 1,
         max_inline_data: inline,
-    };
+    }
+}
+
+/// The `-q` QPs on `cq`. The default inline request of the latency tools is a wish: a device
+/// that cannot inline that much gets QPs without inline.
+fn create_qps(cfg: &Config, pd: &Pd, cq: &Cq, rx_posted: u32) -> Result<Vec<Qp>> {
+    let inline_req = cfg.inline_request();
     let attr = |inline| QpInitAttr {
         send_cq: cq,
         recv_cq: cq,
         qp_type: cfg.conn,
-        caps: caps(inline),
+        caps: qp_caps(cfg, rx_posted, inline),
         sq_sig_all: false,
     };
     let mut qp_list = Vec::with_capacity(cfg.qps as usize);

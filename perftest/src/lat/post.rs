@@ -58,10 +58,16 @@ pub(super) struct Post<'a> {
     pub(super) size: u64,
     pub(super) wr: SendWr<'a>,
     pub(super) inline: bool,
+    /// One request in this many is signaled ([`QueueShape::signal_period`]: every SEND at the
+    /// default depth of 1, every write, read and atomic): never more than `depth`, so a full
+    /// send queue always holds a signaled request whose completion frees it.
+    ///
+    /// [`QueueShape::signal_period`]: crate::params::QueueShape::signal_period
     pub(super) cq_mod: u64,
+    /// The QP's `max_send_wr` (`-t`): requests posted and not yet retired by a completion
+    /// taken here. An answer from the peer proves our message arrived, not that its slot is
+    /// free: only a completion frees it, so [`Post::make_room`] polls for one when full.
     pub(super) depth: u64,
-    /// Every request signaled (reads and atomics: we wait for each).
-    pub(super) all_signaled: bool,
 }
 
 impl Post<'_> {
@@ -105,7 +111,7 @@ impl Post<'_> {
         if every {
             sq.next_signal += self.cq_mod;
         }
-        self.wr.signaled = self.all_signaled || every;
+        self.wr.signaled = every;
         let r = if self.inline {
             self.qp.post_send_inline(std::slice::from_ref(&self.wr), mr)
         } else {

@@ -139,9 +139,8 @@ impl<'a> Rounds<'a> {
             size: f.size,
             wr,
             inline: f.pingpong && inline_limit > 0 && f.n as u64 <= u64::from(inline_limit),
-            cq_mod: u64::from(cfg.queues.effective_cq_mod()),
+            cq_mod: u64::from(cfg.queues.signal_period(cfg.tool)),
             depth: u64::from(cfg.queues.tx_depth),
-            all_signaled: !f.pingpong,
         };
         let waiter = Waiter::new(
             ch,

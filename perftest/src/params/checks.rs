@@ -173,7 +173,12 @@ pub(super) fn resolve_margin(
 }
 
 /// `-q`, `-t`, `-r`, `-Q`, `-l`: the queues, with the tool's default depths.
-pub(super) fn resolve_queues(tool: Tool, p: &Params) -> Result<QueueShape, String> {
+pub(super) fn resolve_queues(
+    tool: Tool,
+    p: &Params,
+    sizes: Sizes,
+    notes: &mut Vec<String>,
+) -> Result<QueueShape, String> {
     let lat = tool.metric == Metric::Lat;
     if p.qps == 0 {
         return Err("-q 0: at least one QP is needed".into());
@@ -202,9 +207,6 @@ pub(super) fn resolve_queues(tool: Tool, p: &Params) -> Result<QueueShape, Strin
             "-r {rx_depth}: the rx depth must be 1..={MAX_DEPTH}"
         ));
     }
-    if p.cq_mod == 0 {
-        return Err("-Q 0: CQ moderation must be at least 1 (1 = every request signaled)".into());
-    }
     if p.post_list == 0 {
         return Err("-l 0: a post list holds at least 1 work request".into());
     }
@@ -232,9 +234,66 @@ pub(super) fn resolve_queues(tool: Tool, p: &Params) -> Result<QueueShape, Strin
     Ok(QueueShape {
         tx_depth,
         rx_depth,
-        cq_mod: p.cq_mod,
+        cq_mod: resolve_cq_mod(tool, p, sizes, tx_depth, notes)?,
         post_list: p.post_list,
     })
+}
+
+/// Messages above this many bytes are signaled one by one unless `-Q` is given (perftest's
+/// `MSG_SIZE_CQ_MOD_LIMIT`: with rare signals, a large message's bandwidth is computed from
+/// too few completions).
+pub const CQ_MOD_SIZE_LIMIT: u64 = 8192;
+
+/// `-Q` as perftest resolves it (`force_dependecies`), in its order: 100 unless given; 1 for one
+/// size over [`CQ_MOD_SIZE_LIMIT`] on RC/UC without `-e` unless given (a note when a given one
+/// stays above 1); capped by the tx depth; with a post list (bandwidth tools), the post list
+/// unless given (a note), else it must divide the post list.
+fn resolve_cq_mod(
+    tool: Tool,
+    p: &Params,
+    sizes: Sizes,
+    tx_depth: u32,
+    notes: &mut Vec<String>,
+) -> Result<u32, String> {
+    if p.cq_mod == Some(0) {
+        return Err("-Q 0: CQ moderation must be at least 1 (1 = every request signaled)".into());
+    }
+    let mut cq_mod = p.cq_mod.unwrap_or(100);
+    if let Sizes::Single(size) = sizes {
+        if size > CQ_MOD_SIZE_LIMIT && p.conn != QpType::Ud && !p.events {
+            match p.cq_mod {
+                None => cq_mod = 1,
+                Some(q) if q > 1 => notes.push(format!(
+                    "-Q {q} with messages over {CQ_MOD_SIZE_LIMIT} bytes: so few completions \
+                     can make the bandwidth inaccurate (perftest warns too; without -Q every \
+                     request is signaled)"
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    cq_mod = cq_mod.min(tx_depth);
+    if p.post_list > 1 && tool.metric == Metric::Bw {
+        match p.cq_mod {
+            None => {
+                cq_mod = p.post_list;
+                notes.push(format!(
+                    "-l {}: CQ moderation is the post list's size, as in perftest (give -Q to \
+                     choose it)",
+                    p.post_list
+                ));
+            }
+            Some(q) if p.post_list % q != 0 => {
+                return Err(format!(
+                    "-l {} -Q {q}: the post list must be a multiple of the CQ moderation (one \
+                     signaled request per {q}, as perftest requires)",
+                    p.post_list
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(cq_mod)
 }
 
 /// Options that belong to some tools only: `-b`, `-o`, `-A`, `-I`, `-e`, `-u`, `--validate`.

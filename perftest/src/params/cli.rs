@@ -53,9 +53,11 @@ pub struct Params {
     #[arg(short = 'r', long = "rx-depth", value_name = "N")]
     pub rx_depth: Option<u32>,
 
-    /// CQ moderation: one signaled work request every N (100; capped by the tx depth).
-    #[arg(short = 'Q', long = "cq-mod", value_name = "N", default_value_t = 100)]
-    pub cq_mod: u32,
+    /// CQ moderation: one signaled work request every N (default 100, but 1 for one size over
+    /// 8 KiB on RC/UC without -e, and the post list with -l, as perftest; capped by the tx
+    /// depth).
+    #[arg(short = 'Q', long = "cq-mod", value_name = "N")]
+    pub cq_mod: Option<u32>,
 
     /// Post list: work requests per ibv_post_send call.
     #[arg(short = 'l', long = "post_list", value_name = "N", default_value_t = 1)]

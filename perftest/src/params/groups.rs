@@ -9,6 +9,7 @@ use verbs_lab::affinity::CpuList;
 use verbs_lab::verbs::Mtu;
 
 use super::RunMode;
+use crate::result::{Metric, TestKind};
 
 /// Where the peer is and how long to wait for it: the exchange's TCP connection (`listen.rs`,
 /// `run.rs`) and `-R`'s rdma_cm addresses start from here.
@@ -97,6 +98,21 @@ impl QueueShape {
     /// signaled request (`tx depth − post list + 1`), else the sender could wait forever.
     pub fn effective_cq_mod(&self) -> u32 {
         self.cq_mod.min(self.tx_depth - self.post_list + 1).max(1)
+    }
+
+    /// One signaled send request in how many `tool` posts, as perftest's loops signal them:
+    /// the bandwidth tools and send latency every [`effective_cq_mod`](Self::effective_cq_mod)
+    /// (send latency posts one request at a time, so at its default tx depth of 1 that is every
+    /// SEND, as in perftest, which caps `-Q` by the tx depth); write, read and atomic latency
+    /// every request, whatever `-Q` and `-t` say (perftest's loops for those signal each
+    /// request and wait for its completion). Never more than the tx depth: a send queue of that
+    /// depth (the QP's `max_send_wr`, the header's TX depth) always holds a signaled request
+    /// when full, so its unsignaled slots are freed by a completion that will come.
+    pub fn signal_period(&self, tool: super::Tool) -> u32 {
+        match (tool.metric, tool.kind) {
+            (Metric::Lat, TestKind::Write | TestKind::Read | TestKind::Atomic) => 1,
+            _ => self.effective_cq_mod(),
+        }
     }
 }
 

@@ -212,6 +212,9 @@ pub struct Config {
     pub report_gbits: bool,
     /// `--procs`, `--procs-start`: the worker processes of the run, and which one this is.
     pub procs: ProcsPlan,
+    /// What the options resolved to that a person should hear about (perftest prints these
+    /// too): the tool prints each as a note on stderr before it starts.
+    pub notes: Vec<String>,
 }
 
 /// `--procs` above this is refused (each worker costs a core, a queue and a TCP port).
@@ -230,7 +233,9 @@ impl Config {
             let mode = resolve_mode(tool, p)?;
             (mode, resolve_margin(tool, p, mode)?)
         };
-        let queues = resolve_queues(tool, p)?.fitted_to(mode, tool.kind == TestKind::Send);
+        let mut notes = Vec::new();
+        let queues = resolve_queues(tool, p, sizes, &mut notes)?
+            .fitted_to(mode, tool.kind == TestKind::Send);
         check_tool_options(tool, p)?;
         check_output_options(tool, p)?;
         let warmup = resolve_warmup(p)?;
@@ -299,6 +304,7 @@ impl Config {
                 worker,
                 start: Duration::from_micros(p.procs_start_us),
             },
+            notes,
         })
     }
 
