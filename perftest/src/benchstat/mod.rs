@@ -238,12 +238,10 @@ impl Records {
         };
         let mut env = HashMap::new();
         for name in ["env.txt", "host.env", "console.env"] {
-            let text = match read(name) {
-                Ok(t) => t,
-                Err(_) if name == "console.env" => continue,
-                Err(e) => return Err(e),
-            };
-            for line in text.lines() {
+            if name == "console.env" && !dir.join(name).exists() {
+                continue; // no console log to read the cargo build's time from
+            }
+            for line in read(name)?.lines() {
                 let (k, v) = line.split_once('=').unwrap_or((line, ""));
                 env.insert(k.to_string(), v.to_string());
             }
