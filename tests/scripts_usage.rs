@@ -16,9 +16,17 @@ fn run(script: &str, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, Strin
     )
 }
 
+/// A bad command line: the script, its arguments, its environment, what its error must say.
+type Case = (
+    &'static str,
+    &'static [&'static str],
+    &'static [(&'static str, &'static str)],
+    &'static str,
+);
+
 #[test]
 fn bad_command_lines_exit_2_and_say_why() {
-    let cases: &[(&str, &[&str], &[(&str, &str)], &str)] = &[
+    let cases: &[Case] = &[
         ("softroce-vm", &["bogus"], &[], "unknown command 'bogus'"),
         (
             "softroce-vm",
@@ -80,6 +88,37 @@ fn bad_command_lines_exit_2_and_say_why() {
             "unknown argument '--bogus'",
         ),
         ("check-packages", &["x"], &[], "unknown argument 'x'"),
+        (
+            "bench-vs-perftest",
+            &["--runs", "0"],
+            &[],
+            "--runs needs a positive number",
+        ),
+        ("bench-vs-perftest", &["--timeout", "0"], &[], "at least 1"),
+        (
+            "bench-vs-perftest",
+            &["--only", "no_such_row"],
+            &[],
+            "--only: no row 'no_such_row'",
+        ),
+        (
+            "bench-vs-perftest",
+            &["--report-only", "/nonexistent"],
+            &[],
+            "no directory /nonexistent",
+        ),
+        (
+            "bench-coll-vs-mpi",
+            &["-f", "1"],
+            &[],
+            "-f needs a factor >= 2",
+        ),
+        (
+            "bench-coll-vs-mpi",
+            &["bogus"],
+            &[],
+            "unknown argument 'bogus'",
+        ),
     ];
     for (script, args, env, says) in cases {
         let (code, err) = run(script, args, env);
