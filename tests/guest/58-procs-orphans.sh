@@ -85,12 +85,8 @@ next_port
 lworkers=$(workers_of "-p $((PORT - 1)) ")
 echo "coordinator $lpid, workers: $(echo "$lworkers" | tr '\n' ' ')"
 [ "$(echo "$lworkers" | wc -w)" -eq 2 ] || fail "expected 2 workers of coordinator $lpid: $lworkers"
-# Stop the coordinator first so that it cannot clean up, kill its workers, then it.
-kill -STOP "$lpid"
-for w in $lworkers; do kill -KILL "$w"; done
-kill -KILL "$lpid"
-_vl_watch "$lpid" 10 || true
-sleep 1
+# shellcheck disable=SC2086 # one pid a word
+kill_outright "$lpid" $lworkers
 ls /dev/mqueue
 [ -e "/dev/mqueue/vl-procs-$lpid" ] || fail "the dead coordinator's queue is not there to be found"
 vl_pair_ok vl_write_bw "-s 65536 -n 100 --procs 1 --wait 60"
