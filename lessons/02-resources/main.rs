@@ -15,7 +15,7 @@ use anyhow::{Context as _, Result};
 use clap::Parser;
 use verbs_lab::cli::SizeRange;
 use verbs_lab::verbs::{AccessFlags, DeviceList, QpCaps, QpInitAttr, QpType};
-use verbs_lab_lessons::{lesson_main, Narrator};
+use verbs_lab_lessons::{lesson_main, outln, Narrator};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -211,7 +211,7 @@ fn run(args: &Args) -> Result<()> {
     n.say("more inline bytes than max_inline_data and ibv_post_send fails with EINVAL.");
     if args.quiet {
         // Results only: the granted capabilities and the keys, one line each.
-        println!(
+        outln!(
             "qpn {:#x} max_send_wr {} max_recv_wr {} max_send_sge {} max_recv_sge {} max_inline_data {}",
             qp.qpn(),
             got.max_send_wr,
@@ -220,7 +220,7 @@ fn run(args: &Args) -> Result<()> {
             got.max_recv_sge,
             got.max_inline_data
         );
-        println!(
+        outln!(
             "send_mr lkey {:#x} rkey {:#x}; target_mr lkey {:#x} rkey {:#x}",
             send_mr.lkey(),
             send_mr.rkey(),
@@ -291,7 +291,7 @@ fn run(args: &Args) -> Result<()> {
     drop(ctx);
     n.say(format!("ibv_close_device {name}"));
     if !args.quiet {
-        println!("\nDone: all resources created, read back and released in order.");
+        outln!("\nDone: all resources created, read back and released in order.");
     }
     Ok(())
 }

@@ -50,7 +50,7 @@ use verbs_lab::verbs::{
 use verbs_lab_lessons::Summary;
 use verbs_lab_lessons::{
     check_range, create_rc_qp, create_rc_qp_inline, first_mismatch, lesson_main, open_named_device,
-    pattern, pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator,
+    outln, pattern, pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator,
 };
 
 const PROGRAM: &str = "lesson14_tuning";
@@ -334,7 +334,7 @@ fn rounds(
             line.push(format!("{} {}", cases[i].key, m.show()));
             results[i].push(m);
         }
-        println!("round {}: {}", r + 1, line.join(", "));
+        outln!("round {}: {}", r + 1, line.join(", "));
     }
     Ok(results)
 }
@@ -954,21 +954,27 @@ fn print_table(
             ],
         ),
     ];
-    println!(
+    outln!(
         "\n{} bytes per message; stream: {} RDMA WRITEs per run, 64 in flight; ping-pong: {} \
          round trips per run; median of {} rounds",
-        args.size, args.iters, args.pp_iters, args.rounds
+        args.size,
+        args.iters,
+        args.pp_iters,
+        args.rounds
     );
-    println!(
+    outln!(
         "{:<11} {:<26} {:>14} {:>8}  detail (last round)",
-        "knob", "setting", "result", "ratio"
+        "knob",
+        "setting",
+        "result",
+        "ratio"
     );
     for (k, settings) in knobs {
         // The first setting run is the knob's baseline.
         let mut base = f64::NAN;
         for (variant, key) in settings {
             let Some(i) = find(key) else {
-                println!("{k:<11} {variant:<26} {:>14} {:>8}  not run here", "-", "-");
+                outln!("{k:<11} {variant:<26} {:>14} {:>8}  not run here", "-", "-");
                 continue;
             };
             let v = med(i);
@@ -1000,19 +1006,20 @@ fn print_table(
                     ),
                 ),
             };
-            println!(
+            outln!(
                 "{k:<11} {variant:<26} {result:>14} {:>7.2}x  {detail}",
                 ratio
             );
         }
     }
-    println!("{:<11} {:<26} {moderation}", "moderation", "ibv_modify_cq");
-    println!(
+    outln!("{:<11} {:<26} {moderation}", "moderation", "ibv_modify_cq");
+    outln!(
         "{:<11} {:<26} {slots}",
-        "SQ slots", "unsignaled, queue full"
+        "SQ slots",
+        "unsignaled, queue full"
     );
-    println!("{:<11} {:<26} {window}", "MW", "type 2: bind, invalidate");
-    println!(
+    outln!("{:<11} {:<26} {window}", "MW", "type 2: bind, invalidate");
+    outln!(
         "ratio: speed-up against the knob's first row (writes/s up, or round trip down); \
          above 1 is better"
     );

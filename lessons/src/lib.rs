@@ -32,7 +32,7 @@ pub mod terms;
 pub use args::{check_range, CommonArgs, DevicePairArgs, PingPongArgs, Role};
 pub use data::{first_mismatch, pattern};
 pub use device::{open_device, open_named_device, poll_one_explained, Device};
-pub use narrator::{say_mr, Narrator};
+pub use narrator::{say_mr, until_stdout_closes, Narrator};
 pub use peer::{exchange, exchange_endpoints, meet, oob_connect, peer_rts_barrier, PeerInfo};
 pub use pingpong::{
     decode_rc_pingpong, encode_rc_pingpong, pingpong_recvs, print_pingpong_summary,
@@ -70,7 +70,8 @@ pub fn parse_args<A: clap::Parser>(program: &'static str) -> A {
 /// The `main` of every lesson but 10, 13 and 15 (which start workers or choose a role
 /// first): parse the flags ([`parse_args`]), refuse what `check` refuses before any verbs call
 /// (a usage error, exit 2, [`usage_error`]), then `run` with what `check` returned; an error
-/// from `run` is reported by [`report_error`] (exit 1).
+/// from `run` is reported by [`report_error`] (exit 1), a closed stdout ends it quietly
+/// (exit 0, [`until_stdout_closes`]).
 pub fn lesson_main<A: clap::Parser, T>(
     program: &'static str,
     check: impl FnOnce(&A) -> Result<T>,
@@ -78,10 +79,10 @@ pub fn lesson_main<A: clap::Parser, T>(
 ) -> std::process::ExitCode {
     let args: A = parse_args(program);
     let checked = check(&args).unwrap_or_else(|e| usage_error::<A>(program, &e));
-    match run(&args, checked) {
+    until_stdout_closes(|| match run(&args, checked) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => report_error(program, &e),
-    }
+    })
 }
 
 /// Ends the lesson `program` the way clap ends it for a bad flag — `error: MESSAGE`, the usage
