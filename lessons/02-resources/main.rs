@@ -23,10 +23,11 @@ use verbs_lab_lessons::{lesson_main, outln, Narrator};
 )]
 struct Args {
     /// RDMA device to use (default: the first one).
-    #[arg(short = 'd', long = "ib-dev")]
+    #[arg(short = 'd', long = "ib-dev", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     ib_dev: Option<String>,
     /// Port of the device.
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1,
+          value_parser = verbs_lab::cli::ib_port())]
     ib_port: u8,
     /// Bytes to register in each memory region, 1 to 1G (suffixes K, M, G).
     #[arg(short = 's', long = "size", default_value_t = 4096,

@@ -371,5 +371,9 @@ fn show_record(rec: &[u8]) -> String {
 }
 
 fn main() -> ExitCode {
-    lesson_main("lesson03_connect", |_: &Args| Ok(()), |a: &Args, ()| run(a))
+    lesson_main(
+        "lesson03_connect",
+        |a: &Args| a.common.check(),
+        |a: &Args, ()| run(a),
+    )
 }

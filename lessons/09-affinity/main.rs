@@ -84,7 +84,8 @@ struct Args {
     #[arg(long = "cpus")]
     cpus: Option<CpuPair>,
     /// QP ack timeout exponent: 4.096 µs × 2^N before a retransmit
-    #[arg(short = 'u', long = "qp-timeout", default_value_t = 18)]
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 18,
+          value_parser = verbs_lab::cli::qp_timeout())]
     qp_timeout: u8,
     /// Seconds any one wait for a completion may last
     #[arg(long = "wait", default_value_t = 30, value_parser = verbs_lab::cli::WaitSecs)]
@@ -113,15 +114,23 @@ impl std::str::FromStr for CpuPair {
     }
 }
 
-fn check_flags(a: &Args) -> Result<()> {
+/// Refuses bad flags before the lesson starts; returns the two CPUs of the pinned placements
+/// (a `--cpus` outside this process's mask is a bad flag too).
+fn check_flags(a: &Args) -> Result<(usize, usize)> {
     check_range("-n", a.iters, 1..=1_000_000, "round trips")?;
     check_range("--warmup", a.warmup, 0..=100_000, "round trips")?;
     check_range("-r", a.rounds, 1..=100, "rounds")?;
-    a.pair.check(a.qp_timeout)
+    a.pair.check()?;
+    let allowed = allowed_cpus().context("sched_getaffinity(0)")?;
+    ensure!(
+        !allowed.is_empty(),
+        "sched_getaffinity returned an empty mask"
+    );
+    chosen_cpus(a, &allowed)
 }
 
 fn main() -> ExitCode {
-    lesson_main(PROGRAM, check_flags, |a: &Args, ()| run(a))
+    lesson_main(PROGRAM, check_flags, run)
 }
 
 /// The CPUs in a `CpuSet`: the CPU_ISSET loop, over every slot the set has.
@@ -166,7 +175,7 @@ fn proc_cpus_allowed(path: &str) -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-fn run(args: &Args) -> Result<()> {
+fn run(args: &Args, (cpu_a, cpu_b): (usize, usize)) -> Result<()> {
     let n = Narrator { quiet: args.quiet };
 
     // 1. The process's mask. sched_getaffinity fills a cpu_set_t: a bitmap of CPU_SETSIZE
@@ -202,7 +211,6 @@ fn run(args: &Args) -> Result<()> {
          machine's CPUs (call it after pinning and it returns one)",
         ids.iter().map(|c| c.id).collect::<Vec<_>>()
     ));
-    let (cpu_a, cpu_b) = chosen_cpus(args, &allowed)?;
 
     // 2. Affinity belongs to a thread. sched_setaffinity(0, ..) pins the *calling thread*; the
     //    "process affinity" that taskset -p shows is its main thread's (tid = pid). A thread

@@ -45,6 +45,7 @@ const MAX_SIZE: u32 = 65535;
 )]
 struct Args {
     /// Server to connect to (its IP address on an RDMA device); without it this is the server.
+    #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
     host: Option<String>,
     /// rdma_cm port (rping's default).
     #[arg(short = 'p', long = "port", default_value_t = RPING_PORT)]

@@ -85,7 +85,8 @@ struct Args {
           value_parser = SizeRange::new(8..=4096usize))]
     size: usize,
     /// QP ack timeout exponent: 4.096 µs × 2^N before a retransmit
-    #[arg(short = 'u', long = "qp-timeout", default_value_t = 20)]
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 20,
+          value_parser = verbs_lab::cli::qp_timeout())]
     qp_timeout: u8,
     /// Seconds any one run may last
     #[arg(long = "wait", default_value_t = 60, value_parser = verbs_lab::cli::WaitSecs)]
@@ -104,7 +105,7 @@ fn check_flags(a: &Args) -> Result<()> {
     )?;
     check_range("--pp-iters", a.pp_iters, 1..=1_000_000, "round trips")?;
     check_range("-r", a.rounds, 1..=100, "rounds")?;
-    a.pair.check(a.qp_timeout)?;
+    a.pair.check()?;
     Ok(())
 }
 

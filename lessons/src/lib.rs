@@ -59,12 +59,16 @@ pub fn lesson_command<A: clap::CommandFactory>(program: &'static str) -> clap::C
 
 /// Parses the command line of the lesson `program` ([`lesson_command`]); with
 /// `verbs_lab::cli::GENERATE_ENV` set, writes the man page and completions instead and exits
-/// (`verbs_lab::cli::generate_if_asked`). A bad flag ends the program as clap ends it (exit 2).
+/// (`verbs_lab::cli::generate_if_asked`). A bad flag ends the program as clap ends it (exit 2),
+/// a number that is not one in plain words (`verbs_lab::cli::explain_number_error`).
 pub fn parse_args<A: clap::Parser>(program: &'static str) -> A {
     verbs_lab::cli::generate_if_asked(|| lesson_command::<A>(program));
     let mut cmd = lesson_command::<A>(program);
-    let mut matches = cmd.get_matches_mut();
-    A::from_arg_matches_mut(&mut matches).unwrap_or_else(|e| e.format(&mut cmd).exit())
+    cmd.try_get_matches_from_mut(std::env::args_os())
+        .and_then(|mut m| A::from_arg_matches_mut(&mut m))
+        .unwrap_or_else(|e| {
+            verbs_lab::cli::explain_number_error(e.format(&mut cmd), &mut cmd).exit()
+        })
 }
 
 /// The `main` of every lesson but 10, 13 and 15 (which start workers or choose a role

@@ -49,9 +49,13 @@ fn lesson04_checks_the_common_flags_before_the_device() {
     assert_refused(
         L04,
         &["-u", "32"],
-        "-u 32: the QP ack timeout is a 5-bit exponent",
+        "-u 32: give 0 to 31: the QP ack timeout is a 5-bit exponent",
     );
-    assert_refused(L04, &["-i", "0"], "-i 0: ports are numbered from 1");
+    assert_refused(
+        L04,
+        &["-i", "0"],
+        "-i 0: give 1 to 255: ports are numbered from 1",
+    );
     assert_refused(
         L04,
         &["--wait", "0"],

@@ -308,6 +308,10 @@ fn lesson09_refuses_bad_flags_before_doing_anything() {
         (vec!["-n", "0"], "-n 0: give 1 to 1000000 round trips"),
         (vec!["-u", "32"], "-u 32"),
         (vec!["--cpus", "0"], "is not two CPUs 'A,B'"),
+        (
+            vec!["--cpus", "0,999"],
+            "--cpus: CPU 999 is not among the CPUs this process may use",
+        ),
     ] {
         let o = Command::new(L09).args(&args).output().unwrap();
         let err = text(&o.stderr);
