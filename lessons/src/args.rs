@@ -215,14 +215,18 @@ mod tests {
         assert!(ok.c.check().is_ok());
         let e = T::parse_from(["x", "-g", "300"]).c.check().unwrap_err();
         assert!(e.to_string().contains("GID index"), "{e}");
-        assert!(T::parse_from(["x", "-u", "32"]).c.check().is_err());
-        // --wait is refused as it is parsed (verbs_lab::cli::WaitSecs).
+        // -u, -i and --wait are refused as they are parsed (verbs_lab::cli::qp_timeout,
+        // ib_port, WaitSecs).
+        assert!(T::try_parse_from(["x", "-u", "32"]).is_err());
+        assert_eq!(T::parse_from(["x", "-u", "31"]).c.qp_timeout, 31);
+        assert!(T::try_parse_from(["x", "-i", "0"]).is_err());
+        assert!(T::try_parse_from(["x", "-d", ""]).is_err());
+        assert!(T::try_parse_from(["x", ""]).is_err());
         assert!(T::try_parse_from(["x", "--wait", "0"]).is_err());
         assert_eq!(
             T::parse_from(["x", "--wait", "86400"]).c.wait().as_secs(),
             86_400
         );
-        assert!(T::parse_from(["x", "-i", "0"]).c.check().is_err());
     }
 
     #[test]
