@@ -80,7 +80,7 @@ fn launcher(np: u32, args: &Args, tool: &str) -> ExitCode {
     }
     let own: Vec<OsString> = std::env::args_os().skip(1).collect();
     let grace = Duration::from_secs(args.peer_timeout + 10);
-    launch::Outcome::exit(launch::run_local_mq(np, &own, grace), tool)
+    launch::Outcome::exit(launch::run_local_mq(np, &own, grace, tool), tool)
 }
 
 type Fail = (u8, String);

@@ -450,7 +450,8 @@ impl Reporter {
                 Rows::Lat(rows) => !rows.is_empty(),
             };
             if measured {
-                let doc = serde_json::from_str(&render_json_procs(result, procs, gbits))?;
+                let doc =
+                    verbs_lab::json::from_str_strict(&render_json_procs(result, procs, gbits))?;
                 let svg = crate::report::plot::render_svg(&doc).map_err(anyhow::Error::msg)?;
                 write_file(path, "--plot", &svg)?;
             } else {
