@@ -4,7 +4,7 @@
 //! | module | what | taught in |
 //! |---|---|---|
 //! | [`args`] | the shared flags and their checks before any verbs call | every lesson |
-//! | [`narrator`] | numbered steps and the lines under them (`-q` silences) | every lesson |
+//! | [`narrator`] | numbered steps and the lines under them (`-q` silences); every line printed ([`outln!`]), a quiet end on a closed stdout | every lesson |
 //! | [`device`] | opening the device, its port and GID, the `-m` path MTU; a wait that explains a timeout | 01 |
 //! | [`peer`] | the out-of-band connection, the endpoint record, the barrier after RTS | 03 |
 //! | [`terms`] | the `key=value` test parameters the two sides agree on | 05–08 |
