@@ -2,7 +2,7 @@
 # bench-guest.sh — the guest half of scripts/bench-vs-perftest: runs every vl_* tool and its
 # perftest counterpart (ib_*) with the same parameters, alternating which goes first, and
 # records each run's raw output, exit statuses and parsed result row. POSIX sh + busybox awk;
-# no statistics here (the host does them from runs.tsv).
+# no statistics here (vl_benchstat does them on the host, from runs.tsv).
 #
 #   scripts/softroce-vm run -- sh scripts/bench-guest.sh --out .vm-out/bench-DATE [OPTIONS]
 #   sh scripts/bench-guest.sh --list          (works on the host too: the row names)

@@ -16,6 +16,7 @@
 //! - [`workers`]: the one supervisor of worker processes (spawn, watch, stop, reap; die with the
 //!   coordinator);
 //! - [`wire`]: the one binary codec (a strict `Writer`/`Reader` pair) the records above use.
+//! - [`json`]: the one strict reader of our JSON documents (no key given twice).
 //! - [`names`]: enums printed and parsed by name (`display_by_name!`, `name_table!`).
 //! - [`coll`]: collectives over verbs — launcher bootstrap, the ring communicator, reductions.
 //!
@@ -28,6 +29,7 @@ pub mod coll;
 pub mod connect;
 pub mod diag;
 pub mod fdwait;
+pub mod json;
 pub mod mq;
 pub mod names;
 pub mod oob;

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod aggregate;
+pub mod benchstat;
 pub mod bw;
 pub mod coll;
 pub mod compat;

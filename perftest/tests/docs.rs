@@ -16,6 +16,8 @@ fn every_binary_documents_itself() {
         (env!("CARGO_BIN_EXE_vl_send_lat"), "--inline_size"),
         (env!("CARGO_BIN_EXE_vl_atomic_lat"), "--duration"),
         (env!("CARGO_BIN_EXE_vl_jsoncheck"), "--sizes"),
+        (env!("CARGO_BIN_EXE_vl_benchchart"), "--version"),
+        (env!("CARGO_BIN_EXE_vl_benchstat"), "--version"),
     ] {
         verbs_lab::cli::check_generated(Path::new(exe), &scratch, flag)
             .unwrap_or_else(|e| panic!("{e}"));

@@ -2,11 +2,12 @@
 //! `<polyline>`s and `<text>`s) and compared with the JSON report it was drawn from.
 
 use serde_json::Value;
+use verbs_lab::json::from_str_strict;
 use vl_perftest::report::plot::{check_svg, has_text, panels, polylines, render_svg, X_DESC};
 
 fn golden(name: &str) -> Value {
     let path = format!("{}/tests/golden/{name}", env!("CARGO_MANIFEST_DIR"));
-    serde_json::from_str::<Value>(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    from_str_strict::<Value>(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
 /// The values of `key` in the report's rows.
@@ -114,7 +115,7 @@ fn the_check_catches_a_chart_of_other_numbers() {
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();
-    let other = serde_json::from_str::<Value>(&text.replacen(
+    let other = from_str_strict::<Value>(&text.replacen(
         "\"bw_avg_mib_s\": 1163.05",
         "\"bw_avg_mib_s\": 600.0",
         1,
@@ -142,7 +143,7 @@ fn the_check_catches_a_chart_of_other_numbers() {
         .unwrap_err()
         .contains("expected one line"));
     // Not a report at all.
-    assert!(check_svg(&svg, &serde_json::from_str::<Value>("{}").unwrap()).is_err());
+    assert!(check_svg(&svg, &from_str_strict::<Value>("{}").unwrap()).is_err());
 }
 
 /// A bench-vs-perftest report of two tools: write_bw at three sizes (listed out of order, the
@@ -192,7 +193,7 @@ fn bench_report() -> Value {
             &st(40.0, 30.0, 45.0),
         ),
     ];
-    serde_json::from_str::<Value>(&format!(r#"{{"rows":[{}]}}"#, rows.join(","))).unwrap()
+    from_str_strict::<Value>(&format!(r#"{{"rows":[{}]}}"#, rows.join(","))).unwrap()
 }
 
 #[test]
@@ -228,7 +229,7 @@ fn bench_rows_group_into_one_chart_per_tool_relative_to_perftest() {
     assert_eq!(c[1].family, "read_lat");
     assert!(c[1].y_desc.contains("lower is better"));
     assert!(
-        comparisons(&serde_json::from_str::<Value>(r#"{"results":[]}"#).unwrap())
+        comparisons(&from_str_strict::<Value>(r#"{"results":[]}"#).unwrap())
             .unwrap_err()
             .contains("no \"rows\"")
     );

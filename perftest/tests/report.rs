@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
 use serde_json::Value;
+use verbs_lab::json::from_str_strict;
 use vl_perftest::gates::EXIT_GATE_FAILED;
 use vl_perftest::output::check_applicable;
 use vl_perftest::output::{
@@ -449,7 +450,7 @@ impl<'a> Field<'a> for Option<&'a Value> {
 
 #[test]
 fn json_holds_every_row_of_a_sweep_and_the_run() {
-    let doc = serde_json::from_str::<Value>(&render_json(&bw_sweep(), false)).expect("valid JSON");
+    let doc = from_str_strict::<Value>(&render_json(&bw_sweep(), false)).expect("valid JSON");
     assert_eq!(doc.get("tool").str(), "vl_write_bw");
     assert_eq!(doc.get("version").str(), "0.1.0");
     assert_eq!(doc.get("format").num(), 1.0);
@@ -469,7 +470,7 @@ fn json_holds_every_row_of_a_sweep_and_the_run() {
     let gbit = rows[1].get("bw_avg_gbit_s").num();
     assert!((gbit - 1163.05 * MIB * 8.0 / 1e9).abs() < 1e-6, "{gbit}");
 
-    let doc = serde_json::from_str::<Value>(&render_json(&lat_run(), false)).expect("valid JSON");
+    let doc = from_str_strict::<Value>(&render_json(&lat_run(), false)).expect("valid JSON");
     let rows = doc.get("results").arr();
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0].get("t_p99_99_us").num(), 244.412);
@@ -477,8 +478,7 @@ fn json_holds_every_row_of_a_sweep_and_the_run() {
     assert_eq!(rows[0].get("tps"), Some(&Value::Null));
     assert_eq!(doc.get("run").get("cpu"), Some(&Value::Null));
 
-    let doc =
-        serde_json::from_str::<Value>(&render_json(&lat_duration(), false)).expect("valid JSON");
+    let doc = from_str_strict::<Value>(&render_json(&lat_duration(), false)).expect("valid JSON");
     assert_eq!(doc.get("run").get("duration_s").num(), 5.0);
     assert!(doc.get("results").arr()[0].get("tps").num() > 49_000.0);
 }
@@ -490,8 +490,7 @@ fn non_finite_numbers_become_null_or_empty() {
         rows[0].avg_bps = f64::NAN;
         rows[0].peak_bps = f64::INFINITY;
     }
-    let doc =
-        serde_json::from_str::<Value>(&render_json(&r, false)).expect("valid JSON despite NaN");
+    let doc = from_str_strict::<Value>(&render_json(&r, false)).expect("valid JSON despite NaN");
     let row = &doc.get("results").arr()[0];
     assert_eq!(row.get("bw_avg_mib_s"), Some(&Value::Null));
     assert_eq!(row.get("bw_peak_gbit_s"), Some(&Value::Null));
@@ -505,7 +504,7 @@ fn non_finite_numbers_become_null_or_empty() {
     // And an RunInfo string with quotes and newlines stays valid JSON.
     let mut r = bw_sweep();
     r.info.cpu = Some((0, "odd \"why\"\nline".into()));
-    let doc = serde_json::from_str::<Value>(&render_json(&r, false)).unwrap();
+    let doc = from_str_strict::<Value>(&render_json(&r, false)).unwrap();
     assert_eq!(
         doc.get("run").get("cpu").get("why").str(),
         "odd \"why\"\nline"
@@ -610,7 +609,7 @@ fn plot_is_written_from_the_rows_and_skipped_without_any() {
     let rep = Reporter::with_writer(&args, Box::new(Capture::default()));
     assert_eq!(rep.finish(&result).unwrap(), GateOutcome::Passed);
     let svg = std::fs::read_to_string(dir.join("run.svg")).unwrap();
-    let doc = serde_json::from_str::<Value>(&render_json(&result, false)).unwrap();
+    let doc = from_str_strict::<Value>(&render_json(&result, false)).unwrap();
     assert!(vl_perftest::report::plot::check_svg(&svg, &doc).is_ok());
     // A passive server (no rows) with the same command line: no chart, and no failure.
     let mut empty = bw_sweep();
@@ -1016,7 +1015,7 @@ fn golden_out_json() {
         &render_perftest_json(&bw_sweep(), Some(Verbosity::Bandwidth), false),
     );
     // Valid JSON, perftest's keys, the last size in "results" and every size in "all_results".
-    let Value::Object(doc) = serde_json::from_str::<Value>(&bw).expect("valid JSON") else {
+    let Value::Object(doc) = from_str_strict::<Value>(&bw).expect("valid JSON") else {
         panic!("not an object")
     };
     let keys: Vec<&str> = doc.keys().map(String::as_str).collect();
@@ -1032,7 +1031,7 @@ fn golden_out_json() {
     ] {
         assert!(lat.contains(k), "{k}: {lat}");
     }
-    assert!(serde_json::from_str::<Value>(&lat).is_ok());
+    assert!(from_str_strict::<Value>(&lat).is_ok());
 }
 
 #[test]

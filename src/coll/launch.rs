@@ -71,10 +71,17 @@ pub fn run_local(np: u32, args: &[OsString], grace: Duration) -> Result<Outcome,
 }
 
 /// As [`run_local`], the ranks coordinated over message queues this launcher creates (see the
-/// module documentation); each child must call [`child_setup_mq`] first.
-pub fn run_local_mq(np: u32, args: &[OsString], grace: Duration) -> Result<Outcome, String> {
+/// module documentation); each child must call [`child_setup_mq`] first. The queues that
+/// launchers now gone left behind are removed first, each removal said on stderr as
+/// "TOOL: note: removed ..." (`tool`: the program's name, as [`Outcome::exit`] prints it).
+pub fn run_local_mq(
+    np: u32,
+    args: &[OsString],
+    grace: Duration,
+    tool: &str,
+) -> Result<Outcome, String> {
     for note in QUEUES.remove_orphans() {
-        eprintln!("note: {note}");
+        eprintln!("{tool}: note: {note}");
     }
     mq::install_cleanup_on_signals()
         .map_err(|e| format!("cannot arrange for the queues' removal on Ctrl-C: {e}"))?;

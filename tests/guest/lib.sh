@@ -293,6 +293,27 @@ _vl_worker_up() {
     [ -n "$_ww_pid" ]
 }
 
+# kill_outright PID CHILD...: leaves behind what PID (a --procs coordinator, a --np launcher)
+# would clean up: PID stopped first so that it cannot, each CHILD killed (SIGKILL), then PID;
+# waits until none of them runs (10 s, scaled; fails the scenario after that).
+kill_outright() {
+    _ko_pid=$1
+    shift
+    kill -STOP "$_ko_pid"
+    for _ko_c in "$@"; do kill -KILL "$_ko_c"; done
+    kill -KILL "$_ko_pid"
+    wait_for 10 - _vl_none_alive "$_ko_pid" "$@" \
+        || fail "kill_outright: still running $(scaled 10) s after SIGKILL: $_ko_pid $*"
+    # PID is a zombie by now: reap it if it is this shell's job, or its pid still counts as a
+    # running owner (a /proc entry) and nothing it held is an orphan yet.
+    wait "$_ko_pid" 2>/dev/null || true
+}
+_vl_none_alive() {
+    for _na_pid in "$@"; do
+        ! _vl_alive "$_na_pid" || return 1
+    done
+}
+
 # no_workers: no worker process (--vl-worker) is left running.
 no_workers() {
     _nw=$(workers_of "")

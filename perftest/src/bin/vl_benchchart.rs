@@ -7,7 +7,8 @@
 //! vl_benchchart .vm-out/bench-DATE/benchmarks.json .vm-out/bench-DATE/charts
 //! ```
 //! Exit status 0 when every chart was written, 1 otherwise (the message says why), 2 for a bad
-//! command line.
+//! command line (`--help` says so too). The report is read strictly
+//! ([`verbs_lab::json::from_str_strict`]): a key given twice in one object is refused.
 
 #![forbid(unsafe_code)]
 
@@ -20,7 +21,14 @@ use vl_perftest::report::plot::{comparisons, render_comparison_svg};
 
 /// Draws one SVG chart per tool from scripts/bench-vs-perftest's benchmarks.json.
 #[derive(Parser)]
-#[command(version)]
+#[command(
+    name = "vl_benchchart",
+    version,
+    after_help = "Exit codes:\n  0  every chart written\n  1  the report is unreadable, not strict \
+                  JSON (a syntax error, or a key given twice in one object, named with its \
+                  object and line) or not bench-vs-perftest's, or a chart could not be written \
+                  (the message says which)\n  2  bad command line"
+)]
 struct Args {
     /// The report (benchmarks.json of a bench-vs-perftest run).
     json: PathBuf,
@@ -31,7 +39,7 @@ struct Args {
 fn run(args: &Args) -> Result<()> {
     let text = std::fs::read_to_string(&args.json)
         .with_context(|| format!("reading {}", args.json.display()))?;
-    let doc: serde_json::Value = serde_json::from_str(&text)
+    let doc: serde_json::Value = verbs_lab::json::from_str_strict(&text)
         .map_err(|e| anyhow::anyhow!("{}: not valid JSON: {e}", args.json.display()))?;
     let charts = comparisons(&doc).map_err(anyhow::Error::msg)?;
     std::fs::create_dir_all(&args.out_dir)
@@ -51,6 +59,6 @@ fn run(args: &Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args: Args = verbs_lab::cli::parse();
     verbs_lab::cli::exit_code("vl_benchchart", run(&args))
 }

@@ -64,7 +64,8 @@ pub struct Args {
     #[arg(short = 'x', long = "gid-index")]
     pub gid_index: Option<u32>,
     /// QP ack timeout exponent: 4.096 µs × 2^N.
-    #[arg(short = 'u', long = "qp-timeout", default_value_t = 20)]
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 20,
+          value_parser = verbs_lab::cli::qp_timeout())]
     pub ack_timeout: u8,
     /// Start N ranks on this machine (child processes).
     #[arg(long = "np")]

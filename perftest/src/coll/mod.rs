@@ -39,9 +39,10 @@ pub const EXIT_GATE: u8 = 3;
 /// Entry point of the five tools.
 pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
     verbs_lab::cli::generate_if_asked(<Args as clap::CommandFactory>::command);
-    let command = <Args as clap::CommandFactory>::command().name(tool);
+    let mut command = <Args as clap::CommandFactory>::command().name(tool);
     let parsed = command
-        .try_get_matches()
+        .try_get_matches_from_mut(std::env::args_os())
+        .map_err(|e| verbs_lab::cli::explain_number_error(e, &mut command))
         .and_then(|m| <Args as clap::FromArgMatches>::from_arg_matches(&m));
     let args = match parsed {
         Ok(a) => a,
@@ -97,7 +98,7 @@ fn launcher(np: u32, args: &Args, coll: Coll, tool: &str) -> ExitCode {
     }
     let own: Vec<OsString> = std::env::args_os().skip(1).collect();
     let grace = Duration::from_secs(args.peer_timeout + 10);
-    launch::Outcome::exit(launch::run_local_mq(np, &own, grace), tool)
+    launch::Outcome::exit(launch::run_local_mq(np, &own, grace, tool), tool)
 }
 
 /// `--json FILE`, created (or emptied) before the run, so that a path that cannot be written
@@ -253,7 +254,6 @@ fn checked_sizes(args: &Args, coll: Coll, n: usize) -> Result<Vec<usize>, Fail> 
             }
         )));
     }
-    crate::params::check_qp_timeout(args.ack_timeout).map_err(usage)?;
     check_slots(args.slot_bytes, args.nslots)?;
     Ok(sizes)
 }

@@ -339,7 +339,6 @@ pub(super) fn check_tool_options(tool: Tool, p: &Params) -> Result<(), String> {
                 .into(),
         );
     }
-    check_qp_timeout(p.qp_timeout)?;
     if p.validate && is(TestKind::Atomic) {
         return Err(
             "--validate checks payloads of write, read and send; atomics carry none".into(),

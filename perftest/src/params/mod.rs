@@ -106,17 +106,6 @@ pub const EXIT_CODES: &str = "Exit codes:
   130  stopped by SIGINT (Ctrl-C): torn down cleanly, the peer was told
   143  stopped by SIGTERM: torn down cleanly, the peer was told";
 
-/// `-u N`, the QP ack timeout exponent, of every tool that connects QPs (the `vl_*` tools and
-/// the collectives): it is 5 bits.
-pub fn check_qp_timeout(u: u8) -> Result<(), String> {
-    if u > 31 {
-        return Err(format!(
-            "-u {u}: the ack timeout exponent is 5 bits (0..=31; 0 = wait forever)"
-        ));
-    }
-    Ok(())
-}
-
 /// The largest message `-s` accepts: an SGE length is 32 bits; the port's `max_msg_sz` caps it
 /// further once the device is open.
 pub const MAX_SIZE: u64 = 1 << 31;
@@ -250,9 +239,6 @@ impl Config {
         check_tool_options(tool, p)?;
         check_output_options(tool, p)?;
         let warmup = resolve_warmup(p)?;
-        if p.device.ib_port == 0 {
-            return Err("-i 0: ports are numbered from 1".into());
-        }
         if let Some(w) = p.wait_destroy {
             if tool.metric == Metric::Lat {
                 return Err("--wait_destroy is an option of perftest's bandwidth tools".into());

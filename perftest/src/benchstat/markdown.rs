@@ -1,0 +1,557 @@
+//! The generated part of `docs/benchmarks.md` (the results table, the misses, the other
+//! columns, the charts, the cost, every round, the broken runs, the settings, the commands,
+//! the environment) and the console summary, from the same statistics as the JSON.
+
+use std::fmt::Write as _;
+
+use super::json::mode;
+use super::{
+    command, row_settings, row_stats, Kind, Records, RowStats, Test, Verdict, COST_COLUMNS,
+};
+
+/// `v` with `decimals` places, or "–".
+fn f(v: Option<f64>, decimals: usize) -> String {
+    v.map_or("–".into(), |x| format!("{x:.decimals$}"))
+}
+
+/// The decimals a row's values are printed with.
+fn places(kind: Kind) -> usize {
+    if kind == Kind::Rate {
+        6
+    } else {
+        2
+    }
+}
+
+fn label(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Bw => "BW average, MiB/s (higher better)",
+        Kind::Rate => "MsgRate, Mpps (higher better)",
+        Kind::Lat => "t_typical, µs (lower better)",
+    }
+}
+
+/// The other columns of a row worth a median (name, column, decimals): informational.
+fn other_columns(kind: Kind) -> &'static [(&'static str, usize, usize)] {
+    match kind {
+        Kind::Bw => &[("MsgRate, Mpps", 5, 6), ("BW peak, MiB/s", 3, 2)],
+        Kind::Rate => &[
+            ("BW average, MiB/s (2 decimals)", 4, 2),
+            ("BW peak, MiB/s", 3, 2),
+        ],
+        Kind::Lat => &[
+            ("t_avg, µs", 6, 2),
+            ("99% percentile, µs", 8, 2),
+            ("t_min, µs", 3, 2),
+            ("99.9% percentile, µs", 9, 2),
+        ],
+    }
+}
+
+/// `a / b` of two positive numbers, with two decimals, or "–".
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if a > 0.0 && b > 0.0 => format!("{:.2}", a / b),
+        _ => "–".into(),
+    }
+}
+
+/// The generated markdown and the console summary of `rec`.
+pub fn render(rec: &Records) -> (String, String) {
+    let stats: Vec<(&Test, RowStats)> = rec.tests.iter().map(|t| (t, row_stats(rec, t))).collect();
+    let mut md = String::new();
+    results(rec, &stats, &mut md);
+    misses(&stats, &mut md);
+    others(rec, &mut md);
+    charts(rec, &mut md);
+    cost(rec, &mut md);
+    rounds(rec, &stats, &mut md);
+    broken(rec, &mut md);
+    settings(rec, &mut md);
+    commands(rec, &mut md);
+    environment(rec, &mut md);
+    (md, summary(rec, &stats))
+}
+
+fn results(rec: &Records, stats: &[(&Test, RowStats)], md: &mut String) {
+    let broken = rec.runs.iter().filter(|r| !r.ok).count();
+    let _ = writeln!(md, "## Results\n");
+    let _ = writeln!(
+        md,
+        "{}, {} UTC. {} rounds per row ({} planned + {} extra for broken runs), {} runs, {} \
+         broken. Raw outputs: `{}/`.\n",
+        mode(rec).1,
+        rec.env("date_utc"),
+        rec.rounds(),
+        rec.env_int("runs"),
+        rec.env_int("extra_rounds"),
+        rec.runs.len(),
+        broken,
+        rec.env("out_dir")
+    );
+    md.push_str(
+        "Goal: our bandwidth ≥ perftest's (ratio ≥ 1) and our latency ≤ perftest's (ratio ≤ 1) \
+         on every row. Ratio = ours / perftest; **median of rounds** = the median of each \
+         round's ratio (the verdict), **of medians** = ratio of the two medians. *Rounds meeting \
+         goal*: in how many comparable rounds our run beat or equalled perftest's.\n\n",
+    );
+    md.push_str(
+        "| row | metric | vl_* median (min–max) | ib_* median (min–max) | ratio: median of rounds \
+         (range) | ratio of medians | rounds meeting goal | verdict |\n",
+    );
+    md.push_str("|---|---|---|---|---|---|---|---|\n");
+    for (t, st) in stats {
+        let p = places(t.kind);
+        let rmed = st.ratios.map(|s| s.median);
+        let pct = || format!("{:+.1}%", (rmed.unwrap_or(0.0) - 1.0) * 100.0);
+        let mut v = match st.verdict {
+            Verdict::Misses => format!("**MISSES** ({})", pct()),
+            Verdict::NoData => "**NO DATA**".into(),
+            Verdict::Meets => format!("meets ({})", pct()),
+        };
+        if st.disagree {
+            v.push_str("; ratio of medians disagrees");
+        }
+        let side = |s: Option<super::Spread>| {
+            format!(
+                "{} ({}–{}), n={}",
+                f(s.map(|s| s.median), p),
+                f(s.map(|s| s.min), p),
+                f(s.map(|s| s.max), p),
+                s.map_or(0, |s| s.n)
+            )
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} ({}–{}) | {} | {} of {} | {} |",
+            t.name,
+            label(t.kind),
+            side(st.ours),
+            side(st.perftest),
+            f(rmed, 3),
+            f(st.ratios.map(|s| s.min), 3),
+            f(st.ratios.map(|s| s.max), 3),
+            f(st.of_medians, 3),
+            st.won,
+            st.compared(),
+            v
+        );
+    }
+}
+
+fn misses(stats: &[(&Test, RowStats)], md: &mut String) {
+    md.push_str("\n### Rows that miss the goal\n\n");
+    if stats.iter().all(|(_, st)| st.verdict == Verdict::Meets) {
+        md.push_str("None: every row meets the goal on the median of the per-round ratios.\n");
+    }
+    let rmed = |st: &RowStats| st.ratios.map_or(0.0, |s| s.median);
+    let rom = |st: &RowStats| st.of_medians.unwrap_or(0.0);
+    for (t, st) in stats {
+        let (med, won, n) = (rmed(st), st.won, st.compared());
+        match st.verdict {
+            Verdict::Meets => {
+                if st.disagree {
+                    let _ = writeln!(
+                        md,
+                        "- {} meets the goal on the median of rounds ({med:.3}) but not on the \
+                         ratio of medians ({:.3}): borderline.",
+                        t.name,
+                        rom(st)
+                    );
+                }
+            }
+            Verdict::NoData => {
+                let _ = writeln!(
+                    md,
+                    "- **{}: no comparable round** (ours valid {} times, perftest {} times): \
+                     nothing can be said; see the broken runs below.",
+                    t.name,
+                    st.ours.map_or(0, |s| s.n),
+                    st.perftest.map_or(0, |s| s.n)
+                );
+            }
+            Verdict::Misses => {
+                let p = places(t.kind);
+                let (o, q) = (
+                    st.ours.map_or(0.0, |s| s.median),
+                    st.perftest.map_or(0.0, |s| s.median),
+                );
+                if t.kind == Kind::Lat {
+                    let _ = writeln!(
+                        md,
+                        "- **{} misses**: our t_typical is {:.1}% above perftest's (median of \
+                         rounds {med:.3}; medians {o:.2} vs {q:.2} µs, ratio {:.3}); ours was at \
+                         least as fast in {won} of {n} rounds.",
+                        t.name,
+                        (med - 1.0) * 100.0,
+                        rom(st)
+                    );
+                } else {
+                    let _ = writeln!(
+                        md,
+                        "- **{} misses**: our {} is {:.1}% below perftest's (median of rounds \
+                         {med:.3}; medians {o:.p$} vs {q:.p$} {}, ratio {:.3}); ours was at least \
+                         as fast in {won} of {n} rounds.",
+                        t.name,
+                        if t.kind == Kind::Bw {
+                            "BW average"
+                        } else {
+                            "MsgRate"
+                        },
+                        (1.0 - med) * 100.0,
+                        t.kind.unit(),
+                        rom(st)
+                    );
+                }
+            }
+        }
+    }
+    let mut narrow = 0;
+    for (t, st) in stats {
+        if st.verdict != Verdict::Meets || st.disagree {
+            continue;
+        }
+        let d1 = (rmed(st) - 1.0).abs();
+        let d2 = st.of_medians.map_or(1.0, |x| (x - 1.0).abs());
+        if d1 >= 0.05 && d2 >= 0.05 {
+            continue;
+        }
+        if narrow == 0 {
+            md.push_str(
+                "\nNarrow passes (a ratio within 5% of 1: inside TCG's noise, could go either \
+                 way on another run):\n\n",
+            );
+        }
+        narrow += 1;
+        let _ = writeln!(
+            md,
+            "- {}: median of rounds {:.3}, ratio of medians {:.3}, ours ahead or equal in {} of \
+             {} rounds.",
+            t.name,
+            rmed(st),
+            rom(st),
+            st.won,
+            st.compared()
+        );
+    }
+    if stats.iter().any(|(_, st)| st.verdict != Verdict::Meets) {
+        md.push_str(
+            "\nUnder TCG a pair of runs varies by ±10–20%: a miss of a few percent, or one where \
+             the rounds split, needs more rounds (`--runs 9`, `--only ROW`) before it means \
+             anything; a miss in every round does.\n",
+        );
+    }
+}
+
+fn others(rec: &Records, md: &mut String) {
+    md.push_str("\n### Other columns (medians of valid runs; informational)\n\n");
+    md.push_str("| row | column | vl_* | ib_* | ours / perftest | |\n");
+    md.push_str("|---|---|---|---|---|---|\n");
+    for t in &rec.tests {
+        for &(name, col, p) in other_columns(t.kind) {
+            let a = rec.spread(&t.name, true, col).map(|s| s.median);
+            let b = rec.spread(&t.name, false, col).map(|s| s.median);
+            let x = match (a, b) {
+                (Some(a), Some(b)) if a > 0.0 && b > 0.0 => Some(a / b),
+                _ => None,
+            };
+            let mark = match x {
+                Some(x) if t.kind != Kind::Lat && x < 1.0 => "ours lower",
+                Some(x) if t.kind == Kind::Lat && x > 1.0 => "ours higher",
+                _ => "",
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {name} | {} | {} | {} | {mark} |",
+                t.name,
+                f(a, p),
+                f(b, p),
+                f(x, 3)
+            );
+        }
+    }
+    md.push_str(
+        "\nBW peak is each tool's own definition (see docs/measurement.md) and is not comparable \
+         between them; t_max is left out for the same reason (perftest drops its two largest \
+         samples).\n",
+    );
+}
+
+fn charts(rec: &Records, md: &mut String) {
+    if rec.env("sweep") != "1" {
+        return;
+    }
+    md.push_str(
+        "\n### Charts\n\nPer tool: each side's primary metric divided by perftest's median at \
+         that size (perftest's median is 1; message size on a log₂ axis), the median of the valid \
+         rounds with a band from the fastest to the slowest round. Drawn by `vl_benchchart` from \
+         `benchmarks.json`.\n",
+    );
+    let mut seen: Vec<&str> = Vec::new();
+    for t in &rec.tests {
+        let fam = t.family();
+        if !seen.contains(&fam) {
+            seen.push(fam);
+            let _ = writeln!(
+                md,
+                "\n![{fam}: vl_* against ib_* per message size](charts/{fam}.svg)"
+            );
+        }
+    }
+}
+
+fn cost(rec: &Records, md: &mut String) {
+    md.push_str(
+        "\n### Cost of a run (peak RSS and CPU time)\n\nEach side ran under busybox's `time -v` \
+         (wait4(2)'s rusage of the tool): the peak resident set (ru_maxrss, KiB) and the CPU time \
+         (user + system, s; two decimals). Medians over the valid runs; ratio = vl_* / ib_* \
+         (goal ≤ 1). CPU time of a busy-polling tool is about its run time: it tracks how long \
+         the run lasted, not only how much work it did.\n\n",
+    );
+    md.push_str(
+        "| row | client RSS KiB vl_* / ib_* (ratio) | client CPU s vl_* / ib_* (ratio) | server \
+         RSS KiB vl_* / ib_* (ratio) | server CPU s vl_* / ib_* (ratio) |\n",
+    );
+    md.push_str("|---|---|---|---|---|\n");
+    for t in &rec.tests {
+        let mut line = format!("| {}", t.name);
+        for col in COST_COLUMNS {
+            let a = rec.spread(&t.name, true, col).map(|s| s.median);
+            let b = rec.spread(&t.name, false, col).map(|s| s.median);
+            let p = if col % 2 == 0 { 0 } else { 2 };
+            let _ = write!(line, " | {} / {} ({})", f(a, p), f(b, p), ratio(a, b));
+        }
+        md.push_str(&line);
+        md.push_str(" |\n");
+    }
+}
+
+fn rounds(rec: &Records, stats: &[(&Test, RowStats)], md: &mut String) {
+    md.push_str(
+        "\n### Every round\n\nPrimary metric of each valid run, in the order run (✗ = broken, \
+         see below).\n\n| row | round | first | vl_* | ib_* | ratio |\n|---|---|---|---|---|---|\n",
+    );
+    let planned = rec.env_int("runs");
+    for (t, st) in stats {
+        let col = t.kind.column();
+        for r in 1..=rec.rounds() {
+            let (mut ov, mut pv, mut first, mut seen) = (String::new(), String::new(), "", false);
+            for k in rec.runs_of(&t.name).filter(|k| k.round == r) {
+                seen = true;
+                let val = match (k.ok, k.value(col)) {
+                    (false, _) => "✗".into(),
+                    (true, Some(v)) => f(Some(v), places(t.kind)),
+                    (true, None) => k.cols[col - 1].clone(),
+                };
+                if k.ours {
+                    ov = val;
+                } else {
+                    pv = val;
+                }
+                if k.slot == "1" {
+                    first = if k.ours { "vl_*" } else { "ib_*" };
+                }
+            }
+            if !seen {
+                continue;
+            }
+            let ratio = st.round_ratios.iter().find(|x| x.0 == r).map(|x| x.1);
+            let _ = writeln!(
+                md,
+                "| {} | {r}{} | {first} | {ov} | {pv} | {} |",
+                t.name,
+                if i64::from(r) > planned {
+                    " (extra)"
+                } else {
+                    ""
+                },
+                f(ratio, 3)
+            );
+        }
+    }
+}
+
+fn broken(rec: &Records, md: &mut String) {
+    md.push_str("\n### Broken runs (left out of every median and ratio)\n\n");
+    let out_dir = rec.env("out_dir");
+    if rec.runs.iter().all(|k| k.ok) {
+        md.push_str("None.\n");
+    } else {
+        md.push_str(
+            "| row | round | tool | exit (server/client) | what happened | raw output |\n\
+             |---|---|---|---|---|---|\n",
+        );
+        for k in rec.runs.iter().filter(|k| !k.ok) {
+            let calib = if k.calibration != "-" {
+                format!(" ({})", k.calibration)
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {}/{} | {}{calib} | `{out_dir}/{}.{{client,server,log}}` |",
+                k.test, k.round, k.tool, k.server_rc, k.client_rc, k.reason, k.raw
+            );
+        }
+    }
+    let ncal = rec
+        .runs
+        .iter()
+        .filter(|k| k.ok && k.calibration != "-")
+        .count();
+    if ncal > 0 {
+        let _ = writeln!(
+            md,
+            "\n{ncal} valid runs printed perftest's calibration warning (\"Correlation \
+             coefficient r^2 < 0.9\") and still printed positive numbers; they are counted."
+        );
+    }
+}
+
+fn settings(rec: &Records, md: &mut String) {
+    md.push_str(
+        "\n### Effective settings (from each tool's header)\n\nWhat the client (c) and server \
+         (s) headers of the first run of each tool say; a setting both tools print must agree, \
+         or the comparison is not like for like.\n\n| row | vl_* | ib_* | agree? |\n\
+         |---|---|---|---|\n",
+    );
+    for t in &rec.tests {
+        let s = row_settings(rec, t);
+        let agree = if s.diff.is_empty() {
+            "yes".to_string()
+        } else {
+            format!("**NO**: {}", s.diff)
+        };
+        let _ = writeln!(
+            md,
+            "| {} | c: {}<br>s: {} | c: {}<br>s: {} | {agree} |",
+            t.name, s.ours_client, s.ours_server, s.perftest_client, s.perftest_server
+        );
+    }
+}
+
+fn commands(rec: &Records, md: &mut String) {
+    md.push_str(
+        "\n### Commands\n\nServer first (on rxe0), then, once it listens, the client (on rxe1). \
+         `PORT` is 19100 + the run's number: every run has its own (each run's exact commands \
+         are in `benchmarks.json`). Environment in the guest: `ulimit -l unlimited`, our binaries \
+         first on PATH (stripped copies of the repository's `target/release` in the guest's RAM, \
+         `/opt/vl-bin`).\n\n```\n",
+    );
+    for t in &rec.tests {
+        let _ = writeln!(md, "# {}", t.name);
+        for tool in [&t.ours, &t.perftest] {
+            let _ = writeln!(
+                md,
+                "{}\n{}",
+                command(&t.server_cmd, tool, None),
+                command(&t.client_cmd, tool, None)
+            );
+        }
+    }
+    md.push_str("```\n");
+}
+
+fn environment(rec: &Records, md: &mut String) {
+    let e = |k: &str| rec.env(k);
+    md.push_str("\n### Environment\n\n| | |\n|---|---|\n");
+    let dirty = rec.env_int("git_dirty");
+    let perftest = if e("perftest_version").is_empty() {
+        "?".to_string()
+    } else {
+        format!("prints Version: {}", e("perftest_version"))
+    };
+    let cargo = if e("cargo").is_empty() {
+        "no cargo build".to_string()
+    } else {
+        format!("cargo build {}", e("cargo"))
+    };
+    let lines = [
+        format!("date | {} UTC", e("date_utc")),
+        format!("command | `{}`", e("command")),
+        format!(
+            "verbs-lab commit | {}{}",
+            e("git_commit"),
+            if dirty > 0 {
+                format!(" + {dirty} uncommitted changes (work tree)")
+            } else {
+                String::new()
+            }
+        ),
+        format!("vl_* version | {}", e("verbs_lab_version")),
+        format!(
+            "perftest | {perftest} (Debian package {})",
+            e("perftest_package")
+        ),
+        format!("host CPU | {}, {} CPUs", e("host_cpu"), e("host_cpus")),
+        format!(
+            "host load (1/5/15 min) | {} at start, {} at end",
+            e("host_load_start"),
+            e("host_load_end")
+        ),
+        format!("accelerator | {}", e("accelerator")),
+        format!("QEMU | {}", e("qemu")),
+        format!("guest kernel | {}", e("guest_kernel")),
+        format!(
+            "guest CPU | {}, {} vCPUs, {} MiB",
+            e("guest_cpu"),
+            e("guest_vcpus"),
+            rec.env_int("guest_mem_kib") / 1024
+        ),
+        format!("guest clocksource | {}", e("guest_clocksource")),
+        format!("rxe active MTU | {}", e("rxe0_mtu")),
+        format!(
+            "time | {} s in all (`softroce-vm run`: {cargo}, boot, {} s of runs in the guest, \
+             power-off)",
+            e("total_secs"),
+            e("bench_secs")
+        ),
+        format!(
+            "raw outputs | `{}/` (`raw/`, `runs.tsv`, `console.log`)",
+            e("out_dir")
+        ),
+    ];
+    for l in lines {
+        let _ = writeln!(md, "| {l} |");
+    }
+}
+
+fn summary(rec: &Records, stats: &[(&Test, RowStats)]) -> String {
+    let mut sm = format!(
+        "{:<14} {:<9} {:>14} {:>14} {:>9} {:>9} {:>7}  {}\n",
+        "row", "metric", "vl_* median", "ib_* median", "ratio", "of-medns", "rounds", "verdict"
+    );
+    for (t, st) in stats {
+        let p = places(t.kind);
+        let agree = row_settings(rec, t).diff.is_empty();
+        let _ = writeln!(
+            sm,
+            "{:<14} {:<9} {:>14} {:>14} {:>9} {:>9} {:>7}  {}{}",
+            t.name,
+            if t.kind == Kind::Lat {
+                "t_typ us"
+            } else {
+                t.kind.unit()
+            },
+            f(st.ours.map(|s| s.median), p),
+            f(st.perftest.map(|s| s.median), p),
+            f(st.ratios.map(|s| s.median), 3),
+            f(st.of_medians, 3),
+            format!("{}/{}", st.won, st.compared()),
+            st.verdict.name(),
+            if agree { "" } else { " (settings differ!)" }
+        );
+    }
+    let missing = stats
+        .iter()
+        .filter(|(_, st)| st.verdict != Verdict::Meets)
+        .count();
+    let _ = writeln!(
+        sm,
+        "{} runs, {} broken; {missing} of {} rows miss the goal",
+        rec.runs.len(),
+        rec.runs.iter().filter(|r| !r.ok).count(),
+        rec.tests.len()
+    );
+    sm
+}

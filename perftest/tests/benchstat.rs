@@ -1,0 +1,230 @@
+//! `vl_benchstat`: from a benchmark's records (tests.tsv, runs.tsv, env files) to
+//! benchmarks.json, whose medians and ratios are the ones the method defines (ratios of
+//! alternating rounds in which both runs were valid; broken runs left out), in the layout
+//! `vl_benchchart` reads.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use verbs_lab::json::from_str_strict;
+use vl_perftest::report::plot::comparisons;
+
+const TESTS: &str = "\
+write_bw_65536\tbw\tpair\tvl_write_bw\tib_write_bw\t-s 65536 -n 1000\tTOOL -d rxe0 -p PORT -s 65536 -n 1000\tTOOL -d rxe1 -p PORT -s 65536 -n 1000 192.168.77.1
+atomic_lat\tlat\tpair\tvl_atomic_lat\tib_atomic_lat\t-n 1000\tTOOL -d rxe0 -p PORT -n 1000\tTOOL -d rxe1 -p PORT -n 1000 192.168.77.1
+";
+
+/// A line of runs.tsv: `status` ok or broken, `value` the verdict's column (c4 for bw, c5 for
+/// lat).
+fn run(seq: u32, test: &str, round: u32, ours: bool, ok: bool, value: &str) -> String {
+    let first = (round % 2 == 1) == ours;
+    let (side, tool) = match (ours, test) {
+        (true, "atomic_lat") => ("ours", "vl_atomic_lat"),
+        (false, "atomic_lat") => ("perftest", "ib_atomic_lat"),
+        (true, _) => ("ours", "vl_write_bw"),
+        (false, _) => ("perftest", "ib_write_bw"),
+    };
+    let cols = if test == "atomic_lat" {
+        format!("8\t1000\t10\t90\t{value}\t21\t1\t40\t60")
+    } else {
+        format!("65536\t1000\t900\t{value}\t0.01\t-\t-\t-\t-")
+    };
+    let status = if ok {
+        "ok\t-"
+    } else {
+        "broken\tthe client exited with 1"
+    };
+    format!(
+        "{seq}\t{test}\t{round}\t{}\t{side}\t{tool}\t{}\t0\t{}\t3.0\t{status}\t{cols}\t-\tqps=1\tqps=1\traw/{seq:03}\t6000\t0.5\t6000\t0.25",
+        if first { 1 } else { 2 },
+        19100 + seq,
+        if ok { 0 } else { 1 }
+    )
+}
+
+fn records(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut runs = vec!["seq\ttest\t...header".to_string()];
+    let mut seq = 0;
+    let mut add = |test: &str, round: u32, ours: bool, ok: bool, v: &str| {
+        seq += 1;
+        runs.push(run(seq, test, round, ours, ok, v));
+    };
+    // write_bw: rounds 1-4; round 3's perftest run is broken (its value must be ignored), so
+    // three rounds compare: 1000/800, 900/1000, 1100/1000 = 1.25, 0.9, 1.1.
+    for (round, ours, ok, v) in [
+        (1, true, true, "1000"),
+        (1, false, true, "800"),
+        (2, false, true, "1000"),
+        (2, true, true, "900"),
+        (3, true, true, "1200"),
+        (3, false, false, "1"),
+        (4, false, true, "1000"),
+        (4, true, true, "1100"),
+    ] {
+        add("write_bw_65536", round, ours, ok, v);
+    }
+    // atomic_lat: perftest never valid (one run printed inf), so no round compares.
+    for (round, ours, ok, v) in [
+        (1, true, true, "50"),
+        (1, false, true, "inf"),
+        (2, false, false, "-"),
+        (2, true, true, "52"),
+    ] {
+        add("atomic_lat", round, ours, ok, v);
+    }
+    std::fs::write(dir.join("tests.tsv"), TESTS).unwrap();
+    std::fs::write(dir.join("runs.tsv"), runs.join("\n") + "\n").unwrap();
+    std::fs::write(
+        dir.join("env.txt"),
+        "runs=4\nsweep=0\nquick=0\nextra_rounds=0\nrxe0_mtu=4096\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("host.env"),
+        "date_utc=2026-12-02T06:00:00\nonly=\nout_dir=.vm-out/bench-x\ngit_dirty=0\n",
+    )
+    .unwrap();
+    dir
+}
+
+fn benchstat(dir: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_vl_benchstat"))
+        .arg(dir)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn medians_and_ratios_of_alternating_rounds_into_benchmarks_json() {
+    let dir = records("benchstat-records");
+    let out = benchstat(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value =
+        from_str_strict(&std::fs::read_to_string(dir.join("benchmarks.json")).unwrap()).unwrap();
+    assert_eq!(doc["mode"], "full");
+    assert_eq!(doc["runs_total"], 12);
+    assert_eq!(doc["runs_broken"], 2);
+    assert_eq!(doc["rows_missing_goal"], 1);
+    let bw = &doc["rows"][0];
+    assert_eq!(bw["family"], "write_bw");
+    assert_eq!(bw["bytes"], 65536);
+    assert_eq!(bw["kind"], "bw");
+    // Ours: 900 1000 1100 1200 (even count: the middle two's mean); perftest: 800 1000 1000.
+    assert_eq!(
+        bw["ours_stats"],
+        serde_json::json!({"valid": 4, "median": 1050, "min": 900, "max": 1200})
+    );
+    assert_eq!(
+        bw["perftest_stats"],
+        serde_json::json!({"valid": 3, "median": 1000, "min": 800, "max": 1000})
+    );
+    assert_eq!(bw["ratio_median_of_rounds"], 1.1);
+    assert_eq!(bw["ratio_of_medians"], 1.05);
+    assert_eq!(bw["rounds_compared"], 3);
+    assert_eq!(bw["rounds_meeting_goal"], 2);
+    assert_eq!(bw["verdict"], "meets");
+    assert_eq!(bw["cost"]["ours"]["server_cpu_s"], 0.25);
+    assert_eq!(bw["runs"].as_array().unwrap().len(), 8);
+    assert_eq!(bw["runs"][5]["problem"], "the client exited with 1");
+    assert_eq!(
+        bw["runs"][0]["client_command"],
+        "vl_write_bw -d rxe1 -p 19101 -s 65536 -n 1000 192.168.77.1"
+    );
+    let lat = &doc["rows"][1];
+    assert_eq!(lat["bytes"], 8);
+    assert_eq!(lat["ours_stats"]["median"], 51);
+    assert_eq!(
+        lat["perftest_stats"],
+        serde_json::json!({"valid": 0, "median": null, "min": null, "max": null})
+    );
+    assert_eq!(lat["ratio_median_of_rounds"], Value::Null);
+    assert_eq!(lat["verdict"], "NO DATA");
+    assert_eq!(lat["runs"][1]["t_typical"], Value::Null);
+    // vl_benchchart's reader takes it: one chart, the bw row over perftest's median.
+    let charts = comparisons(&doc).unwrap();
+    assert_eq!(charts.len(), 1);
+    assert_eq!(charts[0].ours[0].median, 1.05);
+    // The report and the summary say the same.
+    let md = std::fs::read_to_string(dir.join("generated.md")).unwrap();
+    assert!(md.contains("| write_bw_65536 | BW average, MiB/s (higher better) | 1050.00 (900.00–1200.00), n=4 | 1000.00 (800.00–1000.00), n=3 | 1.100 (0.900–1.250) | 1.050 | 2 of 3 | meets (+10.0%) |"), "{md}");
+    assert!(
+        md.contains("- **atomic_lat: no comparable round** (ours valid 2 times, perftest 0 times)"),
+        "{md}"
+    );
+    let summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap();
+    assert!(
+        summary.ends_with("12 runs, 2 broken; 1 of 2 rows miss the goal\n"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn missing_records_are_an_error_with_exit_status_1() {
+    let dir = records("benchstat-missing");
+    std::fs::remove_file(dir.join("runs.tsv")).unwrap();
+    let out = benchstat(&dir);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("vl_benchstat: error: reading ") && err.contains("runs.tsv"),
+        "{err}"
+    );
+    assert!(!dir.join("benchmarks.json").exists());
+}
+
+#[test]
+fn coll_medians_per_size_and_profile() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("benchstat-coll");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("rows")).unwrap();
+    std::fs::write(dir.join("params"), "runs=3\nline=-b 64K -e 64K\n").unwrap();
+    // Times (us) of 64 KiB per round: ours 100 200 400, Open MPI 200 200 (round 3 printed no
+    // row). busbw = 65536 / t x 1.5.
+    let row = |t: u32| {
+        format!(
+            "       65536         16384     float     sum      -1  {t}.0   0.66   0.98      0\n"
+        )
+    };
+    for (round, ours, mpi) in [(1, 100, Some(200)), (2, 200, Some(200)), (3, 400, None)] {
+        let w = |side: &str, text: String| {
+            std::fs::write(dir.join("rows").join(format!("{round}-{side}.out")), text).unwrap()
+        };
+        w("ours", format!("#  size count type\n{}", row(ours)));
+        w("mpi", mpi.map(row).unwrap_or_default());
+        std::fs::write(
+            dir.join("rows").join(format!("{round}-ours.err")),
+            format!("# profile rank 0 65536 B out-of-place: {round}.00 ms per collective = post 0.10 + apply 0.20 (65536 B) + poll 0.30 + idle 0.40 ms; 6.0 writes, {round}.0 sleeps\n"),
+        )
+        .unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_vl_benchstat"))
+        .arg("--coll")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = std::fs::read_to_string(dir.join("table.md")).unwrap();
+    // ours: 983.04 491.52 245.76 (median 491.52); Open MPI 491.52 twice; ratios 2 and 1 (median
+    // 1.5) over the two rounds both have.
+    assert_eq!(
+        table.lines().nth(2),
+        Some("| 64 KiB | 491.520 (245.760–983.040) | 491.520 (491.520–491.520) | 200 / 200 | **1.50** | 1.00 | 2 |")
+    );
+    let profile = std::fs::read_to_string(dir.join("profile.md")).unwrap();
+    assert_eq!(
+        profile.lines().nth(2),
+        Some("| 64 KiB | 2.0 | 0.10 | 0.20 | 0.30 | 0.4 | 6 | 2 |")
+    );
+}
