@@ -115,12 +115,12 @@ fn a_json_path_that_cannot_be_written_fails_before_the_run() {
     refused(
         ALL_REDUCE,
         &["-e", "64", "--json", "/nonexistent/x.json"],
-        "--json /nonexistent/x.json: cannot create it: No such file or directory",
+        "--json /nonexistent/x.json: cannot write this file: No such file or directory (os error 2); nothing was run",
     );
     refused(
         ALL_REDUCE,
         &["--np", "2", "--json", "/nonexistent/x.json"],
-        "--json /nonexistent/x.json: cannot create it",
+        "--json /nonexistent/x.json: cannot write this file",
     );
     assert!(started.elapsed() < Duration::from_secs(20));
 }

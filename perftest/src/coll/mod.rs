@@ -16,8 +16,7 @@ pub mod report;
 mod stdout;
 
 use std::ffi::OsString;
-use std::fs::File;
-use std::io::Write as _;
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -91,7 +90,7 @@ fn launcher(np: u32, args: &Args, coll: Coll, tool: &str) -> ExitCode {
              --master (they are for launching each rank yourself, without --np)",
         ))
     } else {
-        checked_sizes(args, coll, np as usize).and_then(|_| json_file(args).map(drop))
+        checked_sizes(args, coll, np as usize).and_then(|_| check_json(args))
     };
     if let Err(fail) = checked {
         return fail_with(tool, fail);
@@ -101,15 +100,17 @@ fn launcher(np: u32, args: &Args, coll: Coll, tool: &str) -> ExitCode {
     launch::Outcome::exit(launch::run_local_mq(np, &own, grace, tool), tool)
 }
 
-/// `--json FILE`, created (or emptied) before the run, so that a path that cannot be written
-/// fails at once with exit status 2, not after the sweep.
-fn json_file(args: &Args) -> Result<Option<File>, Fail> {
-    args.json
-        .as_deref()
-        .map(|path| {
-            File::create(path).map_err(|e| usage(format!("--json {path}: cannot create it: {e}")))
-        })
-        .transpose()
+/// `--json FILE` checked before the run, as the `vl_*` tools check theirs, so that a path that
+/// cannot be written fails at once with exit status 2, not after the sweep.
+fn check_json(args: &Args) -> Result<(), Fail> {
+    match &args.json {
+        Some(path) => crate::output::can_write(Path::new(path)).map_err(|e| {
+            usage(format!(
+                "--json {path}: cannot write this file: {e}; nothing was run"
+            ))
+        }),
+        None => Ok(()),
+    }
 }
 
 type Fail = (u8, String);
@@ -133,11 +134,9 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
     let info = rank_info(args)?;
     let n = info.world_size as usize;
     let sizes = checked_sizes(args, coll, n)?;
-    let json = if info.rank == 0 {
-        json_file(args)?
-    } else {
-        None
-    };
+    if info.rank == 0 {
+        check_json(args)?;
+    }
     let max = *sizes.last().expect("at least one size");
     let opts = comm_opts(args, &info, max);
     let launcher = info.launcher;
@@ -178,7 +177,7 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
     }
     drop(progress);
     let code = if rank == 0 {
-        verdict(args, &mut out, json, &table, &records, &rows, launcher)?
+        verdict(args, &mut out, &table, &records, &rows, launcher)?
     } else {
         0
     };
@@ -406,12 +405,11 @@ impl JsonParams {
     }
 }
 
-/// Rank 0's end: the footer, `--json` (into the file created before the run), and the exit
-/// status (wrong values, then the gate).
+/// Rank 0's end: the footer, `--json` (its path checked before the run), and the exit status
+/// (wrong values, then the gate).
 fn verdict(
     args: &Args,
     out: &mut Stdout<std::io::Stdout>,
-    json: Option<File>,
     table: &Table,
     records: &[RankRecord],
     rows: &[Row],
@@ -419,9 +417,9 @@ fn verdict(
 ) -> Result<u8, Fail> {
     let tool = table.tool;
     out.line(&table.footer(rows)).map_err(stdout_failed)?;
-    if let (Some(mut file), Some(path)) = (json, &args.json) {
+    if let Some(path) = &args.json {
         let doc = table.json(records, JsonParams::new(args, launcher), rows);
-        file.write_all(crate::report::pretty_json(&doc).as_bytes())
+        std::fs::write(path, crate::report::pretty_json(&doc))
             .map_err(|e| (EXIT_FAILED, format!("cannot write --json {path}: {e}")))?;
     }
     let wrong = report::total_wrong(rows);
