@@ -293,8 +293,8 @@ impl BwRow {
                 ("elapsed_us", self.elapsed_us),
             ],
         )?;
+        // Gb/s has the more decimals: a slow row's MiB/s may round to 0.
         positive_avg(path, "bw_avg_gbit_s", self.bytes, self.bw_avg_gbit_s)?;
-        positive_avg(path, "bw_avg_mib_s", self.bytes, self.bw_avg_mib_s)?;
         for (peak, avg, unit) in [
             (self.bw_peak_mib_s, self.bw_avg_mib_s, "mib_s"),
             (self.bw_peak_gbit_s, self.bw_avg_gbit_s, "gbit_s"),
