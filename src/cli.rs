@@ -20,7 +20,9 @@
 //! [`DevicePortFilter`] is `-d DEV` and `-i N` of a tool that surveys devices and ports, and the
 //! choice of ports they make; [`parse_size`] reads a size in bytes (`64K`) for any option and
 //! [`SizeRange`] one with bounds, and [`WaitSecs`] is the one check of `--wait SECS`, the bound
-//! of every wait of a tool or lesson.
+//! of every wait of a tool or lesson. [`WholeRange`] is a whole number with a fixed range and
+//! its reason ([`qp_timeout`] for every `-u`, [`ib_port`] for every `-i`), and
+//! [`explain_number_error`] puts clap's refusal of a number that is not one in plain words.
 
 use std::ffi::OsString;
 use std::io::{self, Write as _};
@@ -30,18 +32,24 @@ use std::process::ExitCode;
 use clap::{Command, Parser};
 use clap_complete::Shell;
 
+mod number;
 mod size;
 mod wait;
+pub use number::{explain_number_error, ib_port, qp_timeout, WholeRange};
 pub use size::{parse_size, SizeRange, SizeType};
 pub use wait::{wait_secs, WaitSecs, MAX_WAIT_SECS};
 
 /// The environment variable that turns a binary into its own documentation generator.
 pub const GENERATE_ENV: &str = "VERBS_LAB_GENERATE";
 
-/// `T::parse()`, after writing the documentation and exiting when [`GENERATE_ENV`] is set.
+/// `T::parse()`, after writing the documentation and exiting when [`GENERATE_ENV`] is set; a
+/// number that is not one is refused in plain words ([`explain_number_error`]).
 pub fn parse<T: Parser>() -> T {
     generate_if_asked(T::command);
-    T::parse()
+    let mut cmd = T::command();
+    cmd.try_get_matches_from_mut(std::env::args_os())
+        .and_then(|mut m| T::from_arg_matches_mut(&mut m))
+        .unwrap_or_else(|e| explain_number_error(e.format(&mut cmd), &mut cmd).exit())
 }
 
 /// `-d DEV` and `-i N`: which devices and ports a tool that surveys them looks at (`vl_devinfo`;
@@ -49,12 +57,12 @@ pub fn parse<T: Parser>() -> T {
 #[derive(clap::Args, Debug, Clone, Default, PartialEq, Eq)]
 pub struct DevicePortFilter {
     /// Only this device (e.g. rxe0); default: every device
-    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV",
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub ib_dev: Option<String>,
 
     /// Only this port (numbered from 1); default: every port
-    #[arg(short = 'i', long = "ib-port", value_name = "N",
-          value_parser = clap::value_parser!(u8).range(1..))]
+    #[arg(short = 'i', long = "ib-port", value_name = "N", value_parser = ib_port())]
     pub ib_port: Option<u8>,
 }
 

@@ -46,3 +46,25 @@ fn sizes_are_taken_with_suffixes_within_half_the_buffer() {
         assert!(!err.contains("-s "), "-s {size} was refused: {err}");
     }
 }
+
+#[test]
+fn the_qp_timeout_and_the_port_are_checked_as_every_tool_checks_them() {
+    for (args, want) in [
+        (
+            ["-u", "99"],
+            "error: -u 99: give 0 to 31: the QP ack timeout is a 5-bit exponent",
+        ),
+        (
+            ["-i", "0"],
+            "error: -i 0: give 1 to 255: ports are numbered from 1",
+        ),
+        (["--dev-a", ""], "error: a value is required for '--dev-a"),
+    ] {
+        let (code, err) = run(&args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(
+            err.starts_with(want),
+            "{args:?}: expected '{want}' in: {err}"
+        );
+    }
+}

@@ -44,7 +44,7 @@ use verbs_lab::sysfs;
 use verbs_lab::verbs::device::format_guid;
 use verbs_lab::verbs::error::HOW_TO_GET_A_DEVICE;
 use verbs_lab::verbs::{DeviceList, VerbsError};
-use verbs_lab_lessons::{lesson_main, Narrator};
+use verbs_lab_lessons::{lesson_main, outln, Narrator};
 
 /// Lesson 01: list the RDMA devices, open them, query device, ports and GID tables.
 #[derive(Parser, Debug)]
@@ -123,7 +123,7 @@ fn run(args: &Args) -> Result<()> {
         let name = device_name(dev);
         let summary = explore(dev, &name, &args.only, &n)?;
         if args.quiet {
-            println!("{summary}");
+            outln!("{summary}");
         }
         cross_check(&name, &summary, &n)
             .with_context(|| format!("cross-checking {name} against the safe layer"))?;
@@ -136,7 +136,7 @@ fn run(args: &Args) -> Result<()> {
     list.free();
     n.say("done: the device pointers are gone now");
     if !n.quiet {
-        println!();
+        outln!();
     }
     n.say("Next: the later lessons and every tool use the safe layer instead of these raw calls:");
     n.say("verbs_lab::verbs::DeviceList::new()?.find(\"rxe0\")?.open()? gives a Context with");

@@ -15,7 +15,7 @@ use anyhow::{Context as _, Result};
 use clap::Parser;
 use verbs_lab::cli::SizeRange;
 use verbs_lab::verbs::{AccessFlags, DeviceList, QpCaps, QpInitAttr, QpType};
-use verbs_lab_lessons::{lesson_main, Narrator};
+use verbs_lab_lessons::{lesson_main, outln, Narrator};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -23,10 +23,11 @@ use verbs_lab_lessons::{lesson_main, Narrator};
 )]
 struct Args {
     /// RDMA device to use (default: the first one).
-    #[arg(short = 'd', long = "ib-dev")]
+    #[arg(short = 'd', long = "ib-dev", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     ib_dev: Option<String>,
     /// Port of the device.
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1,
+          value_parser = verbs_lab::cli::ib_port())]
     ib_port: u8,
     /// Bytes to register in each memory region, 1 to 1G (suffixes K, M, G).
     #[arg(short = 's', long = "size", default_value_t = 4096,
@@ -211,7 +212,7 @@ fn run(args: &Args) -> Result<()> {
     n.say("more inline bytes than max_inline_data and ibv_post_send fails with EINVAL.");
     if args.quiet {
         // Results only: the granted capabilities and the keys, one line each.
-        println!(
+        outln!(
             "qpn {:#x} max_send_wr {} max_recv_wr {} max_send_sge {} max_recv_sge {} max_inline_data {}",
             qp.qpn(),
             got.max_send_wr,
@@ -220,7 +221,7 @@ fn run(args: &Args) -> Result<()> {
             got.max_recv_sge,
             got.max_inline_data
         );
-        println!(
+        outln!(
             "send_mr lkey {:#x} rkey {:#x}; target_mr lkey {:#x} rkey {:#x}",
             send_mr.lkey(),
             send_mr.rkey(),
@@ -291,7 +292,7 @@ fn run(args: &Args) -> Result<()> {
     drop(ctx);
     n.say(format!("ibv_close_device {name}"));
     if !args.quiet {
-        println!("\nDone: all resources created, read back and released in order.");
+        outln!("\nDone: all resources created, read back and released in order.");
     }
     Ok(())
 }

@@ -22,7 +22,7 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     create_rc_qp, decode_rc_pingpong, encode_rc_pingpong, lesson_main, oob_connect, open_device,
-    CommonArgs, RC_PINGPONG_DONE, RC_PINGPONG_RECORD_LEN,
+    outln, CommonArgs, RC_PINGPONG_DONE, RC_PINGPONG_RECORD_LEN,
 };
 
 #[derive(Parser, Debug)]
@@ -350,7 +350,7 @@ fn run(args: &Args) -> Result<()> {
     }
 
     let walk: Vec<String> = states.iter().map(|s| s.to_string()).collect();
-    println!(
+    outln!(
         "{}: QP {:#x} connected to QP {:#x}; states {}",
         if server { "server" } else { "client" },
         qp.qpn(),
@@ -371,5 +371,9 @@ fn show_record(rec: &[u8]) -> String {
 }
 
 fn main() -> ExitCode {
-    lesson_main("lesson03_connect", |_: &Args| Ok(()), |a: &Args, ()| run(a))
+    lesson_main(
+        "lesson03_connect",
+        |a: &Args| a.common.check(),
+        |a: &Args, ()| run(a),
+    )
 }

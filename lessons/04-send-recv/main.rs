@@ -26,7 +26,7 @@ use verbs_lab::verbs::{
     AccessFlags, Cq, InitAttr, Mtu, Payload, Qp, SendOp, SendWr, WcStatus, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    create_rc_qp, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device,
+    create_rc_qp, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device, outln,
     pattern, pingpong_recvs, rc_pingpong_handshake, read_peer_record, require_peer_gid, Narrator,
     PingPong, PingPongArgs, RECV_WRID, SEND_WRID,
 };
@@ -294,7 +294,7 @@ fn run(args: &Args) -> Result<()> {
     if !done.print(size) {
         n.say("(round trips are measured by the client, which starts every exchange)");
     }
-    println!("{}", check.verdict(done.received, size));
+    outln!("{}", check.verdict(done.received, size));
     Ok(())
 }
 
@@ -499,7 +499,7 @@ fn show_rnr(
             "the client did not see {}; start it with --show-rnr too",
             WcStatus::RNR_RETRY_EXC_ERR.name()
         );
-        println!(
+        outln!(
             "server: posted no receive; the client's SEND failed with {}",
             WcStatus::RNR_RETRY_EXC_ERR.name()
         );
@@ -529,7 +529,7 @@ fn show_rnr(
              (IBV_WC_WR_FLUSH_ERR) until it is reset or recreated",
             qp.state()?
         ));
-        println!(
+        outln!(
             "client: SEND to a peer without a posted receive completed with {} (status {})",
             status.name(),
             status.0

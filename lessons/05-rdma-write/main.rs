@@ -38,8 +38,8 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     check_range, connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet,
-    open_device, pattern, peer_rts_barrier, same_as_client, say_mr, CommonArgs, Device, PeerInfo,
-    Side, Terms,
+    open_device, outln, pattern, peer_rts_barrier, same_as_client, say_mr, CommonArgs, Device,
+    PeerInfo, Side, Terms,
 };
 
 const PROGRAM: &str = "lesson05_rdma_write";
@@ -285,12 +285,12 @@ fn writer(s: Side, t: &Test, peer: &PeerInfo, bad_rkey: bool) -> Result<()> {
         s.conn
             .barrier(&format!("the server's check of iteration {i}"))
             .with_context(|| format!("iteration {i}: waiting for the server to check the bytes"))?;
-        println!(
+        outln!(
             "iteration {i}: wrote {} bytes of pattern({i}); the server verified them",
             t.size
         );
     }
-    println!(
+    outln!(
         "all {} writes of {} bytes completed and verified by the server (--notify {}); \
          mean post-to-completion {} µs",
         t.iters,
@@ -401,7 +401,7 @@ fn target(s: Side, t: &Test) -> Result<()> {
                 want[off]
             );
         }
-        println!(
+        outln!(
             "iteration {i}: verified {} bytes == pattern({i}) (--notify {})",
             t.size,
             t.notify.name()
@@ -413,7 +413,7 @@ fn target(s: Side, t: &Test) -> Result<()> {
             .barrier(&format!("the client after our check of iteration {i}"))
             .with_context(|| format!("iteration {i}: telling the client the bytes are good"))?;
     }
-    println!(
+    outln!(
         "all {} writes of {} bytes verified on the target (--notify {})",
         t.iters,
         t.size,

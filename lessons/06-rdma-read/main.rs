@@ -36,8 +36,8 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     check_range, connect_opts, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet,
-    open_device, pattern, peer_rts_barrier, recv_params, same_as_client, say_mr, send_params,
-    CommonArgs, Device, Narrator, PeerInfo, Side, Summary, Terms,
+    open_device, outln, pattern, peer_rts_barrier, recv_params, same_as_client, say_mr,
+    send_params, CommonArgs, Device, Narrator, PeerInfo, Side, Summary, Terms,
 };
 
 const PROGRAM: &str = "lesson06_rdma_read";
@@ -269,7 +269,7 @@ fn connect_with_depths(
         rts.sq_psn, rts.timeout, rts.max_rd_atomic
     ));
     let (held_rd, held_dest) = qp.rd_atomic().context("ibv_query_qp")?;
-    println!(
+    outln!(
         "QP {:#x}: set max_rd_atomic {} / max_dest_rd_atomic {}; ibv_query_qp reads back \
          max_rd_atomic {held_rd} / max_dest_rd_atomic {held_dest}",
         qp.qpn(),
@@ -304,7 +304,7 @@ fn read_depth(
         test.outstanding
     ));
     if (depth as u32) < test.outstanding {
-        println!(
+        outln!(
             "note: -o {} is more than the devices allow at once; {depth} reads will be in \
              flight, the rest wait in the send queue",
             test.outstanding
@@ -343,12 +343,13 @@ fn target(mr: &Mr, conn: &mut OobConn, t: &Test, n: &Narrator) -> Result<()> {
             report.raw("verified") == Some("yes"),
             "round {r}: the client reports {report}"
         );
-        println!(
+        outln!(
             "round {r}: the client read and verified {} x {} bytes of pattern({r}) ({report})",
-            t.outstanding, t.size
+            t.outstanding,
+            t.size
         );
     }
-    println!(
+    outln!(
         "all {} rounds served; our CPU did not touch a single read",
         t.rounds
     );
@@ -388,7 +389,7 @@ fn reader(s: Side, t: &Test, peer: &PeerInfo, bad_rkey: bool) -> Result<()> {
         let (serial, parallel) = read_round(&s, &reads, r)?;
         serial_us.push(serial.as_secs_f64() * 1e6);
         parallel_us.push(parallel.as_secs_f64() * 1e6);
-        println!(
+        outln!(
             "round {r}: verified {chunks} reads x {} bytes == pattern({r}); one at a time {} µs, \
              {chunks} outstanding {} µs",
             t.size,
@@ -406,7 +407,7 @@ fn reader(s: Side, t: &Test, peer: &PeerInfo, bad_rkey: bool) -> Result<()> {
         )?;
     }
     let (ms, mp) = (median(&serial_us), median(&parallel_us));
-    println!(
+    outln!(
         "all {} rounds verified: {chunks} reads of {} bytes each; median round: one at a time \
          {ms:.0} µs, {chunks} outstanding {mp:.0} µs ({:.2}x)",
         t.rounds,

@@ -53,8 +53,8 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     check_range, connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet,
-    open_device, pattern, peer_rts_barrier, recv_params, same_as_client, send_params, CommonArgs,
-    Device, Narrator, Summary, Terms,
+    open_device, outln, pattern, peer_rts_barrier, recv_params, same_as_client, send_params,
+    CommonArgs, Device, Narrator, Summary, Terms,
 };
 
 const PROGRAM: &str = "lesson07_events";
@@ -691,7 +691,7 @@ fn show_race(
              provider reports completions that were already there"
         );
     }
-    println!(
+    outln!(
         "race: armed after the completion arrived -> the channel's fd stayed unreadable for {} \
          ms (a sleeper would sleep until its timeout)",
         t0.elapsed().as_millis()
@@ -702,7 +702,7 @@ fn show_race(
         w.sends == before + 1,
         "race: ibv_poll_cq found no SEND completion"
     );
-    println!(
+    outln!(
         "race: yet ibv_poll_cq finds the SEND completion at once — hence: arm, then poll again \
          before sleeping"
     );
@@ -718,18 +718,24 @@ fn print_table(
     let modes = [Mode::Busy, Mode::Event];
     let us_per_rt = |m: &Measured| m.cpu().as_secs_f64() * 1e6 / t.iters as f64;
     if let Some(rtts) = rtts {
-        println!();
-        println!(
+        outln!();
+        outln!(
             "round-trip latency, {} round trips of {} bytes (client's clock)",
-            t.iters, t.size
+            t.iters,
+            t.size
         );
-        println!(
+        outln!(
             "{:<6} {:>10} {:>10} {:>10} {:>10} {:>10}",
-            "mode", "min µs", "median µs", "mean µs", "p99 µs", "wall ms"
+            "mode",
+            "min µs",
+            "median µs",
+            "mean µs",
+            "p99 µs",
+            "wall ms"
         );
         for (m, mode) in modes.into_iter().enumerate() {
             let s = Summary::of(&rtts[m]);
-            println!(
+            outln!(
                 "{:<6} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.1}",
                 mode.name(),
                 s.map_or(0.0, |s| s.min),
@@ -740,9 +746,9 @@ fn print_table(
             );
         }
     }
-    println!();
+    outln!();
     let me = if theirs.is_some() { "client" } else { "server" };
-    println!(
+    outln!(
         "CPU time during each run (CLOCK_PROCESS_CPUTIME_ID); sleeps = voluntary context switches (getrusage)"
     );
     let mut header = format!(
@@ -759,7 +765,7 @@ fn print_table(
             "server ms", "CPU/wall", "sleeps", "µs/trip"
         );
     }
-    println!("{header}");
+    outln!("{header}");
     for (m, mode) in modes.into_iter().enumerate() {
         let side = |x: &Measured| {
             format!(
@@ -774,10 +780,10 @@ fn print_table(
         if let Some(th) = theirs {
             line += &side(&th[m]);
         }
-        println!("{line}");
+        outln!("{line}");
     }
     let ev = |who: &str, x: &Measured| {
-        println!(
+        outln!(
             "{who} event run: {} arms (ibv_req_notify_cq), {} events (ibv_get_cq_event) acked \
              in {} ibv_ack_cq_events calls, {} completions caught by the poll right after \
              arming, {} empty wake-ups",
@@ -788,14 +794,14 @@ fn print_table(
             x.stats.empty_wakeups
         )
     };
-    println!();
+    outln!();
     ev(me, &ours[1]);
     if let Some(th) = theirs {
         ev("server", &th[1]);
     }
     if let Some(rtts) = rtts {
         if let (Some(sb), Some(se)) = (Summary::of(&rtts[0]), Summary::of(&rtts[1])) {
-            println!(
+            outln!(
                 "event vs busy: median round trip {:.0} vs {:.0} µs ({:.2}x); client CPU per round \
                  trip {:.0} vs {:.0} µs ({:.2}x)",
                 se.median,

@@ -37,7 +37,7 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     check_range, connect_qp, create_rc_qp, exchange_endpoints, exchange_params, lesson_main, meet,
-    open_device, peer_rts_barrier, poll_one_explained, recv_params, send_params, CommonArgs,
+    open_device, outln, peer_rts_barrier, poll_one_explained, recv_params, send_params, CommonArgs,
     Device, Narrator, Role, Terms,
 };
 
@@ -198,7 +198,7 @@ fn server(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
         qp_access |= AccessFlags::REMOTE_ATOMIC;
     }
     if let Some(w) = args.no_atomic_access {
-        println!("{}", w.consequence());
+        outln!("{}", w.consequence());
     }
 
     n.step(
@@ -314,12 +314,12 @@ fn collect_reports(sessions: &mut [Session], wait: Duration) -> Result<Reports> 
         let r = recv_params(&mut s.conn, &format!("the report of {}", s.label))
             .with_context(|| format!("waiting for {} to finish", s.label))?;
         if let Some(status) = r.raw("error") {
-            println!("{}: its atomics failed with {status}", s.label);
+            outln!("{}: its atomics failed with {status}", s.label);
             refused.push(status.to_string());
             continue;
         }
         if let Some(status) = r.raw("demo") {
-            println!(
+            outln!(
                 "{}: error demonstration: its misaligned atomic ended with {status}",
                 s.label
             );
@@ -341,7 +341,7 @@ fn collect_reports(sessions: &mut [Session], wait: Duration) -> Result<Reports> 
             s.label,
             mine.len()
         );
-        println!(
+        outln!(
             "{}: done: {} fetch-and-adds + {} compare-and-swap increments ({} CAS retries)",
             s.label,
             r.raw("fetch_adds").unwrap_or("?"),
@@ -378,7 +378,7 @@ fn check_word(args: &Args, final_value: u64, r: Reports) -> Result<()> {
             !refused.is_empty(),
             "--no-atomic-access, but no client reported a refused atomic"
         );
-        println!(
+        outln!(
             "final value {final_value} == initial {}: no atomic reached the word (refused with {})",
             args.initial,
             refused.join(", ")
@@ -396,9 +396,10 @@ fn check_word(args: &Args, final_value: u64, r: Reports) -> Result<()> {
         "final value {final_value} != initial {} + {added} increments = {expected}: an update was lost",
         args.initial
     );
-    println!(
+    outln!(
         "final value {final_value} == initial {} + {added} increments from {} client(s): correct",
-        args.initial, args.clients
+        args.initial,
+        args.clients
     );
     // Each increment saw a different old value, and together they cover initial..final: no two
     // atomics ever read the same word value, i.e. none slipped between another's read and write.
@@ -412,7 +413,7 @@ fn check_word(args: &Args, final_value: u64, r: Reports) -> Result<()> {
         olds.iter().zip(&want).position(|(a, b)| a != b)
     );
     if added > 0 {
-        println!(
+        outln!(
             "every value from {} to {} was returned exactly once: no two atomics saw the same \
              word",
             args.initial,
@@ -534,7 +535,7 @@ fn report(conn: &mut OobConn, done: Result<Done>, took: Duration) -> Result<()> 
         .with("cas_retries", done.cas_retries)
         .with("olds", olds);
     send_params(conn, &report, "our report")?;
-    println!(
+    outln!(
         "client: {} fetch-and-adds, {} compare-and-swap increments ({} retries: another \
          client changed the word between our read and our swap) in {} ms; reported to \
          the server",
@@ -650,7 +651,7 @@ fn result_byte_order(old: u64, initial: u64) -> Result<()> {
              order) nor {swapped} (swapped) lies at or above the initial value {initial}"
         ),
     };
-    println!(
+    outln!(
         "atomic result bytes {bytes:02x?}: {order} — as a host-order u64 {old}, swapped \
          {swapped}; the word started at {initial}"
     );
@@ -735,11 +736,11 @@ fn show_misaligned(a: &Atomics, conn: &mut OobConn, n: &Narrator) -> Result<()> 
         Err(e) => e,
     };
     let outcome = outcome_word(&e);
-    println!("misaligned fetch-and-add at word + 4 -> {outcome}");
-    println!("    {e:#}");
+    outln!("misaligned fetch-and-add at word + 4 -> {outcome}");
+    outln!("    {e:#}");
     if wc_status_name(&e).is_some() {
         send_params(conn, &Terms::new().with("demo", &outcome), "our report")?;
-        println!(
+        outln!(
             "the remote NIC refused it; our QP is now in the error state (every later request \
              is flushed)"
         );
@@ -759,7 +760,7 @@ fn show_misaligned(a: &Atomics, conn: &mut OobConn, n: &Narrator) -> Result<()> 
     );
     send_params(conn, &Terms::new().with("demo", &outcome), "our report")?;
     let probe = probe?;
-    println!(
+    outln!(
         "the request never left this host: the QP still works — an aligned compare-and-swap \
          (compare {}, never equal) read the word: {probe}",
         u64::MAX

@@ -48,7 +48,7 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::Summary;
 use verbs_lab_lessons::{
-    check_range, create_rc_qp, first_mismatch, lesson_main, open_named_device, pattern,
+    check_range, create_rc_qp, first_mismatch, lesson_main, open_named_device, outln, pattern,
     pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator, RECV_WRID, SEND_WRID,
 };
 
@@ -56,6 +56,8 @@ const PROGRAM: &str = "lesson09_affinity";
 const MAX_SIZE: usize = 64 * 1024;
 /// Receives kept posted on each QP.
 const RX_DEPTH: u32 = 4;
+/// How long step 2's threads wait for each other: a thread's report, the main thread's "go".
+const THREAD_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Parser, Debug)]
 #[command(
@@ -82,7 +84,8 @@ struct Args {
     #[arg(long = "cpus")]
     cpus: Option<CpuPair>,
     /// QP ack timeout exponent: 4.096 µs × 2^N before a retransmit
-    #[arg(short = 'u', long = "qp-timeout", default_value_t = 18)]
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 18,
+          value_parser = verbs_lab::cli::qp_timeout())]
     qp_timeout: u8,
     /// Seconds any one wait for a completion may last
     #[arg(long = "wait", default_value_t = 30, value_parser = verbs_lab::cli::WaitSecs)]
@@ -111,15 +114,23 @@ impl std::str::FromStr for CpuPair {
     }
 }
 
-fn check_flags(a: &Args) -> Result<()> {
+/// Refuses bad flags before the lesson starts; returns the two CPUs of the pinned placements
+/// (a `--cpus` outside this process's mask is a bad flag too).
+fn check_flags(a: &Args) -> Result<(usize, usize)> {
     check_range("-n", a.iters, 1..=1_000_000, "round trips")?;
     check_range("--warmup", a.warmup, 0..=100_000, "round trips")?;
     check_range("-r", a.rounds, 1..=100, "rounds")?;
-    a.pair.check(a.qp_timeout)
+    a.pair.check()?;
+    let allowed = allowed_cpus().context("sched_getaffinity(0)")?;
+    ensure!(
+        !allowed.is_empty(),
+        "sched_getaffinity returned an empty mask"
+    );
+    chosen_cpus(a, &allowed)
 }
 
 fn main() -> ExitCode {
-    lesson_main(PROGRAM, check_flags, |a: &Args, ()| run(a))
+    lesson_main(PROGRAM, check_flags, run)
 }
 
 /// The CPUs in a `CpuSet`: the CPU_ISSET loop, over every slot the set has.
@@ -164,7 +175,7 @@ fn proc_cpus_allowed(path: &str) -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-fn run(args: &Args) -> Result<()> {
+fn run(args: &Args, (cpu_a, cpu_b): (usize, usize)) -> Result<()> {
     let n = Narrator { quiet: args.quiet };
 
     // 1. The process's mask. sched_getaffinity fills a cpu_set_t: a bitmap of CPU_SETSIZE
@@ -200,7 +211,6 @@ fn run(args: &Args) -> Result<()> {
          machine's CPUs (call it after pinning and it returns one)",
         ids.iter().map(|c| c.id).collect::<Vec<_>>()
     ));
-    let (cpu_a, cpu_b) = chosen_cpus(args, &allowed)?;
 
     // 2. Affinity belongs to a thread. sched_setaffinity(0, ..) pins the *calling thread*; the
     //    "process affinity" that taskset -p shows is its main thread's (tid = pid). A thread
@@ -314,7 +324,7 @@ fn rounds(
                 .expect("a row per placement");
             row.merge(part);
         }
-        println!("round {} medians (µs): {}", r + 1, medians.join(", "));
+        outln!("round {} medians (µs): {}", r + 1, medians.join(", "));
     }
     Ok(rows)
 }
@@ -336,10 +346,13 @@ fn thread_vs_process(n: &Narrator, cpu_a: usize, cpu_b: usize) -> Result<()> {
         "main thread: tid {main_tid} = pid {pid} (the main thread's id is the process id)"
     ));
     // The threads report their ids, then wait until we have looked at their masks.
+    // The "go" senders live inside the scope: any early exit from it (an error, a panic)
+    // drops them, which wakes the threads, so the scope can always join them; their waits are
+    // bounded too.
     let (tx, rx) = mpsc::channel::<(&'static str, Pid, Result<String>)>();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
-    let (go2_tx, go2_rx) = mpsc::channel::<()>();
     std::thread::scope(|s| -> Result<()> {
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (go2_tx, go2_rx) = mpsc::channel::<()>();
         let tx1 = tx.clone();
         s.spawn(move || {
             let r = pin_self(cpu_b).map(|()| {
@@ -358,9 +371,9 @@ fn thread_vs_process(n: &Narrator, cpu_a: usize, cpu_b: usize) -> Result<()> {
                         gettid(),
                         Ok("created after the pin, never called sched_setaffinity".into()),
                     ));
-                    let _ = go2_rx.recv();
+                    let _ = go2_rx.recv_timeout(THREAD_WAIT);
                 });
-                let _ = go_rx.recv();
+                let _ = go_rx.recv_timeout(THREAD_WAIT);
             });
         });
         let tx3 = tx.clone();
@@ -377,13 +390,13 @@ fn thread_vs_process(n: &Narrator, cpu_a: usize, cpu_b: usize) -> Result<()> {
                 ))
             };
             let _ = tx3.send(("core_affinity thread", gettid(), r));
-            let _ = go3_rx.recv();
+            let _ = go3_rx.recv_timeout(THREAD_WAIT);
         });
         drop(tx);
         let mut seen = Vec::new();
         for _ in 0..3 {
             let (who, tid, r) = rx
-                .recv_timeout(Duration::from_secs(10))
+                .recv_timeout(THREAD_WAIT)
                 .context("a demonstration thread did not report")?;
             let what = r?;
             let mask = mask_of(tid)?;
@@ -414,7 +427,7 @@ fn thread_vs_process(n: &Narrator, cpu_a: usize, cpu_b: usize) -> Result<()> {
                 && get("core_affinity thread") == Some(CpuList::from_cpus([cpu_a])),
             "the threads' masks are not what they set: {seen:?}"
         );
-        println!(
+        outln!(
             "thread masks: pinned thread {cpu_b}, its child {cpu_b} (inherited), core_affinity \
              thread {cpu_a}; main thread and process still {process_mask}"
         );
@@ -441,7 +454,7 @@ fn nic_locality(n: &Narrator, dev: &str) {
     match cpu_choice(dev, None, 0) {
         Ok(CpuChoice::Pin { cpu, why }) => {
             n.say(format!("{dev}: a benchmark would pin to CPU {cpu} ({why})"));
-            println!("{dev}: NIC-local CPU {cpu}");
+            outln!("{dev}: NIC-local CPU {cpu}");
         }
         Ok(CpuChoice::DontPin { why }) => {
             n.say(format!("{dev}: no NIC-local CPU: {why}"));
@@ -451,7 +464,7 @@ fn nic_locality(n: &Narrator, dev: &str) {
                  local_cpulist 0-17,36-53: pin benchmark threads there, and allocate their \
                  buffers there (numactl --cpunodebind=0 --membind=0).",
             );
-            println!("{dev}: no NUMA locality (virtual device)");
+            outln!("{dev}: no NUMA locality (virtual device)");
         }
         Err(e) => n.say(format!("{dev}: {e}")),
     }
@@ -779,16 +792,24 @@ fn measure(
 }
 
 fn print_table(args: &Args, rows: &[Row]) {
-    println!(
+    outln!(
         "\nround trip of {} bytes, {} samples per placement in {} rounds (µs; client thread ↔ \
          server thread)",
         args.size,
         args.iters,
         args.rounds.min(args.iters)
     );
-    println!(
+    outln!(
         "{:<11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "placement", "client-CPU", "server-CPU", "median", "avg", "min", "p99", "max", "preempted"
+        "placement",
+        "client-CPU",
+        "server-CPU",
+        "median",
+        "avg",
+        "min",
+        "p99",
+        "max",
+        "preempted"
     );
     let mut medians = Vec::new();
     for r in rows {
@@ -796,7 +817,7 @@ fn print_table(args: &Args, rows: &[Row]) {
             continue;
         };
         medians.push((r.placement, s.median));
-        println!(
+        outln!(
             "{:<11} {:>10} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10}",
             r.placement.key(),
             r.client.ran_on.to_string(),
@@ -809,16 +830,16 @@ fn print_table(args: &Args, rows: &[Row]) {
             format!("{}/{}", r.client.preempted, r.server.preempted)
         );
     }
-    println!("(client-CPU/server-CPU: the CPUs each thread was seen on; preempted: involuntary context switches, client/server)");
+    outln!("(client-CPU/server-CPU: the CPUs each thread was seen on; preempted: involuntary context switches, client/server)");
     let med = |k: &str| medians.iter().find(|(p, _)| p.key() == k).map(|(_, m)| *m);
     if let (Some(same), Some(diff)) = (med("same-core"), med("diff-cores")) {
-        println!(
+        outln!(
             "same core vs different cores: median round trip {:.1}x ({same:.1} vs {diff:.1} µs)",
             same / diff
         );
     }
     if let (Some(unp), Some(diff)) = (med("unpinned"), med("diff-cores")) {
-        println!(
+        outln!(
             "unpinned vs different cores: median round trip {:.2}x ({unp:.1} vs {diff:.1} µs)",
             unp / diff
         );

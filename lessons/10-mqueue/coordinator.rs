@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context as _, Result};
 use verbs_lab::mq::{self, Queue, WorkerMsg, MAX_MSG_LEN, MAX_TEXT};
 use verbs_lab::workers::{self, describe, GatherError, Roster};
-use verbs_lab_lessons::Narrator;
+use verbs_lab_lessons::{outln, Narrator};
 
 use crate::job::{share, sum_squares_below, WorkResult, QUEUES};
 use crate::{mqueue_mount, Args};
@@ -147,7 +147,7 @@ pub fn run(args: &Args, n: &Narrator) -> Result<()> {
         .filter(|q| Queue::exists(q).unwrap_or(true))
         .collect();
     ensure!(left.is_empty(), "queues left behind: {left:?}");
-    println!(
+    outln!(
         "queues removed: {} (mq_open of each name: ENOENT)",
         names.join(" ")
     );
@@ -350,9 +350,17 @@ fn abort(ws: &mut [Worker], reason: &str, n: &Narrator) {
 }
 
 fn print_table(args: &Args, ws: &[Worker]) -> Result<()> {
-    println!(
+    outln!(
         "{:<7} {:>7} {:>6} {:>6}  {:<23} {:>20} {:>20} {:>3} {:>9}",
-        "worker", "pid", "pinned", "ran on", "range", "sum (mod 2^64)", "expected", "ok", "time ms"
+        "worker",
+        "pid",
+        "pinned",
+        "ran on",
+        "range",
+        "sum (mod 2^64)",
+        "expected",
+        "ok",
+        "time ms"
     );
     let mut bad = Vec::new();
     for w in ws {
@@ -363,7 +371,7 @@ fn print_table(args: &Args, ws: &[Worker]) -> Result<()> {
         if !ok {
             bad.push(w.id);
         }
-        println!(
+        outln!(
             "{:<7} {:>7} {:>6} {:>6}  {:<23} {:>20} {:>20} {:>3} {:>9.2}",
             w.id,
             w.pid(),
@@ -380,7 +388,7 @@ fn print_table(args: &Args, ws: &[Worker]) -> Result<()> {
         bad.is_empty(),
         "the sums of workers {bad:?} differ from the closed form n(n-1)(2n-1)/6"
     );
-    println!(
+    outln!(
         "all {} results verified against the closed form n(n-1)(2n-1)/6",
         ws.len()
     );

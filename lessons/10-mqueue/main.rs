@@ -56,7 +56,9 @@ use nix::sys::time::TimeSpec;
 use nix::time::{clock_gettime, ClockId};
 use verbs_lab::mq::{self, Limits, Queue, PROC_DIR};
 use verbs_lab::workers;
-use verbs_lab_lessons::{check_range, parse_args, report_error, usage_error, Narrator};
+use verbs_lab_lessons::{
+    check_range, outln, parse_args, report_error, until_stdout_closes, usage_error, Narrator,
+};
 
 // Part two lives beside this file: the coordinator (steps 9 to 14), a worker process, and the
 // job they agree on. Part one, the tour of the raw calls, is this file.
@@ -145,15 +147,20 @@ fn check_flags(a: &Args) -> Result<()> {
 fn main() -> ExitCode {
     let args: Args = parse_args(PROGRAM);
     check_flags(&args).unwrap_or_else(|e| usage_error::<Args>(PROGRAM, &e));
+    until_stdout_closes(|| run(&args))
+}
+
+/// The lesson after its flags were checked: a limit probe, a worker, or the coordinator.
+fn run(args: &Args) -> ExitCode {
     if args.limit_probe {
-        return match limit_probe_child(&args) {
+        return match limit_probe_child(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => report_error(&format!("{PROGRAM} limit probe"), &e),
         };
     }
     if let Some(w) = args.worker {
         // A worker creates no queue: nothing to clean up on a signal.
-        return match worker::run(&args, w) {
+        return match worker::run(args, w) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => report_error(&format!("{PROGRAM} worker {w}"), &e),
         };
@@ -173,7 +180,7 @@ fn main() -> ExitCode {
         if !args.no_tour {
             tour(&n)?;
         }
-        coordinator::run(&args, &n)
+        coordinator::run(args, &n)
     })();
     // Every queue this process created is gone by now (RAII); this catches a bug that left one.
     let left = mq::registered_names();
@@ -338,7 +345,7 @@ fn tour(n: &Narrator) -> Result<()> {
         ));
         order.push(format!("{text}({prio})"));
     }
-    println!("received in priority order: {}", order.join(" "));
+    outln!("received in priority order: {}", order.join(" "));
     ensure!(
         order == ["high(9)", "high again(9)", "mid(5)", "low(1)"],
         "unexpected receive order {order:?}"
@@ -361,7 +368,7 @@ fn tour(n: &Narrator) -> Result<()> {
                 timeout.as_millis(),
                 Errno::ETIMEDOUT.desc()
             ));
-            println!(
+            outln!(
                 "mq_timedreceive timed out after {:.0} ms (deadline {} ms)",
                 waited.as_secs_f64() * 1e3,
                 timeout.as_millis()
@@ -391,7 +398,7 @@ fn tour(n: &Narrator) -> Result<()> {
                  waiting",
                 Errno::EAGAIN.desc()
             ));
-            println!("nonblocking mq_receive on an empty queue: EAGAIN at once");
+            outln!("nonblocking mq_receive on an empty queue: EAGAIN at once");
         }
         other => bail!("nonblocking mq_receive on an empty queue: expected EAGAIN, got {other:?}"),
     }
@@ -451,7 +458,7 @@ fn tour(n: &Narrator) -> Result<()> {
                 "mq_open(\"{name}\", O_RDONLY): ENOENT ({}) — gone",
                 Errno::ENOENT.desc()
             ));
-            println!("after mq_unlink: mq_open gives ENOENT");
+            outln!("after mq_unlink: mq_open gives ENOENT");
         }
         other => bail!("mq_open after mq_unlink: expected ENOENT, got {other:?}"),
     }
@@ -486,7 +493,7 @@ fn limit_probes(l: &Limits, probe: &str, expect_refusal: bool, n: &Narrator) -> 
         match mq_open(probe, create, mode, Some(&attr)) {
             Err(e) => {
                 n.say(format!("mq_open with {what}: {e:?} ({})", e.desc()));
-                println!("limit refused: {what}: {e:?}");
+                outln!("limit refused: {what}: {e:?}");
                 ensure!(
                     e == Errno::EINVAL,
                     "mq_open with {what}: expected EINVAL, got {e:?}"
@@ -509,7 +516,7 @@ fn limit_probes(l: &Limits, probe: &str, expect_refusal: bool, n: &Narrator) -> 
             Ok(_) => bail!("Queue::create with msg_max + 1 messages succeeded"),
         };
         n.say("the same through verbs_lab::mq::Queue::create, whose error names the limit:");
-        println!("  {e}");
+        outln!("  {e}");
     }
     Ok(())
 }

@@ -28,7 +28,7 @@ use verbs_lab::verbs::{
     QpType, RtsAttr, SendOp, SendWr, Sge, UdDest, WorkCompletion,
 };
 use verbs_lab_lessons::{
-    encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device, pattern,
+    encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device, outln, pattern,
     pingpong_recvs, rc_pingpong_handshake, read_peer_record, require_peer_gid, Device, Finished,
     Narrator, PingPong, PingPongArgs, RECV_WRID, SEND_WRID,
 };
@@ -171,7 +171,7 @@ fn run(args: &Args) -> Result<()> {
     // 6. Results: ibv_ud_pingpong's two lines, then ours.
     n.step(6, "Results");
     done.print(size);
-    println!("{}", check.verdict(done.received, size));
+    outln!("{}", check.verdict(done.received, size));
     Ok(())
 }
 
@@ -525,7 +525,7 @@ fn show_loss(
             got += ctx.cq.poll(&mut wcs).context("ibv_poll_cq")?;
             std::thread::sleep(Duration::from_millis(10));
         }
-        println!(
+        outln!(
             "server: {got} datagrams arrived in {} ms after the client's SEND with Q_Key {:#x} \
              (ours is {QKEY:#x}): dropped by our QP, and nobody is told",
             settle.as_millis(),
@@ -543,7 +543,7 @@ fn show_loss(
             first_mismatch(&payload, &pattern(7, ctx.size)).is_none(),
             "the datagram with the right Q_Key arrived corrupt"
         );
-        println!(
+        outln!(
             "server: the datagram with the right Q_Key {QKEY:#x} arrived: {} bytes, verified",
             ctx.size
         );
@@ -555,7 +555,7 @@ fn show_loss(
             .context("the bad datagram's SEND completion")?;
         let wc = wcs[..ne].first().expect("poll returned at least one");
         wc.ok()?;
-        println!(
+        outln!(
             "client: SEND with Q_Key {:#x} completed with {} — UD completes when the datagram \
              leaves; whether it arrives, the sender never learns",
             wrong.remote_qkey,
@@ -572,7 +572,7 @@ fn show_loss(
             .expect("poll returned at least one")
             .ok()?;
         conn.barrier("the end")?;
-        println!("client: the datagram with the right Q_Key arrived (the server checked it)");
+        outln!("client: the datagram with the right Q_Key arrived (the server checked it)");
     }
     Ok(())
 }

@@ -33,8 +33,8 @@ use verbs_lab::verbs::{
 };
 use verbs_lab_lessons::{
     connect_opts, decode_rc_pingpong, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect,
-    open_device, pattern, print_pingpong_summary, rc_pingpong_handshake, Narrator, PingPongArgs,
-    RC_PINGPONG_RECORD_LEN,
+    open_device, outln, pattern, print_pingpong_summary, rc_pingpong_handshake, Narrator,
+    PingPongArgs, RC_PINGPONG_RECORD_LEN,
 };
 
 #[derive(Parser, Debug)]
@@ -148,16 +148,27 @@ fn run(args: &Args) -> Result<()> {
     let events = Events::default();
     std::thread::scope(|scope| {
         let watcher = scope.spawn(|| events.watch(&dev.ctx, &srq, limit));
+        // Stops the thread however this closure ends (a panic too), so the scope can join it.
+        let stop = StopOnDrop(&events.stop);
         let result = traffic(
             args, &dev, &qps, &cq, &srq, &mr, &slots, send_sge, &events, &n,
         );
         // Give the thread a moment to print events raised at the very end, then stop it.
         std::thread::sleep(Duration::from_millis(300));
-        events.stop.store(true, Ordering::Release);
+        drop(stop);
         let watched = watcher.join().expect("the async event thread panicked");
         result.and(watched)
     })?;
     report_events(&events, limit, args.show_port_down)
+}
+
+/// Sets its flag when dropped: the async event thread's stop, raised on every way out.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
 }
 
 /// `num_qp` RC QPs created with `init_attr.srq` = `srq` (`ibv_create_qp`): no receive queue
@@ -191,7 +202,7 @@ fn create_srq_qps(pd: &Pd, cq: &Cq, srq: &Srq, num_qp: usize) -> Result<Vec<Qp>>
 /// PORT_ERR and, after it, a PORT_ACTIVE.
 fn report_events(events: &Events, limit: u32, show_port_down: bool) -> Result<()> {
     let seen = events.seen.lock().expect("event list").clone();
-    println!(
+    outln!(
         "async events: {} in all; IBV_EVENT_SRQ_LIMIT_REACHED {} times (limit {limit}, re-armed \
          after each refill)",
         seen.len(),
@@ -240,22 +251,22 @@ impl Events {
                     // The limit disarmed itself when it fired (ibv_query_srq reads 0 until it is
                     // armed again). Arming it while fewer receives are posted would fire it at
                     // once, so the main thread re-arms after its next refill.
-                    println!(
+                    outln!(
                         "async event +{at} ms: {ev} — fewer than {limit} receives left; the \
                          device disarmed the limit"
                     );
                 }
                 AsyncEventKind::PORT_ERR => {
                     self.port_down.store(true, Ordering::Release);
-                    println!("async event +{at} ms: {ev} — the link is down");
+                    outln!("async event +{at} ms: {ev} — the link is down");
                 }
                 AsyncEventKind::PORT_ACTIVE => {
                     if self.port_down.load(Ordering::Acquire) {
                         self.port_back.store(true, Ordering::Release);
                     }
-                    println!("async event +{at} ms: {ev} — the link is up again");
+                    outln!("async event +{at} ms: {ev} — the link is up again");
                 }
-                _ => println!("async event +{at} ms: {ev}"),
+                _ => outln!("async event +{at} ms: {ev}"),
             }
         }
         Ok(())
@@ -532,7 +543,7 @@ impl PingPong<'_> {
                     posted -= 1;
                     if posted <= num_qp {
                         if refills == 0 {
-                            println!(
+                            outln!(
                                 "first refill, {posted} receives left: ibv_query_srq reads \
                                  srq_limit {} (0: the limit event disarmed it); re-armed at {} \
                                  after posting {} receives",
@@ -565,7 +576,7 @@ impl PingPong<'_> {
         }
         let elapsed = start.elapsed();
         let end_limit = self.srq.query().context("ibv_query_srq")?.srq_limit;
-        println!(
+        outln!(
             "at the end, ibv_query_srq: srq_limit {end_limit} ({})",
             if end_limit == 0 {
                 "disarmed: its event fired and no refill re-armed it"
@@ -578,7 +589,7 @@ impl PingPong<'_> {
              (each time {num_qp} or fewer receives were left) and its limit re-armed after each"
         ));
         print_pingpong_summary(self.size as u64, iters, elapsed);
-        println!(
+        outln!(
             "payload check: {rcnt} messages of {} bytes verified ({}), all intact",
             self.size,
             if self.check_pattern {
@@ -634,7 +645,7 @@ impl PingPong<'_> {
                 k += 1;
             }
             let verdict = conn.recv_msg(4096, "the client's verdict")?;
-            println!(
+            outln!(
                 "server: echoed {k} messages on QP 0, every one verified{}; the client reports: {}",
                 failed.map_or(String::new(), |f| format!(
                     " (then a completion failed: {f})"
@@ -642,7 +653,7 @@ impl PingPong<'_> {
                 String::from_utf8_lossy(&verdict)
             );
         } else {
-            println!(
+            outln!(
                 "traffic running on QP 0: now run `ip link set veth1 down; sleep 2; ip link set \
                  veth1 up` in the guest (waiting up to {} s)",
                 self.wait.as_secs()
@@ -713,10 +724,10 @@ impl PingPong<'_> {
                      resumes only on a new connection, once IBV_EVENT_PORT_ACTIVE has arrived"
                 ),
             };
-            println!("client: {verdict}");
+            outln!("client: {verdict}");
             conn.send_msg(verdict.as_bytes(), "our verdict")?;
         }
-        println!(
+        outln!(
             "{}: --show-port-down done in {} ms",
             if self.server { "server" } else { "client" },
             t0.elapsed().as_millis()

@@ -31,7 +31,7 @@ use verbs_lab::verbs::{
     AccessFlags, CmEvent, CmEventKind, CmId, ConnParam, Cq, EventChannel, Mr, Payload, PortSpace,
     Qp, QpCaps, QpInitAttr, QpType, RecvWr, RemoteBuf, SendOp, SendWr, WcOpcode, WorkCompletion,
 };
-use verbs_lab_lessons::{parse_args, report_error, Narrator};
+use verbs_lab_lessons::{outln, parse_args, report_error, until_stdout_closes, Narrator};
 
 /// rping's default port.
 const RPING_PORT: u16 = 7174;
@@ -45,6 +45,7 @@ const MAX_SIZE: u32 = 65535;
 )]
 struct Args {
     /// Server to connect to (its IP address on an RDMA device); without it this is the server.
+    #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
     host: Option<String>,
     /// rdma_cm port (rping's default).
     #[arg(short = 'p', long = "port", default_value_t = RPING_PORT)]
@@ -493,7 +494,7 @@ fn server(args: &Args, n: &Narrator) -> Result<()> {
             ));
         }
         if args.verbose {
-            println!("server ping data: {}", text(&got));
+            outln!("server ping data: {}", text(&got));
         }
         conn.send_info(RemoteBuf::default())?;
         // The client's sink, then RDMA WRITE the ping back (up to its NUL, as rping does).
@@ -535,7 +536,7 @@ fn server(args: &Args, n: &Narrator) -> Result<()> {
         "rdma_disconnect, then destroy the QP, the ids and the channel",
     );
     id.disconnect().context("disconnecting")?;
-    println!("server: {pings} pings of up to {size} bytes read, checked and written back; the client disconnected");
+    outln!("server: {pings} pings of up to {size} bytes read, checked and written back; the client disconnected");
     Ok(())
 }
 
@@ -714,7 +715,7 @@ fn client(args: &Args, host: &str, n: &Narrator) -> Result<()> {
             n.say(format!("ping 0: '{}' came back intact", text(&echo)));
         }
         if args.verbose {
-            println!("ping data: {}", text(&echo));
+            outln!("ping data: {}", text(&echo));
         }
     }
 
@@ -740,7 +741,7 @@ fn client(args: &Args, host: &str, n: &Narrator) -> Result<()> {
         conn.qp().qpn(),
         conn.qp().state()?
     ));
-    println!(
+    outln!(
         "client: {} pings of {size} bytes to {dst}, each RDMA-read by the server and written back, all verified",
         args.count
     );
@@ -750,14 +751,16 @@ fn client(args: &Args, host: &str, n: &Narrator) -> Result<()> {
 fn main() -> ExitCode {
     let args: Args = parse_args("lesson13_rdma_cm");
     let n = Narrator { quiet: args.quiet };
-    let r = match &args.host {
-        None => server(&args, &n),
-        Some(h) => client(&args, h, &n),
-    };
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => report_error("lesson13_rdma_cm", &e),
-    }
+    until_stdout_closes(|| {
+        let r = match &args.host {
+            None => server(&args, &n),
+            Some(h) => client(&args, h, &n),
+        };
+        match r {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => report_error("lesson13_rdma_cm", &e),
+        }
+    })
 }
 
 #[cfg(test)]

@@ -50,7 +50,7 @@ use verbs_lab::verbs::{
 use verbs_lab_lessons::Summary;
 use verbs_lab_lessons::{
     check_range, create_rc_qp, create_rc_qp_inline, first_mismatch, lesson_main, open_named_device,
-    pattern, pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator,
+    outln, pattern, pingpong_recvs, rc_connect_opts, Device, DevicePairArgs, Narrator,
 };
 
 const PROGRAM: &str = "lesson14_tuning";
@@ -85,7 +85,8 @@ struct Args {
           value_parser = SizeRange::new(8..=4096usize))]
     size: usize,
     /// QP ack timeout exponent: 4.096 µs × 2^N before a retransmit
-    #[arg(short = 'u', long = "qp-timeout", default_value_t = 20)]
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 20,
+          value_parser = verbs_lab::cli::qp_timeout())]
     qp_timeout: u8,
     /// Seconds any one run may last
     #[arg(long = "wait", default_value_t = 60, value_parser = verbs_lab::cli::WaitSecs)]
@@ -104,7 +105,7 @@ fn check_flags(a: &Args) -> Result<()> {
     )?;
     check_range("--pp-iters", a.pp_iters, 1..=1_000_000, "round trips")?;
     check_range("-r", a.rounds, 1..=100, "rounds")?;
-    a.pair.check(a.qp_timeout)?;
+    a.pair.check()?;
     Ok(())
 }
 
@@ -334,7 +335,7 @@ fn rounds(
             line.push(format!("{} {}", cases[i].key, m.show()));
             results[i].push(m);
         }
-        println!("round {}: {}", r + 1, line.join(", "));
+        outln!("round {}: {}", r + 1, line.join(", "));
     }
     Ok(results)
 }
@@ -954,21 +955,27 @@ fn print_table(
             ],
         ),
     ];
-    println!(
+    outln!(
         "\n{} bytes per message; stream: {} RDMA WRITEs per run, 64 in flight; ping-pong: {} \
          round trips per run; median of {} rounds",
-        args.size, args.iters, args.pp_iters, args.rounds
+        args.size,
+        args.iters,
+        args.pp_iters,
+        args.rounds
     );
-    println!(
+    outln!(
         "{:<11} {:<26} {:>14} {:>8}  detail (last round)",
-        "knob", "setting", "result", "ratio"
+        "knob",
+        "setting",
+        "result",
+        "ratio"
     );
     for (k, settings) in knobs {
         // The first setting run is the knob's baseline.
         let mut base = f64::NAN;
         for (variant, key) in settings {
             let Some(i) = find(key) else {
-                println!("{k:<11} {variant:<26} {:>14} {:>8}  not run here", "-", "-");
+                outln!("{k:<11} {variant:<26} {:>14} {:>8}  not run here", "-", "-");
                 continue;
             };
             let v = med(i);
@@ -1000,19 +1007,20 @@ fn print_table(
                     ),
                 ),
             };
-            println!(
+            outln!(
                 "{k:<11} {variant:<26} {result:>14} {:>7.2}x  {detail}",
                 ratio
             );
         }
     }
-    println!("{:<11} {:<26} {moderation}", "moderation", "ibv_modify_cq");
-    println!(
+    outln!("{:<11} {:<26} {moderation}", "moderation", "ibv_modify_cq");
+    outln!(
         "{:<11} {:<26} {slots}",
-        "SQ slots", "unsignaled, queue full"
+        "SQ slots",
+        "unsignaled, queue full"
     );
-    println!("{:<11} {:<26} {window}", "MW", "type 2: bind, invalidate");
-    println!(
+    outln!("{:<11} {:<26} {window}", "MW", "type 2: bind, invalidate");
+    outln!(
         "ratio: speed-up against the knob's first row (writes/s up, or round trip down); \
          above 1 is better"
     );

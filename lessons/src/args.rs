@@ -18,21 +18,25 @@ use crate::Narrator;
 #[derive(Args, Debug, Clone)]
 pub struct CommonArgs {
     /// Server to connect to; without it this process is the server.
+    #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub host: Option<String>,
     /// TCP port of the out-of-band exchange.
     #[arg(short = 'p', long = "port", default_value_t = 18515)]
     pub port: u16,
     /// RDMA device to use (default: the first one).
-    #[arg(short = 'd', long = "ib-dev")]
+    #[arg(short = 'd', long = "ib-dev",
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub ib_dev: Option<String>,
     /// Port of the device.
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1,
+          value_parser = verbs_lab::cli::ib_port())]
     pub ib_port: u8,
     /// GID index (default: chosen automatically, the same way on both sides).
     #[arg(short = 'g', long = "gid-idx")]
     pub gid_idx: Option<u32>,
     /// QP ack timeout exponent: 4.096 µs × 2^N before a retransmit.
-    #[arg(short = 'u', long = "qp-timeout", default_value_t = 18)]
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 18,
+          value_parser = verbs_lab::cli::qp_timeout())]
     pub qp_timeout: u8,
     /// Seconds to wait for the peer at any one step before giving up.
     #[arg(long = "wait", default_value_t = 30, value_parser = verbs_lab::cli::WaitSecs)]
@@ -57,7 +61,7 @@ impl CommonArgs {
     }
     /// Refuses common flags that cannot work, before any verbs call (so it needs no device).
     pub fn check(&self) -> Result<()> {
-        check_device_flags(self.ib_port, self.gid_idx, self.qp_timeout)
+        check_gid_idx(self.gid_idx)
     }
 }
 
@@ -94,14 +98,15 @@ impl PingPongArgs {
 #[derive(Args, Debug, Clone)]
 pub struct DevicePairArgs {
     /// Device of the client (sending) QP (default: the first device)
-    #[arg(long = "dev-a")]
+    #[arg(long = "dev-a", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub dev_a: Option<String>,
     /// Device of the server (receiving) QP (default: the second device, or the first again if
     /// there is one)
-    #[arg(long = "dev-b")]
+    #[arg(long = "dev-b", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub dev_b: Option<String>,
     /// Port of both devices
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1,
+          value_parser = verbs_lab::cli::ib_port())]
     pub ib_port: u8,
     /// GID index on both devices (default: chosen automatically)
     #[arg(short = 'g', long = "gid-idx")]
@@ -130,11 +135,11 @@ impl DevicePairArgs {
         Ok((a, b))
     }
 
-    /// Refuses `-i`, `-g` and the lesson's own `-u` when they cannot work, before any verbs
-    /// call, as [`CommonArgs::check`] does for the two-sided lessons. (`--wait` is checked as it
-    /// is parsed: `verbs_lab::cli::WaitSecs`.)
-    pub fn check(&self, qp_timeout: u8) -> Result<()> {
-        check_device_flags(self.ib_port, self.gid_idx, qp_timeout)
+    /// Refuses a `-g` that cannot work, before any verbs call, as [`CommonArgs::check`] does
+    /// for the two-sided lessons. (`-i`, `-u` and `--wait` are checked as they are parsed:
+    /// `verbs_lab::cli::ib_port`, `qp_timeout`, `WaitSecs`.)
+    pub fn check(&self) -> Result<()> {
+        check_gid_idx(self.gid_idx)
     }
 }
 
@@ -160,9 +165,9 @@ impl fmt::Display for Role {
     }
 }
 
-/// Refuses device flags that cannot work (`-i`, `-g`, `-u`), before any verbs call:
-/// [`CommonArgs::check`] and [`DevicePairArgs::check`].
-fn check_device_flags(ib_port: u8, gid_idx: Option<u32>, qp_timeout: u8) -> Result<()> {
+/// Refuses a GID index (`-g`) that cannot work, before any verbs call: [`CommonArgs::check`]
+/// and [`DevicePairArgs::check`]. (`-i` and `-u` are checked as they are parsed.)
+fn check_gid_idx(gid_idx: Option<u32>) -> Result<()> {
     if let Some(g) = gid_idx {
         if g > 255 {
             bail!(
@@ -170,12 +175,6 @@ fn check_device_flags(ib_port: u8, gid_idx: Option<u32>, qp_timeout: u8) -> Resu
                  8 bits (0..=255); `lesson01_devices` lists the populated ones"
             );
         }
-    }
-    if ib_port == 0 {
-        bail!("-i 0: ports are numbered from 1");
-    }
-    if qp_timeout > 31 {
-        bail!("-u {qp_timeout}: the QP ack timeout is a 5-bit exponent (0..=31; 18 ≈ 1.1 s)");
     }
     Ok(())
 }
@@ -216,14 +215,18 @@ mod tests {
         assert!(ok.c.check().is_ok());
         let e = T::parse_from(["x", "-g", "300"]).c.check().unwrap_err();
         assert!(e.to_string().contains("GID index"), "{e}");
-        assert!(T::parse_from(["x", "-u", "32"]).c.check().is_err());
-        // --wait is refused as it is parsed (verbs_lab::cli::WaitSecs).
+        // -u, -i and --wait are refused as they are parsed (verbs_lab::cli::qp_timeout,
+        // ib_port, WaitSecs).
+        assert!(T::try_parse_from(["x", "-u", "32"]).is_err());
+        assert_eq!(T::parse_from(["x", "-u", "31"]).c.qp_timeout, 31);
+        assert!(T::try_parse_from(["x", "-i", "0"]).is_err());
+        assert!(T::try_parse_from(["x", "-d", ""]).is_err());
+        assert!(T::try_parse_from(["x", ""]).is_err());
         assert!(T::try_parse_from(["x", "--wait", "0"]).is_err());
         assert_eq!(
             T::parse_from(["x", "--wait", "86400"]).c.wait().as_secs(),
             86_400
         );
-        assert!(T::parse_from(["x", "-i", "0"]).c.check().is_err());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! | module | what | taught in |
 //! |---|---|---|
 //! | [`args`] | the shared flags and their checks before any verbs call | every lesson |
-//! | [`narrator`] | numbered steps and the lines under them (`-q` silences) | every lesson |
+//! | [`narrator`] | numbered steps and the lines under them (`-q` silences); every line printed ([`outln!`]), a quiet end on a closed stdout | every lesson |
 //! | [`device`] | opening the device, its port and GID, the `-m` path MTU; a wait that explains a timeout | 01 |
 //! | [`peer`] | the out-of-band connection, the endpoint record, the barrier after RTS | 03 |
 //! | [`terms`] | the `key=value` test parameters the two sides agree on | 05–08 |
@@ -32,7 +32,7 @@ pub mod terms;
 pub use args::{check_range, CommonArgs, DevicePairArgs, PingPongArgs, Role};
 pub use data::{first_mismatch, pattern};
 pub use device::{open_device, open_named_device, poll_one_explained, Device};
-pub use narrator::{say_mr, Narrator};
+pub use narrator::{say_mr, until_stdout_closes, Narrator};
 pub use peer::{exchange, exchange_endpoints, meet, oob_connect, peer_rts_barrier, PeerInfo};
 pub use pingpong::{
     decode_rc_pingpong, encode_rc_pingpong, pingpong_recvs, print_pingpong_summary,
@@ -59,18 +59,23 @@ pub fn lesson_command<A: clap::CommandFactory>(program: &'static str) -> clap::C
 
 /// Parses the command line of the lesson `program` ([`lesson_command`]); with
 /// `verbs_lab::cli::GENERATE_ENV` set, writes the man page and completions instead and exits
-/// (`verbs_lab::cli::generate_if_asked`). A bad flag ends the program as clap ends it (exit 2).
+/// (`verbs_lab::cli::generate_if_asked`). A bad flag ends the program as clap ends it (exit 2),
+/// a number that is not one in plain words (`verbs_lab::cli::explain_number_error`).
 pub fn parse_args<A: clap::Parser>(program: &'static str) -> A {
     verbs_lab::cli::generate_if_asked(|| lesson_command::<A>(program));
     let mut cmd = lesson_command::<A>(program);
-    let mut matches = cmd.get_matches_mut();
-    A::from_arg_matches_mut(&mut matches).unwrap_or_else(|e| e.format(&mut cmd).exit())
+    cmd.try_get_matches_from_mut(std::env::args_os())
+        .and_then(|mut m| A::from_arg_matches_mut(&mut m))
+        .unwrap_or_else(|e| {
+            verbs_lab::cli::explain_number_error(e.format(&mut cmd), &mut cmd).exit()
+        })
 }
 
 /// The `main` of every lesson but 10, 13 and 15 (which start workers or choose a role
 /// first): parse the flags ([`parse_args`]), refuse what `check` refuses before any verbs call
 /// (a usage error, exit 2, [`usage_error`]), then `run` with what `check` returned; an error
-/// from `run` is reported by [`report_error`] (exit 1).
+/// from `run` is reported by [`report_error`] (exit 1), a closed stdout ends it quietly
+/// (exit 0, [`until_stdout_closes`]).
 pub fn lesson_main<A: clap::Parser, T>(
     program: &'static str,
     check: impl FnOnce(&A) -> Result<T>,
@@ -78,10 +83,10 @@ pub fn lesson_main<A: clap::Parser, T>(
 ) -> std::process::ExitCode {
     let args: A = parse_args(program);
     let checked = check(&args).unwrap_or_else(|e| usage_error::<A>(program, &e));
-    match run(&args, checked) {
+    until_stdout_closes(|| match run(&args, checked) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => report_error(program, &e),
-    }
+    })
 }
 
 /// Ends the lesson `program` the way clap ends it for a bad flag — `error: MESSAGE`, the usage

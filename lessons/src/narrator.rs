@@ -1,6 +1,12 @@
-//! What a lesson prints as it goes: numbered steps and the lines under them, silenced by `-q`.
+//! What a lesson prints as it goes: numbered steps and the lines under them, silenced by `-q`;
+//! and the one way every line a lesson prints reaches stdout ([`outln!`](crate::outln)), which
+//! ends the lesson quietly when stdout is closed (`lesson09_affinity | head -3`).
 
 use std::fmt;
+use std::io::{self, Write as _};
+use std::panic::{self, AssertUnwindSafe};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use verbs_lab::verbs::{AccessFlags, Mr};
 
@@ -14,13 +20,13 @@ impl Narrator {
     /// A numbered step heading: `[3] Register memory`.
     pub fn step(&self, n: u32, title: &str) {
         if !self.quiet {
-            println!("\n[{n}] {title}");
+            crate::outln!("\n[{n}] {title}");
         }
     }
     /// One line of narration under a step.
     pub fn say(&self, msg: impl fmt::Display) {
         if !self.quiet {
-            println!("    {msg}");
+            crate::outln!("    {msg}");
         }
     }
 }
@@ -35,4 +41,56 @@ pub fn say_mr(n: &Narrator, mr: &Mr, access: AccessFlags) {
         mr.lkey(),
         mr.rkey()
     ));
+}
+
+/// Prints one line on stdout, as `println!` does: every line a lesson prints goes through here
+/// (the [`outln!`](crate::outln) macro). When the reader of stdout has gone (`| head`), the
+/// lesson has no one left to teach: the write's `EPIPE` unwinds with [`StdoutClosed`], which
+/// [`until_stdout_closes`] turns into a quiet exit 0. Unwinding, rather than exiting on the
+/// spot, runs every destructor on the way out: queues are removed, scoped threads are woken
+/// and joined, the device is closed.
+pub fn print_line(line: fmt::Arguments<'_>) {
+    let mut out = io::stdout().lock();
+    if let Err(e) = writeln!(out, "{line}") {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            STDOUT_CLOSED.store(true, Ordering::Release);
+            panic::resume_unwind(Box::new(StdoutClosed));
+        }
+        panic!("failed printing to stdout: {e}");
+    }
+}
+
+/// `println!` for lessons: the same arguments, printed by [`print_line`].
+#[macro_export]
+macro_rules! outln {
+    () => {
+        $crate::narrator::print_line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::narrator::print_line(format_args!($($arg)*))
+    };
+}
+
+/// What a lesson unwinds with when its stdout is closed ([`print_line`]).
+#[derive(Debug)]
+pub struct StdoutClosed;
+
+/// Set once a write to stdout has failed with `EPIPE`: from then on a panic (a scoped thread
+/// that printed, say, makes its scope panic) is the same quiet end, not a bug to report.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Runs a lesson's `main`: what it returns, or exit status 0 without a word if it stopped
+/// because its stdout was closed ([`print_line`]). Any other panic goes on as before.
+pub fn until_stdout_closes(main: impl FnOnce() -> ExitCode) -> ExitCode {
+    let report = panic::take_hook();
+    panic::set_hook(Box::new(move |info| {
+        if !STDOUT_CLOSED.load(Ordering::Acquire) {
+            report(info);
+        }
+    }));
+    match panic::catch_unwind(AssertUnwindSafe(main)) {
+        Ok(code) => code,
+        Err(_) if STDOUT_CLOSED.load(Ordering::Acquire) => ExitCode::SUCCESS,
+        Err(payload) => panic::resume_unwind(payload),
+    }
 }

@@ -264,12 +264,12 @@ pub fn rc_pingpong_handshake<T>(
 pub fn print_pingpong_summary(size: u64, iters: u64, elapsed: Duration) {
     let usec = elapsed.as_secs_f64() * 1e6;
     let bytes = size * iters * 2;
-    println!(
+    crate::outln!(
         "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
         usec / 1e6,
         bytes as f64 * 8.0 / usec
     );
-    println!(
+    crate::outln!(
         "{iters} iters in {:.2} seconds = {:.2} usec/iter",
         usec / 1e6,
         usec / iters as f64
@@ -283,7 +283,7 @@ pub fn print_round_trips(size: usize, rtts_us: &[f64]) -> bool {
     let Some(s) = Summary::of(rtts_us) else {
         return false;
     };
-    println!(
+    crate::outln!(
         "round trip of {size} bytes (usec): avg {:.1}  min {:.1}  median {:.1}  max {:.1}  ({} samples)",
         s.avg, s.min, s.median, s.max, s.count
     );

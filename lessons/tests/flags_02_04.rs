@@ -49,9 +49,13 @@ fn lesson04_checks_the_common_flags_before_the_device() {
     assert_refused(
         L04,
         &["-u", "32"],
-        "-u 32: the QP ack timeout is a 5-bit exponent",
+        "-u 32: give 0 to 31: the QP ack timeout is a 5-bit exponent",
     );
-    assert_refused(L04, &["-i", "0"], "-i 0: ports are numbered from 1");
+    assert_refused(
+        L04,
+        &["-i", "0"],
+        "-i 0: give 1 to 255: ports are numbered from 1",
+    );
     assert_refused(
         L04,
         &["--wait", "0"],
@@ -117,4 +121,20 @@ fn help_lists_the_rc_pingpong_flags() {
     ] {
         assert!(help.contains(default), "--help lacks {default}");
     }
+}
+
+#[test]
+fn lesson03_checks_the_common_flags_before_the_device() {
+    // Lesson 03 used to take any -u (a 5-bit field) and -g without a word.
+    for u in ["32", "99"] {
+        assert_refused(
+            L03,
+            &["-u", u],
+            &format!("-u {u}: give 0 to 31: the QP ack timeout is a 5-bit exponent"),
+        );
+    }
+    assert_refused(L03, &["-g", "300"], "-g 300: unusable GID index");
+    assert_refused(L03, &["-i", "300"], "-i 300: give 1 to 255");
+    assert_refused(L03, &["-p", "x"], "--port x: not a whole number");
+    assert_refused(L03, &[""], "a value is required");
 }

@@ -79,7 +79,7 @@ fn unusable_gid_index_and_qp_timeout_are_refused() {
         assert_refused(
             bin,
             &["-u", "32"],
-            "-u 32: the QP ack timeout is a 5-bit exponent",
+            "-u 32: give 0 to 31: the QP ack timeout is a 5-bit exponent",
         );
         assert_refused(bin, &["--wait", "0"], "--wait 0");
     }

@@ -308,6 +308,10 @@ fn lesson09_refuses_bad_flags_before_doing_anything() {
         (vec!["-n", "0"], "-n 0: give 1 to 1000000 round trips"),
         (vec!["-u", "32"], "-u 32"),
         (vec!["--cpus", "0"], "is not two CPUs 'A,B'"),
+        (
+            vec!["--cpus", "0,999"],
+            "--cpus: CPU 999 is not among the CPUs this process may use",
+        ),
     ] {
         let o = Command::new(L09).args(&args).output().unwrap();
         let err = text(&o.stderr);
@@ -315,4 +319,48 @@ fn lesson09_refuses_bad_flags_before_doing_anything() {
         assert!(err.contains(why), "{args:?}: expected '{why}' in {err}");
         assert!(o.stdout.is_empty(), "{args:?}: a step ran");
     }
+}
+
+/// Runs `bin` with its stdout on a pipe, reads lines until one contains `until`, then closes
+/// the pipe (`| head`); returns the lesson's pid, how it ended and its stderr.
+fn close_stdout_after(bin: &str, until: &str) -> (u32, std::process::ExitStatus, String) {
+    let mut child = Command::new(bin)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while !lines
+        .next()
+        .expect("the line awaited")
+        .unwrap()
+        .contains(until)
+    {}
+    drop(lines);
+    let status = wait_bounded(&mut child, Duration::from_secs(20));
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (child.id(), status, err)
+}
+
+#[test]
+fn lessons_end_quietly_when_stdout_is_closed() {
+    // Lesson 09 closed inside step 2, whose threads wait for the main thread: it used to
+    // panic there (exit 101) and then wait forever for them (`lesson09_affinity | head -3`).
+    for until in ["[1]", "main thread: tid"] {
+        let (_, status, err) = close_stdout_after(L09, until);
+        assert_eq!(status.code(), Some(0), "closed after {until:?}: {err}");
+        assert!(err.is_empty(), "closed after {until:?}: {err}");
+    }
+    // Lesson 10 closed during its tour: it removes its queues on the way out.
+    let (pid, status, err) = close_stdout_after(L10, "[2] mq_open");
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.is_empty(), "{err}");
+    assert_no_queue_left(pid, 2);
 }

@@ -27,7 +27,11 @@ fn assert_refused(bin: &str, args: &[&str], why: &str) {
 
 #[test]
 fn ud_common_flags_are_checked() {
-    assert_refused(L11, &["-i", "0"], "-i 0: ports are numbered from 1");
+    assert_refused(
+        L11,
+        &["-i", "0"],
+        "-i 0: give 1 to 255: ports are numbered from 1",
+    );
 }
 
 #[test]

@@ -23,7 +23,7 @@ fn nonsense_flags_are_refused_with_the_reason() {
         ),
         (
             &["-u", "32"][..],
-            "-u 32: the QP ack timeout is a 5-bit exponent",
+            "-u 32: give 0 to 31: the QP ack timeout is a 5-bit exponent",
         ),
         (
             &["--wait", "0"][..],

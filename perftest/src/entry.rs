@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use verbs_lab::cli::failed;
 
-use crate::output::{OutputFormat, Reporter};
+use crate::output::Reporter;
 use crate::params::{Config, Params, Tool};
 use crate::run::{measures, run_tool};
 
@@ -55,11 +55,16 @@ pub fn main(tool: Tool) -> ExitCode {
         );
         out.clear_gates();
     }
-    if cfg.is_server() && out.verbosity.is_none() && out.format == OutputFormat::Text {
-        // perftest's server says so before it blocks in accept.
-        print!("{}", crate::report::text::WAITING_BANNER);
+    if let Err(e) = out.check_writable(measures(&cfg)) {
+        eprintln!("{name}: error: {e}");
+        return ExitCode::from(2);
     }
     if cfg.procs.count.is_some() {
+        if cfg.is_server() {
+            // The coordinator opens no device: it says so before its workers start listening.
+            // (A single server prints the banner once it listens: `Reporter::waiting_banner`.)
+            Reporter::new(&out).waiting_banner();
+        }
         return crate::procs::coordinator_main(&cfg, &out);
     }
     let mut reporter = Reporter::new(&out);

@@ -50,11 +50,18 @@ pub struct Accepted {
 }
 
 /// Listens on `cfg.peer.bind`, port `cfg.peer.port`, and returns the first connection that
-/// opens with a valid HELLO, within `cfg.peer.wait` in all. Strays are logged on stderr
+/// opens with a valid HELLO, within `cfg.peer.wait` in all. `listening` is called once the
+/// port is bound, as the wait begins (perftest's banner). Strays are logged on stderr
 /// (`tool: ignored ...`).
-pub fn accept_client(cfg: &Config, ours: &Hello, timeout: Duration) -> Result<Accepted> {
+pub fn accept_client(
+    cfg: &Config,
+    ours: &Hello,
+    timeout: Duration,
+    listening: impl FnOnce(),
+) -> Result<Accepted> {
     let listener = Listener::bind_on(cfg.peer.bind, cfg.peer.port)
         .with_context(|| format!("listening for a client on TCP port {}", cfg.peer.port))?;
+    listening();
     let tool = cfg.tool.name();
     let start = Instant::now();
     loop {

@@ -39,6 +39,9 @@ pub trait RowSink {
     }
     /// The port's NIC counter deltas over the run (before the first size to after the last).
     fn counters(&mut self, _deltas: crate::counters::Snapshot) {}
+    /// The server listens for its client, its device open: it really waits now (perftest's
+    /// "Waiting for client to connect..." banner goes here).
+    fn listening(&mut self) {}
     /// Something a person waiting should know before any header (e.g. that the server does not
     /// accept yet); `tool` is the program's name.
     fn note(&mut self, _tool: &str, _text: &str) {}
@@ -56,6 +59,9 @@ impl RowSink for Reporter {
     }
     fn counters(&mut self, deltas: crate::counters::Snapshot) {
         self.set_counters(deltas)
+    }
+    fn listening(&mut self) {
+        self.waiting_banner()
     }
     fn note(&mut self, tool: &str, text: &str) {
         eprintln!("{tool}: note: {text} (--wait)");
@@ -129,7 +135,9 @@ pub fn run_tool_paced(
     // The server's guard turns away other clients until the run ends (it is dropped last).
     let (mut ch, _refuser) = match &cfg.peer.host {
         None => {
-            let a = crate::listen::accept_client(cfg, &our_hello(cfg), peer_timeout)?;
+            let a = crate::listen::accept_client(cfg, &our_hello(cfg), peer_timeout, || {
+                sink.listening()
+            })?;
             (a.ch, Some(a.refuser))
         }
         Some(h) => {

@@ -78,12 +78,15 @@ fn strays_are_dropped_and_the_real_client_is_served() {
         }
     });
     let start = Instant::now();
+    let mut listened = false;
     let accepted = accept_client(
         &server_cfg,
         &our_hello(&server_cfg),
         Duration::from_secs(10),
+        || listened = true,
     )
     .expect("the real client is accepted after the strays");
+    assert!(listened, "the server never said it listens (the banner)");
     assert!(
         start.elapsed() >= HELLO_WAIT,
         "the silent stray was waited for"
@@ -105,7 +108,7 @@ fn nothing_but_strays_ends_at_wait() {
         drop(std::net::TcpStream::connect(("127.0.0.1", port)).unwrap());
     });
     let start = Instant::now();
-    let e = accept_client(&cfg, &our_hello(&cfg), Duration::from_secs(5))
+    let e = accept_client(&cfg, &our_hello(&cfg), Duration::from_secs(5), || {})
         .err()
         .expect("no client");
     assert!(format!("{e:#}").contains("a client to connect"), "{e:#}");

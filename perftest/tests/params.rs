@@ -250,6 +250,65 @@ fn impossible_combinations_are_refused_with_the_flag() {
 }
 
 #[test]
+fn number_flags_are_refused_with_one_message_that_says_what_to_give() {
+    // -i and -u: one check each, with its range and reason, whatever the wrong value.
+    for bad in ["0", "256", "300"] {
+        refused(
+            WRITE_BW,
+            &format!("-i {bad}"),
+            &[&format!(
+                "-i {bad}: give 1 to 255: ports are numbered from 1"
+            )],
+        );
+    }
+    for bad in ["32", "40", "99", "300"] {
+        refused(
+            WRITE_BW,
+            &format!("-u {bad}"),
+            &[&format!(
+                "-u {bad}: give 0 to 31: the QP ack timeout is a 5-bit exponent"
+            )],
+        );
+    }
+    assert_eq!(ok(WRITE_BW, "-u 31").qp_timeout, 31);
+    // A number that is not one names the flag and the form, not Rust's parse error.
+    refused(
+        WRITE_BW,
+        "-D 1.5",
+        &["--duration 1.5: not a whole number; give whole seconds"],
+    );
+    refused(WRITE_BW, "-n ten", &["--iters ten: not a whole number"]);
+    refused(
+        WRITE_BW,
+        "--procs 2 --procs-start 1e3",
+        &["--procs-start 1e3: not a whole number; give whole microseconds"],
+    );
+    for args in ["-D 1.5", "-n ten", "-q x"] {
+        let e = config(WRITE_BW, args).unwrap_err();
+        assert!(!e.contains("invalid digit"), "{args}: {e}");
+    }
+}
+
+#[test]
+fn dependent_and_empty_values_are_refused() {
+    // --procs-start means nothing without --procs, as -T means nothing without -R.
+    refused(WRITE_BW, "--procs-start 100", &["--procs"]);
+    assert!(ok(WRITE_BW, "--procs 2 --procs-start 100")
+        .procs
+        .count
+        .is_some());
+    // An empty device or server name is a mistake (an unset shell variable), not a default.
+    for argv in [vec!["vl_write_bw", "-d", ""], vec!["vl_write_bw", ""]] {
+        let e = Params::try_parse_for(WRITE_BW, argv.clone()).unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{argv:?}");
+        assert!(
+            e.to_string().contains("a value is required"),
+            "{argv:?}: {e}"
+        );
+    }
+}
+
+#[test]
 fn effective_cq_moderation_keeps_a_signal_in_every_full_queue() {
     assert_eq!(ok(WRITE_BW, "-s 4096").queues.effective_cq_mod(), 100);
     assert_eq!(ok(WRITE_BW, "-s 4096 -t 16").queues.effective_cq_mod(), 16);

@@ -26,19 +26,21 @@ use verbs_lab::verbs::{
 )]
 struct Args {
     /// Device of side A (default: the first device).
-    #[arg(long = "dev-a")]
+    #[arg(long = "dev-a", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     dev_a: Option<String>,
     /// Device of side B (default: the second device, or the first again if there is one).
-    #[arg(long = "dev-b")]
+    #[arg(long = "dev-b", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     dev_b: Option<String>,
     /// Port number on both devices.
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
+    #[arg(short = 'i', long = "ib-port", default_value_t = 1,
+          value_parser = verbs_lab::cli::ib_port())]
     port: u8,
     /// GID index on both devices (default: chosen automatically).
     #[arg(short = 'x', long = "gid-index")]
     gid_index: Option<u32>,
     /// QP ack timeout exponent (4.096 µs × 2^N); large values suit slow emulation.
-    #[arg(short = 'u', long = "qp-timeout", default_value_t = 18)]
+    #[arg(short = 'u', long = "qp-timeout", default_value_t = 18,
+          value_parser = verbs_lab::cli::qp_timeout())]
     timeout: u8,
     /// Message size of the data checks, 1 to 8K (suffixes K, M, G): half the buffer.
     #[arg(short = 's', long = "size", default_value_t = 4000,

@@ -133,6 +133,41 @@ pub struct OutputArgs {
 }
 
 impl OutputArgs {
+    /// The file of `--out_json`: `--out_json_file`, or perftest's default; `None` without either.
+    fn out_json_path(&self) -> Option<PathBuf> {
+        (self.out_json || self.out_json_file.is_some()).then(|| {
+            self.out_json_file
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(crate::report::perftest_json::DEFAULT_FILE))
+        })
+    }
+
+    /// Refuses, before the run, a report file this side could not write at its end (a missing
+    /// directory, a directory, no permission): `--json`, `--csv`, `--out_json`, and `--plot` when
+    /// `plots` (the side that measures; the other draws nothing). Each is opened for writing —
+    /// created and removed again when it did not exist, left as it was when it did — so a typo
+    /// costs nothing rather than the whole run. The message names the flag, the path and the
+    /// reason.
+    pub fn check_writable(&self, plots: bool) -> Result<(), String> {
+        let files = [
+            ("--json", self.json.clone()),
+            ("--csv", self.csv.clone()),
+            ("--out_json", self.out_json_path()),
+            ("--plot", self.plot.clone().filter(|_| plots)),
+        ];
+        for (flag, path) in files {
+            if let Some(path) = path {
+                can_write(&path).map_err(|e| {
+                    format!(
+                        "{flag} {}: cannot write this file: {e}; nothing was run",
+                        path.display()
+                    )
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// Whether any gate (ours or perftest's limits) is set.
     pub fn has_gates(&self) -> bool {
         !self.max_counter.is_empty()
@@ -200,6 +235,15 @@ impl Reporter {
         // still matter, so a failed write is ignored here.
         let _ = self.out.write_all(s.as_bytes());
         let _ = self.out.flush();
+    }
+
+    /// perftest's server banner, "Waiting for client to connect...", in perftest's text layout:
+    /// printed once the server listens with its device open (`RowSink::listening`), so a
+    /// server that cannot start never claims to wait.
+    pub fn waiting_banner(&mut self) {
+        if self.streams_text() {
+            self.emit(text::WAITING_BANNER);
+        }
     }
 
     /// Prints the header block (text mode): parameters, QP endpoints, column header. Call it
@@ -390,12 +434,7 @@ impl Reporter {
         if let Some(path) = &self.args.csv {
             write_file(path, "--csv", &render_csv_procs(result, procs, gbits))?;
         }
-        if self.args.out_json || self.args.out_json_file.is_some() {
-            let path = self
-                .args
-                .out_json_file
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(crate::report::perftest_json::DEFAULT_FILE));
+        if let Some(path) = self.args.out_json_path() {
             let text = crate::report::perftest_json::render_perftest_json_counters(
                 result,
                 self.args.verbosity,
@@ -484,6 +523,20 @@ impl Reporter {
         }
         Ok(s)
     }
+}
+
+/// Whether `path` can be opened for writing; a file this creates is removed again.
+fn can_write(path: &Path) -> io::Result<()> {
+    let existed = fs::symlink_metadata(path).is_ok();
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    if !existed {
+        fs::remove_file(path)?;
+    }
+    Ok(())
 }
 
 /// Writes a report file (once, at the end, holding every row).

@@ -339,12 +339,6 @@ pub(super) fn check_tool_options(tool: Tool, p: &Params) -> Result<(), String> {
                 .into(),
         );
     }
-    if p.qp_timeout > 31 {
-        return Err(format!(
-            "-u {}: the ack timeout exponent is 5 bits (0..=31; 0 = wait forever)",
-            p.qp_timeout
-        ));
-    }
     if p.validate && is(TestKind::Atomic) {
         return Err(
             "--validate checks payloads of write, read and send; atomics carry none".into(),

@@ -8,7 +8,7 @@ use verbs_lab::cli::parse_size;
 #[command(version, disable_help_subcommand = true)]
 pub struct Params {
     /// The server to connect to; without it this process is the server.
-    #[arg(value_name = "SERVER")]
+    #[arg(value_name = "SERVER", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub host: Option<String>,
 
     /// `-d`, `-i`, `-x`.
@@ -94,7 +94,8 @@ pub struct Params {
         short = 'u',
         long = "qp-timeout",
         value_name = "N",
-        default_value_t = 14
+        default_value_t = 14,
+        value_parser = verbs_lab::cli::qp_timeout()
     )]
     pub qp_timeout: u8,
 
@@ -194,7 +195,12 @@ pub struct Params {
     /// With --procs: the processes start each measurement together, USEC microseconds after
     /// the last of them is ready (on the machine's monotonic clock); 0 starts each as soon as
     /// it is released.
-    #[arg(long = "procs-start", value_name = "USEC", default_value_t = 5000)]
+    #[arg(
+        long = "procs-start",
+        value_name = "USEC",
+        default_value_t = 5000,
+        requires = "procs"
+    )]
     pub procs_start_us: u64,
 
     /// Internal (set by the coordinator of a --procs run): this process is worker I.
@@ -250,7 +256,9 @@ impl Params {
         T: Into<std::ffi::OsString> + Clone,
     {
         let mut cmd = Params::command_for(tool);
-        let matches = cmd.try_get_matches_from_mut(args)?;
+        let matches = cmd
+            .try_get_matches_from_mut(args)
+            .map_err(|e| verbs_lab::cli::explain_number_error(e, &mut cmd))?;
         if let Some(why) = crate::compat::refusal(&matches) {
             return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, why));
         }

@@ -30,7 +30,8 @@ pub struct Peer {
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct DeviceChoice {
     /// RDMA device (default: the first one).
-    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV",
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub ib_dev: Option<String>,
 
     /// Port of the device.
@@ -38,7 +39,8 @@ pub struct DeviceChoice {
         short = 'i',
         long = "ib-port",
         value_name = "PORT",
-        default_value_t = 1
+        default_value_t = 1,
+        value_parser = verbs_lab::cli::ib_port()
     )]
     pub ib_port: u8,
 

@@ -239,9 +239,6 @@ impl Config {
         check_tool_options(tool, p)?;
         check_output_options(tool, p)?;
         let warmup = resolve_warmup(p)?;
-        if p.device.ib_port == 0 {
-            return Err("-i 0: ports are numbered from 1".into());
-        }
         if let Some(w) = p.wait_destroy {
             if tool.metric == Metric::Lat {
                 return Err("--wait_destroy is an option of perftest's bandwidth tools".into());

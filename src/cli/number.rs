@@ -1,0 +1,207 @@
+//! Whole numbers on the command line: the one check of a flag with a fixed range and a reason
+//! for it ([`WholeRange`]: `-u`, the QP ack timeout exponent, [`qp_timeout`]; `-i`, a port,
+//! [`ib_port`]), and plain English for clap's own refusal of a number that is not one
+//! ([`explain_number_error`]: `-D 1.5` said "invalid digit found in string").
+
+use std::ffi::OsStr;
+use std::marker::PhantomData;
+use std::num::{IntErrorKind, ParseIntError};
+use std::ops::RangeInclusive;
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{Arg, Command};
+
+/// A clap value parser of a whole number within a range, refused with one message that names
+/// the flag, the value, the range and why the range is what it is:
+/// `-u 32: give 0 to 31: the QP ack timeout is a 5-bit exponent (4.096 µs × 2^N)`.
+#[derive(Debug)]
+pub struct WholeRange<T> {
+    range: RangeInclusive<u64>,
+    why: &'static str,
+    value: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for WholeRange<T> {
+    fn clone(&self) -> Self {
+        WholeRange {
+            range: self.range.clone(),
+            why: self.why,
+            value: PhantomData,
+        }
+    }
+}
+
+impl<T: TryFrom<u64>> WholeRange<T> {
+    /// Whole numbers in `range` (which must fit `T`), refused with `why`.
+    pub fn new(range: RangeInclusive<u64>, why: &'static str) -> Self {
+        assert!(
+            T::try_from(*range.end()).is_ok(),
+            "the range's end fits the type"
+        );
+        WholeRange {
+            range,
+            why,
+            value: PhantomData,
+        }
+    }
+
+    /// `given` for `flag` checked: the number, or the refusal's message.
+    pub fn check(&self, flag: &str, given: &str) -> Result<T, String> {
+        let (lo, hi) = (self.range.start(), self.range.end());
+        given
+            .parse::<u64>()
+            .ok()
+            .filter(|v| self.range.contains(v))
+            .and_then(|v| T::try_from(v).ok())
+            .ok_or_else(|| format!("{flag} {given}: give {lo} to {hi}: {}", self.why))
+    }
+}
+
+impl<T: TryFrom<u64> + Clone + Send + Sync + 'static> clap::builder::TypedValueParser
+    for WholeRange<T>
+{
+    type Value = T;
+
+    fn parse_ref(&self, cmd: &Command, arg: Option<&Arg>, value: &OsStr) -> Result<T, clap::Error> {
+        self.check(&flag_name(arg), &value.to_string_lossy())
+            .map_err(|why| cmd.clone().error(ErrorKind::ValueValidation, why))
+    }
+}
+
+/// The QP ack timeout exponent (`-u`, `--qp-timeout` of every tool and lesson but the
+/// collectives): `ibv_modify_qp`'s `timeout` is 5 bits, 0 to 31.
+pub fn qp_timeout() -> WholeRange<u8> {
+    WholeRange::new(
+        0..=31,
+        "the QP ack timeout is a 5-bit exponent: 4.096 µs × 2^N before a retransmission \
+         (0 waits forever; 18 ≈ 1.1 s)",
+    )
+}
+
+/// A port of a device (`-i`, `--ib-port`): numbered from 1, 8 bits.
+pub fn ib_port() -> WholeRange<u8> {
+    WholeRange::new(1..=255, "ports are numbered from 1 (vl_devinfo lists them)")
+}
+
+/// How a flag is written in a message: its short form if it has one (`-u`), else its long.
+fn flag_name(arg: Option<&Arg>) -> String {
+    match arg {
+        Some(a) => match (a.get_short(), a.get_long()) {
+            (Some(c), _) => format!("-{c}"),
+            (None, Some(l)) => format!("--{l}"),
+            (None, None) => a.get_id().to_string(),
+        },
+        None => "the value".into(),
+    }
+}
+
+/// clap's refusal of a whole number that does not parse (`-D 1.5`: "invalid digit found in
+/// string") rewritten to name the flag, the value and the form it takes:
+/// `--duration 1.5: not a whole number; give whole seconds (digits only, e.g. 5)`. Any other
+/// error is returned as it is. Every binary's parsing passes its errors through here
+/// ([`super::parse`], the lessons' and the vl_* tools' own).
+pub fn explain_number_error(e: clap::Error, cmd: &mut Command) -> clap::Error {
+    if e.kind() != ErrorKind::ValueValidation {
+        return e;
+    }
+    let Some(bad) = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<ParseIntError>())
+    else {
+        return e;
+    };
+    let (Some(ContextValue::String(arg)), Some(ContextValue::String(value))) = (
+        e.get(ContextKind::InvalidArg),
+        e.get(ContextKind::InvalidValue),
+    ) else {
+        return e;
+    };
+    // `arg` reads `--duration <SECS>`.
+    let (flag, value_name) = arg.split_once(' ').unwrap_or((arg, ""));
+    let form = match value_name.trim_matches(['<', '>']) {
+        "SECS" => "whole seconds",
+        "USEC" => "whole microseconds",
+        "BYTES" => "a whole number of bytes",
+        _ => "a whole number",
+    };
+    let why = match bad.kind() {
+        IntErrorKind::PosOverflow => format!("{flag} {value}: too large"),
+        _ => format!("{flag} {value}: not a whole number; give {form} (digits only, e.g. 5)"),
+    };
+    cmd.error(ErrorKind::ValueValidation, why)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[derive(Parser, Debug)]
+    struct T {
+        #[arg(short = 'u', long = "qp-timeout", default_value_t = 14, value_parser = qp_timeout())]
+        qp_timeout: u8,
+        #[arg(short = 'i', long = "ib-port", default_value_t = 1, value_parser = ib_port())]
+        ib_port: u8,
+        #[arg(short = 'D', long = "duration", value_name = "SECS")]
+        duration: Option<u64>,
+        #[arg(short = 'n', long = "iters")]
+        iters: Option<u32>,
+    }
+
+    fn refusal(args: &[&str]) -> String {
+        let e = T::try_parse_from(std::iter::once("t").chain(args.iter().copied()))
+            .map_err(|e| explain_number_error(e, &mut T::command()))
+            .unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{args:?}");
+        e.to_string()
+    }
+
+    #[test]
+    fn the_qp_timeout_is_0_to_31_with_one_message() {
+        assert_eq!(T::try_parse_from(["t", "-u", "31"]).unwrap().qp_timeout, 31);
+        assert_eq!(T::try_parse_from(["t", "-u", "0"]).unwrap().qp_timeout, 0);
+        for bad in ["32", "99", "300", "x", ""] {
+            let text = refusal(&["-u", bad]);
+            assert!(
+                text.starts_with(&format!(
+                    "error: -u {bad}: give 0 to 31: the QP ack timeout is a 5-bit exponent"
+                )),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_port_is_1_to_255_with_one_message() {
+        assert_eq!(T::try_parse_from(["t", "-i", "255"]).unwrap().ib_port, 255);
+        for bad in ["0", "256", "300"] {
+            let text = refusal(&["-i", bad]);
+            assert!(
+                text.starts_with(&format!(
+                    "error: -i {bad}: give 1 to 255: ports are numbered from 1"
+                )),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_number_that_is_not_one_is_explained() {
+        let text = refusal(&["-D", "1.5"]);
+        assert!(
+            text.starts_with(
+                "error: --duration 1.5: not a whole number; give whole seconds (digits only"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("invalid digit"), "{text}");
+        let text = refusal(&["-n", "ten"]);
+        assert!(
+            text.starts_with("error: --iters ten: not a whole number; give a whole number"),
+            "{text}"
+        );
+        let text = refusal(&["-D", "99999999999999999999999"]);
+        assert!(
+            text.starts_with("error: --duration 99999999999999999999999: too large"),
+            "{text}"
+        );
+    }
+}
