@@ -24,6 +24,9 @@ type Case = (
     &'static str,
 );
 
+/// A directory that is no bench script's run directory (cargo's scratch directory for tests).
+const NOT_A_RUN: &str = env!("CARGO_TARGET_TMPDIR");
+
 #[test]
 fn bad_command_lines_exit_2_and_say_why() {
     let cases: &[Case] = &[
@@ -119,6 +122,42 @@ fn bad_command_lines_exit_2_and_say_why() {
             &[],
             "unknown argument 'bogus'",
         ),
+        (
+            "bench-vs-perftest",
+            &["--docs", "--no-docs"],
+            &[],
+            "--docs and --no-docs exclude each other",
+        ),
+        (
+            "bench-vs-perftest",
+            &["--no-docs", "--quick", "--docs"],
+            &[],
+            "--docs and --no-docs exclude each other",
+        ),
+        (
+            "bench-vs-perftest",
+            &["--report-only", NOT_A_RUN, "--sweep"],
+            &[],
+            "--report-only rebuilds the report of an earlier run: --sweep does not apply",
+        ),
+        (
+            "bench-vs-perftest",
+            &["--report-only", NOT_A_RUN],
+            &[],
+            "is not a bench-vs-perftest run directory (no host.env file)",
+        ),
+        (
+            "bench-coll-vs-mpi",
+            &["--report-only", NOT_A_RUN],
+            &[],
+            "is not a bench-coll-vs-mpi run directory (no params file)",
+        ),
+        (
+            "bench-coll-vs-mpi",
+            &["-e", "4M", "--report-only", NOT_A_RUN],
+            &[],
+            "--report-only rebuilds the report of an earlier run: -e does not apply",
+        ),
     ];
     for (script, args, env, says) in cases {
         let (code, err) = run(script, args, env);
@@ -132,4 +171,20 @@ fn bad_command_lines_exit_2_and_say_why() {
             "{script} {args:?}: {err}"
         );
     }
+}
+
+/// `--report-only` on a directory that is not a run directory writes nothing into it (it used
+/// to create DIR/rows and print raw sed and awk errors).
+#[test]
+fn report_only_leaves_a_directory_that_is_no_run_alone() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("not-a-bench-run");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.to_str().unwrap();
+    for script in ["bench-vs-perftest", "bench-coll-vs-mpi"] {
+        let (code, err) = run(script, &["--report-only", d], &[]);
+        assert_eq!(code, Some(2), "{script}: {err}");
+        assert_eq!(err.lines().count(), 1, "{script}: {err}");
+    }
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
 }

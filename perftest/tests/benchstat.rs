@@ -228,3 +228,66 @@ fn coll_medians_per_size_and_profile() {
         Some("| 64 KiB | 2.0 | 0.10 | 0.20 | 0.30 | 0.4 | 6 | 2 |")
     );
 }
+
+/// `vl_benchchart` on a report `json` (written to a scratch directory) and OUT_DIR `charts` in
+/// it: exit status, stderr, and whether anything was written there or beside it.
+fn benchchart(name: &str, json: &str) -> (Option<i32>, String, PathBuf) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("benchmarks.json"), json).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vl_benchchart"))
+        .arg(dir.join("benchmarks.json"))
+        .arg(dir.join("charts"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code(), err, dir)
+}
+
+/// A row of bench-vs-perftest's report with both sides' numbers, of `family`.
+fn chart_row(family: &str) -> String {
+    let st = r#"{"median": 10.0, "min": 9.0, "max": 11.0}"#;
+    format!(
+        r#"{{"family": "{family}", "bytes": 65536, "kind": "bw", "ours_stats": {st}, "perftest_stats": {st}}}"#
+    )
+}
+
+#[test]
+fn vl_benchchart_draws_nothing_from_no_rows_and_refuses_a_family_that_is_no_file_name() {
+    let (rc, err, dir) = benchchart("benchchart-empty", r#"{"rows": []}"#);
+    assert_eq!(rc, Some(1), "{err}");
+    assert!(
+        err.trim_end()
+            .ends_with("benchmarks.json: no rows: nothing drawn"),
+        "{err}"
+    );
+    assert!(!dir.join("charts").exists());
+    for family in ["../escaped", "", "a/b", ".hidden"] {
+        let doc = format!(
+            r#"{{"rows": [{}, {}]}}"#,
+            chart_row("write_bw"),
+            chart_row(family)
+        );
+        let (rc, err, dir) = benchchart("benchchart-family", &doc);
+        assert_eq!(rc, Some(1), "{err}");
+        assert_eq!(
+            err.trim_end(),
+            format!(
+                "vl_benchchart: error: the family {family:?} is not a plain file name (letters, \
+                 digits, '_', '-' and '.', not first): no chart of it is written"
+            )
+        );
+        assert!(
+            !dir.join("charts").exists(),
+            "{family:?}: nothing is written"
+        );
+        assert!(!dir.join("escaped.svg").exists());
+    }
+    let (rc, err, dir) = benchchart(
+        "benchchart-ok",
+        &format!(r#"{{"rows": [{}]}}"#, chart_row("write_bw")),
+    );
+    assert_eq!(rc, Some(0), "{err}");
+    assert!(dir.join("charts/write_bw.svg").exists());
+}

@@ -7,7 +7,8 @@
 //! vl_benchchart .vm-out/bench-DATE/benchmarks.json .vm-out/bench-DATE/charts
 //! ```
 //! Exit status 0 when every chart was written, 1 otherwise (the message says why), 2 for a bad
-//! command line (`--help` says so too). The report is read strictly
+//! command line (`--help` says so too). A report without rows, or one whose family (the chart's
+//! file name) is not a plain file name (`../x`, `a/b`, `""`), draws nothing and fails. The report is read strictly
 //! ([`verbs_lab::json::from_str_strict`]): a key given twice in one object is refused.
 
 #![forbid(unsafe_code)]
@@ -36,12 +37,41 @@ struct Args {
     out_dir: PathBuf,
 }
 
+/// A family names its chart's file, FAMILY.svg in OUT_DIR: it must be a plain file name —
+/// letters, digits, `_`, `-` and `.`, not starting with `.` — so that no row of the report can
+/// write outside OUT_DIR (`../x`), into a subdirectory (`a/b`) or a hidden file (`""` → `.svg`).
+/// Such a family is refused, not rewritten: two families must not become one file.
+fn plain_name(family: &str) -> Result<()> {
+    let plain = family
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if family.is_empty() || family.starts_with('.') || !plain {
+        anyhow::bail!(
+            "the family {family:?} is not a plain file name (letters, digits, '_', '-' and '.', \
+             not first): no chart of it is written"
+        );
+    }
+    Ok(())
+}
+
 fn run(args: &Args) -> Result<()> {
     let text = std::fs::read_to_string(&args.json)
         .with_context(|| format!("reading {}", args.json.display()))?;
     let doc: serde_json::Value = verbs_lab::json::from_str_strict(&text)
         .map_err(|e| anyhow::anyhow!("{}: not valid JSON: {e}", args.json.display()))?;
     let charts = comparisons(&doc).map_err(anyhow::Error::msg)?;
+    if doc["rows"].as_array().is_some_and(Vec::is_empty) {
+        anyhow::bail!("{}: no rows: nothing drawn", args.json.display());
+    }
+    if charts.is_empty() {
+        anyhow::bail!(
+            "{}: no row has a chart's numbers: nothing drawn",
+            args.json.display()
+        );
+    }
+    for c in &charts {
+        plain_name(&c.family)?;
+    }
     std::fs::create_dir_all(&args.out_dir)
         .with_context(|| format!("creating {}", args.out_dir.display()))?;
     for c in &charts {
@@ -61,4 +91,28 @@ fn run(args: &Args) -> Result<()> {
 fn main() -> ExitCode {
     let args: Args = verbs_lab::cli::parse();
     verbs_lab::cli::exit_code("vl_benchchart", run(&args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_family_is_a_plain_file_name() {
+        for ok in ["write_bw", "read_lat", "send-bw.2"] {
+            plain_name(ok).unwrap();
+        }
+        for bad in [
+            "", ".", "..", "../../x", "a/b", ".hidden", "/abs", "a\\b", "x y",
+        ] {
+            let e = plain_name(bad).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "the family {bad:?} is not a plain file name (letters, digits, '_', '-' and \
+                     '.', not first): no chart of it is written"
+                )
+            );
+        }
+    }
 }
