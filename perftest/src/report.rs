@@ -27,16 +27,18 @@ use std::fmt::Write as _;
 
 use crate::result::{to_gbits, to_mib_per_sec};
 
+pub mod check;
 mod csv;
 mod json;
 pub mod perftest_json;
 pub mod plot;
+pub mod schema;
 mod table;
 pub mod text;
 
 pub use csv::{render_csv, render_csv_procs};
 pub(crate) use json::pretty_json;
-pub use json::{render_json, render_json_counters, render_json_procs};
+pub use json::{render_json, render_json_counters, render_json_procs, FORMAT_VERSION};
 pub use perftest_json::render_perftest_json;
 pub use table::{render_table, render_table_procs};
 pub use text::{render_text, render_text_procs};

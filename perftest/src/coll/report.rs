@@ -1,8 +1,13 @@
 //! The nccl-tests layout: header, one row per size with out-of-place and in-place columns, the
-//! footer; the bandwidth arithmetic; the JSON document.
+//! footer; the bandwidth arithmetic; the JSON document's layout (and, in [`check`], what a valid
+//! one is).
 
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 use verbs_lab::coll::{Coll, DataType, RankRecord, RedOp};
+
+pub mod check;
 
 /// One placement's measurement of one size, over all ranks.
 #[derive(Debug, Clone, PartialEq)]
@@ -173,17 +178,17 @@ impl Table<'_> {
                 algbw_gbs: algbw(size, t),
                 busbw_gbs: busbw(self.coll, self.n, size, t),
                 wrong: m.wrong_total(),
-                per_rank_time_us: &m.per_rank_us,
-                per_rank_wrong: m.wrong.as_deref(),
+                per_rank_time_us: Cow::Borrowed(&m.per_rank_us),
+                per_rank_wrong: m.wrong.as_deref().map(Cow::Borrowed),
             }
         };
         CollJson {
-            tool: self.tool,
-            version: env!("CARGO_PKG_VERSION"),
-            collective: self.coll.name(),
+            tool: self.tool.into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            collective: self.coll.name().into(),
             nranks: self.n,
-            dtype: self.dtype.name(),
-            redop: self.op.map(RedOp::name),
+            dtype: self.dtype.name().into(),
+            redop: self.op.map(|o| o.name().into()),
             busbw_factor: self.coll.busbw_factor(self.n),
             params,
             ranks: ranks.iter().map(RankJson::from).collect(),
@@ -202,71 +207,77 @@ impl Table<'_> {
     }
 }
 
-/// The `--json` document of a collective benchmark, written by rank 0 (see [`Table::json`]).
-#[derive(Serialize)]
-pub struct CollJson<'a, P> {
-    tool: &'a str,
+/// The `--json` document of a collective benchmark, written by rank 0 (see [`Table::json`])
+/// and read back by `vl_jsoncheck` ([`check`]): the one layout of both.
+///
+/// `P`: the command line's numbers; `K`, `R`: how a rank and a row are held (the writer's own
+/// structs, or [`serde_json::Value`] for a reader that reads them one by one, for the path of
+/// a fault).
+#[derive(Serialize, Deserialize)]
+pub struct CollJson<'a, P, K = RankJson<'a>, R = RowJson<MeasureJson<'a>>> {
+    pub tool: Cow<'a, str>,
     /// verbs-lab's version, as in the `vl_*` tools' documents.
-    version: &'static str,
+    pub version: Cow<'a, str>,
     /// nccl-tests' name: `all_reduce`, `broadcast`, ...
-    collective: &'static str,
-    nranks: usize,
+    pub collective: Cow<'a, str>,
+    pub nranks: usize,
     /// The element type: `float`, `int32`, ...
     #[serde(rename = "type")]
-    dtype: &'static str,
+    pub dtype: Cow<'a, str>,
     /// The reduction (`sum`, ...); `null` for a collective without one.
-    redop: Option<&'static str>,
+    pub redop: Option<Cow<'a, str>>,
     /// busbw / algbw for this collective and world size.
-    busbw_factor: f64,
-    params: P,
-    ranks: Vec<RankJson<'a>>,
-    rows: Vec<RowJson<'a>>,
+    pub busbw_factor: f64,
+    pub params: P,
+    pub ranks: Vec<K>,
+    pub rows: Vec<R>,
     /// Wrong elements over every row, placement and rank.
-    wrong: u64,
+    pub wrong: u64,
     /// The footer's average bus bandwidth (GB/s).
-    avg_busbw_gbs: f64,
+    pub avg_busbw_gbs: f64,
 }
 
 /// Where one rank ran.
-#[derive(Serialize)]
-struct RankJson<'a> {
-    rank: u32,
-    host: &'a str,
-    pid: u32,
-    device: &'a str,
-    cpu: Option<u32>,
+#[derive(Serialize, Deserialize)]
+pub struct RankJson<'a> {
+    pub rank: u32,
+    pub host: Cow<'a, str>,
+    pub pid: u32,
+    pub device: Cow<'a, str>,
+    pub cpu: Option<u32>,
 }
 
 impl<'a> From<&'a RankRecord> for RankJson<'a> {
     fn from(r: &'a RankRecord) -> RankJson<'a> {
         RankJson {
             rank: r.rank,
-            host: &r.host,
+            host: r.host.as_str().into(),
             pid: r.pid,
-            device: &r.device,
+            device: r.device.as_str().into(),
             cpu: r.cpu,
         }
     }
 }
 
-/// One size: its out-of-place and (`null` where there is none) in-place measurement.
-#[derive(Serialize)]
-struct RowJson<'a> {
-    size: usize,
-    count: usize,
-    out_of_place: MeasureJson<'a>,
-    in_place: Option<MeasureJson<'a>>,
+/// One size: its out-of-place and (`null` where there is none) in-place measurement; `M`, how
+/// a measurement is held ([`MeasureJson`], or a [`serde_json::Value`] to read one by one).
+#[derive(Serialize, Deserialize)]
+pub struct RowJson<M> {
+    pub size: usize,
+    pub count: usize,
+    pub out_of_place: M,
+    pub in_place: Option<M>,
 }
 
 /// One placement of one size: the table's columns, then each rank's own figures.
-#[derive(Serialize)]
-struct MeasureJson<'a> {
-    time_us: f64,
-    algbw_gbs: f64,
-    busbw_gbs: f64,
-    wrong: Option<u64>,
-    per_rank_time_us: &'a [f64],
-    per_rank_wrong: Option<&'a [u64]>,
+#[derive(Serialize, Deserialize)]
+pub struct MeasureJson<'a> {
+    pub time_us: f64,
+    pub algbw_gbs: f64,
+    pub busbw_gbs: f64,
+    pub wrong: Option<u64>,
+    pub per_rank_time_us: Cow<'a, [f64]>,
+    pub per_rank_wrong: Option<Cow<'a, [u64]>>,
 }
 
 /// Wrong elements over every row, placement and rank.

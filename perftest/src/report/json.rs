@@ -4,14 +4,20 @@
 //! Keys carry their unit (`bw_avg_mib_s`, `t_p99_us`); bandwidth is given in both units, so a
 //! reader need not know whether `--report_gbits` was used. Non-finite numbers are `null`.
 //!
-//! The layout is the structs below, written by serde_json field by field in their order: the
-//! document is [`Report`], its run block [`Run`], its rows [`BwJson`] and [`LatJson`].
+//! The layout is the structs of [`super::schema`], written by serde_json field by field in
+//! their order: the document is [`Report`], its run block [`Run`], its rows [`BwJson`] and
+//! [`LatJson`]. This file fills them from a [`RunResult`].
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::schema::{
+    AggregateRow, BwJson, CpuUtil, LatJson, Pinned, Process, ProcessRow, Report, RowJson, Run,
+    SpanJson,
+};
 use super::{round_to, BwUnit};
 use crate::aggregate::SizeTotal;
 use crate::result::{BwRow, LatRow, Metric, ProcessResult, Rows, RunInfo, RunResult, Span};
@@ -47,8 +53,8 @@ pub fn render_json_counters(
 ) -> String {
     let info = &result.info;
     let doc = Report {
-        tool: &info.tool,
-        version: &info.version,
+        tool: Cow::Borrowed(&info.tool),
+        version: Cow::Borrowed(&info.version),
         format: FORMAT_VERSION,
         run: Run::new(info, BwUnit::new(report_gbits)),
         results: match &result.rows {
@@ -81,80 +87,6 @@ pub(crate) fn counters_object(c: &crate::counters::Snapshot) -> Map<String, Valu
         .collect()
 }
 
-/// The whole document: who wrote it, the run, its rows and, as the run asked for them, the
-/// counters, the CPU use and a `--procs` run's processes with their aggregate per size.
-#[derive(Serialize)]
-struct Report<'a> {
-    /// The binary, e.g. `vl_write_bw`.
-    tool: &'a str,
-    /// verbs-lab's version.
-    version: &'a str,
-    /// [`FORMAT_VERSION`].
-    format: u32,
-    run: Run<'a>,
-    /// One row per message size (a `--procs` run's totals).
-    results: Vec<RowJson>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    counters: Option<Map<String, Value>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cpu_util: Option<CpuUtil>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    processes: Option<Vec<Process<'a>>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    aggregate: Option<Vec<AggregateRow>>,
-}
-
-/// A row of `"results"`, in the layout of the run's metric.
-#[derive(Serialize)]
-#[serde(untagged)]
-enum RowJson {
-    Bw(BwJson),
-    Lat(LatJson),
-}
-
-/// The run parameters: what the header block says, and more.
-#[derive(Serialize)]
-struct Run<'a> {
-    /// perftest's name of the test: `RDMA_Write`, `Send`, ...
-    test: &'static str,
-    /// `bw` or `lat`.
-    metric: &'static str,
-    /// The header's title, e.g. `RDMA_Write BW Test`.
-    title: String,
-    role: &'a str,
-    device: &'a str,
-    ib_port: u8,
-    link_layer: &'a str,
-    gid_index: u32,
-    gid: &'a str,
-    remote_gid: &'a str,
-    connection_type: &'a str,
-    mtu: u32,
-    qps: u32,
-    tx_depth: u32,
-    rx_depth: u32,
-    post_list: u32,
-    cq_moderation: u32,
-    max_inline: u32,
-    outstanding_reads: u32,
-    atomic_type: Option<&'a str>,
-    bidirectional: bool,
-    use_events: bool,
-    /// `-D`'s seconds; `null` for a run of iterations.
-    duration_s: Option<f64>,
-    iterations: u64,
-    warmup_iterations: u64,
-    qp_timeout: u8,
-    cpu: Option<Pinned<'a>>,
-    /// The unit of the text output: `MiB/s`, `Gb/s` or `usec`.
-    report_unit: &'static str,
-    /// How the peers exchanged their endpoints: always `tcp`.
-    data_exchange: &'static str,
-    /// Each QP's endpoint line, as the header shows it.
-    local_endpoints: &'a [String],
-    remote_endpoints: &'a [String],
-}
-
 impl Run<'_> {
     fn new(info: &RunInfo, unit: BwUnit) -> Run<'_> {
         let (metric, report_unit) = match info.metric {
@@ -162,17 +94,17 @@ impl Run<'_> {
             Metric::Lat => ("lat", "usec"),
         };
         Run {
-            test: info.test.perftest_name(),
-            metric,
+            test: info.test.perftest_name().into(),
+            metric: metric.into(),
             title: super::text::title(info),
-            role: &info.role,
-            device: &info.device,
+            role: info.role.as_str().into(),
+            device: info.device.as_str().into(),
             ib_port: info.ib_port,
-            link_layer: &info.link_layer,
+            link_layer: info.link_layer.as_str().into(),
             gid_index: info.gid_index,
-            gid: &info.gid,
-            remote_gid: &info.remote_gid,
-            connection_type: &info.conn_type,
+            gid: info.gid.as_str().into(),
+            remote_gid: info.remote_gid.as_str().into(),
+            connection_type: info.conn_type.as_str().into(),
             mtu: info.mtu,
             qps: info.qps,
             tx_depth: info.tx_depth,
@@ -181,7 +113,7 @@ impl Run<'_> {
             cq_moderation: info.cq_moderation,
             max_inline: info.max_inline,
             outstanding_reads: info.outstanding_reads,
-            atomic_type: info.atomic_type.as_deref(),
+            atomic_type: info.atomic_type.as_deref().map(Cow::Borrowed),
             bidirectional: info.bidirectional,
             use_events: info.use_events,
             duration_s: info.duration.map(|d| d.as_secs_f64()),
@@ -189,10 +121,10 @@ impl Run<'_> {
             warmup_iterations: info.warmup_iterations,
             qp_timeout: info.qp_timeout,
             cpu: Pinned::new(&info.cpu),
-            report_unit,
-            data_exchange: "tcp",
-            local_endpoints: &info.local_endpoints,
-            remote_endpoints: &info.remote_endpoints,
+            report_unit: report_unit.into(),
+            data_exchange: "tcp".into(),
+            local_endpoints: Cow::Borrowed(&info.local_endpoints),
+            remote_endpoints: Cow::Borrowed(&info.remote_endpoints),
         }
     }
 }
@@ -200,19 +132,6 @@ impl Run<'_> {
 /// A rate in bytes/s as `unit`'s figure, rounded to its decimals.
 fn in_unit(unit: BwUnit, bps: f64) -> f64 {
     round_to(unit.convert(bps), unit.decimals())
-}
-
-/// A bandwidth row: bandwidth in both units, message rate, and the time the size took.
-#[derive(Serialize)]
-struct BwJson {
-    bytes: u64,
-    iterations: u64,
-    bw_peak_mib_s: f64,
-    bw_avg_mib_s: f64,
-    bw_peak_gbit_s: f64,
-    bw_avg_gbit_s: f64,
-    msg_rate_mpps: f64,
-    elapsed_us: f64,
 }
 
 impl From<&BwRow> for BwJson {
@@ -229,23 +148,6 @@ impl From<&BwRow> for BwJson {
             elapsed_us: micros(r.elapsed),
         }
     }
-}
-
-/// A latency row: the samples' statistics in µs and, with `-D`, transactions per second.
-#[derive(Serialize)]
-struct LatJson {
-    bytes: u64,
-    iterations: u64,
-    samples: u64,
-    t_min_us: f64,
-    t_median_us: f64,
-    t_avg_us: f64,
-    t_stdev_us: f64,
-    t_p99_us: f64,
-    t_p99_9_us: f64,
-    t_p99_99_us: f64,
-    t_max_us: f64,
-    tps: Option<f64>,
 }
 
 impl From<&LatRow> for LatJson {
@@ -269,13 +171,6 @@ impl From<&LatRow> for LatJson {
     }
 }
 
-/// `--cpu_util`: each row's CPU utilisation (%) and this process's CPU time (s).
-#[derive(Serialize)]
-struct CpuUtil {
-    util_percent: Vec<f64>,
-    process_cpu_s: f64,
-}
-
 impl CpuUtil {
     fn new(c: &crate::cpu_util::CpuReport) -> CpuUtil {
         CpuUtil {
@@ -285,27 +180,13 @@ impl CpuUtil {
     }
 }
 
-/// The CPU a process was pinned to, and why (`null` when it was not pinned).
-#[derive(Serialize)]
-struct Pinned<'a> {
-    cpu: usize,
-    why: &'a str,
-}
-
 impl Pinned<'_> {
     fn new(cpu: &Option<(usize, String)>) -> Option<Pinned<'_>> {
-        cpu.as_ref().map(|(cpu, why)| Pinned { cpu: *cpu, why })
+        cpu.as_ref().map(|(cpu, why)| Pinned {
+            cpu: *cpu,
+            why: why.as_str().into(),
+        })
     }
-}
-
-/// One process of a `--procs` run: who, where, and its rows (in the layout of `"results"`,
-/// each with its interval: `start_ns` and `end_ns` on the machine's monotonic clock).
-#[derive(Serialize)]
-struct Process<'a> {
-    process: u32,
-    pid: u32,
-    cpu: Option<Pinned<'a>>,
-    results: Vec<ProcessRow>,
 }
 
 impl Process<'_> {
@@ -323,22 +204,6 @@ impl Process<'_> {
     }
 }
 
-/// A process's row and, where it was measured, its interval.
-#[derive(Serialize)]
-struct ProcessRow {
-    #[serde(flatten)]
-    row: BwJson,
-    #[serde(flatten)]
-    span: Option<SpanJson>,
-}
-
-/// When a row's measurement ran, in nanoseconds on `CLOCK_MONOTONIC`.
-#[derive(Serialize)]
-struct SpanJson {
-    start_ns: u64,
-    end_ns: u64,
-}
-
 impl From<&Span> for SpanJson {
     fn from(s: &Span) -> SpanJson {
         SpanJson {
@@ -346,27 +211,6 @@ impl From<&Span> for SpanJson {
             end_ns: s.end_ns,
         }
     }
-}
-
-/// One size of a `--procs` run (see `crate::aggregate`): the union of the processes'
-/// intervals, their overlap, the bytes and messages of all, the aggregate over the union and,
-/// labelled `sum_*`, the plain sum of the processes' own figures.
-#[derive(Serialize)]
-struct AggregateRow {
-    bytes: u64,
-    start_ns: u64,
-    end_ns: u64,
-    union_us: f64,
-    overlap_us: f64,
-    overlap_fraction: f64,
-    total_bytes: u64,
-    total_messages: u64,
-    bw_avg_mib_s: f64,
-    bw_avg_gbit_s: f64,
-    msg_rate_mpps: f64,
-    sum_bw_avg_mib_s: f64,
-    sum_bw_avg_gbit_s: f64,
-    sum_msg_rate_mpps: f64,
 }
 
 impl AggregateRow {

@@ -1,0 +1,405 @@
+//! What a valid `--json` report is: the checks of `vl_jsoncheck`, which reads a report into
+//! the writers' own structs ([`super::schema`] for the vl_* perftest tools,
+//! [`crate::coll::report::CollJson`] for the collectives) and then checks what the types
+//! cannot say:
+//!
+//! * a vl_* perftest report (`"results"`): a known `tool` whose `run.test` and `run.metric`
+//!   match it, the layout `format` this checker knows, at least one row (only a latency
+//!   server may have measured nothing), sizes strictly increasing (a `--run_infinitely`
+//!   report of a `-D` run repeats its one size), positive `iterations` and average, every
+//!   figure a non-negative number, a peak at least the average (a peak of 0: not measured,
+//!   `--no_peak`), latency percentiles in order; with `--procs`, each process's rows and the
+//!   aggregate alike;
+//! * a collective's report (`"rows"`): see [`crate::coll::report::check`].
+//!
+//! Each refusal names the JSON path (`results[2].bw_avg_mib_s`) and says what is wrong.
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::schema::{AggregateRow, BwJson, LatJson, Process, ReportParts, Run, SpanJson};
+use super::FORMAT_VERSION;
+use crate::params::Tool;
+use crate::result::{Metric, TestKind};
+
+/// `v` read as a `T`; on failure the message names the path of the field at fault: the key
+/// whose removal changes the error (a field of the wrong type or value), else `path` itself
+/// (a missing field names itself).
+pub(crate) fn typed<T: DeserializeOwned>(v: &Value, path: &str) -> Result<T, String> {
+    let e = match T::deserialize(v) {
+        Ok(t) => return Ok(t),
+        Err(e) => e.to_string(),
+    };
+    let at = |k: &str| match path {
+        "" => k.to_string(),
+        p => format!("{p}.{k}"),
+    };
+    if let Some(obj) = v.as_object().filter(|_| !e.starts_with("missing field")) {
+        for k in obj.keys() {
+            let mut o = obj.clone();
+            o.remove(k);
+            if T::deserialize(&Value::Object(o))
+                .err()
+                .map(|x| x.to_string())
+                != Some(e.clone())
+            {
+                return Err(format!("{}: {e}", at(k)));
+            }
+        }
+    }
+    Err(match path {
+        "" => format!("the report: {e}"),
+        p => format!("{p}: {e}"),
+    })
+}
+
+/// Each element of the array `rows` (at `path`) read as a `T`.
+pub(crate) fn typed_rows<T: DeserializeOwned>(
+    rows: &[Value],
+    path: &str,
+) -> Result<Vec<T>, String> {
+    rows.iter()
+        .enumerate()
+        .map(|(i, r)| typed(r, &format!("{path}[{i}]")))
+        .collect()
+}
+
+/// `x` (at `path`) is a non-negative number (JSON has no infinities: the writers put `null`
+/// for them, which the typed read refuses).
+pub(crate) fn non_negative(path: &str, x: f64) -> Result<(), String> {
+    if x >= 0.0 {
+        Ok(())
+    } else {
+        Err(format!("{path}: {x} is negative"))
+    }
+}
+
+/// Every figure of a row, by name, is non-negative.
+pub(crate) fn all_non_negative(path: &str, figures: &[(&str, f64)]) -> Result<(), String> {
+    figures
+        .iter()
+        .try_for_each(|(k, x)| non_negative(&format!("{path}.{k}"), *x))
+}
+
+/// `sizes` (of the rows at `path`, each's size under `key`) increase strictly; with
+/// `repeat_ok`, all equal is allowed too (a `--run_infinitely` report's one size).
+pub(crate) fn increasing(
+    path: &str,
+    key: &str,
+    sizes: &[u64],
+    repeat_ok: bool,
+) -> Result<(), String> {
+    if repeat_ok && sizes.windows(2).all(|w| w[0] == w[1]) {
+        return Ok(());
+    }
+    match sizes.windows(2).position(|w| w[1] <= w[0]) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "{path}[{}].{key}: {} after {}: the sizes must increase strictly{}",
+            i + 1,
+            sizes[i + 1],
+            sizes[i],
+            if repeat_ok {
+                " (or, in a --run_infinitely report, all be the one size)"
+            } else {
+                ""
+            }
+        )),
+    }
+}
+
+/// The rows' common ground: a size and a positive count of iterations.
+fn row_head(path: &str, bytes: u64, iterations: u64) -> Result<(), String> {
+    if bytes == 0 {
+        return Err(format!("{path}.bytes: 0: a message has at least 1 byte"));
+    }
+    if iterations == 0 {
+        return Err(format!(
+            "{path}.iterations: 0 ({bytes} bytes): the row measured nothing"
+        ));
+    }
+    Ok(())
+}
+
+/// A positive average (the measurement itself), named with the row's size.
+fn positive_avg(path: &str, key: &str, bytes: u64, x: f64) -> Result<(), String> {
+    if x > 0.0 {
+        Ok(())
+    } else {
+        Err(format!("{path}.{key}: {x} ({bytes} bytes): not positive"))
+    }
+}
+
+impl BwJson {
+    fn check(&self, path: &str) -> Result<(), String> {
+        row_head(path, self.bytes, self.iterations)?;
+        all_non_negative(
+            path,
+            &[
+                ("bw_peak_mib_s", self.bw_peak_mib_s),
+                ("bw_avg_mib_s", self.bw_avg_mib_s),
+                ("bw_peak_gbit_s", self.bw_peak_gbit_s),
+                ("bw_avg_gbit_s", self.bw_avg_gbit_s),
+                ("msg_rate_mpps", self.msg_rate_mpps),
+                ("elapsed_us", self.elapsed_us),
+            ],
+        )?;
+        // Gb/s has the more decimals: a slow row's MiB/s may round to 0.
+        positive_avg(path, "bw_avg_gbit_s", self.bytes, self.bw_avg_gbit_s)?;
+        for (peak, avg, unit) in [
+            (self.bw_peak_mib_s, self.bw_avg_mib_s, "mib_s"),
+            (self.bw_peak_gbit_s, self.bw_avg_gbit_s, "gbit_s"),
+        ] {
+            // A peak of 0 was not measured (--no_peak).
+            if peak != 0.0 && peak < avg {
+                return Err(format!(
+                    "{path}.bw_peak_{unit}: {peak} is below the average {avg} ({} bytes)",
+                    self.bytes
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl SpanJson {
+    fn check(&self, path: &str) -> Result<(), String> {
+        let (s, e) = (self.start_ns, self.end_ns);
+        if e < s {
+            return Err(format!("{path}.end_ns: {e} is before start_ns {s}"));
+        }
+        Ok(())
+    }
+}
+
+impl LatJson {
+    fn check(&self, path: &str) -> Result<(), String> {
+        row_head(path, self.bytes, self.iterations)?;
+        if self.samples == 0 {
+            return Err(format!(
+                "{path}.samples: 0 ({} bytes): no sample",
+                self.bytes
+            ));
+        }
+        let order = [
+            ("t_min_us", self.t_min_us),
+            ("t_median_us", self.t_median_us),
+            ("t_p99_us", self.t_p99_us),
+            ("t_p99_9_us", self.t_p99_9_us),
+            ("t_p99_99_us", self.t_p99_99_us),
+        ];
+        all_non_negative(path, &order)?;
+        all_non_negative(
+            path,
+            &[
+                ("t_max_us", self.t_max_us),
+                ("t_avg_us", self.t_avg_us),
+                ("t_stdev_us", self.t_stdev_us),
+            ],
+        )?;
+        if let Some(t) = self.tps {
+            non_negative(&format!("{path}.tps"), t)?;
+        }
+        positive_avg(path, "t_avg_us", self.bytes, self.t_avg_us)?;
+        if let Some(w) = order.windows(2).find(|w| w[1].1 < w[0].1) {
+            return Err(format!(
+                "{path}.{}: {} is below {} {}: the statistics must be in order",
+                w[1].0, w[1].1, w[0].0, w[0].1
+            ));
+        }
+        // The percentiles come from a histogram (3 significant digits, each bucket's highest
+        // value): they may pass t_max_us, the exact maximum. The average is exact.
+        if !(self.t_min_us..=self.t_max_us).contains(&self.t_avg_us) {
+            return Err(format!(
+                "{path}.t_avg_us: {} is outside t_min_us..=t_max_us ({}..={})",
+                self.t_avg_us, self.t_min_us, self.t_max_us
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl AggregateRow {
+    fn check(&self, path: &str) -> Result<(), String> {
+        if self.end_ns < self.start_ns {
+            return Err(format!(
+                "{path}.end_ns: {} is before start_ns {}",
+                self.end_ns, self.start_ns
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.overlap_fraction) {
+            return Err(format!(
+                "{path}.overlap_fraction: {} is not in 0..=1",
+                self.overlap_fraction
+            ));
+        }
+        all_non_negative(
+            path,
+            &[
+                ("union_us", self.union_us),
+                ("overlap_us", self.overlap_us),
+                ("bw_avg_mib_s", self.bw_avg_mib_s),
+                ("bw_avg_gbit_s", self.bw_avg_gbit_s),
+                ("msg_rate_mpps", self.msg_rate_mpps),
+                ("sum_bw_avg_mib_s", self.sum_bw_avg_mib_s),
+                ("sum_bw_avg_gbit_s", self.sum_bw_avg_gbit_s),
+                ("sum_msg_rate_mpps", self.sum_msg_rate_mpps),
+            ],
+        )
+    }
+}
+
+/// The vl_* perftest tools: name, `run.test`, `run.metric`.
+fn perftest_tools() -> Vec<(String, &'static str, &'static str)> {
+    let kinds = [
+        TestKind::Write,
+        TestKind::Read,
+        TestKind::Send,
+        TestKind::Atomic,
+    ];
+    let metrics = [(Metric::Bw, "bw"), (Metric::Lat, "lat")];
+    kinds
+        .iter()
+        .flat_map(|&k| {
+            metrics
+                .iter()
+                .map(move |&(m, name)| (Tool::new(k, m).name(), k.perftest_name(), name))
+        })
+        .collect()
+}
+
+/// Bandwidth rows at `path`, checked, with the interval of a `--procs` process's row
+/// ([`ProcessRow`]) where one is given; their sizes.
+fn bw_rows(rows: &[Value], path: &str) -> Result<Vec<u64>, String> {
+    let mut sizes = Vec::with_capacity(rows.len());
+    for (i, v) in rows.iter().enumerate() {
+        let path = format!("{path}[{i}]");
+        let row: BwJson = typed(v, &path)?;
+        row.check(&path)?;
+        if v.get("start_ns").is_some() || v.get("end_ns").is_some() {
+            typed::<SpanJson>(v, &path)?.check(&path)?;
+        }
+        sizes.push(row.bytes);
+    }
+    Ok(sizes)
+}
+
+/// A vl_* perftest tool's report: its sizes.
+fn check_perftest(doc: &Value) -> Result<Vec<u64>, String> {
+    let rep: ReportParts = typed(doc, "")?;
+    let tools = perftest_tools();
+    let Some(&(_, test, metric)) = tools.iter().find(|t| t.0 == rep.tool) else {
+        let names: Vec<&str> = tools.iter().map(|t| t.0.as_str()).collect();
+        return Err(format!(
+            "tool: \"{}\" is not one of verbs-lab's perftest tools ({})",
+            rep.tool,
+            names.join(", ")
+        ));
+    };
+    if rep.version.is_empty() {
+        return Err("version: empty".into());
+    }
+    if rep.format != FORMAT_VERSION {
+        return Err(format!(
+            "format: {} is not the layout this checker reads ({FORMAT_VERSION})",
+            rep.format
+        ));
+    }
+    let run: Run = typed(&rep.run, "run")?;
+    if run.test != test || run.metric != metric {
+        return Err(format!(
+            "run: test \"{}\", metric \"{}\" is not what {} measures (\"{test}\", \"{metric}\")",
+            run.test, run.metric, rep.tool
+        ));
+    }
+    if run.role != "client" && run.role != "server" {
+        return Err(format!(
+            "run.role: \"{}\" is neither \"client\" nor \"server\"",
+            run.role
+        ));
+    }
+    if rep.results.is_empty() && !(run.role == "server" && metric == "lat") {
+        return Err(format!(
+            "results: empty: the {} measured nothing (only a latency test's server may \
+             report no row)",
+            run.role
+        ));
+    }
+    let sizes = match metric {
+        "bw" => bw_rows(&rep.results, "results")?,
+        _ => {
+            let rows: Vec<LatJson> = typed_rows(&rep.results, "results")?;
+            for (i, r) in rows.iter().enumerate() {
+                r.check(&format!("results[{i}]"))?;
+            }
+            rows.iter().map(|r| r.bytes).collect()
+        }
+    };
+    // --run_infinitely runs one size for -D periods, a row each.
+    let infinite = run.duration_s.is_some() && metric == "bw";
+    increasing("results", "bytes", &sizes, infinite)?;
+    if let Some(d) = run.duration_s {
+        non_negative("run.duration_s", d)?;
+    }
+    for c in rep.counters.iter().flat_map(|c| c.values()) {
+        u64::deserialize(c).map_err(|e| format!("counters: {e}"))?;
+    }
+    if let Some(c) = &rep.cpu_util {
+        for (i, u) in c.util_percent.iter().enumerate() {
+            non_negative(&format!("cpu_util.util_percent[{i}]"), *u)?;
+        }
+        non_negative("cpu_util.process_cpu_s", c.process_cpu_s)?;
+    }
+    for (p, v) in rep.processes.iter().flatten().enumerate() {
+        let path = format!("processes[{p}]");
+        let proc: Process<Value> = typed(v, &path)?;
+        let own = bw_rows(&proc.results, &format!("{path}.results"))?;
+        increasing(&format!("{path}.results"), "bytes", &own, false)?;
+    }
+    if let Some(agg) = &rep.aggregate {
+        let rows: Vec<AggregateRow> = typed_rows(agg, "aggregate")?;
+        for (i, r) in rows.iter().enumerate() {
+            r.check(&format!("aggregate[{i}]"))?;
+        }
+        let own: Vec<u64> = rows.iter().map(|r| r.bytes).collect();
+        increasing("aggregate", "bytes", &own, false)?;
+    }
+    Ok(sizes)
+}
+
+/// The report checks: a vl_* perftest report or a collective's, whose rows' sizes are `sizes`
+/// (if given).
+pub fn check_report(doc: &Value, sizes: Option<&[u64]>) -> Result<Vec<u64>, String> {
+    if !doc.is_object() {
+        return Err("the report is not a JSON object".into());
+    }
+    let got = if doc.get("test_info").is_some() {
+        return Err(
+            "the report is in perftest's own --out_json layout (\"test_info\"), not a \
+                    vl_* tool's --json"
+                .into(),
+        );
+    } else if doc.get("results").is_some() {
+        check_perftest(doc)?
+    } else if doc.get("rows").is_some() {
+        crate::coll::report::check::check_coll(doc)?
+    } else {
+        return Err(
+            "the report has neither \"results\" (a vl_* perftest tool's --json) nor \
+                    \"rows\" (a collective's --json)"
+                .into(),
+        );
+    };
+    if let Some(want) = sizes {
+        if got != want {
+            return Err(format!(
+                "the results hold the sizes {got:?}, expected {want:?}"
+            ));
+        }
+    }
+    Ok(got)
+}
+
+#[cfg(test)]
+mod tests;
