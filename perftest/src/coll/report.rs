@@ -360,5 +360,10 @@ mod tests {
         );
         assert_eq!(doc["rows"][0]["in_place"]["time_us"], 500.0);
         assert_eq!(doc["version"], env!("CARGO_PKG_VERSION"));
+        // The one layout reads back what it wrote, to the byte.
+        let text = crate::report::pretty_json(&t.json(&[], serde_json::Map::new(), &rows));
+        let back: CollJson<serde_json::Map<String, serde_json::Value>> =
+            verbs_lab::json::from_str_strict(&text).unwrap();
+        assert_eq!(crate::report::pretty_json(&back), text);
     }
 }
