@@ -13,6 +13,9 @@
 //! | [`render_perftest_json`] | readers of perftest's `--out_json` file | perftest's keys: `test_info`, `results` |
 //! | [`plot::render_svg`] | people | `--plot`: an SVG chart of a sweep, drawn from the JSON |
 //!
+//! The `--json` layout is declared once, in [`schema`]: [`render_json`] writes it, and
+//! [`check::check_report`] (`vl_jsoncheck`) reads a report back into it and checks it.
+//!
 //! ## Multi-process runs (`--procs N`)
 //! Each format has a `render_*_procs` variant taking the processes
 //! ([`ProcessResult`](crate::result::ProcessResult)) beside the totals, which stay where a

@@ -148,8 +148,7 @@ pub struct Process<'a, X = ProcessRow> {
     pub results: Vec<X>,
 }
 
-/// A process's row and, where it was measured, its interval. (A bandwidth row of `"results"`
-/// reads as one too, without the interval.)
+/// A process's row and, where it was measured, its interval.
 #[derive(Serialize, Deserialize)]
 pub struct ProcessRow {
     #[serde(flatten)]
