@@ -39,6 +39,29 @@ pub use number::{explain_number_error, ib_port, qp_timeout, WholeRange};
 pub use size::{parse_size, SizeRange, SizeType};
 pub use wait::{wait_secs, WaitSecs, MAX_WAIT_SECS};
 
+/// The body of every value parser of ours (`WholeRange`, `SizeRange`, `WaitSecs`): `check`
+/// gets the flag as a user types it (`-s` where there is a short form, else `--slot-size`) and
+/// the value, and its refusal ends the program as a usage error (exit 2) with its message.
+fn parse_checked<T>(
+    cmd: &Command,
+    arg: Option<&clap::Arg>,
+    value: &std::ffi::OsStr,
+    check: impl FnOnce(&str, &str) -> Result<T, String>,
+) -> Result<T, clap::Error> {
+    let flag = match arg {
+        Some(a) => match (a.get_short(), a.get_long()) {
+            (Some(c), _) => format!("-{c}"),
+            (None, Some(l)) => format!("--{l}"),
+            (None, None) => a.get_id().to_string(),
+        },
+        None => "the value".into(),
+    };
+    check(&flag, &value.to_string_lossy()).map_err(|why| {
+        cmd.clone()
+            .error(clap::error::ErrorKind::ValueValidation, why)
+    })
+}
+
 /// The environment variable that turns a binary into its own documentation generator.
 pub const GENERATE_ENV: &str = "VERBS_LAB_GENERATE";
 

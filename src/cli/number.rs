@@ -63,8 +63,7 @@ impl<T: TryFrom<u64> + Clone + Send + Sync + 'static> clap::builder::TypedValueP
     type Value = T;
 
     fn parse_ref(&self, cmd: &Command, arg: Option<&Arg>, value: &OsStr) -> Result<T, clap::Error> {
-        self.check(&flag_name(arg), &value.to_string_lossy())
-            .map_err(|why| cmd.clone().error(ErrorKind::ValueValidation, why))
+        super::parse_checked(cmd, arg, value, |flag, given| self.check(flag, given))
     }
 }
 
@@ -81,18 +80,6 @@ pub fn qp_timeout() -> WholeRange<u8> {
 /// A port of a device (`-i`, `--ib-port`): numbered from 1, 8 bits.
 pub fn ib_port() -> WholeRange<u8> {
     WholeRange::new(1..=255, "ports are numbered from 1 (vl_devinfo lists them)")
-}
-
-/// How a flag is written in a message: its short form if it has one (`-u`), else its long.
-fn flag_name(arg: Option<&Arg>) -> String {
-    match arg {
-        Some(a) => match (a.get_short(), a.get_long()) {
-            (Some(c), _) => format!("-{c}"),
-            (None, Some(l)) => format!("--{l}"),
-            (None, None) => a.get_id().to_string(),
-        },
-        None => "the value".into(),
-    }
 }
 
 /// clap's refusal of a whole number that does not parse (`-D 1.5`: "invalid digit found in

@@ -128,19 +128,7 @@ impl<T: SizeType> clap::builder::TypedValueParser for SizeRange<T> {
         arg: Option<&clap::Arg>,
         value: &OsStr,
     ) -> Result<T, clap::Error> {
-        // The flag as a user types it: `-s` where there is a short form, else `--slot-size`.
-        let flag = match arg {
-            Some(a) => match (a.get_short(), a.get_long()) {
-                (Some(c), _) => format!("-{c}"),
-                (None, Some(l)) => format!("--{l}"),
-                (None, None) => a.get_id().to_string(),
-            },
-            None => "the size".to_string(),
-        };
-        self.check(&flag, &value.to_string_lossy()).map_err(|why| {
-            cmd.clone()
-                .error(clap::error::ErrorKind::ValueValidation, why)
-        })
+        super::parse_checked(cmd, arg, value, |flag, given| self.check(flag, given))
     }
 }
 

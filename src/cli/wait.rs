@@ -21,13 +21,10 @@ impl clap::builder::TypedValueParser for WaitSecs {
     fn parse_ref(
         &self,
         cmd: &Command,
-        _arg: Option<&clap::Arg>,
+        arg: Option<&clap::Arg>,
         value: &OsStr,
     ) -> Result<u64, clap::Error> {
-        wait_secs(&value.to_string_lossy()).map_err(|why| {
-            cmd.clone()
-                .error(clap::error::ErrorKind::ValueValidation, why)
-        })
+        super::parse_checked(cmd, arg, value, |_, given| wait_secs(given))
     }
 }
 

@@ -93,7 +93,7 @@ awk '$1 == "same-core" && $2 == 1 && $3 == 1 { found = 1 } END { exit !found }' 
     || fail "the same-core row does not show both threads on CPU 1"
 
 step "lesson 09, exercise 2: --cpus 0,5"
-run_rc 1 lesson09_affinity -q --cpus 0,5
+run_rc 2 lesson09_affinity -q --cpus 0,5
 expect_contains "$out" "--cpus: CPU 5 is not among the CPUs this process may use (0-1)"
 
 step "lesson 10, exercise 1: -k 3 -n 1000"
