@@ -251,7 +251,7 @@ impl AggregateRow {
 }
 
 /// The vl_* perftest tools: name, `run.test`, `run.metric`.
-fn perftest_tools() -> Vec<(String, &'static str, &'static str)> {
+fn perftest_tools() -> Vec<(String, (&'static str, &'static str))> {
     let kinds = [
         TestKind::Write,
         TestKind::Read,
@@ -264,9 +264,28 @@ fn perftest_tools() -> Vec<(String, &'static str, &'static str)> {
         .flat_map(|&k| {
             metrics
                 .iter()
-                .map(move |&(m, name)| (Tool::new(k, m).name(), k.perftest_name(), name))
+                .map(move |&(m, name)| (Tool::new(k, m).name(), (k.perftest_name(), name)))
         })
         .collect()
+}
+
+/// What `tools` (each with its name) says of `tool`, the one that wrote the report; a name
+/// not among them is refused, listing them (`kind`: which of verbs-lab's tools they are).
+pub(crate) fn known_tool<'t, T>(
+    tools: &'t [(String, T)],
+    tool: &str,
+    kind: &str,
+) -> Result<&'t T, String> {
+    match tools.iter().find(|t| t.0 == tool) {
+        Some((_, what)) => Ok(what),
+        None => {
+            let names: Vec<&str> = tools.iter().map(|t| t.0.as_str()).collect();
+            Err(format!(
+                "tool: \"{tool}\" is not one of verbs-lab's {kind} ({})",
+                names.join(", ")
+            ))
+        }
+    }
 }
 
 /// Bandwidth rows at `path`, checked, with the interval of a `--procs` process's row
@@ -289,14 +308,7 @@ fn bw_rows(rows: &[Value], path: &str) -> Result<Vec<u64>, String> {
 fn check_perftest(doc: &Value) -> Result<Vec<u64>, String> {
     let rep: ReportParts = typed(doc, "")?;
     let tools = perftest_tools();
-    let Some(&(_, test, metric)) = tools.iter().find(|t| t.0 == rep.tool) else {
-        let names: Vec<&str> = tools.iter().map(|t| t.0.as_str()).collect();
-        return Err(format!(
-            "tool: \"{}\" is not one of verbs-lab's perftest tools ({})",
-            rep.tool,
-            names.join(", ")
-        ));
-    };
+    let &(test, metric) = known_tool(&tools, &rep.tool, "perftest tools")?;
     if rep.version.is_empty() {
         return Err("version: empty".into());
     }

@@ -10,7 +10,9 @@ use serde_json::Value;
 use verbs_lab::coll::Coll;
 
 use super::{CollJson, MeasureJson, RankJson, RowJson};
-use crate::report::check::{all_non_negative, increasing, non_negative, typed, typed_rows};
+use crate::report::check::{
+    all_non_negative, increasing, known_tool, non_negative, typed, typed_rows,
+};
 
 impl MeasureJson<'_> {
     /// Its figures, each rank's time, and its wrong count (the sum of the ranks').
@@ -64,14 +66,7 @@ pub(crate) fn check_coll(doc: &Value) -> Result<Vec<u64>, String> {
         .iter()
         .map(|c| (format!("vl_{}_perf", c.name()), c.name()))
         .collect();
-    let Some((_, coll)) = tools.iter().find(|t| t.0 == rep.tool) else {
-        let names: Vec<&str> = tools.iter().map(|t| t.0.as_str()).collect();
-        return Err(format!(
-            "tool: \"{}\" is not one of verbs-lab's collectives ({})",
-            rep.tool,
-            names.join(", ")
-        ));
-    };
+    let coll = known_tool(&tools, &rep.tool, "collectives")?;
     if rep.version.is_empty() {
         return Err("version: empty".into());
     }
