@@ -40,7 +40,7 @@ use verbs_lab::coll::kernels::{load_value, store_value};
 use verbs_lab::coll::schedule::{chunk, ring_offset, Action};
 use verbs_lab::coll::{env, launch, Comm, CommOpts, DataType, RankFlags, RedOp};
 use verbs_lab::wire::{Reader, WireError, Writer};
-use verbs_lab_lessons::{parse_args, Narrator};
+use verbs_lab_lessons::{outln, parse_args, until_stdout_closes, usage_error, Narrator};
 
 #[derive(Parser, Debug)]
 #[command(about = "Lesson 15: a ring all-reduce over RDMA, every step shown")]
@@ -113,24 +113,31 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => verbs_lab_lessons::report_error("lesson15_ring_allreduce", &e),
-    }
-}
-
-fn run(args: &Args) -> Result<()> {
-    // [1] Who am I? Flags first, then torchrun, Open MPI, MPICH, Slurm.
+    // [1] Who am I? Flags first, then torchrun, Open MPI, MPICH, Slurm. A rank that cannot
+    // tell, or a world of one, is a bad command line: refused before any verbs call.
     let flags = RankFlags {
         rank: args.rank,
         world_size: args.world_size,
         local_rank: args.local_rank,
         master: args.master.clone(),
     };
-    let info = env::from_env(&flags).map_err(anyhow::Error::msg)?;
-    if info.world_size < 2 {
-        bail!("a ring needs at least 2 ranks: run with --np 3 (or under a launcher)");
-    }
+    let info = match env::from_env(&flags) {
+        Ok(info) if info.world_size >= 2 => info,
+        Ok(_) => usage_error::<Args>(
+            "lesson15_ring_allreduce",
+            &anyhow::anyhow!(
+                "a ring needs at least 2 ranks: run with --np 3 (or under a launcher)"
+            ),
+        ),
+        Err(e) => usage_error::<Args>("lesson15_ring_allreduce", &anyhow::Error::msg(e)),
+    };
+    until_stdout_closes(|| match run(&args, info) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => verbs_lab_lessons::report_error("lesson15_ring_allreduce", &e),
+    })
+}
+
+fn run(args: &Args, info: env::RankInfo) -> Result<()> {
     let n = info.world_size as usize;
     let me = info.rank as usize;
     let say = Narrator {
@@ -324,7 +331,7 @@ fn run(args: &Args) -> Result<()> {
         bail!("{total} elements are wrong over all ranks");
     }
     if me == 0 {
-        println!("\nall-reduce over {n} ranks: every element of every rank is right");
+        outln!("\nall-reduce over {n} ranks: every element of every rank is right");
     }
     Ok(())
 }

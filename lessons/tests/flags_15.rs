@@ -43,3 +43,29 @@ fn every_rank_flag_is_explained_in_the_help() {
         assert!(text.is_some_and(|t| !t.is_empty()), "{flag}: {line:?}");
     }
 }
+
+/// No launcher and no flags, a world of one, or a launcher variable that is not a number: a bad
+/// command line (exit 2) that says what to give, before any verbs call.
+#[test]
+fn a_rank_that_cannot_be_a_ring_is_a_usage_error() {
+    for (env, says) in [
+        (vec![], "a ring needs at least 2 ranks: run with --np 3"),
+        (
+            vec![("RANK", "0"), ("WORLD_SIZE", "1")],
+            "a ring needs at least 2 ranks",
+        ),
+        (vec![("RANK", "x"), ("WORLD_SIZE", "2")], "RANK=\"x\""),
+    ] {
+        let out = Command::new(L15)
+            .env_remove("VL_COORDINATOR_PID")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{env:?}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(says),
+            "{env:?}: {err}"
+        );
+    }
+}
