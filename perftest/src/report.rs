@@ -14,7 +14,7 @@
 //! | [`plot::render_svg`] | people | `--plot`: an SVG chart of a sweep, drawn from the JSON |
 //!
 //! The `--json` layout is declared once, in [`schema`]: [`render_json`] writes it, and
-//! [`check::check_report`] (`vl_jsoncheck`) reads a report back into it and checks it.
+//! [`crate::jsoncheck::check_report`] (`vl_jsoncheck`) reads a report back into it and checks it.
 //!
 //! ## Multi-process runs (`--procs N`)
 //! Each format has a `render_*_procs` variant taking the processes
@@ -30,7 +30,6 @@ use std::fmt::Write as _;
 
 use crate::result::{to_gbits, to_mib_per_sec};
 
-pub mod check;
 mod csv;
 mod json;
 pub mod perftest_json;

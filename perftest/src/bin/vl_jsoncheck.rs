@@ -2,7 +2,7 @@
 //! busybox only). The file must be one valid JSON text (RFC 8259, read by serde_json, and no
 //! key given twice in one object: [`verbs_lab::json::from_str_strict`]) and one of the reports
 //! verbs-lab's tools write, read into the writers' own structs and checked by
-//! [`vl_perftest::report::check::check_report`] (a vl_* perftest report, `"results"`, or a
+//! [`vl_perftest::jsoncheck::check_report`] (a vl_* perftest report, `"results"`, or a
 //! collective's, `"rows"`; the module says what each must hold).
 //!
 //! With `--sizes` the rows must hold exactly those message sizes, in order; with
@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use vl_perftest::report::check::check_report;
+use vl_perftest::jsoncheck::check_report;
 
 /// Check a vl_* `--json` report (and its `--plot` SVG) where no JSON tool is at hand.
 #[derive(Parser, Debug)]

@@ -1,13 +1,11 @@
 //! The nccl-tests layout: header, one row per size with out-of-place and in-place columns, the
-//! footer; the bandwidth arithmetic; the JSON document's layout (and, in [`check`], what a valid
+//! footer; the bandwidth arithmetic; the JSON document's layout (and, in [`crate::jsoncheck`], what a valid
 //! one is).
 
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 use verbs_lab::coll::{Coll, DataType, RankRecord, RedOp};
-
-pub mod check;
 
 /// One placement's measurement of one size, over all ranks.
 #[derive(Debug, Clone, PartialEq)]
@@ -208,7 +206,7 @@ impl Table<'_> {
 }
 
 /// The `--json` document of a collective benchmark, written by rank 0 (see [`Table::json`])
-/// and read back by `vl_jsoncheck` ([`check`]): the one layout of both.
+/// and read back by `vl_jsoncheck` ([`crate::jsoncheck`]): the one layout of both.
 ///
 /// `P`: the command line's numbers; `K`, `R`: how a rank and a row are held (the writer's own
 /// structs, or [`serde_json::Value`] for a reader that reads them one by one, for the path of

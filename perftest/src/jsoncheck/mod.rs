@@ -1,5 +1,5 @@
 //! What a valid `--json` report is: the checks of `vl_jsoncheck`, which reads a report into
-//! the writers' own structs ([`super::schema`] for the vl_* perftest tools,
+//! the writers' own structs ([`crate::report::schema`] for the vl_* perftest tools,
 //! [`crate::coll::report::CollJson`] for the collectives) and then checks what the types
 //! cannot say:
 //!
@@ -10,7 +10,7 @@
 //!   figure a non-negative number, a peak at least the average (a peak of 0: not measured,
 //!   `--no_peak`), latency percentiles in order; with `--procs`, each process's rows and the
 //!   aggregate alike;
-//! * a collective's report (`"rows"`): see [`crate::coll::report::check`].
+//! * a collective's report (`"rows"`): see `jsoncheck/coll.rs`.
 //!
 //! Each refusal names the JSON path (`results[2].bw_avg_mib_s`) and says what is wrong.
 
@@ -18,9 +18,9 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::schema::{AggregateRow, BwJson, LatJson, Process, ReportParts, Run, SpanJson};
-use super::FORMAT_VERSION;
 use crate::params::Tool;
+use crate::report::schema::{AggregateRow, BwJson, LatJson, Process, ReportParts, Run, SpanJson};
+use crate::report::FORMAT_VERSION;
 use crate::result::{Metric, TestKind};
 
 /// `v` read as a `T`; on failure the message names the path of the field at fault: the key
@@ -395,7 +395,7 @@ pub fn check_report(doc: &Value, sizes: Option<&[u64]>) -> Result<Vec<u64>, Stri
     } else if doc.get("results").is_some() {
         check_perftest(doc)?
     } else if doc.get("rows").is_some() {
-        crate::coll::report::check::check_coll(doc)?
+        coll::check_coll(doc)?
     } else {
         return Err(
             "the report has neither \"results\" (a vl_* perftest tool's --json) nor \
@@ -412,6 +412,8 @@ pub fn check_report(doc: &Value, sizes: Option<&[u64]>) -> Result<Vec<u64>, Stri
     }
     Ok(got)
 }
+
+mod coll;
 
 #[cfg(test)]
 mod tests;

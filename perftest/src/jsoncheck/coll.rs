@@ -1,5 +1,5 @@
 //! What a valid collective's `--json` report is (the `"rows"` half of `vl_jsoncheck`, see
-//! [`crate::report::check`]): a known `tool` naming its `collective`, a `"version"`, one rank
+//! [`super`]): a known `tool` naming its `collective`, a `"version"`, one rank
 //! record and one time per rank, at least one row, sizes strictly increasing, non-negative
 //! figures, and the `wrong` total the sum of its rows'. The report is read into the writer's
 //! own structs ([`CollJson`]).
@@ -9,10 +9,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 use verbs_lab::coll::Coll;
 
-use super::{CollJson, MeasureJson, RankJson, RowJson};
-use crate::report::check::{
-    all_non_negative, increasing, known_tool, non_negative, typed, typed_rows,
-};
+use super::{all_non_negative, increasing, known_tool, non_negative, typed, typed_rows};
+use crate::coll::report::{CollJson, MeasureJson, RankJson, RowJson};
 
 impl MeasureJson<'_> {
     /// Its figures, each rank's time, and its wrong count (the sum of the ranks').
