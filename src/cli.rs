@@ -106,7 +106,7 @@ impl DevicePortFilter {
 /// A tool's failure: prints `NAME: error: ` and the error with its chain of causes to stderr,
 /// and returns exit status 1.
 pub fn failed(name: &str, e: &anyhow::Error) -> ExitCode {
-    eprintln!("{name}: error: {e:#}");
+    crate::eprintln_whole!("{name}: error: {e:#}");
     ExitCode::FAILURE
 }
 
@@ -143,7 +143,7 @@ pub fn generate_if_asked(command: impl FnOnce() -> Command) {
             std::process::exit(0)
         }
         Err(e) => {
-            eprintln!(
+            crate::eprintln_whole!(
                 "{name}: error: cannot write the man page and completions into {} ({GENERATE_ENV}): {e}",
                 PathBuf::from(dir).display()
             );

@@ -18,6 +18,8 @@
 //! - [`wire`]: the one binary codec (a strict `Writer`/`Reader` pair) the records above use.
 //! - [`json`]: the one strict reader of our JSON documents (no key given twice).
 //! - [`names`]: enums printed and parsed by name (`display_by_name!`, `name_table!`).
+//! - [`stderr`]: `eprintln_whole!`, a line on stderr in one `write(2)`, so the lines of processes
+//!   sharing one stderr never interleave.
 //! - [`coll`]: collectives over verbs — launcher bootstrap, the ring communicator, reductions.
 //!
 //! The lessons (`lessons/`) and the benchmarks (`perftest/`) are built on it.
@@ -33,6 +35,7 @@ pub mod json;
 pub mod mq;
 pub mod names;
 pub mod oob;
+pub mod stderr;
 pub mod sysfs;
 pub mod verbs;
 pub mod wire;

@@ -68,7 +68,7 @@ fn host_has_rdma() -> bool {
 #[test]
 fn kernel_without_rdma_is_reported_with_the_way_out() {
     if host_has_rdma() {
-        eprintln!("skipped: this machine has /sys/class/infiniband");
+        verbs_lab::eprintln_whole!("skipped: this machine has /sys/class/infiniband");
         return;
     }
     for args in [&[][..], &["--json"], &["-v", "-i", "1"]] {

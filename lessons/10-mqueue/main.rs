@@ -185,7 +185,7 @@ fn run(args: &Args) -> ExitCode {
     // Every queue this process created is gone by now (RAII); this catches a bug that left one.
     let left = mq::registered_names();
     if !left.is_empty() {
-        eprintln!(
+        verbs_lab::eprintln_whole!(
             "{PROGRAM}: removing queues left registered: {}",
             left.join(" ")
         );

@@ -60,14 +60,14 @@ fn body(args: &Args, w: u32, base: &str, coord: &Queue) -> Result<()> {
         std::thread::sleep(Duration::from_nanos(start_at - now).min(wait));
     }
     if args.kill_worker == Some(w) {
-        eprintln!(
+        verbs_lab::eprintln_whole!(
             "{PROGRAM} worker {w}: --kill-worker {w}: sending SIGKILL to myself (pid {})",
             std::process::id()
         );
         kill(getpid(), Signal::SIGKILL).context("kill(SIGKILL)")?;
     }
     if args.stall_worker == Some(w) {
-        eprintln!(
+        verbs_lab::eprintln_whole!(
             "{PROGRAM} worker {w}: --stall-worker {w}: not answering (pid {})",
             std::process::id()
         );

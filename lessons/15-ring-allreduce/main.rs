@@ -87,7 +87,7 @@ fn main() -> ExitCode {
         if !a_rank_of_np {
             // Step 1, the launcher's half: start the ranks and wait for them.
             if !(2..=16).contains(&np) {
-                eprintln!(
+                verbs_lab::eprintln_whole!(
                     "lesson15_ring_allreduce: error: --np {np}: give 2..16 ranks (3 or 4 read best)"
                 );
                 return ExitCode::from(2);
@@ -97,7 +97,7 @@ fn main() -> ExitCode {
                 || args.local_rank.is_some()
                 || args.master.is_some()
             {
-                eprintln!(
+                verbs_lab::eprintln_whole!(
                     "lesson15_ring_allreduce: error: --np starts its own ranks: leave out \
                      --rank, --world-size, --local-rank and --master (they are for launching \
                      each rank yourself, without --np)"
@@ -109,7 +109,7 @@ fn main() -> ExitCode {
             return launch::Outcome::exit(ranks, "lesson15_ring_allreduce");
         }
         if let Err(e) = launch::child_setup() {
-            eprintln!("lesson15_ring_allreduce: error: {e}");
+            verbs_lab::eprintln_whole!("lesson15_ring_allreduce: error: {e}");
             return ExitCode::from(2);
         }
     }

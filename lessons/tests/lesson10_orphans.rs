@@ -46,7 +46,9 @@ fn gone_pid() -> u32 {
 #[test]
 fn lesson10_removes_the_queues_a_killed_run_left_and_no_others() {
     if verbs_lab::mq::mount_point().is_none() {
-        eprintln!("skipped: the mqueue file system is not mounted, so queues cannot be listed");
+        verbs_lab::eprintln_whole!(
+            "skipped: the mqueue file system is not mounted, so queues cannot be listed"
+        );
         return;
     }
     let dead = gone_pid();

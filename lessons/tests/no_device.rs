@@ -51,7 +51,7 @@ fn assert_no_device(o: &Output, why: &str) {
 #[test]
 fn kernel_without_rdma_is_reported_with_the_way_out() {
     if Path::new("/sys/class/infiniband").exists() {
-        eprintln!("skipped: this machine has /sys/class/infiniband");
+        verbs_lab::eprintln_whole!("skipped: this machine has /sys/class/infiniband");
         return;
     }
     let o = run(&[], None);

@@ -23,7 +23,9 @@ pub use crate::params::EXIT_CODES;
 pub fn main(tool: Tool) -> ExitCode {
     let name = tool.name();
     if let Err(e) = crate::signals::install(&name) {
-        eprintln!("{name}: error: cannot set up the handling of SIGINT and SIGTERM: {e}");
+        verbs_lab::eprintln_whole!(
+            "{name}: error: cannot set up the handling of SIGINT and SIGTERM: {e}"
+        );
         return ExitCode::FAILURE;
     }
     verbs_lab::cli::generate_if_asked(|| Params::command_for(tool));
@@ -31,7 +33,7 @@ pub fn main(tool: Tool) -> ExitCode {
     let cfg = match Config::new(tool, &params) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("{name}: error: {e}");
+            verbs_lab::eprintln_whole!("{name}: error: {e}");
             return ExitCode::from(2);
         }
     };
@@ -39,24 +41,24 @@ pub fn main(tool: Tool) -> ExitCode {
         return crate::procs::worker_main(&cfg);
     }
     for note in &cfg.notes {
-        eprintln!("{name}: note: {note}");
+        verbs_lab::eprintln_whole!("{name}: note: {note}");
     }
     if let Err(e) = crate::output::check_applicable(&params.output, tool.metric) {
-        eprintln!("{name}: error: {e}");
+        verbs_lab::eprintln_whole!("{name}: error: {e}");
         return ExitCode::from(2);
     }
     let mut out = params.output.clone();
     if !measures(&cfg) && out.has_gates() {
         // Symmetric command lines are the habit: the gates are the measuring side's business
         // (perftest's server, too, prints the client's row without checking -w/-y).
-        eprintln!(
+        verbs_lab::eprintln_whole!(
             "{name}: note: the server measures nothing in this test; the gates are checked by \
              the client"
         );
         out.clear_gates();
     }
     if let Err(e) = out.check_writable(measures(&cfg)) {
-        eprintln!("{name}: error: {e}");
+        verbs_lab::eprintln_whole!("{name}: error: {e}");
         return ExitCode::from(2);
     }
     if cfg.procs.count.is_some() {
@@ -75,7 +77,7 @@ pub fn main(tool: Tool) -> ExitCode {
         },
         Err(e) => match crate::signals::received() {
             Some(i) => {
-                eprintln!("{name}: {i}: the peer was told, the run torn down");
+                verbs_lab::eprintln_whole!("{name}: {i}: the peer was told, the run torn down");
                 ExitCode::from(i.exit_code())
             }
             None => failed(&name, &e),

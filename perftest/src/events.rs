@@ -205,7 +205,9 @@ pub fn watch(ctx: &Context, port: u8) -> std::io::Result<EventWatch> {
                 Ok(_) => {}
                 Err(Errno::EINTR) => continue,
                 Err(e) => {
-                    eprintln!("warning: cannot wait for the asynchronous events of {device}: {e}");
+                    verbs_lab::eprintln_whole!(
+                        "warning: cannot wait for the asynchronous events of {device}: {e}"
+                    );
                     return;
                 }
             }
@@ -234,7 +236,9 @@ pub fn watch(ctx: &Context, port: u8) -> std::io::Result<EventWatch> {
                 Err(e) => {
                     // The queue itself failed (a device removed under us): say so once,
                     // the run goes on and meets the fault through its completions.
-                    eprintln!("warning: cannot read the asynchronous events of {device}: {e}");
+                    verbs_lab::eprintln_whole!(
+                        "warning: cannot read the asynchronous events of {device}: {e}"
+                    );
                     return;
                 }
             }

@@ -80,7 +80,7 @@ pub fn accept_client(
                 )));
                 let refuser = listener
                     .refuse_others(busy, move |other| {
-                        eprintln!(
+                        verbs_lab::eprintln_whole!(
                             "{tool}: refused a second client {other}: busy with the run for {peer}"
                         )
                     })
@@ -89,7 +89,7 @@ pub fn accept_client(
             }
             Greeting::Stray(why) => {
                 let left = cfg.peer.wait.saturating_sub(start.elapsed());
-                eprintln!(
+                verbs_lab::eprintln_whole!(
                     "{tool}: ignored a connection from {peer}: {why}; still waiting for a client \
                      ({:.0} s left)",
                     left.as_secs_f64()

@@ -64,7 +64,7 @@ impl RowSink for Reporter {
         self.waiting_banner()
     }
     fn note(&mut self, tool: &str, text: &str) {
-        eprintln!("{tool}: note: {text} (--wait)");
+        verbs_lab::eprintln_whole!("{tool}: note: {text} (--wait)");
     }
 }
 

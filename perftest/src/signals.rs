@@ -92,7 +92,7 @@ pub fn soft_stop_requested() -> bool {
 fn on_signal(sig: Signal) {
     let tool = TOOL.lock().map(|t| t.clone()).unwrap_or_default();
     if SOFT.load(Ordering::SeqCst) && !SOFT_RECEIVED.swap(true, Ordering::SeqCst) {
-        eprintln!(
+        verbs_lab::eprintln_whole!(
             "{tool}: {}: stopping after the current period",
             sig.as_str()
         );
@@ -100,11 +100,11 @@ fn on_signal(sig: Signal) {
     }
     let code = Interrupted(sig).exit_code();
     if RECEIVED.swap(sig as i32, Ordering::SeqCst) != 0 {
-        eprintln!("{tool}: {} again: exiting now", sig.as_str());
+        verbs_lab::eprintln_whole!("{tool}: {} again: exiting now", sig.as_str());
         exit_now(sig, code);
     }
     if !wake_reader() {
-        eprintln!(
+        verbs_lab::eprintln_whole!(
             "{tool}: interrupted by {} (no peer connected yet)",
             sig.as_str()
         );
@@ -116,7 +116,7 @@ fn on_signal(sig: Signal) {
         sig.as_str(),
         GRACE.as_secs()
     );
-    eprintln!("{tool}: {why}");
+    verbs_lab::eprintln_whole!("{tool}: {why}");
     tell_peer(&why);
     exit_now(sig, code);
 }
@@ -160,7 +160,7 @@ pub fn wake_reader() -> bool {
 fn exit_now(sig: Signal, code: u8) -> ! {
     let n = verbs_lab::mq::unlink_all_registered();
     if n > 0 {
-        eprintln!(
+        verbs_lab::eprintln_whole!(
             "{sig}: removed {n} message queue{} this process created; exiting",
             if n == 1 { "" } else { "s" }
         );

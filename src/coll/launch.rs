@@ -41,12 +41,12 @@ impl Outcome {
         match run {
             Ok(o) => {
                 for f in &o.failures {
-                    eprintln!("{tool}: {f}");
+                    crate::eprintln_whole!("{tool}: {f}");
                 }
                 ExitCode::from(o.code)
             }
             Err(e) => {
-                eprintln!("{tool}: {e}");
+                crate::eprintln_whole!("{tool}: {e}");
                 ExitCode::FAILURE
             }
         }
@@ -81,7 +81,7 @@ pub fn run_local_mq(
     tool: &str,
 ) -> Result<Outcome, String> {
     for note in QUEUES.remove_orphans() {
-        eprintln!("{tool}: note: {note}");
+        crate::eprintln_whole!("{tool}: note: {note}");
     }
     mq::install_cleanup_on_signals()
         .map_err(|e| format!("cannot arrange for the queues' removal on Ctrl-C: {e}"))?;

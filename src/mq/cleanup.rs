@@ -95,7 +95,7 @@ pub fn install_cleanup_on_signals() -> Result<()> {
         .spawn(move || loop {
             let Ok(sig) = set.wait() else { continue };
             let n = unlink_all_registered();
-            eprintln!(
+            crate::eprintln_whole!(
                 "{sig}: removed {n} message queue{} this process created; exiting",
                 if n == 1 { "" } else { "s" }
             );
@@ -144,9 +144,9 @@ pub fn remove_on_signal(sig: Signal, owner: u32, names: Vec<String>) -> Result<(
                 .filter(|name| mq_unlink(name.as_str()).is_ok())
                 .count();
             if names.is_empty() {
-                eprintln!("{got}: the coordinator (pid {owner}) is gone; exiting");
+                crate::eprintln_whole!("{got}: the coordinator (pid {owner}) is gone; exiting");
             } else {
-                eprintln!(
+                crate::eprintln_whole!(
                     "{got}: the coordinator (pid {owner}) is gone; removed {n} of its message \
                      queues; exiting"
                 );

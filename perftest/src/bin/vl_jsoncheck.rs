@@ -76,7 +76,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("vl_jsoncheck: {e}");
+            verbs_lab::eprintln_whole!("vl_jsoncheck: {e}");
             ExitCode::FAILURE
         }
     }

@@ -43,7 +43,7 @@ pub(super) fn bench_one(
     }
     let us = t0.elapsed().as_secs_f64() * 1e6 / f64::from(args.iters);
     if args.profile && (comm.rank() == 0 || args.all_ranks) {
-        eprintln!(
+        verbs_lab::eprintln_whole!(
             "{}",
             profile_line(
                 comm.rank(),

@@ -68,7 +68,7 @@ pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
 
 /// How a tool ends on a failure: `NAME: error: ...` on stderr, as every `vl_*` tool.
 fn fail_with(tool: &str, (code, msg): Fail) -> ExitCode {
-    eprintln!("{tool}: error: {msg}");
+    verbs_lab::eprintln_whole!("{tool}: error: {msg}");
     ExitCode::from(code)
 }
 
@@ -425,10 +425,10 @@ fn verdict(
     let wrong = report::total_wrong(rows);
     let avg = table.avg_busbw(rows);
     Ok(if wrong > 0 {
-        eprintln!("{tool}: error: {wrong} wrong values (see #wrong)");
+        verbs_lab::eprintln_whole!("{tool}: error: {wrong} wrong values (see #wrong)");
         EXIT_FAILED
     } else if let Some(min) = args.min_busbw.filter(|m| avg < *m) {
-        eprintln!(
+        verbs_lab::eprintln_whole!(
             "{tool}: error: gate failed: average bus bandwidth {avg:.6} GB/s < --min-busbw {min}"
         );
         EXIT_GATE

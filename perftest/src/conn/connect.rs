@@ -129,7 +129,7 @@ pub fn connect(
     };
     if cfg.qos_given() {
         for line in qos_readback(cfg, &link)? {
-            eprintln!("{}: {line}", cfg.tool.name());
+            verbs_lab::eprintln_whole!("{}: {line}", cfg.tool.name());
         }
     }
     Ok(link)

@@ -456,7 +456,7 @@ impl Reporter {
                 write_file(path, "--plot", &svg)?;
             } else {
                 // Symmetric command lines are the habit: a passive side has nothing to draw.
-                eprintln!(
+                verbs_lab::eprintln_whole!(
                     "note: this side measured nothing; no --plot chart written to {}",
                     path.display()
                 );
@@ -479,10 +479,12 @@ impl Reporter {
             outcome = GateOutcome::Failed(all);
         }
         match &outcome {
-            GateOutcome::Failed(messages) => messages.iter().for_each(|m| eprintln!("{m}")),
+            GateOutcome::Failed(messages) => messages
+                .iter()
+                .for_each(|m| verbs_lab::eprintln_whole!("{m}")),
             GateOutcome::Passed => {
                 if let Some(gates) = gate_summary(&self.args) {
-                    eprintln!("gates passed: {gates}");
+                    verbs_lab::eprintln_whole!("gates passed: {gates}");
                 }
             }
         }

@@ -91,11 +91,11 @@ struct Run<'a> {
 pub fn coordinator_main(cfg: &Config, out: &OutputArgs) -> ExitCode {
     let name = cfg.tool.name();
     if let Err(e) = mq::install_cleanup_on_signals() {
-        eprintln!("{name}: error: {e}");
+        verbs_lab::eprintln_whole!("{name}: error: {e}");
         return ExitCode::FAILURE;
     }
     for note in QUEUES.remove_orphans() {
-        eprintln!("{name}: note: {note}");
+        verbs_lab::eprintln_whole!("{name}: note: {note}");
     }
     let outcome = coordinate(cfg).and_then(|(total, procs)| {
         Reporter::new(out)
@@ -441,7 +441,7 @@ impl Run<'_> {
             let abort = s.abort_failed.map_or(String::new(), |e| {
                 format!(" (the Abort could not be sent: {e})")
             });
-            eprintln!("{name}: note: {who} {}{abort}", s.how);
+            verbs_lab::eprintln_whole!("{name}: note: {who} {}{abort}", s.how);
         }
     }
 }

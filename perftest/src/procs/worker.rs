@@ -28,7 +28,7 @@ pub fn worker_main(cfg: &Config) -> ExitCode {
         .expect("worker_main runs with --vl-worker");
     let name = cfg.tool.name();
     let fail = |e: &dyn std::fmt::Display| {
-        eprintln!("{name} worker {}: error: {e}", w.index);
+        verbs_lab::eprintln_whole!("{name} worker {}: error: {e}", w.index);
         ExitCode::FAILURE
     };
     // First, before any thread starts: the kernel tells us when the coordinator dies (once
