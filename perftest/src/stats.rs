@@ -64,7 +64,11 @@ impl LatRecorder {
         if self.count == 0 {
             return None;
         }
-        let q = |p: f64| self.hist.value_at_quantile(p) as f64 / 1000.0;
+        // The histogram answers with the highest value of a sample's bucket (up to 0.1% above
+        // it), which can pass the largest sample: `-n 1000` of 10001 ns each would have a median
+        // of 10007 ns and a maximum of 10001 ns. The true percentile lies between the exact
+        // minimum and maximum, so clamping there only brings the answer closer to it.
+        let q = |p: f64| self.hist.value_at_quantile(p).clamp(self.min, self.max) as f64 / 1000.0;
         let stdev = if self.count > 1 {
             (self.m2 / (self.count - 1) as f64).sqrt()
         } else {
@@ -211,6 +215,35 @@ mod tests {
         assert!((st.stdev_us - 0.2).abs() < 1e-9, "{}", st.stdev_us);
         assert_eq!(st.by_name("p99.9"), Some(st.p999_us));
         assert_eq!(st.by_name("nope"), None);
+    }
+
+    #[test]
+    fn percentiles_never_pass_the_true_extremes() {
+        // 10001 ns lies in a histogram bucket 8 ns wide whose highest value is 10007 ns.
+        let mut r = LatRecorder::new();
+        for _ in 0..1000 {
+            r.record(10_001);
+        }
+        let st = r.stats().unwrap();
+        assert_eq!(
+            (st.median_us, st.p99_us, st.p999_us, st.p9999_us),
+            (10.001, 10.001, 10.001, 10.001)
+        );
+        // A tail: every percentile between min and max, and in order.
+        let mut r = LatRecorder::new();
+        for i in 0..10_000u64 {
+            r.record(2_001 + i % 7 + if i == 9_999 { 1_000_003 } else { 0 });
+        }
+        let st = r.stats().unwrap();
+        let c = st.columns_us();
+        let percentiles = [c[1], c[4], c[5], c[6]];
+        assert!(
+            percentiles
+                .iter()
+                .all(|&p| st.min_us <= p && p <= st.max_us),
+            "{c:?}"
+        );
+        assert!(percentiles.windows(2).all(|w| w[0] <= w[1]), "{c:?}");
     }
 
     #[test]
