@@ -35,18 +35,18 @@ pub struct Outcome {
 
 impl Outcome {
     /// How a launcher ends: each failure of `run` (from [`run_local`] or [`run_local_mq`]) on
-    /// stderr as "TOOL: rank 2 (pid 4242) was killed by SIGKILL", and the exit code (1 when the
-    /// ranks could not be started).
+    /// stderr as "TOOL: error: rank 2 (pid 4242) was killed by SIGKILL", and the exit code (1
+    /// when the ranks could not be started).
     pub fn exit(run: Result<Outcome, String>, tool: &str) -> ExitCode {
         match run {
             Ok(o) => {
                 for f in &o.failures {
-                    crate::eprintln_whole!("{tool}: {f}");
+                    crate::eprintln_whole!("{tool}: error: {f}");
                 }
                 ExitCode::from(o.code)
             }
             Err(e) => {
-                crate::eprintln_whole!("{tool}: {e}");
+                crate::eprintln_whole!("{tool}: error: {e}");
                 ExitCode::FAILURE
             }
         }
