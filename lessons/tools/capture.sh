@@ -64,6 +64,8 @@ run_all() {
     pair l04rc 'lesson04_send_recv -d rxe0' 'ibv_rc_pingpong -d rxe1 -g 1 192.168.77.1'
     pair l04rcs 'ibv_rc_pingpong -d rxe0 -g 1' 'lesson04_send_recv -d rxe1 192.168.77.1'
     one l04nosrv 'lesson04_send_recv -d rxe1 --wait 3 192.168.77.1'
+    pair l04size 'lesson04_send_recv -d rxe0 -s 4096 -n 5 --wait 10' 'lesson04_send_recv -d rxe1 -s 8192 -n 5 --wait 10 192.168.77.1'
+    killed l04kill 'first ibv_post_send' 'lesson04_send_recv -d rxe0 -n 1000000 --wait 5' 'lesson04_send_recv -d rxe1 -n 1000000 --wait 5 192.168.77.1'
     pair l04rnr 'lesson04_send_recv -d rxe0 --show-rnr' 'lesson04_send_recv -d rxe1 --show-rnr 192.168.77.1'
     pair l05imm 'lesson05_rdma_write -d rxe0' 'lesson05_rdma_write -d rxe1 -s 4096 -n 3 --notify imm 192.168.77.1'
     pair l05flag 'lesson05_rdma_write -d rxe0' 'lesson05_rdma_write -d rxe1 -s 4096 -n 3 --notify flag 192.168.77.1'
