@@ -362,7 +362,11 @@ impl Ping<'_> {
     /// Busy-polls for up to two completions, at most `wait`.
     fn poll(&self, wcs: &mut [WorkCompletion; 2]) -> Result<usize> {
         self.cq
-            .poll_timeout(wcs, self.wait, "a completion (is the peer alive?)")
+            .poll_timeout(
+                wcs,
+                self.wait,
+                "a completion; check that the peer still runs, with the same -n",
+            )
             .map_err(anyhow::Error::from)
     }
 

@@ -517,7 +517,11 @@ impl PingPong<'_> {
         while rcnt < iters || scnt < iters {
             let ne = self
                 .cq
-                .poll_timeout(&mut wcs, self.wait, "a completion (is the peer alive?)")
+                .poll_timeout(
+                    &mut wcs,
+                    self.wait,
+                    "a completion; check that the peer still runs, with the same -n",
+                )
                 .with_context(|| format!("after {scnt} sends and {rcnt} receives"))?;
             for wc in &wcs[..ne] {
                 wc.ok()
