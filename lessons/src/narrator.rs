@@ -2,6 +2,7 @@
 //! and the one way every line a lesson prints reaches stdout ([`outln!`](crate::outln)), which
 //! ends the lesson quietly when stdout is closed (`lesson09_affinity | head -3`).
 
+use std::any::Any;
 use std::fmt;
 use std::io::{self, Write as _};
 use std::panic::{self, AssertUnwindSafe};
@@ -75,22 +76,67 @@ macro_rules! outln {
 #[derive(Debug)]
 pub struct StdoutClosed;
 
-/// Set once a write to stdout has failed with `EPIPE`: from then on a panic (a scoped thread
-/// that printed, say, makes its scope panic) is the same quiet end, not a bug to report.
+/// Set once a write to stdout has failed with `EPIPE`: from then on the panic of a
+/// `thread::scope` whose thread unwound with [`StdoutClosed`] is the same quiet end.
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 
+/// What `std::thread::scope` panics with when one of its threads panicked (or unwound).
+const SCOPE_PANIC: &str = "a scoped thread panicked";
+
+/// Whether a panic's payload is the quiet end of a closed stdout: [`StdoutClosed`] itself, or
+/// the panic of a scope one of whose threads unwound with it. Any other panic, before or after
+/// stdout closed, is a bug and is reported as one.
+fn is_stdout_closed(payload: &(dyn Any + Send)) -> bool {
+    payload.is::<StdoutClosed>()
+        || (STDOUT_CLOSED.load(Ordering::Acquire)
+            && payload.downcast_ref::<&str>() == Some(&SCOPE_PANIC))
+}
+
 /// Runs a lesson's `main`: what it returns, or exit status 0 without a word if it stopped
-/// because its stdout was closed ([`print_line`]). Any other panic goes on as before.
+/// because its stdout was closed ([`print_line`]). Any other panic goes on as before, with its
+/// message and exit status 101.
 pub fn until_stdout_closes(main: impl FnOnce() -> ExitCode) -> ExitCode {
     let report = panic::take_hook();
     panic::set_hook(Box::new(move |info| {
-        if !STDOUT_CLOSED.load(Ordering::Acquire) {
+        if !is_stdout_closed(info.payload()) {
             report(info);
         }
     }));
     match panic::catch_unwind(AssertUnwindSafe(main)) {
         Ok(code) => code,
-        Err(_) if STDOUT_CLOSED.load(Ordering::Acquire) => ExitCode::SUCCESS,
+        Err(payload) if is_stdout_closed(&*payload) => ExitCode::SUCCESS,
         Err(payload) => panic::resume_unwind(payload),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_closed_stdout_ends_quietly() {
+        let scope: Box<dyn Any + Send> = Box::new(SCOPE_PANIC);
+        let bug: Box<dyn Any + Send> = Box::new("index out of bounds");
+        let closed: Box<dyn Any + Send> = Box::new(StdoutClosed);
+        assert!(is_stdout_closed(&*closed));
+        // Before stdout closed, a scope's panic is a thread's bug.
+        assert!(!is_stdout_closed(&*scope));
+        STDOUT_CLOSED.store(true, Ordering::Release);
+        assert!(is_stdout_closed(&*scope));
+        // After it closed, any other panic is still a bug, with its message and status 101.
+        assert!(!is_stdout_closed(&*bug));
+        let formatted: Box<dyn Any + Send> = Box::new(String::from("failed printing: x"));
+        assert!(!is_stdout_closed(&*formatted));
+    }
+
+    #[test]
+    fn a_scope_panics_with_the_message_we_recognise() {
+        let payload = panic::catch_unwind(|| {
+            std::thread::scope(|s| {
+                s.spawn(|| panic::resume_unwind(Box::new(StdoutClosed)));
+            })
+        })
+        .unwrap_err();
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&SCOPE_PANIC));
     }
 }
