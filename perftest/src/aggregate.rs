@@ -167,7 +167,7 @@ fn one_size(procs: &[ProcessResult], j: usize) -> Result<SizeTotal, String> {
 /// their endpoints listed in process order) and no single CPU (each process has its own).
 pub fn aggregate_info(infos: &[&RunInfo]) -> Option<RunInfo> {
     let mut total = (*infos.first()?).clone();
-    total.qps = infos.iter().map(|i| i.qps).sum();
+    total.qp.qps = infos.iter().map(|i| i.qp.qps).sum();
     total.local_endpoints = infos
         .iter()
         .flat_map(|i| i.local_endpoints.clone())

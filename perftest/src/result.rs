@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::stats::LatStats;
 
 verbs_lab::wire_codes! {
@@ -57,15 +59,7 @@ pub struct RunInfo {
     pub gid_index: u32,
     pub gid: String,
     pub remote_gid: String,
-    pub mtu: u32,
-    pub qps: u32,
-    pub tx_depth: u32,
-    pub rx_depth: u32,
-    pub post_list: u32,
-    pub cq_moderation: u32,
-    /// The inline limit actually used (read back from the created QP).
-    pub max_inline: u32,
-    pub outstanding_reads: u32,
+    pub qp: QpSettings,
     /// "FETCH_AND_ADD" / "CMP_AND_SWAP" for atomics.
     pub atomic_type: Option<String>,
     pub bidirectional: bool,
@@ -81,6 +75,30 @@ pub struct RunInfo {
     pub rdma_cm: bool,
     pub local_endpoints: Vec<String>,
     pub remote_endpoints: Vec<String>,
+}
+
+/// How the run's QPs were set up, as the run used them: the header's lines and, under these
+/// very names, keys of the JSON "run" object. Not the queues as asked
+/// ([`QueueShape`](crate::params::QueueShape)): here `-t` is cut to the iterations, `-Q` is
+/// the signaling the loops use and the inline limit is the one the QP took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QpSettings {
+    /// The path MTU both sides agreed on, in bytes.
+    pub mtu: u32,
+    /// How many QPs (of all processes, in a `--procs` run's totals).
+    pub qps: u32,
+    /// Send requests in flight per QP.
+    pub tx_depth: u32,
+    /// Receives per QP: those posted (the send tools), else `-r`.
+    pub rx_depth: u32,
+    /// Send requests per `ibv_post_send` call.
+    pub post_list: u32,
+    /// One signaled send request in how many, as the run's loop signals them.
+    pub cq_moderation: u32,
+    /// The inline limit actually used (read back from the created QP).
+    pub max_inline: u32,
+    /// RDMA reads and atomics in flight per QP (`-o`, capped by both devices).
+    pub outstanding_reads: u32,
 }
 
 impl RunInfo {

@@ -23,7 +23,7 @@ use crate::params::{Config, RunMode, Sizes, Timing};
 use crate::progress::Progress;
 use crate::proto::{ChanError, Channel, Hello, Msg, PeerFailed, Phase, ProtoError, VERSION};
 use crate::report::endpoint_line;
-use crate::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult, TestKind};
+use crate::result::{BwRow, LatRow, Metric, QpSettings, Rows, RunInfo, RunResult, TestKind};
 use crate::{bw, lat};
 
 /// Where a run's header and rows go as they are measured.
@@ -473,18 +473,20 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
             .first()
             .map(|e| gid_text(&e.gid))
             .unwrap_or_default(),
-        mtu: link.agreed.path_mtu.bytes(),
-        qps: cfg.qps,
-        tx_depth: cfg.queues.tx_depth,
-        rx_depth: if kind == TestKind::Send {
-            link.res.rx_posted
-        } else {
-            cfg.queues.rx_depth
+        qp: QpSettings {
+            mtu: link.agreed.path_mtu.bytes(),
+            qps: cfg.qps,
+            tx_depth: cfg.queues.tx_depth,
+            rx_depth: if kind == TestKind::Send {
+                link.res.rx_posted
+            } else {
+                cfg.queues.rx_depth
+            },
+            post_list: cfg.queues.post_list,
+            cq_moderation: cfg.queues.signal_period(cfg.tool),
+            max_inline: link.agreed.inline_limit,
+            outstanding_reads: link.agreed.outstanding,
         },
-        post_list: cfg.queues.post_list,
-        cq_moderation: cfg.queues.signal_period(cfg.tool),
-        max_inline: link.agreed.inline_limit,
-        outstanding_reads: link.agreed.outstanding,
         atomic_type: cfg.atomic.map(|a| a.name().to_string()),
         bidirectional: cfg.bidirectional,
         use_events: cfg.events,

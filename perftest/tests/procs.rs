@@ -23,7 +23,9 @@ use vl_perftest::report::{
     endpoint_line, render_csv, render_csv_procs, render_json, render_json_procs, render_table,
     render_table_procs, render_text, render_text_procs,
 };
-use vl_perftest::result::{BwRow, Metric, ProcessResult, Rows, RunInfo, RunResult, Span, TestKind};
+use vl_perftest::result::{
+    BwRow, Metric, ProcessResult, QpSettings, Rows, RunInfo, RunResult, Span, TestKind,
+};
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -45,14 +47,16 @@ fn info(process: u32) -> RunInfo {
         gid_index: 1,
         gid: "::ffff:192.168.77.2".into(),
         remote_gid: "::ffff:192.168.77.1".into(),
-        mtu: 4096,
-        qps: 1,
-        tx_depth: 128,
-        rx_depth: 1,
-        post_list: 1,
-        cq_moderation: 100,
-        max_inline: 0,
-        outstanding_reads: 16,
+        qp: QpSettings {
+            mtu: 4096,
+            qps: 1,
+            tx_depth: 128,
+            rx_depth: 1,
+            post_list: 1,
+            cq_moderation: 100,
+            max_inline: 0,
+            outstanding_reads: 16,
+        },
         atomic_type: None,
         bidirectional: false,
         use_events: false,
@@ -456,7 +460,7 @@ fn aggregate_keeps_the_rows_bookkeeping() {
 fn aggregate_info_lists_every_qp() {
     let infos = [info(0), info(1)];
     let t = aggregate_info(&infos.iter().collect::<Vec<_>>()).unwrap();
-    assert_eq!(t.qps, 2);
+    assert_eq!(t.qp.qps, 2);
     assert_eq!(t.local_endpoints.len(), 2);
     assert_eq!(t.remote_endpoints[1], infos[1].remote_endpoints[0]);
     assert_eq!(t.cpu, None, "each process has its own CPU");

@@ -20,7 +20,7 @@ use vl_perftest::output::{
     GateOutcome, OutputArgs, OutputFormat, Reporter, Verbosity,
 };
 use vl_perftest::report::{endpoint_line, text};
-use vl_perftest::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult, TestKind};
+use vl_perftest::result::{BwRow, LatRow, Metric, QpSettings, Rows, RunInfo, RunResult, TestKind};
 use vl_perftest::stats::LatStats;
 
 // ---------------------------------------------------------------------------------------------
@@ -42,14 +42,16 @@ fn bw_info() -> RunInfo {
         gid_index: 1,
         gid: "::ffff:192.168.77.1".into(),
         remote_gid: "::ffff:192.168.77.2".into(),
-        mtu: 1024,
-        qps: 1,
-        tx_depth: 128,
-        rx_depth: 512,
-        post_list: 1,
-        cq_moderation: 100,
-        max_inline: 0,
-        outstanding_reads: 16,
+        qp: QpSettings {
+            mtu: 1024,
+            qps: 1,
+            tx_depth: 128,
+            rx_depth: 512,
+            post_list: 1,
+            cq_moderation: 100,
+            max_inline: 0,
+            outstanding_reads: 16,
+        },
         atomic_type: None,
         bidirectional: false,
         use_events: false,
@@ -109,7 +111,7 @@ fn bw_gbits() -> RunResult {
     info.tool = "vl_read_bw".into();
     info.test = TestKind::Read;
     info.bidirectional = true;
-    info.qps = 2;
+    info.qp.qps = 2;
     info.local_endpoints = vec![
         endpoint_line(
             0,
@@ -185,7 +187,10 @@ fn lat_run() -> RunResult {
         test: TestKind::Send,
         metric: Metric::Lat,
         role: "server".into(),
-        tx_depth: 1,
+        qp: QpSettings {
+            tx_depth: 1,
+            ..bw_info().qp
+        },
         iterations: 1000,
         warmup_iterations: 10,
         cpu: None,
@@ -412,7 +417,7 @@ fn titles() {
     info.test = TestKind::Atomic;
     info.atomic_type = Some("FETCH_AND_ADD".into());
     info.bidirectional = false;
-    info.post_list = 4;
+    info.qp.post_list = 4;
     assert_eq!(text::title(&info), "Atomic FETCH_AND_ADD Post List BW Test");
     info.metric = Metric::Lat;
     assert_eq!(text::title(&info), "Atomic FETCH_AND_ADD Latency Test");
@@ -885,7 +890,7 @@ fn finish_reports_a_missed_gate() {
 fn server_q2() -> RunResult {
     let mut info = bw_info();
     info.role = "server".into();
-    info.qps = 2;
+    info.qp.qps = 2;
     info.local_endpoints.push(endpoint_line(
         0,
         0x13,

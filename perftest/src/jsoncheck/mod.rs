@@ -21,7 +21,7 @@ use serde_json::Value;
 use crate::params::Tool;
 use crate::report::schema::{AggregateRow, BwJson, LatJson, Process, ReportParts, Run, SpanJson};
 use crate::report::FORMAT_VERSION;
-use crate::result::{Metric, TestKind};
+use crate::result::{Metric, QpSettings, TestKind};
 
 /// `v` read as a `T`; on failure the message names the path of the field at fault: the key
 /// whose removal changes the error (a field of the wrong type or value), else `path` itself
@@ -317,6 +317,12 @@ fn check_perftest(doc: &Value) -> Result<Vec<u64>, String> {
             "format: {} is not the layout this checker reads ({FORMAT_VERSION})",
             rep.format
         ));
+    }
+    // The QP settings on their own first: `Run` reads them (flattened) only once its own keys
+    // are all found, so `typed` would blame a fault in one of them on the first of those keys
+    // it takes away.
+    if rep.run.is_object() {
+        typed::<QpSettings>(&rep.run, "run")?;
     }
     let run: Run = typed(&rep.run, "run")?;
     if run.test != test || run.metric != metric {

@@ -143,6 +143,17 @@ fn refuses_a_broken_bandwidth_report() {
         &with(&doc, "/run/mtu", Some("4096".into())),
         "run.mtu: invalid type: string \"4096\", expected u32",
     );
+    // The QP settings are read flattened into the run: a fault among them, or among the run's
+    // own keys after them, is still named by its key.
+    refused(
+        &with(&doc, "/run/outstanding_reads", Some((-1).into())),
+        "run.outstanding_reads: invalid value: integer `-1`, expected u32",
+    );
+    refused(&with(&doc, "/run/qps", None), "run: missing field `qps`");
+    refused(
+        &with(&doc, "/run/iterations", Some("many".into())),
+        "run.iterations: invalid type: string \"many\", expected u64",
+    );
     refused(
         &with(&doc, "/version", None),
         "the report: missing field `version`",

@@ -7,7 +7,7 @@ use std::time::Duration;
 use verbs_lab::mq;
 use verbs_lab::wire::{Reader, WireError, Writer};
 
-use crate::result::{BwRow, RunInfo, Span};
+use crate::result::{BwRow, QpSettings, RunInfo, Span};
 
 /// The first bytes of an encoded [`WorkerReport`].
 pub const REPORT_MAGIC: [u8; 4] = *b"VLPR";
@@ -126,18 +126,7 @@ fn encode_info(w: &mut Writer, i: &RunInfo) -> Result<(), WireError> {
     w.u32(i.gid_index);
     w.str(&i.gid)?;
     w.str(&i.remote_gid)?;
-    for v in [
-        i.mtu,
-        i.qps,
-        i.tx_depth,
-        i.rx_depth,
-        i.post_list,
-        i.cq_moderation,
-        i.max_inline,
-        i.outstanding_reads,
-    ] {
-        w.u32(v);
-    }
+    encode_qp(w, &i.qp);
     w.bool(i.atomic_type.is_some());
     if let Some(a) = &i.atomic_type {
         w.str(a)?;
@@ -177,10 +166,7 @@ fn decode_info(r: &mut Reader<'_>) -> Result<RunInfo, WireError> {
     let gid_index = r.u32("GID index")?;
     let gid = r.str("GID")?;
     let remote_gid = r.str("remote GID")?;
-    let mut n = [0u32; 8];
-    for v in n.iter_mut() {
-        *v = r.u32("a queue setting")?;
-    }
+    let qp = decode_qp(r)?;
     let atomic_type = if r.tag("atomic type")? {
         Some(r.str("atomic type")?)
     } else {
@@ -213,14 +199,7 @@ fn decode_info(r: &mut Reader<'_>) -> Result<RunInfo, WireError> {
         gid_index,
         gid,
         remote_gid,
-        mtu: n[0],
-        qps: n[1],
-        tx_depth: n[2],
-        rx_depth: n[3],
-        post_list: n[4],
-        cq_moderation: n[5],
-        max_inline: n[6],
-        outstanding_reads: n[7],
+        qp,
         atomic_type,
         bidirectional,
         use_events,
@@ -234,6 +213,37 @@ fn decode_info(r: &mut Reader<'_>) -> Result<RunInfo, WireError> {
         rdma_cm: false,
         local_endpoints: r.strs("local endpoints")?,
         remote_endpoints: r.strs("remote endpoints")?,
+    })
+}
+
+/// The QP settings: eight u32s, in declaration order.
+fn encode_qp(w: &mut Writer, q: &QpSettings) {
+    for v in [
+        q.mtu,
+        q.qps,
+        q.tx_depth,
+        q.rx_depth,
+        q.post_list,
+        q.cq_moderation,
+        q.max_inline,
+        q.outstanding_reads,
+    ] {
+        w.u32(v);
+    }
+}
+
+/// [`encode_qp`]'s eight u32s, read in the same order (a struct expression evaluates its
+/// fields in the order written).
+fn decode_qp(r: &mut Reader<'_>) -> Result<QpSettings, WireError> {
+    Ok(QpSettings {
+        mtu: r.u32("MTU")?,
+        qps: r.u32("QP count")?,
+        tx_depth: r.u32("tx depth")?,
+        rx_depth: r.u32("rx depth")?,
+        post_list: r.u32("post list")?,
+        cq_moderation: r.u32("CQ moderation")?,
+        max_inline: r.u32("max inline")?,
+        outstanding_reads: r.u32("outstanding reads")?,
     })
 }
 

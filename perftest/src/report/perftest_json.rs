@@ -93,31 +93,31 @@ fn test_info(info: &RunInfo) -> Map<String, Value> {
     }
     put(&mut o, "Dual_port", "OFF");
     put(&mut o, "Device", info.device.as_str());
-    put(&mut o, "Number_of_qps", info.qps);
+    put(&mut o, "Number_of_qps", info.qp.qps);
     put(&mut o, "Transport_type", "IB");
     put(&mut o, "Connection_type", info.conn_type.as_str());
     put(&mut o, "Using_SRQ", "OFF");
     put(&mut o, "PCIe_relax_order", "OFF");
     put(&mut o, "ibv_wr_API", "OFF");
     if info.perftest_shows_tx_depth() {
-        put(&mut o, "TX_depth", info.tx_depth);
+        put(&mut o, "TX_depth", info.qp.tx_depth);
     }
-    if info.post_list > 1 {
-        put(&mut o, "Post_List", info.post_list);
+    if info.qp.post_list > 1 {
+        put(&mut o, "Post_List", info.qp.post_list);
     }
     if info.perftest_shows_rx_depth() {
-        put(&mut o, "RX_depth", info.rx_depth);
+        put(&mut o, "RX_depth", info.qp.rx_depth);
     }
     if info.metric == Metric::Bw {
-        put(&mut o, "CQ_Moderation", info.cq_moderation);
+        put(&mut o, "CQ_Moderation", info.qp.cq_moderation);
     }
-    put(&mut o, "Mtu", info.mtu);
+    put(&mut o, "Mtu", info.qp.mtu);
     put(&mut o, "Link_type", info.link_layer.as_str());
     put(&mut o, "GID_index", info.gid_index);
     if matches!(info.test, TestKind::Read | TestKind::Atomic) {
-        put(&mut o, "Outstand_reads", info.outstanding_reads);
+        put(&mut o, "Outstand_reads", info.qp.outstanding_reads);
     } else {
-        put(&mut o, "Max_inline_data", info.max_inline);
+        put(&mut o, "Max_inline_data", info.qp.max_inline);
     }
     put(
         &mut o,

@@ -12,6 +12,8 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::result::QpSettings;
+
 /// The whole document: who wrote it, the run, its rows and, as the run asked for them, the
 /// counters, the CPU use and a `--procs` run's processes with their aggregate per size.
 ///
@@ -67,14 +69,9 @@ pub struct Run<'a> {
     pub gid: Cow<'a, str>,
     pub remote_gid: Cow<'a, str>,
     pub connection_type: Cow<'a, str>,
-    pub mtu: u32,
-    pub qps: u32,
-    pub tx_depth: u32,
-    pub rx_depth: u32,
-    pub post_list: u32,
-    pub cq_moderation: u32,
-    pub max_inline: u32,
-    pub outstanding_reads: u32,
+    /// `mtu` to `outstanding_reads`: keys of this object, in place (flattened).
+    #[serde(flatten)]
+    pub qp: QpSettings,
     pub atomic_type: Option<Cow<'a, str>>,
     pub bidirectional: bool,
     pub use_events: bool,

@@ -57,27 +57,27 @@ fn parameters(info: &RunInfo, procs: &[ProcessResult]) -> Table {
             format!(
                 "{}, {} QP{}",
                 info.conn_type,
-                info.qps,
-                if info.qps == 1 { "" } else { "s" }
+                info.qp.qps,
+                if info.qp.qps == 1 { "" } else { "s" }
             ),
         ),
-        ("MTU", format!("{} B", info.mtu)),
-        ("TX depth", info.tx_depth.to_string()),
+        ("MTU", format!("{} B", info.qp.mtu)),
+        ("TX depth", info.qp.tx_depth.to_string()),
     ];
     if info.test == TestKind::Send {
-        p.push(("RX depth", info.rx_depth.to_string()));
+        p.push(("RX depth", info.qp.rx_depth.to_string()));
     }
     if info.metric == Metric::Bw {
-        p.push(("CQ moderation", info.cq_moderation.to_string()));
+        p.push(("CQ moderation", info.qp.cq_moderation.to_string()));
     }
-    if info.post_list > 1 {
-        p.push(("post list", info.post_list.to_string()));
+    if info.qp.post_list > 1 {
+        p.push(("post list", info.qp.post_list.to_string()));
     }
     match info.test {
         TestKind::Read | TestKind::Atomic => {
-            p.push(("outstanding reads", info.outstanding_reads.to_string()))
+            p.push(("outstanding reads", info.qp.outstanding_reads.to_string()))
         }
-        _ => p.push(("max inline", format!("{} B", info.max_inline))),
+        _ => p.push(("max inline", format!("{} B", info.qp.max_inline))),
     }
     if let Some(a) = &info.atomic_type {
         p.push(("atomic", a.clone()));

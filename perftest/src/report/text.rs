@@ -126,7 +126,7 @@ pub fn title(info: &RunInfo) -> String {
             if info.bidirectional {
                 t.push_str("Bidirectional ");
             }
-            if info.post_list > 1 {
+            if info.qp.post_list > 1 {
                 t.push_str("Post List ");
             }
             t.push_str("BW ");
@@ -157,7 +157,11 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
         " Dual-port       : OFF\t\tDevice         : {}",
         info.device
     );
-    let _ = writeln!(s, " Number of qps   : {}\t\tTransport type : IB", info.qps);
+    let _ = writeln!(
+        s,
+        " Number of qps   : {}\t\tTransport type : IB",
+        info.qp.qps
+    );
     let _ = writeln!(
         s,
         " Connection type : {}\t\tUsing SRQ      : OFF",
@@ -167,27 +171,27 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
     s.push_str(" PCIe relax order: OFF\n");
     s.push_str(" ibv_wr* API     : OFF\n");
     if info.perftest_shows_tx_depth() {
-        line(&mut s, "TX depth", &info.tx_depth);
+        line(&mut s, "TX depth", &info.qp.tx_depth);
     }
-    if info.post_list > 1 {
-        line(&mut s, "Post List", &info.post_list);
+    if info.qp.post_list > 1 {
+        line(&mut s, "Post List", &info.qp.post_list);
     }
     if info.perftest_shows_rx_depth() {
-        line(&mut s, "RX depth", &info.rx_depth);
+        line(&mut s, "RX depth", &info.qp.rx_depth);
     }
     if info.metric == Metric::Bw {
-        line(&mut s, "CQ Moderation", &info.cq_moderation);
+        line(&mut s, "CQ Moderation", &info.qp.cq_moderation);
     }
-    line(&mut s, "Mtu", &format_args!("{}[B]", info.mtu));
+    line(&mut s, "Mtu", &format_args!("{}[B]", info.qp.mtu));
     line(&mut s, "Link type", &info.link_layer);
     line(&mut s, "GID index", &info.gid_index);
     if matches!(info.test, TestKind::Read | TestKind::Atomic) {
-        line(&mut s, "Outstand reads", &info.outstanding_reads);
+        line(&mut s, "Outstand reads", &info.qp.outstanding_reads);
     } else {
         line(
             &mut s,
             "Max inline data",
-            &format_args!("{}[B]", info.max_inline),
+            &format_args!("{}[B]", info.qp.max_inline),
         );
     }
     let _ = writeln!(
