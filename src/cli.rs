@@ -15,7 +15,8 @@
 //! `DIR` laid over `PREFIX/share` is where each shell and `man` look for them.
 //!
 //! A tool that fails ends the same way everywhere: [`failed`] (or [`exit_code`] around its
-//! `run`) prints `NAME: error: ` and the error's chain of causes, and exits 1.
+//! `run`) prints `NAME: error: ` and the error's chain of causes, and exits 1; a bad command
+//! line is `NAME: error: ` and clap's text, status 2 ([`exit_on_usage_error`]).
 //!
 //! [`DevicePortFilter`] is `-d DEV` and `-i N` of a tool that surveys devices and ports, and the
 //! choice of ports they make; [`parse_size`] reads a size in bytes (`64K`) for any option and
@@ -66,13 +67,44 @@ fn parse_checked<T>(
 pub const GENERATE_ENV: &str = "VERBS_LAB_GENERATE";
 
 /// `T::parse()`, after writing the documentation and exiting when [`GENERATE_ENV`] is set; a
-/// number that is not one is refused in plain words ([`explain_number_error`]).
+/// number that is not one is refused in plain words ([`explain_number_error`]), and a bad
+/// command line ends as [`exit_on_usage_error`] ends it.
 pub fn parse<T: Parser>() -> T {
     generate_if_asked(T::command);
     let mut cmd = T::command();
     cmd.try_get_matches_from_mut(std::env::args_os())
         .and_then(|mut m| T::from_arg_matches_mut(&mut m))
-        .unwrap_or_else(|e| explain_number_error(e.format(&mut cmd), &mut cmd).exit())
+        .unwrap_or_else(|e| {
+            let e = explain_number_error(e.format(&mut cmd), &mut cmd);
+            exit_on_usage_error(&e, &program_name())
+        })
+}
+
+/// This program's name: the file name it was started as (`vl_write_bw`), for messages.
+pub fn program_name() -> String {
+    std::env::args_os()
+        .next()
+        .as_deref()
+        .map(Path::new)
+        .and_then(Path::file_name)
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "verbs-lab".into())
+}
+
+/// Ends the program `name` for a clap error, as every message of ours ends: `--help` and
+/// `--version` on stdout with status 0; a bad command line on stderr as `NAME: error: ...`
+/// (clap's text, its usage line and hint after it), status 2.
+pub fn exit_on_usage_error(e: &clap::Error, name: &str) -> ! {
+    if !e.use_stderr() {
+        e.exit()
+    }
+    let text = e.render().to_string();
+    let text = text.trim_end();
+    match text.strip_prefix("error: ") {
+        Some(rest) => crate::eprintln_whole!("{name}: error: {rest}"),
+        None => crate::eprintln_whole!("{text}"),
+    }
+    std::process::exit(2)
 }
 
 /// `-d DEV` and `-i N`: which devices and ports a tool that surveys them looks at (`vl_devinfo`;

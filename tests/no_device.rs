@@ -96,7 +96,11 @@ fn bad_flags_exit_2() {
     for args in [&["-i", "0"][..], &["--ib-port", "x"], &["--no-such-flag"]] {
         let o = run(args, None);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
-        assert!(stderr(&o).starts_with("error: "), "{}", stderr(&o));
+        assert!(
+            stderr(&o).starts_with("vl_devinfo: error: "),
+            "{}",
+            stderr(&o)
+        );
         assert!(stderr(&o).contains("--help"), "{}", stderr(&o));
     }
 }

@@ -37,7 +37,8 @@ fn sizes_are_taken_with_suffixes_within_half_the_buffer() {
     ] {
         let (code, err) = run(&["-s", size]);
         assert_eq!(code, Some(2), "-s {size}: {err}");
-        let want = format!("error: -s {size}: {why}; give 1 to 8K bytes (digits, optionally");
+        let want =
+            format!("vl_selftest: error: -s {size}: {why}; give 1 to 8K bytes (digits, optionally");
         assert!(err.starts_with(&want), "expected '{want}' in: {err}");
     }
     for size in ["4000", "4K", "8k", "8192"] {
@@ -52,13 +53,16 @@ fn the_qp_timeout_and_the_port_are_checked_as_every_tool_checks_them() {
     for (args, want) in [
         (
             ["-u", "99"],
-            "error: -u 99: give 0 to 31: the QP ack timeout is a 5-bit exponent",
+            "vl_selftest: error: -u 99: give 0 to 31: the QP ack timeout is a 5-bit exponent",
         ),
         (
             ["-i", "0"],
-            "error: -i 0: give 1 to 255: ports are numbered from 1",
+            "vl_selftest: error: -i 0: give 1 to 255: ports are numbered from 1",
         ),
-        (["--dev-a", ""], "error: a value is required for '--dev-a"),
+        (
+            ["--dev-a", ""],
+            "vl_selftest: error: a value is required for '--dev-a",
+        ),
     ] {
         let (code, err) = run(&args);
         assert_eq!(code, Some(2), "{args:?}: {err}");

@@ -67,7 +67,8 @@ pub fn parse_args<A: clap::Parser>(program: &'static str) -> A {
     cmd.try_get_matches_from_mut(std::env::args_os())
         .and_then(|mut m| A::from_arg_matches_mut(&mut m))
         .unwrap_or_else(|e| {
-            verbs_lab::cli::explain_number_error(e.format(&mut cmd), &mut cmd).exit()
+            let e = verbs_lab::cli::explain_number_error(e.format(&mut cmd), &mut cmd);
+            verbs_lab::cli::exit_on_usage_error(&e, program)
         })
 }
 
@@ -89,10 +90,11 @@ pub fn lesson_main<A: clap::Parser, T>(
     })
 }
 
-/// Ends the lesson `program` the way clap ends it for a bad flag — `error: MESSAGE`, the usage
-/// line, exit status 2 — for refusals found after parsing but before any verbs call.
+/// Ends the lesson `program` as a bad flag ends it — `PROGRAM: error: MESSAGE`, the usage line,
+/// exit status 2 ([`verbs_lab::cli::exit_on_usage_error`]) — for refusals found after parsing
+/// but before any verbs call.
 pub fn usage_error<P: clap::CommandFactory>(program: &'static str, e: &anyhow::Error) -> ! {
-    lesson_command::<P>(program)
-        .error(clap::error::ErrorKind::ValueValidation, format!("{e:#}"))
-        .exit()
+    let e = lesson_command::<P>(program)
+        .error(clap::error::ErrorKind::ValueValidation, format!("{e:#}"));
+    verbs_lab::cli::exit_on_usage_error(&e, program)
 }

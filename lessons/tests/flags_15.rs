@@ -64,7 +64,7 @@ fn a_rank_that_cannot_be_a_ring_is_a_usage_error() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{env:?}: {err}");
         assert!(
-            err.starts_with("error: ") && err.contains(says),
+            err.starts_with("lesson15_ring_allreduce: error: ") && err.contains(says),
             "{env:?}: {err}"
         );
     }

@@ -154,7 +154,14 @@ fn every_size_flag_takes_suffixes_within_its_range_and_says_the_range_when_refus
         refused.extend(l.above.iter().map(|a| (*a, "too large")));
         for (size, why) in refused {
             let (code, out, err) = run(l.bin, &[l.flag, size]);
-            let want = format!("error: {} {size}: {why}; give {} {FORM}", l.flag, l.range);
+            let program = std::path::Path::new(l.bin)
+                .file_name()
+                .unwrap()
+                .to_string_lossy();
+            let want = format!(
+                "{program}: error: {} {size}: {why}; give {} {FORM}",
+                l.flag, l.range
+            );
             assert_eq!(code, Some(2), "{name} {} {size}: {err}", l.flag);
             assert!(
                 err.starts_with(&want),

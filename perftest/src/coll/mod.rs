@@ -45,11 +45,8 @@ pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
         .and_then(|m| <Args as clap::FromArgMatches>::from_arg_matches(&m));
     let args = match parsed {
         Ok(a) => a,
-        Err(e) => {
-            let usage = e.use_stderr();
-            let _ = e.print();
-            return ExitCode::from(if usage { EXIT_USAGE } else { 0 });
-        }
+        // --help and --version: status 0; a bad flag: `NAME: error: ...`, status 2 (EXIT_USAGE).
+        Err(e) => verbs_lab::cli::exit_on_usage_error(&e, tool),
     };
     let coll = coll_of(args.root);
     let run = match (args.np, &args.local_queues) {

@@ -229,7 +229,8 @@ impl Params {
     /// Parses the process's arguments for `tool` (`--help` names the tool); exits on a usage
     /// error as clap does (status 2).
     pub fn parse_for(tool: Tool) -> Params {
-        Self::try_parse_for(tool, std::env::args_os()).unwrap_or_else(|e| e.exit())
+        Self::try_parse_for(tool, std::env::args_os())
+            .unwrap_or_else(|e| verbs_lab::cli::exit_on_usage_error(&e, &tool.name()))
     }
 
     /// The clap command of `tool`: its name and description over the shared flags.
