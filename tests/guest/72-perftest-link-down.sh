@@ -8,10 +8,12 @@
 # 2. `rdma link delete rxe1` in the middle of a -D run: the tool on rxe1 sees the device being
 #    removed, ends (exit 1, named) and tells its peer (exit 1, naming the client's report);
 #    the delete, which on rxe waits for every process to close the device, then returns.
+# 3. The same under vl_all_reduce_perf --np 2: the ranks end, exit 1, a rank naming its own
+#    port that went down (not its neighbour as gone, nor its request as malformed).
 # After each: veth1 up (or rxe1 re-created on veth1), both ports ACTIVE with their GIDs, and a
 # short vl_send_bw pair proves traffic flows again.
-# timeout: 360
-# slow: three faulted runs under TCG, each followed by a restore and a vl_send_bw pair that proves the devices work again (33-67 s)
+# timeout: 420
+# slow: four faulted runs under TCG, each followed by a restore and a vl_send_bw pair that proves the devices work again (33-67 s)
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
@@ -85,6 +87,29 @@ link_down() {
 
 link_down vl_write_bw
 link_down vl_send_lat
+
+step "ip link set veth1 down in the middle of vl_all_reduce_perf --np 2 on rxe0,rxe1"
+# The ranks' work requests fail on the port that went down (rxe reports IBV_WC_LOC_QP_OP_ERR):
+# a rank names its own port, not its neighbour as "gone" nor its request as malformed.
+coll=$TMPDIR/coll.out
+vl_all_reduce_perf --np 2 -d "$VL_DEV0,$VL_DEV1" -b 1M -e 1M -n 100000 -w 0 --timeout 10 \
+    >"$coll" 2>&1 </dev/null &
+CPID=$!
+wait_for 90 - grep -q -F -e "#  Rank  1" "$coll" 2>/dev/null \
+    || { cat "$coll"; fail "the ranks were not listed"; }
+sleep 2
+T0=$(_vl_now)
+$IP link set veth1 down
+CRC=0
+_vl_watch "$CPID" "$(scaled 40)" || CRC=$?
+_ep=$(($(_vl_now) - T0))
+echo "--- vl_all_reduce_perf --np 2 (exit $CRC, ended $((_ep / 100)).$((_ep % 100 / 10)) s after the fault)"
+cat "$coll"
+[ "$CRC" = 1 ] || fail "vl_all_reduce_perf exited $CRC, expected 1"
+grep -q -E "port 1 of rxe[01] is DOWN, not ACTIVE: this rank's link went down" "$coll" \
+    || fail "no rank named its port that went down"
+expect_not_contains "$coll" "malformed"
+traffic_again
 
 step "rdma link delete rxe1 in the middle of vl_write_bw -D 40"
 # rxe cannot detach a process from a device (no disassociate_ucontext): the kernel sends no

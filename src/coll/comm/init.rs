@@ -349,6 +349,7 @@ impl Local {
             star,
             ring: Some(Ring {
                 ctx: self.ctx,
+                port: opts.ib_port,
                 channel: self.channel,
                 cq: self.cq,
                 left: self.left,

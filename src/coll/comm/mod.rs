@@ -28,7 +28,7 @@ use crate::coll::kernels::{self, DataType, RedOp};
 use crate::coll::schedule::{self, chunk, Action, Coll, Plan, RecvMsg};
 use crate::connect::{self, ConnectOpts, Endpoint};
 use crate::verbs::{
-    AccessFlags, CompChannel, Context, Cq, DeviceList, Gid, Mr, Payload, Pd, Qp, QpCaps,
+    AccessFlags, CompChannel, Context, Cq, DeviceList, Gid, Mr, Payload, Pd, PortState, Qp, QpCaps,
     QpInitAttr, QpType, RecvWr, RemoteBuf, SendOp, SendWr, VerbsError, WorkCompletion,
 };
 
@@ -125,6 +125,8 @@ const WR_RECV_CREDIT: u64 = 4;
 /// The ring's verbs objects and the state that persists between collectives.
 struct Ring {
     ctx: Context,
+    /// The port of `ctx` the QPs use: looked at when a work request fails.
+    port: u8,
     /// Idle ranks sleep on it instead of spinning (see `pump`).
     channel: CompChannel,
     cq: Cq,
@@ -165,6 +167,26 @@ impl Memory {
         match self {
             Memory::Registered(m) => m.write(offset, src).expect("a range inside the buffers"),
             Memory::Heap(v) => v[offset..offset + src.len()].copy_from_slice(src),
+        }
+    }
+}
+
+impl Ring {
+    /// When our own port is no longer ACTIVE (the link went down, the netdev was removed): what
+    /// to say of it. A work request that fails then is this side's failure, not the peer's.
+    fn port_down(&self) -> Option<String> {
+        let name = self.ctx.name();
+        match self.ctx.query_port(self.port) {
+            Ok(p) if p.state == PortState::ACTIVE => None,
+            Ok(p) => Some(format!(
+                "port {} of {name} is {}, not ACTIVE: this rank's link went down; check the \
+                 link (`ip link`, `rdma link`) and run again",
+                self.port, p.state
+            )),
+            Err(e) => Some(format!(
+                "port {} of {name} can no longer be queried ({e}): the device went away",
+                self.port
+            )),
         }
     }
 }
@@ -445,8 +467,10 @@ impl Comm {
         let r = self.pump(job);
         if let Err(e) = &r {
             self.broken = true;
-            // Rank 0 may already know better who is gone (a closed socket): ask it briefly.
-            let deadline = Instant::now() + Duration::from_secs(2);
+            // Rank 0 may already know better who is gone (a closed socket): ask it briefly —
+            // unless our own link is down, when we are the cause and it can only blame us.
+            let ours = self.ring.as_ref().and_then(Ring::port_down).is_some();
+            let deadline = Instant::now() + Duration::from_secs(if ours { 0 } else { 2 });
             while Instant::now() < deadline {
                 if let Err(better @ CollError::RankGone { .. }) = self.star.check_alive() {
                     return Err(better);

@@ -251,6 +251,16 @@ impl Run<'_> {
                 } else {
                     &self.right
                 };
+                if let Some(down) = ring.port_down() {
+                    // Only the status: its usual explanation (a malformed request, for rxe's
+                    // IBV_WC_LOC_QP_OP_ERR) does not hold for a request that met a dead link.
+                    return Err(CollError::Failed(format!(
+                        "{down} (work request {} on the QP to {} completed with {})",
+                        wc.wr_id(),
+                        peer.who,
+                        wc.status().name()
+                    )));
+                }
                 let err = wc.ok().expect_err("a failed completion");
                 return Err(CollError::RankGone {
                     rank: peer.rank,
@@ -356,6 +366,13 @@ impl Idle {
         }
         if now.duration_since(self.last_progress) >= self.peer_timeout {
             let (peer, waiting) = run.waiting_for(ring);
+            if let Some(down) = ring.port_down() {
+                return Err(CollError::Failed(format!(
+                    "{down} (no {waiting} from {} for {:.0} s)",
+                    peer.who,
+                    self.peer_timeout.as_secs_f64()
+                )));
+            }
             return Err(CollError::RankGone {
                 rank: peer.rank,
                 who: peer.who.clone(),
