@@ -106,6 +106,24 @@ pub struct LatStats {
 }
 
 impl LatStats {
+    /// The statistics of no sample: a count of 0 and every time NaN, which the text row prints
+    /// as `nan`, JSON as `null`, and which fails any `--max-lat` gate. For a side that took part
+    /// in the rounds but could time none (a ping-pong server's one round of `-n 1`): its row
+    /// says so instead of going missing.
+    pub fn none() -> LatStats {
+        LatStats {
+            samples: 0,
+            min_us: f64::NAN,
+            max_us: f64::NAN,
+            median_us: f64::NAN,
+            avg_us: f64::NAN,
+            stdev_us: f64::NAN,
+            p99_us: f64::NAN,
+            p999_us: f64::NAN,
+            p9999_us: f64::NAN,
+        }
+    }
+
     /// The statistics in the order of the table and CSV columns: min, median, average,
     /// standard deviation, p99, p99.9, p99.99, max (µs).
     pub fn columns_us(&self) -> [f64; 8] {
@@ -247,8 +265,27 @@ mod tests {
     }
 
     #[test]
+    fn a_slow_round_is_the_maximum_and_the_tail() {
+        // 99 rounds of 20 µs and one of 25 ms (a wait that looked at the channel): the slow
+        // one is t_max and p99.9, the median stays with the many.
+        let mut r = LatRecorder::new();
+        for i in 0..100 {
+            r.record(if i == 57 { 25_000_000 } else { 20_000 });
+        }
+        let st = r.stats().unwrap();
+        assert_eq!(st.samples, 100);
+        assert_eq!((st.min_us, st.max_us), (20.0, 25_000.0));
+        // Percentiles within the histogram's 0.1%.
+        assert!((st.median_us - 20.0).abs() <= 0.02, "{}", st.median_us);
+        assert!((st.p999_us - 25_000.0).abs() <= 25.0, "{}", st.p999_us);
+    }
+
+    #[test]
     fn single_and_empty() {
         assert!(LatRecorder::new().stats().is_none());
+        let none = LatStats::none();
+        assert_eq!(none.samples, 0);
+        assert!(none.columns_us().iter().all(|x| x.is_nan()));
         let mut r = LatRecorder::new();
         r.record(5000);
         let st = r.stats().unwrap();

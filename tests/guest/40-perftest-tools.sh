@@ -20,8 +20,8 @@
 # The client's port must have sent at least E packets; for reads it must have received at least
 # (N + W) x ceil(S / MTU) response packets. The out-of-band exchange is TCP, which rxe does not
 # count, and QP set-up sends no packets.
-# slow: a pair of each of the 8 vl_* tools, 10-40 s each under TCG, packet counts checked
-# timeout: 420
+# slow: a pair of each of the 8 vl_* tools, 10-40 s each under TCG, packet counts checked, then 3 short latency pairs
+# timeout: 480
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
@@ -133,4 +133,31 @@ for t in write_lat send_lat read_lat atomic_lat; do
         *) [ -z "$(rows "$SERVER_OUT")" ] || fail "vl_$t server: unexpected rows" ;;
     esac
 done
+# Round trips over 10 ms (1 MiB under TCG), past the point where a wait looks at the
+# out-of-band channel: the server's samples run from one answer to the next, and every answer
+# after its first ends one however long it waited. So the server prints the 1 MiB row too, with
+# the client's 10 round trips and 9 samples (the first answer only starts one).
+for t in write_lat send_lat; do
+    step "vl_$t -s 1M -n 10: the server's row, whatever the round trip"
+    json=$VL_PT_OUT/40-$t-1m-server.json
+    rm -f "$json"
+    vl_pair_ok "vl_$t" "-s 1048576 -n 10 --warmup 1" "" "--json $json"
+    expect_row "$CLIENT_OUT" "vl_$t -s 1M client"
+    expect_row "$SERVER_OUT" "vl_$t -s 1M server"
+    for side in "$CLIENT_OUT" "$SERVER_OUT"; do
+        [ "$(row_field "$side" 1)" = 1048576 ] || fail "vl_$t: a row in $side is not for 1048576 bytes"
+        [ "$(row_field "$side" 2)" = 10 ] || fail "vl_$t: a row in $side does not report 10 iterations"
+    done
+    grep -q '"samples": 9,' "$json" || fail "vl_$t -s 1M server: its JSON ($json) has not 9 samples"
+    # Half the round trip: under 5000 us the path was fast and the case above was not exercised.
+    num_gt "$(row_field "$CLIENT_OUT" 5)" 5000 \
+        || echo "note: vl_$t -s 1M round trip under 10 ms here; the slow path was not exercised"
+done
+
+# -n 1: the server answers once and times nothing; its row still prints and says so.
+step "vl_write_lat -n 1: the server's row with no sample"
+vl_pair_ok vl_write_lat "-s 2 -n 1 --warmup 0"
+expect_row "$CLIENT_OUT" "vl_write_lat -n 1 client"
+rows "$SERVER_OUT" | awk 'NR == 1 { exit !($1 == 2 && $2 == 1 && $3 == "nan") }' \
+    || fail "vl_write_lat -n 1 server: no row of 1 iteration with nan times: $(rows "$SERVER_OUT")"
 echo "every tool ran and its counters agree"

@@ -17,7 +17,9 @@
 //! The waits read no clock in an ordinary round (`wait.rs`), and `-D`'s deadline is compared
 //! with the sample's start: one clock read per round trip.
 //! Both sides of a ping-pong report: the server answers first and reads the clock after; its
-//! samples run from one answer to the next. See `docs/measurement.md`.
+//! samples run from one answer to the next, and every answer after the first ends one, however
+//! long the server waited (`-n N` gives it N − 1 samples; with `-n 1` its row prints with none).
+//! See `docs/measurement.md`.
 //!
 //! The loop of a phase is `one_phase` here; a round's steps are in `round.rs`, the posts and
 //! completions of the one QP in `post.rs`, the bounded waits in `wait.rs`.
@@ -32,7 +34,7 @@ use crate::params::RunMode;
 use crate::pattern;
 use crate::proto::{Channel, Phase};
 use crate::result::{LatRow, TestKind};
-use crate::stats::LatRecorder;
+use crate::stats::{LatRecorder, LatStats};
 
 mod post;
 mod round;
@@ -51,8 +53,8 @@ pub struct SendQueue {
     pub next_signal: u64,
 }
 
-/// Measures one size; returns this side's row (none on a read/atomic server, or a ping-pong
-/// server that took no sample).
+/// Measures one size; returns this side's row (none on a read/atomic server, which only
+/// serves).
 pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Option<LatRow>> {
     let cfg = s.cfg;
     prepare(s, size)?;
@@ -98,7 +100,15 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Op
         }
     }
     s.ch.sync(Phase::Done, size).map_err(anyhow::Error::new)?;
-    Ok(rec.stats().map(|stats| LatRow {
+    // A ping-pong server's first answer only starts a sample (its samples run from one answer
+    // to the next): with `-n 1` it has none, and its row still prints, saying so.
+    let ponger = Facts::of(s, size).pingpong && cfg.is_server();
+    let stats = match rec.stats() {
+        Some(st) => Some(st),
+        None if ponger && m.count > 0 => Some(LatStats::none()),
+        None => None,
+    };
+    Ok(stats.map(|stats| LatRow {
         bytes: size,
         iterations: m.count,
         stats,

@@ -2,7 +2,7 @@
 //! for the side that starts it ([`Rounds::ping`]) and the side that answers
 //! ([`Rounds::pong`]).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use verbs_lab::diag::PortCounters;
@@ -103,8 +103,8 @@ pub(super) struct Rounds<'a> {
     /// since: the next sample starts there. `None` after bookkeeping: the next sample reads the
     /// clock anew.
     prev_end: Option<Instant>,
-    /// The ponger's previous answer, for its samples (`None`: the next answer starts a sample).
-    answered: Option<Instant>,
+    /// The ponger's answers, whose spacing makes its samples.
+    answers: Answers,
     /// The pinger's rounds since it last looked at the channel.
     unlooked: u64,
 }
@@ -164,7 +164,7 @@ impl<'a> Rounds<'a> {
             first: None,
             last: Instant::now(),
             prev_end: None,
-            answered: None,
+            answers: Answers::default(),
             unlooked: 0,
         }
     }
@@ -198,7 +198,6 @@ impl<'a> Rounds<'a> {
         self.post.post(self.mr, sq)?;
         // A look inside the wait (a wait over CHANNEL_CHECK) stays in this sample, an outlier
         // of the wait already.
-        self.waiter.looked = false;
         let t1 = self.wait_answer(t0, seq, sq)?;
         let round = t1.saturating_duration_since(t0);
         let rtt = round.as_nanos() as u64;
@@ -228,7 +227,9 @@ impl<'a> Rounds<'a> {
     }
 
     /// Both sides' step before a post: stamps message `seq` and makes room for it in the send
-    /// queue. True when making room had to wait (bookkeeping: no sample may span it).
+    /// queue. True when making room had to wait: bookkeeping the pinger keeps out of its
+    /// sample (a fresh clock read follows); the ponger's sample holds it, as the pinger's round
+    /// trip does.
     #[inline]
     fn prepare(&mut self, seq: u64, sq: &mut SendQueue) -> Result<bool> {
         let f = &self.f;
@@ -279,8 +280,9 @@ impl<'a> Rounds<'a> {
     }
 
     /// The ponger's round `seq`: wait for the message, answer it, read the clock after and
-    /// record the sample since the previous answer; then the round's own work. Returns false
-    /// when the pinger's tally says it is done (`-D`: `stop_at` is this side's count).
+    /// record the sample since the previous answer ([`Answers`]); then the round's own work.
+    /// Returns false when the pinger's tally says it is done (`-D`: `stop_at` is this side's
+    /// count).
     #[inline]
     pub(super) fn pong(
         &mut self,
@@ -296,27 +298,24 @@ impl<'a> Rounds<'a> {
         if let Waited::PeerDone = got {
             return Ok(false);
         }
-        // A wait that looked at the channel holds bookkeeping: no sample ends here.
-        if std::mem::take(&mut self.waiter.looked) {
-            self.answered = None;
-        }
         // Answer first, read the clock after: nothing stands between the arrival and the
-        // answer. The ponger's samples run from one answer to the next (a round trip).
-        if self.prepare(seq, sq)? {
-            // A wait for room is bookkeeping too, and its spins are not a round's.
-            self.answered = None;
-        }
+        // answer but making room for it. Every answer after the first ends a sample, however
+        // long its wait: a look at the channel inside it (a wait over CHANNEL_CHECK) and a wait
+        // for room (at -t 1, the completion of the previous answer) delay this answer, so they
+        // are in the client's round trip as much as in ours.
+        let made_room = self.prepare(seq, sq)?;
         self.post.post(self.mr, sq)?;
         let t1 = Instant::now();
-        if let Some(t0) = self.answered {
-            let round = t1.saturating_duration_since(t0);
+        if let Some(round) = self.answers.answer(t1) {
             if let Some(r) = rec {
                 r.record(round.as_nanos() as u64 / 2);
             }
-            self.waiter.learn(round);
+            // The wait for room, if any, spun last: its spins tell nothing of the message's.
+            if !made_room {
+                self.waiter.learn(round);
+            }
         }
         self.first.get_or_insert(t1);
-        self.answered = Some(t1);
         self.last = t1;
         self.finish_round(seq, sq)?;
         Ok(true)
@@ -370,6 +369,24 @@ impl<'a> Rounds<'a> {
             reap(self.cq, &mut self.wcs, sq, &mut self.recv, f.size)?;
         }
         Ok(())
+    }
+}
+
+/// The ponger's samples: each answer ends the round trip that the previous answer of the phase
+/// started (the first answer only starts one), whatever ran between them.
+#[derive(Debug, Default)]
+pub(super) struct Answers {
+    prev: Option<Instant>,
+}
+
+impl Answers {
+    /// An answer went out at `t` (the clock read just after its post): the round trip since
+    /// the previous answer, `None` for the phase's first.
+    #[inline]
+    pub(super) fn answer(&mut self, t: Instant) -> Option<Duration> {
+        self.prev
+            .replace(t)
+            .map(|t0| t.saturating_duration_since(t0))
     }
 }
 
@@ -440,4 +457,22 @@ fn wait_recv(
         take(&wcs[..k], sq, recv, size)?;
         Ok(recv.is_some())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_answer_after_the_first_ends_a_sample_however_long_the_wait() {
+        // Answers 5 µs apart, then one after a 40 ms wait (past CHANNEL_CHECK: the wait looked
+        // at the channel), then 5 µs again: n answers, n - 1 samples, the slow one among them.
+        let t = Instant::now();
+        let at = [0, 5, 10, 40_010, 40_015].map(|us| t + Duration::from_micros(us));
+        let mut a = Answers::default();
+        let samples: Vec<Option<Duration>> = at.iter().map(|&t| a.answer(t)).collect();
+        let us = |x: u64| Some(Duration::from_micros(x));
+        assert_eq!(samples, [None, us(5), us(5), us(40_000), us(5)]);
+        assert!(crate::engine::CHANNEL_CHECK < Duration::from_millis(40));
+    }
 }
