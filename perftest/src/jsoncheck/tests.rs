@@ -214,8 +214,35 @@ fn refuses_a_broken_latency_report() {
     );
     refused(
         &with(&doc, "/results/0/samples", Some(0.into())),
-        &format!("results[0].samples: 0 ({} bytes): no sample", r["bytes"]),
+        &format!(
+            "results[0].samples: 0 ({} bytes), yet the row has times: a row without samples \
+             has null times",
+            r["bytes"]
+        ),
     );
+    refused(
+        &with(&doc, "/results/0/t_max_us", Some(Value::Null)),
+        &format!(
+            "results[0]: a time is null in a row of {} samples",
+            r["samples"]
+        ),
+    );
+}
+
+/// A latency server's `-n 1`: one answer, no sample; its row has null times, and passes.
+#[test]
+fn a_row_without_samples_has_null_times() {
+    let doc = read("tests/golden/lat.json");
+    let mut one = with(&doc, "/results/0/samples", Some(0.into()));
+    let row = one["results"][0].as_object_mut().unwrap();
+    for (k, v) in row.iter_mut() {
+        if k.starts_with("t_") {
+            *v = Value::Null;
+        }
+    }
+    one["results"].as_array_mut().unwrap().truncate(1);
+    let bytes = one["results"][0]["bytes"].as_u64().unwrap();
+    assert_eq!(check_report(&one, None), Ok(vec![bytes]));
 }
 
 /// A latency server of a read test measured nothing: its report has no row, and passes.

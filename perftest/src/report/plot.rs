@@ -86,6 +86,8 @@ pub fn panels(doc: &Value) -> Result<Vec<Panel>, String> {
         let points = rows
             .iter()
             .enumerate()
+            // A latency row without samples (a server's `-n 1`) has no times to draw.
+            .filter(|(_, r)| r.get("samples").and_then(Value::as_u64) != Some(0))
             .map(|(i, r)| {
                 let x = r.get("bytes").and_then(Value::as_f64);
                 let y = r.get(key).and_then(Value::as_f64);

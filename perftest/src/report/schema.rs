@@ -109,15 +109,29 @@ pub struct LatJson {
     pub bytes: u64,
     pub iterations: u64,
     pub samples: u64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub t_min_us: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub t_median_us: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub t_avg_us: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub t_stdev_us: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub t_p99_us: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub t_p99_9_us: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub t_p99_99_us: f64,
+    #[serde(deserialize_with = "nan_if_null")]
     pub t_max_us: f64,
     pub tps: Option<f64>,
+}
+
+/// A time of a row without samples (a server's `-n 1`) is written as `null` (serde_json's
+/// form of NaN) and read back as NaN.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// `--cpu_util`: each row's CPU utilisation (%) and this process's CPU time (s).
