@@ -253,6 +253,8 @@ fn session(
     // sides once the endpoints are exchanged.
     let max = match cfg.sizes {
         Sizes::Single(s) => s,
+        // UD without -s: the path MTU, at most ours.
+        Sizes::PathMtu => u64::from(port_mtu(dev.port.active_mtu).bytes()),
         Sizes::Sweep { max } => {
             let mut m = max.min(u64::from(dev.port.max_msg_sz));
             if cfg.conn == QpType::Ud {

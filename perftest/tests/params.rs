@@ -156,6 +156,13 @@ fn short_and_long_forms_agree() {
     assert_eq!(ok(WRITE_BW, "-s 64K").sizes, Sizes::Single(65536));
     assert_eq!(ok(WRITE_BW, "-a").sizes, Sizes::Sweep { max: 1 << 23 });
     assert_eq!(ok(SEND_BW, "-a -c UD").sizes, Sizes::Sweep { max: 4096 });
+    // UD without -s: the 64 KiB default cannot fit one packet, so the run uses the path MTU
+    // (perftest's "Changing to this MTU"); -b alike; the latency default (2) fits.
+    for args in ["-c UD", "-c UD -b"] {
+        assert_eq!(ok(SEND_BW, args).sizes, Sizes::PathMtu, "{args}");
+    }
+    assert_eq!(ok(SEND_LAT, "-c UD").sizes, Sizes::Single(2));
+    assert_eq!(ok(SEND_BW, "-c UD -s 4096").sizes, Sizes::Single(4096));
     assert_eq!(ok(SEND_LAT, "-c ud -s 1024").conn, QpType::Ud);
 }
 
@@ -242,7 +249,7 @@ fn impossible_combinations_are_refused_with_the_flag() {
     refused(ATOMIC_BW, "--validate", &["--validate", "atomic"]);
     refused(WRITE_BW, "-u 32", &["-u 32"]);
     refused(READ_BW, "-I 64", &["-I", "inline"]);
-    refused(SEND_BW, "-c UD -s 8192", &["-s 8192", "UD"]);
+    refused(SEND_BW, "-c UD -s 8192", &["-s 8192", "UD", "leave -s out"]);
     refused(WRITE_BW, "-s 4294967296", &["-s 4294967296"]);
     refused(SEND_BW, "-q 64 -r 512", &["-q 64", "lower"]);
     refused(WRITE_BW, "-i 0", &["-i 0"]);

@@ -40,15 +40,19 @@ pub(super) fn resolve_sizes(tool: Tool, p: &Params) -> Result<Sizes, String> {
             ));
         }
         let max = if p.conn == QpType::Ud {
-            4096
+            UD_MAX_MSG
         } else {
             SWEEP_MAX
         };
         return Ok(Sizes::Sweep { max });
     }
-    let s = p
-        .size
-        .unwrap_or(if tool.metric == Metric::Lat { 2 } else { 65536 });
+    let default = if tool.metric == Metric::Lat { 2 } else { 65536 };
+    if p.size.is_none() && p.conn == QpType::Ud && default > UD_MAX_MSG {
+        // perftest's "Max msg size in UD is MTU": the default does not fit one packet, so the
+        // run uses the path MTU (the connection prints a note once it is known).
+        return Ok(Sizes::PathMtu);
+    }
+    let s = p.size.unwrap_or(default);
     if s == 0 {
         return Err("-s 0: a message must hold at least 1 byte (perftest's smallest is 1)".into());
     }
@@ -57,10 +61,10 @@ pub(super) fn resolve_sizes(tool: Tool, p: &Params) -> Result<Sizes, String> {
             "-s {s}: larger than {MAX_SIZE} bytes, the largest message an SGE describes"
         ));
     }
-    if p.conn == QpType::Ud && s > 4096 {
+    if p.conn == QpType::Ud && s > UD_MAX_MSG {
         return Err(format!(
-            "-s {s}: a UD message must fit one packet (at most the path MTU, 4096 bytes \
-             at most); use -c RC for larger messages"
+            "-s {s}: a UD message must fit one packet (at most the path MTU, {UD_MAX_MSG} \
+             bytes at most); leave -s out to use the path MTU, or use -c RC for larger messages"
         ));
     }
     Ok(Sizes::Single(s))

@@ -118,6 +118,8 @@ pub const MAX_QPS: u32 = 1024;
 pub const MAX_DEPTH: u32 = 32768;
 /// `-D` above one day is refused.
 pub const MAX_DURATION_SECS: u64 = 86_400;
+/// The largest UD message: one packet of the largest MTU (4096 bytes).
+pub const UD_MAX_MSG: u64 = 4096;
 /// Receive buffers of UD messages start with the 40-byte Global Routing Header.
 pub const UD_GRH: u64 = 40;
 /// The default inline size asked for by the latency tools of send and write (read back from the
@@ -134,6 +136,10 @@ pub enum Sizes {
     /// `-a`: powers of two from 2 up to this cap (2^23; 8 for atomics), further capped by both
     /// ports' `max_msg_sz` (and the MTU on UD) once they are known.
     Sweep { max: u64 },
+    /// One size, the path MTU: a UD bandwidth run without `-s`, whose default (64 KiB) cannot
+    /// fit one packet (perftest's "Max msg size in UD is MTU ... Changing to this MTU"). Known
+    /// once both ports' MTUs are; at most [`UD_MAX_MSG`].
+    PathMtu,
 }
 
 impl Sizes {
@@ -142,6 +148,7 @@ impl Sizes {
         match self {
             Sizes::Single(s) => s,
             Sizes::Sweep { max } => max,
+            Sizes::PathMtu => UD_MAX_MSG,
         }
     }
 
@@ -149,6 +156,7 @@ impl Sizes {
     pub fn list(self, cap: u64) -> Vec<u64> {
         match self {
             Sizes::Single(s) => vec![s],
+            Sizes::PathMtu => vec![cap.min(UD_MAX_MSG)],
             Sizes::Sweep { max } if max < 2 => vec![max],
             Sizes::Sweep { max } => (1..64)
                 .map(|e| 1u64 << e)
@@ -163,6 +171,7 @@ impl fmt::Display for Sizes {
         match self {
             Sizes::Single(s) => write!(f, "{s}"),
             Sizes::Sweep { max } => write!(f, "sweep 2..{max}"),
+            Sizes::PathMtu => write!(f, "path MTU"),
         }
     }
 }
@@ -418,5 +427,7 @@ mod tests {
             Some(&4096)
         );
         assert_eq!(Sizes::Single(7).list(1), vec![7]);
+        // UD without -s: one size, the cap (the path MTU there).
+        assert_eq!(Sizes::PathMtu.list(1024), vec![1024]);
     }
 }
