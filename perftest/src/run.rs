@@ -232,6 +232,8 @@ fn client_hello(cfg: &Config, ch: &mut Channel) -> Result<()> {
             "protocol version mismatch: the server speaks version {peer}, the client \
              version {VERSION}; run the same verbs-lab release on both sides"
         ),
+        // A malformed answer already names what it was ("the server's answer to HELLO").
+        Err(e @ ChanError::Proto { .. }) => Err(anyhow::Error::new(e)),
         Err(e) => Err(anyhow::Error::new(e).context("waiting for the server's answer")),
     }
 }

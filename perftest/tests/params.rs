@@ -402,6 +402,17 @@ fn cq_moderation_follows_perftests_rules() {
         "{n:?}"
     );
     assert!(notes(WRITE_BW, "-s 65536 -Q 1").is_empty());
+    // -Q above -t is capped to it, and the note says so (the header shows the capped one).
+    assert_eq!(cq(WRITE_BW, "-t 8 -Q 32"), 8);
+    let n = notes(WRITE_BW, "-t 8 -Q 32");
+    assert!(
+        n.len() == 1 && n[0].starts_with("-Q 32, capped to the tx depth 8, with messages"),
+        "{n:?}"
+    );
+    assert!(
+        notes(WRITE_BW, "-t 1 -Q 32").is_empty(),
+        "capped to 1: every request signaled"
+    );
     // Not for a sweep, UD or events, where perftest keeps it too.
     assert_eq!(cq(WRITE_BW, "-a"), 100);
     assert_eq!(cq(WRITE_BW, "-s 65536 -e"), 100);

@@ -267,10 +267,16 @@ fn resolve_cq_mod(
         if size > CQ_MOD_SIZE_LIMIT && p.conn != QpType::Ud && !p.events {
             match p.cq_mod {
                 None => cq_mod = 1,
-                Some(q) if q > 1 => notes.push(format!(
-                    "-Q {q} with messages over {CQ_MOD_SIZE_LIMIT} bytes: so few completions \
+                // The note names the moderation the run uses: -Q above -t is capped to it.
+                Some(q) if q.min(tx_depth) > 1 => notes.push(format!(
+                    "-Q {q}{} with messages over {CQ_MOD_SIZE_LIMIT} bytes: so few completions \
                      can make the bandwidth inaccurate (perftest warns too; without -Q every \
-                     request is signaled)"
+                     request is signaled)",
+                    if q > tx_depth {
+                        format!(", capped to the tx depth {tx_depth},")
+                    } else {
+                        String::new()
+                    }
                 )),
                 Some(_) => {}
             }
