@@ -467,3 +467,34 @@ fn wire_parameters_name_every_value_that_must_match() {
     );
     assert_eq!(other_side.wire_params(), w);
 }
+
+/// The server's refusal of the finding's command lines: each value says where it came from when
+/// the user did not type it, and values equal after capping still agree.
+#[test]
+fn mismatch_messages_say_where_a_value_came_from() {
+    let check = |tool: Tool, server: &str, client: &str| {
+        let (s, c) = (ok(tool, server), ok(tool, client));
+        vl_perftest::proto::check_hello(
+            &vl_perftest::run::our_hello(&s),
+            &vl_perftest::run::our_hello(&c),
+        )
+    };
+    let e = check(SEND_BW, "-n 50 -t 16 -r 8", "-n 50 -t 64 -r 512").unwrap_err();
+    assert!(
+        e.contains("tx depth (-t): client 50 (-t 64 capped to -n), server 16")
+            && e.contains("rx depth (-r): client 50 (-r 512 capped to -n), server 8"),
+        "{e}"
+    );
+    let e = check(SEND_BW, "-n 200", "-n 200 -t 64").unwrap_err();
+    assert!(e.contains("client 64, server 128 (default)"), "{e}");
+    // The -Q default that follows from a different -s is marked so, with both values.
+    let e = check(WRITE_BW, "-n 50", "-n 50 -s 4096").unwrap_err();
+    assert!(
+        e.contains("message size (-s / -a): client 4096, server 65536")
+            && e.contains("CQ moderation (-Q): client 100 (default), server 1 (follows from -s)"),
+        "{e}"
+    );
+    // Typed on one side, the same value by default on the other: they agree.
+    assert_eq!(check(WRITE_BW, "-n 50", "-n 50 -t 50"), Ok(()));
+    assert_eq!(check(SEND_BW, "-n 50 -r 50", "-n 50"), Ok(()));
+}

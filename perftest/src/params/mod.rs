@@ -24,8 +24,8 @@ pub use checks::INFINITE_PERIOD_SECS;
 use checks::*;
 pub use cli::Params;
 pub use groups::{
-    Asked, DeviceChoice, Peer, Pinning, ProcsPlan, Qos, QueueShape, RdmaCm, Timing, WorkerOf,
-    MAX_FLOW_LABEL,
+    with_origin, Asked, DeviceChoice, Peer, Pinning, ProcsPlan, Qos, QueueOrigins, QueueShape,
+    RdmaCm, Timing, WorkerOf, MAX_FLOW_LABEL,
 };
 
 /// Which tool is running: the operation and what is measured.
@@ -199,6 +199,8 @@ pub struct Config {
     pub qps: u32,
     /// `-t`, `-r`, `-Q`, `-l`: how every QP's queues are filled.
     pub queues: QueueShape,
+    /// Where `queues`' values came from when not as typed (mismatch messages name it).
+    pub queue_origins: QueueOrigins,
     pub conn: QpType,
     pub bidirectional: bool,
     /// `-m`, `-I`, `-o` as given: the QPs' path MTU, inline size and reads in flight.
@@ -243,8 +245,7 @@ impl Config {
             (mode, resolve_margin(tool, p, mode)?)
         };
         let mut notes = Vec::new();
-        let queues = resolve_queues(tool, p, sizes, &mut notes)?
-            .fitted_to(mode, tool.kind == TestKind::Send);
+        let (queues, queue_origins) = resolve_queues(tool, p, sizes, mode, &mut notes)?;
         check_tool_options(tool, p)?;
         check_output_options(tool, p)?;
         let warmup = resolve_warmup(p)?;
@@ -285,6 +286,7 @@ impl Config {
             },
             qps: p.qps,
             queues,
+            queue_origins,
             conn: p.conn,
             bidirectional: p.bidirectional,
             asked: Asked {
@@ -354,9 +356,18 @@ impl Config {
             ("duration", duration),
             ("warmup", self.timing.warmup.to_string()),
             ("qps", self.qps.to_string()),
-            ("tx_depth", self.queues.tx_depth.to_string()),
-            ("rx_depth", self.queues.rx_depth.to_string()),
-            ("cq_mod", self.queues.cq_mod.to_string()),
+            (
+                "tx_depth",
+                with_origin(self.queues.tx_depth, &self.queue_origins.tx_depth),
+            ),
+            (
+                "rx_depth",
+                with_origin(self.queues.rx_depth, &self.queue_origins.rx_depth),
+            ),
+            (
+                "cq_mod",
+                with_origin(self.queues.cq_mod, &self.queue_origins.cq_mod),
+            ),
             ("post_list", self.queues.post_list.to_string()),
             ("bidirectional", on_off(self.bidirectional)),
             ("inline", opt(self.asked.inline_size.map(|i| i.to_string()))),
