@@ -250,6 +250,8 @@ fn impossible_combinations_are_refused_with_the_flag() {
     refused(WRITE_BW, "-u 32", &["-u 32"]);
     refused(READ_BW, "-I 64", &["-I", "inline"]);
     refused(SEND_BW, "-c UD -s 8192", &["-s 8192", "UD", "leave -s out"]);
+    refused(SEND_LAT, "-p 0", &["-p 0", "1..65535"]);
+    refused(WRITE_BW, "--port 0 --procs 2", &["-p 0"]);
     refused(WRITE_BW, "-s 4294967296", &["-s 4294967296"]);
     refused(SEND_BW, "-q 64 -r 512", &["-q 64", "lower"]);
     refused(WRITE_BW, "-i 0", &["-i 0"]);

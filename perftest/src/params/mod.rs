@@ -257,6 +257,13 @@ impl Config {
                 return Err(format!("--wait_destroy {w}: longer than a day"));
             }
         }
+        if p.port == 0 {
+            return Err(
+                "-p 0: give a TCP port 1..65535, the same on both sides (port 0 would \
+                        listen on a random port the client cannot know)"
+                    .into(),
+            );
+        }
         let (port, worker) = check_procs(tool, p)?;
         if p.bind.is_some() && p.host.is_some() {
             return Err(
