@@ -161,7 +161,9 @@ fn run_sizes(cfg: &Config, dev: &LocalDev, remote: &Endpoints, path_mtu: Mtu) ->
     if sizes.is_empty() {
         bail!("no message size fits the ports' limit of {cap} bytes");
     }
-    if cfg.sizes == crate::params::Sizes::PathMtu {
+    // Said once per run: by the process, or by worker 0 of --procs.
+    let first = cfg.procs.worker.as_ref().map_or(true, |w| w.index == 0);
+    if cfg.sizes == crate::params::Sizes::PathMtu && first {
         verbs_lab::eprintln_whole!(
             "{}: note: -c UD without -s: the message size is the path MTU, {} bytes (a UD \
              message fits one packet; perftest does the same)",
