@@ -15,6 +15,16 @@
 use std::fmt;
 use std::io::Write;
 
+/// This program's name, the last component of `argv[0]` (`vl_write_bw`, `lesson10_mqueue`):
+/// what starts every line a tool prints, for code that is not told the tool's name.
+pub fn program_name() -> String {
+    std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "this program".into())
+}
+
 /// Writes `args` and a newline to stderr in one `write(2)`; errors are ignored (there is
 /// nowhere left to report them).
 pub fn write_line(args: fmt::Arguments<'_>) {

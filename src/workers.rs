@@ -39,6 +39,9 @@ use crate::mq::{self, Queue, WorkerMsg};
 
 /// The environment variable that carries the coordinator's pid to its workers.
 pub const COORDINATOR_ENV: &str = "VL_COORDINATOR_PID";
+/// The environment variable that gives a worker its index (0..N-1), which names it in its
+/// messages ("vl_write_bw worker 1: ...").
+pub const WORKER_INDEX_ENV: &str = "VL_WORKER_INDEX";
 
 /// The signal a worker gets when its coordinator dies (it removes the coordinator's queues,
 /// then dies of it).
@@ -83,6 +86,7 @@ impl Worker {
             .arg0(arg0)
             .args(args)
             .env(COORDINATOR_ENV, std::process::id().to_string())
+            .env(WORKER_INDEX_ENV, index.to_string())
             .stdin(Stdio::null())
             .stdout(if keep_stdout {
                 Stdio::inherit()
@@ -211,7 +215,8 @@ pub fn describe(st: ExitStatus) -> String {
 /// the coordinator is already gone.
 pub fn follow_coordinator(queues: &[String]) -> Result<u32, String> {
     let pid = coordinator_pid()?;
-    mq::remove_on_signal(PARENT_DEATH_SIGNAL, pid, queues.to_vec()).map_err(|e| e.to_string())?;
+    mq::remove_on_signal(PARENT_DEATH_SIGNAL, worker_name(), pid, queues.to_vec())
+        .map_err(|e| e.to_string())?;
     nix::sys::prctl::set_pdeathsig(PARENT_DEATH_SIGNAL)
         .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
     // The coordinator may have died before the request above: then nobody will signal us.
@@ -237,6 +242,16 @@ pub fn follow_queues(
 ) -> Result<u32, String> {
     family.check_owner(base, flag, coordinator_pid()?)?;
     follow_coordinator(&family.all(base, n))
+}
+
+/// How this worker names itself: the program's name and its index ([`WORKER_INDEX_ENV`]), or
+/// its pid when the index is not set.
+fn worker_name() -> String {
+    let prog = crate::stderr::program_name();
+    match std::env::var(WORKER_INDEX_ENV) {
+        Ok(i) => format!("{prog} worker {i}"),
+        Err(_) => format!("{prog} worker (pid {})", std::process::id()),
+    }
 }
 
 /// The coordinator's pid, from [`COORDINATOR_ENV`].

@@ -87,6 +87,22 @@ fn rank0_error(out: &[Result<Vec<RankRecord>, CollError>]) -> String {
 }
 
 #[test]
+fn a_taken_master_port_names_the_collectives_options() {
+    // Another job's rank 0 (or a second RANK=0) already listens on the master port.
+    let taken = verbs_lab::oob::Listener::bind(0).unwrap();
+    let e = rendezvous(record(0, 2), ("127.0.0.1", taken.port()), T)
+        .err()
+        .expect("the port is taken")
+        .to_string();
+    assert!(
+        e.contains(&format!("TCP port {}", taken.port()))
+            && e.contains("--master HOST:PORT or MASTER_PORT")
+            && !e.contains("-p"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_wrong_world_size_is_refused_by_name() {
     let out = run(vec![record(0, 3), record(1, 3), record(2, 4)], T);
     let e = rank0_error(&out);

@@ -231,7 +231,10 @@ fn lesson10_ctrl_c_removes_the_queues() {
     let err = text(&err_rx.recv().unwrap());
     assert_eq!(st.signal(), Some(Signal::SIGINT as i32), "{st}: {err}");
     assert!(
-        err.contains("SIGINT: removed 3 message queues this process created; exiting"),
+        err.contains(
+            "lesson10_mqueue: interrupted (SIGINT): removed 3 message queues this process \
+             created; exiting"
+        ),
         "{err}"
     );
     assert_no_queue_left(pid, 2);

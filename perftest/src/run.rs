@@ -232,6 +232,8 @@ fn client_hello(cfg: &Config, ch: &mut Channel) -> Result<()> {
             "protocol version mismatch: the server speaks version {peer}, the client \
              version {VERSION}; run the same verbs-lab release on both sides"
         ),
+        // A malformed answer already names what it was ("the server's answer to HELLO").
+        Err(e @ ChanError::Proto { .. }) => Err(anyhow::Error::new(e)),
         Err(e) => Err(anyhow::Error::new(e).context("waiting for the server's answer")),
     }
 }
@@ -253,6 +255,8 @@ fn session(
     // sides once the endpoints are exchanged.
     let max = match cfg.sizes {
         Sizes::Single(s) => s,
+        // UD without -s: the path MTU, at most ours.
+        Sizes::PathMtu => u64::from(port_mtu(dev.port.active_mtu).bytes()),
         Sizes::Sweep { max } => {
             let mut m = max.min(u64::from(dev.port.max_msg_sz));
             if cfg.conn == QpType::Ud {

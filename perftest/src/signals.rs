@@ -160,10 +160,7 @@ pub fn wake_reader() -> bool {
 fn exit_now(sig: Signal, code: u8) -> ! {
     let n = verbs_lab::mq::unlink_all_registered();
     if n > 0 {
-        verbs_lab::eprintln_whole!(
-            "{sig}: removed {n} message queue{} this process created; exiting",
-            if n == 1 { "" } else { "s" }
-        );
+        verbs_lab::eprintln_whole!("{}", verbs_lab::mq::removed_on_signal(sig, n));
     }
     std::process::exit(code.into())
 }

@@ -156,6 +156,13 @@ fn short_and_long_forms_agree() {
     assert_eq!(ok(WRITE_BW, "-s 64K").sizes, Sizes::Single(65536));
     assert_eq!(ok(WRITE_BW, "-a").sizes, Sizes::Sweep { max: 1 << 23 });
     assert_eq!(ok(SEND_BW, "-a -c UD").sizes, Sizes::Sweep { max: 4096 });
+    // UD without -s: the 64 KiB default cannot fit one packet, so the run uses the path MTU
+    // (perftest's "Changing to this MTU"); -b alike; the latency default (2) fits.
+    for args in ["-c UD", "-c UD -b"] {
+        assert_eq!(ok(SEND_BW, args).sizes, Sizes::PathMtu, "{args}");
+    }
+    assert_eq!(ok(SEND_LAT, "-c UD").sizes, Sizes::Single(2));
+    assert_eq!(ok(SEND_BW, "-c UD -s 4096").sizes, Sizes::Single(4096));
     assert_eq!(ok(SEND_LAT, "-c ud -s 1024").conn, QpType::Ud);
 }
 
@@ -242,7 +249,9 @@ fn impossible_combinations_are_refused_with_the_flag() {
     refused(ATOMIC_BW, "--validate", &["--validate", "atomic"]);
     refused(WRITE_BW, "-u 32", &["-u 32"]);
     refused(READ_BW, "-I 64", &["-I", "inline"]);
-    refused(SEND_BW, "-c UD -s 8192", &["-s 8192", "UD"]);
+    refused(SEND_BW, "-c UD -s 8192", &["-s 8192", "UD", "leave -s out"]);
+    refused(SEND_LAT, "-p 0", &["-p 0", "1..65535"]);
+    refused(WRITE_BW, "--port 0 --procs 2", &["-p 0"]);
     refused(WRITE_BW, "-s 4294967296", &["-s 4294967296"]);
     refused(SEND_BW, "-q 64 -r 512", &["-q 64", "lower"]);
     refused(WRITE_BW, "-i 0", &["-i 0"]);
@@ -395,6 +404,17 @@ fn cq_moderation_follows_perftests_rules() {
         "{n:?}"
     );
     assert!(notes(WRITE_BW, "-s 65536 -Q 1").is_empty());
+    // -Q above -t is capped to it, and the note says so (the header shows the capped one).
+    assert_eq!(cq(WRITE_BW, "-t 8 -Q 32"), 8);
+    let n = notes(WRITE_BW, "-t 8 -Q 32");
+    assert!(
+        n.len() == 1 && n[0].starts_with("-Q 32, capped to the tx depth 8, with messages"),
+        "{n:?}"
+    );
+    assert!(
+        notes(WRITE_BW, "-t 1 -Q 32").is_empty(),
+        "capped to 1: every request signaled"
+    );
     // Not for a sweep, UD or events, where perftest keeps it too.
     assert_eq!(cq(WRITE_BW, "-a"), 100);
     assert_eq!(cq(WRITE_BW, "-s 65536 -e"), 100);
@@ -448,4 +468,35 @@ fn wire_parameters_name_every_value_that_must_match() {
         "-s 8192 -c UC -d rxe9 -i 2 -x 3 --cpu 1 -u 20 -F host",
     );
     assert_eq!(other_side.wire_params(), w);
+}
+
+/// The server's refusal of the finding's command lines: each value says where it came from when
+/// the user did not type it, and values equal after capping still agree.
+#[test]
+fn mismatch_messages_say_where_a_value_came_from() {
+    let check = |tool: Tool, server: &str, client: &str| {
+        let (s, c) = (ok(tool, server), ok(tool, client));
+        vl_perftest::proto::check_hello(
+            &vl_perftest::run::our_hello(&s),
+            &vl_perftest::run::our_hello(&c),
+        )
+    };
+    let e = check(SEND_BW, "-n 50 -t 16 -r 8", "-n 50 -t 64 -r 512").unwrap_err();
+    assert!(
+        e.contains("tx depth (-t): client 50 (-t 64 capped to -n), server 16")
+            && e.contains("rx depth (-r): client 50 (-r 512 capped to -n), server 8"),
+        "{e}"
+    );
+    let e = check(SEND_BW, "-n 200", "-n 200 -t 64").unwrap_err();
+    assert!(e.contains("client 64, server 128 (default)"), "{e}");
+    // The -Q default that follows from a different -s is marked so, with both values.
+    let e = check(WRITE_BW, "-n 50", "-n 50 -s 4096").unwrap_err();
+    assert!(
+        e.contains("message size (-s / -a): client 4096, server 65536")
+            && e.contains("CQ moderation (-Q): client 100 (default), server 1 (follows from -s)"),
+        "{e}"
+    );
+    // Typed on one side, the same value by default on the other: they agree.
+    assert_eq!(check(WRITE_BW, "-n 50", "-n 50 -t 50"), Ok(()));
+    assert_eq!(check(SEND_BW, "-n 50 -r 50", "-n 50"), Ok(()));
 }

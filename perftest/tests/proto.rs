@@ -372,6 +372,8 @@ fn channel_refuses_a_perftest_peer_and_garbage() {
         .unwrap();
     let e = server.recv("the client's HELLO").unwrap_err().to_string();
     assert!(e.contains("does not speak the verbs-lab protocol"), "{e}");
+    // One sentence naming what was awaited (not "refused the peer's the client's HELLO").
+    assert!(e.starts_with("the client's HELLO is malformed: "), "{e}");
 
     // A well-framed record that is garbage.
     let (mut server, mut raw) = pair();

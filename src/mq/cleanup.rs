@@ -95,10 +95,7 @@ pub fn install_cleanup_on_signals() -> Result<()> {
         .spawn(move || loop {
             let Ok(sig) = set.wait() else { continue };
             let n = unlink_all_registered();
-            crate::eprintln_whole!(
-                "{sig}: removed {n} message queue{} this process created; exiting",
-                if n == 1 { "" } else { "s" }
-            );
+            crate::eprintln_whole!("{}", removed_on_signal(sig, n));
             let mut one = SigSet::empty();
             one.add(sig);
             let _ = one.thread_unblock();
@@ -114,6 +111,27 @@ pub fn install_cleanup_on_signals() -> Result<()> {
     Ok(())
 }
 
+/// The line a process prints when `sig` stopped it after it removed the `n` queues it created:
+/// `vl_write_bw: interrupted (SIGINT): removed 3 message queues this process created; exiting`.
+pub fn removed_on_signal(sig: Signal, n: usize) -> String {
+    format!(
+        "{}: {}: removed {n} message queue{} this process created; exiting",
+        crate::stderr::program_name(),
+        stopped_by(sig),
+        if n == 1 { "" } else { "s" }
+    )
+}
+
+/// How a person would say that `sig` stopped the program, with its name.
+fn stopped_by(sig: Signal) -> String {
+    match sig {
+        Signal::SIGINT => "interrupted (SIGINT)".into(),
+        Signal::SIGTERM => "terminated (SIGTERM)".into(),
+        Signal::SIGHUP => "hung up (SIGHUP)".into(),
+        other => format!("stopped by {other}"),
+    }
+}
+
 /// The `SigIgn` mask of `/proc/self/status`: bit N-1 set when signal N is ignored.
 fn ignored_signals() -> u64 {
     status_mask("SigIgn").unwrap_or(0)
@@ -126,11 +144,12 @@ fn ignored_signals() -> u64 {
 /// dies (`PR_SET_PDEATHSIG`, see `verbs_lab::workers`) — remove the coordinator's queues
 /// `names` (pid `owner`; none for a worker that talks to it otherwise), say so, and die of
 /// `sig`. A coordinator killed outright (SIGKILL)
-/// cannot remove its queues; its workers, told by the kernel, do it for it.
+/// cannot remove its queues; its workers, told by the kernel, do it for it. The line starts
+/// with `who` ("vl_write_bw worker 1") and does not name `sig`, an internal arrangement.
 ///
 /// Like [`install_cleanup_on_signals`], it blocks `sig` in the calling thread and takes it in a
 /// thread of its own with `sigwait(3)`: **call it before any other thread starts.**
-pub fn remove_on_signal(sig: Signal, owner: u32, names: Vec<String>) -> Result<()> {
+pub fn remove_on_signal(sig: Signal, who: String, owner: u32, names: Vec<String>) -> Result<()> {
     let mut set = SigSet::empty();
     set.add(sig);
     set.thread_block()
@@ -143,13 +162,18 @@ pub fn remove_on_signal(sig: Signal, owner: u32, names: Vec<String>) -> Result<(
                 .iter()
                 .filter(|name| mq_unlink(name.as_str()).is_ok())
                 .count();
-            if names.is_empty() {
-                crate::eprintln_whole!("{got}: the coordinator (pid {owner}) is gone; exiting");
-            } else {
-                crate::eprintln_whole!(
-                    "{got}: the coordinator (pid {owner}) is gone; removed {n} of its message \
-                     queues; exiting"
-                );
+            let gone = format!("{who}: the coordinator (pid {owner}) is gone (it was killed)");
+            let total = names.len();
+            let s = if total == 1 { "" } else { "s" };
+            match total {
+                0 => crate::eprintln_whole!("{gone}; exiting"),
+                _ if n == total => {
+                    crate::eprintln_whole!("{gone}; removed its {n} message queue{s}; exiting")
+                }
+                _ => crate::eprintln_whole!(
+                    "{gone}; removed {n} of its {total} message queue{s} (the rest were \
+                     already gone); exiting"
+                ),
             }
             let _ = set.thread_unblock();
             let _ = raise(got);

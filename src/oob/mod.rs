@@ -83,14 +83,10 @@ impl fmt::Display for OobError {
     }
 }
 
-impl std::error::Error for OobError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            OobError::Io { err, .. } => Some(err),
-            _ => None,
-        }
-    }
-}
+// The Display of every variant already holds its cause (`Io` prints its io::Error): no
+// `source`, so that `{:#}` does not print the cause twice ("cannot resolve server 'x': failed
+// to lookup address information: ...: failed to lookup address information: ...").
+impl std::error::Error for OobError {}
 
 pub type Result<T> = std::result::Result<T, OobError>;
 

@@ -150,6 +150,20 @@ fn one_listener_serves_clients_that_connect_early() {
 }
 
 #[test]
+fn an_unknown_host_is_named_with_its_cause_once() {
+    let e = connect("no.such.host.invalid", 1, Duration::from_secs(1))
+        .err()
+        .expect("no such host");
+    let once = e.to_string();
+    assert!(
+        once.starts_with("cannot resolve server 'no.such.host.invalid': "),
+        "{once}"
+    );
+    // The resolver's text is in the Display; anyhow's `{:#}` chain must not add it again.
+    assert_eq!(format!("{:#}", anyhow::Error::new(e)), once);
+}
+
+#[test]
 fn nobody_listening_times_out() {
     let port = free_port();
     let e = connect("127.0.0.1", port, Duration::from_millis(300))

@@ -79,7 +79,7 @@ kill -TERM "$cpid"
 _vl_watch "$cpid" 20 || rc=$?
 cat "$out"
 [ "$rc" = 143 ] || fail "expected the coordinator to die of SIGTERM (status 143), got $rc"
-expect_contains "$out" "SIGTERM: removed 3 message queues this process created; exiting"
+expect_contains "$out" "lesson10_mqueue: terminated (SIGTERM): removed 3 message queues this process created; exiting"
 no_leftovers
 
 step "SIGKILL to the coordinator and its workers: the next run removes what they left"

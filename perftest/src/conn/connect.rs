@@ -151,7 +151,7 @@ fn path_mtu(cfg: &Config, dev: &LocalDev, remote: &Endpoints) -> Result<Mtu> {
 }
 
 /// The message sizes of the run: the sweep stops at the smaller port limit (and one packet on
-/// UD); a single `-s` beyond it is refused.
+/// UD); a single `-s` beyond it is refused; UD without `-s` runs the path MTU (with a note).
 fn run_sizes(cfg: &Config, dev: &LocalDev, remote: &Endpoints, path_mtu: Mtu) -> Result<Vec<u64>> {
     let mut cap = u64::from(dev.port.max_msg_sz.min(remote.max_msg_sz));
     if cfg.conn == QpType::Ud {
@@ -160,6 +160,16 @@ fn run_sizes(cfg: &Config, dev: &LocalDev, remote: &Endpoints, path_mtu: Mtu) ->
     let sizes = cfg.sizes.list(cap);
     if sizes.is_empty() {
         bail!("no message size fits the ports' limit of {cap} bytes");
+    }
+    // Said once per run: by the process, or by worker 0 of --procs.
+    let first = cfg.procs.worker.as_ref().map_or(true, |w| w.index == 0);
+    if cfg.sizes == crate::params::Sizes::PathMtu && first {
+        verbs_lab::eprintln_whole!(
+            "{}: note: -c UD without -s: the message size is the path MTU, {} bytes (a UD \
+             message fits one packet; perftest does the same)",
+            cfg.tool.name(),
+            sizes[0]
+        );
     }
     if let crate::params::Sizes::Single(s) = cfg.sizes {
         if s > cap {

@@ -22,6 +22,7 @@ use anyhow::Context;
 
 use crate::cpu_util::CpuSample;
 pub use crate::gates::{GateOutcome, LatGate, EXIT_GATE_FAILED};
+use crate::gates::{PERFTEST_BW_LIMIT_ERROR, PERFTEST_MSGRATE_LIMIT_ERROR};
 pub use crate::report::Verbosity;
 pub use crate::report::{render_csv, render_json, render_perftest_json, render_table, render_text};
 use crate::report::{
@@ -457,7 +458,8 @@ impl Reporter {
             } else {
                 // Symmetric command lines are the habit: a passive side has nothing to draw.
                 verbs_lab::eprintln_whole!(
-                    "note: this side measured nothing; no --plot chart written to {}",
+                    "{}: note: this side measured nothing; no --plot chart written to {}",
+                    verbs_lab::stderr::program_name(),
                     path.display()
                 );
             }
@@ -478,13 +480,20 @@ impl Reporter {
             all.extend(misses);
             outcome = GateOutcome::Failed(all);
         }
+        // Our lines start with the tool's name; perftest's own error lines stay as perftest
+        // prints them, for the scripts that grep them.
+        let name = verbs_lab::stderr::program_name();
         match &outcome {
-            GateOutcome::Failed(messages) => messages
-                .iter()
-                .for_each(|m| verbs_lab::eprintln_whole!("{m}")),
+            GateOutcome::Failed(messages) => messages.iter().for_each(|m| {
+                if [PERFTEST_BW_LIMIT_ERROR, PERFTEST_MSGRATE_LIMIT_ERROR].contains(&m.as_str()) {
+                    verbs_lab::eprintln_whole!("{m}")
+                } else {
+                    verbs_lab::eprintln_whole!("{name}: {m}")
+                }
+            }),
             GateOutcome::Passed => {
                 if let Some(gates) = gate_summary(&self.args) {
-                    verbs_lab::eprintln_whole!("gates passed: {gates}");
+                    verbs_lab::eprintln_whole!("{name}: gates passed: {gates}");
                 }
             }
         }

@@ -40,15 +40,19 @@ pub(super) fn resolve_sizes(tool: Tool, p: &Params) -> Result<Sizes, String> {
             ));
         }
         let max = if p.conn == QpType::Ud {
-            4096
+            UD_MAX_MSG
         } else {
             SWEEP_MAX
         };
         return Ok(Sizes::Sweep { max });
     }
-    let s = p
-        .size
-        .unwrap_or(if tool.metric == Metric::Lat { 2 } else { 65536 });
+    let default = if tool.metric == Metric::Lat { 2 } else { 65536 };
+    if p.size.is_none() && p.conn == QpType::Ud && default > UD_MAX_MSG {
+        // perftest's "Max msg size in UD is MTU": the default does not fit one packet, so the
+        // run uses the path MTU (the connection prints a note once it is known).
+        return Ok(Sizes::PathMtu);
+    }
+    let s = p.size.unwrap_or(default);
     if s == 0 {
         return Err("-s 0: a message must hold at least 1 byte (perftest's smallest is 1)".into());
     }
@@ -57,10 +61,10 @@ pub(super) fn resolve_sizes(tool: Tool, p: &Params) -> Result<Sizes, String> {
             "-s {s}: larger than {MAX_SIZE} bytes, the largest message an SGE describes"
         ));
     }
-    if p.conn == QpType::Ud && s > 4096 {
+    if p.conn == QpType::Ud && s > UD_MAX_MSG {
         return Err(format!(
-            "-s {s}: a UD message must fit one packet (at most the path MTU, 4096 bytes \
-             at most); use -c RC for larger messages"
+            "-s {s}: a UD message must fit one packet (at most the path MTU, {UD_MAX_MSG} \
+             bytes at most); leave -s out to use the path MTU, or use -c RC for larger messages"
         ));
     }
     Ok(Sizes::Single(s))
@@ -172,13 +176,15 @@ pub(super) fn resolve_margin(
     Ok((f > 0).then(|| Duration::from_secs(f)))
 }
 
-/// `-q`, `-t`, `-r`, `-Q`, `-l`: the queues, with the tool's default depths.
+/// `-q`, `-t`, `-r`, `-Q`, `-l`: the queues, with the tool's default depths, fitted to a
+/// counted run's iterations; and where each value came from when it is not what was typed.
 pub(super) fn resolve_queues(
     tool: Tool,
     p: &Params,
     sizes: Sizes,
+    mode: RunMode,
     notes: &mut Vec<String>,
-) -> Result<QueueShape, String> {
+) -> Result<(QueueShape, QueueOrigins), String> {
     let lat = tool.metric == Metric::Lat;
     if p.qps == 0 {
         return Err("-q 0: at least one QP is needed".into());
@@ -193,15 +199,15 @@ pub(super) fn resolve_queues(
             p.qps
         ));
     }
-    let tx_depth = p.tx_depth.unwrap_or(if lat { 1 } else { 128 });
+    let tx_default = if lat { 1 } else { 128 };
+    let tx_depth = p.tx_depth.unwrap_or(tx_default);
     if tx_depth == 0 || tx_depth > MAX_DEPTH {
         return Err(format!(
             "-t {tx_depth}: the tx depth must be 1..={MAX_DEPTH}"
         ));
     }
-    let rx_depth = p
-        .rx_depth
-        .unwrap_or(if tool.kind == TestKind::Send { 512 } else { 1 });
+    let rx_default = if tool.kind == TestKind::Send { 512 } else { 1 };
+    let rx_depth = p.rx_depth.unwrap_or(rx_default);
     if rx_depth == 0 || rx_depth > MAX_DEPTH {
         return Err(format!(
             "-r {rx_depth}: the rx depth must be 1..={MAX_DEPTH}"
@@ -231,12 +237,26 @@ pub(super) fn resolve_queues(
             p.qps
         ));
     }
-    Ok(QueueShape {
+    let (cq_mod, cq_origin) = resolve_cq_mod(tool, p, sizes, tx_depth, notes)?;
+    let queues = QueueShape {
         tx_depth,
         rx_depth,
-        cq_mod: resolve_cq_mod(tool, p, sizes, tx_depth, notes)?,
+        cq_mod,
         post_list: p.post_list,
-    })
+    }
+    .fitted_to(mode, tool.kind == TestKind::Send);
+    let depth_origin = |flag: &str, typed: Option<u32>, default: u32, used: u32| match typed {
+        Some(t) if t == used => None,
+        Some(t) => Some(format!("{flag} {t} capped to -n")),
+        None if used == default => Some("default".to_string()),
+        None => Some(format!("default {default} capped to -n")),
+    };
+    let origins = QueueOrigins {
+        tx_depth: depth_origin("-t", p.tx_depth, tx_default, queues.tx_depth),
+        rx_depth: depth_origin("-r", p.rx_depth, rx_default, queues.rx_depth),
+        cq_mod: cq_origin,
+    };
+    Ok((queues, origins))
 }
 
 /// Messages above this many bytes are signaled one by one unless `-Q` is given (perftest's
@@ -247,36 +267,54 @@ pub const CQ_MOD_SIZE_LIMIT: u64 = 8192;
 /// `-Q` as perftest resolves it (`force_dependecies`), in its order: 100 unless given; 1 for one
 /// size over [`CQ_MOD_SIZE_LIMIT`] on RC/UC without `-e` unless given (a note when a given one
 /// stays above 1); capped by the tx depth; with a post list (bandwidth tools), the post list
-/// unless given (a note), else it must divide the post list.
+/// unless given (a note), else it must divide the post list. Also says where the value came
+/// from when it is not the `-Q` typed (see [`QueueOrigins`]).
 fn resolve_cq_mod(
     tool: Tool,
     p: &Params,
     sizes: Sizes,
     tx_depth: u32,
     notes: &mut Vec<String>,
-) -> Result<u32, String> {
+) -> Result<(u32, Option<String>), String> {
     if p.cq_mod == Some(0) {
         return Err("-Q 0: CQ moderation must be at least 1 (1 = every request signaled)".into());
     }
     let mut cq_mod = p.cq_mod.unwrap_or(100);
+    let mut origin = p.cq_mod.is_none().then(|| "default".to_string());
     if let Sizes::Single(size) = sizes {
         if size > CQ_MOD_SIZE_LIMIT && p.conn != QpType::Ud && !p.events {
             match p.cq_mod {
-                None => cq_mod = 1,
-                Some(q) if q > 1 => notes.push(format!(
-                    "-Q {q} with messages over {CQ_MOD_SIZE_LIMIT} bytes: so few completions \
+                None => {
+                    cq_mod = 1;
+                    origin = Some("follows from -s".into());
+                }
+                // The note names the moderation the run uses: -Q above -t is capped to it.
+                Some(q) if q.min(tx_depth) > 1 => notes.push(format!(
+                    "-Q {q}{} with messages over {CQ_MOD_SIZE_LIMIT} bytes: so few completions \
                      can make the bandwidth inaccurate (perftest warns too; without -Q every \
-                     request is signaled)"
+                     request is signaled)",
+                    if q > tx_depth {
+                        format!(", capped to the tx depth {tx_depth},")
+                    } else {
+                        String::new()
+                    }
                 )),
                 Some(_) => {}
             }
         }
     }
-    cq_mod = cq_mod.min(tx_depth);
+    if cq_mod > tx_depth {
+        origin = Some(match p.cq_mod {
+            Some(q) => format!("-Q {q} capped to -t"),
+            None => format!("default {cq_mod} capped to -t"),
+        });
+        cq_mod = tx_depth;
+    }
     if p.post_list > 1 && tool.metric == Metric::Bw {
         match p.cq_mod {
             None => {
                 cq_mod = p.post_list;
+                origin = Some("follows from -l".into());
                 notes.push(format!(
                     "-l {}: CQ moderation is the post list's size, as in perftest (give -Q to \
                      choose it)",
@@ -293,7 +331,7 @@ fn resolve_cq_mod(
             Some(_) => {}
         }
     }
-    Ok(cq_mod)
+    Ok((cq_mod, origin))
 }
 
 /// Options that belong to some tools only: `-b`, `-o`, `-A`, `-I`, `-e`, `-u`, `--validate`.

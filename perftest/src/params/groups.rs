@@ -76,6 +76,26 @@ pub struct QueueShape {
     pub post_list: u32,
 }
 
+/// Where a queue value came from when it is not what was typed: `None` for a value typed and
+/// used as such, else e.g. `default`, `-t 64 capped to -n`, `follows from -s`. The HELLO
+/// carries it after the value, in parentheses (see [`with_origin`]), so that a mismatch message
+/// names it; the comparison ignores it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueOrigins {
+    pub tx_depth: Option<String>,
+    pub rx_depth: Option<String>,
+    pub cq_mod: Option<String>,
+}
+
+/// A wire value with its origin: `50 (-t 64 capped to -n)`, or `50` for a value as typed.
+/// [`crate::proto::check_hello`] compares the part before ` (`.
+pub fn with_origin(value: u32, origin: &Option<String>) -> String {
+    match origin {
+        Some(o) => format!("{value} ({o})"),
+        None => value.to_string(),
+    }
+}
+
 impl QueueShape {
     /// perftest's force_dependecies: a queue deeper than the iterations of a counted run is
     /// never filled, so the depths are cut to them (the receive queue's only where the send

@@ -24,8 +24,8 @@ pub use checks::INFINITE_PERIOD_SECS;
 use checks::*;
 pub use cli::Params;
 pub use groups::{
-    Asked, DeviceChoice, Peer, Pinning, ProcsPlan, Qos, QueueShape, RdmaCm, Timing, WorkerOf,
-    MAX_FLOW_LABEL,
+    with_origin, Asked, DeviceChoice, Peer, Pinning, ProcsPlan, Qos, QueueOrigins, QueueShape,
+    RdmaCm, Timing, WorkerOf, MAX_FLOW_LABEL,
 };
 
 /// Which tool is running: the operation and what is measured.
@@ -118,6 +118,8 @@ pub const MAX_QPS: u32 = 1024;
 pub const MAX_DEPTH: u32 = 32768;
 /// `-D` above one day is refused.
 pub const MAX_DURATION_SECS: u64 = 86_400;
+/// The largest UD message: one packet of the largest MTU (4096 bytes).
+pub const UD_MAX_MSG: u64 = 4096;
 /// Receive buffers of UD messages start with the 40-byte Global Routing Header.
 pub const UD_GRH: u64 = 40;
 /// The default inline size asked for by the latency tools of send and write (read back from the
@@ -134,6 +136,10 @@ pub enum Sizes {
     /// `-a`: powers of two from 2 up to this cap (2^23; 8 for atomics), further capped by both
     /// ports' `max_msg_sz` (and the MTU on UD) once they are known.
     Sweep { max: u64 },
+    /// One size, the path MTU: a UD bandwidth run without `-s`, whose default (64 KiB) cannot
+    /// fit one packet (perftest's "Max msg size in UD is MTU ... Changing to this MTU"). Known
+    /// once both ports' MTUs are; at most [`UD_MAX_MSG`].
+    PathMtu,
 }
 
 impl Sizes {
@@ -142,6 +148,7 @@ impl Sizes {
         match self {
             Sizes::Single(s) => s,
             Sizes::Sweep { max } => max,
+            Sizes::PathMtu => UD_MAX_MSG,
         }
     }
 
@@ -149,6 +156,7 @@ impl Sizes {
     pub fn list(self, cap: u64) -> Vec<u64> {
         match self {
             Sizes::Single(s) => vec![s],
+            Sizes::PathMtu => vec![cap.min(UD_MAX_MSG)],
             Sizes::Sweep { max } if max < 2 => vec![max],
             Sizes::Sweep { max } => (1..64)
                 .map(|e| 1u64 << e)
@@ -163,6 +171,7 @@ impl fmt::Display for Sizes {
         match self {
             Sizes::Single(s) => write!(f, "{s}"),
             Sizes::Sweep { max } => write!(f, "sweep 2..{max}"),
+            Sizes::PathMtu => write!(f, "path MTU"),
         }
     }
 }
@@ -190,6 +199,8 @@ pub struct Config {
     pub qps: u32,
     /// `-t`, `-r`, `-Q`, `-l`: how every QP's queues are filled.
     pub queues: QueueShape,
+    /// Where `queues`' values came from when not as typed (mismatch messages name it).
+    pub queue_origins: QueueOrigins,
     pub conn: QpType,
     pub bidirectional: bool,
     /// `-m`, `-I`, `-o` as given: the QPs' path MTU, inline size and reads in flight.
@@ -234,8 +245,7 @@ impl Config {
             (mode, resolve_margin(tool, p, mode)?)
         };
         let mut notes = Vec::new();
-        let queues = resolve_queues(tool, p, sizes, &mut notes)?
-            .fitted_to(mode, tool.kind == TestKind::Send);
+        let (queues, queue_origins) = resolve_queues(tool, p, sizes, mode, &mut notes)?;
         check_tool_options(tool, p)?;
         check_output_options(tool, p)?;
         let warmup = resolve_warmup(p)?;
@@ -246,6 +256,13 @@ impl Config {
             if w > MAX_DURATION_SECS {
                 return Err(format!("--wait_destroy {w}: longer than a day"));
             }
+        }
+        if p.port == 0 {
+            return Err(
+                "-p 0: give a TCP port 1..65535, the same on both sides (port 0 would \
+                        listen on a random port the client cannot know)"
+                    .into(),
+            );
         }
         let (port, worker) = check_procs(tool, p)?;
         if p.bind.is_some() && p.host.is_some() {
@@ -276,6 +293,7 @@ impl Config {
             },
             qps: p.qps,
             queues,
+            queue_origins,
             conn: p.conn,
             bidirectional: p.bidirectional,
             asked: Asked {
@@ -345,9 +363,18 @@ impl Config {
             ("duration", duration),
             ("warmup", self.timing.warmup.to_string()),
             ("qps", self.qps.to_string()),
-            ("tx_depth", self.queues.tx_depth.to_string()),
-            ("rx_depth", self.queues.rx_depth.to_string()),
-            ("cq_mod", self.queues.cq_mod.to_string()),
+            (
+                "tx_depth",
+                with_origin(self.queues.tx_depth, &self.queue_origins.tx_depth),
+            ),
+            (
+                "rx_depth",
+                with_origin(self.queues.rx_depth, &self.queue_origins.rx_depth),
+            ),
+            (
+                "cq_mod",
+                with_origin(self.queues.cq_mod, &self.queue_origins.cq_mod),
+            ),
             ("post_list", self.queues.post_list.to_string()),
             ("bidirectional", on_off(self.bidirectional)),
             ("inline", opt(self.asked.inline_size.map(|i| i.to_string()))),
@@ -418,5 +445,7 @@ mod tests {
             Some(&4096)
         );
         assert_eq!(Sizes::Single(7).list(1), vec![7]);
+        // UD without -s: one size, the cap (the path MTU there).
+        assert_eq!(Sizes::PathMtu.list(1024), vec![1024]);
     }
 }

@@ -50,7 +50,7 @@ impl fmt::Display for ChanError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ChanError::Oob(e) => write!(f, "out-of-band channel: {e}"),
-            ChanError::Proto { what, err } => write!(f, "refused the peer's {what}: {err}"),
+            ChanError::Proto { what, err } => write!(f, "{what} is malformed: {err}"),
             ChanError::Peer(p) => write!(f, "{p}"),
             ChanError::Unexpected { what, got } => write!(
                 f,

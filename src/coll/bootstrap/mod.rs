@@ -148,12 +148,25 @@ fn missing(table: &[Option<RankRecord>]) -> String {
     format!("{noun} {}", m.join(", "))
 }
 
+/// Rank 0 could not listen on the master port. The listener's own hint names the perftest
+/// tools' `-p`; the collectives choose the port with `--master HOST:PORT` or `MASTER_PORT`.
+fn cannot_listen(port: u16, e: OobError) -> CollError {
+    CollError::Bootstrap(match e {
+        OobError::Io { err, .. } => format!(
+            "rank 0 cannot listen on TCP port {port}, the rendezvous port: {err} (another job's \
+             rank 0 on this port, or two ranks started with RANK=0? choose another port with \
+             --master HOST:PORT or MASTER_PORT)"
+        ),
+        e => e.to_string(),
+    })
+}
+
 /// Runs the rendezvous for `mine` (rank, world and endpoints filled in) with rank 0 at `master`.
 /// Rank 0 listens; the others connect. Waits at most `timeout` in all.
 pub fn rendezvous(mine: RankRecord, master: (&str, u16), timeout: Duration) -> Result<Star> {
     let world = mine.world_size;
     if mine.rank == 0 {
-        let listener = Listener::bind(master.1).map_err(|e| CollError::Bootstrap(e.to_string()))?;
+        let listener = Listener::bind(master.1).map_err(|e| cannot_listen(master.1, e))?;
         let mut table: Vec<Option<RankRecord>> = vec![None; world as usize];
         let mut conns: Vec<Option<OobConn>> = (0..world).map(|_| None).collect();
         table[0] = Some(mine);
