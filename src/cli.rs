@@ -76,19 +76,8 @@ pub fn parse<T: Parser>() -> T {
         .and_then(|mut m| T::from_arg_matches_mut(&mut m))
         .unwrap_or_else(|e| {
             let e = explain_number_error(e.format(&mut cmd), &mut cmd);
-            exit_on_usage_error(&e, &program_name())
+            exit_on_usage_error(&e, &crate::stderr::program_name())
         })
-}
-
-/// This program's name: the file name it was started as (`vl_write_bw`), for messages.
-pub fn program_name() -> String {
-    std::env::args_os()
-        .next()
-        .as_deref()
-        .map(Path::new)
-        .and_then(Path::file_name)
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "verbs-lab".into())
 }
 
 /// Ends the program `name` for a clap error, as every message of ours ends: `--help` and
