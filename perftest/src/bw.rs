@@ -82,6 +82,13 @@ pub fn run_size(s: &mut Session<'_>, size: u64) -> Result<Option<BwRow>> {
     }
     let mine = measured.map(|m| m.row(size, cfg.no_peak));
     let row = exchange_rows(s, size, mine)?;
+    if let (None, Some(echoed)) = (measured, &row) {
+        // A server that only served reports the client's row. Its interval, for a `--procs`
+        // aggregate, is the client's length ending as that row arrived (this machine's clock
+        // does not know when the client started).
+        let end = Instant::now();
+        s.measured(size, end.checked_sub(echoed.elapsed).unwrap_or(end), end);
+    }
     s.ch.sync(Phase::Done, size).map_err(anyhow::Error::new)?;
     Ok(row)
 }
