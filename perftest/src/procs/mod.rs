@@ -25,9 +25,12 @@
 //! past a deadline, or does not reach a barrier within the peer timeout (or the time the size
 //! took the first worker, if longer) is named (index, pid, CPU, and where it is stuck); the
 //! coordinator then stops the others (`Abort`, then SIGKILL) and fails. A worker seen stopped
-//! (SIGSTOP) for `--wait` is stalled. The queues are removed on every exit path: by their
-//! owner's drop; on SIGINT/SIGTERM/SIGHUP by [`verbs_lab::mq::install_cleanup_on_signals`]; when the
-//! coordinator is killed outright (SIGKILL), by its workers, which the kernel signals at once
+//! (SIGSTOP) for `--wait` is stalled. A SIGINT or SIGTERM to the coordinator is passed on to
+//! its workers ([`crate::signals::pass_on_to`]): each stops its run and tells its peer, as a
+//! single run does, and the coordinator exits 130 or 143 once they ended. The queues are
+//! removed on every exit path: by their owner's drop; by the signal thread if the workers do
+//! not stop within [`crate::signals::GRACE`]; when the coordinator dies otherwise (SIGKILL,
+//! SIGHUP), by its workers, which the kernel signals at once
 //! (`PR_SET_PDEATHSIG`) and which then exit; and what even they could not remove (all killed
 //! together) by the next run, which removes the queues of coordinators that no longer exist and
 //! says so.
