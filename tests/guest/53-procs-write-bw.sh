@@ -6,7 +6,8 @@
 # cores must differ, and JSON and CSV hold the processes, the sum and the aggregate. The
 # server, which only served, reports the client workers' rows and their aggregate in every format.
 # --procs 1 runs through the worker path; a mismatch of N is refused by the parameter check;
-# the latency tools refuse --procs. No queue is left in /dev/mqueue.
+# the latency tools refuse --procs; a bad -d fails before any worker and any "Waiting" banner.
+# No queue is left in /dev/mqueue.
 # timeout: 300
 set -eu
 # shellcheck source=tests/guest/lib.sh
@@ -109,6 +110,15 @@ vl_write_lat -d "$VL_DEV0" --procs 2 >"$TMPDIR/lat.out" 2>&1 || rc=$?
 cat "$TMPDIR/lat.out"
 [ "$rc" = 2 ] || fail "vl_write_lat --procs 2 exited $rc, expected 2"
 expect_contains "$TMPDIR/lat.out" "--procs 2: vl_write_lat measures latency"
+
+step "a --procs server with a bad -d fails as a single one, before any worker and without the banner"
+rc=0
+vl_write_bw -d nosuch --procs 2 >"$TMPDIR/nodev.out" 2>&1 || rc=$?
+cat "$TMPDIR/nodev.out"
+[ "$rc" = 1 ] || fail "vl_write_bw -d nosuch --procs 2 exited $rc, expected 1"
+expect_contains "$TMPDIR/nodev.out" "RDMA device 'nosuch' not found"
+expect_not_contains "$TMPDIR/nodev.out" "Waiting for client"
+expect_not_contains "$TMPDIR/nodev.out" "worker"
 
 step "no queue left"
 left=$(ls /dev/mqueue)

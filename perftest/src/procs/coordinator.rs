@@ -95,6 +95,19 @@ pub fn coordinator_main(cfg: &Config, out: &OutputArgs) -> ExitCode {
     let name = cfg.tool.name();
     // SIGINT and SIGTERM are the tool's signal thread's (`crate::signals`): it passes them on
     // to the workers, and removes the queues only if they do not stop in time.
+    if let Err(e) = check_cpus(cfg) {
+        verbs_lab::eprintln_whole!("{name}: error: {e}; nothing was run");
+        return ExitCode::from(2);
+    }
+    // The device, port and GID as a single run opens them, before any worker starts: a bad
+    // `-d` fails here with the same words, and a server says it waits only with its device
+    // usable (each worker then opens its own).
+    if let Err(e) = crate::device::open_device(cfg) {
+        return verbs_lab::cli::failed(&name, &e);
+    }
+    if cfg.is_server() {
+        Reporter::new(out).waiting_banner();
+    }
     for note in QUEUES.remove_orphans() {
         verbs_lab::eprintln_whole!("{name}: note: {note}");
     }
@@ -112,6 +125,23 @@ pub fn coordinator_main(cfg: &Config, out: &OutputArgs) -> ExitCode {
         }
         (Err(e), None) => verbs_lab::cli::failed(&name, &e),
     }
+}
+
+/// `--cpu` names at least one CPU this process may use: else every worker would fail to pin
+/// itself, a bad command line found only after the workers started.
+fn check_cpus(cfg: &Config) -> Result<()> {
+    let Some(req) = &cfg.pin.cpu else {
+        return Ok(());
+    };
+    // Affinity that cannot be read is no fault of the command line: the workers say it.
+    let Ok(allowed) = verbs_lab::affinity::allowed_cpus() else {
+        return Ok(());
+    };
+    ensure!(
+        !req.intersect(&allowed).is_empty(),
+        "--cpu {req}: none of the requested CPUs may be used by this process (allowed: {allowed})"
+    );
+    Ok(())
 }
 
 fn coordinate(cfg: &Config) -> Result<(RunResult, Vec<ProcessResult>)> {

@@ -3,7 +3,10 @@
 //!
 //! The tool's process becomes a *coordinator* ([`coordinator`]): it creates its message queues
 //! (`verbs_lab::mq`), re-executes itself N times with the hidden flags `--vl-worker I
-//! --vl-queue NAME` (`verbs_lab::workers`), and never opens a device. Worker I ([`worker`]) is
+//! --vl-queue NAME` (`verbs_lab::workers`), and runs nothing on a device: before it starts a
+//! worker it checks `--cpu` against the CPUs it may use (a bad list is a bad command line, exit
+//! 2) and opens the device, port and GID once as a single run would (a bad `-d` fails there, with
+//! the same words, before a server's "Waiting for client to connect..."). Worker I ([`worker`]) is
 //! an ordinary run of the engine with four differences: its TCP port is the base port + I; it
 //! pins itself to its own CPU ([`worker_cpu`]: NIC-local first, else one allowed CPU per
 //! process); once its QPs are connected to its peer worker it reports `Hello` and `Ready` and
