@@ -11,7 +11,7 @@ pub struct Measured {
     pub start: Instant,
     pub end: Instant,
     /// Bytes per second of the best window; `None` when the peak is not measured (`-N`, or a
-    /// side that only received: see [`measured`]).
+    /// side that only received: its windows could show a rate no link carried).
     pub peak_bps: Option<f64>,
 }
 
