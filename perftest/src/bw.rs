@@ -80,8 +80,15 @@ pub fn run_size(s: &mut Session<'_>, size: u64) -> Result<Option<BwRow>> {
     if let Some(m) = measured {
         s.measured(size, m.start, m.end);
     }
-    let mine = measured.map(|m| m.row(size, cfg.no_peak));
+    let mine = measured.map(|m| m.row(size));
     let row = exchange_rows(s, size, mine)?;
+    if let (None, Some(echoed)) = (measured, &row) {
+        // A server that only served reports the client's row. Its interval, for a `--procs`
+        // aggregate, is the client's length ending as that row arrived (this machine's clock
+        // does not know when the client started).
+        let end = Instant::now();
+        s.measured(size, end.checked_sub(echoed.elapsed).unwrap_or(end), end);
+    }
     s.ch.sync(Phase::Done, size).map_err(anyhow::Error::new)?;
     Ok(row)
 }
@@ -477,18 +484,18 @@ fn keep_watch(
 /// has not arrived yet).
 fn phase_out(k: &PhaseCtx<'_>, st: &mut Sides<'_>, ch: &mut Channel) -> Result<PhaseOut> {
     let Sides { txs, tx, rx, watch } = st;
-    let (cfg, mode, size) = (k.cfg, k.mode, k.size);
+    let size = k.size;
     let mut out = PhaseOut {
         sent: txs.iter().map(|t| t.posted).collect(),
         ..PhaseOut::default()
     };
     if k.sends {
         let span = (tx.first_post.unwrap_or(k.t_phase), tx.done_at);
-        out.tx = Some(measured(cfg, mode, size, tx.total, span, k.win0, &tx.log));
+        out.tx = Some(measured(k, tx.total, span, &tx.log, true));
     }
     if k.receives {
         let span = (k.t_phase, rx.last.unwrap_or(k.t_phase));
-        out.rx = Some(measured(cfg, mode, size, rx.total, span, k.win0, &rx.log));
+        out.rx = Some(measured(k, rx.total, span, &rx.log, false));
         if !k.lossy {
             if let Some(t) = &watch.tally {
                 for (q, (r, w)) in rx.received.iter().zip(&t.per_qp).enumerate() {

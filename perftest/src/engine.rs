@@ -185,10 +185,12 @@ impl Session<'_> {
 
 /// The tick of a wait that is not on the channel (a `--procs` barrier, the wait for Go): sends
 /// the peer a HEARTBEAT every [`HEARTBEAT`], so that the peer, waiting meanwhile, hears this side
-/// is alive.
+/// is alive; and ends the wait once a signal came (a worker's coordinator passes its SIGINT on),
+/// so that the run stops and tells the peer at once.
 pub fn heartbeats(ch: &mut Channel) -> impl FnMut() -> Result<()> + '_ {
     let mut last = Instant::now();
     move || {
+        crate::signals::check().map_err(anyhow::Error::new)?;
         if last.elapsed() >= HEARTBEAT {
             last = Instant::now();
             ch.send(&Msg::Heartbeat).map_err(anyhow::Error::new)?;

@@ -62,11 +62,6 @@ pub fn main(tool: Tool) -> ExitCode {
         return ExitCode::from(2);
     }
     if cfg.procs.count.is_some() {
-        if cfg.is_server() {
-            // The coordinator opens no device: it says so before its workers start listening.
-            // (A single server prints the banner once it listens: `Reporter::waiting_banner`.)
-            Reporter::new(&out).waiting_banner();
-        }
         return crate::procs::coordinator_main(&cfg, &out);
     }
     let mut reporter = Reporter::new(&out);

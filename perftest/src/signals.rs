@@ -9,6 +9,10 @@
 //! [`Interrupted`]. The error path then sends the peer an ERROR naming the signal *before* the
 //! QPs are torn down, and the tool exits 130 or 143. A second signal, or a stop that takes
 //! longer than [`GRACE`], exits at once.
+//!
+//! A `--procs` coordinator has no peer of its own: while its workers run ([`pass_on_to`]) it
+//! passes the signal on to them, and each stops its run and tells its peer as a single run
+//! does; the coordinator sees them end and reports the interruption.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -19,8 +23,17 @@ use nix::sys::signal::{SigSet, Signal};
 
 /// The signal received, 0 while none.
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
-/// The out-of-band socket of the run in progress, if one is connected.
-static SOCKET: Mutex<Option<RawFd>> = Mutex::new(None);
+/// What a signal stops rather than ending the process at once.
+enum Target {
+    /// Nothing yet: no peer connected.
+    Nothing,
+    /// The out-of-band socket of the run in progress ([`watch_socket`]).
+    Socket(RawFd),
+    /// A `--procs` coordinator's worker processes ([`pass_on_to`]).
+    Workers(Vec<u32>),
+}
+
+static TARGET: Mutex<Target> = Mutex::new(Target::Nothing);
 /// The tool's name, for the lines printed on the signal thread.
 static TOOL: Mutex<String> = Mutex::new(String::new());
 
@@ -103,7 +116,7 @@ fn on_signal(sig: Signal) {
         verbs_lab::eprintln_whole!("{tool}: {} again: exiting now", sig.as_str());
         exit_now(sig, code);
     }
-    if !wake_reader() {
+    if !wake_reader() && !pass_on(sig) {
         verbs_lab::eprintln_whole!(
             "{tool}: interrupted by {} (no peer connected yet)",
             sig.as_str()
@@ -121,6 +134,29 @@ fn on_signal(sig: Signal) {
     exit_now(sig, code);
 }
 
+/// Sends `sig` to the workers of [`pass_on_to`]; returns whether there were any.
+fn pass_on(sig: Signal) -> bool {
+    match TARGET.lock().as_deref() {
+        Ok(Target::Workers(pids)) if !pids.is_empty() => {
+            for &pid in pids {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
+            }
+            true
+        }
+        _ => false,
+    }
+}
+
+/// While the returned guard lives, a signal is passed on to `pids` (a `--procs` coordinator's
+/// workers, its children) instead of ending this process: each worker stops its run and tells
+/// its peer, and the coordinator, seeing them end, finds [`received`] set. A Ctrl-C reaches the
+/// workers anyway (they are in the terminal's process group); the copy passed on is then
+/// merged with it, as a worker takes no second signal while it stops. Drop the guard before
+/// the workers are reaped (their pids may then be reused).
+pub fn pass_on_to(pids: Vec<u32>) -> Watch {
+    Watch::of(Target::Workers(pids))
+}
+
 /// The last resort of a run that did not stop in time: one ERROR frame written straight to the
 /// out-of-band socket, without waiting (the peer then names the interruption instead of a
 /// closed connection). The run's own thread is stuck somewhere, so it is not writing.
@@ -130,10 +166,8 @@ fn tell_peer(why: &str) {
     let Ok(frame) = verbs_lab::oob::frame(&rec, "the ERROR message") else {
         return;
     };
-    if let Ok(s) = SOCKET.lock() {
-        if let Some(fd) = *s {
-            let _ = send(fd, &frame, MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL);
-        }
+    if let Ok(Target::Socket(fd)) = TARGET.lock().as_deref() {
+        let _ = send(*fd, &frame, MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL);
     }
 }
 
@@ -143,15 +177,12 @@ fn tell_peer(why: &str) {
 /// whether a socket was connected.
 pub fn wake_reader() -> bool {
     // Under the lock, so that the socket cannot be closed (and its number reused) meanwhile.
-    match SOCKET.lock() {
-        Ok(s) => match *s {
-            Some(fd) => {
-                let _ = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Read);
-                true
-            }
-            None => false,
-        },
-        Err(_) => false,
+    match TARGET.lock().as_deref() {
+        Ok(Target::Socket(fd)) => {
+            let _ = nix::sys::socket::shutdown(*fd, nix::sys::socket::Shutdown::Read);
+            true
+        }
+        _ => false,
     }
 }
 
@@ -184,20 +215,26 @@ pub fn check() -> Result<(), Interrupted> {
 /// While the returned guard lives, a signal shuts down the reading side of `fd` (the run's
 /// out-of-band socket) instead of exiting: the run stops through its error path and tells the
 /// peer. Drop the guard before the socket is closed.
-pub fn watch_socket(fd: RawFd) -> SocketWatch {
-    if let Ok(mut s) = SOCKET.lock() {
-        *s = Some(fd);
-    }
-    SocketWatch(())
+pub fn watch_socket(fd: RawFd) -> Watch {
+    Watch::of(Target::Socket(fd))
 }
 
-/// See [`watch_socket`].
-pub struct SocketWatch(());
+/// What a signal stops while it lives: see [`watch_socket`] and [`pass_on_to`].
+pub struct Watch(());
 
-impl Drop for SocketWatch {
+impl Watch {
+    fn of(target: Target) -> Watch {
+        if let Ok(mut t) = TARGET.lock() {
+            *t = target;
+        }
+        Watch(())
+    }
+}
+
+impl Drop for Watch {
     fn drop(&mut self) {
-        if let Ok(mut s) = SOCKET.lock() {
-            *s = None;
+        if let Ok(mut t) = TARGET.lock() {
+            *t = Target::Nothing;
         }
     }
 }

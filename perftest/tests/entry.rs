@@ -38,6 +38,36 @@ fn a_server_that_cannot_open_its_device_does_not_say_it_waits() {
 }
 
 #[test]
+fn a_procs_server_that_cannot_open_its_device_fails_as_a_single_one_before_any_worker() {
+    let single = run(&[]);
+    let o = run(&["--procs", "2"]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!out.contains(BANNER), "the banner was printed: {out}");
+    assert_eq!(err, text(&single.stderr), "not the single server's words");
+    assert!(!err.contains("worker"), "a worker was started: {err}");
+}
+
+#[test]
+fn a_cpu_list_the_process_may_not_use_is_refused_before_any_worker() {
+    let allowed = verbs_lab::affinity::allowed_cpus().unwrap();
+    let outside = allowed.cpus().iter().max().unwrap() + 1;
+    let cpu = outside.to_string();
+    let o = run(&["--procs", "3", "--cpu", &cpu]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "vl_write_bw: error: --cpu {cpu}: none of the requested CPUs may be used by this \
+             process (allowed: {allowed}); nothing was run"
+        )),
+        "{err}"
+    );
+    assert!(!out.contains(BANNER), "the banner was printed: {out}");
+    assert!(!err.contains("worker"), "a worker was started: {err}");
+}
+
+#[test]
 fn a_report_file_that_cannot_be_written_is_refused_before_the_run() {
     let dir = scratch("refused");
     let missing = dir.join("no-such-dir/x.json");

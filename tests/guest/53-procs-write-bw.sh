@@ -3,9 +3,11 @@
 # TCP port, started together over POSIX message queues. The client prints a '#procI' row per
 # process, a '#sum' row (their plain sum, checked numerically) and THE result row (what a
 # perftest parser reads): the aggregate over one interval, never above the sum. The processes'
-# cores must differ, and JSON and CSV hold the processes, the sum and the aggregate.
+# cores must differ, and JSON and CSV hold the processes, the sum and the aggregate. The
+# server, which only served, reports the client workers' rows and their aggregate in every format.
 # --procs 1 runs through the worker path; a mismatch of N is refused by the parameter check;
-# the latency tools refuse --procs. No queue is left in /dev/mqueue.
+# the latency tools refuse --procs; a bad -d fails before any worker and any "Waiting" banner.
+# No queue is left in /dev/mqueue.
 # timeout: 300
 set -eu
 # shellcheck source=tests/guest/lib.sh
@@ -19,6 +21,8 @@ mqueue_ready
 
 # proc_rows FILE: the '#procN' rows of a report.
 proc_rows() { grep '^#proc[0-9]' "$1" || true; }
+# proc_numbers FILE: the numbers of those rows (without the CPU and pid, which are each side's).
+proc_numbers() { proc_rows "$1" | awk '{ print $1, $2, $3, $4, $5, $6 }'; }
 
 # check_sum FILE N: N '#proc' rows whose BW average and MsgRate add up to the '#sum' row's,
 # and a result row (the aggregate over one interval) that is positive and not above the sum.
@@ -43,7 +47,7 @@ check_sum() {
 
 step "vl_write_bw --procs 2: a row per process, and their sum"
 vl_pair_ok vl_write_bw "-s 65536 -n 300 --procs 2 --wait 60" \
-    "--json $TMPDIR/p2.json --csv $TMPDIR/p2.csv"
+    "--json $TMPDIR/p2.json --csv $TMPDIR/p2.csv" "--json $TMPDIR/s2.json --csv $TMPDIR/s2.csv"
 next_port # the pair used two ports
 check_sum "$CLIENT_OUT" 2
 expect_row "$CLIENT_OUT" "the aggregate, as the result row"
@@ -76,6 +80,18 @@ awk -F, '$1 ~ /^[0-9]+$/ { s += $5 } $1 == "sum" { t = $5 } $1 == "all" { a = $5
           exit !(t > 0 && d < 0.01 && a > 0 && a <= t + 0.01) }' \
     "$TMPDIR/p2.csv" || fail "the CSV's processes do not add up to 'sum', or 'all' exceeds it"
 
+step "the server (it only served) reports the client's processes, as without --procs"
+check_sum "$SERVER_OUT" 2
+expect_row "$SERVER_OUT" "the server's aggregate"
+# The '#proc' rows are the client workers' rows, echoed: the same numbers (not the same CPUs).
+[ "$(proc_numbers "$SERVER_OUT")" = "$(proc_numbers "$CLIENT_OUT")" ] \
+    || fail "the server's '#proc' rows are not the client's: $(proc_rows "$SERVER_OUT")"
+vl_jsoncheck "$TMPDIR/s2.json" --sizes 65536
+[ "$(grep -c '"bw_avg_mib_s"' "$TMPDIR/s2.json")" -eq 4 ] \
+    || fail "the server's JSON does not hold 4 rows (2 processes, the totals, the aggregate)"
+[ "$(cut -d, -f1 "$TMPDIR/s2.csv" | tr '\n' ' ')" = "process 0 1 sum all " ] \
+    || fail "unexpected process column in the server's CSV: $(cat "$TMPDIR/s2.csv")"
+
 step "--procs 1: the worker path, one process"
 vl_pair_ok vl_write_bw "-s 65536 -n 300 --procs 1 --wait 60"
 check_sum "$CLIENT_OUT" 1
@@ -94,6 +110,15 @@ vl_write_lat -d "$VL_DEV0" --procs 2 >"$TMPDIR/lat.out" 2>&1 || rc=$?
 cat "$TMPDIR/lat.out"
 [ "$rc" = 2 ] || fail "vl_write_lat --procs 2 exited $rc, expected 2"
 expect_contains "$TMPDIR/lat.out" "--procs 2: vl_write_lat measures latency"
+
+step "a --procs server with a bad -d fails as a single one, before any worker and without the banner"
+rc=0
+vl_write_bw -d nosuch --procs 2 >"$TMPDIR/nodev.out" 2>&1 || rc=$?
+cat "$TMPDIR/nodev.out"
+[ "$rc" = 1 ] || fail "vl_write_bw -d nosuch --procs 2 exited $rc, expected 1"
+expect_contains "$TMPDIR/nodev.out" "RDMA device 'nosuch' not found"
+expect_not_contains "$TMPDIR/nodev.out" "Waiting for client"
+expect_not_contains "$TMPDIR/nodev.out" "worker"
 
 step "no queue left"
 left=$(ls /dev/mqueue)

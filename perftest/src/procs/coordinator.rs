@@ -75,6 +75,9 @@ impl Stage {
 
 /// The workers, their queues, and the run's clocks.
 struct Run<'a> {
+    /// From here a signal goes to the workers (each tells its peer); the first field, so that
+    /// it ends before the workers are reaped.
+    _pass_on: crate::signals::Watch,
     cfg: &'a Config,
     inbox: &'a Queue,
     ps: Vec<Proc>,
@@ -90,9 +93,20 @@ struct Run<'a> {
 /// reports. Exit codes as [`crate::entry::main`].
 pub fn coordinator_main(cfg: &Config, out: &OutputArgs) -> ExitCode {
     let name = cfg.tool.name();
-    if let Err(e) = mq::install_cleanup_on_signals() {
-        verbs_lab::eprintln_whole!("{name}: error: {e}");
-        return ExitCode::FAILURE;
+    // SIGINT and SIGTERM are the tool's signal thread's (`crate::signals`): it passes them on
+    // to the workers, and removes the queues only if they do not stop in time.
+    if let Err(e) = check_cpus(cfg) {
+        verbs_lab::eprintln_whole!("{name}: error: {e}; nothing was run");
+        return ExitCode::from(2);
+    }
+    // The device, port and GID as a single run opens them, before any worker starts: a bad
+    // `-d` fails here with the same words, and a server says it waits only with its device
+    // usable (each worker then opens its own).
+    if let Err(e) = crate::device::open_device(cfg) {
+        return verbs_lab::cli::failed(&name, &e);
+    }
+    if cfg.is_server() {
+        Reporter::new(out).waiting_banner();
     }
     for note in QUEUES.remove_orphans() {
         verbs_lab::eprintln_whole!("{name}: note: {note}");
@@ -102,10 +116,32 @@ pub fn coordinator_main(cfg: &Config, out: &OutputArgs) -> ExitCode {
             .finish_procs(&total, &procs)
             .map_err(|e| anyhow!("{e:#}"))
     });
-    match outcome {
-        Ok(outcome) => outcome.exit_code(),
-        Err(e) => verbs_lab::cli::failed(&name, &e),
+    match (outcome, crate::signals::received()) {
+        (Ok(outcome), _) => outcome.exit_code(),
+        (Err(e), Some(i)) => {
+            // What `coordinate` says of a run interrupted (see there).
+            verbs_lab::eprintln_whole!("{name}: {e:#}");
+            ExitCode::from(i.exit_code())
+        }
+        (Err(e), None) => verbs_lab::cli::failed(&name, &e),
     }
+}
+
+/// `--cpu` names at least one CPU this process may use: else every worker would fail to pin
+/// itself, a bad command line found only after the workers started.
+fn check_cpus(cfg: &Config) -> Result<()> {
+    let Some(req) = &cfg.pin.cpu else {
+        return Ok(());
+    };
+    // Affinity that cannot be read is no fault of the command line: the workers say it.
+    let Ok(allowed) = verbs_lab::affinity::allowed_cpus() else {
+        return Ok(());
+    };
+    ensure!(
+        !req.intersect(&allowed).is_empty(),
+        "--cpu {req}: none of the requested CPUs may be used by this process (allowed: {allowed})"
+    );
+    Ok(())
 }
 
 fn coordinate(cfg: &Config) -> Result<(RunResult, Vec<ProcessResult>)> {
@@ -128,6 +164,7 @@ fn coordinate(cfg: &Config) -> Result<(RunResult, Vec<ProcessResult>)> {
         workers.push(Worker::spawn(i, a, false).map_err(anyhow::Error::msg)?);
     }
     let mut run = Run {
+        _pass_on: crate::signals::pass_on_to(workers.iter().map(Worker::pid).collect()),
         cfg,
         inbox: &inbox,
         ps: workers
@@ -152,6 +189,17 @@ fn coordinate(cfg: &Config) -> Result<(RunResult, Vec<ProcessResult>)> {
     let outcome = run.conduct();
     if let Err(e) = &outcome {
         run.stop(&format!("{e:#}"));
+        if let Some(i) = crate::signals::received() {
+            // The workers failed because the signal was passed on to them: that is the news.
+            let n = run.ps.len();
+            if run.ps.iter().any(|p| p.ready) {
+                bail!(
+                    "{i}: passed on to the {n} workers, which were connected and told their \
+                     peers; the run torn down"
+                );
+            }
+            bail!("{i} (no peer connected yet): passed on to the {n} workers");
+        }
     }
     let reports = outcome?;
     drop(run);
@@ -431,10 +479,17 @@ impl Run<'_> {
     /// running, half a second to exit, then SIGKILL). Says what happened to each on stderr.
     fn stop(&mut self, reason: &str) {
         let name = self.cfg.tool.name();
+        // Workers stopped by a signal passed on are telling their peers: give them the time
+        // a single run has.
+        let grace = if crate::signals::received().is_some() {
+            crate::signals::GRACE
+        } else {
+            Duration::from_millis(500)
+        };
         let stopped = workers::stop(
             self.ps.iter_mut().map(|p| (&mut p.w, &p.inbox)),
             reason,
-            Duration::from_millis(500),
+            grace,
         );
         for s in stopped {
             let who = self.ps[s.index as usize].who();

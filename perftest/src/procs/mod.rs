@@ -3,7 +3,10 @@
 //!
 //! The tool's process becomes a *coordinator* ([`coordinator`]): it creates its message queues
 //! (`verbs_lab::mq`), re-executes itself N times with the hidden flags `--vl-worker I
-//! --vl-queue NAME` (`verbs_lab::workers`), and never opens a device. Worker I ([`worker`]) is
+//! --vl-queue NAME` (`verbs_lab::workers`), and runs nothing on a device: before it starts a
+//! worker it checks `--cpu` against the CPUs it may use (a bad list is a bad command line, exit
+//! 2) and opens the device, port and GID once as a single run would (a bad `-d` fails there, with
+//! the same words, before a server's "Waiting for client to connect..."). Worker I ([`worker`]) is
 //! an ordinary run of the engine with four differences: its TCP port is the base port + I; it
 //! pins itself to its own CPU ([`worker_cpu`]: NIC-local first, else one allowed CPU per
 //! process); once its QPs are connected to its peer worker it reports `Hello` and `Ready` and
@@ -25,9 +28,12 @@
 //! past a deadline, or does not reach a barrier within the peer timeout (or the time the size
 //! took the first worker, if longer) is named (index, pid, CPU, and where it is stuck); the
 //! coordinator then stops the others (`Abort`, then SIGKILL) and fails. A worker seen stopped
-//! (SIGSTOP) for `--wait` is stalled. The queues are removed on every exit path: by their
-//! owner's drop; on SIGINT/SIGTERM/SIGHUP by [`verbs_lab::mq::install_cleanup_on_signals`]; when the
-//! coordinator is killed outright (SIGKILL), by its workers, which the kernel signals at once
+//! (SIGSTOP) for `--wait` is stalled. A SIGINT or SIGTERM to the coordinator is passed on to
+//! its workers ([`crate::signals::pass_on_to`]): each stops its run and tells its peer, as a
+//! single run does, and the coordinator exits 130 or 143 once they ended. The queues are
+//! removed on every exit path: by their owner's drop; by the signal thread if the workers do
+//! not stop within [`crate::signals::GRACE`]; when the coordinator dies otherwise (SIGKILL,
+//! SIGHUP), by its workers, which the kernel signals at once
 //! (`PR_SET_PDEATHSIG`) and which then exit; and what even they could not remove (all killed
 //! together) by the next run, which removes the queues of coordinators that no longer exist and
 //! says so.

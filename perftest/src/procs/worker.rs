@@ -76,14 +76,6 @@ fn worker(cfg: &Config, w: &WorkerOf, coord: &Queue) -> Result<()> {
         Rows::Bw(rows) => rows,
         Rows::Lat(_) => bail!("a latency run in a --procs worker"),
     };
-    // A passive side (the server of a one-way write, read or atomic test) measures nothing:
-    // its rows are the client's, echoed (perftest's server report). Each coordinator sums its
-    // own side, so such a worker reports no rows.
-    let rows = if pacer.spans.is_empty() {
-        Vec::new()
-    } else {
-        rows
-    };
     let spans = rows
         .iter()
         .map(|r| {
