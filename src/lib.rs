@@ -18,6 +18,8 @@
 //! - [`wire`]: the one binary codec (a strict `Writer`/`Reader` pair) the records above use.
 //! - [`json`]: the one strict reader of our JSON documents (no key given twice).
 //! - [`names`]: enums printed and parsed by name (`display_by_name!`, `name_table!`).
+//! - [`stdout`]: `outln!`, a line on stdout that ends the program quietly (exit 0) once its
+//!   reader has gone (`| head`), destructors run.
 //! - [`stderr`]: `eprintln_whole!`, a line on stderr in one `write(2)`, so the lines of processes
 //!   sharing one stderr never interleave.
 //! - [`coll`]: collectives over verbs — launcher bootstrap, the ring communicator, reductions.
@@ -36,6 +38,7 @@ pub mod mq;
 pub mod names;
 pub mod oob;
 pub mod stderr;
+pub mod stdout;
 pub mod sysfs;
 pub mod verbs;
 pub mod wire;

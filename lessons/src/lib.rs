@@ -32,7 +32,7 @@ pub mod terms;
 pub use args::{check_range, CommonArgs, DevicePairArgs, PingPongArgs, Role};
 pub use data::{first_mismatch, pattern};
 pub use device::{open_device, open_named_device, poll_one_explained, Device};
-pub use narrator::{say_mr, until_stdout_closes, Narrator};
+pub use narrator::{say_mr, Narrator};
 pub use peer::{exchange, exchange_endpoints, meet, oob_connect, peer_rts_barrier, PeerInfo};
 pub use pingpong::{
     decode_rc_pingpong, encode_rc_pingpong, pingpong_recvs, print_pingpong_summary,
@@ -41,6 +41,8 @@ pub use pingpong::{
 };
 pub use qp::{connect_opts, connect_qp, create_rc_qp, create_rc_qp_inline, rc_connect_opts, Side};
 pub use terms::{exchange_params, recv_params, same_as_client, send_params, Terms};
+pub use verbs_lab::outln;
+pub use verbs_lab::stdout::until_stdout_closes;
 
 /// Prints an error chain the way every tool of the project does (`verbs_lab::cli::failed`) and
 /// returns the exit code 1.

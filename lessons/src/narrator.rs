@@ -1,13 +1,9 @@
-//! What a lesson prints as it goes: numbered steps and the lines under them, silenced by `-q`;
-//! and the one way every line a lesson prints reaches stdout ([`outln!`](crate::outln)), which
-//! ends the lesson quietly when stdout is closed (`lesson09_affinity | head -3`).
+//! What a lesson prints as it goes: numbered steps and the lines under them, silenced by `-q`.
+//! Every line reaches stdout through [`outln!`](crate::outln) (the library's
+//! `verbs_lab::outln!`), which ends the lesson quietly when stdout is closed
+//! (`lesson09_affinity | head -3`; see `verbs_lab::stdout`).
 
-use std::any::Any;
 use std::fmt;
-use std::io::{self, Write as _};
-use std::panic::{self, AssertUnwindSafe};
-use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use verbs_lab::verbs::{AccessFlags, Mr};
 
@@ -42,101 +38,4 @@ pub fn say_mr(n: &Narrator, mr: &Mr, access: AccessFlags) {
         mr.lkey(),
         mr.rkey()
     ));
-}
-
-/// Prints one line on stdout, as `println!` does: every line a lesson prints goes through here
-/// (the [`outln!`](crate::outln) macro). When the reader of stdout has gone (`| head`), the
-/// lesson has no one left to teach: the write's `EPIPE` unwinds with [`StdoutClosed`], which
-/// [`until_stdout_closes`] turns into a quiet exit 0. Unwinding, rather than exiting on the
-/// spot, runs every destructor on the way out: queues are removed, scoped threads are woken
-/// and joined, the device is closed.
-pub fn print_line(line: fmt::Arguments<'_>) {
-    let mut out = io::stdout().lock();
-    if let Err(e) = writeln!(out, "{line}") {
-        if e.kind() == io::ErrorKind::BrokenPipe {
-            STDOUT_CLOSED.store(true, Ordering::Release);
-            panic::resume_unwind(Box::new(StdoutClosed));
-        }
-        panic!("failed printing to stdout: {e}");
-    }
-}
-
-/// `println!` for lessons: the same arguments, printed by [`print_line`].
-#[macro_export]
-macro_rules! outln {
-    () => {
-        $crate::narrator::print_line(format_args!(""))
-    };
-    ($($arg:tt)*) => {
-        $crate::narrator::print_line(format_args!($($arg)*))
-    };
-}
-
-/// What a lesson unwinds with when its stdout is closed ([`print_line`]).
-#[derive(Debug)]
-pub struct StdoutClosed;
-
-/// Set once a write to stdout has failed with `EPIPE`: from then on the panic of a
-/// `thread::scope` whose thread unwound with [`StdoutClosed`] is the same quiet end.
-static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
-
-/// What `std::thread::scope` panics with when one of its threads panicked (or unwound).
-const SCOPE_PANIC: &str = "a scoped thread panicked";
-
-/// Whether a panic's payload is the quiet end of a closed stdout: [`StdoutClosed`] itself, or
-/// the panic of a scope one of whose threads unwound with it. Any other panic, before or after
-/// stdout closed, is a bug and is reported as one.
-fn is_stdout_closed(payload: &(dyn Any + Send)) -> bool {
-    payload.is::<StdoutClosed>()
-        || (STDOUT_CLOSED.load(Ordering::Acquire)
-            && payload.downcast_ref::<&str>() == Some(&SCOPE_PANIC))
-}
-
-/// Runs a lesson's `main`: what it returns, or exit status 0 without a word if it stopped
-/// because its stdout was closed ([`print_line`]). Any other panic goes on as before, with its
-/// message and exit status 101.
-pub fn until_stdout_closes(main: impl FnOnce() -> ExitCode) -> ExitCode {
-    let report = panic::take_hook();
-    panic::set_hook(Box::new(move |info| {
-        if !is_stdout_closed(info.payload()) {
-            report(info);
-        }
-    }));
-    match panic::catch_unwind(AssertUnwindSafe(main)) {
-        Ok(code) => code,
-        Err(payload) if is_stdout_closed(&*payload) => ExitCode::SUCCESS,
-        Err(payload) => panic::resume_unwind(payload),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_a_closed_stdout_ends_quietly() {
-        let scope: Box<dyn Any + Send> = Box::new(SCOPE_PANIC);
-        let bug: Box<dyn Any + Send> = Box::new("index out of bounds");
-        let closed: Box<dyn Any + Send> = Box::new(StdoutClosed);
-        assert!(is_stdout_closed(&*closed));
-        // Before stdout closed, a scope's panic is a thread's bug.
-        assert!(!is_stdout_closed(&*scope));
-        STDOUT_CLOSED.store(true, Ordering::Release);
-        assert!(is_stdout_closed(&*scope));
-        // After it closed, any other panic is still a bug, with its message and status 101.
-        assert!(!is_stdout_closed(&*bug));
-        let formatted: Box<dyn Any + Send> = Box::new(String::from("failed printing: x"));
-        assert!(!is_stdout_closed(&*formatted));
-    }
-
-    #[test]
-    fn a_scope_panics_with_the_message_we_recognise() {
-        let payload = panic::catch_unwind(|| {
-            std::thread::scope(|s| {
-                s.spawn(|| panic::resume_unwind(Box::new(StdoutClosed)));
-            })
-        })
-        .unwrap_err();
-        assert_eq!(payload.downcast_ref::<&str>(), Some(&SCOPE_PANIC));
-    }
 }

@@ -116,10 +116,10 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
 
 fn check(label: &str, ok: bool, detail: String) -> Result<()> {
     if ok {
-        println!("ok    {label}: {detail}");
+        verbs_lab::outln!("ok    {label}: {detail}");
         Ok(())
     } else {
-        println!("FAIL  {label}: {detail}");
+        verbs_lab::outln!("FAIL  {label}: {detail}");
         bail!("{label} failed: {detail}")
     }
 }
@@ -140,7 +140,7 @@ fn run(args: &Args) -> Result<()> {
     check_read(&a, &b, n, wait, remote)?;
     check_atomics(&a, &b, wait)?;
     check_wrong_rkey(&a, &b, n, wait, remote)?;
-    println!("all checks passed between {} and {}", a.name, b.name);
+    verbs_lab::outln!("all checks passed between {} and {}", a.name, b.name);
     Ok(())
 }
 
@@ -158,8 +158,8 @@ fn connect_sides(args: &Args) -> Result<(Side, Side)> {
         .unwrap_or_else(|| names.get(1).unwrap_or(&names[0]).clone());
     let a = open_side(&a_name, args.port, args.gid_index)?;
     let b = open_side(&b_name, args.port, args.gid_index)?;
-    println!("A: {} {}", a.name, a.gid);
-    println!("B: {} {}", b.name, b.gid);
+    verbs_lab::outln!("A: {} {}", a.name, a.gid);
+    verbs_lab::outln!("B: {} {}", b.name, b.gid);
     let mtu = path_mtu(&[a.mtu, b.mtu]);
     // A initiates every operation; only B's QP lets its peer write, read and run atomics.
     let opts = |s: &Side, access: AccessFlags| -> Result<ConnectOpts> {
@@ -173,7 +173,7 @@ fn connect_sides(args: &Args) -> Result<(Side, Side)> {
     bring_up(&a.qp, &a.ep, &b.ep, &opts(&a, AccessFlags::EMPTY)?)
         .context("connecting A's QP to B")?;
     bring_up(&b.qp, &b.ep, &a.ep, &opts(&b, remote)?).context("connecting B's QP to A")?;
-    println!("connected: A {} <-> B {} (path MTU {mtu})", a.ep, b.ep);
+    verbs_lab::outln!("connected: A {} <-> B {} (path MTU {mtu})", a.ep, b.ep);
 
     Ok((a, b))
 }
@@ -326,5 +326,5 @@ fn check_wrong_rkey(a: &Side, b: &Side, n: usize, wait: Duration, remote: Remote
 
 fn main() -> ExitCode {
     let args: Args = verbs_lab::cli::parse();
-    verbs_lab::cli::exit_code("vl_selftest", run(&args))
+    verbs_lab::stdout::until_stdout_closes(|| verbs_lab::cli::exit_code("vl_selftest", run(&args)))
 }

@@ -13,6 +13,7 @@
 
 #![forbid(unsafe_code)]
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -78,7 +79,9 @@ fn run(args: &Args) -> Result<()> {
         let svg = render_comparison_svg(c).map_err(anyhow::Error::msg)?;
         let path = args.out_dir.join(format!("{}.svg", c.family));
         std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
-        println!(
+        // The charts are the product: a closed stdout (`| head`) stops none of them.
+        let _ = writeln!(
+            std::io::stdout(),
             "{}: {} size(s) of ours, {} of perftest",
             path.display(),
             c.ours.len(),

@@ -70,14 +70,14 @@ fn run(args: &Args) -> Result<String, String> {
 
 fn main() -> ExitCode {
     let args: Args = verbs_lab::cli::parse();
-    match run(&args) {
+    verbs_lab::stdout::until_stdout_closes(|| match run(&args) {
         Ok(msg) => {
-            println!("ok: {msg}");
+            verbs_lab::outln!("ok: {msg}");
             ExitCode::SUCCESS
         }
         Err(e) => {
             verbs_lab::eprintln_whole!("vl_jsoncheck: {e}");
             ExitCode::FAILURE
         }
-    }
+    })
 }

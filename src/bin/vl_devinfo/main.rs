@@ -59,7 +59,7 @@ mod json;
 
 fn main() -> ExitCode {
     let args: Args = verbs_lab::cli::parse();
-    verbs_lab::cli::exit_code("vl_devinfo", run(&args))
+    verbs_lab::stdout::until_stdout_closes(|| verbs_lab::cli::exit_code("vl_devinfo", run(&args)))
 }
 
 fn run(args: &Args) -> Result<()> {
@@ -82,11 +82,11 @@ fn run(args: &Args) -> Result<()> {
     }
 
     if args.json {
-        println!("{}", json::to_json(&infos)?);
+        verbs_lab::outln!("{}", json::to_json(&infos)?);
     } else {
         for (i, info) in infos.iter().enumerate() {
             if i > 0 {
-                println!();
+                verbs_lab::outln!();
             }
             print_human(info, args.verbose);
         }
@@ -175,19 +175,23 @@ fn new_table() -> Table {
 /// The tables of one device (capabilities, ports, GIDs), then the GID verbs-lab uses on each
 /// port and why.
 fn print_human(d: &DeviceInfo, verbose: bool) {
-    println!("Device {}", d.name);
-    println!("{}", caps_table(d, verbose));
-    println!("{}", ports_table(&d.ports, verbose));
-    println!("{}", gids_table(&d.ports));
+    verbs_lab::outln!("Device {}", d.name);
+    verbs_lab::outln!("{}", caps_table(d, verbose));
+    verbs_lab::outln!("{}", ports_table(&d.ports, verbose));
+    verbs_lab::outln!("{}", gids_table(&d.ports));
     for p in &d.ports {
         match &p.choice {
-            Ok(c) => println!(
+            Ok(c) => verbs_lab::outln!(
                 "verbs-lab uses GID index {} on {} port {}: {}",
-                c.entry.index, d.name, p.attr.port_num, c.reason
+                c.entry.index,
+                d.name,
+                p.attr.port_num,
+                c.reason
             ),
-            Err(e) => println!(
+            Err(e) => verbs_lab::outln!(
                 "verbs-lab has no GID to use on {} port {}: {e}",
-                d.name, p.attr.port_num
+                d.name,
+                p.attr.port_num
             ),
         }
     }

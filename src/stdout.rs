@@ -1,0 +1,119 @@
+//! Lines on stdout for programs whose reader may go away (`| head`).
+//!
+//! `println!` panics when stdout's reader is gone (`EPIPE`; Rust ignores SIGPIPE), which ends
+//! a program with status 101 and a "failed printing to stdout" message — for a reader who
+//! simply had enough. [`outln!`](crate::outln) prints as `println!` does, but on `EPIPE` it
+//! unwinds with [`StdoutClosed`], which [`until_stdout_closes`] turns into a quiet exit 0.
+//! Unwinding, rather than exiting on the spot, runs every destructor on the way out: queues are
+//! removed, scoped threads are woken and joined, the device is closed. A line printed while
+//! this thread already unwinds (a destructor's farewell) is dropped instead: a second unwind
+//! there would abort the process.
+//!
+//! The lessons, `vl_devinfo`, `vl_selftest` and the small tools print this way.
+
+use std::any::Any;
+use std::fmt;
+use std::io::{self, Write as _};
+use std::panic::{self, AssertUnwindSafe};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Prints one line on stdout, as `println!` does (the [`outln!`](crate::outln) macro); on a
+/// closed stdout, unwinds with [`StdoutClosed`] (see [the module](self)).
+pub fn print_line(line: fmt::Arguments<'_>) {
+    let mut out = io::stdout().lock();
+    if let Err(e) = writeln!(out, "{line}") {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            STDOUT_CLOSED.store(true, Ordering::Release);
+            if std::thread::panicking() {
+                // A destructor's line while this thread unwinds: no one reads it any more.
+                return;
+            }
+            panic::resume_unwind(Box::new(StdoutClosed));
+        }
+        if !std::thread::panicking() {
+            panic!("failed printing to stdout: {e}");
+        }
+    }
+}
+
+/// `println!` that ends the program quietly when stdout is closed: the same arguments,
+/// printed by [`print_line`](crate::stdout::print_line).
+#[macro_export]
+macro_rules! outln {
+    () => {
+        $crate::stdout::print_line(::std::format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::stdout::print_line(::std::format_args!($($arg)*))
+    };
+}
+
+/// What a program unwinds with when its stdout is closed ([`print_line`]).
+#[derive(Debug)]
+pub struct StdoutClosed;
+
+/// Set once a write to stdout has failed with `EPIPE`: from then on the panic of a
+/// `thread::scope` whose thread unwound with [`StdoutClosed`] is the same quiet end.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// What `std::thread::scope` panics with when one of its threads panicked (or unwound).
+const SCOPE_PANIC: &str = "a scoped thread panicked";
+
+/// Whether a panic's payload is the quiet end of a closed stdout: [`StdoutClosed`] itself, or
+/// the panic of a scope one of whose threads unwound with it. Any other panic, before or after
+/// stdout closed, is a bug and is reported as one.
+fn is_stdout_closed(payload: &(dyn Any + Send)) -> bool {
+    payload.is::<StdoutClosed>()
+        || (STDOUT_CLOSED.load(Ordering::Acquire)
+            && payload.downcast_ref::<&str>() == Some(&SCOPE_PANIC))
+}
+
+/// Runs a program's `main`: what it returns, or exit status 0 without a word if it stopped
+/// because its stdout was closed ([`print_line`]). Any other panic goes on as before, with its
+/// message and exit status 101.
+pub fn until_stdout_closes(main: impl FnOnce() -> ExitCode) -> ExitCode {
+    let report = panic::take_hook();
+    panic::set_hook(Box::new(move |info| {
+        if !is_stdout_closed(info.payload()) {
+            report(info);
+        }
+    }));
+    match panic::catch_unwind(AssertUnwindSafe(main)) {
+        Ok(code) => code,
+        Err(payload) if is_stdout_closed(&*payload) => ExitCode::SUCCESS,
+        Err(payload) => panic::resume_unwind(payload),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_closed_stdout_ends_quietly() {
+        let scope: Box<dyn Any + Send> = Box::new(SCOPE_PANIC);
+        let bug: Box<dyn Any + Send> = Box::new("index out of bounds");
+        let closed: Box<dyn Any + Send> = Box::new(StdoutClosed);
+        assert!(is_stdout_closed(&*closed));
+        // Before stdout closed, a scope's panic is a thread's bug.
+        assert!(!is_stdout_closed(&*scope));
+        STDOUT_CLOSED.store(true, Ordering::Release);
+        assert!(is_stdout_closed(&*scope));
+        // After it closed, any other panic is still a bug, with its message and status 101.
+        assert!(!is_stdout_closed(&*bug));
+        let formatted: Box<dyn Any + Send> = Box::new(String::from("failed printing: x"));
+        assert!(!is_stdout_closed(&*formatted));
+    }
+
+    #[test]
+    fn a_scope_panics_with_the_message_we_recognise() {
+        let payload = panic::catch_unwind(|| {
+            std::thread::scope(|s| {
+                s.spawn(|| panic::resume_unwind(Box::new(StdoutClosed)));
+            })
+        })
+        .unwrap_err();
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&SCOPE_PANIC));
+    }
+}
