@@ -58,8 +58,8 @@ fn a_cpu_list_the_process_may_not_use_is_refused_before_any_worker() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
         err.starts_with(&format!(
-            "vl_write_bw: error: --cpu {cpu}: none of the requested CPUs may be used by this \
-             process (allowed: {allowed}); nothing was run"
+            "vl_write_bw: error: --cpu {cpu}: none of the requested CPUs {cpu} may be used by \
+             this process (allowed: {allowed}); nothing was run"
         )),
         "{err}"
     );

@@ -162,7 +162,7 @@ pub fn remove_on_signal(sig: Signal, who: String, owner: u32, names: Vec<String>
                 .iter()
                 .filter(|name| mq_unlink(name.as_str()).is_ok())
                 .count();
-            let gone = format!("{who}: the coordinator (pid {owner}) is gone (it was killed)");
+            let gone = format!("{who}: the coordinator (pid {owner}) is gone");
             let total = names.len();
             let s = if total == 1 { "" } else { "s" };
             match total {

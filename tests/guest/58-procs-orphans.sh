@@ -65,7 +65,7 @@ done
 echo "no queue of the killed coordinator left"
 cat "$TMPDIR/cli.out"
 # Each worker says so, by name; the first removes the queues, the other finds them gone.
-grep -Eq "^vl_write_bw worker [0-9]+: the coordinator \(pid $cpid\) is gone \(it was killed\); removed" \
+grep -Eq "^vl_write_bw worker [0-9]+: the coordinator \(pid $cpid\) is gone; removed" \
     "$TMPDIR/cli.out" || fail "no worker said that its coordinator (pid $cpid) is gone and what it removed"
 rc=0
 _vl_watch "$spid" 60 || rc=$?

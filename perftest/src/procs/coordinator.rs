@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context as _, Result};
+use verbs_lab::affinity;
 use verbs_lab::mq::{self, Queue, WorkerMsg};
 use verbs_lab::workers::{self, describe, GatherError, Roster, Worker};
 
@@ -128,20 +129,21 @@ pub fn coordinator_main(cfg: &Config, out: &OutputArgs) -> ExitCode {
 }
 
 /// `--cpu` names at least one CPU this process may use: else every worker would fail to pin
-/// itself, a bad command line found only after the workers started.
+/// itself, a bad command line found only after the workers started. The check is the workers'
+/// own choice (`affinity::choose_cpu_in`, which looks at nothing but the list and the allowed
+/// CPUs when a list is given).
 fn check_cpus(cfg: &Config) -> Result<()> {
     let Some(req) = &cfg.pin.cpu else {
         return Ok(());
     };
     // Affinity that cannot be read is no fault of the command line: the workers say it.
-    let Ok(allowed) = verbs_lab::affinity::allowed_cpus() else {
+    let Ok(allowed) = affinity::allowed_cpus() else {
         return Ok(());
     };
-    ensure!(
-        !req.intersect(&allowed).is_empty(),
-        "--cpu {req}: none of the requested CPUs may be used by this process (allowed: {allowed})"
-    );
-    Ok(())
+    let root = verbs_lab::sysfs::root();
+    affinity::choose_cpu_in(&root, "", Some(req), &allowed, 0)
+        .map(drop)
+        .map_err(|e| anyhow!("--cpu {req}: {e}"))
 }
 
 fn coordinate(cfg: &Config) -> Result<(RunResult, Vec<ProcessResult>)> {
