@@ -141,18 +141,23 @@ mod tests {
         e.to_string()
     }
 
+    /// `args` are refused (exit code 2) with a message that starts `error: {start}`.
+    fn refused_with(args: &[&str], start: &str) -> String {
+        let text = refusal(args);
+        assert!(
+            text.starts_with(&format!("error: {start}")),
+            "{args:?}: {text}"
+        );
+        text
+    }
+
     #[test]
     fn the_qp_timeout_is_0_to_31_with_one_message() {
         assert_eq!(T::try_parse_from(["t", "-u", "31"]).unwrap().qp_timeout, 31);
         assert_eq!(T::try_parse_from(["t", "-u", "0"]).unwrap().qp_timeout, 0);
         for bad in ["32", "99", "300", "x", ""] {
-            let text = refusal(&["-u", bad]);
-            assert!(
-                text.starts_with(&format!(
-                    "error: -u {bad}: give 0 to 31: the QP ack timeout is a 5-bit exponent"
-                )),
-                "{text}"
-            );
+            let why = "give 0 to 31: the QP ack timeout is a 5-bit exponent";
+            refused_with(&["-u", bad], &format!("-u {bad}: {why}"));
         }
     }
 
@@ -160,35 +165,25 @@ mod tests {
     fn a_port_is_1_to_255_with_one_message() {
         assert_eq!(T::try_parse_from(["t", "-i", "255"]).unwrap().ib_port, 255);
         for bad in ["0", "256", "300"] {
-            let text = refusal(&["-i", bad]);
-            assert!(
-                text.starts_with(&format!(
-                    "error: -i {bad}: give 1 to 255: ports are numbered from 1"
-                )),
-                "{text}"
-            );
+            let why = "give 1 to 255: ports are numbered from 1";
+            refused_with(&["-i", bad], &format!("-i {bad}: {why}"));
         }
     }
 
     #[test]
     fn a_number_that_is_not_one_is_explained() {
-        let text = refusal(&["-D", "1.5"]);
-        assert!(
-            text.starts_with(
-                "error: --duration 1.5: not a whole number; give whole seconds (digits only"
-            ),
-            "{text}"
+        let text = refused_with(
+            &["-D", "1.5"],
+            "--duration 1.5: not a whole number; give whole seconds (digits only",
         );
         assert!(!text.contains("invalid digit"), "{text}");
-        let text = refusal(&["-n", "ten"]);
-        assert!(
-            text.starts_with("error: --iters ten: not a whole number; give a whole number"),
-            "{text}"
+        refused_with(
+            &["-n", "ten"],
+            "--iters ten: not a whole number; give a whole number",
         );
-        let text = refusal(&["-D", "99999999999999999999999"]);
-        assert!(
-            text.starts_with("error: --duration 99999999999999999999999: too large"),
-            "{text}"
+        refused_with(
+            &["-D", "99999999999999999999999"],
+            "--duration 99999999999999999999999: too large",
         );
     }
 }

@@ -83,7 +83,7 @@ fn refuses_a_broken_bandwidth_report() {
     );
     refused(
         &with(&doc, "/results/2/bytes", Some((-8).into())),
-        "results[2].bytes: invalid value: integer `-8`, expected u64",
+        "results[2].bytes: -8 is negative",
     );
     refused(
         &with(&doc, "/results/2/bytes", None),
@@ -146,8 +146,12 @@ fn refuses_a_broken_bandwidth_report() {
     // The QP settings are read flattened into the run: a fault among them, or among the run's
     // own keys after them, is still named by its key.
     refused(
-        &with(&doc, "/run/outstanding_reads", Some((-1).into())),
-        "run.outstanding_reads: invalid value: integer `-1`, expected u32",
+        &with(
+            &doc,
+            "/run/outstanding_reads",
+            Some(5_000_000_000u64.into()),
+        ),
+        "run.outstanding_reads: invalid value: integer `5000000000`, expected u32",
     );
     refused(&with(&doc, "/run/qps", None), "run: missing field `qps`");
     refused(
@@ -294,6 +298,23 @@ fn refuses_a_broken_collective_report() {
     refused(
         &with(&doc, "/rows/0/out_of_place/busbw_gbs", Some((-1.0).into())),
         "rows[0].out_of_place.busbw_gbs: -1 is negative",
+    );
+    // Every number, whatever its place: no figure of either layout can be negative.
+    refused(
+        &with(
+            &doc,
+            "/rows/1/out_of_place/per_rank_time_us/1",
+            Some((-0.5).into()),
+        ),
+        "rows[1].out_of_place.per_rank_time_us[1]: -0.5 is negative",
+    );
+    refused(
+        &with(&doc, "/avg_busbw_gbs", Some((-2.0).into())),
+        "avg_busbw_gbs: -2 is negative",
+    );
+    refused(
+        &with(&doc, "/params/iters", Some((-1).into())),
+        "params.iters: -1 is negative",
     );
     refused(
         &with(
