@@ -10,10 +10,15 @@
 //! there would abort the process.
 //!
 //! The lessons, `vl_devinfo`, `vl_selftest` and the small tools print this way.
+//!
+//! A process that writes nothing can still ask whether anyone reads: [`reader_gone`] tells a
+//! launcher (`--np`) that its ranks' shared stdout has no reader any more, so it ends the run
+//! quietly instead of waiting for ranks that wait for a rank that already left.
 
 use std::any::Any;
 use std::fmt;
 use std::io::{self, Write as _};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::panic::{self, AssertUnwindSafe};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -86,9 +91,40 @@ pub fn until_stdout_closes(main: impl FnOnce() -> ExitCode) -> ExitCode {
     }
 }
 
+/// Whether this process's stdout is a pipe (or socket) whose every reader has gone (`| head`
+/// has exited): what the next write would fail on with `EPIPE`, found by `poll(2)` without
+/// writing. `false` for a terminal, a file, or a pipe still read.
+pub fn reader_gone() -> bool {
+    reader_gone_of(io::stdout().as_fd())
+}
+
+/// [`reader_gone`] of any descriptor: `poll(2)` reports `POLLERR` on the write end of a pipe
+/// without readers (and `POLLHUP` on a socket whose peer shut down).
+pub fn reader_gone_of(fd: BorrowedFd<'_>) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(fd, PollFlags::empty())];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pipe_without_reader_is_seen_before_any_write() {
+        let (read, write) = nix::unistd::pipe().unwrap();
+        assert!(!reader_gone_of(write.as_fd()), "the read end is still open");
+        drop(read);
+        assert!(reader_gone_of(write.as_fd()), "the read end is closed");
+        let null = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        assert!(!reader_gone_of(null.as_fd()), "a file is not a pipe");
+    }
 
     #[test]
     fn only_a_closed_stdout_ends_quietly() {

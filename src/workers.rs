@@ -418,6 +418,12 @@ pub const POLL_EVERY: Duration = Duration::from_millis(20);
 /// `first_failure` hears of it at once (to tell the others, say) and the others get `grace` to
 /// end by themselves; those still running then are killed. Every worker is reaped. Returns each
 /// worker that did not end well, in the order seen (a `waitpid` that fails counts as running).
+///
+/// When this launcher's stdout, which its workers share, has no reader any more (`| head` has
+/// read enough: [`crate::stdout::reader_gone`]), the run is over as far as anyone can see: the
+/// workers still running are killed and reaped and nothing is returned, so the launcher ends
+/// quietly with status 0, as any program does whose stdout is closed — instead of waiting out
+/// the peer timeout of ranks that wait for a rank that left at its first unread line.
 pub fn watch_all(
     crew: &mut [Worker],
     grace: Duration,
@@ -427,6 +433,10 @@ pub fn watch_all(
     let mut failures = Vec::new();
     let mut deadline: Option<Instant> = None;
     loop {
+        if crate::stdout::reader_gone() {
+            crew.iter_mut().for_each(|w| drop(w.kill()));
+            return Vec::new();
+        }
         for (w, seen) in crew.iter_mut().zip(&mut seen) {
             let Ok(Some(st)) = w.try_exit() else { continue };
             if std::mem::replace(seen, true) || st.success() {

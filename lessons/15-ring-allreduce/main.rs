@@ -133,6 +133,8 @@ fn main() -> ExitCode {
     };
     until_stdout_closes(|| match run(&args, info) {
         Ok(()) => ExitCode::SUCCESS,
+        // Rank 0 left at a closed `| head`: our failure is its echo, and --np ends quietly.
+        Err(_) if launch::output_unread() => ExitCode::FAILURE,
         Err(e) => verbs_lab_lessons::report_error("lesson15_ring_allreduce", &e),
     })
 }

@@ -6,7 +6,9 @@
 //! port). The children coordinate among themselves over the bootstrap star; the launcher only
 //! watches them ([`workers::watch_all`]): when one exits non-zero or is killed it names that rank, gives the others the
 //! grace period to notice and fail on their own (naming the same rank), then kills whatever is
-//! left. A child dies with its launcher ([`child_setup`]), so nothing is left behind.
+//! left. A child dies with its launcher ([`child_setup`]), so nothing is left behind. When the
+//! ranks' shared stdout loses its reader (`| head`), the launcher kills them and ends quietly,
+//! and a rank that fails meanwhile says nothing ([`output_unread`]).
 //!
 //! [`run_local_mq`] is the same launcher with the ranks coordinated over POSIX message queues
 //! instead of TCP (the benchmarks' `--np`; see [`super::mqlink`]): the children get
@@ -156,6 +158,14 @@ fn supervise(ranks: &mut [Worker], grace: Duration, notify: &[Queue]) -> Outcome
         })
         .collect();
     Outcome { code, failures }
+}
+
+/// Whether this is a rank that `--np` started whose output no one reads any more (the
+/// stdout it shares with its launcher lost its reader: `| head`). Such a rank keeps a failure
+/// to itself: it is only the echo of a rank that left at its first unread line, and the
+/// launcher ends the run quietly ([`workers::watch_all`]).
+pub fn output_unread() -> bool {
+    std::env::var_os(workers::COORDINATOR_ENV).is_some() && crate::stdout::reader_gone()
 }
 
 /// Called first thing in a rank that [`run_local`] started, before any other thread starts: it

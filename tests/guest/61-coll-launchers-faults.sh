@@ -7,7 +7,10 @@
 #   naming rank 2; under --np (ranks coordinated over POSIX message queues) the launcher names
 #   it too and tells the others at once, and no rank and no queue is left;
 # - the --np launcher itself killed (SIGKILL): its ranks die with it (PR_SET_PDEATHSIG) and
-#   remove its queues.
+#   remove its queues;
+# - --np piped into `head -n 2`: rank 0 leaves at its first unread line, and the launcher ends
+#   the run quietly (status 0, nothing on stderr) instead of its ranks blaming rank 0 after
+#   their peer timeout.
 # Took 68 s on a busy 2-core host (TCG guest, other builds and guests sharing it).
 # timeout: 300
 # slow: four ranks started five times; after a killed rank the TCP-started others wait for its socket or their peer timeout
@@ -137,6 +140,24 @@ done
 cat "$TMPDIR/np2.out"
 no_queues "a launcher killed outright"
 echo "the ranks ended and removed the queues of launcher $launcher"
+
+step "--np with a reader that leaves early (| head -n 2): the run ends quietly"
+# Rank 0 leaves at its first unread line; the others would wait for it until their peer
+# timeout and then blame it. The launcher sees its stdout lose its reader and ends the run:
+# status 0, not a word on stderr, no rank and no queue left.
+for cmd in "lesson15_ring_allreduce --np 3 -d $VL_DEV0,$VL_DEV1 --count 100000" \
+    "vl_all_reduce_perf --np 3 -d $VL_DEV0,$VL_DEV1 -b 8 -e 1M -n 200 -w 0 -c 1 --timeout 60"; do
+    echo "\$ $cmd | head -n 2"
+    # shellcheck disable=SC2086 # $cmd is split into its words on purpose
+    { run_timeout 150 $cmd 2>"$TMPDIR/head.err" </dev/null; echo $? >"$TMPDIR/head.rc"; } \
+        | head -n 2 >"$TMPDIR/head.out"
+    cat "$TMPDIR/head.out" "$TMPDIR/head.err"
+    [ "$(wc -l <"$TMPDIR/head.out")" -eq 2 ] || fail "head did not read its 2 lines"
+    rc=$(cat "$TMPDIR/head.rc")
+    [ "$rc" = 0 ] || fail "${cmd%% *} --np | head -n 2 exited $rc, expected 0 (124: it hung)"
+    [ ! -s "$TMPDIR/head.err" ] || fail "${cmd%% *} --np | head -n 2 wrote on stderr"
+    echo "exit 0, stderr empty"
+done
 
 step "nothing left behind"
 sleep 1

@@ -59,6 +59,8 @@ pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
     };
     match run {
         Ok(code) => ExitCode::from(code),
+        // Rank 0 left at a closed `| head`: this failure is its echo, and --np ends quietly.
+        Err((code, _)) if launch::output_unread() => ExitCode::from(code),
         Err(fail) => fail_with(tool, fail),
     }
 }
