@@ -1,9 +1,10 @@
 #!/bin/sh
 # The five collective benchmarks, each as 4 ranks (--np 4) over rxe0/rxe1, sizes 8 B to 4 MiB
 # (8 B: fewer elements than ranks), every element checked (-c 1): 0 wrong, the nccl-tests footer,
-# a JSON document with every size and rank. The rxe port counters must have moved at least the
-# packets the all-reduce's payload needs: 2(n-1)/n x size per rank per collective, at the
-# active MTU — the payload went over RDMA, not TCP. --np coordinates its ranks over POSIX message
+# a JSON document with every size and rank that vl_jsoncheck accepts (it recomputes the
+# bandwidths, counts and footer, and knows the types and operators; 3 ranks and uneven
+# chunks too). The rxe port counters must have moved at least the packets the all-reduce's
+# payload needs: 2(n-1)/n x size per rank per collective, at the active MTU — the payload went over RDMA, not TCP. --np coordinates its ranks over POSIX message
 # queues (/vl-coll-PID-rN): the header says so, and none is left in /dev/mqueue after a run.
 # Took 398 s on a busy 2-core host (TCG guest, seven builds and guests sharing it); 246 s with
 # word-wise MR copies (four builds sharing it).
@@ -16,6 +17,7 @@ set -eu
 for t in all_reduce reduce_scatter all_gather broadcast sendrecv; do
     require_bin "vl_${t}_perf"
 done
+require_bin vl_jsoncheck
 
 mqueue_ready
 
@@ -45,9 +47,8 @@ check_run() {
 
 for t in all_reduce reduce_scatter all_gather broadcast sendrecv; do
     step "vl_${t}_perf --np 4 over rxe0,rxe1, 8 B to 4 MiB, -c 1"
-    extra=
-    [ "$t" = broadcast ] && extra="-r 2"
-    [ "$t" = all_reduce ] && extra="--json $TMPDIR/ar.json"
+    extra="--json $TMPDIR/$t.json"
+    [ "$t" = broadcast ] && extra="$extra -r 2"
     before=$(($(pkts "$VL_DEV0") + $(pkts "$VL_DEV1")))
     rc=0
     # shellcheck disable=SC2086 # $extra is a list of flags
@@ -66,6 +67,9 @@ for t in all_reduce reduce_scatter all_gather broadcast sendrecv; do
     { grep -E '^ +8 ' "$TMPDIR/$t.8"; cat "$TMPDIR/$t.out"; } >"$TMPDIR/$t.all"
     mv "$TMPDIR/$t.all" "$TMPDIR/$t.out"
     check_run "$TMPDIR/$t.out" "vl_${t}_perf"
+    # The document holds what the table does, and adds up (vl_jsoncheck recomputes it).
+    vl_jsoncheck "$TMPDIR/$t.json" --sizes 16,1024,65536,4194304 \
+        || fail "vl_jsoncheck refused the --json of vl_${t}_perf"
     if [ "$t" = all_reduce ]; then
         # Every size of the counted run ran 1 timed + 1 checked collective, out of place and in
         # place: 4 all-reduces per size, each of the 4 ranks sending 2(n-1)/n = 1.5 x size.
@@ -77,21 +81,23 @@ for t in all_reduce reduce_scatter all_gather broadcast sendrecv; do
 done
 
 step "the JSON document: every size, every rank"
-grep -q '"collective": "all_reduce"' "$TMPDIR/ar.json" || fail "no collective in the JSON"
-[ "$(grep -c '"size": ' "$TMPDIR/ar.json")" -eq 4 ] || fail "the JSON does not hold 4 sizes"
-[ "$(grep -c '"device": "rxe' "$TMPDIR/ar.json")" -eq 4 ] || fail "the JSON does not list 4 ranks"
-grep -q '"per_rank_time_us": \[' "$TMPDIR/ar.json" || fail "no per-rank times in the JSON"
-grep -q '"launcher": "--np (this machine, POSIX message queues)"' "$TMPDIR/ar.json" || fail "the JSON does not name the --np launcher"
+grep -q '"collective": "all_reduce"' "$TMPDIR/all_reduce.json" || fail "no collective in the JSON"
+[ "$(grep -c '"size": ' "$TMPDIR/all_reduce.json")" -eq 4 ] || fail "the JSON does not hold 4 sizes"
+[ "$(grep -c '"device": "rxe' "$TMPDIR/all_reduce.json")" -eq 4 ] || fail "the JSON does not list 4 ranks"
+grep -q '"per_rank_time_us": \[' "$TMPDIR/all_reduce.json" || fail "no per-rank times in the JSON"
+grep -q '"launcher": "--np (this machine, POSIX message queues)"' "$TMPDIR/all_reduce.json" || fail "the JSON does not name the --np launcher"
 
 step "other types and operators are exact too"
 for spec in "-t double -o prod" "-t uint8 -o min"; do
     rc=0
     # shellcheck disable=SC2086
     run_timeout 120 vl_all_reduce_perf --np 3 -d "$VL_DEV0,$VL_DEV1" -b 8 -e 4K -f 8 -n 1 -w 0 \
-        $spec >"$TMPDIR/t.out" 2>&1 || rc=$?
+        $spec --json "$TMPDIR/t.json" >"$TMPDIR/t.out" 2>&1 || rc=$?
     tail -n 8 "$TMPDIR/t.out"
     [ "$rc" = 0 ] || fail "vl_all_reduce_perf $spec exited $rc"
     expect_contains "$TMPDIR/t.out" "# Out of bounds values : 0 OK"
+    vl_jsoncheck "$TMPDIR/t.json" --sizes 8,64,512,4096 \
+        || fail "vl_jsoncheck refused the --json of vl_all_reduce_perf $spec"
 done
 
 step "nothing left behind"

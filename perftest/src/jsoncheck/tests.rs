@@ -354,6 +354,65 @@ fn refuses_a_broken_collective_report() {
 }
 
 #[test]
+fn refuses_a_collective_report_that_does_not_add_up() {
+    let doc = read("tests/jsoncheck/coll_all_reduce.json");
+    // A run whose check found wrong elements: well formed, and a failure.
+    let mut failed = with(
+        &doc,
+        "/rows/0/out_of_place/per_rank_wrong",
+        Some(vec![250, 250].into()),
+    );
+    failed = with(&failed, "/rows/0/out_of_place/wrong", Some(500.into()));
+    refused(
+        &with(&failed, "/wrong", Some(500.into())),
+        "wrong: 500 element(s) held a wrong value after the collective (-c 1): the report is \
+         of a run that FAILED its check",
+    );
+    refused(
+        &with(&doc, "/rows/0/out_of_place/time_us", Some(0.0.into())),
+        "rows[0].out_of_place.time_us: 0 (8 bytes): not positive",
+    );
+    refused(
+        &with(&doc, "/rows/0/out_of_place/time_us", Some(39.0.into())),
+        "rows[0].out_of_place.time_us: 39 is not the slowest rank's time (40.5)",
+    );
+    refused(
+        &with(&doc, "/rows/1/out_of_place/busbw_gbs", Some(0.5.into())),
+        "rows[1].out_of_place.busbw_gbs: 0.5 is not the algorithm bandwidth times the bus \
+         factor (0.0003809523809523809)",
+    );
+    refused(
+        &with(&doc, "/type", Some("banana".into())),
+        "type: \"banana\" is not one of float, double, int32, int64, uint8",
+    );
+    refused(
+        &with(&doc, "/redop", Some("xor".into())),
+        "redop: \"xor\" is not one of sum, prod, min, max",
+    );
+    refused(
+        &with(&doc, "/redop", Some(Value::Null)),
+        "redop: null, but all_reduce reduces",
+    );
+    refused(
+        &with(&doc, "/ranks/1/rank", Some(0.into())),
+        "ranks: the ranks are [0, 0], not each of 0..1 once (nranks 2)",
+    );
+    refused(
+        &with(&doc, "/busbw_factor", Some(7.5.into())),
+        "busbw_factor: 7.5 is not all_reduce's on 2 rank(s) (1)",
+    );
+    refused(
+        &with(&doc, "/rows/0/count", Some(999.into())),
+        "rows[0].count: 999 is not the count of 8 bytes of float (2)",
+    );
+    let e = check_report(&with(&doc, "/avg_busbw_gbs", Some(123456.into())), None).unwrap_err();
+    assert!(
+        e.starts_with("avg_busbw_gbs: 123456 is not the average of the rows' bus bandwidths"),
+        "{e}"
+    );
+}
+
+#[test]
 fn checks_the_sizes_given() {
     let doc = read("tests/golden/lat.json");
     let got = check_report(&doc, None).unwrap();
