@@ -1,6 +1,7 @@
 //! The rendezvous over loopback TCP (no RDMA needed): the table reaches every rank, and a rank
-//! with the wrong world size, protocol version or a taken number is refused by name; a missing
-//! rank is named by number; a rank that dies afterwards is named to the others. And world size
+//! with the wrong world size, protocol version, a taken number or other terms (options) is
+//! refused by name; a missing rank is named by number; a rank that dies afterwards is named to
+//! the others, and a rank another gave up on is not told that it is gone itself. And world size
 //! 1, which needs no NIC, runs every collective. The same star over real POSIX message queues
 //! (a local run, `--np`): the table, strings longer than one queue message, the launcher's notice
 //! naming a rank that ended, a missing rank named within the bound, no queue left behind.
@@ -51,6 +52,7 @@ fn record(rank: u32, world: u32) -> RankRecord {
         },
         slot_bytes: 512,
         nslots: 8,
+        terms: vec![("-e".into(), "64".into()), ("-t".into(), "float".into())],
     }
 }
 
@@ -137,6 +139,50 @@ fn another_protocol_version_is_refused_by_name() {
         e.contains(&format!("version {}", PROTOCOL_VERSION + 1)),
         "{e}"
     );
+}
+
+#[test]
+fn a_rank_with_other_terms_is_refused_naming_the_option_and_both_values() {
+    // Rank 2 in before the odd rank 1 arrives, or arriving with it (rank 0 accepts either
+    // first): every rank is told.
+    for (option, theirs, zeros, late) in [
+        ("-e", "1048576", "64", 300),
+        ("-t", "int32", "float", 300),
+        ("-e", "1048576", "64", 0),
+    ] {
+        let mut other = record(1, 3);
+        for t in other.terms.iter_mut().filter(|t| t.0 == option) {
+            t.1 = theirs.into();
+        }
+        let p = port();
+        let start = Instant::now();
+        let hs: Vec<_> = [(record(0, 3), 0), (record(2, 3), 0), (other, late)]
+            .into_iter()
+            .map(|(rec, after)| {
+                thread::spawn(move || {
+                    thread::sleep(Duration::from_millis(after));
+                    rendezvous(rec, ("127.0.0.1", p), T).err()
+                })
+            })
+            .collect();
+        let out: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        assert!(start.elapsed() < T, "refused at the rendezvous, not later");
+        let why = format!(
+            "rank 1 (host host1, pid 1001, rxe0) runs with {option} {theirs}, rank 0 with \
+             {option} {zeros}: give every rank the same options"
+        );
+        let e0 = out[0].as_ref().expect("rank 0 refuses").to_string();
+        assert_eq!(e0, format!("bootstrap failed: {why}"));
+        for (i, rank) in [(1, 2), (2, 1)] {
+            match &out[i] {
+                Some(CollError::Bootstrap(e)) => {
+                    assert_eq!(e, &format!("rank 0 refused the job: {why}"), "rank {rank}")
+                }
+                Some(e) => panic!("rank {rank}: {e}"),
+                None => panic!("rank {rank} got a table"),
+            }
+        }
+    }
 }
 
 #[test]
@@ -232,6 +278,46 @@ fn the_first_rank_gone_stays_the_one_named() {
             other => panic!("{other}"),
         }
     }
+}
+
+/// Rank 1 gives up waiting for rank 0 (its timeout ran out while rank 0 was busy in a step rank
+/// 1 never took) and says so: rank 0, alive, must not report itself as the rank that is gone.
+#[test]
+fn a_rank_blamed_by_another_does_not_call_itself_gone() {
+    let p = port();
+    let hs: Vec<_> = (0..2)
+        .map(|r| {
+            thread::spawn(move || {
+                let mut s = rendezvous(record(r, 2), ("127.0.0.1", p), T).unwrap();
+                if r == 1 {
+                    let who = s.table()[0].who();
+                    s.abort(&CollError::RankGone {
+                        rank: 0,
+                        who,
+                        detail: "silent for 30 s while we waited for a broadcast from rank 0"
+                            .into(),
+                    });
+                    thread::sleep(Duration::from_millis(200));
+                    return None;
+                }
+                Some(first_error(&mut s, r))
+            })
+        })
+        .collect();
+    let mut hs = hs.into_iter();
+    let e = hs.next().unwrap().join().unwrap().expect("rank 0's error");
+    hs.next().unwrap().join().unwrap();
+    match &e {
+        CollError::Failed(m) => assert_eq!(
+            m,
+            "rank 1 (host host1, pid 1001, rxe0) gave up waiting for rank 0 (host host0, pid \
+             1000, rxe0), which is still running (it says: silent for 30 s while we waited for a \
+             broadcast from rank 0); the two were not at the same step of the job — check that \
+             every rank was given the same options"
+        ),
+        other => panic!("rank 0 reports {other}"),
+    }
+    assert!(!e.to_string().contains("is gone"), "{e}");
 }
 
 #[test]

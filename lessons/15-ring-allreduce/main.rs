@@ -164,6 +164,10 @@ fn run(args: &Args, info: env::RankInfo) -> Result<()> {
         // One slot holds a whole chunk here, so every chunk is one message: easy to follow.
         slot_bytes: bytes.max(8),
         nslots: 4,
+        // What every rank must agree on: rank 0 compares it at the bootstrap and refuses a rank
+        // started with another --count, naming both values (ranks with different vectors would
+        // wait for pieces that never come). The type and the operator are fixed here.
+        terms: vec![("--count".into(), count.to_string())],
         ..Default::default()
     };
     let mut comm = Comm::init(info, &opts).context("building the communicator")?;

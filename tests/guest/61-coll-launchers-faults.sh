@@ -2,7 +2,8 @@
 # Collectives launched the way clusters launch them, and ranks that misbehave:
 # - four processes started by hand with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
 #   MASTER_ADDR, MASTER_PORT): rank 0 prints, every element checked;
-# - a rank with another world size is refused by name;
+# - a rank with another world size is refused by name, and ranks given other options (-e, -t)
+#   are refused at the rendezvous, both naming the option and both values;
 # - a rank killed (SIGKILL) mid-run: every other rank exits non-zero within its peer timeout,
 #   naming rank 2; under --np (ranks coordinated over POSIX message queues) the launcher names
 #   it too and tells the others at once, and no rank and no queue is left;
@@ -22,16 +23,23 @@ require_bin vl_all_reduce_perf
 mqueue_ready
 
 
-# start_ranks PORT WORLD ARGS...: starts ranks 0..WORLD-1 of vl_all_reduce_perf in the background
-# with torchrun's variables; their pids in PID0.., their outputs in $TMPDIR/rN.out.
+# start_rank R PORT WORLD ARGS...: starts rank R of vl_all_reduce_perf in the background with
+# torchrun's variables; its pid in PID<R>, its output in $TMPDIR/r<R>.out.
+start_rank() {
+    _sr=$1 _port=$2 _world=$3
+    shift 3
+    RANK=$_sr WORLD_SIZE=$_world LOCAL_RANK=$_sr MASTER_ADDR=127.0.0.1 MASTER_PORT=$_port \
+        vl_all_reduce_perf -d "$VL_DEV0,$VL_DEV1" "$@" >"$TMPDIR/r$_sr.out" 2>&1 </dev/null &
+    eval "PID$_sr=\$!"
+}
+
+# start_ranks PORT WORLD ARGS...: starts ranks 0..WORLD-1 alike (start_rank).
 start_ranks() {
     _port=$1 _world=$2
     shift 2
     _r=0
     while [ "$_r" -lt "$_world" ]; do
-        RANK=$_r WORLD_SIZE=$_world LOCAL_RANK=$_r MASTER_ADDR=127.0.0.1 MASTER_PORT=$_port \
-            vl_all_reduce_perf -d "$VL_DEV0,$VL_DEV1" "$@" >"$TMPDIR/r$_r.out" 2>&1 </dev/null &
-        eval "PID$_r=\$!"
+        start_rank "$_r" "$_port" "$_world" "$@"
         _r=$((_r + 1))
     done
 }
@@ -81,6 +89,42 @@ cat "$TMPDIR/r0.out" "$TMPDIR/r1.out"
 [ "$rc1" = 1 ] || fail "the odd rank exited $rc1, expected 1"
 expect_contains "$TMPDIR/r0.out" "was started with world size 3, rank 0 with 2"
 expect_contains "$TMPDIR/r1.out" "rank 0 refused the job"
+
+step "ranks given different options are refused at the rendezvous, naming the option"
+# Before, -e 64 against -e 1M ended with rank 0 printing a full table (exit 0) and rank 1 blaming
+# it as gone; -t float against -t int32 reported wrong values. Now rank 0 compares the options
+# every rank must share with its own and refuses the job: both ranks exit 1 within their
+# bootstrap timeout, each naming the option and both values.
+bt=$(scaled 30)
+port=29515
+for case in "-e 64|-e 1M|-e 1048576, rank 0 with -e 64" \
+    "-t float|-t int32|-t int32, rank 0 with -t float"; do
+    zero=${case%%|*} rest=${case#*|}
+    one=${rest%%|*} said="runs with ${rest#*|}: give every rank the same options"
+    echo "\$ rank 0: $zero; rank 1: $one"
+    t0=$(_vl_now)
+    # shellcheck disable=SC2086 # $zero and $one are an option and its value, split on purpose
+    start_rank 0 "$port" 2 -b 8 $zero -n 1 -w 0 --bootstrap-timeout "$bt"
+    # shellcheck disable=SC2086
+    start_rank 1 "$port" 2 -b 8 $one -n 1 -w 0 --bootstrap-timeout "$bt"
+    rank_rc 0 $((bt + 30))
+    rc0=$RC
+    rank_rc 1 $((bt + 30))
+    rc1=$RC
+    elapsed=$((($(_vl_now) - t0) / 100))
+    cat "$TMPDIR/r0.out" "$TMPDIR/r1.out"
+    [ "$rc0" = 1 ] || fail "rank 0 exited $rc0 with $zero against $one, expected 1"
+    [ "$rc1" = 1 ] || fail "rank 1 exited $rc1 with $one against $zero, expected 1"
+    [ "$elapsed" -le "$bt" ] || fail "the ranks took ${elapsed}s, more than their bootstrap timeout"
+    expect_contains "$TMPDIR/r0.out" "bootstrap failed: rank 1 (host"
+    expect_contains "$TMPDIR/r0.out" "$said"
+    expect_contains "$TMPDIR/r1.out" "bootstrap failed: rank 0 refused the job: rank 1 (host"
+    expect_contains "$TMPDIR/r1.out" "$said"
+    expect_not_contains "$TMPDIR/r0.out" "is gone"
+    expect_not_contains "$TMPDIR/r1.out" "is gone"
+    echo "both refused in ${elapsed}s, exit 1, naming the option"
+    port=$((port + 1))
+done
 
 step "a rank killed mid-run: the others fail within the peer timeout and name it"
 start_ranks 29513 4 -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20

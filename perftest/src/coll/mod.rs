@@ -137,7 +137,7 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
         check_json(args)?;
     }
     let max = *sizes.last().expect("at least one size");
-    let opts = comm_opts(args, &info, max);
+    let opts = comm_opts(args, coll, &info, max);
     let launcher = info.launcher;
     let mut comm = Comm::init(info, &opts).map_err(failed)?;
     comm.star()
@@ -273,8 +273,8 @@ fn check_slots(slot_bytes: usize, nslots: usize) -> Result<(), Fail> {
 }
 
 /// The communicator's options: buffers for the largest size, the rank pinned near its device
-/// when the world has more than one rank.
-fn comm_opts(args: &Args, info: &RankInfo, max: usize) -> CommOpts {
+/// when the world has more than one rank, and the [`terms`] every rank must share.
+fn comm_opts(args: &Args, coll: Coll, info: &RankInfo, max: usize) -> CommOpts {
     let cpu = match verbs_lab::coll::env::pick_device(&args.devices, info.local_rank) {
         Some(dev) => crate::procs::worker_cpu(dev, None, info.local_rank)
             .ok()
@@ -294,7 +294,40 @@ fn comm_opts(args: &Args, info: &RankInfo, max: usize) -> CommOpts {
         ack_timeout: args.ack_timeout,
         cpu: if info.world_size > 1 { cpu } else { None },
         local_queues: args.local_queues.clone(),
+        terms: terms(args, coll),
     }
+}
+
+/// The options every rank must share, for the rendezvous to compare (a rank started with
+/// others is refused there, naming the option and both values): the collective, the sweep
+/// (`-b`, `-e`, the step `-f` or `-i`), how many collectives per size (`-n`, `-w`, `-c`), the
+/// element type, and the operator and root where the collective uses them. A mismatch in any
+/// of them makes the ranks call different collectives or sizes, or check against other
+/// values. Not here: `--slot-size`/`--slots` (the communicator compares them itself), each
+/// rank's own device, port, GID, QP timeout and timeouts, and what only rank 0 or each rank
+/// prints or writes (`--json`, `--min-busbw`, `--all-ranks`, `--profile`).
+fn terms(args: &Args, coll: Coll) -> Vec<(String, String)> {
+    let step = match args.step_bytes {
+        Some(i) => ("-i", i.to_string()),
+        None => ("-f", args.step_factor.unwrap_or(2).to_string()),
+    };
+    let mut t = vec![
+        ("the collective", coll.name().to_string()),
+        ("-b", args.min_bytes.to_string()),
+        ("-e", args.max_bytes.to_string()),
+        step,
+        ("-n", args.iters.to_string()),
+        ("-w", args.warmup.to_string()),
+        ("-c", args.check.to_string()),
+        ("-t", args.dtype.name().to_string()),
+    ];
+    if coll.reduces() {
+        t.push(("-o", args.op.name().to_string()));
+    }
+    if let Coll::Broadcast { root } = coll {
+        t.push(("-r", root.to_string()));
+    }
+    t.into_iter().map(|(o, v)| (o.to_string(), v)).collect()
 }
 
 /// The header's parameter line.
@@ -480,6 +513,64 @@ fn assemble(all: &[Vec<u8>], size: usize, count: usize, has_ip: bool) -> Result<
 mod tests {
     use super::*;
     use clap::Parser;
+
+    fn terms_of(line: &str, coll: Coll) -> Vec<(String, String)> {
+        terms(&Args::try_parse_from(line.split(' ')).unwrap(), coll)
+    }
+
+    #[test]
+    fn the_terms_are_every_option_the_ranks_must_share_with_its_value() {
+        let t = terms_of(
+            "vl_all_reduce_perf -b 8 -e 1M -n 5 -w 3 -c 0 -t int32 -o max",
+            Coll::AllReduce,
+        );
+        let want = [
+            ("the collective", "all_reduce"),
+            ("-b", "8"),
+            ("-e", "1048576"),
+            ("-f", "2"),
+            ("-n", "5"),
+            ("-w", "3"),
+            ("-c", "0"),
+            ("-t", "int32"),
+            ("-o", "max"),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(o, v)| (o.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(t, want);
+        // The step as given; the root where the collective has one; no operator where it does
+        // not reduce; and nothing of what each rank may choose for itself.
+        let t = terms_of(
+            "vl_broadcast_perf -i 64 -r 1 -o max -d rxe1 --timeout 5 --all-ranks",
+            Coll::Broadcast { root: 1 },
+        );
+        let options: Vec<&str> = t.iter().map(|(o, _)| o.as_str()).collect();
+        assert_eq!(
+            options,
+            [
+                "the collective",
+                "-b",
+                "-e",
+                "-i",
+                "-n",
+                "-w",
+                "-c",
+                "-t",
+                "-r"
+            ]
+        );
+        assert_eq!(t[3].1, "64");
+        assert_eq!(t[8].1, "1");
+        // Two ranks with -t float and -t int32 differ in -t alone, which the rendezvous names.
+        let a = terms_of("vl_all_reduce_perf -t float", Coll::AllReduce);
+        let b = terms_of("vl_all_reduce_perf -t int32", Coll::AllReduce);
+        assert_eq!(
+            verbs_lab::coll::bootstrap::differing_term(&b, &a).as_deref(),
+            Some("runs with -t int32, rank 0 with -t float")
+        );
+    }
 
     #[test]
     fn json_params_are_the_command_lines_numbers_in_order() {

@@ -5,8 +5,10 @@
 //! a rank that dies closes its socket, rank 0 sees it and tells every other rank who is gone.
 //!
 //! Every wait is bounded. Rank 0 refuses, by name, a rank that speaks another protocol version,
-//! was started with another world size, or whose number is taken or out of range; a rank that
-//! never arrives is named by number when the deadline passes.
+//! was started with another world size, whose number is taken or out of range, or whose terms
+//! (the caller's options that every rank must share, e.g. a benchmark's sizes and data type)
+//! differ from rank 0's; every rank it has heard from is told why. A rank that never arrives is
+//! named by number when the deadline passes.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -18,11 +20,13 @@ use crate::wire::{Reader, Width, Writer};
 
 mod record;
 
-pub use record::admit;
+pub use record::{admit, differing_term};
 use record::{decode_reply, encode_refusal, encode_table};
 
-/// Version of the bootstrap records and control messages; ranks must agree.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Version of the bootstrap records and control messages; ranks must agree. A change of their
+/// layout takes the next number, so that ranks of two builds are refused by version, not
+/// misread. 2: the record ends with its terms.
+pub const PROTOCOL_VERSION: u16 = 2;
 const MAGIC: &[u8; 4] = b"VLCB";
 /// The largest control message accepted.
 const MAX_MSG: usize = 1 << 20;
@@ -52,6 +56,9 @@ pub struct RankRecord {
     pub slots: RemoteBuf,
     pub slot_bytes: u32,
     pub nslots: u32,
+    /// The caller's terms: (option, value) pairs every rank must share, in the caller's order
+    /// ([`super::CommOpts::terms`]); rank 0 refuses a rank whose terms differ from its own.
+    pub terms: Vec<(String, String)>,
 }
 
 impl RankRecord {
@@ -173,6 +180,16 @@ pub fn rendezvous(mine: RankRecord, master: (&str, u16), timeout: Duration) -> R
         let start = Instant::now();
         let mut strays: Vec<OobConn> = Vec::new();
         let refuse = |conns: &mut Vec<Option<OobConn>>, strays: &mut Vec<OobConn>, why: &str| {
+            // Ranks waiting in the listen queue are told too, rather than finding the
+            // connection closed (their record read first: closing a socket with unread bytes
+            // would reset it and lose the refusal). Those that come later find no rank 0.
+            while strays.len() <= world as usize {
+                let Ok(mut c) = listener.accept(Duration::from_millis(250)) else {
+                    break;
+                };
+                let _ = c.recv_msg(MAX_MSG, "an endpoint record");
+                strays.push(c);
+            }
             let refusal = encode_refusal(why);
             for c in conns.iter_mut().flatten().chain(strays.iter_mut()) {
                 let _ = c.send_msg(&refusal, "the refusal");
@@ -532,7 +549,11 @@ impl Star {
                     return Err(CollError::Failed("a malformed abort message".into()));
                 };
                 let detail = detail.to_string();
-                let e = gone(&self.table, rank, detail.clone());
+                let e = if rank == self.rank {
+                    self.blamed(peer, &detail)
+                } else {
+                    gone(&self.table, rank, detail.clone())
+                };
                 if self.rank == 0 {
                     self.abort(&e);
                 } else if rank != self.rank {
@@ -544,6 +565,23 @@ impl Star {
                 "rank {peer} sent a malformed control message"
             ))),
         }
+    }
+
+    /// `peer`'s abort names this rank: it gave up waiting for us (its timeout ran out while we
+    /// were elsewhere, e.g. in a collective it never called). We are not gone, and an error
+    /// saying so would name ourselves: say what happened instead.
+    fn blamed(&self, peer: u32, detail: &str) -> CollError {
+        let who = |r: u32| {
+            self.table
+                .get(r as usize)
+                .map_or(format!("rank {r}"), RankRecord::who)
+        };
+        CollError::Failed(format!(
+            "{} gave up waiting for {}, which is still running (it says: {detail}); the two were \
+             not at the same step of the job — check that every rank was given the same options",
+            who(peer),
+            who(self.rank)
+        ))
     }
 
     /// Tells the others that the job is over because of `e` (best effort: rank 0 relays to every

@@ -1,5 +1,11 @@
 //! The bootstrap's records on the wire (in the [`crate::wire`] codec): a rank's [`RankRecord`],
 //! the table rank 0 sends or its refusal, and [`admit`], rank 0's check of a rank that joins.
+//!
+//! A record, big-endian: magic `VLCB`, version u16, rank u32, world size u32, host (u32 length +
+//! UTF-8), pid u32, device (u32 length + UTF-8), CPU u32 (`u32::MAX`: none), LID u16, GID 16
+//! bytes, MTU, left QPN, left PSN, right QPN, right PSN (u32 each), slot address u64, slot rkey,
+//! slot length, slot bytes, slot count (u32 each), then (version 2) the terms: a u32 count and
+//! per term its option and its value (u32 length + UTF-8 each). Nothing follows.
 
 use crate::wire::{Reader, Width, WireError, Writer};
 
@@ -47,6 +53,12 @@ impl RankRecord {
         ] {
             w.u32(v);
         }
+        w.count(self.terms.len()).expect("at most 4 G terms");
+        for (option, value) in &self.terms {
+            for t in [option, value] {
+                w.text(Width::U32, t).expect("a term fits 4 GiB");
+            }
+        }
         w.into_bytes()
     }
 
@@ -86,6 +98,17 @@ impl RankRecord {
             },
             slot_bytes: r.u32("slot bytes")?,
             nslots: r.u32("slot count")?,
+            terms: {
+                // A term is at least its two lengths.
+                let n = r.count("term count", 8)?;
+                (0..n)
+                    .map(|_| {
+                        let option = r.text(Width::U32, "term option", ANY)?.to_string();
+                        let value = r.text(Width::U32, "term value", ANY)?.to_string();
+                        Ok((option, value))
+                    })
+                    .collect::<std::result::Result<Vec<_>, WireError>>()?
+            },
         };
         r.finish()?;
         Ok(rec)
@@ -182,7 +205,41 @@ pub fn admit(
             r.who()
         ));
     }
+    if let Some(Some(zero)) = table.first() {
+        if let Some(how) = differing_term(&r.terms, &zero.terms) {
+            return Err(format!(
+                "{} {how}: give every rank the same options",
+                r.who()
+            ));
+        }
+    }
     Ok(())
+}
+
+/// How a rank's terms differ from rank 0's, at the first option that does (in rank 0's order,
+/// then the options only the rank has): "runs with -e 1048576, rank 0 with -e 64", "runs
+/// without -r, rank 0 with -r 1", "runs with -x 1, rank 0 without -x". `None`: they agree.
+pub fn differing_term(theirs: &[(String, String)], zeros: &[(String, String)]) -> Option<String> {
+    let term = |(option, value): &(String, String)| {
+        if value.is_empty() {
+            option.clone()
+        } else {
+            format!("{option} {value}")
+        }
+    };
+    let find =
+        |terms: &[(String, String)], option: &str| terms.iter().find(|(o, _)| o == option).cloned();
+    for z in zeros {
+        match find(theirs, &z.0) {
+            Some(t) if t == *z => {}
+            Some(t) => return Some(format!("runs with {}, rank 0 with {}", term(&t), term(z))),
+            None => return Some(format!("runs without {}, rank 0 with {}", z.0, term(z))),
+        }
+    }
+    theirs
+        .iter()
+        .find(|t| find(zeros, &t.0).is_none())
+        .map(|t| format!("runs with {}, rank 0 without {}", term(t), t.0))
 }
 
 #[cfg(test)]
@@ -212,7 +269,14 @@ mod tests {
             },
             slot_bytes: 512,
             nslots: 8,
+            terms: terms(&[("-e", "64"), ("-t", "float")]),
         }
+    }
+
+    fn terms(t: &[(&str, &str)]) -> Vec<(String, String)> {
+        t.iter()
+            .map(|(o, v)| (o.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -235,13 +299,34 @@ mod tests {
         for v in [7u32, 4096, 512, 8] {
             want.extend_from_slice(&v.to_be_bytes());
         }
+        want.extend_from_slice(&[0, 0, 0, 2]); // two terms
+        want.extend_from_slice(&[0, 0, 0, 2, b'-', b'e', 0, 0, 0, 2, b'6', b'4']);
+        want.extend_from_slice(&[0, 0, 0, 2, b'-', b't', 0, 0, 0, 5]);
+        want.extend_from_slice(b"float");
         assert_eq!(b, want);
+        assert_eq!(PROTOCOL_VERSION, 2, "a new layout takes a new version");
     }
 
     #[test]
     fn records_and_tables_round_trip() {
         for rank in 0..3 {
             let r = record(rank);
+            assert_eq!(RankRecord::decode(&r.encode()), Ok(r));
+        }
+        // No terms, and terms with empty, non-ASCII and repeated texts, in their order.
+        for t in [
+            terms(&[]),
+            terms(&[
+                ("the collective", "all_reduce"),
+                ("-x", ""),
+                ("é", "ü"),
+                ("-x", ""),
+            ]),
+        ] {
+            let r = RankRecord {
+                terms: t,
+                ..record(1)
+            };
             assert_eq!(RankRecord::decode(&r.encode()), Ok(r));
         }
         let t: Vec<RankRecord> = (0..3).map(record).collect();
@@ -258,8 +343,9 @@ mod tests {
         let b = record(2).encode();
         for cut in 0..b.len() {
             let e = RankRecord::decode(&b[..cut]).unwrap_err();
+            // A cut among the terms leaves fewer bytes than their count needs.
             assert!(
-                e.contains("truncated") || e.contains("bad magic"),
+                e.contains("truncated") || e.contains("bad magic") || e.contains("exceeds"),
                 "cut at {cut}: {e}"
             );
         }
@@ -299,5 +385,89 @@ mod tests {
         b[18] = 0xff;
         let e = RankRecord::decode(&b).unwrap_err();
         assert!(e.contains("host: not UTF-8"), "{e}");
+        // A term count the bytes left cannot hold, and a term longer than the record.
+        let b = record(0).encode();
+        // The term count, 4 + (4 + 2 + 4 + 2) + (4 + 2 + 4 + 5) bytes from the end.
+        let at = b.len() - 31;
+        assert_eq!(b[at..at + 8], [0, 0, 0, 2, 0, 0, 0, 2]);
+        let mut many = b.clone();
+        many[at..at + 4].copy_from_slice(&u32::MAX.to_be_bytes());
+        let e = RankRecord::decode(&many).unwrap_err();
+        assert!(e.contains("term count") && e.contains("exceeds"), "{e}");
+        let mut long = b.clone();
+        long[at + 4..at + 8].copy_from_slice(&u32::MAX.to_be_bytes());
+        let e = RankRecord::decode(&long).unwrap_err();
+        assert!(e.contains("truncated: term option"), "{e}");
+    }
+
+    fn admitted(zero: &[(&str, &str)], one: &[(&str, &str)]) -> std::result::Result<(), String> {
+        let mut table = vec![None; 2];
+        table[0] = Some(RankRecord {
+            terms: terms(zero),
+            ..record(0)
+        });
+        let r = RankRecord {
+            world_size: 2,
+            terms: terms(one),
+            ..record(1)
+        };
+        admit(&table, 2, &r)
+    }
+
+    #[test]
+    fn a_rank_with_other_terms_is_refused_naming_the_first_option_and_both_values() {
+        let zero = [("-b", "8"), ("-e", "64"), ("-t", "float")];
+        assert_eq!(admitted(&zero, &zero), Ok(()));
+        // The same terms in another order agree: each is looked up by its option.
+        assert_eq!(
+            admitted(&zero, &[("-t", "float"), ("-b", "8"), ("-e", "64")]),
+            Ok(())
+        );
+        assert_eq!(
+            admitted(&zero, &[("-b", "8"), ("-e", "1048576"), ("-t", "int32")]),
+            Err(
+                "rank 1 (host hôst1, pid 1001, rxe0) runs with -e 1048576, rank 0 with -e 64: \
+                 give every rank the same options"
+                    .into()
+            )
+        );
+        assert_eq!(
+            admitted(&zero, &[("-b", "8"), ("-e", "64"), ("-t", "int32")]),
+            Err(
+                "rank 1 (host hôst1, pid 1001, rxe0) runs with -t int32, rank 0 with -t float: \
+                 give every rank the same options"
+                    .into()
+            )
+        );
+        // An option one side lacks, either way.
+        assert_eq!(
+            admitted(&zero, &[("-b", "8"), ("-t", "float")]),
+            Err(
+                "rank 1 (host hôst1, pid 1001, rxe0) runs without -e, rank 0 with -e 64: give \
+                 every rank the same options"
+                    .into()
+            )
+        );
+        let e = admitted(
+            &zero,
+            &[("-b", "8"), ("-e", "64"), ("-t", "float"), ("-r", "1")],
+        );
+        assert_eq!(
+            e,
+            Err(
+                "rank 1 (host hôst1, pid 1001, rxe0) runs with -r 1, rank 0 without -r: give \
+                 every rank the same options"
+                    .into()
+            )
+        );
+        assert_eq!(
+            differing_term(&terms(&[("--flag", "")]), &terms(&[])).as_deref(),
+            Some("runs with --flag, rank 0 without --flag")
+        );
+        // The world size and the rank are checked first.
+        let mut table = vec![None; 2];
+        table[0] = Some(record(0));
+        let e = admit(&table, 2, &record(1)).unwrap_err();
+        assert!(e.contains("world size 3, rank 0 with 2"), "{e}");
     }
 }

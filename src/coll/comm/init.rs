@@ -101,6 +101,7 @@ fn own_record(info: &RankInfo, opts: &CommOpts) -> RankRecord {
         slots: RemoteBuf::default(),
         slot_bytes: 0,
         nslots: 0,
+        terms: opts.terms.clone(),
     }
 }
 

@@ -59,6 +59,11 @@ pub struct CommOpts {
     /// A local run (`--np`): the base name of the launcher's message queues, which then carry
     /// the rendezvous and the star instead of TCP (see [`super::mqlink`]).
     pub local_queues: Option<String>,
+    /// What every rank must share beyond the slots, as (option, value) text pairs, e.g.
+    /// `("-e", "1048576")`: the rendezvous refuses the job when a rank's differ from rank 0's,
+    /// naming the first differing option with both values. The communicator does not read
+    /// them; the caller chooses what must agree (sizes, data type, loop counts...).
+    pub terms: Vec<(String, String)>,
 }
 
 impl Default for CommOpts {
@@ -75,6 +80,7 @@ impl Default for CommOpts {
             ack_timeout: 20,
             cpu: None,
             local_queues: None,
+            terms: Vec::new(),
         }
     }
 }
