@@ -55,6 +55,16 @@ pub enum VerbsError {
 }
 
 impl VerbsError {
+    /// Whether the command line asked for what this machine does not have — a device by
+    /// name, a port, a GID index ([`VerbsError::DeviceNotFound`],
+    /// [`VerbsError::InvalidArgument`]): a usage error (exit 2), not a run that failed.
+    pub fn is_bad_argument(&self) -> bool {
+        matches!(
+            self,
+            VerbsError::DeviceNotFound { .. } | VerbsError::InvalidArgument(_)
+        )
+    }
+
     /// Builds a [`VerbsError::Call`] from an errno value and adds the hint we know for it.
     pub fn call(verb: &'static str, errno: Errno) -> Self {
         VerbsError::Call {

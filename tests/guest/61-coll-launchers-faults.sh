@@ -126,6 +126,24 @@ for case in "-e 64|-e 1M|-e 1048576, rank 0 with -e 64" \
     port=$((port + 1))
 done
 
+step "a device, port or GID index this machine does not have: one line, exit 2, no rank started"
+# The --np launcher opens what its ranks would (README: checked before anything runs); a rank
+# alone says the same with the same code.
+for bad in "--np 2 -d nosuch|RDMA device 'nosuch' not found; available: " \
+    "--np 2 -d $VL_DEV0,nosuch|RDMA device 'nosuch' not found" \
+    "--np 2 -d $VL_DEV0 --ib-port 2|invalid argument: device $VL_DEV0 has no port 2" \
+    "--np 2 -d $VL_DEV0 -x 77|invalid argument: $VL_DEV0 port 1: " \
+    "-d nosuch|RDMA device 'nosuch' not found"; do
+    flags=${bad%%|*} want=${bad#*|}
+    out=$TMPDIR/baddev.out
+    # shellcheck disable=SC2086 # $flags is a list of flags
+    expect_fail_within 30 "vl_all_reduce_perf $flags" vl_all_reduce_perf $flags -b 8 -e 8 -n 1 -w 0
+    [ "$FAIL_RC" = 2 ] || fail "vl_all_reduce_perf $flags: exit $FAIL_RC, expected 2"
+    [ "$(wc -l <"$out")" -eq 1 ] || fail "vl_all_reduce_perf $flags: not one line"
+    expect_contains "$out" "vl_all_reduce_perf: error: opening the RDMA device, its port and GID: $want"
+    expect_not_contains "$out" "rank 0"
+done
+
 step "a rank killed mid-run: the others fail within the peer timeout and name it"
 start_ranks 29513 4 -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20
 ranks_listed "$TMPDIR/r0.out"

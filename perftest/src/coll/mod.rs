@@ -89,7 +89,9 @@ fn launcher(np: u32, args: &Args, coll: Coll, tool: &str) -> ExitCode {
              --master (they are for launching each rank yourself, without --np)",
         ))
     } else {
-        checked_sizes(args, coll, np as usize).and_then(|_| check_json(args))
+        checked_sizes(args, coll, np as usize)
+            .and_then(|_| check_json(args))
+            .and_then(|()| check_devices(args, np))
     };
     if let Err(fail) = checked {
         return fail_with(tool, fail);
@@ -118,13 +120,42 @@ fn usage(s: impl Into<String>) -> Fail {
     (EXIT_USAGE, s.into())
 }
 
+/// A failure's exit code: 2 for a usage error, including a `-d`, `--ib-port` or GID index
+/// this machine does not have; 1 otherwise.
 fn failed(e: CollError) -> Fail {
-    let code = if matches!(e, CollError::Usage(_)) {
-        EXIT_USAGE
-    } else {
-        EXIT_FAILED
+    let code = match &e {
+        CollError::Usage(_) => EXIT_USAGE,
+        CollError::Verbs { err, .. } if err.is_bad_argument() => EXIT_USAGE,
+        _ => EXIT_FAILED,
     };
     (code, e.to_string())
+}
+
+/// The devices the ranks of `--np np` will use (round-robin over `-d`, or the first device),
+/// each opened with its port and GID index as a rank opens it: a name, port or index this
+/// machine does not have, or a port that is not ACTIVE, is said once by the launcher before
+/// any rank starts, instead of by every rank.
+fn check_devices(args: &Args, np: u32) -> Result<(), Fail> {
+    if np == 1 && args.devices.is_empty() && args.gid_index.is_none() {
+        // A world of one opens no device unless one is named (the communicator's rule).
+        return Ok(());
+    }
+    let mut devices: Vec<Option<&str>> = (0..np)
+        .map(|r| verbs_lab::coll::env::pick_device(&args.devices, r))
+        .collect();
+    devices.sort_unstable();
+    devices.dedup();
+    for dev in devices {
+        verbs_lab::verbs::DeviceList::open_port(dev, args.ib_port, args.gid_index).map_err(
+            |err| {
+                failed(CollError::Verbs {
+                    what: "opening the RDMA device, its port and GID".into(),
+                    err,
+                })
+            },
+        )?;
+    }
+    Ok(())
 }
 
 /// One rank of the benchmark: who it is, the flags checked, the communicator, one row per size,

@@ -217,16 +217,15 @@ pub fn rendezvous(mine: RankRecord, master: (&str, u16), timeout: Duration) -> R
             let peer = c.peer();
             let msg = c
                 .recv_msg(MAX_MSG, "an endpoint record")
-                .map_err(|e| CollError::Bootstrap(format!("from {peer}: {e}")));
+                .map_err(|e| format!("from {peer}: {e}"));
             let rec = msg.and_then(|m| {
-                RankRecord::decode(&m)
-                    .map_err(|e| CollError::Bootstrap(format!("the process at {peer} sent {e}")))
+                RankRecord::decode(&m).map_err(|e| format!("the process at {peer} sent {e}"))
             });
             let rec = match rec {
                 Ok(r) => r,
-                Err(e) => {
+                Err(why) => {
                     strays.push(c);
-                    return Err(refuse(&mut conns, &mut strays, &e.to_string()));
+                    return Err(refuse(&mut conns, &mut strays, &why));
                 }
             };
             if let Err(why) = admit(&table, world, &rec) {
@@ -291,9 +290,8 @@ pub fn rendezvous_mq(mine: RankRecord, base: &str, timeout: Duration) -> Result<
     let (world, rank) = (mine.world_size, mine.rank);
     let mut links = MqLinks::open(base, rank, world).map_err(CollError::Bootstrap)?;
     let start = Instant::now();
-    let gone_early = |rank: u32, detail: String| {
-        CollError::Bootstrap(format!("rank {rank} ended before the rendezvous: {detail}"))
-    };
+    let gone_early =
+        |rank: u32, detail: String| format!("rank {rank} ended before the rendezvous: {detail}");
     let table = if mine.rank == 0 {
         let mut table: Vec<Option<RankRecord>> = vec![None; world as usize];
         table[0] = Some(mine);
@@ -316,20 +314,18 @@ pub fn rendezvous_mq(mine: RankRecord, base: &str, timeout: Duration) -> Result<
                     return Err(refuse(&mut links, &why));
                 }
                 Some(Incoming::Gone { rank, detail }) => {
-                    let e = gone_early(rank, detail);
-                    return Err(refuse(&mut links, &e.to_string()));
+                    return Err(refuse(&mut links, &gone_early(rank, detail)));
                 }
                 Some(Incoming::Frame { from, bytes }) => {
-                    let rec = RankRecord::decode(&bytes).map_err(|e| {
-                        CollError::Bootstrap(format!("rank {from}'s queue message: {e}"))
-                    });
+                    let rec = RankRecord::decode(&bytes)
+                        .map_err(|e| format!("rank {from}'s queue message: {e}"));
                     let rec = match rec {
                         Ok(r) if r.rank == from => r,
                         Ok(r) => {
                             let why = format!("rank {from} sent the record of rank {}", r.rank);
                             return Err(refuse(&mut links, &why));
                         }
-                        Err(e) => return Err(refuse(&mut links, &e.to_string())),
+                        Err(why) => return Err(refuse(&mut links, &why)),
                     };
                     if let Err(why) = admit(&table, world, &rec) {
                         return Err(refuse(&mut links, &why));
@@ -357,7 +353,9 @@ pub fn rendezvous_mq(mine: RankRecord, base: &str, timeout: Duration) -> Result<
             Some(Incoming::Frame { bytes, .. }) => {
                 decode_reply(&bytes).map_err(CollError::Bootstrap)?
             }
-            Some(Incoming::Gone { rank, detail }) => return Err(gone_early(rank, detail)),
+            Some(Incoming::Gone { rank, detail }) => {
+                return Err(CollError::Bootstrap(gone_early(rank, detail)))
+            }
             None => {
                 return Err(CollError::Bootstrap(format!(
                     "no endpoint table from rank 0 within {:.0} s",
