@@ -291,3 +291,19 @@ fn vl_benchchart_draws_nothing_from_no_rows_and_refuses_a_family_that_is_no_file
     assert_eq!(rc, Some(0), "{err}");
     assert!(dir.join("charts/write_bw.svg").exists());
 }
+
+#[test]
+fn vl_benchchart_refuses_a_number_no_chart_can_show_by_its_json_path() {
+    let doc = format!(r#"{{"rows": [{}]}}"#, chart_row("write_bw")).replacen(
+        r#""median": 10.0"#,
+        r#""median": -5"#,
+        1,
+    );
+    let (rc, err, dir) = benchchart("benchchart-negative", &doc);
+    assert_eq!(rc, Some(1), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "vl_benchchart: error: rows[0].ours_stats.median: -5 is negative"
+    );
+    assert!(!dir.join("charts").exists(), "nothing is written");
+}

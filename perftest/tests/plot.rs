@@ -258,3 +258,157 @@ fn a_comparison_chart_draws_each_side_at_its_ratios() {
         .count();
     assert_eq!(bands, 4, "{svg}");
 }
+
+/// Runs `f` on a thread of its own and waits at most 60 s for it: an axis whose tick generator
+/// never returns fails the test instead of hanging it.
+fn within_a_minute<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("{what}: not drawn or refused within 60 s (an endless axis)"))
+}
+
+#[test]
+fn a_chart_of_extreme_numbers_is_drawn_or_refused_without_hanging() {
+    use vl_perftest::report::plot::{render_comparison_svg, Comparison, Spread, AXIS_LIMIT};
+    // The largest size or value an axis takes (its end, 6 times it at most, stays finite).
+    let top = AXIS_LIMIT;
+    let values = [
+        0.0,
+        5e-324,
+        1e-310,
+        1.0,
+        1e300,
+        top,
+        1.1e307,
+        f64::MAX,
+        f64::INFINITY,
+        f64::NAN,
+        -1.0,
+    ];
+    let sizes = [
+        1.0,
+        2.0,
+        1e300,
+        top,
+        1.1e307,
+        f64::MAX,
+        0.5,
+        0.0,
+        f64::INFINITY,
+    ];
+    let results = within_a_minute("extreme charts", move || {
+        let mut out = Vec::new();
+        for &bytes in &sizes {
+            for &v in &values {
+                let s = Spread {
+                    bytes,
+                    median: v,
+                    min: 0.0,
+                    max: v,
+                };
+                let c = Comparison {
+                    family: "x".into(),
+                    y_desc: "y".into(),
+                    ours: vec![s],
+                    perftest: vec![Spread {
+                        median: 1.0,
+                        min: 1.0,
+                        max: 1.0,
+                        ..s
+                    }],
+                };
+                out.push((bytes, v, render_comparison_svg(&c)));
+            }
+        }
+        out
+    });
+    for (bytes, v, got) in results {
+        let drawable = (1.0..=top).contains(&bytes) && (0.0..=top).contains(&v);
+        match got {
+            Ok(svg) => assert!(
+                drawable && svg.contains("<polyline"),
+                "{bytes} B, {v}: drawn"
+            ),
+            Err(e) => {
+                assert!(!drawable, "{bytes} B, {v}: {e}");
+                let why = if (1.0..=top).contains(&bytes) {
+                    "a chart shows finite values of 0 or more, up to 1e+307"
+                } else {
+                    "a message size on the chart's log axis is a finite number of at least 1 byte"
+                };
+                assert!(
+                    e.starts_with("drawing the chart: the \"ours\" line of \"x: ")
+                        && e.ends_with(why),
+                    "{bytes} B, {v}: {e}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_run_chart_of_an_infinite_axis_is_refused_not_drawn_forever() {
+    // `--plot` and `vl_jsoncheck --plot` draw a run's report: a peak of 1.7e308 would end the
+    // y axis at 1.1 × 1.7e308 = inf, where plotters' tick generator never returns.
+    let text = std::fs::read_to_string(format!(
+        "{}/tests/golden/bw_sweep.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let peak = golden("bw_sweep.json")["results"][0]["bw_peak_mib_s"].to_string();
+    let doc = from_str_strict::<Value>(&text.replacen(
+        &format!("\"bw_peak_mib_s\": {peak}"),
+        "\"bw_peak_mib_s\": 1.7e308",
+        1,
+    ))
+    .unwrap();
+    assert_eq!(doc["results"][0]["bw_peak_mib_s"], 1.7e308);
+    let svg = render_svg(&golden("bw_sweep.json")).unwrap();
+    let (drawn, checked) = within_a_minute("a peak of 1.7e308", move || {
+        (render_svg(&doc), check_svg(&svg, &doc))
+    });
+    let want = "the \"peak\" line of \"RDMA_Write BW Test: bandwidth\" has the value 1.7e+308 at \
+                2 bytes: a chart shows finite values of 0 or more, up to 1e+307";
+    assert_eq!(drawn.unwrap_err(), format!("drawing the chart: {want}"));
+    assert_eq!(checked.unwrap_err(), want);
+}
+
+#[test]
+fn bench_rows_a_chart_cannot_show_are_refused_by_their_json_path() {
+    use vl_perftest::report::plot::comparisons;
+    let refused = |edits: &[(&str, &str)]| -> String {
+        let mut text = bench_report().to_string();
+        for (from, to) in edits {
+            assert!(text.contains(from), "{from} in {text}");
+            text = text.replacen(from, to, 1);
+        }
+        comparisons(&from_str_strict::<Value>(&text).unwrap()).unwrap_err()
+    };
+    // rows[0] is write_bw at 64 KiB: ours 300 (250..320), perftest's median 200.
+    assert_eq!(
+        refused(&[("\"median\":300", "\"median\":-5")]),
+        "rows[0].ours_stats.median: -5 is negative"
+    );
+    assert_eq!(
+        refused(&[("\"bytes\":4096", "\"bytes\":0")]),
+        "rows[2].bytes: 0 is not a message size (a whole number of bytes, at least 1: the \
+         chart's axis is logarithmic)"
+    );
+    assert_eq!(
+        refused(&[("\"bytes\":4096", "\"bytes\":65536")]),
+        "rows[2].bytes: 65536 again in the family \"write_bw\" (rows[0] has it): a chart has \
+         one point per size"
+    );
+    // Finite on its own, infinite on the axis: 1e305 over a median of 0.001.
+    assert_eq!(
+        refused(&[
+            ("\"max\":320", "\"max\":1e305"),
+            ("\"median\":200", "\"median\":0.001")
+        ]),
+        "rows[0].ours_stats.max: 1e+305 over perftest's median 0.001 is 1e+308: too large for \
+         a chart's axis"
+    );
+}

@@ -9,7 +9,10 @@
 //! Exit status 0 when every chart was written, 1 otherwise (the message says why), 2 for a bad
 //! command line (`--help` says so too). A report without rows, or one whose family (the chart's
 //! file name) is not a plain file name (`../x`, `a/b`, `""`), draws nothing and fails. The report is read strictly
-//! ([`verbs_lab::json::from_str_strict`]): a key given twice in one object is refused.
+//! ([`verbs_lab::json::from_str_strict`]): a key given twice in one object is refused, and so is
+//! a number no chart can show, named by its JSON path (`rows[0].ours_stats.median: -5 is
+//! negative`): a size below 1 byte or not whole, a size twice in one family, a negative
+//! statistic, one too large for the axis over perftest's median.
 
 #![forbid(unsafe_code)]
 
@@ -28,7 +31,9 @@ use vl_perftest::report::plot::{comparisons, render_comparison_svg};
     version,
     after_help = "Exit codes:\n  0  every chart written\n  1  the report is unreadable, not strict \
                   JSON (a syntax error, or a key given twice in one object, named with its \
-                  object and line) or not bench-vs-perftest's, or a chart could not be written \
+                  object and line) or not bench-vs-perftest's, a number no chart can show (a \
+                  size below 1 byte or given twice in a family, a negative statistic, one too \
+                  large for the axis; named by its JSON path), or a chart could not be written \
                   (the message says which)\n  2  bad command line"
 )]
 struct Args {

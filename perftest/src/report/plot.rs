@@ -21,6 +21,7 @@
 //! points are the report's numbers (`vl_jsoncheck --plot`, and the host tests).
 
 use std::fmt::Write as _;
+use std::ops::Range;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -160,7 +161,8 @@ fn draw(panels: &[Panel], svg: &mut String) -> Result<Vec<Vec<Pixels>>, String> 
     let areas = root.split_evenly((panels.len(), 1));
     let mut pixels = Vec::new();
     for (panel, area) in panels.iter().zip(&areas) {
-        pixels.push(draw_panel(panel, area).map_err(|e| e.to_string())?);
+        let axes = axes(panel)?;
+        pixels.push(draw_panel(panel, axes, area).map_err(|e| e.to_string())?);
     }
     root.present().map_err(|e| e.to_string())?;
     Ok(pixels)
@@ -168,7 +170,44 @@ fn draw(panels: &[Panel], svg: &mut String) -> Result<Vec<Vec<Pixels>>, String> 
 
 type DrawResult<T> = Result<T, DrawingAreaErrorKind<std::io::Error>>;
 
-fn draw_panel(p: &Panel, area: &DrawingArea<SVGBackend<'_>, Shift>) -> DrawResult<Vec<Pixels>> {
+/// The largest size or value a chart draws. An axis ends past its largest one by a factor of 6
+/// at most (4 × 1.5 around a single size), and that end must still be finite: 6e307 is.
+pub const AXIS_LIMIT: f64 = 1e307;
+
+/// Whether `v` (a size or a value) leaves room for its axis ([`AXIS_LIMIT`]).
+pub fn fits_axis(v: f64) -> bool {
+    v.abs() <= AXIS_LIMIT
+}
+
+/// A panel's axes — x (message size, log₂) and y (from 0 to a little above the highest value) —
+/// or why its numbers cannot be drawn. plotters' tick generator never returns for an axis that
+/// ends at infinity or at a size of 0 on the log axis (it multiplies towards the end), so every
+/// point must be a size of at least 1 byte and a finite value of 0 or more, small enough that
+/// the axis's end is finite too ([`fits_axis`]). Those axes it walks in a bounded number of
+/// steps (the host tests draw the extremes).
+fn axes(p: &Panel) -> Result<(Range<f64>, Range<f64>), String> {
+    for s in &p.series {
+        let bands = s.spread.iter().flat_map(|&(x, lo, hi)| [(x, lo), (x, hi)]);
+        for (x, y) in s.points.iter().copied().chain(bands) {
+            let line = format!("the \"{}\" line of \"{}\"", s.name, p.title);
+            if !(x >= 1.0 && fits_axis(x)) {
+                return Err(format!(
+                    "{line} has a point at {} bytes: a message size on the chart's log axis is \
+                     a finite number of at least 1 byte",
+                    number(x)
+                ));
+            }
+            if !(y >= 0.0 && fits_axis(y)) {
+                return Err(format!(
+                    "{line} has the value {} at {} bytes: a chart shows finite values of 0 or \
+                     more, up to {}",
+                    number(y),
+                    number(x),
+                    number(AXIS_LIMIT)
+                ));
+            }
+        }
+    }
     let all = || p.series.iter().flat_map(|s| s.points.iter());
     let x_min = all().map(|pt| pt.0).fold(f64::INFINITY, f64::min).max(1.0);
     let mut x_max = all().map(|pt| pt.0).fold(0.0, f64::max);
@@ -179,13 +218,20 @@ fn draw_panel(p: &Panel, area: &DrawingArea<SVGBackend<'_>, Shift>) -> DrawResul
     let highs = p.series.iter().flat_map(|s| s.spread.iter().map(|b| b.2));
     let y_top = all().map(|pt| pt.1).chain(highs).fold(0.0, f64::max);
     let y_top = if y_top > 0.0 { y_top * 1.1 } else { 1.0 };
+    Ok((x_min / 1.5..x_max * 1.5, 0.0..y_top))
+}
 
+fn draw_panel(
+    p: &Panel,
+    (x_axis, y_axis): (Range<f64>, Range<f64>),
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+) -> DrawResult<Vec<Pixels>> {
     let mut chart = ChartBuilder::on(area)
         .caption(&p.title, ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d((x_min / 1.5..x_max * 1.5).log_scale().base(2.0), 0.0..y_top)?;
+        .build_cartesian_2d(x_axis.log_scale().base(2.0), y_axis)?;
     chart
         .configure_mesh()
         .x_desc(X_DESC)
@@ -246,21 +292,35 @@ pub struct Comparison {
 /// the report's order, sorted by `"bytes"`, every value divided by perftest's median at its
 /// size (so perftest's median is 1). A size without a perftest median has no point on either
 /// side (nothing to compare); neither has a side without a valid run. An error names what the
-/// document lacks.
+/// document lacks, or the JSON path of a number no chart can show: a size that is not a whole
+/// number of at least 1 byte (the axis is logarithmic), a size given twice in one family, a
+/// negative statistic, or one so large over perftest's median that the axis would overflow.
 pub fn comparisons(doc: &Value) -> Result<Vec<Comparison>, String> {
     let rows = doc
         .get("rows")
         .and_then(Value::as_array)
         .ok_or("the report has no \"rows\" array (not scripts/bench-vs-perftest's JSON?)")?;
     let mut out: Vec<Comparison> = Vec::new();
+    // (family, bytes) → the first row of that size.
+    let mut sizes = std::collections::HashMap::new();
     for (i, r) in rows.iter().enumerate() {
         let field = |k: &str| r.get(k).ok_or(format!("rows[{i}] has no \"{k}\""));
         let family = field("family")?
             .as_str()
             .ok_or(format!("rows[{i}].family"))?;
-        let bytes = field("bytes")?
-            .as_f64()
-            .ok_or(format!("rows[{i}].bytes is not a number"))?;
+        let size = field("bytes")?;
+        let bytes = size.as_u64().filter(|b| *b >= 1).ok_or(format!(
+            "rows[{i}].bytes: {size} is not a message size (a whole number of bytes, at \
+                 least 1: the chart's axis is logarithmic)"
+        ))?;
+        let key = (family.to_string(), bytes);
+        if let Some(first) = sizes.insert(key, i) {
+            return Err(format!(
+                "rows[{i}].bytes: {bytes} again in the family \"{family}\" (rows[{first}] has \
+                 it): a chart has one point per size"
+            ));
+        }
+        let bytes = bytes as f64;
         let y_desc = match field("kind")?.as_str() {
             Some("bw" | "rate") => "BW or MsgRate / perftest median (higher is better)",
             Some("lat") => "t_typical / perftest median (lower is better)",
@@ -268,8 +328,17 @@ pub fn comparisons(doc: &Value) -> Result<Vec<Comparison>, String> {
         };
         let side = |k: &str| -> Result<Option<Spread>, String> {
             let st = field(k)?;
-            let num = |n: &str| st.get(n).and_then(Value::as_f64);
-            Ok(match (num("median"), num("min"), num("max")) {
+            let num = |n: &str| -> Result<Option<f64>, String> {
+                let v = st.get(n);
+                match v.and_then(Value::as_f64) {
+                    Some(x) if x < 0.0 => Err(format!(
+                        "rows[{i}].{k}.{n}: {} is negative",
+                        v.unwrap_or(&Value::Null)
+                    )),
+                    x => Ok(x),
+                }
+            };
+            Ok(match (num("median")?, num("min")?, num("max")?) {
                 (Some(median), Some(min), Some(max)) => Some(Spread {
                     bytes,
                     median,
@@ -281,16 +350,33 @@ pub fn comparisons(doc: &Value) -> Result<Vec<Comparison>, String> {
         };
         let (ours, theirs) = (side("ours_stats")?, side("perftest_stats")?);
         let base = theirs.map(|t| t.median).filter(|m| *m > 0.0);
-        let rel = |v: Option<Spread>| -> Option<Spread> {
-            let (v, b) = (v?, base?);
-            Some(Spread {
+        // A value over a tiny median can outgrow any axis (1e307 / 0.01 is infinite).
+        let rel = |k: &str, v: Option<Spread>| -> Result<Option<Spread>, String> {
+            let (Some(v), Some(b)) = (v, base) else {
+                return Ok(None);
+            };
+            let over = |n: &str, x: f64| {
+                let r = x / b;
+                if fits_axis(r) {
+                    Ok(r)
+                } else {
+                    Err(format!(
+                        "rows[{i}].{k}.{n}: {} over perftest's median {} is {}: too large for a \
+                         chart's axis",
+                        number(x),
+                        number(b),
+                        number(r)
+                    ))
+                }
+            };
+            Ok(Some(Spread {
                 bytes,
-                median: v.median / b,
-                min: v.min / b,
-                max: v.max / b,
-            })
+                median: over("median", v.median)?,
+                min: over("min", v.min)?,
+                max: over("max", v.max)?,
+            }))
         };
-        let (ours, theirs) = (rel(ours), rel(theirs));
+        let (ours, theirs) = (rel("ours_stats", ours)?, rel("perftest_stats", theirs)?);
         let idx = match out.iter().position(|c| c.family == family) {
             Some(k) => k,
             None => {
@@ -344,6 +430,17 @@ pub fn render_comparison_svg(c: &Comparison) -> Result<String, String> {
     let mut svg = String::new();
     draw(&[comparison_panel(c)], &mut svg).map_err(|e| format!("drawing the chart: {e}"))?;
     Ok(svg)
+}
+
+/// A number as JSON writes it (`2`, `0.5`, `1e+307`), or `inf`/`NaN`, which JSON cannot hold.
+fn number(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v}")
+    } else if v.is_finite() {
+        Value::from(v).to_string()
+    } else {
+        v.to_string()
+    }
 }
 
 /// "512", "64K", "8M": the x axis's tick labels.

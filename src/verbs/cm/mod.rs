@@ -165,17 +165,14 @@ impl CmId {
         let ret = unsafe { rdma_bind_addr(self.ptr, sa.as_ptr() as *mut _) };
         if ret != 0 {
             let e = VerbsError::last("rdma_bind_addr");
-            if e.errno() == Some(Errno::EADDRINUSE) {
-                return Err(VerbsError::Call {
+            return Err(match e.errno().and_then(|errno| bind_hint(addr, errno)) {
+                Some(hint) => VerbsError::Call {
                     verb: "rdma_bind_addr",
-                    errno: Errno::EADDRINUSE,
-                    hint: Some(format!(
-                        "port {} is taken by another rdma_cm listener; pick another with -p",
-                        addr.port()
-                    )),
-                });
-            }
-            return Err(e);
+                    errno: e.errno().unwrap_or(Errno::EIO),
+                    hint: Some(hint),
+                },
+                None => e,
+            });
         }
         Ok(())
     }
@@ -504,9 +501,70 @@ fn prefer_family(addrs: &[SocketAddr], source: Option<IpAddr>) -> Option<SocketA
         .copied()
 }
 
+/// What to do about `rdma_bind_addr(addr)` failing with `errno`, where we know. The kernel
+/// (`cma_check_port`) refuses a port another id holds with EADDRINUSE when both addresses are
+/// the same device address, but with EADDRNOTAVAIL when either is the wildcard — so a second
+/// listener on 0.0.0.0 sees "Cannot assign requested address". For a device address,
+/// EADDRNOTAVAIL also means that no interface of this host has it (`rdma_translate_ip`).
+fn bind_hint(addr: SocketAddr, errno: Errno) -> Option<String> {
+    let port = addr.port();
+    let taken = format!("port {port} is taken by another rdma_cm listener; pick another with -p");
+    match errno {
+        Errno::EADDRINUSE => Some(taken),
+        Errno::EADDRNOTAVAIL if addr.ip().is_unspecified() => Some(taken),
+        Errno::EADDRNOTAVAIL => Some(format!(
+            "either {} is not an address of this host (`ip -br addr` lists them), or port {port} \
+             is taken by an rdma_cm listener on every address (0.0.0.0); pick another with -p",
+            addr.ip()
+        )),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_taken_on_the_wildcard_address_is_named_as_taken() {
+        let any: SocketAddr = "0.0.0.0:7410".parse().unwrap();
+        let any6: SocketAddr = "[::]:7410".parse().unwrap();
+        let dev: SocketAddr = "192.168.77.1:7410".parse().unwrap();
+        let taken = "port 7410 is taken by another rdma_cm listener; pick another with -p";
+        for (addr, errno) in [
+            (dev, Errno::EADDRINUSE),
+            (any, Errno::EADDRINUSE),
+            (any, Errno::EADDRNOTAVAIL),
+            (any6, Errno::EADDRNOTAVAIL),
+        ] {
+            assert_eq!(
+                bind_hint(addr, errno).as_deref(),
+                Some(taken),
+                "{addr} {errno}"
+            );
+        }
+        assert_eq!(
+            bind_hint(dev, Errno::EADDRNOTAVAIL).as_deref(),
+            Some(
+                "either 192.168.77.1 is not an address of this host (`ip -br addr` lists them), \
+                 or port 7410 is taken by an rdma_cm listener on every address (0.0.0.0); pick \
+                 another with -p"
+            )
+        );
+        assert_eq!(bind_hint(any, Errno::ENODEV), None);
+        // As the user reads it.
+        let e = VerbsError::Call {
+            verb: "rdma_bind_addr",
+            errno: Errno::EADDRNOTAVAIL,
+            hint: bind_hint(any, Errno::EADDRNOTAVAIL),
+        };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "rdma_bind_addr failed: Cannot assign requested address (EADDRNOTAVAIL) — {taken}"
+            )
+        );
+    }
 
     #[test]
     fn a_host_name_resolves_in_the_sources_family() {
