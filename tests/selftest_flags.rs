@@ -72,3 +72,15 @@ fn the_qp_timeout_and_the_port_are_checked_as_every_tool_checks_them() {
         );
     }
 }
+
+/// `-V` and `--help` name the binary, as every tool's do (not the package, `verbs-lab`).
+#[test]
+fn version_and_usage_name_the_tool() {
+    let o = Command::new(BIN).arg("-V").output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        format!("vl_selftest {}\n", env!("CARGO_PKG_VERSION"))
+    );
+    let help = Command::new(BIN).arg("--help").output().unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("Usage: vl_selftest "));
+}

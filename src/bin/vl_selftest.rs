@@ -19,6 +19,7 @@ use verbs_lab::verbs::{
 
 #[derive(Parser, Debug)]
 #[command(
+    name = "vl_selftest",
     version,
     about = "Check that RDMA works between two local devices, byte for byte",
     after_help = "Exit codes:\n  0  every check passed\n  1  a check or a verbs call failed (the \
