@@ -229,9 +229,15 @@ fn bench_rows_group_into_one_chart_per_tool_relative_to_perftest() {
     assert_eq!(c[1].family, "read_lat");
     assert!(c[1].y_desc.contains("lower is better"));
     assert!(
-        comparisons(&from_str_strict::<Value>(r#"{"results":[]}"#).unwrap())
+        comparisons(&from_str_strict::<Value>(r#"{"other":[]}"#).unwrap())
             .unwrap_err()
             .contains("no \"rows\"")
+    );
+    // A vl_* report given instead is named as one.
+    assert_eq!(
+        comparisons(&from_str_strict::<Value>(r#"{"results":[]}"#).unwrap()).unwrap_err(),
+        "the file is a vl_* tool's --json report (read by vl_jsoncheck); vl_benchchart reads \
+         scripts/bench-vs-perftest's benchmarks.json"
     );
 }
 

@@ -18,7 +18,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::params::Tool;
-use crate::report::schema::{AggregateRow, BwJson, LatJson, Process, ReportParts, Run, SpanJson};
+use crate::report::schema::{
+    AggregateRow, BwJson, Document, LatJson, Process, ReportParts, Run, SpanJson,
+};
 use crate::report::FORMAT_VERSION;
 use crate::result::{Metric, QpSettings, TestKind};
 
@@ -374,23 +376,30 @@ pub fn check_report(doc: &Value, sizes: Option<&[u64]>) -> Result<Vec<u64>, Stri
     if !doc.is_object() {
         return Err("the report is not a JSON object".into());
     }
-    no_negative_number(doc, "")?;
-    let got = if doc.get("test_info").is_some() {
-        return Err(
-            "the report is in perftest's own --out_json layout (\"test_info\"), not a \
-                    vl_* tool's --json"
-                .into(),
-        );
-    } else if doc.get("results").is_some() {
-        check_perftest(doc)?
-    } else if doc.get("rows").is_some() {
-        coll::check_coll(doc)?
-    } else {
-        return Err(
-            "the report has neither \"results\" (a vl_* perftest tool's --json) nor \
-                    \"rows\" (a collective's --json)"
-                .into(),
-        );
+    let kind = Document::of(doc);
+    let got = match kind {
+        Some(Document::Report) => {
+            no_negative_number(doc, "")?;
+            check_perftest(doc)?
+        }
+        // A collective's report that lost its "collective" is still read as one, to name it.
+        Some(Document::CollReport) | None if doc.get("rows").is_some() => {
+            no_negative_number(doc, "")?;
+            coll::check_coll(doc)?
+        }
+        Some(other) => {
+            return Err(format!(
+                "the file is {}, not a vl_* tool's or a collective's --json report",
+                other.describe()
+            ))
+        }
+        None => {
+            return Err(
+                "the report has neither \"results\" (a vl_* perftest tool's --json) nor \
+                 \"rows\" (a collective's --json)"
+                    .into(),
+            )
+        }
     };
     if let Some(want) = sizes {
         if got != want {

@@ -165,8 +165,8 @@ fn refuses_a_broken_bandwidth_report() {
     refused(&Value::Array(vec![]), "the report is not a JSON object");
     refused(
         &read("tests/golden/bw.out_json"),
-        "the report is in perftest's own --out_json layout (\"test_info\"), not a vl_* \
-         tool's --json",
+        "the file is perftest's own --out_json layout (\"test_info\"), not a vl_* tool's or \
+         a collective's --json report",
     );
     refused(
         &with(&doc, "/results", None),
@@ -176,6 +176,27 @@ fn refuses_a_broken_bandwidth_report() {
 }
 
 /// A --run_infinitely report repeats its one size, one row per -D period.
+/// Another reader's file is named, with the tool that reads it.
+#[test]
+fn names_the_files_of_the_other_readers() {
+    refused(
+        &read("../docs/benchmarks.json"),
+        "the file is scripts/bench-vs-perftest's benchmarks.json (drawn by vl_benchchart), not \
+         a vl_* tool's or a collective's --json report",
+    );
+    let coll = read("tests/jsoncheck/coll_all_reduce.json");
+    assert_eq!(
+        crate::report::plot::comparisons(&coll).unwrap_err(),
+        "the file is a collective's --json report (read by vl_jsoncheck); vl_benchchart reads \
+         scripts/bench-vs-perftest's benchmarks.json"
+    );
+    assert_eq!(
+        crate::report::plot::panels(&coll).err().unwrap(),
+        "the file is a collective's --json report (read by vl_jsoncheck); --plot reads a vl_* \
+         tool's --json report"
+    );
+}
+
 #[test]
 fn a_run_infinitely_report_repeats_its_size() {
     let doc = read("tests/golden/bw_sweep.json");

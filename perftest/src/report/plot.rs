@@ -27,6 +27,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde_json::Value;
 
+use super::schema::Document;
 use super::BwUnit;
 
 /// Width of the chart, and height of each panel, in pixels.
@@ -74,6 +75,7 @@ const GREY: RGBColor = RGBColor(0x7f, 0x7f, 0x7f);
 /// The panels of a `--json` report: bandwidth and message rate for `"metric": "bw"`, latency
 /// percentiles for `"lat"`. An error names what the document lacks.
 pub fn panels(doc: &Value) -> Result<Vec<Panel>, String> {
+    Document::expect(doc, Document::Report, "--plot")?;
     let run = doc.get("run").ok_or("the report has no \"run\"")?;
     let rows = doc
         .get("results")
@@ -296,6 +298,7 @@ pub struct Comparison {
 /// number of at least 1 byte (the axis is logarithmic), a size given twice in one family, a
 /// negative statistic, or one so large over perftest's median that the axis would overflow.
 pub fn comparisons(doc: &Value) -> Result<Vec<Comparison>, String> {
+    Document::expect(doc, Document::Benchmarks, "vl_benchchart")?;
     let rows = doc
         .get("rows")
         .and_then(Value::as_array)

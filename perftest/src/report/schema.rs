@@ -14,6 +14,74 @@ use serde_json::{Map, Value};
 
 use crate::result::QpSettings;
 
+/// The JSON documents verbs-lab's readers meet, told apart by their keys, so that a reader
+/// given another's file says which it is and which tool reads it (instead of naming a key the
+/// file was never meant to have).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Document {
+    /// A `vl_*` perftest tool's `--json` (`"results"`): `vl_jsoncheck`, `--plot`.
+    Report,
+    /// A collective's `--json` (`"rows"` and `"collective"`): `vl_jsoncheck`.
+    CollReport,
+    /// `scripts/bench-vs-perftest`'s `benchmarks.json` (`"rows"` and `"generated_by"`):
+    /// `vl_benchchart`.
+    Benchmarks,
+    /// perftest's own `--out_json` (`"test_info"`).
+    PerftestOutJson,
+}
+
+impl Document {
+    /// What `doc` is, if it is one of them.
+    pub fn of(doc: &Value) -> Option<Document> {
+        let has = |k: &str| doc.get(k).is_some();
+        if has("test_info") {
+            Some(Document::PerftestOutJson)
+        } else if has("results") {
+            Some(Document::Report)
+        } else if has("rows") && has("collective") {
+            Some(Document::CollReport)
+        } else if has("rows") && has("generated_by") {
+            Some(Document::Benchmarks)
+        } else {
+            None
+        }
+    }
+
+    /// The document as a person knows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Document::Report => "a vl_* tool's --json report",
+            Document::CollReport => "a collective's --json report",
+            Document::Benchmarks => "scripts/bench-vs-perftest's benchmarks.json",
+            Document::PerftestOutJson => "perftest's own --out_json layout (\"test_info\")",
+        }
+    }
+
+    /// [`Document::name`], with the tool of ours that reads it.
+    pub fn describe(self) -> String {
+        match self {
+            Document::Report | Document::CollReport => {
+                format!("{} (read by vl_jsoncheck)", self.name())
+            }
+            Document::Benchmarks => format!("{} (drawn by vl_benchchart)", self.name()),
+            Document::PerftestOutJson => self.name().to_string(),
+        }
+    }
+
+    /// `Ok` if `doc` is a `want` (or none of these: the reader then names what is missing);
+    /// otherwise what it is instead, for `reader`'s refusal.
+    pub fn expect(doc: &Value, want: Document, reader: &str) -> Result<(), String> {
+        match Document::of(doc) {
+            Some(d) if d != want => Err(format!(
+                "the file is {}; {reader} reads {}",
+                d.describe(),
+                want.name()
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The whole document: who wrote it, the run, its rows and, as the run asked for them, the
 /// counters, the CPU use and a `--procs` run's processes with their aggregate per size.
 ///
