@@ -181,7 +181,7 @@ pub fn run_tool_paced(
 fn tell_peer(ch: &mut Channel, e: anyhow::Error) -> anyhow::Error {
     if let Some(i) = crate::signals::received() {
         if !ch.error_sent() {
-            ch.send_error(&format!("{i} (Ctrl-C or kill): it stopped the run"));
+            ch.send_error(&i.for_the_peer());
         }
         return anyhow::Error::new(i);
     }
