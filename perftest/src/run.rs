@@ -45,6 +45,12 @@ pub trait RowSink {
     /// Something a person waiting should know before any header (e.g. that the server does not
     /// accept yet); `tool` is the program's name.
     fn note(&mut self, _tool: &str, _text: &str) {}
+    /// Nothing needs the rest of the run: what the sink prints has no reader any more and
+    /// nothing waits for the end ([`Reporter::unread`]). Only a run without an end of its own
+    /// (`--run_infinitely`) asks, at each period's boundary.
+    fn unread(&self) -> bool {
+        false
+    }
 }
 
 impl RowSink for Reporter {
@@ -65,6 +71,9 @@ impl RowSink for Reporter {
     }
     fn note(&mut self, tool: &str, text: &str) {
         verbs_lab::eprintln_whole!("{tool}: note: {text} (--wait)");
+    }
+    fn unread(&self) -> bool {
+        Reporter::unread(self)
     }
 }
 
@@ -172,7 +181,7 @@ pub fn run_tool_paced(
 fn tell_peer(ch: &mut Channel, e: anyhow::Error) -> anyhow::Error {
     if let Some(i) = crate::signals::received() {
         if !ch.error_sent() {
-            ch.send_error(&format!("{i} (Ctrl-C or kill): it stopped the run"));
+            ch.send_error(&i.for_the_peer());
         }
         return anyhow::Error::new(i);
     }
@@ -372,8 +381,10 @@ fn measure<'c>(
 /// perftest's `--run_infinitely`: the size runs for a `-D` period, its row is printed, and
 /// again, until the client is stopped by SIGINT or SIGTERM; it then finishes the period under
 /// way, tells the server with SYNC(finish) instead of SYNC(period) and both sides end cleanly.
-/// (perftest's client dies of the signal and its server fails.) Each period is a run of its own:
-/// between two, the sides exchange their rows and resynchronise over TCP.
+/// (perftest's client dies of the signal and its server fails.) The client ends the same way,
+/// without a word, once its rows have no reader and no file or gate waits for the end
+/// (`| head`, [`RowSink::unread`]): else it would print into nothing for ever. Each period is a
+/// run of its own: between two, the sides exchange their rows and resynchronise over TCP.
 fn run_infinitely<'c>(
     s: &mut Session<'c>,
     later: &'c Config,
@@ -388,7 +399,8 @@ fn run_infinitely<'c>(
         .copied()
         .context("no message size to run")?;
     // The client's first SIGINT or SIGTERM asks for a clean stop after the period under way
-    // (a second one exits at once, see signals.rs); the server stops when the client says so.
+    // (a second one exits at once, see signals.rs), and so does a stdout no one reads; the
+    // server stops when the client says so.
     let client = !s.cfg.is_server();
     if client {
         crate::signals::stop_softly();
@@ -397,7 +409,7 @@ fn run_infinitely<'c>(
     for period in 0u64.. {
         let go = match client {
             true => {
-                let go = !crate::signals::soft_stop_requested();
+                let go = !crate::signals::soft_stop_requested() && !sink.unread();
                 let ph = if go { Phase::Period } else { Phase::Finish };
                 s.ch.sync(ph, if go { period } else { 0 })?;
                 go

@@ -53,6 +53,21 @@ impl std::fmt::Display for Interrupted {
 impl std::error::Error for Interrupted {}
 
 impl Interrupted {
+    /// Who usually sends the signal, for the peer's message: a person's Ctrl-C sends SIGINT;
+    /// `kill`, `timeout` and service managers send SIGTERM.
+    pub fn usual_sender(self) -> &'static str {
+        match self.0 {
+            Signal::SIGINT => "Ctrl-C",
+            Signal::SIGTERM => "kill or timeout",
+            _ => "a signal",
+        }
+    }
+
+    /// What the peer is told: the signal, who usually sends it, and that it ended the run.
+    pub fn for_the_peer(self) -> String {
+        format!("{self} ({}): it stopped the run", self.usual_sender())
+    }
+
     /// The exit code: 128 + the signal number (130 for SIGINT, 143 for SIGTERM).
     pub fn exit_code(self) -> u8 {
         128u8.saturating_add(self.0 as i32 as u8)
@@ -250,6 +265,18 @@ mod tests {
         assert_eq!(
             Interrupted(Signal::SIGTERM).to_string(),
             "interrupted by SIGTERM"
+        );
+    }
+
+    #[test]
+    fn the_peer_hears_who_usually_sends_the_signal() {
+        assert_eq!(
+            Interrupted(Signal::SIGINT).for_the_peer(),
+            "interrupted by SIGINT (Ctrl-C): it stopped the run"
+        );
+        assert_eq!(
+            Interrupted(Signal::SIGTERM).for_the_peer(),
+            "interrupted by SIGTERM (kill or timeout): it stopped the run"
         );
     }
 }

@@ -1100,3 +1100,99 @@ fn cpu_util_adds_perftests_column_and_json_fields() {
     assert!(pt.contains("\"CPU_util\""), "{pt}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--run_infinitely | head`: once a row cannot be written because the pipe has no reader, the
+/// reporter says the rest of the run is unread — unless a report file or a gate still needs its
+/// end. A pipe still read, or a reporter that has not written since its reader left, is read.
+#[test]
+fn a_pipe_without_reader_leaves_the_run_unread_unless_a_file_or_gate_needs_it() {
+    let result = bw_sweep();
+    let Rows::Bw(rows) = &result.rows else {
+        unreachable!()
+    };
+    let d = OutputArgs::default;
+    // (the options, whether the run is unread once its pipe has no reader)
+    let cases = [
+        (d(), true),
+        (
+            OutputArgs {
+                verbosity: Some(Verbosity::Bandwidth),
+                ..d()
+            },
+            true,
+        ),
+        (
+            OutputArgs {
+                counters: true,
+                ..d()
+            },
+            true,
+        ),
+        (
+            OutputArgs {
+                json: Some(PathBuf::from("run.json")),
+                ..d()
+            },
+            false,
+        ),
+        (
+            OutputArgs {
+                csv: Some(PathBuf::from("run.csv")),
+                ..d()
+            },
+            false,
+        ),
+        (
+            OutputArgs {
+                out_json: true,
+                ..d()
+            },
+            false,
+        ),
+        (
+            OutputArgs {
+                plot: Some(PathBuf::from("run.svg")),
+                ..d()
+            },
+            false,
+        ),
+        (
+            OutputArgs {
+                min_bw: Some(1.0),
+                ..d()
+            },
+            false,
+        ),
+        (
+            OutputArgs {
+                limit_msgrate: Some(1.0),
+                ..d()
+            },
+            false,
+        ),
+    ];
+    for (args, unread) in &cases {
+        let (read, write) = nix::unistd::pipe().unwrap();
+        let mut rep = Reporter::with_writer(args, Box::new(std::fs::File::from(write)));
+        rep.header(&result.info);
+        rep.bw_row(&result.info, &rows[0]);
+        assert!(!rep.unread(), "the pipe is still read: {args:?}");
+        drop(read);
+        assert!(!rep.unread(), "nothing was written since: {args:?}");
+        rep.bw_row(&result.info, &rows[1]);
+        assert_eq!(rep.unread(), *unread, "{args:?}");
+    }
+    // Another failure than a closed pipe (a full disk) is not a reader that left.
+    struct Full;
+    impl Write for Full {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::from_raw_os_error(28))
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut rep = Reporter::with_writer(&d(), Box::new(Full));
+    rep.bw_row(&result.info, &rows[0]);
+    assert!(!rep.unread());
+}

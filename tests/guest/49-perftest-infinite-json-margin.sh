@@ -5,7 +5,7 @@
 # (fewer iterations than the whole run); the NIC counter deltas (-W, --counters, --json, --max-counter) agree with the
 # packets the run sent; --cpu_util adds perftest's column; and perftest's own options we refuse are refused by name.
 # timeout: 300
-# slow: a --run_infinitely run of 3+ periods, -D runs with margins, --out_json and counter runs, then the refusals
+# slow: --run_infinitely runs of 3+ periods (one piped into head), -D runs with margins, --out_json and counter runs, then the refusals
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
@@ -45,6 +45,77 @@ expect_contains "$cli" "stopping after the current period"
 [ "$(rows "$srv")" = "$(rows "$cli")" ] || fail "the server's rows differ from the client's"
 tail -n 1 "$cli" | grep -q -- '-----' || fail "the client's report has no closing line"
 echo "--run_infinitely: $n rows on each side, both exited 0"
+
+step "--run_infinitely | head -n 3: the client ends by itself after its period, quietly"
+# Once its stdout has no reader and no file or gate needs the end, the client stops as SIGINT
+# would stop it (after the period under way, the server told): exit 0, not a word on stderr.
+next_port
+# shellcheck disable=SC2086 # VL_PT_COMMON holds several options
+vl_write_bw -d "$VL_DEV0" $VL_PT_COMMON -p "$PORT" -s 4096 -D 1 --run_infinitely >"$srv" 2>&1 &
+spid=$!
+wait_port "$PORT" 60 "$spid" || fail "the server never listened"
+# shellcheck disable=SC2086 # VL_PT_COMMON holds several options
+{
+    run_timeout 30 vl_write_bw -d "$VL_DEV1" $VL_PT_COMMON -p "$PORT" -s 4096 -D 1 \
+        --run_infinitely "$VL_ADDR0" 2>"$TMPDIR/head.err" </dev/null
+    echo $? >"$TMPDIR/head.rc"
+} | head -n 3 >"$TMPDIR/head.out"
+src=0
+_vl_watch "$spid" 30 || src=$?
+cat "$TMPDIR/head.out" "$TMPDIR/head.err"
+[ "$(wc -l <"$TMPDIR/head.out")" -eq 3 ] || fail "head did not read its 3 lines"
+rc=$(cat "$TMPDIR/head.rc")
+[ "$rc" = 0 ] || fail "vl_write_bw --run_infinitely | head -n 3 exited $rc, expected 0 (124: it ran on)"
+[ ! -s "$TMPDIR/head.err" ] || fail "vl_write_bw --run_infinitely | head -n 3 wrote on stderr"
+[ "$src" = 0 ] || { cat "$srv"; fail "the server exited $src, expected 0"; }
+[ "$(rows "$srv" | wc -l)" -ge 1 ] || { cat "$srv"; fail "the server printed no period's row"; }
+echo "the client exited 0 without a word, the server exited 0 after $(rows "$srv" | wc -l) period(s)"
+
+step "--run_infinitely --json | head -n 3: the file still needs the end, so SIGINT ends it"
+# The JSON is written at the end with every period: the run goes on until the signal.
+next_port
+json=$VL_PT_OUT/49-infinite.json
+rm -f "$json" "$TMPDIR/head.pid" "$TMPDIR/head.rc"
+# shellcheck disable=SC2086 # VL_PT_COMMON holds several options
+vl_write_bw -d "$VL_DEV0" $VL_PT_COMMON -p "$PORT" -s 4096 -D 1 --run_infinitely >"$srv" 2>&1 &
+spid=$!
+wait_port "$PORT" 60 "$spid" || fail "the server never listened"
+# The client writes its pid before it becomes vl_write_bw (exec), for the SIGINT below.
+# shellcheck disable=SC2016,SC2086 # $1/$$ are the inner shell's; VL_PT_COMMON holds several options
+{
+    sh -c 'echo $$ >"$1"; shift; exec "$@"' sh "$TMPDIR/head.pid" \
+        vl_write_bw -d "$VL_DEV1" $VL_PT_COMMON -p "$PORT" -s 4096 -D 1 --run_infinitely \
+        --json "$json" "$VL_ADDR0" 2>"$TMPDIR/head.err" </dev/null
+    echo $? >"$TMPDIR/head.rc"
+} | head -n 3 >"$TMPDIR/head.out" &
+i=0
+until [ -s "$TMPDIR/head.pid" ] && [ "$(wc -l <"$TMPDIR/head.out")" -ge 3 ]; do
+    i=$((i + 1))
+    [ "$i" -le 120 ] || fail "the client printed no 3 lines in 60 s"
+    sleep 0.5
+done
+cpid=$(cat "$TMPDIR/head.pid")
+# Three periods after head left: a client that ended on the closed stdout would be gone.
+sleep 4
+_vl_alive "$cpid" || { cat "$TMPDIR/head.err"; fail "the client ended although --json needs the end"; }
+kill -INT "$cpid"
+i=0
+until [ -s "$TMPDIR/head.rc" ]; do
+    i=$((i + 1))
+    [ "$i" -le 120 ] || { kill_tree KILL "$cpid"; fail "the client ran on 60 s after SIGINT"; }
+    sleep 0.5
+done
+src=0
+_vl_watch "$spid" 30 || src=$?
+cat "$TMPDIR/head.err"
+rc=$(cat "$TMPDIR/head.rc")
+[ "$rc" = 0 ] || fail "the client exited $rc after SIGINT, expected 0"
+[ "$src" = 0 ] || { cat "$srv"; fail "the server exited $src, expected 0"; }
+expect_contains "$TMPDIR/head.err" "stopping after the current period"
+vl_jsoncheck "$json" >"$TMPDIR/head.check" 2>&1 || { cat "$TMPDIR/head.check"; fail "the --json file is not a valid report"; }
+n=$(grep -o '"bytes"' "$json" | wc -l)
+[ "$n" -ge 3 ] || { cat "$json"; fail "the --json file holds $n periods, expected 3 or more"; }
+echo "the client ran until SIGINT and wrote $n periods to $json, both exited 0"
 
 step "--out_json --out_json_file: perftest's keys, valid JSON, the text's row"
 json=$VL_PT_OUT/49-out.json

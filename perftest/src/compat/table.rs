@@ -381,7 +381,9 @@ pub const OPTIONS: &[PerftestOption] = &[
         false,
         Same(
             "a row every -D seconds (5 by default); SIGINT or SIGTERM on the client ends it \
-             cleanly after the period under way (exit 0)",
+             cleanly after the period under way (exit 0); so does, quietly, a client piped into \
+             a head that has left, unless --json, --csv, --out_json, --plot or a gate needs \
+             the end (written and checked when a signal ends the run)",
         ),
     ),
     long(

@@ -178,6 +178,17 @@ impl OutputArgs {
             || self.limit_msgrate.is_some()
     }
 
+    /// Whether anything but stdout needs the run's end: a report file (`--json`, `--csv`,
+    /// `--out_json`, `--plot`, all written at the end) or a gate (checked at the end, on every
+    /// row). Without any, a run whose stdout has lost its reader is of use to no one.
+    pub fn needs_the_end(&self) -> bool {
+        self.json.is_some()
+            || self.csv.is_some()
+            || self.out_json_path().is_some()
+            || self.plot.is_some()
+            || self.has_gates()
+    }
+
     /// Removes every gate (a side that measures nothing checks none).
     pub fn clear_gates(&mut self) {
         self.min_bw = None;
@@ -196,6 +207,10 @@ impl OutputArgs {
 pub struct Reporter {
     args: OutputArgs,
     out: Box<dyn Write + Send>,
+    /// `out` is this process's stdout (see [`Reporter::unread`]).
+    is_stdout: bool,
+    /// A write to `out` failed with `EPIPE`: its reader is gone.
+    out_closed: bool,
     header_done: bool,
     rows_done: usize,
     /// The run's NIC counter deltas, once known.
@@ -210,7 +225,10 @@ pub struct Reporter {
 impl Reporter {
     /// A reporter printing to stdout.
     pub fn new(args: &OutputArgs) -> Reporter {
-        Reporter::with_writer(args, Box::new(io::stdout()))
+        Reporter {
+            is_stdout: true,
+            ..Reporter::with_writer(args, Box::new(io::stdout()))
+        }
     }
 
     /// A reporter printing to `out` (tests, or a tool that wants the text elsewhere).
@@ -218,6 +236,8 @@ impl Reporter {
         Reporter {
             args: args.clone(),
             out,
+            is_stdout: false,
+            out_closed: false,
             header_done: false,
             rows_done: 0,
             counters: None,
@@ -233,9 +253,24 @@ impl Reporter {
 
     fn emit(&mut self, s: &str) {
         // A closed stdout (`| head`) must not abort the measurement: the files and the gates
-        // still matter, so a failed write is ignored here.
-        let _ = self.out.write_all(s.as_bytes());
-        let _ = self.out.flush();
+        // still matter, so a failed write is ignored here — only noted, for `unread`.
+        let written = self
+            .out
+            .write_all(s.as_bytes())
+            .and_then(|()| self.out.flush());
+        if written.is_err_and(|e| e.kind() == io::ErrorKind::BrokenPipe) {
+            self.out_closed = true;
+        }
+    }
+
+    /// Whether the rest of the run is of use to no one: what this reporter prints has lost
+    /// its reader (a write failed with `EPIPE`, or — for stdout, which `--format table` leaves
+    /// silent until the end — `poll(2)` says so, [`verbs_lab::stdout::reader_gone`]), and no
+    /// report file or gate waits for the end ([`OutputArgs::needs_the_end`]). A run without an
+    /// end of its own (`--run_infinitely`) then ends as a signal would end it, quietly.
+    pub fn unread(&self) -> bool {
+        !self.args.needs_the_end()
+            && (self.out_closed || (self.is_stdout && verbs_lab::stdout::reader_gone()))
     }
 
     /// perftest's server banner, "Waiting for client to connect...", in perftest's text layout:

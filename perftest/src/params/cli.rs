@@ -32,7 +32,8 @@ pub struct Params {
     pub duration: Option<u64>,
 
     /// Run until stopped (SIGINT or SIGTERM on the client), printing a row every -D seconds
-    /// (5 by default); both sides must give it (bandwidth tools).
+    /// (5 by default); both sides must give it (bandwidth tools). A client whose stdout loses
+    /// its reader (`| head`) stops by itself, unless a report file or a gate needs the end.
     #[arg(long = "run_infinitely")]
     pub run_infinitely: bool,
 
