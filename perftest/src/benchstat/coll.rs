@@ -50,12 +50,14 @@ pub fn read_outputs(dir: &Path) -> Result<Vec<Output>> {
     Ok(out)
 }
 
-/// "64 KiB", "1 MiB".
+/// "96 B", "64 KiB", "1 MiB" (`scripts/bench-coll-vs-mpi -b` may start below 1 KiB).
 fn size_label(bytes: u64) -> String {
     if bytes >= 1 << 20 {
         format!("{} MiB", bytes as f64 / 1048576.0)
-    } else {
+    } else if bytes >= 1 << 10 {
         format!("{} KiB", bytes as f64 / 1024.0)
+    } else {
+        format!("{bytes} B")
     }
 }
 
@@ -187,4 +189,19 @@ pub fn write(dir: &Path) -> Result<()> {
         std::fs::write(&path, md).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sizes_are_labelled_in_their_own_unit() {
+        let labels: Vec<String> = [8, 96, 1024, 1536, 65536, 1 << 20, 3 << 19]
+            .into_iter()
+            .map(super::size_label)
+            .collect();
+        assert_eq!(
+            labels,
+            ["8 B", "96 B", "1 KiB", "1.5 KiB", "64 KiB", "1 MiB", "1.5 MiB"]
+        );
+    }
 }
