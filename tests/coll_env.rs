@@ -71,44 +71,202 @@ fn open_mpi_mpich_and_slurm() {
 }
 
 #[test]
-fn first_match_wins() {
-    // torchrun under srun under mpirun: flags > torchrun > Open MPI > MPICH > Slurm.
+fn agreeing_launchers_take_the_first_and_flags_override_them_all() {
+    // srun --mpi=pmi2 under MPICH, with a wrapper that also exports RANK: all agree.
     let all = [
         ("RANK", "1"),
-        ("WORLD_SIZE", "2"),
-        ("OMPI_COMM_WORLD_RANK", "3"),
+        ("WORLD_SIZE", "4"),
+        ("LOCAL_RANK", "1"),
+        ("OMPI_COMM_WORLD_RANK", "1"),
         ("OMPI_COMM_WORLD_SIZE", "4"),
-        ("PMI_RANK", "5"),
-        ("PMI_SIZE", "6"),
-        ("SLURM_PROCID", "6"),
-        ("SLURM_NTASKS", "8"),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+        ("PMI_RANK", "1"),
+        ("PMI_SIZE", "4"),
+        ("SLURM_PROCID", "1"),
+        ("SLURM_NTASKS", "4"),
+        ("SLURM_LOCALID", "1"),
         MASTER[0],
         MASTER[1],
     ];
-    let i = resolve(&none(), &env(&all)).unwrap();
-    assert_eq!(
-        (i.rank, i.world_size, i.launcher),
-        (1, 2, Launcher::Torchrun)
-    );
-    let i = resolve(&none(), &env(&all[2..])).unwrap();
-    assert_eq!(
-        (i.rank, i.world_size, i.launcher),
-        (3, 4, Launcher::OpenMpi)
-    );
-    let i = resolve(&none(), &env(&all[4..])).unwrap();
-    assert_eq!((i.rank, i.world_size, i.launcher), (5, 6, Launcher::Mpich));
-    let i = resolve(&none(), &env(&all[6..])).unwrap();
-    assert_eq!((i.rank, i.world_size, i.launcher), (6, 8, Launcher::Slurm));
+    for (from, launcher) in [
+        (0, Launcher::Torchrun),
+        (3, Launcher::OpenMpi),
+        (6, Launcher::Mpich),
+        (8, Launcher::Slurm),
+    ] {
+        let i = resolve(&none(), &env(&all[from..])).unwrap();
+        assert_eq!(
+            (i.rank, i.world_size, i.local_rank, i.launcher),
+            (1, 4, 1, launcher)
+        );
+    }
+    // Flags are the deliberate override (and what --np gives its ranks): the environment is
+    // neither read nor compared, whatever it says.
+    let stale = [
+        ("RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("SLURM_PROCID", "3"),
+        ("SLURM_NTASKS", "4"),
+    ];
     let flags = RankFlags {
-        rank: Some(0),
+        rank: Some(2),
         world_size: Some(3),
         master: Some("h:1".into()),
         ..Default::default()
     };
-    let i = resolve(&flags, &env(&all)).unwrap();
-    assert_eq!((i.rank, i.world_size, i.launcher), (0, 3, Launcher::Flags));
+    let i = resolve(&flags, &env(&stale)).unwrap();
+    assert_eq!((i.rank, i.world_size, i.launcher), (2, 3, Launcher::Flags));
     // --master beats MASTER_ADDR/MASTER_PORT.
     assert_eq!(i.master, Some(("h".into(), 1)));
+}
+
+/// F7: a `RANK=0 WORLD_SIZE=1` left exported under `mpirun -np 2` made each rank a world of
+/// its own that passed without a byte on the network.
+#[test]
+fn launchers_that_disagree_are_refused_naming_both() {
+    let e = resolve(
+        &none(),
+        &env(&[
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+        ]),
+    )
+    .unwrap_err();
+    assert_eq!(
+        e,
+        "two launchers disagree about this process: RANK=0 WORLD_SIZE=1 (torchrun \
+         (RANK/WORLD_SIZE)) but OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 (Open MPI \
+         (OMPI_COMM_WORLD_*)); one of them is stale, left exported from another run: unset its \
+         variables (`unset RANK WORLD_SIZE LOCAL_RANK` or `unset OMPI_COMM_WORLD_RANK \
+         OMPI_COMM_WORLD_SIZE OMPI_COMM_WORLD_LOCAL_RANK`), or give --rank and --world-size \
+         (with --master), which override the environment"
+    );
+    // The same world size, another rank.
+    let e = resolve(
+        &none(),
+        &env(&[
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            MASTER[0],
+            MASTER[1],
+        ]),
+    )
+    .unwrap_err();
+    assert!(e.contains("RANK=0 WORLD_SIZE=2 (torchrun"), "{e}");
+    // Only the local rank differs: it is named.
+    let e = resolve(
+        &none(),
+        &env(&[
+            ("RANK", "1"),
+            ("WORLD_SIZE", "2"),
+            ("LOCAL_RANK", "0"),
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "2"),
+            ("SLURM_LOCALID", "1"),
+            MASTER[0],
+            MASTER[1],
+        ]),
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("LOCAL_RANK=0 (torchrun") && e.contains("SLURM_LOCALID=1 (Slurm"),
+        "{e}"
+    );
+    // A stale RANK under srun, two MPIs at once, and an MPI world of one as Slurm task 3 of
+    // 4 (srun started four single-rank jobs).
+    for pairs in [
+        [
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+            ("SLURM_PROCID", "3"),
+            ("SLURM_NTASKS", "4"),
+        ],
+        [
+            ("OMPI_COMM_WORLD_RANK", "0"),
+            ("OMPI_COMM_WORLD_SIZE", "1"),
+            ("PMI_RANK", "3"),
+            ("PMI_SIZE", "4"),
+        ],
+        [
+            ("SLURM_PROCID", "3"),
+            ("SLURM_NTASKS", "4"),
+            ("OMPI_COMM_WORLD_RANK", "0"),
+            ("OMPI_COMM_WORLD_SIZE", "1"),
+        ],
+    ] {
+        let e = resolve(&none(), &env(&pairs)).unwrap_err();
+        assert!(e.starts_with("two launchers disagree"), "{pairs:?}: {e}");
+    }
+    // A compared source must be complete too.
+    let e = resolve(
+        &none(),
+        &env(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+            ("OMPI_COMM_WORLD_RANK", "0"),
+        ]),
+    )
+    .unwrap_err();
+    assert!(e.contains("OMPI_COMM_WORLD_SIZE is not"), "{e}");
+}
+
+/// Nestings that set other values on purpose keep working, the innermost launcher winning.
+#[test]
+fn nested_launchers_are_not_compared() {
+    let cases: [(&str, &[(&str, &str)], _); 3] = [
+        (
+            "srun -N 2 torchrun --nproc-per-node 4: the worker's SLURM_* are its agent's",
+            &[
+                ("RANK", "5"),
+                ("WORLD_SIZE", "8"),
+                ("LOCAL_RANK", "1"),
+                ("TORCHELASTIC_RUN_ID", "job1"),
+                ("SLURM_PROCID", "1"),
+                ("SLURM_NTASKS", "2"),
+                ("SLURM_LOCALID", "0"),
+                MASTER[0],
+                MASTER[1],
+            ],
+            (5, 8, 1, Launcher::Torchrun),
+        ),
+        (
+            "mpirun -np 4 inside an sbatch allocation: SLURM_* are the batch step's",
+            &[
+                ("OMPI_COMM_WORLD_RANK", "2"),
+                ("OMPI_COMM_WORLD_SIZE", "4"),
+                ("OMPI_COMM_WORLD_LOCAL_RANK", "2"),
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "4"),
+                ("SLURM_LOCALID", "0"),
+                MASTER[0],
+                MASTER[1],
+            ],
+            (2, 4, 2, Launcher::OpenMpi),
+        ),
+        (
+            "mpirun -np 1 there for a quick test: the batch step is task 0",
+            &[
+                ("OMPI_COMM_WORLD_RANK", "0"),
+                ("OMPI_COMM_WORLD_SIZE", "1"),
+                ("SLURM_PROCID", "0"),
+                ("SLURM_NTASKS", "4"),
+            ],
+            (0, 1, 0, Launcher::OpenMpi),
+        ),
+    ];
+    for (what, pairs, want) in cases {
+        let i = resolve(&none(), &env(pairs)).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(
+            (i.rank, i.world_size, i.local_rank, i.launcher),
+            want,
+            "{what}"
+        );
+    }
 }
 
 #[test]

@@ -63,12 +63,27 @@ struct Args {
     /// RDMA devices, comma-separated; local ranks take them round-robin.
     #[arg(short = 'd', long = "ib-dev", value_delimiter = ',')]
     devices: Vec<String>,
-    /// Elements in the vector (default 2 × ranks + 1: the chunks are not all the same size).
-    #[arg(long)]
+    /// Elements in the vector, 1 to 4096 (default 2 × ranks + 1: the chunks are not all the
+    /// same size).
+    #[arg(long, value_parser = count())]
     count: Option<usize>,
     /// Print nothing but errors and the verdict.
     #[arg(short, long)]
     quiet: bool,
+}
+
+/// The longest vector: the lesson prints every element of every rank at every step, and each
+/// rank sends rank 0 its log of 2(n−1) vectors in one bootstrap message of at most 1 MiB, which
+/// 4096 elements of 8 bytes keep to at 16 ranks (--np's most).
+const MAX_COUNT: u64 = 4096;
+
+fn count() -> verbs_lab::cli::WholeRange<usize> {
+    verbs_lab::cli::WholeRange::new(
+        1..=MAX_COUNT,
+        "the lesson prints every element at every step, and each rank's log of them must fit \
+         one 1 MiB bootstrap message (10 elements read best; vl_all_reduce_perf measures large \
+         vectors)",
+    )
 }
 
 /// What a rank saw after one message from its left: the step, the chunk, and its vector.
@@ -113,8 +128,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    // [1] Who am I? Flags first, then torchrun, Open MPI, MPICH, Slurm. A rank that cannot
-    // tell, or a world of one, is a bad command line: refused before any verbs call.
+    // [1] Who am I? Flags first, then torchrun, Open MPI, MPICH, Slurm; two launchers whose
+    // variables disagree are refused. A rank that cannot tell, or a world of one, is a bad
+    // command line: refused before any verbs call.
     let flags = RankFlags {
         rank: args.rank,
         world_size: args.world_size,

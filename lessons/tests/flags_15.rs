@@ -13,6 +13,17 @@ fn run(args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("{L15} starts: {e}"))
 }
 
+/// The lesson run with `args` and, of this process's environment, only `PATH` and `env`.
+fn run_in_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(L15)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.iter().copied())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{L15} starts: {e}"))
+}
+
 #[test]
 fn np_with_a_rank_launched_by_hand_says_which_is_which() {
     for extra in [["--rank", "0"], ["--world-size", "3"], ["--master", "h:1"]] {
@@ -56,16 +67,46 @@ fn a_rank_that_cannot_be_a_ring_is_a_usage_error() {
         ),
         (vec![("RANK", "x"), ("WORLD_SIZE", "2")], "RANK=\"x\""),
     ] {
-        let out = Command::new(L15)
-            .env_remove("VL_COORDINATOR_PID")
-            .envs(env.iter().copied())
-            .output()
-            .unwrap();
+        let out = run_in_env(&[], &env);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{env:?}: {err}");
         assert!(
             err.starts_with("lesson15_ring_allreduce: error: ") && err.contains(says),
             "{env:?}: {err}"
+        );
+    }
+}
+
+/// F7 and M2 on the lesson: launchers that disagree, and a vector too long to narrate or to
+/// register, are refused at once (exit 2) saying what to give.
+#[test]
+fn disagreeing_launchers_and_a_huge_count_are_usage_errors() {
+    for (args, env, says) in [
+        (
+            vec![],
+            vec![
+                ("OMPI_COMM_WORLD_RANK", "1"),
+                ("OMPI_COMM_WORLD_SIZE", "2"),
+                ("RANK", "0"),
+                ("WORLD_SIZE", "2"),
+                ("MASTER_ADDR", "127.0.0.1"),
+                ("MASTER_PORT", "29500"),
+            ],
+            "two launchers disagree about this process: RANK=0 WORLD_SIZE=2 (torchrun",
+        ),
+        (
+            vec!["--count", "100000000"],
+            vec![],
+            "--count 100000000: give 1 to 4096: the lesson prints every element",
+        ),
+        (vec!["--count", "0"], vec![], "--count 0: give 1 to 4096"),
+    ] {
+        let out = run_in_env(&args, &env);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}: {err}");
+        assert!(
+            err.starts_with("lesson15_ring_allreduce: error: ") && err.contains(says),
+            "{args:?} {env:?}: {err}"
         );
     }
 }

@@ -95,6 +95,71 @@ fn one_rank_checks_its_flags_as_many_would() {
     assert!(out.stdout.is_empty());
 }
 
+/// M7: `-n` said "99999999999 is not in 0..=4294967295", though 0 was then refused too.
+#[test]
+fn iters_out_of_range_say_the_range_allowed() {
+    for n in ["0", "99999999999"] {
+        refused(
+            ALL_REDUCE,
+            &["-e", "64", "-n", n],
+            &format!("-n {n}: give 1 to 4294967295: the timed collectives per size"),
+        );
+    }
+}
+
+/// The launcher variables of `env` (and nothing else of this process's environment).
+fn run_in_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(ALL_REDUCE)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.iter().copied())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{ALL_REDUCE} starts: {e}"))
+}
+
+/// F7: under `mpirun -np 2` with a stale `RANK=0 WORLD_SIZE=1` each rank ran alone and passed.
+#[test]
+fn launchers_that_disagree_are_a_usage_error_but_np_and_flags_override_them() {
+    let stale = [
+        ("OMPI_COMM_WORLD_RANK", "1"),
+        ("OMPI_COMM_WORLD_SIZE", "2"),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+        ("RANK", "0"),
+        ("WORLD_SIZE", "1"),
+    ];
+    let small = ["-b", "8", "-e", "8", "-n", "1", "-w", "0"];
+    let out = run_in_env(&small, &stale);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.starts_with(
+            "vl_all_reduce_perf: error: two launchers disagree about this process: RANK=0 \
+             WORLD_SIZE=1 (torchrun (RANK/WORLD_SIZE)) but OMPI_COMM_WORLD_RANK=1 \
+             OMPI_COMM_WORLD_SIZE=2 (Open MPI (OMPI_COMM_WORLD_*))"
+        ) && err.contains("unset RANK WORLD_SIZE LOCAL_RANK"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    // Flags override the environment, as the help says; and --np's ranks get flags, so a
+    // local run inside such an environment still works (one rank: no NIC needed).
+    for args in [
+        &["--rank", "0", "--world-size", "1"][..],
+        &["--np", "1"][..],
+    ] {
+        let all: Vec<&str> = args.iter().chain(&small).copied().collect();
+        let out = run_in_env(&all, &stale);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{all:?}: {err}");
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(table.contains("nranks 1 (from "), "{all:?}: {table}");
+        assert!(
+            table.contains("# Out of bounds values : 0 OK"),
+            "{all:?}: {table}"
+        );
+    }
+}
+
 #[test]
 fn np_says_which_flags_are_for_launching_ranks_yourself() {
     refused(

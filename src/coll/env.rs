@@ -1,12 +1,25 @@
 //! Who am I in the job: rank, world size, local rank and the rendezvous address, from flags or
 //! from the environment a launcher sets.
 //!
-//! The first source that is present wins, in this order: flags (`--rank`, `--world-size`,
-//! `--master`), torchrun (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`), Open MPI
+//! Flags (`--rank`, `--world-size`, `--master`) override the environment: with them it is not
+//! read, nor compared. Otherwise the first source that is present is used, in this order (the
+//! innermost launcher first): torchrun (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`), Open MPI
 //! (`OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`, `OMPI_COMM_WORLD_LOCAL_RANK`), MPICH/Hydra
 //! (`PMI_RANK`, `PMI_SIZE`), Slurm (`SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`). A source
 //! counts as present when any of its variables is set; a present source must be complete and
 //! numeric, or the error names the variable. With none present the job is a single rank.
+//!
+//! Two present sources must agree on the rank, the world size and (where both have one) the
+//! local rank, or the job is refused naming both: a `RANK=0 WORLD_SIZE=1` left exported in the
+//! shell would otherwise make every rank of `mpirun -np 2` a world of its own that "passes"
+//! without a byte on the network. Not compared, because a real launch sets them to other
+//! values: the outer launcher's variables under torchrun (`srun torchrun`,
+//! `mpirun torchrun`: one torchrun agent per outer task starts several ranks), recognised by
+//! `TORCHELASTIC_RUN_ID`, which torchrun sets and a hand-exported `RANK` lacks; and Slurm's
+//! under an MPI launcher (`mpirun` or `mpiexec` inside a Slurm allocation: `SLURM_PROCID`
+//! describes the batch step or the launcher's daemon, not this rank; under `srun --mpi=...`
+//! they agree anyway) — except around an MPI world of one started as Slurm task 1 or later,
+//! one of several single-rank jobs that `srun -n N` started, each of which would run alone.
 //!
 //! The rendezvous address (rank 0's bootstrap listener) comes from `--master HOST:PORT`, else
 //! `MASTER_ADDR` + `MASTER_PORT` (as torch under mpirun or srun expects), and is needed only
@@ -112,6 +125,100 @@ fn number(name: &str, v: &str) -> Result<u32, String> {
     })
 }
 
+/// The sources whose variables are set, in [`SOURCES`]' order.
+fn present<'a>(
+    env: &'a dyn Fn(&str) -> Option<String>,
+) -> impl Iterator<Item = &'static Source> + 'a {
+    SOURCES
+        .iter()
+        .filter(move |s| env(s.rank).is_some() || env(s.size).is_some())
+}
+
+/// The present sources after `first` (whose world size is `world`) that must agree with it:
+/// not the outer launchers of a process torchrun started, nor Slurm under an MPI launcher —
+/// unless that MPI job is a world of one started as a Slurm task other than 0, which is one of
+/// several single-rank jobs `srun` started, each running alone (see the module documentation).
+fn compared<'a>(
+    first: &'static Source,
+    world: u32,
+    env: &'a dyn Fn(&str) -> Option<String>,
+) -> impl Iterator<Item = &'static Source> + 'a {
+    let by_torchrun = first.launcher == Launcher::Torchrun && env("TORCHELASTIC_RUN_ID").is_some();
+    let under_mpi = present(env).any(|s| matches!(s.launcher, Launcher::OpenMpi | Launcher::Mpich));
+    let one_of_many_lone_jobs = world == 1 && env("SLURM_PROCID").is_some_and(|p| p.trim() != "0");
+    let slurm_is_outer = under_mpi && !one_of_many_lone_jobs;
+    let explained =
+        move |s: &Source| by_torchrun || (s.launcher == Launcher::Slurm && slurm_is_outer);
+    present(env)
+        .skip_while(move |s| s.launcher != first.launcher)
+        .skip(1)
+        .filter(move |s| !explained(s))
+}
+
+/// A present source's rank, world size and local rank (if it has one); an incomplete or
+/// non-numeric source is refused naming the variable.
+fn read(
+    s: &Source,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(u32, u32, Option<u32>), String> {
+    let get = |name: &str| -> Result<u32, String> {
+        match env(name) {
+            Some(v) => number(name, &v),
+            None => Err(format!(
+                "{} is set but {name} is not: the {} environment is incomplete",
+                if name == s.rank { s.size } else { s.rank },
+                s.launcher
+            )),
+        }
+    };
+    let rank = get(s.rank)?;
+    let world = get(s.size)?;
+    let local = match s.local.and_then(|l| env(l).map(|v| (l, v))) {
+        Some((l, v)) => Some(number(l, &v)?),
+        None => None,
+    };
+    Ok((rank, world, local))
+}
+
+/// Two launchers' variables that give this process different places: refused, naming both
+/// and what to do (one of them is stale, left exported from another run).
+fn agree(
+    a: &Source,
+    (ar, aw, al): &(u32, u32, Option<u32>),
+    b: &Source,
+    (br, bw, bl): &(u32, u32, Option<u32>),
+) -> Result<(), String> {
+    let local_differs = matches!((al, bl), (Some(x), Some(y)) if x != y);
+    if ar == br && aw == bw && !local_differs {
+        return Ok(());
+    }
+    let vars = |s: &Source, r: u32, w: u32, l: Option<u32>| {
+        let mut v = format!("{}={r} {}={w}", s.rank, s.size);
+        if let (Some(name), Some(l), true) = (s.local, l, local_differs) {
+            v.push_str(&format!(" {name}={l}"));
+        }
+        v
+    };
+    let unset = |s: &Source| {
+        std::iter::once(s.rank)
+            .chain([s.size])
+            .chain(s.local)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    Err(format!(
+        "two launchers disagree about this process: {} ({}) but {} ({}); one of them is \
+         stale, left exported from another run: unset its variables (`unset {}` or `unset {}`), \
+         or give --rank and --world-size (with --master), which override the environment",
+        vars(a, *ar, *aw, *al),
+        a.launcher,
+        vars(b, *br, *bw, *bl),
+        b.launcher,
+        unset(a),
+        unset(b),
+    ))
+}
+
 /// Resolves the rank from `flags` and the environment `env` (a lookup, so tests need not touch
 /// the process environment). Errors say which flag or variable is wrong and what to do.
 pub fn resolve(
@@ -124,27 +231,13 @@ pub fn resolve(
             (Some(_), None) => return Err("--rank needs --world-size too".into()),
             _ => return Err("--world-size needs --rank too".into()),
         }
-    } else if let Some(s) = SOURCES
-        .iter()
-        .find(|s| env(s.rank).is_some() || env(s.size).is_some())
-    {
-        let get = |name: &str| -> Result<u32, String> {
-            match env(name) {
-                Some(v) => number(name, &v),
-                None => Err(format!(
-                    "{} is set but {name} is not: the {} environment is incomplete",
-                    if name == s.rank { s.size } else { s.rank },
-                    s.launcher
-                )),
-            }
-        };
-        let rank = get(s.rank)?;
-        let world = get(s.size)?;
-        let local = match s.local.and_then(|l| env(l).map(|v| (l, v))) {
-            Some((l, v)) => Some(number(l, &v)?),
-            None => None,
-        };
-        (s.launcher, rank, world, local.or(flags.local_rank))
+    } else if let Some(first) = present(env).next() {
+        let mine = read(first, env)?;
+        for other in compared(first, mine.1, env) {
+            agree(first, &mine, other, &read(other, env)?)?;
+        }
+        let (rank, world, local) = mine;
+        (first.launcher, rank, world, local.or(flags.local_rank))
     } else {
         (Launcher::Single, 0, 1, flags.local_rank)
     };

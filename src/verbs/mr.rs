@@ -80,9 +80,15 @@ impl Mr {
         // SAFETY: layout has a non-zero size.
         let buf = unsafe { alloc_zeroed(layout) };
         if buf.is_null() {
-            return Err(VerbsError::InvalidArgument(format!(
-                "cannot allocate {len} bytes"
-            )));
+            // Out of memory, not a bad argument: a run that failed (exit 1), not a usage error.
+            return Err(VerbsError::Call {
+                verb: "allocating the buffer to register",
+                errno: nix::errno::Errno::ENOMEM,
+                hint: Some(format!(
+                    "{len} bytes are more than this process can get (free memory, ulimit -v); \
+                     ask for a smaller buffer"
+                )),
+            });
         }
         // SAFETY: the PD is live (we hold it); buf..buf+len lies in a live allocation we own and
         // free only after ibv_dereg_mr.

@@ -207,7 +207,7 @@ step "--np with a reader that leaves early (| head -n 2): the run ends quietly"
 # Rank 0 leaves at its first unread line; the others would wait for it until their peer
 # timeout and then blame it. The launcher sees its stdout lose its reader and ends the run:
 # status 0, not a word on stderr, no rank and no queue left.
-for cmd in "lesson15_ring_allreduce --np 3 -d $VL_DEV0,$VL_DEV1 --count 100000" \
+for cmd in "lesson15_ring_allreduce --np 3 -d $VL_DEV0,$VL_DEV1 --count 4096" \
     "vl_all_reduce_perf --np 3 -d $VL_DEV0,$VL_DEV1 -b 8 -e 1M -n 200 -w 0 -c 1 --timeout 60"; do
     echo "\$ $cmd | head -n 2"
     # shellcheck disable=SC2086 # $cmd is split into its words on purpose

@@ -15,7 +15,9 @@ use verbs_lab::cli::{parse_size, MAX_WAIT_SECS};
                   (/dev/mqueue/vl-coll-PID-r*, removed at the end); otherwise the rank comes from --rank/--world-size/--master, \
                   torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), Open MPI \
                   (OMPI_COMM_WORLD_*), MPICH (PMI_RANK, PMI_SIZE) or Slurm (SLURM_PROCID, SLURM_NTASKS), \
-                  first match wins.\nSizes: -e up to 2G (each rank registers an input and an output buffer of -e bytes, \
+                  the first present in that order; flags override the environment. Two launchers whose \
+                  variables disagree on the rank, world size or local rank are refused (exit 2), except \
+                  Slurm's under mpirun/mpiexec and the outer launcher's under torchrun (TORCHELASTIC_RUN_ID).\nSizes: -e up to 2G (each rank registers an input and an output buffer of -e bytes, \
                   plus the slots); at most 1000 rows; -i a multiple of the element size.\n\
                   A closed stdout (| head) ends the sweep quietly with status 0, unless --json or --min-busbw still need the \
                   rest of it, which then runs without printing.\n\
@@ -37,7 +39,7 @@ pub struct Args {
     #[arg(short = 'i', long = "stepbytes", value_parser = parse_size::<usize>)]
     pub step_bytes: Option<usize>,
     /// Timed iterations per size.
-    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    #[arg(short = 'n', long = "iters", default_value_t = 20, value_parser = iters())]
     pub iters: u32,
     /// Warm-up iterations per size.
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
@@ -112,6 +114,14 @@ pub struct Args {
     /// polling, idle); with --all-ranks, every rank's.
     #[arg(long)]
     pub profile: bool,
+}
+
+/// `-n`: at least one timed collective per size (the average divides by it), up to `u32`.
+fn iters() -> verbs_lab::cli::WholeRange<u32> {
+    verbs_lab::cli::WholeRange::new(
+        1..=u32::MAX as u64,
+        "the timed collectives per size; the row is their average",
+    )
 }
 
 /// The largest `-e`: each rank registers an input and an output buffer of this size, and a

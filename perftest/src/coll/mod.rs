@@ -268,9 +268,6 @@ fn checked_sizes(args: &Args, coll: Coll, n: usize) -> Result<Vec<usize>, Fail> 
     if args.check > 1 {
         return Err(usage("-c takes 0 or 1"));
     }
-    if args.iters == 0 {
-        return Err(usage("-n must be at least 1"));
-    }
     if args.root >= n {
         return Err(usage(format!(
             "-r {}: the root must be a rank of the {n} (0..{}){}",
