@@ -500,3 +500,25 @@ fn mismatch_messages_say_where_a_value_came_from() {
     assert_eq!(check(WRITE_BW, "-n 50", "-n 50 -t 50"), Ok(()));
     assert_eq!(check(SEND_BW, "-n 50 -r 50", "-n 50"), Ok(()));
 }
+
+/// A long option abbreviated to a prefix of several is ambiguous, as perftest's getopt_long
+/// says, listing them (usage error, exit 2); an unambiguous prefix still works.
+#[test]
+fn an_ambiguous_prefix_lists_what_it_could_be() {
+    let e = parse(WRITE_BW, "--conn UC").unwrap_err();
+    assert_eq!(e.exit_code(), 2);
+    assert!(
+        e.to_string().starts_with(
+            "error: option '--conn' is ambiguous; it abbreviates --connection or \
+             --connectionless: give more of its name"
+        ),
+        "{e}"
+    );
+    let e = parse(WRITE_BW, "--out=x").unwrap_err().to_string();
+    assert!(e.contains("'--out' is ambiguous"), "{e}");
+    assert!(e.contains("--output") && e.contains("--outs"), "{e}");
+    // One option alone: clap's own refusal, with its guess.
+    let e = parse(WRITE_BW, "--nosuch").unwrap_err().to_string();
+    assert!(e.contains("unexpected argument '--nosuch'"), "{e}");
+    assert_eq!(ok(WRITE_BW, "--siz 64").sizes, Sizes::Single(64));
+}

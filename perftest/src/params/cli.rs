@@ -260,10 +260,53 @@ impl Params {
         let mut cmd = Params::command_for(tool);
         let matches = cmd
             .try_get_matches_from_mut(args)
-            .map_err(|e| verbs_lab::cli::explain_number_error(e, &mut cmd))?;
+            .map_err(|e| verbs_lab::cli::explain_number_error(e, &mut cmd))
+            .map_err(|e| explain_ambiguous_prefix(e, &cmd))?;
         if let Some(why) = crate::compat::refusal(&matches) {
             return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, why));
         }
         Params::from_arg_matches(&matches)
     }
+}
+
+/// clap's refusal of a long option that abbreviates several (`--out`: `--outs`, `--output`,
+/// `--out_json`), which it calls "unexpected" with one guess, rewritten as perftest's
+/// getopt_long says it: ambiguous, with every option it could be. Any other error is returned
+/// as it is.
+fn explain_ambiguous_prefix(e: clap::Error, cmd: &clap::Command) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::UnknownArgument {
+        return e;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return e;
+    };
+    let Some(prefix) = arg
+        .strip_prefix("--")
+        .map(|a| a.split('=').next().unwrap_or(a))
+    else {
+        return e;
+    };
+    let mut candidates: Vec<&str> = cmd
+        .get_arguments()
+        .flat_map(|a| {
+            a.get_long()
+                .into_iter()
+                .chain(a.get_all_aliases().into_iter().flatten())
+        })
+        .filter(|l| !prefix.is_empty() && l.starts_with(prefix))
+        .collect();
+    candidates.sort_unstable();
+    candidates.dedup();
+    if candidates.len() < 2 {
+        return e;
+    }
+    let list: Vec<String> = candidates.iter().map(|c| format!("--{c}")).collect();
+    cmd.clone().error(
+        ErrorKind::UnknownArgument,
+        format!(
+            "option '--{prefix}' is ambiguous; it abbreviates {}: give more of its name",
+            verbs_lab::names::one_of(&list.iter().map(String::as_str).collect::<Vec<_>>())
+        ),
+    )
 }
