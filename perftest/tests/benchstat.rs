@@ -43,19 +43,13 @@ fn run(seq: u32, test: &str, round: u32, ours: bool, ok: bool, value: &str) -> S
     )
 }
 
+/// A row's run as [`run`] takes it: round, ours, status ok, the verdict's value.
+type RunSpec<'a> = (u32, bool, bool, &'a str);
+
 fn records(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut runs = vec!["seq\ttest\t...header".to_string()];
-    let mut seq = 0;
-    let mut add = |test: &str, round: u32, ours: bool, ok: bool, v: &str| {
-        seq += 1;
-        runs.push(run(seq, test, round, ours, ok, v));
-    };
     // write_bw: rounds 1-4; round 3's perftest run is broken (its value must be ignored), so
     // three rounds compare: 1000/800, 900/1000, 1100/1000 = 1.25, 0.9, 1.1.
-    for (round, ours, ok, v) in [
+    let bw = [
         (1, true, true, "1000"),
         (1, false, true, "800"),
         (2, false, true, "1000"),
@@ -64,17 +58,31 @@ fn records(name: &str) -> PathBuf {
         (3, false, false, "1"),
         (4, false, true, "1000"),
         (4, true, true, "1100"),
-    ] {
-        add("write_bw_65536", round, ours, ok, v);
-    }
-    // atomic_lat: perftest never valid (one run printed inf), so no round compares.
-    for (round, ours, ok, v) in [
+    ];
+    // atomic_lat: perftest never valid (one run printed inf, which the guest called ok), so no
+    // round compares.
+    let lat = [
         (1, true, true, "50"),
         (1, false, true, "inf"),
         (2, false, false, "-"),
         (2, true, true, "52"),
-    ] {
-        add("atomic_lat", round, ours, ok, v);
+    ];
+    records_of(name, &bw, &lat)
+}
+
+/// A scratch directory `name` holding the records of the runs `bw` of write_bw_65536 and `lat`
+/// of atomic_lat, in that order, 4 planned rounds.
+fn records_of(name: &str, bw: &[RunSpec], lat: &[RunSpec]) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut runs = vec!["seq\ttest\t...header".to_string()];
+    let rows = [("write_bw_65536", bw), ("atomic_lat", lat)];
+    for (test, &(round, ours, ok, v)) in rows
+        .iter()
+        .flat_map(|(test, specs)| specs.iter().map(move |s| (*test, s)))
+    {
+        runs.push(run(runs.len() as u32, test, round, ours, ok, v));
     }
     std::fs::write(dir.join("tests.tsv"), TESTS).unwrap();
     std::fs::write(dir.join("runs.tsv"), runs.join("\n") + "\n").unwrap();
@@ -111,7 +119,7 @@ fn medians_and_ratios_of_alternating_rounds_into_benchmarks_json() {
         from_str_strict(&std::fs::read_to_string(dir.join("benchmarks.json")).unwrap()).unwrap();
     assert_eq!(doc["mode"], "full");
     assert_eq!(doc["runs_total"], 12);
-    assert_eq!(doc["runs_broken"], 2);
+    assert_eq!(doc["runs_broken"], 3, "atomic_lat's inf is a broken run");
     assert_eq!(doc["rows_missing_goal"], 1);
     let bw = &doc["rows"][0];
     assert_eq!(bw["family"], "write_bw");
@@ -148,6 +156,10 @@ fn medians_and_ratios_of_alternating_rounds_into_benchmarks_json() {
     assert_eq!(lat["ratio_median_of_rounds"], Value::Null);
     assert_eq!(lat["verdict"], "NO DATA");
     assert_eq!(lat["runs"][1]["t_typical"], Value::Null);
+    assert_eq!(
+        lat["runs"][1]["problem"],
+        r#"the metric t_typical "inf" is not a number"#
+    );
     // vl_benchchart's reader takes it: one chart, the bw row over perftest's median.
     let charts = comparisons(&doc).unwrap();
     assert_eq!(charts.len(), 1);
@@ -161,9 +173,77 @@ fn medians_and_ratios_of_alternating_rounds_into_benchmarks_json() {
     );
     let summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap();
     assert!(
-        summary.ends_with("12 runs, 2 broken; 1 of 2 rows miss the goal\n"),
+        summary.ends_with("12 runs, 3 broken; 1 of 2 rows miss the goal\n"),
         "{summary}"
     );
+}
+
+#[test]
+fn a_run_whose_metric_is_no_measurement_is_broken_and_left_out_alike() {
+    for (bad, why) in [
+        ("nan", r#"the metric bw_average "nan" is not a number"#),
+        ("abc", r#"the metric bw_average "abc" is not a number"#),
+        (
+            "1e309",
+            "the metric bw_average 1e309 is not a finite number",
+        ),
+        ("-5", "the metric bw_average -5 is negative"),
+        (
+            "0.00",
+            "the metric bw_average 0.00 is zero, not a measurement",
+        ),
+        (
+            "1e307",
+            "the metric bw_average 1e307 is above 1e12 MiB/s, not a measurement",
+        ),
+    ] {
+        // Round 1's ours printed `bad`; round 2 compares 1000 / 900.
+        let bw = [
+            (1, true, true, bad),
+            (1, false, true, "800"),
+            (2, false, true, "900"),
+            (2, true, true, "1000"),
+        ];
+        let dir = records_of("benchstat-bad-metric", &bw, &[]);
+        let out = benchstat(&dir);
+        assert!(
+            out.status.success(),
+            "{bad}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: Value =
+            from_str_strict(&std::fs::read_to_string(dir.join("benchmarks.json")).unwrap())
+                .unwrap();
+        assert_eq!(doc["runs_total"], 4, "{bad}");
+        assert_eq!(doc["runs_broken"], 1, "{bad}");
+        let row = &doc["rows"][0];
+        assert_eq!(row["runs"][0]["valid"], false, "{bad}");
+        assert_eq!(row["runs"][0]["problem"], why, "{bad}");
+        assert_eq!(
+            row["ours_stats"],
+            serde_json::json!({"valid": 1, "median": 1000, "min": 1000, "max": 1000}),
+            "{bad}"
+        );
+        assert_eq!(row["rounds_compared"], 1, "{bad}");
+        assert_eq!(row["rounds_meeting_goal"], 1, "{bad}");
+        assert_eq!(row["verdict"], "meets", "{bad}");
+        let md = std::fs::read_to_string(dir.join("generated.md")).unwrap();
+        assert!(
+            md.contains(&format!(
+                "| write_bw_65536 | 1 | vl_write_bw | 0/0 | {why} | `.vm-out/bench-x/raw/001.{{client,server,log}}` |"
+            )),
+            "{bad}: {md}"
+        );
+        assert!(
+            md.contains("| write_bw_65536 | 1 | vl_* | ✗ | 800.00 | – |"),
+            "{bad}: {md}"
+        );
+        let summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap();
+        assert!(
+            summary.contains("4 runs, 1 broken; 1 of 2 rows miss the goal"),
+            "{bad}: {summary}"
+        );
+    }
 }
 
 #[test]

@@ -327,7 +327,8 @@ impl Report {
                         goal, lat: <= 1",
                 broken: "either side exited non-zero or timed out, or the client row is \
                          missing, for other bytes/iterations, or has a non-positive or \
-                         non-finite value in a reported column",
+                         non-finite value in a reported column, or its primary metric is not \
+                         a number in (0, 1e12] of its unit",
             },
             timing: Timing {
                 total_seconds: jnum(rec.env("total_secs")),

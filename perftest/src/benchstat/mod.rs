@@ -68,9 +68,31 @@ pub fn num(s: &str) -> Option<f64> {
     plain.then(|| s.parse::<f64>().ok()).flatten()
 }
 
-/// A positive number (a ratio needs both sides so).
-fn pos(s: &str) -> Option<f64> {
-    num(s).filter(|x| *x > 0.0)
+/// The largest metric taken as measured: 1e12 of its unit (MiB/s, Mpps or usec), far above
+/// any link or wait, far below what a garbled row or an overflow prints.
+const METRIC_MAX: f64 = 1e12;
+
+/// Why `s`, as the primary metric of a `kind` row, is no measurement; `None` when it is a
+/// positive finite number no larger than [`METRIC_MAX`]. Zero is no measurement either:
+/// perftest prints 0.00 when its clock calibration fails, and a ratio needs both sides
+/// positive.
+fn metric_problem(kind: Kind, s: &str) -> Option<String> {
+    let m = kind.metric();
+    let Some(x) = num(s) else {
+        return Some(format!("the metric {m} {s:?} is not a number"));
+    };
+    let why = if !x.is_finite() {
+        "is not a finite number".to_string()
+    } else if x < 0.0 {
+        "is negative".to_string()
+    } else if x == 0.0 {
+        "is zero, not a measurement".to_string()
+    } else if x > METRIC_MAX {
+        format!("is above {METRIC_MAX:e} {}, not a measurement", kind.unit())
+    } else {
+        return None;
+    };
+    Some(format!("the metric {m} {s} {why}"))
 }
 
 /// What a row compares: BW average (MiB/s), MsgRate (Mpps; the atomics and the small sizes,
@@ -246,7 +268,7 @@ impl Records {
                 env.insert(k.to_string(), v.to_string());
             }
         }
-        let tests = read("tests.tsv")?
+        let tests: Vec<Test> = read("tests.tsv")?
             .lines()
             .enumerate()
             .map(|(i, line)| parse_test(line).with_context(|| format!("tests.tsv line {}", i + 1)))
@@ -255,6 +277,7 @@ impl Records {
             .lines()
             .skip(1)
             .filter_map(parse_run)
+            .map(|run| check_metric(&tests, run))
             .collect();
         Ok(Records { env, tests, runs })
     }
@@ -350,6 +373,21 @@ fn parse_run(line: &str) -> Option<Run> {
     })
 }
 
+/// `run`, broken with [`metric_problem`]'s reason when the guest called it ok but its row's
+/// primary metric is no measurement: every median, ratio and count then leaves it out alike.
+fn check_metric(tests: &[Test], mut run: Run) -> Run {
+    let Some(t) = tests.iter().find(|t| t.name == run.test) else {
+        return run;
+    };
+    if run.ok {
+        if let Some(why) = metric_problem(t.kind, &run.cols[t.kind.column() - 1]) {
+            run.ok = false;
+            run.reason = why;
+        }
+    }
+    run
+}
+
 /// The verdict on one row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -402,7 +440,7 @@ pub fn row_stats(rec: &Records, t: &Test) -> RowStats {
     for r in 1..=rec.rounds() {
         let (mut ov, mut pv) = (None, None);
         for k in rec.runs_of(&t.name).filter(|k| k.round == r && k.ok) {
-            let v = pos(&k.cols[col - 1]);
+            let v = k.value(col);
             if k.ours {
                 ov = v;
             } else {
@@ -524,6 +562,16 @@ mod tests {
         for bad in ["", "-", "inf", "-nan", "nan", "1.2.3", "0x10"] {
             assert_eq!(num(bad), None, "{bad:?}");
         }
-        assert_eq!(pos("0.00"), None);
+    }
+
+    #[test]
+    fn a_metric_is_a_measurement_from_above_zero_up_to_1e12() {
+        // The messages of each kind of bad value: tests/benchstat.rs, end to end.
+        for ok in ["0.001", "1000.5", "1e12"] {
+            assert_eq!(metric_problem(Kind::Lat, ok), None, "{ok:?}");
+        }
+        for bad in ["0", "1.000001e12"] {
+            assert!(metric_problem(Kind::Lat, bad).is_some(), "{bad:?}");
+        }
     }
 }
