@@ -1,10 +1,11 @@
 //! The rendezvous over loopback TCP (no RDMA needed): the table reaches every rank, and a rank
-//! with the wrong world size, protocol version, a taken number or other terms (options) is
-//! refused by name; a missing rank is named by number; a rank that dies afterwards is named to
-//! the others, and a rank another gave up on is not told that it is gone itself. And world size
-//! 1, which needs no NIC, runs every collective. The same star over real POSIX message queues
-//! (a local run, `--np`): the table, strings longer than one queue message, the launcher's notice
-//! naming a rank that ended, a missing rank named within the bound, no queue left behind.
+//! with the wrong world size, protocol version, a taken number, other terms (options) or a GID
+//! of the other family (IPv4 against IPv6) is refused by name; a missing rank is named by
+//! number; a rank that dies afterwards is named to the others, and a rank another gave up on is
+//! not told that it is gone itself. And world size 1, which needs no NIC, runs every collective.
+//! The same star over real POSIX message queues (a local run, `--np`): the table, strings longer
+//! than one queue message, the launcher's notice naming a rank that ended, a missing rank named
+//! within the bound, no queue left behind.
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -181,6 +182,51 @@ fn a_rank_with_other_terms_is_refused_naming_the_option_and_both_values() {
                 Some(e) => panic!("rank {rank}: {e}"),
                 None => panic!("rank {rank} got a table"),
             }
+        }
+    }
+}
+
+#[test]
+fn a_rank_whose_gid_is_ipv4_against_rank_0s_ipv6_is_refused_naming_both_gids() {
+    // Rank 0 with -x 0 (the fe80:: link-local GID), rank 1 with -x 1 (the IPv4-mapped one):
+    // before, both failed later at the QP connect with EINVAL. Both are refused here, in
+    // either order of GIDs.
+    let (v4, ll) = ("::ffff:192.168.77.2", "fe80::6cf8:28ff:fe65:d587");
+    for (zeros, ones) in [(ll, v4), (v4, ll)] {
+        let mut zero = record(0, 2);
+        zero.gid = zeros.parse().unwrap();
+        let mut one = record(1, 2);
+        one.gid = ones.parse().unwrap();
+        let (zip, oip) = (zero.gid.to_ip(), one.gid.to_ip());
+        let out = run(vec![zero, one], T);
+        let e0 = rank0_error(&out);
+        assert!(
+            e0.starts_with(&format!(
+                "bootstrap failed: rank 1 (host host1, pid 1001, rxe0) uses GID {oip} ("
+            )) && e0.contains(&format!("rank 0 (host host0, pid 1000, rxe0) GID {zip} ("))
+                && e0.contains("give every rank a GID index of the same kind with -x"),
+            "{e0}"
+        );
+        let e1 = out[1].as_ref().expect_err("rank 1 is told").to_string();
+        assert_eq!(
+            e1,
+            e0.replace(
+                "bootstrap failed: ",
+                "bootstrap failed: rank 0 refused the job: "
+            )
+        );
+    }
+    // Two IPv4 GIDs in different subnets, two IPv6 GIDs: the table.
+    for (zeros, ones) in [
+        ("::ffff:192.168.77.1", "::ffff:10.0.0.2"),
+        ("fe80::1", "2001:db8::2"),
+    ] {
+        let mut zero = record(0, 2);
+        zero.gid = zeros.parse().unwrap();
+        let mut one = record(1, 2);
+        one.gid = ones.parse().unwrap();
+        for t in run(vec![zero, one], T) {
+            assert!(t.is_ok(), "{zeros} and {ones}: {}", t.unwrap_err());
         }
     }
 }

@@ -3,7 +3,8 @@
 # - four processes started by hand with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
 #   MASTER_ADDR, MASTER_PORT): rank 0 prints, every element checked;
 # - a rank with another world size is refused by name, and ranks given other options (-e, -t)
-#   are refused at the rendezvous, both naming the option and both values;
+#   are refused at the rendezvous, both naming the option and both values; so are ranks given
+#   GID indexes of different families (-x 0, link-local IPv6, against -x 1, IPv4), naming both;
 # - a rank killed (SIGKILL) mid-run: every other rank exits non-zero within its peer timeout,
 #   naming rank 2; under --np (ranks coordinated over POSIX message queues) the launcher names
 #   it too and tells the others at once, and no rank and no queue is left;
@@ -90,6 +91,27 @@ cat "$TMPDIR/r0.out" "$TMPDIR/r1.out"
 expect_contains "$TMPDIR/r0.out" "was started with world size 3, rank 0 with 2"
 expect_contains "$TMPDIR/r1.out" "rank 0 refused the job"
 
+# both_refused PORT ZERO ONE: ranks 0 and 1 of a world of two on PORT, with the options ZERO and
+# ONE (split into words), each bootstrap timeout $bt: both exit 1 within it. Elapsed seconds in
+# $elapsed.
+both_refused() {
+    echo "\$ rank 0: $2; rank 1: $3"
+    t0=$(_vl_now)
+    # shellcheck disable=SC2086 # $2 and $3 are lists of options
+    start_rank 0 "$1" 2 $2 --bootstrap-timeout "$bt"
+    # shellcheck disable=SC2086
+    start_rank 1 "$1" 2 $3 --bootstrap-timeout "$bt"
+    rank_rc 0 $((bt + 30))
+    rc0=$RC
+    rank_rc 1 $((bt + 30))
+    rc1=$RC
+    elapsed=$((($(_vl_now) - t0) / 100))
+    cat "$TMPDIR/r0.out" "$TMPDIR/r1.out"
+    [ "$rc0" = 1 ] || fail "rank 0 exited $rc0 with $2 against $3, expected 1"
+    [ "$rc1" = 1 ] || fail "rank 1 exited $rc1 with $3 against $2, expected 1"
+    [ "$elapsed" -le "$bt" ] || fail "the ranks took ${elapsed}s, more than their bootstrap timeout"
+}
+
 step "ranks given different options are refused at the rendezvous, naming the option"
 # Before, -e 64 against -e 1M ended with rank 0 printing a full table (exit 0) and rank 1 blaming
 # it as gone; -t float against -t int32 reported wrong values. Now rank 0 compares the options
@@ -101,21 +123,7 @@ for case in "-e 64|-e 1M|-e 1048576, rank 0 with -e 64" \
     "-t float|-t int32|-t int32, rank 0 with -t float"; do
     zero=${case%%|*} rest=${case#*|}
     one=${rest%%|*} said="runs with ${rest#*|}: give every rank the same options"
-    echo "\$ rank 0: $zero; rank 1: $one"
-    t0=$(_vl_now)
-    # shellcheck disable=SC2086 # $zero and $one are an option and its value, split on purpose
-    start_rank 0 "$port" 2 -b 8 $zero -n 1 -w 0 --bootstrap-timeout "$bt"
-    # shellcheck disable=SC2086
-    start_rank 1 "$port" 2 -b 8 $one -n 1 -w 0 --bootstrap-timeout "$bt"
-    rank_rc 0 $((bt + 30))
-    rc0=$RC
-    rank_rc 1 $((bt + 30))
-    rc1=$RC
-    elapsed=$((($(_vl_now) - t0) / 100))
-    cat "$TMPDIR/r0.out" "$TMPDIR/r1.out"
-    [ "$rc0" = 1 ] || fail "rank 0 exited $rc0 with $zero against $one, expected 1"
-    [ "$rc1" = 1 ] || fail "rank 1 exited $rc1 with $one against $zero, expected 1"
-    [ "$elapsed" -le "$bt" ] || fail "the ranks took ${elapsed}s, more than their bootstrap timeout"
+    both_refused "$port" "-b 8 $zero -n 1 -w 0" "-b 8 $one -n 1 -w 0"
     expect_contains "$TMPDIR/r0.out" "bootstrap failed: rank 1 (host"
     expect_contains "$TMPDIR/r0.out" "$said"
     expect_contains "$TMPDIR/r1.out" "bootstrap failed: rank 0 refused the job: rank 1 (host"
@@ -125,6 +133,29 @@ for case in "-e 64|-e 1M|-e 1048576, rank 0 with -e 64" \
     echo "both refused in ${elapsed}s, exit 1, naming the option"
     port=$((port + 1))
 done
+
+step "ranks given GID indexes of two families are refused at the rendezvous, naming both GIDs"
+# Index 0 of rxe0 is its fe80:: link-local GID, index 1 of rxe1 its IPv4-mapped one (both
+# RoCE v2; 10-devinfo shows the table). Before, both ranks failed at the QP connect with
+# ibv_modify_qp(RTR) EINVAL; now rank 0 compares the GIDs' families and refuses the job: both
+# exit 1 within their bootstrap timeout, naming both GIDs as addresses and -x.
+gids=/sys/class/infiniband
+gid0=$(cat "$gids/$VL_DEV0/ports/1/gids/0") gid1=$(cat "$gids/$VL_DEV1/ports/1/gids/1")
+case $gid0 in fe80:*) ;; *) fail "$VL_DEV0 GID index 0 is $gid0, not link-local" ;; esac
+case $gid1 in
+    0000:0000:0000:0000:0000:ffff:*) ;;
+    *) fail "$VL_DEV1 GID index 1 is $gid1, not IPv4-mapped" ;;
+esac
+both_refused 29517 "-b 8 -e 8 -n 1 -w 0 -x 0" "-b 8 -e 8 -n 1 -w 0 -x 1"
+for out in "$TMPDIR/r0.out" "$TMPDIR/r1.out"; do
+    expect_contains "$out" "uses GID $VL_ADDR1 (IPv4), rank 0 (host"
+    expect_contains "$out" "$VL_DEV0) GID fe80::"
+    expect_contains "$out" "(IPv6): an IPv4 and an IPv6 GID cannot address each other"
+    expect_contains "$out" "give every rank a GID index of the same kind with -x"
+    expect_not_contains "$out" "ibv_modify_qp"
+done
+expect_contains "$TMPDIR/r1.out" "bootstrap failed: rank 0 refused the job: rank 1 (host"
+echo "both refused in ${elapsed}s, exit 1, naming $VL_ADDR1 and the fe80:: GID"
 
 step "a device, port or GID index this machine does not have: one line, exit 2, no rank started"
 # The --np launcher opens what its ranks would (README: checked before anything runs); a rank

@@ -5,10 +5,12 @@
 //! a rank that dies closes its socket, rank 0 sees it and tells every other rank who is gone.
 //!
 //! Every wait is bounded. Rank 0 refuses, by name, a rank that speaks another protocol version,
-//! was started with another world size, whose number is taken or out of range, or whose terms
+//! was started with another world size, whose number is taken or out of range, whose terms
 //! (the caller's options that every rank must share, e.g. a benchmark's sizes and data type)
-//! differ from rank 0's; every rank it has heard from is told why. A rank that never arrives is
-//! named by number when the deadline passes.
+//! differ from rank 0's, or whose GID is of the other family than rank 0's (IPv4-mapped against
+//! IPv6: the two cannot address each other, and the QP connect would fail later with EINVAL);
+//! every rank it has heard from is told why. A rank that never arrives is named by number when
+//! the deadline passes.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -43,6 +45,7 @@ pub struct RankRecord {
     /// The CPU it pinned itself to, if any.
     pub cpu: Option<u32>,
     pub lid: u16,
+    /// The GID it sends from ([`Gid::ZERO`] before it has a device, e.g. in a world of one).
     pub gid: Gid,
     /// Active MTU of its port, in bytes.
     pub mtu: u32,

@@ -213,7 +213,39 @@ pub fn admit(
             ));
         }
     }
+    if let Some(why) = table
+        .iter()
+        .flatten()
+        .find(|z| !z.gid.is_zero())
+        .and_then(|z| other_gid_kind(r, z))
+    {
+        return Err(why);
+    }
     Ok(())
+}
+
+/// Why `r` cannot reach `zero` (rank 0, or the lowest rank in with a GID): one GID IPv4-mapped,
+/// the other an IPv6 address (link-local or global) — RoCE v2 sends between two addresses of one
+/// family, so each side's connect would be refused only after the rendezvous, with EINVAL and no
+/// word of why. Two GIDs of one family pass, on different hosts and subnets too (routing is the
+/// network's business), and so does a zero GID (a record without a device).
+fn other_gid_kind(r: &RankRecord, zero: &RankRecord) -> Option<String> {
+    if r.gid.is_zero() || r.gid.is_ipv4_mapped() == zero.gid.is_ipv4_mapped() {
+        return None;
+    }
+    let kind = |g: &Gid| if g.is_ipv4_mapped() { "IPv4" } else { "IPv6" };
+    Some(format!(
+        "{} uses GID {} ({}), {} GID {} ({}): an IPv4 and an IPv6 GID cannot address \
+         each other — give every rank a GID index of the same kind with -x (vl_devinfo lists \
+         each index's GID and type), or leave -x out on every rank so that each picks by the same \
+         rule (the first RoCE v2 GID with an IPv4 address)",
+        r.who(),
+        r.gid.to_ip(),
+        kind(&r.gid),
+        zero.who(),
+        zero.gid.to_ip(),
+        kind(&zero.gid),
+    ))
 }
 
 /// How a rank's terms differ from rank 0's, at the first option that does (in rank 0's order,
@@ -469,5 +501,92 @@ mod tests {
         table[0] = Some(record(0));
         let e = admit(&table, 2, &record(1)).unwrap_err();
         assert!(e.contains("world size 3, rank 0 with 2"), "{e}");
+    }
+
+    /// Rank 1 joining rank 0, each with the GID given (the same terms).
+    fn admitted_gids(zero: &str, one: &str) -> std::result::Result<(), String> {
+        let mut table = vec![None; 2];
+        table[0] = Some(RankRecord {
+            world_size: 2,
+            gid: zero.parse().unwrap(),
+            ..record(0)
+        });
+        let r = RankRecord {
+            world_size: 2,
+            gid: one.parse().unwrap(),
+            ..record(1)
+        };
+        admit(&table, 2, &r)
+    }
+
+    #[test]
+    fn a_rank_whose_gid_is_of_another_family_than_rank_0s_is_refused_naming_both() {
+        let (v4, ll) = ("::ffff:192.168.77.2", "fe80::6cf8:28ff:fe65:d587");
+        let advice = "an IPv4 and an IPv6 GID cannot address each other — give every rank a GID \
+                      index of the same kind with -x (vl_devinfo lists each index's GID and \
+                      type), or leave -x out on every rank so that each picks by the same rule \
+                      (the first RoCE v2 GID with an IPv4 address)";
+        assert_eq!(
+            admitted_gids(ll, v4),
+            Err(format!(
+                "rank 1 (host hôst1, pid 1001, rxe0) uses GID 192.168.77.2 (IPv4), rank 0 (host \
+                 hôst0, pid 1000, rxe0) GID fe80::6cf8:28ff:fe65:d587 (IPv6): {advice}"
+            ))
+        );
+        assert_eq!(
+            admitted_gids(v4, ll),
+            Err(format!(
+                "rank 1 (host hôst1, pid 1001, rxe0) uses GID fe80::6cf8:28ff:fe65:d587 (IPv6), \
+                 rank 0 (host hôst0, pid 1000, rxe0) GID 192.168.77.2 (IPv4): {advice}"
+            ))
+        );
+        // A global IPv6 GID is as far from an IPv4 one.
+        let e = admitted_gids("2001:db8::2", v4).unwrap_err();
+        assert!(
+            e.contains("GID 192.168.77.2 (IPv4), rank 0") && e.contains("GID 2001:db8::2 (IPv6)"),
+            "{e}"
+        );
+        // Without rank 0's GID, the first rank in with one is the measure.
+        let mut table = vec![None; 3];
+        table[0] = Some(RankRecord {
+            gid: Gid::ZERO,
+            ..record(0)
+        });
+        table[2] = Some(RankRecord {
+            gid: v4.parse().unwrap(),
+            ..record(2)
+        });
+        let e = admit(
+            &table,
+            3,
+            &RankRecord {
+                gid: ll.parse().unwrap(),
+                ..record(1)
+            },
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("(IPv6), rank 2 (host hôst2, pid 1002, rxe0) GID 192.168.77.2 (IPv4)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn gids_of_one_family_pass_across_hosts_and_subnets_and_a_zero_gid_is_not_compared() {
+        for (zero, one) in [
+            ("::ffff:192.168.77.1", "::ffff:192.168.77.2"),
+            ("::ffff:192.168.77.1", "::ffff:10.1.2.3"),
+            ("fe80::1", "fe80::2"),
+            ("2001:db8::1", "2001:db8:1::2"),
+            ("fe80::1", "2001:db8::2"),
+            // A record without a device (Gid::ZERO), on either side.
+            ("::", "::ffff:192.168.77.2"),
+            ("::", "fe80::2"),
+            ("::ffff:192.168.77.1", "::"),
+            ("fe80::1", "::"),
+            ("::", "::"),
+        ] {
+            assert_eq!(admitted_gids(zero, one), Ok(()), "{zero} and {one}");
+        }
     }
 }
