@@ -131,6 +131,19 @@ fn a_duplicate_rank_is_refused_by_name() {
 }
 
 #[test]
+fn a_rank_that_finds_nobody_asks_whether_its_world_formed_without_it() {
+    // Rank 0 closes its listener when its world is complete: a second "rank 1" started after
+    // that finds the port closed, and is told the likely reason, not only "is it running?".
+    let p = port();
+    let e = match rendezvous(record(1, 2), ("127.0.0.1", p), Duration::from_secs(1)) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a rendezvous with nobody listening succeeded"),
+    };
+    assert!(e.contains("rank 1 cannot reach rank 0: timed out"), "{e}");
+    assert!(e.contains("was another process started as rank 1?"), "{e}");
+}
+
+#[test]
 fn another_protocol_version_is_refused_by_name() {
     let mut old = record(1, 2);
     old.version = PROTOCOL_VERSION + 1;

@@ -258,7 +258,17 @@ pub fn rendezvous(mine: RankRecord, master: (&str, u16), timeout: Duration) -> R
         })
     } else {
         let mut c = oob::connect(master.0, master.1, timeout).map_err(|e| {
-            CollError::Bootstrap(format!("rank {} cannot reach rank 0: {e}", mine.rank))
+            // Rank 0 stops listening once its world is complete: a rank started twice (or a
+            // rank of a world that already ran) finds nobody there, though rank 0 may be fine.
+            let late = match e {
+                OobError::Timeout { .. } => format!(
+                    "; if rank 0 is running, its world may already be complete without us: was \
+                     another process started as rank {}?",
+                    mine.rank
+                ),
+                _ => String::new(),
+            };
+            CollError::Bootstrap(format!("rank {} cannot reach rank 0: {e}{late}", mine.rank))
         })?;
         // Rank 0 may wait its whole window for the last rank after we arrived: wait longer.
         c.set_timeout(timeout * 2 + Duration::from_secs(5))
