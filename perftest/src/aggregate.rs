@@ -16,6 +16,9 @@
 //! how far the two may be trusted to agree. The peak of the totals is the sum of the processes'
 //! peaks: an upper bound, as their best windows need not coincide.
 //!
+//! `#iterations` of both rows is the sum of the processes' counts: the messages of all QPs of
+//! all processes, as a single process's row counts those of all its QPs (`-n` × `-q`).
+//!
 //! A process's bytes and messages come from its row (`messages = rate × elapsed`, exact for a
 //! one-way test; in a bidirectional run the row holds both directions over this side's
 //! interval).
@@ -132,7 +135,6 @@ fn one_size(procs: &[ProcessResult], j: usize) -> Result<SizeTotal, String> {
         latest_start = latest_start.max(s.start_ns);
         earliest_end = earliest_end.min(s.end_ns);
     }
-    sum.iterations /= procs.len() as u64;
     let union = Span {
         start_ns: earliest_start,
         end_ns: latest_end,

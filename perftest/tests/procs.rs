@@ -417,19 +417,20 @@ fn aggregate_keeps_the_rows_bookkeeping() {
     assert_eq!(t.len(), 2);
     assert_eq!(t[1].row.bytes, 65536);
     assert_eq!(
-        t[1].row.iterations, 1000,
-        "iterations per QP: the processes' mean"
+        t[1].row.iterations, 2000,
+        "#iterations counts every process's messages, as -q counts every QP's"
     );
+    assert_eq!(t[1].sum.iterations, 2000);
     assert_eq!(row_messages(&procs[0].rows[1]), 1000);
     assert!(t[1].row.peak_bps >= t[1].row.avg_bps);
     assert_eq!(t[1].sum.elapsed, Duration::from_millis(109));
     assert_eq!(t[1].row.elapsed, Duration::from_millis(129));
 
-    // Duration mode: different counts per process; the mean.
+    // Duration mode: different counts per process; their sum.
     let mut p = two_processes();
     p[0].rows[0].iterations = 900;
     p[1].rows[0].iterations = 1101;
-    assert_eq!(aggregate(&p).unwrap()[0].row.iterations, 1000);
+    assert_eq!(aggregate(&p).unwrap()[0].row.iterations, 2001);
 
     // One process: its own figures.
     let one = &two_processes()[..1];
@@ -652,7 +653,7 @@ fn a_perftest_parser_reads_the_aggregates_and_the_proc_lines_add_up_to_the_sum()
         2,
         "one result row per size: the aggregates\n{text}"
     );
-    assert_eq!((rows[1][0], rows[1][1]), (65536.0, 1000.0));
+    assert_eq!((rows[1][0], rows[1][1]), (65536.0, 2000.0));
     // 2 × 1000 × 65536 bytes over the 129 ms from the first start to the last end.
     let aggregate = 2000.0 * 65536.0 / 0.129 / MIB;
     assert!((rows[1][3] - aggregate).abs() < 0.006, "{:?}", rows[1]);

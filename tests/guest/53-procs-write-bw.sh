@@ -51,6 +51,11 @@ vl_pair_ok vl_write_bw "-s 65536 -n 300 --procs 2 --wait 60" \
 next_port # the pair used two ports
 check_sum "$CLIENT_OUT" 2
 expect_row "$CLIENT_OUT" "the aggregate, as the result row"
+# #iterations counts the messages of both processes (2 x -n 300), as -q 2 counts both QPs'.
+[ "$(rows "$CLIENT_OUT" | awk '{ print $2 }')" = 600 ] \
+    || fail "the result row's #iterations is not 600 (2 processes x -n 300): $(rows "$CLIENT_OUT")"
+[ "$(grep '^#sum' "$CLIENT_OUT" | awk '{ print $3 }')" = 600 ] \
+    || fail "the #sum row's #iterations is not 600: $(grep '^#sum' "$CLIENT_OUT")"
 cpus=$(proc_rows "$CLIENT_OUT" | awk '{ for (i = 1; i < NF; i++) if ($i == "cpu") print $(i + 1) }' | sort -u)
 echo "client processes on CPUs: $cpus"
 [ "$(echo "$cpus" | wc -l)" -eq 2 ] || fail "the two client processes share a CPU: $cpus"
