@@ -29,8 +29,9 @@ step "lesson 11, exercise 3: server -s 2048, client -s 1024"
 w=$(scaled 5)
 server_client "$port" "lesson11_ud -d $VL_DEV0 -p $port --wait $w" \
     "lesson11_ud -d $VL_DEV1 -p $port -s 1024 --wait $w $VL_ADDR0" && fail "mismatched sizes passed"
-expect_contains "$SERVER_OUT" "a datagram of 1064 bytes arrived; we expect 40 (GRH) + 2048"
+expect_contains "$SERVER_OUT" "a datagram of 1064 bytes arrived (40 bytes of GRH + 1024); we expect 40 + 2048: start both sides with the same -s"
 expect_contains "$CLIENT_OUT" "timed out after $w"
+expect_contains "$CLIENT_OUT" "none arrived yet: does the peer use the same -s?"
 
 step "lesson 12, exercise 1: -n 100 raises no SRQ limit event"
 server_client "$port" "lesson12_srq_events -d $VL_DEV0 -p $port -q -n 100 --wait 60" \
