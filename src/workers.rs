@@ -17,7 +17,8 @@
 //! end (the collectives' `--np`): the first that ends badly gives the others a grace period to
 //! fail by themselves, then what is left is killed.
 //!
-//! **Worker side.** [`follow_coordinator`] makes the kernel signal the worker when its
+//! **Worker side.** [`follow_coordinator`] gives the worker its tool's name in `ps` (rather
+//! than `exe`), makes the kernel signal the worker when its
 //! coordinator dies (`prctl(PR_SET_PDEATHSIG)`), removes the coordinator's queues then (a
 //! coordinator killed by SIGKILL cannot), and checks that the coordinator is still its parent
 //! (it may have died before the request was made). So a worker outlives its coordinator by
@@ -215,6 +216,7 @@ pub fn describe(st: ExitStatus) -> String {
 /// the coordinator is already gone.
 pub fn follow_coordinator(queues: &[String]) -> Result<u32, String> {
     let pid = coordinator_pid()?;
+    take_program_name();
     mq::remove_on_signal(PARENT_DEATH_SIGNAL, worker_name(), pid, queues.to_vec())
         .map_err(|e| e.to_string())?;
     nix::sys::prctl::set_pdeathsig(PARENT_DEATH_SIGNAL)
@@ -242,6 +244,14 @@ pub fn follow_queues(
 ) -> Result<u32, String> {
     family.check_owner(base, flag, coordinator_pid()?)?;
     follow_coordinator(&family.all(base, n))
+}
+
+/// Gives this process the tool's name in `ps`, `top` and `pgrep` (the kernel's `comm`, at most
+/// 15 bytes), which the re-execution through `/proc/self/exe` set to `exe`. Written through
+/// `/proc/self/comm`, which names the process (its main thread) from any thread; a failure
+/// only leaves the name as it was.
+fn take_program_name() {
+    let _ = std::fs::write("/proc/self/comm", crate::stderr::program_name());
 }
 
 /// How this worker names itself: the program's name and its index ([`WORKER_INDEX_ENV`]), or

@@ -33,6 +33,14 @@ fn child_sleeps() {
     }
 }
 
+#[test]
+fn child_follows_and_sleeps() {
+    if as_worker() {
+        workers::follow_coordinator(&[]).unwrap();
+        std::thread::sleep(Duration::from_secs(60));
+    }
+}
+
 /// Worker `index` running the test `child`.
 fn spawn(index: u32, child: &str) -> Worker {
     Worker::spawn(index, ["--exact", child, "--test-threads=1"], false).unwrap()
@@ -83,6 +91,31 @@ fn a_worker_dropped_while_it_runs_is_killed_and_reaped() {
     assert!(!gone(pid));
     drop(w);
     assert!(gone(pid), "pid {pid} still in /proc after the drop");
+}
+
+#[test]
+fn a_worker_that_follows_its_coordinator_carries_the_tools_name_not_exe() {
+    let mut w = spawn(0, "child_follows_and_sleeps");
+    let comm = format!("/proc/{}/comm", w.pid());
+    // The kernel names a process after the file it executes (`exe`) or, once it is set, the
+    // name we gave: this program's, cut to 15 bytes.
+    let ours = std::env::args().next().unwrap();
+    let ours = std::path::Path::new(&ours)
+        .file_name()
+        .unwrap()
+        .to_string_lossy();
+    let want: String = ours.chars().take(15).collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = String::new();
+    while Instant::now() < deadline {
+        seen = std::fs::read_to_string(&comm).unwrap_or_default();
+        if seen.trim_end() == want {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = w.kill();
+    assert_eq!(seen.trim_end(), want, "the worker's comm");
 }
 
 #[test]
