@@ -22,8 +22,9 @@
 //! choice of ports they make; [`parse_size`] reads a size in bytes (`64K`) for any option and
 //! [`SizeRange`] one with bounds, and [`WaitSecs`] is the one check of `--wait SECS`, the bound
 //! of every wait of a tool or lesson. [`WholeRange`] is a whole number with a fixed range and
-//! its reason ([`qp_timeout`] for every `-u`, [`ib_port`] for every `-i`), and
-//! [`explain_number_error`] puts clap's refusal of a number that is not one in plain words.
+//! its reason ([`qp_timeout`] for every `-u`, [`ib_port`] for every `-i`, [`tcp_port`] for a
+//! lesson's `-p`), and [`explain_number_error`] puts clap's refusal of a number that is not one
+//! in plain words.
 
 use std::ffi::OsString;
 use std::io::{self, Write as _};
@@ -36,7 +37,7 @@ use clap_complete::Shell;
 mod number;
 mod size;
 mod wait;
-pub use number::{explain_number_error, ib_port, qp_timeout, WholeRange};
+pub use number::{explain_number_error, ib_port, qp_timeout, tcp_port, WholeRange};
 pub use size::{parse_size, SizeRange, SizeType};
 pub use wait::{wait_secs, WaitSecs, MAX_WAIT_SECS};
 

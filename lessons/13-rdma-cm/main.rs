@@ -48,7 +48,8 @@ struct Args {
     #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
     host: Option<String>,
     /// rdma_cm port (rping's default).
-    #[arg(short = 'p', long = "port", default_value_t = RPING_PORT)]
+    #[arg(short = 'p', long = "port", default_value_t = RPING_PORT,
+          value_parser = verbs_lab::cli::tcp_port())]
     port: u16,
     /// Server: the address to listen on (default: every address, 0.0.0.0).
     /// Client: the source address to connect from (rping's -I).

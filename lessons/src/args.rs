@@ -21,7 +21,8 @@ pub struct CommonArgs {
     #[arg(value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub host: Option<String>,
     /// TCP port of the out-of-band exchange.
-    #[arg(short = 'p', long = "port", default_value_t = 18515)]
+    #[arg(short = 'p', long = "port", default_value_t = 18515,
+          value_parser = verbs_lab::cli::tcp_port())]
     pub port: u16,
     /// RDMA device to use (default: the first one).
     #[arg(short = 'd', long = "ib-dev",

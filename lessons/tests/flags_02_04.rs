@@ -56,6 +56,14 @@ fn lesson04_checks_the_common_flags_before_the_device() {
         &["-i", "0"],
         "-i 0: give 1 to 255: ports are numbered from 1",
     );
+    for l in [L03, L04] {
+        assert_refused(
+            l,
+            &["-p", "0"],
+            "-p 0: give 1 to 65535: the same port on both sides (0 would listen on a port the \
+             kernel picks",
+        );
+    }
     assert_refused(
         L04,
         &["--wait", "0"],
@@ -135,6 +143,10 @@ fn lesson03_checks_the_common_flags_before_the_device() {
     }
     assert_refused(L03, &["-g", "300"], "-g 300: unusable GID index");
     assert_refused(L03, &["-i", "300"], "-i 300: give 1 to 255");
-    assert_refused(L03, &["-p", "x"], "--port x: not a whole number");
+    assert_refused(
+        L03,
+        &["-p", "x"],
+        "-p x: give 1 to 65535: the same port on both sides",
+    );
     assert_refused(L03, &[""], "a value is required");
 }

@@ -123,7 +123,7 @@ fn good_flags_get_as_far_as_the_device() {
     let o = run(
         L05,
         &[
-            "-s", "4096", "-n", "2", "--notify", "flag", "-q", "-p", "0", "--wait", "1",
+            "-s", "4096", "-n", "2", "--notify", "flag", "-q", "-p", "47123", "--wait", "1",
         ],
     );
     let err = String::from_utf8_lossy(&o.stderr);

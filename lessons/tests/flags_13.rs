@@ -26,6 +26,9 @@ fn depths_and_counts_are_bounded() {
     let (code, _, err) = run(&["-C", "0", "192.168.77.1"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--count"), "{err}");
+    let (code, _, err) = run(&["-p", "0"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("-p 0: give 1 to 65535"), "{err}");
 }
 
 #[test]

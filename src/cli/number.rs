@@ -1,6 +1,6 @@
 //! Whole numbers on the command line: the one check of a flag with a fixed range and a reason
 //! for it ([`WholeRange`]: `-u`, the QP ack timeout exponent, [`qp_timeout`]; `-i`, a port,
-//! [`ib_port`]), and plain English for clap's own refusal of a number that is not one
+//! [`ib_port`]; `-p`, a TCP port, [`tcp_port`]), and plain English for clap's own refusal of a number that is not one
 //! ([`explain_number_error`]: `-D 1.5` said "invalid digit found in string").
 
 use std::ffi::OsStr;
@@ -74,6 +74,16 @@ pub fn qp_timeout() -> WholeRange<u8> {
         0..=31,
         "the QP ack timeout is a 5-bit exponent: 4.096 µs × 2^N before a retransmission \
          (0 waits forever; 18 ≈ 1.1 s)",
+    )
+}
+
+/// The TCP (or rdma_cm) port a server listens on and its client connects to (`-p`, `--port` of
+/// the lessons): 0 would have the kernel pick one, which the client cannot know.
+pub fn tcp_port() -> WholeRange<u16> {
+    WholeRange::new(
+        1..=65535,
+        "the same port on both sides (0 would listen on a port the kernel picks, which the \
+         client cannot know)",
     )
 }
 
