@@ -126,10 +126,39 @@ impl DevicePortFilter {
 }
 
 /// A tool's failure: prints `NAME: error: ` and the error with its chain of causes to stderr,
-/// and returns exit status 1.
+/// and returns exit status 1, or 2 when the command line asked for what this machine does not
+/// have ([`CommandLine`]).
 pub fn failed(name: &str, e: &anyhow::Error) -> ExitCode {
     crate::eprintln_whole!("{name}: error: {e:#}");
-    ExitCode::FAILURE
+    if e.downcast_ref::<CommandLine>().is_some() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The context of a step that acts on the command line, e.g. "opening the RDMA device, its
+/// port and GID (-d, -i, -x)", when it failed because of the command line: a device, port or
+/// GID index this machine does not have ([`crate::verbs::VerbsError::is_bad_argument`]).
+/// [`failed`] then exits 2, as for any other usage error: nothing ran.
+#[derive(Debug, Clone, Copy)]
+pub struct CommandLine(pub &'static str);
+
+impl std::fmt::Display for CommandLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl CommandLine {
+    /// `e` with the context `what`, marked as the command line's fault when it is.
+    pub fn context(what: &'static str, e: crate::verbs::VerbsError) -> anyhow::Error {
+        if e.is_bad_argument() {
+            anyhow::Error::new(e).context(CommandLine(what))
+        } else {
+            anyhow::Error::new(e).context(what)
+        }
+    }
 }
 
 /// A tool's exit status: 0 for `Ok`, else [`failed`].

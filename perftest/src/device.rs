@@ -24,7 +24,13 @@ pub fn open_device(cfg: &Config) -> Result<LocalDev> {
         cfg.device.ib_port,
         cfg.device.gid_index,
     )
-    .context("opening the RDMA device, its port and GID (-d, -i, -x)")?;
+    .map_err(|e| {
+        // A device, port or GID index this machine lacks is a usage error (exit 2).
+        verbs_lab::cli::CommandLine::context(
+            "opening the RDMA device, its port and GID (-d, -i, -x)",
+            e,
+        )
+    })?;
     let attr = ctx
         .query_device()
         .with_context(|| format!("querying {}", ctx.name()))?;

@@ -29,6 +29,16 @@ cat "$out"
 expect_contains "$out" "-s 0"
 expect_not_contains "$out" "nosuchdev"
 
+step "a device, port or GID index this machine lacks is a usage error too (exit 2), named"
+for args in "-d nosuchdev0" "-d $VL_DEV0 -i 2" "-d $VL_DEV0 -x 77" "-d nosuchdev0 --procs 2"; do
+    rc=0
+    # shellcheck disable=SC2086 # the flags are words
+    vl_write_bw $args --wait 3 >"$out" 2>&1 || rc=$?
+    cat "$out"
+    [ "$rc" = 2 ] || fail "vl_write_bw $args: exit $rc, expected 2"
+    expect_contains "$out" "vl_write_bw: error: opening the RDMA device, its port and GID (-d, -i, -x): "
+done
+
 step "the server of vl_send_bw stops (SIGSTOP) mid-run: the client gives up, naming the phase"
 next_port
 # -u 17: a 0.5 s ack timeout, so that the stall is declared within ~10 s (timeout x 8 x 2).
