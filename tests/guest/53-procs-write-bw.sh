@@ -116,11 +116,11 @@ cat "$TMPDIR/lat.out"
 [ "$rc" = 2 ] || fail "vl_write_lat --procs 2 exited $rc, expected 2"
 expect_contains "$TMPDIR/lat.out" "--procs 2: vl_write_lat measures latency"
 
-step "a --procs server with a bad -d fails as a single one, before any worker and without the banner"
+step "a --procs server with a bad -d fails as a single one (exit 2), before any worker and without the banner"
 rc=0
 vl_write_bw -d nosuch --procs 2 >"$TMPDIR/nodev.out" 2>&1 || rc=$?
 cat "$TMPDIR/nodev.out"
-[ "$rc" = 1 ] || fail "vl_write_bw -d nosuch --procs 2 exited $rc, expected 1"
+[ "$rc" = 2 ] || fail "vl_write_bw -d nosuch --procs 2 exited $rc, expected 2"
 expect_contains "$TMPDIR/nodev.out" "RDMA device 'nosuch' not found"
 expect_not_contains "$TMPDIR/nodev.out" "Waiting for client"
 expect_not_contains "$TMPDIR/nodev.out" "worker"
