@@ -17,6 +17,7 @@ pub mod engine;
 pub mod entry;
 pub mod events;
 pub mod gates;
+pub mod input;
 pub mod jsoncheck;
 pub mod lat;
 pub mod listen;

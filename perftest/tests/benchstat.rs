@@ -254,7 +254,7 @@ fn missing_records_are_an_error_with_exit_status_1() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.starts_with("vl_benchstat: error: reading ") && err.contains("runs.tsv"),
+        err.starts_with("vl_benchstat: error: cannot read ") && err.contains("runs.tsv"),
         "{err}"
     );
     assert!(!dir.join("benchmarks.json").exists());

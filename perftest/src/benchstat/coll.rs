@@ -38,8 +38,7 @@ pub fn read_outputs(dir: &Path) -> Result<Vec<Output>> {
         let Ok(round) = round.parse() else {
             continue;
         };
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
+        let text = crate::input::read_text(&path).map_err(anyhow::Error::msg)?;
         out.push(Output {
             round,
             side: side.to_string(),
@@ -173,8 +172,7 @@ pub fn profile(outputs: &[Output]) -> String {
 /// Writes `dir/table.md` and `dir/profile.md` from `dir/rows/` and `dir/params`' `runs=`.
 pub fn write(dir: &Path) -> Result<()> {
     let params = dir.join("params");
-    let text = std::fs::read_to_string(&params)
-        .with_context(|| format!("reading {}", params.display()))?;
+    let text = crate::input::read_text(&params).map_err(anyhow::Error::msg)?;
     let rounds = text
         .lines()
         .find_map(|l| l.strip_prefix("runs="))

@@ -256,7 +256,7 @@ impl Records {
     pub fn read(dir: &Path) -> Result<Records> {
         let read = |name: &str| {
             let p = dir.join(name);
-            std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))
+            crate::input::read_text(&p).map_err(anyhow::Error::msg)
         };
         let mut env = HashMap::new();
         for name in ["env.txt", "host.env", "console.env"] {

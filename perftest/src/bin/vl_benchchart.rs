@@ -61,8 +61,7 @@ fn plain_name(family: &str) -> Result<()> {
 }
 
 fn run(args: &Args) -> Result<()> {
-    let text = std::fs::read_to_string(&args.json)
-        .with_context(|| format!("reading {}", args.json.display()))?;
+    let text = vl_perftest::input::read_text(&args.json).map_err(anyhow::Error::msg)?;
     let doc: serde_json::Value = verbs_lab::json::from_str_strict(&text)
         .map_err(|e| anyhow::anyhow!("{}: not valid JSON: {e}", args.json.display()))?;
     let charts = comparisons(&doc).map_err(anyhow::Error::msg)?;

@@ -49,8 +49,7 @@ struct Args {
 }
 fn run(args: &Args) -> Result<String, String> {
     let file = args.file.display();
-    let text =
-        std::fs::read_to_string(&args.file).map_err(|e| format!("cannot read {file}: {e}"))?;
+    let text = vl_perftest::input::read_text(&args.file)?;
     let doc = verbs_lab::json::from_str_strict::<serde_json::Value>(&text)
         .map_err(|e| format!("{file}: invalid JSON: {e}"))?;
     let got = check_report(&doc, args.sizes.as_deref()).map_err(|e| format!("{file}: {e}"))?;
@@ -59,8 +58,7 @@ fn run(args: &Args) -> Result<String, String> {
         got.len()
     );
     if let Some(svg) = &args.plot {
-        let text = std::fs::read_to_string(svg)
-            .map_err(|e| format!("cannot read {}: {e}", svg.display()))?;
+        let text = vl_perftest::input::read_text(svg)?;
         let checked = vl_perftest::report::plot::check_svg(&text, &doc)
             .map_err(|e| format!("{}: {e}", svg.display()))?;
         msg.push_str(&format!("; {}: {checked}", svg.display()));
