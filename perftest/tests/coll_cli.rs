@@ -68,6 +68,52 @@ fn a_gate_that_could_never_fail_is_refused() {
     }
 }
 
+/// One rank of `vl_sendrecv_perf -e 64` (no NIC needed; unlike one rank's all-reduce, its bus
+/// bandwidth is not 0) with `NCCL_TESTS_MIN_BW=value`.
+fn with_nccl_min_bw(value: &str, args: &[&str]) -> Output {
+    Command::new(SENDRECV)
+        .args(["-e", "64"])
+        .args(args)
+        .env("NCCL_TESTS_MIN_BW", value)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn nccl_tests_min_bw_is_honoured_as_nccl_tests_does_and_the_footer_says_the_verdict() {
+    // Far above one rank's bandwidth: the run fails (our gate status), the footer says so.
+    let out = with_nccl_min_bw("1000000", &[]);
+    let (stdout, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(3), "{stdout}{err}");
+    assert!(stdout.contains("# Avg bus bandwidth    : "), "{stdout}");
+    assert!(stdout.contains(" FAILED\n#"), "{stdout}");
+    assert!(
+        err.contains("< 90 % of NCCL_TESTS_MIN_BW=1000000 (900000 GB/s)"),
+        "{err}"
+    );
+    // --min-busbw takes its place, exactly, and its verdict is in the footer too.
+    let out = with_nccl_min_bw("1000000", &["--min-busbw", "1e-9"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout
+        .lines()
+        .any(|l| l.starts_with("# Avg bus bandwidth    : ") && l.ends_with(" OK")));
+    // A value nccl-tests' atof would read as 0 (a gate that never fails) is refused.
+    for bad in ["fast", "0", ""] {
+        let out = with_nccl_min_bw(bad, &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {err}");
+        assert!(
+            err.contains(&format!("NCCL_TESTS_MIN_BW={bad:?}: ")),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty(), "{bad:?}: a table was printed");
+    }
+}
+
 #[test]
 fn one_rank_checks_its_flags_as_many_would() {
     // clap's refusal, through the one range of -u every tool uses.

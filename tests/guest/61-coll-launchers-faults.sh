@@ -175,6 +175,17 @@ for bad in "--np 2 -d nosuch|RDMA device 'nosuch' not found; available: " \
     expect_not_contains "$out" "rank 0"
 done
 
+step "nccl-tests' NCCL_TESTS_MIN_BW gates an --np run: exit 3, the footer says FAILED"
+out=$TMPDIR/minbw.out
+rc=0
+run_timeout 120 env NCCL_TESTS_MIN_BW=1000000 vl_all_reduce_perf --np 2 -d "$VL_DEV0,$VL_DEV1" \
+    -b 8 -e 64 -n 2 -w 0 >"$out" 2>&1 || rc=$?
+cat "$out"
+[ "$rc" = 3 ] || fail "exit $rc, expected 3 (the gate)"
+expect_contains "$out" "# Out of bounds values : 0 OK"
+grep -q '^# Avg bus bandwidth    : [0-9.]* FAILED$' "$out" || fail "the footer does not say FAILED"
+expect_contains "$out" "< 90 % of NCCL_TESTS_MIN_BW=1000000 (900000 GB/s)"
+
 step "a rank killed mid-run: the others fail within the peer timeout and name it"
 start_ranks 29513 4 -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20
 ranks_listed "$TMPDIR/r0.out"

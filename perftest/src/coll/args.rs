@@ -105,6 +105,8 @@ pub struct Args {
     #[arg(long)]
     pub json: Option<String>,
     /// Fail with exit status 3 when the average bus bandwidth is below this (GB/s, above 0).
+    /// Without it, nccl-tests' NCCL_TESTS_MIN_BW=GBS is honoured as nccl-tests does: the run
+    /// fails when the average is below 90 % of it. Either way the footer says OK or FAILED.
     #[arg(long = "min-busbw", value_parser = crate::gates::parse_min_busbw)]
     pub min_busbw: Option<f64>,
     /// Every rank prints its own rows too.
@@ -234,5 +236,46 @@ mod tests {
         );
         assert_eq!(sizes(4, 4 * 1000, None, Some(4), 4).unwrap().len(), 1000);
         assert!(sizes(4, 4 * 1001, None, Some(4), 4).is_err());
+    }
+}
+
+/// The floor of the average bus bandwidth, and where it came from (for the gate's message).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BusbwGate {
+    /// GB/s: the run fails below it.
+    pub floor: f64,
+    /// `--min-busbw 5`, or `90 % of NCCL_TESTS_MIN_BW=5`.
+    pub source: String,
+}
+
+/// nccl-tests' name for its gate (an environment variable), which fails a run whose average
+/// bus bandwidth is below 90 % of it.
+pub const NCCL_MIN_BW_ENV: &str = "NCCL_TESTS_MIN_BW";
+
+impl Args {
+    /// The gate of the run: `--min-busbw`, else [`NCCL_MIN_BW_ENV`] from `env` (nccl-tests'
+    /// rule: 90 % of it), else none. A variable that is not a positive bandwidth is refused,
+    /// as a bad `--min-busbw` is (nccl-tests' `atof` would read it as 0, a gate that never
+    /// fails).
+    pub fn busbw_gate(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Option<BusbwGate>, String> {
+        if let Some(m) = self.min_busbw {
+            return Ok(Some(BusbwGate {
+                floor: m,
+                source: format!("--min-busbw {m}"),
+            }));
+        }
+        let Some(v) = env(NCCL_MIN_BW_ENV) else {
+            return Ok(None);
+        };
+        let gbs = crate::gates::parse_min_busbw(&v).map_err(|e| {
+            format!("{NCCL_MIN_BW_ENV}={v:?}: {e}; set it to a number of GB/s, or unset it")
+        })?;
+        Ok(Some(BusbwGate {
+            floor: 0.9 * gbs,
+            source: format!("90 % of {NCCL_MIN_BW_ENV}={v}"),
+        }))
     }
 }

@@ -25,7 +25,7 @@ use verbs_lab::coll::env::{Launcher, RankInfo};
 use verbs_lab::coll::{launch, Coll, CollError, Comm, CommOpts, RankFlags, RankRecord};
 use verbs_lab::wire::{Reader, Writer};
 
-pub use args::{sizes, Args, MAX_BYTES, MAX_ROWS};
+pub use args::{sizes, Args, BusbwGate, MAX_BYTES, MAX_ROWS};
 use bench::bench_one;
 use report::{Measure, Row, Table};
 use stdout::Stdout;
@@ -90,6 +90,7 @@ fn launcher(np: u32, args: &Args, coll: Coll, tool: &str) -> ExitCode {
         ))
     } else {
         checked_sizes(args, coll, np as usize)
+            .and_then(|_| args.busbw_gate(&env_var).map_err(usage))
             .and_then(|_| check_json(args))
             .and_then(|()| check_devices(args, np))
     };
@@ -115,6 +116,11 @@ fn check_json(args: &Args) -> Result<(), Fail> {
 }
 
 type Fail = (u8, String);
+
+/// The process's environment, as the gate and the launchers read it.
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
 
 fn usage(s: impl Into<String>) -> Fail {
     (EXIT_USAGE, s.into())
@@ -161,6 +167,7 @@ fn check_devices(args: &Args, np: u32) -> Result<(), Fail> {
 /// One rank of the benchmark: who it is, the flags checked, the communicator, one row per size,
 /// rank 0's verdict — which every rank exits with.
 fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
+    let gate = args.busbw_gate(&env_var).map_err(usage)?;
     let info = rank_info(args)?;
     let n = info.world_size as usize;
     let sizes = checked_sizes(args, coll, n)?;
@@ -200,14 +207,22 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
         }
         // Rank 0's reader gone (`| head`) and nothing else wanting the rest: every rank stops
         // here together, and the run ends as it would have, quietly.
-        let done = rank == 0 && out.closed() && args.json.is_none() && args.min_busbw.is_none();
+        let done = rank == 0 && out.closed() && args.json.is_none() && gate.is_none();
         if comm.star().broadcast(&[u8::from(done)]).map_err(failed)? != [0] {
             break;
         }
     }
     drop(progress);
     let code = if rank == 0 {
-        verdict(args, &mut out, &table, &records, &rows, launcher)?
+        verdict(
+            args,
+            gate.as_ref(),
+            &mut out,
+            &table,
+            &records,
+            &rows,
+            launcher,
+        )?
     } else {
         0
     };
@@ -469,6 +484,7 @@ impl JsonParams {
 /// (wrong values, then the gate).
 fn verdict(
     args: &Args,
+    gate: Option<&BusbwGate>,
     out: &mut Stdout<std::io::Stdout>,
     table: &Table,
     records: &[RankRecord],
@@ -476,7 +492,8 @@ fn verdict(
     launcher: Launcher,
 ) -> Result<u8, Fail> {
     let tool = table.tool;
-    out.line(&table.footer(rows)).map_err(stdout_failed)?;
+    out.line(&table.footer(rows, gate.map(|g| g.floor)))
+        .map_err(stdout_failed)?;
     if let Some(path) = &args.json {
         let doc = table.json(records, JsonParams::new(args, launcher), rows);
         std::fs::write(path, crate::report::pretty_json(&doc))
@@ -487,9 +504,11 @@ fn verdict(
     Ok(if wrong > 0 {
         verbs_lab::eprintln_whole!("{tool}: error: {wrong} wrong values (see #wrong)");
         EXIT_FAILED
-    } else if let Some(min) = args.min_busbw.filter(|m| avg < *m) {
+    } else if let Some(g) = gate.filter(|g| avg < g.floor) {
         verbs_lab::eprintln_whole!(
-            "{tool}: error: gate failed: average bus bandwidth {avg:.6} GB/s < --min-busbw {min}"
+            "{tool}: error: gate failed: average bus bandwidth {avg:.6} GB/s < {} ({} GB/s)",
+            g.source,
+            g.floor
         );
         EXIT_GATE
     } else {

@@ -152,12 +152,19 @@ impl Table<'_> {
         }
     }
 
-    pub fn footer(&self, rows: &[Row]) -> String {
+    /// nccl-tests' footer: the wrong values, then the average bus bandwidth, followed by OK
+    /// or FAILED when the run has a floor for it (`floor`, GB/s).
+    pub fn footer(&self, rows: &[Row], floor: Option<f64>) -> String {
         let wrong: u64 = total_wrong(rows);
+        let avg = self.avg_busbw(rows);
+        let verdict = match floor {
+            Some(f) if avg < f => " FAILED",
+            Some(_) => " OK",
+            None => "",
+        };
         format!(
-            "# Out of bounds values : {wrong} {}\n# Avg bus bandwidth    : {:.6}\n#",
+            "# Out of bounds values : {wrong} {}\n# Avg bus bandwidth    : {avg:.6}{verdict}\n#",
             if wrong == 0 { "OK" } else { "FAILED" },
-            self.avg_busbw(rows)
         )
     }
 
@@ -326,9 +333,22 @@ mod tests {
         assert_eq!(f[..5], ["1000000", "250000", "float", "sum", "-1"]);
         assert_eq!(f[5..9], ["1000.0", "1.0000", "1.5000", "0"]);
         assert_eq!(f[9..], ["500.0", "2.0000", "3.0000", "2"]);
-        let foot = t.footer(&rows);
+        let foot = t.footer(&rows, None);
         assert!(foot.contains("# Out of bounds values : 2 FAILED"), "{foot}");
-        assert!(foot.contains("# Avg bus bandwidth    : 2.250000"), "{foot}");
+        assert!(
+            foot.contains("# Avg bus bandwidth    : 2.250000\n"),
+            "{foot}"
+        );
+        let foot = t.footer(&rows, Some(2.3));
+        assert!(
+            foot.contains("# Avg bus bandwidth    : 2.250000 FAILED\n"),
+            "{foot}"
+        );
+        let foot = t.footer(&rows, Some(2.25));
+        assert!(
+            foot.contains("# Avg bus bandwidth    : 2.250000 OK\n"),
+            "{foot}"
+        );
         let j = serde_json::to_string(&t.json(&[], serde_json::Map::new(), &rows)).unwrap();
         assert!(j.contains("\"per_rank_time_us\":[500.0,1000.0]"), "{j}");
         assert!(j.contains("\"wrong\":2"), "{j}");
