@@ -430,20 +430,23 @@ pub const POLL_EVERY: Duration = Duration::from_millis(20);
 /// worker that did not end well, in the order seen (a `waitpid` that fails counts as running).
 ///
 /// When this launcher's stdout, which its workers share, has no reader any more (`| head` has
-/// read enough: [`crate::stdout::reader_gone`]), the run is over as far as anyone can see: the
-/// workers still running are killed and reaped and nothing is returned, so the launcher ends
-/// quietly with status 0, as any program does whose stdout is closed — instead of waiting out
-/// the peer timeout of ranks that wait for a rank that left at its first unread line.
+/// read enough: [`crate::stdout::reader_gone`]) and `stop_when_unread`, the run is over as far
+/// as anyone can see: the workers still running are killed and reaped and nothing is returned,
+/// so the launcher ends quietly with status 0, as any program does whose stdout is closed —
+/// instead of waiting out the peer timeout of ranks that wait for a rank that left at its first
+/// unread line. A run that still owes more than its output (a report file, a gate's verdict)
+/// passes false: its workers go on to the end.
 pub fn watch_all(
     crew: &mut [Worker],
     grace: Duration,
+    stop_when_unread: bool,
     mut first_failure: impl FnMut(&Worker, ExitStatus),
 ) -> Vec<Failure> {
     let mut seen = vec![false; crew.len()];
     let mut failures = Vec::new();
     let mut deadline: Option<Instant> = None;
     loop {
-        if crate::stdout::reader_gone() {
+        if stop_when_unread && crate::stdout::reader_gone() {
             crew.iter_mut().for_each(|w| drop(w.kill()));
             return Vec::new();
         }

@@ -60,7 +60,7 @@ fn watch_all_names_the_first_failure_and_kills_what_outlives_the_grace() {
     let pids: Vec<u32> = crew.iter().map(Worker::pid).collect();
     let mut heard = Vec::new();
     let t0 = Instant::now();
-    let failures = workers::watch_all(&mut crew, Duration::from_millis(300), |w, st| {
+    let failures = workers::watch_all(&mut crew, Duration::from_millis(300), true, |w, st| {
         heard.push((w.index, st.code()));
     });
     assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
@@ -78,7 +78,7 @@ fn watch_all_names_the_first_failure_and_kills_what_outlives_the_grace() {
 #[test]
 fn watch_all_of_a_crew_that_ends_well_reports_nothing() {
     let mut crew = vec![spawn(0, "child_exits_0"), spawn(1, "child_exits_0")];
-    let failures = workers::watch_all(&mut crew, Duration::from_secs(1), |w, st| {
+    let failures = workers::watch_all(&mut crew, Duration::from_secs(1), true, |w, st| {
         panic!("worker {} {}", w.index, describe(st))
     });
     assert!(failures.is_empty(), "{failures:?}");

@@ -8,7 +8,8 @@
 //! grace period to notice and fail on their own (naming the same rank), then kills whatever is
 //! left. A child dies with its launcher ([`child_setup`]), so nothing is left behind. When the
 //! ranks' shared stdout loses its reader (`| head`), the launcher kills them and ends quietly,
-//! and a rank that fails meanwhile says nothing ([`output_unread`]).
+//! and a rank that fails meanwhile says nothing ([`output_unread`]) — unless the run still owes
+//! a report file or a gate's verdict (`owes_the_end`): then the ranks run to the end.
 //!
 //! [`run_local_mq`] is the same launcher with the ranks coordinated over POSIX message queues
 //! instead of TCP (the benchmarks' `--np`; see [`super::mqlink`]): the children get
@@ -69,7 +70,7 @@ pub fn run_local(np: u32, args: &[OsString], grace: Duration) -> Result<Outcome,
     let port = free_port().map_err(|e| format!("no free loopback port for the rendezvous: {e}"))?;
     let master = format!("127.0.0.1:{port}");
     let mut ranks = spawn_ranks(np, args, &["--master", &master])?;
-    Ok(supervise(&mut ranks, grace, &[]))
+    Ok(supervise(&mut ranks, grace, true, &[]))
 }
 
 /// As [`run_local`], the ranks coordinated over message queues this launcher creates (see the
@@ -81,6 +82,7 @@ pub fn run_local_mq(
     args: &[OsString],
     grace: Duration,
     tool: &str,
+    owes_the_end: bool,
 ) -> Result<Outcome, String> {
     for note in QUEUES.remove_orphans() {
         crate::eprintln_whole!("{tool}: note: {note}");
@@ -95,7 +97,7 @@ pub fn run_local_mq(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("cannot create the ranks' message queues: {e}"))?;
     let mut ranks = spawn_ranks(np, args, &["--vl-coll-queues", &base])?;
-    Ok(supervise(&mut ranks, grace, &queues))
+    Ok(supervise(&mut ranks, grace, !owes_the_end, &queues))
     // `queues` dropped here: their names are removed.
 }
 
@@ -119,8 +121,13 @@ fn spawn_ranks(np: u32, args: &[OsString], extra: &[&str]) -> Result<Vec<Worker>
 /// Waits for every rank ([`workers::watch_all`]); see [`run_local`]. `notify`: the ranks'
 /// queues of a local run (index = rank), where the first rank that ends badly is announced to
 /// the others.
-fn supervise(ranks: &mut [Worker], grace: Duration, notify: &[Queue]) -> Outcome {
-    let failures = workers::watch_all(ranks, grace, |w, st| {
+fn supervise(
+    ranks: &mut [Worker],
+    grace: Duration,
+    stop_when_unread: bool,
+    notify: &[Queue],
+) -> Outcome {
+    let failures = workers::watch_all(ranks, grace, stop_when_unread, |w, st| {
         let notice = mqlink::gone_notice(w.index, &format!("pid {} {}", w.pid(), describe(st)));
         for (r, q) in notify.iter().enumerate() {
             if r as u32 != w.index {

@@ -56,9 +56,10 @@ spid=$!
 wait_port "$PORT" 60 "$spid" || fail "the server never listened"
 # shellcheck disable=SC2086 # VL_PT_COMMON holds several options
 {
+    _rc=0
     run_timeout 30 vl_write_bw -d "$VL_DEV1" $VL_PT_COMMON -p "$PORT" -s 4096 -D 1 \
-        --run_infinitely "$VL_ADDR0" 2>"$TMPDIR/head.err" </dev/null
-    echo $? >"$TMPDIR/head.rc"
+        --run_infinitely "$VL_ADDR0" 2>"$TMPDIR/head.err" </dev/null || _rc=$?
+    echo "$_rc" >"$TMPDIR/head.rc"
 } | head -n 3 >"$TMPDIR/head.out"
 src=0
 _vl_watch "$spid" 30 || src=$?
@@ -84,10 +85,11 @@ wait_port "$PORT" 60 "$spid" || fail "the server never listened"
 # The client writes its pid before it becomes vl_write_bw (exec), for the SIGINT below.
 # shellcheck disable=SC2016,SC2086 # $1/$$ are the inner shell's; VL_PT_COMMON holds several options
 {
+    _rc=0
     sh -c 'echo $$ >"$1"; shift; exec "$@"' sh "$TMPDIR/head.pid" \
         vl_write_bw -d "$VL_DEV1" $VL_PT_COMMON -p "$PORT" -s 4096 -D 1 --run_infinitely \
-        --json "$json" "$VL_ADDR0" 2>"$TMPDIR/head.err" </dev/null
-    echo $? >"$TMPDIR/head.rc"
+        --json "$json" "$VL_ADDR0" 2>"$TMPDIR/head.err" </dev/null || _rc=$?
+    echo "$_rc" >"$TMPDIR/head.rc"
 } | head -n 3 >"$TMPDIR/head.out" &
 i=0
 until [ -s "$TMPDIR/head.pid" ] && [ "$(wc -l <"$TMPDIR/head.out")" -ge 3 ]; do

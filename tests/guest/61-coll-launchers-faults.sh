@@ -12,7 +12,8 @@
 #   remove its queues;
 # - --np piped into `head -n 2`: rank 0 leaves at its first unread line, and the launcher ends
 #   the run quietly (status 0, nothing on stderr) instead of its ranks blaming rank 0 after
-#   their peer timeout.
+#   their peer timeout; with --json and a gate owed, it runs to the end and the gate's status
+#   (3) and the whole file come all the same.
 # Took 68 s on a busy 2-core host (TCG guest, other builds and guests sharing it).
 # timeout: 300
 # slow: four ranks started five times; after a killed rank the TCP-started others wait for its socket or their peer timeout
@@ -253,7 +254,7 @@ for cmd in "lesson15_ring_allreduce --np 3 -d $VL_DEV0,$VL_DEV1 --count 4096" \
     "vl_all_reduce_perf --np 3 -d $VL_DEV0,$VL_DEV1 -b 8 -e 1M -n 200 -w 0 -c 1 --timeout 60"; do
     echo "\$ $cmd | head -n 2"
     # shellcheck disable=SC2086 # $cmd is split into its words on purpose
-    { run_timeout 150 $cmd 2>"$TMPDIR/head.err" </dev/null; echo $? >"$TMPDIR/head.rc"; } \
+    { _rc=0; run_timeout 150 $cmd 2>"$TMPDIR/head.err" </dev/null || _rc=$?; echo "$_rc" >"$TMPDIR/head.rc"; } \
         | head -n 2 >"$TMPDIR/head.out"
     cat "$TMPDIR/head.out" "$TMPDIR/head.err"
     [ "$(wc -l <"$TMPDIR/head.out")" -eq 2 ] || fail "head did not read its 2 lines"
@@ -262,6 +263,23 @@ for cmd in "lesson15_ring_allreduce --np 3 -d $VL_DEV0,$VL_DEV1 --count 4096" \
     [ ! -s "$TMPDIR/head.err" ] || fail "${cmd%% *} --np | head -n 2 wrote on stderr"
     echo "exit 0, stderr empty"
 done
+
+step "--np | head -n 2 with a report file and a gate still owed: the run goes to the end"
+# The lines are unread, but --json and --min-busbw wait for the whole sweep: all 14 sizes in
+# the file, the gate's verdict on stderr and in the status (3), not a quiet 0.
+cmd="vl_all_reduce_perf --np 3 -d $VL_DEV0,$VL_DEV1 -b 8 -e 64K -n 20 -w 0 -c 1 --timeout 60"
+cmd="$cmd --min-busbw 1000 --json $TMPDIR/head.json"
+echo "\$ $cmd | head -n 2"
+rm -f "$TMPDIR/head.rc"
+# shellcheck disable=SC2086 # $cmd is split into its words on purpose
+{ _rc=0; run_timeout 150 $cmd 2>"$TMPDIR/head.err" </dev/null || _rc=$?; echo "$_rc" >"$TMPDIR/head.rc"; } \
+    | head -n 2 >"$TMPDIR/head.out"
+cat "$TMPDIR/head.out" "$TMPDIR/head.err"
+rc=$(cat "$TMPDIR/head.rc")
+[ "$rc" = 3 ] || fail "--np | head -n 2 with a gate of 1000 GB/s exited $rc, expected 3 (the gate)"
+grep -q "gate failed" "$TMPDIR/head.err" || fail "the gate's verdict is not on stderr"
+[ "$(grep -c '"size": ' "$TMPDIR/head.json")" -eq 14 ] || fail "the --json file does not hold the 14 sizes"
+echo "exit 3, the gate named, all 14 sizes in the report file"
 
 step "nothing left behind"
 sleep 1

@@ -59,8 +59,9 @@ pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
     };
     match run {
         Ok(code) => ExitCode::from(code),
-        // Rank 0 left at a closed `| head`: this failure is its echo, and --np ends quietly.
-        Err((code, _)) if launch::output_unread() => ExitCode::from(code),
+        // Rank 0 left at a closed `| head`: this failure is its echo, and --np ends quietly —
+        // unless the run owed a report file or a verdict, which then did not come.
+        Err((code, _)) if launch::output_unread() && !owes_the_end(&args) => ExitCode::from(code),
         Err(fail) => fail_with(tool, fail),
     }
 }
@@ -99,7 +100,17 @@ fn launcher(np: u32, args: &Args, coll: Coll, tool: &str) -> ExitCode {
     }
     let own: Vec<OsString> = std::env::args_os().skip(1).collect();
     let grace = Duration::from_secs(args.peer_timeout + 10);
-    launch::Outcome::exit(launch::run_local_mq(np, &own, grace, tool), tool)
+    launch::Outcome::exit(
+        launch::run_local_mq(np, &own, grace, tool, owes_the_end(args)),
+        tool,
+    )
+}
+
+/// Whether the run owes more than the lines on stdout — a `--json` file, or a gate's verdict
+/// (`--min-busbw`, `NCCL_TESTS_MIN_BW`) — so that it goes on to the end when `| head` stops
+/// reading, and a rank that fails meanwhile says why.
+fn owes_the_end(args: &Args) -> bool {
+    args.json.is_some() || matches!(args.busbw_gate(&env_var), Ok(Some(_)))
 }
 
 /// `--json FILE` checked before the run, as the `vl_*` tools check theirs, so that a path that
