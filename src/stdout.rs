@@ -11,6 +11,10 @@
 //!
 //! The lessons, `vl_devinfo`, `vl_selftest` and the small tools print this way.
 //!
+//! Any other failed write (a full disk: `> /dev/full`) unwinds the same way with
+//! [`StdoutFailed`], and the program ends with status 1 and "NAME: error: cannot write to
+//! stdout: ...".
+//!
 //! A process that writes nothing can still ask whether anyone reads: [`reader_gone`] tells a
 //! launcher (`--np`) that its ranks' shared stdout has no reader any more, so it ends the run
 //! quietly instead of waiting for ranks that wait for a rank that already left.
@@ -37,7 +41,9 @@ pub fn print_line(line: fmt::Arguments<'_>) {
             panic::resume_unwind(Box::new(StdoutClosed));
         }
         if !std::thread::panicking() {
-            panic!("failed printing to stdout: {e}");
+            // A full disk, an I/O error: the program cannot say what it set out to say.
+            let _ = FAILED.set(e.to_string());
+            panic::resume_unwind(Box::new(StdoutFailed));
         }
     }
 }
@@ -58,6 +64,15 @@ macro_rules! outln {
 #[derive(Debug)]
 pub struct StdoutClosed;
 
+/// What a program unwinds with when a line cannot be written to stdout for another reason
+/// than a closed pipe (`ENOSPC` on `> /dev/full`, `EIO`): [`until_stdout_closes`] says so and
+/// ends with status 1, instead of a panic's status 101.
+#[derive(Debug)]
+pub struct StdoutFailed;
+
+/// Why the first write to stdout failed, other than `EPIPE` ([`StdoutFailed`]).
+static FAILED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// Set once a write to stdout has failed with `EPIPE`: from then on the panic of a
 /// `thread::scope` whose thread unwound with [`StdoutClosed`] is the same quiet end.
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
@@ -74,19 +89,35 @@ fn is_stdout_closed(payload: &(dyn Any + Send)) -> bool {
             && payload.downcast_ref::<&str>() == Some(&SCOPE_PANIC))
 }
 
+/// Whether a panic's payload is a failed write to stdout ([`StdoutFailed`]), itself or as the
+/// panic of a scope one of whose threads unwound with it.
+fn is_stdout_failed(payload: &(dyn Any + Send)) -> bool {
+    payload.is::<StdoutFailed>()
+        || (FAILED.get().is_some() && payload.downcast_ref::<&str>() == Some(&SCOPE_PANIC))
+}
+
 /// Runs a program's `main`: what it returns, or exit status 0 without a word if it stopped
-/// because its stdout was closed ([`print_line`]). Any other panic goes on as before, with its
-/// message and exit status 101.
+/// because its stdout was closed ([`print_line`]), or status 1 with "NAME: error: cannot write
+/// to stdout: ..." if a write failed otherwise ([`StdoutFailed`]). Any other panic goes on as
+/// before, with its message and exit status 101.
 pub fn until_stdout_closes(main: impl FnOnce() -> ExitCode) -> ExitCode {
     let report = panic::take_hook();
     panic::set_hook(Box::new(move |info| {
-        if !is_stdout_closed(info.payload()) {
+        if !is_stdout_closed(info.payload()) && !is_stdout_failed(info.payload()) {
             report(info);
         }
     }));
     match panic::catch_unwind(AssertUnwindSafe(main)) {
         Ok(code) => code,
         Err(payload) if is_stdout_closed(&*payload) => ExitCode::SUCCESS,
+        Err(payload) if is_stdout_failed(&*payload) => {
+            crate::eprintln_whole!(
+                "{}: error: cannot write to stdout: {}",
+                crate::stderr::program_name(),
+                FAILED.get().map_or("unknown error", String::as_str)
+            );
+            ExitCode::FAILURE
+        }
         Err(payload) => panic::resume_unwind(payload),
     }
 }

@@ -387,3 +387,32 @@ fn vl_benchchart_refuses_a_number_no_chart_can_show_by_its_json_path() {
     );
     assert!(!dir.join("charts").exists(), "nothing is written");
 }
+
+#[test]
+fn vl_benchchart_writes_its_charts_but_fails_on_a_stdout_that_cannot_be_written() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("benchchart-full-stdout");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = format!(r#"{{"rows": [{}]}}"#, chart_row("write_bw"));
+    std::fs::write(dir.join("benchmarks.json"), json).unwrap();
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_vl_benchchart"))
+        .arg(dir.join("benchmarks.json"))
+        .arg(dir.join("charts"))
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with("vl_benchchart: error: cannot write to stdout: No space left on device"),
+        "{err}"
+    );
+    assert!(
+        dir.join("charts/write_bw.svg").is_file(),
+        "the chart is written all the same"
+    );
+}

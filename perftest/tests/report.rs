@@ -649,6 +649,40 @@ fn table_mode_prints_everything_at_the_end() {
     assert!(cap.text().contains("p99.99 [usec]"));
 }
 
+/// A stdout on a full disk: every write fails with `ENOSPC`.
+struct Full;
+
+impl std::io::Write for Full {
+    fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+        Err(std::io::Error::from_raw_os_error(28))
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_stdout_that_cannot_be_written_fails_the_run_after_its_files() {
+    let dir = temp_dir("full");
+    let args = OutputArgs {
+        json: Some(dir.join("run.json")),
+        ..OutputArgs::default()
+    };
+    let result = bw_sweep();
+    let mut rep = Reporter::with_writer(&args, Box::new(Full));
+    rep.header(&result.info);
+    let err = format!("{:#}", rep.finish(&result).unwrap_err());
+    assert!(
+        err.starts_with("cannot write to stdout: No space left on device"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("run.json")).unwrap(),
+        render_json(&result, false)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn an_unwritable_file_is_an_error_naming_it() {
     let args = OutputArgs {

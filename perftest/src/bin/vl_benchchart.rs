@@ -33,8 +33,8 @@ use vl_perftest::report::plot::{comparisons, render_comparison_svg};
                   JSON (a syntax error, or a key given twice in one object, named with its \
                   object and line) or not bench-vs-perftest's, a number no chart can show (a \
                   size below 1 byte or given twice in a family, a negative statistic, one too \
-                  large for the axis; named by its JSON path), or a chart could not be written \
-                  (the message says which)\n  2  bad command line"
+                  large for the axis; named by its JSON path), or a chart or stdout could not \
+                  be written (the message says which)\n  2  bad command line"
 )]
 struct Args {
     /// The report (benchmarks.json of a bench-vs-perftest run).
@@ -79,20 +79,32 @@ fn run(args: &Args) -> Result<()> {
     }
     std::fs::create_dir_all(&args.out_dir)
         .with_context(|| format!("creating {}", args.out_dir.display()))?;
+    let mut unsaid = None;
     for c in &charts {
         let svg = render_comparison_svg(c).map_err(anyhow::Error::msg)?;
         let path = args.out_dir.join(format!("{}.svg", c.family));
         std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
-        // The charts are the product: a closed stdout (`| head`) stops none of them.
-        let _ = writeln!(
+        // The charts are the product: a closed stdout (`| head`) stops none of them, nor does
+        // a stdout that fails otherwise (a full disk), which is reported once they are drawn.
+        let said = writeln!(
             std::io::stdout(),
             "{}: {} size(s) of ours, {} of perftest",
             path.display(),
             c.ours.len(),
             c.perftest.len()
         );
+        if let Err(e) = said.and_then(|()| std::io::stdout().flush()) {
+            if e.kind() != std::io::ErrorKind::BrokenPipe {
+                unsaid.get_or_insert(e);
+            }
+        }
     }
-    Ok(())
+    match unsaid {
+        Some(e) => Err(anyhow::anyhow!(
+            "cannot write to stdout: {e} (the charts were written)"
+        )),
+        None => Ok(()),
+    }
 }
 
 fn main() -> ExitCode {

@@ -211,6 +211,8 @@ pub struct Reporter {
     is_stdout: bool,
     /// A write to `out` failed with `EPIPE`: its reader is gone.
     out_closed: bool,
+    /// The first write to `out` that failed for another reason than `EPIPE`.
+    out_failed: Option<io::Error>,
     header_done: bool,
     rows_done: usize,
     /// The run's NIC counter deltas, once known.
@@ -238,6 +240,7 @@ impl Reporter {
             out,
             is_stdout: false,
             out_closed: false,
+            out_failed: None,
             header_done: false,
             rows_done: 0,
             counters: None,
@@ -258,8 +261,11 @@ impl Reporter {
             .out
             .write_all(s.as_bytes())
             .and_then(|()| self.out.flush());
-        if written.is_err_and(|e| e.kind() == io::ErrorKind::BrokenPipe) {
-            self.out_closed = true;
+        match written {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => self.out_closed = true,
+            // Another error (a full disk): the run goes on for its files, then fails with it.
+            Err(e) => drop(self.out_failed.get_or_insert(e)),
+            Ok(()) => {}
         }
     }
 
@@ -387,7 +393,11 @@ impl Reporter {
         self.print_rest(result, procs)?;
         self.write_files(result, procs)?;
         check_applicable(&self.args, result.info.metric).map_err(anyhow::Error::msg)?;
-        Ok(self.check_all_gates(result))
+        let outcome = self.check_all_gates(result);
+        match &self.out_failed {
+            Some(e) => anyhow::bail!("cannot write to stdout: {e} (the report files were written)"),
+            None => Ok(outcome),
+        }
     }
 
     /// Prints on stdout what the stream has not printed yet: the bare rows of `-v`; in text
