@@ -69,6 +69,21 @@ fn bad_command_lines_exit_2_and_say_why() {
             "at least 1",
         ),
         ("softroce-vm", &["test", "--load", "17"], &[], "0 to 16"),
+        // A flag whose value is missing at the end of the line.
+        ("softroce-vm", &["test", "--load"], &[], "--load needs"),
+        ("softroce-vm", &["test", "--timeout"], &[], "at least 1"),
+        (
+            "softroce-vm",
+            &["demo", "--timeout"],
+            &[],
+            "--timeout needs",
+        ),
+        (
+            "softroce-vm",
+            &["test", "--filter", "^no-such-scenario$"],
+            &[],
+            "no scenario matches",
+        ),
         (
             "softroce-vm",
             &["demo", "extra"],
