@@ -131,7 +131,7 @@ fn one_rank_checks_its_flags_as_many_would() {
     );
     // A device that does not exist fails (here: no RDMA at all; in a guest: no such device),
     // instead of a run on the heap that says "device -".
-    let out = run(ALL_REDUCE, &["-e", "64", "-d", "nonexist"]);
+    let out = run(ALL_REDUCE, &["-e", "64", "--ib-dev", "nonexist"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -303,4 +303,54 @@ fn a_closed_stdout_ends_the_sweep_quietly() {
             assert!(started.elapsed() < Duration::from_secs(30));
         }
     }
+}
+
+#[test]
+fn an_nccl_tests_command_line_runs_as_it_is_and_gpu_settings_are_refused_saying_why() {
+    // nccl-tests' flags as job scripts give them: -d is the data type, -t/-g threads and GPUs.
+    let line = "-t 1 -g 1 -b 8 -e 64 -f 2 -n 3 -w 1 -c 1 -d int32 -m 1 -a 3 -N 1 -C 1 -p 0 -z 0 \
+                -y 0 -G 0 -S 0 -R 0 -M 0 -I 0 -T 5";
+    let out = run(SENDRECV, &line.split(' ').collect::<Vec<_>>());
+    let (stdout, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}{err}");
+    let rows: Vec<&str> = stdout.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(rows.len(), 4, "8 to 64 bytes: {stdout}");
+    assert!(
+        rows.iter()
+            .all(|r| r.split_whitespace().nth(2) == Some("int32")),
+        "{stdout}"
+    );
+    // What this tool cannot be is refused with the reason, before anything runs.
+    for (flag, value, reason) in [
+        (
+            "-g",
+            "2",
+            "only 1 is offered: there are no GPUs here: each rank drives one RDMA device",
+        ),
+        (
+            "-t",
+            "4",
+            "each rank is one process with one thread; for more ranks give --np N",
+        ),
+        (
+            "-a",
+            "1",
+            "the time column is the slowest rank's (nccl-tests' -a 3)",
+        ),
+        ("-G", "10", "there are none here: leave it out"),
+        ("-m", "x", "only 1 is offered"),
+        ("-J", "out.json", "give --json FILE"),
+    ] {
+        refused(SENDRECV, &["-e", "64", flag, value], reason);
+    }
+    // A device given as -d used to mean: now it is told where devices go.
+    refused(
+        ALL_REDUCE,
+        &["-d", "rxe0"],
+        "unknown data type 'rxe0': use float, double, int32, int64 or uint8 (-d is nccl-tests' \
+         data type; RDMA devices go in --ib-dev)",
+    );
 }

@@ -52,7 +52,7 @@ for t in all_reduce reduce_scatter all_gather broadcast sendrecv; do
     before=$(($(pkts "$VL_DEV0") + $(pkts "$VL_DEV1")))
     rc=0
     # shellcheck disable=SC2086 # $extra is a list of flags
-    run_timeout 150 "vl_${t}_perf" --np 4 -d "$VL_DEV0,$VL_DEV1" -b 16 -e 4M -f 64 -n 1 -w 0 -c 1 \
+    run_timeout 150 "vl_${t}_perf" --np 4 --ib-dev "$VL_DEV0,$VL_DEV1" -b 16 -e 4M -f 64 -n 1 -w 0 -c 1 \
         --timeout 60 $extra >"$TMPDIR/$t.out" 2>&1 || rc=$?
     after=$(($(pkts "$VL_DEV0") + $(pkts "$VL_DEV1")))
     cat "$TMPDIR/$t.out"
@@ -60,7 +60,7 @@ for t in all_reduce reduce_scatter all_gather broadcast sendrecv; do
     no_queues "vl_${t}_perf --np 4"
     # 8 B (2 floats for 4 ranks: fewer elements than ranks) in a run of its own, checked too.
     rc=0
-    run_timeout 60 "vl_${t}_perf" --np 4 -d "$VL_DEV0,$VL_DEV1" -b 8 -e 8 -n 1 -w 0 -c 1 \
+    run_timeout 60 "vl_${t}_perf" --np 4 --ib-dev "$VL_DEV0,$VL_DEV1" -b 8 -e 8 -n 1 -w 0 -c 1 \
         --timeout 30 >"$TMPDIR/$t.8" 2>&1 || rc=$?
     grep -E '^ +8 ' "$TMPDIR/$t.8" || { cat "$TMPDIR/$t.8"; fail "vl_${t}_perf at 8 B exited $rc"; }
     [ "$rc" = 0 ] || { cat "$TMPDIR/$t.8"; fail "vl_${t}_perf at 8 B exited $rc"; }
@@ -88,10 +88,10 @@ grep -q '"per_rank_time_us": \[' "$TMPDIR/all_reduce.json" || fail "no per-rank 
 grep -q '"launcher": "--np (this machine, POSIX message queues)"' "$TMPDIR/all_reduce.json" || fail "the JSON does not name the --np launcher"
 
 step "other types and operators are exact too"
-for spec in "-t double -o prod" "-t uint8 -o min"; do
+for spec in "-d double -o prod" "-d uint8 -o min"; do
     rc=0
     # shellcheck disable=SC2086
-    run_timeout 120 vl_all_reduce_perf --np 3 -d "$VL_DEV0,$VL_DEV1" -b 8 -e 4K -f 8 -n 1 -w 0 \
+    run_timeout 120 vl_all_reduce_perf --np 3 --ib-dev "$VL_DEV0,$VL_DEV1" -b 8 -e 4K -f 8 -n 1 -w 0 \
         $spec --json "$TMPDIR/t.json" >"$TMPDIR/t.out" 2>&1 || rc=$?
     tail -n 8 "$TMPDIR/t.out"
     [ "$rc" = 0 ] || fail "vl_all_reduce_perf $spec exited $rc"

@@ -31,7 +31,7 @@ start_rank() {
     _sr=$1 _port=$2 _world=$3
     shift 3
     RANK=$_sr WORLD_SIZE=$_world LOCAL_RANK=$_sr MASTER_ADDR=127.0.0.1 MASTER_PORT=$_port \
-        vl_all_reduce_perf -d "$VL_DEV0,$VL_DEV1" "$@" >"$TMPDIR/r$_sr.out" 2>&1 </dev/null &
+        vl_all_reduce_perf --ib-dev "$VL_DEV0,$VL_DEV1" "$@" >"$TMPDIR/r$_sr.out" 2>&1 </dev/null &
     eval "PID$_sr=\$!"
 }
 
@@ -77,10 +77,10 @@ done
 
 step "a rank with another world size is refused by name"
 RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29512 vl_all_reduce_perf \
-    -d "$VL_DEV0" -b 8 -e 8 -n 1 --bootstrap-timeout 30 >"$TMPDIR/r0.out" 2>&1 </dev/null &
+    --ib-dev "$VL_DEV0" -b 8 -e 8 -n 1 --bootstrap-timeout 30 >"$TMPDIR/r0.out" 2>&1 </dev/null &
 eval "PID0=\$!" # read by rank_rc
 RANK=1 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=29512 vl_all_reduce_perf \
-    -d "$VL_DEV1" -b 8 -e 8 -n 1 --bootstrap-timeout 30 >"$TMPDIR/r1.out" 2>&1 </dev/null &
+    --ib-dev "$VL_DEV1" -b 8 -e 8 -n 1 --bootstrap-timeout 30 >"$TMPDIR/r1.out" 2>&1 </dev/null &
 eval "PID1=\$!" # read by rank_rc
 rank_rc 0 60
 rc0=$RC
@@ -115,13 +115,13 @@ both_refused() {
 
 step "ranks given different options are refused at the rendezvous, naming the option"
 # Before, -e 64 against -e 1M ended with rank 0 printing a full table (exit 0) and rank 1 blaming
-# it as gone; -t float against -t int32 reported wrong values. Now rank 0 compares the options
+# it as gone; -d float against -d int32 reported wrong values. Now rank 0 compares the options
 # every rank must share with its own and refuses the job: both ranks exit 1 within their
 # bootstrap timeout, each naming the option and both values.
 bt=$(scaled 30)
 port=29515
 for case in "-e 64|-e 1M|-e 1048576, rank 0 with -e 64" \
-    "-t float|-t int32|-t int32, rank 0 with -t float"; do
+    "-d float|-d int32|-d int32, rank 0 with -d float"; do
     zero=${case%%|*} rest=${case#*|}
     one=${rest%%|*} said="runs with ${rest#*|}: give every rank the same options"
     both_refused "$port" "-b 8 $zero -n 1 -w 0" "-b 8 $one -n 1 -w 0"
@@ -161,11 +161,11 @@ echo "both refused in ${elapsed}s, exit 1, naming $VL_ADDR1 and the fe80:: GID"
 step "a device, port or GID index this machine does not have: one line, exit 2, no rank started"
 # The --np launcher opens what its ranks would (README: checked before anything runs); a rank
 # alone says the same with the same code.
-for bad in "--np 2 -d nosuch|RDMA device 'nosuch' not found; available: " \
-    "--np 2 -d $VL_DEV0,nosuch|RDMA device 'nosuch' not found" \
-    "--np 2 -d $VL_DEV0 --ib-port 2|invalid argument: device $VL_DEV0 has no port 2" \
-    "--np 2 -d $VL_DEV0 -x 77|invalid argument: $VL_DEV0 port 1: " \
-    "-d nosuch|RDMA device 'nosuch' not found"; do
+for bad in "--np 2 --ib-dev nosuch|RDMA device 'nosuch' not found; available: " \
+    "--np 2 --ib-dev $VL_DEV0,nosuch|RDMA device 'nosuch' not found" \
+    "--np 2 --ib-dev $VL_DEV0 --ib-port 2|invalid argument: device $VL_DEV0 has no port 2" \
+    "--np 2 --ib-dev $VL_DEV0 -x 77|invalid argument: $VL_DEV0 port 1: " \
+    "--ib-dev nosuch|RDMA device 'nosuch' not found"; do
     flags=${bad%%|*} want=${bad#*|}
     out=$TMPDIR/baddev.out
     # shellcheck disable=SC2086 # $flags is a list of flags
@@ -179,7 +179,7 @@ done
 step "nccl-tests' NCCL_TESTS_MIN_BW gates an --np run: exit 3, the footer says FAILED"
 out=$TMPDIR/minbw.out
 rc=0
-run_timeout 120 env NCCL_TESTS_MIN_BW=1000000 vl_all_reduce_perf --np 2 -d "$VL_DEV0,$VL_DEV1" \
+run_timeout 120 env NCCL_TESTS_MIN_BW=1000000 vl_all_reduce_perf --np 2 --ib-dev "$VL_DEV0,$VL_DEV1" \
     -b 8 -e 64 -n 2 -w 0 >"$out" 2>&1 || rc=$?
 cat "$out"
 [ "$rc" = 3 ] || fail "exit $rc, expected 3 (the gate)"
@@ -210,7 +210,7 @@ echo "every rank ended ${elapsed}s after the kill (peer timeout 20 s)"
 [ "$elapsed" -le 30 ] || fail "the ranks took ${elapsed}s to notice"
 
 step "--np 4: a rank killed mid-run is named by the launcher and by the others"
-vl_all_reduce_perf --np 4 -d "$VL_DEV0,$VL_DEV1" -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20 \
+vl_all_reduce_perf --np 4 --ib-dev "$VL_DEV0,$VL_DEV1" -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20 \
     >"$TMPDIR/np.out" 2>&1 </dev/null &
 launcher=$!
 ranks_listed "$TMPDIR/np.out"
@@ -229,7 +229,7 @@ expect_contains "$TMPDIR/np.out" "the launcher saw it end: pid $victim was kille
 no_queues "the --np run with a killed rank"
 
 step "--np 4: the launcher killed outright takes its ranks and its queues with it"
-vl_all_reduce_perf --np 4 -d "$VL_DEV0,$VL_DEV1" -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20 \
+vl_all_reduce_perf --np 4 --ib-dev "$VL_DEV0,$VL_DEV1" -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20 \
     >"$TMPDIR/np2.out" 2>&1 </dev/null &
 launcher=$!
 ranks_listed "$TMPDIR/np2.out"
@@ -251,7 +251,7 @@ step "--np with a reader that leaves early (| head -n 2): the run ends quietly"
 # timeout and then blame it. The launcher sees its stdout lose its reader and ends the run:
 # status 0, not a word on stderr, no rank and no queue left.
 for cmd in "lesson15_ring_allreduce --np 3 -d $VL_DEV0,$VL_DEV1 --count 4096" \
-    "vl_all_reduce_perf --np 3 -d $VL_DEV0,$VL_DEV1 -b 8 -e 1M -n 200 -w 0 -c 1 --timeout 60"; do
+    "vl_all_reduce_perf --np 3 --ib-dev $VL_DEV0,$VL_DEV1 -b 8 -e 1M -n 200 -w 0 -c 1 --timeout 60"; do
     echo "\$ $cmd | head -n 2"
     # shellcheck disable=SC2086 # $cmd is split into its words on purpose
     { _rc=0; run_timeout 150 $cmd 2>"$TMPDIR/head.err" </dev/null || _rc=$?; echo "$_rc" >"$TMPDIR/head.rc"; } \
@@ -267,7 +267,7 @@ done
 step "--np | head -n 2 with a report file and a gate still owed: the run goes to the end"
 # The lines are unread, but --json and --min-busbw wait for the whole sweep: all 14 sizes in
 # the file, the gate's verdict on stderr and in the status (3), not a quiet 0.
-cmd="vl_all_reduce_perf --np 3 -d $VL_DEV0,$VL_DEV1 -b 8 -e 64K -n 20 -w 0 -c 1 --timeout 60"
+cmd="vl_all_reduce_perf --np 3 --ib-dev $VL_DEV0,$VL_DEV1 -b 8 -e 64K -n 20 -w 0 -c 1 --timeout 60"
 cmd="$cmd --min-busbw 1000 --json $TMPDIR/head.json"
 echo "\$ $cmd | head -n 2"
 rm -f "$TMPDIR/head.rc"

@@ -39,7 +39,7 @@ check_rows() {
 
 step "mpirun -np 4 vl_all_reduce_perf -b 8 -e 1M -f 4 -c 1 (ranks from OMPI_COMM_WORLD_*)"
 rc=0
-run_timeout 150 sh "$MPI/mpirun.sh" 4 vl_all_reduce_perf -d "$VL_DEV0,$VL_DEV1" \
+run_timeout 150 sh "$MPI/mpirun.sh" 4 vl_all_reduce_perf --ib-dev "$VL_DEV0,$VL_DEV1" \
     --master "$VL_ADDR0:29517" -b 8 -e 1M -f 4 -n 1 -w 0 -c 1 --timeout 60 \
     >"$TMPDIR/ours.out" 2>&1 || rc=$?
 cat "$TMPDIR/ours.out"

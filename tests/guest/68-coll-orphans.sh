@@ -14,7 +14,7 @@ mqueue_ready
 no_queues "before the scenario"
 
 step "--np 2: launcher stopped, its ranks and then it killed outright: its queues stay"
-vl_all_reduce_perf --np 2 -d "$VL_DEV0,$VL_DEV1" -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20 \
+vl_all_reduce_perf --np 2 --ib-dev "$VL_DEV0,$VL_DEV1" -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20 \
     >"$TMPDIR/np.out" 2>&1 </dev/null &
 launcher=$!
 wait_for 90 "$launcher" grep -q -F -e "#  Rank  1" "$TMPDIR/np.out" 2>/dev/null \
@@ -31,7 +31,7 @@ done
 
 step "the next --np run removes them and says so, named"
 rc=0
-run_timeout "$(scaled 120)" vl_all_reduce_perf --np 2 -d "$VL_DEV0,$VL_DEV1" -b 8 -e 8 -n 1 -w 0 -c 1 \
+run_timeout "$(scaled 120)" vl_all_reduce_perf --np 2 --ib-dev "$VL_DEV0,$VL_DEV1" -b 8 -e 8 -n 1 -w 0 -c 1 \
     --timeout 30 >"$TMPDIR/next.out" 2>&1 </dev/null || rc=$?
 cat "$TMPDIR/next.out"
 [ "$rc" -eq 0 ] || fail "the next --np run exited $rc"

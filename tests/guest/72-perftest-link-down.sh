@@ -92,7 +92,7 @@ step "ip link set veth1 down in the middle of vl_all_reduce_perf --np 2 on rxe0,
 # The ranks' work requests fail on the port that went down (rxe reports IBV_WC_LOC_QP_OP_ERR):
 # a rank names its own port, not its neighbour as "gone" nor its request as malformed.
 coll=$TMPDIR/coll.out
-vl_all_reduce_perf --np 2 -d "$VL_DEV0,$VL_DEV1" -b 1M -e 1M -n 100000 -w 0 --timeout 10 \
+vl_all_reduce_perf --np 2 --ib-dev "$VL_DEV0,$VL_DEV1" -b 1M -e 1M -n 100000 -w 0 --timeout 10 \
     >"$coll" 2>&1 </dev/null &
 CPID=$!
 wait_for 90 - grep -q -F -e "#  Rank  1" "$coll" 2>/dev/null \

@@ -38,7 +38,7 @@ step "vl_all_reduce_perf --np 2, 8 B .. 32 KiB by 8, on a terminal: a bar over 5
 out=$TMPDIR/81-coll-tty.out
 rc=0
 run_timeout "$(scaled 120)" script -qec \
-    "vl_all_reduce_perf --np 2 -d $VL_DEV0,$VL_DEV1 -b 8 -e 32K -f 8 -n 5 -w 1" /dev/null \
+    "vl_all_reduce_perf --np 2 --ib-dev $VL_DEV0,$VL_DEV1 -b 8 -e 32K -f 8 -n 5 -w 1" /dev/null \
     >"$out" 2>&1 </dev/null || rc=$?
 cat "$out"
 [ "$rc" = 0 ] || fail "vl_all_reduce_perf on a terminal exited $rc"
@@ -50,7 +50,7 @@ n=$(result_rows "$out")
 step "the same sweep into a file: the rows, and no bar"
 out=$TMPDIR/81-coll-file.out
 rc=0
-run_timeout "$(scaled 120)" vl_all_reduce_perf --np 2 -d "$VL_DEV0,$VL_DEV1" -b 8 -e 32K -f 8 \
+run_timeout "$(scaled 120)" vl_all_reduce_perf --np 2 --ib-dev "$VL_DEV0,$VL_DEV1" -b 8 -e 32K -f 8 \
     -n 5 -w 1 >"$out" 2>&1 </dev/null || rc=$?
 cat "$out"
 [ "$rc" = 0 ] || fail "vl_all_reduce_perf into a file exited $rc"

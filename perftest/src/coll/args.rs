@@ -50,14 +50,15 @@ pub struct Args {
     /// Reduction: sum, prod, min, max.
     #[arg(short = 'o', long = "op", default_value = "sum")]
     pub op: RedOp,
-    /// Element type: float, double, int32, int64, uint8 (nccl-tests' -d; -d is the device here).
-    #[arg(short = 't', long = "datatype", default_value = "float")]
+    /// Element type: float, double, int32, int64, uint8.
+    #[arg(short = 'd', long = "datatype", default_value = "float", value_parser = datatype)]
     pub dtype: DataType,
     /// Root rank (broadcast); a rank of the world for every collective, as nccl-tests takes it.
     #[arg(short = 'r', long = "root", default_value_t = 0)]
     pub root: usize,
-    /// RDMA devices, comma-separated; local ranks take them round-robin.
-    #[arg(short = 'd', long = "ib-dev", value_delimiter = ',')]
+    /// RDMA devices, comma-separated; local ranks take them round-robin (default: the first
+    /// device). Long only: -d is nccl-tests' data type.
+    #[arg(long = "ib-dev", value_name = "DEV,...", value_delimiter = ',')]
     pub devices: Vec<String>,
     /// Port of the devices.
     #[arg(long = "ib-port", default_value_t = 1)]
@@ -88,7 +89,7 @@ pub struct Args {
     #[arg(long = "vl-coll-queues", hide = true)]
     pub local_queues: Option<String>,
     /// Seconds without progress before a neighbour is declared gone (1 to a day).
-    #[arg(long = "timeout", default_value_t = 30,
+    #[arg(short = 'T', long = "timeout", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_SECS))]
     pub peer_timeout: u64,
     /// Seconds the rendezvous may take (1 to a day).
@@ -116,6 +117,170 @@ pub struct Args {
     /// polling, idle); with --all-ranks, every rank's.
     #[arg(long)]
     pub profile: bool,
+    #[command(flatten)]
+    pub nccl_only: NcclOnly,
+}
+
+/// `-d`: nccl-tests' data type. A device name given the old way (`-d rxe0`) is told where
+/// devices go now.
+fn datatype(s: &str) -> Result<DataType, String> {
+    s.parse::<DataType>()
+        .map_err(|e| format!("{e} (-d is nccl-tests' data type; RDMA devices go in --ib-dev)"))
+}
+
+/// nccl-tests' flags for GPUs, threads and NCCL itself ([`NCCL_ONLY`]). So that an nccl-tests
+/// command line runs as it is, each is accepted with the value that describes what this tool
+/// does (a rank is one process on one RDMA device, timed on the CPU) and refused, saying why,
+/// otherwise; nothing else reads them. Two of nccl-tests' letters mean something else here, as
+/// in perftest: `-x` the GID index (nccl-tests' CTA policy) and `-u` the QP timeout
+/// (nccl-tests' unaligned buffers).
+#[derive(Debug, Clone, Default)]
+pub struct NcclOnly;
+
+/// nccl-tests' flag letter and name, the values offered here (none: refused whatever it is),
+/// its help line, and why no other value can be.
+type NcclFlag = (
+    char,
+    &'static str,
+    &'static [i64],
+    &'static str,
+    &'static str,
+);
+
+const GPU: &str = "it sets how nccl-tests drives its GPUs, and there are none here: leave it out";
+
+/// The flags of [`NcclOnly`], in nccl-tests' order.
+pub const NCCL_ONLY: [NcclFlag; 15] = [
+    (
+        't',
+        "nthreads",
+        &[1],
+        "Threads per process: 1 (more ranks: --np N, or your launcher)",
+        "each rank is one process with one thread; for more ranks give --np N, or start them \
+      with mpirun, torchrun or srun",
+    ),
+    (
+        'g',
+        "ngpus",
+        &[1],
+        "GPUs per thread: 1 (no GPU: a rank drives one RDMA device)",
+        "there are no GPUs here: each rank drives one RDMA device (--ib-dev)",
+    ),
+    (
+        'm',
+        "agg_iters",
+        &[1],
+        "Collectives per timed iteration: 1",
+        "each timed iteration is one collective; raise -n for more of them",
+    ),
+    (
+        'N',
+        "run_cycles",
+        &[1],
+        "Sweeps: 1",
+        "the sweep runs once; run the tool again for another",
+    ),
+    ('p', "parallel_init", &[0], "Parallel GPU init: 0", GPU),
+    ('z', "blocking", &[0], "Blocking collectives: 0", GPU),
+    ('y', "stream_null", &[0], "CUDA null stream: 0", GPU),
+    ('G', "cudagraph", &[0], "CUDA graph launches: 0", GPU),
+    (
+        'C',
+        "report_cputime",
+        &[0, 1],
+        "CPU time: 0 or 1 (the time is the CPU's clock either way)",
+        GPU,
+    ),
+    ('S', "report_timestamps", &[0], "Timestamps: 0", GPU),
+    (
+        'a',
+        "average",
+        &[3],
+        "The time shown: 3, the slowest rank's",
+        "the time column is the slowest rank's (nccl-tests' -a 3): a collective ends when its \
+      last rank does, and --all-ranks shows every rank's own",
+    ),
+    (
+        'R',
+        "local_register",
+        &[0],
+        "NCCL buffer registration: 0 (the NIC's is always done)",
+        "the buffers are always registered with the NIC (ibv_reg_mr) before the sweep",
+    ),
+    ('M', "memory", &[0], "GPU memory report: 0", GPU),
+    (
+        'I',
+        "per_iter_timing",
+        &[0],
+        "Per-iteration CUDA timing: 0",
+        GPU,
+    ),
+    (
+        'J',
+        "output_file",
+        &[],
+        "nccl-tests' JSON file: give --json FILE (this tool's layout)",
+        "nccl-tests' JSON layout is not written here: give --json FILE for this tool's \
+      (vl_jsoncheck checks it)",
+    ),
+];
+
+impl clap::Args for NcclOnly {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        let cmd = cmd.next_help_heading(
+            "nccl-tests' GPU and NCCL flags (accepted with the value that fits a CPU rank)",
+        );
+        NCCL_ONLY
+            .iter()
+            .fold(cmd, |cmd, &(short, long, offered, help, why)| {
+                let value_name = match offered {
+                    [] => "FILE",
+                    [0] => "0",
+                    [1] => "1",
+                    [3] => "3",
+                    [0, 1] => "0|1",
+                    _ => "N",
+                };
+                cmd.arg(
+                    clap::Arg::new(long)
+                        .short(short)
+                        .long(long)
+                        .value_name(value_name)
+                        .help(help)
+                        .value_parser(only(offered, why)),
+                )
+            })
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl clap::FromArgMatches for NcclOnly {
+    fn from_arg_matches(_: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(NcclOnly)
+    }
+
+    fn update_from_arg_matches(&mut self, _: &clap::ArgMatches) -> Result<(), clap::Error> {
+        Ok(())
+    }
+}
+
+/// A parser that takes only `offered` (whole numbers, as nccl-tests' `strtol`), saying `why`
+/// any other value cannot be.
+fn only(
+    offered: &'static [i64],
+    why: &'static str,
+) -> impl Fn(&str) -> Result<i64, String> + Clone + Send + Sync + 'static {
+    move |s: &str| match s.trim().parse::<i64>() {
+        Ok(v) if offered.contains(&v) => Ok(v),
+        _ if offered.is_empty() => Err(why.to_string()),
+        _ => {
+            let values: Vec<String> = offered.iter().map(i64::to_string).collect();
+            Err(format!("only {} is offered: {why}", values.join(" or ")))
+        }
+    }
 }
 
 /// `-n`: at least one timed collective per size (the average divides by it), up to `u32`.

@@ -373,7 +373,7 @@ fn terms(args: &Args, coll: Coll) -> Vec<(String, String)> {
         ("-n", args.iters.to_string()),
         ("-w", args.warmup.to_string()),
         ("-c", args.check.to_string()),
-        ("-t", args.dtype.name().to_string()),
+        ("-d", args.dtype.name().to_string()),
     ];
     if coll.reduces() {
         t.push(("-o", args.op.name().to_string()));
@@ -579,7 +579,7 @@ mod tests {
     #[test]
     fn the_terms_are_every_option_the_ranks_must_share_with_its_value() {
         let t = terms_of(
-            "vl_all_reduce_perf -b 8 -e 1M -n 5 -w 3 -c 0 -t int32 -o max",
+            "vl_all_reduce_perf -b 8 -e 1M -n 5 -w 3 -c 0 -d int32 -o max",
             Coll::AllReduce,
         );
         let want = [
@@ -590,7 +590,7 @@ mod tests {
             ("-n", "5"),
             ("-w", "3"),
             ("-c", "0"),
-            ("-t", "int32"),
+            ("-d", "int32"),
             ("-o", "max"),
         ];
         let want: Vec<(String, String)> = want
@@ -601,7 +601,7 @@ mod tests {
         // The step as given; the root where the collective has one; no operator where it does
         // not reduce; and nothing of what each rank may choose for itself.
         let t = terms_of(
-            "vl_broadcast_perf -i 64 -r 1 -o max -d rxe1 --timeout 5 --all-ranks",
+            "vl_broadcast_perf -i 64 -r 1 -o max --ib-dev rxe1 --timeout 5 --all-ranks",
             Coll::Broadcast { root: 1 },
         );
         let options: Vec<&str> = t.iter().map(|(o, _)| o.as_str()).collect();
@@ -615,18 +615,18 @@ mod tests {
                 "-n",
                 "-w",
                 "-c",
-                "-t",
+                "-d",
                 "-r"
             ]
         );
         assert_eq!(t[3].1, "64");
         assert_eq!(t[8].1, "1");
-        // Two ranks with -t float and -t int32 differ in -t alone, which the rendezvous names.
-        let a = terms_of("vl_all_reduce_perf -t float", Coll::AllReduce);
-        let b = terms_of("vl_all_reduce_perf -t int32", Coll::AllReduce);
+        // Two ranks with -d float and -d int32 differ in -d alone, which the rendezvous names.
+        let a = terms_of("vl_all_reduce_perf -d float", Coll::AllReduce);
+        let b = terms_of("vl_all_reduce_perf -d int32", Coll::AllReduce);
         assert_eq!(
             verbs_lab::coll::bootstrap::differing_term(&b, &a).as_deref(),
-            Some("runs with -t int32, rank 0 with -t float")
+            Some("runs with -d int32, rank 0 with -d float")
         );
     }
 

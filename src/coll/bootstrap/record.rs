@@ -301,7 +301,7 @@ mod tests {
             },
             slot_bytes: 512,
             nslots: 8,
-            terms: terms(&[("-e", "64"), ("-t", "float")]),
+            terms: terms(&[("-e", "64"), ("-d", "float")]),
         }
     }
 
@@ -333,7 +333,7 @@ mod tests {
         }
         want.extend_from_slice(&[0, 0, 0, 2]); // two terms
         want.extend_from_slice(&[0, 0, 0, 2, b'-', b'e', 0, 0, 0, 2, b'6', b'4']);
-        want.extend_from_slice(&[0, 0, 0, 2, b'-', b't', 0, 0, 0, 5]);
+        want.extend_from_slice(&[0, 0, 0, 2, b'-', b'd', 0, 0, 0, 5]);
         want.extend_from_slice(b"float");
         assert_eq!(b, want);
         assert_eq!(PROTOCOL_VERSION, 2, "a new layout takes a new version");
@@ -448,15 +448,15 @@ mod tests {
 
     #[test]
     fn a_rank_with_other_terms_is_refused_naming_the_first_option_and_both_values() {
-        let zero = [("-b", "8"), ("-e", "64"), ("-t", "float")];
+        let zero = [("-b", "8"), ("-e", "64"), ("-d", "float")];
         assert_eq!(admitted(&zero, &zero), Ok(()));
         // The same terms in another order agree: each is looked up by its option.
         assert_eq!(
-            admitted(&zero, &[("-t", "float"), ("-b", "8"), ("-e", "64")]),
+            admitted(&zero, &[("-d", "float"), ("-b", "8"), ("-e", "64")]),
             Ok(())
         );
         assert_eq!(
-            admitted(&zero, &[("-b", "8"), ("-e", "1048576"), ("-t", "int32")]),
+            admitted(&zero, &[("-b", "8"), ("-e", "1048576"), ("-d", "int32")]),
             Err(
                 "rank 1 (host hôst1, pid 1001, rxe0) runs with -e 1048576, rank 0 with -e 64: \
                  give every rank the same options"
@@ -464,16 +464,16 @@ mod tests {
             )
         );
         assert_eq!(
-            admitted(&zero, &[("-b", "8"), ("-e", "64"), ("-t", "int32")]),
+            admitted(&zero, &[("-b", "8"), ("-e", "64"), ("-d", "int32")]),
             Err(
-                "rank 1 (host hôst1, pid 1001, rxe0) runs with -t int32, rank 0 with -t float: \
+                "rank 1 (host hôst1, pid 1001, rxe0) runs with -d int32, rank 0 with -d float: \
                  give every rank the same options"
                     .into()
             )
         );
         // An option one side lacks, either way.
         assert_eq!(
-            admitted(&zero, &[("-b", "8"), ("-t", "float")]),
+            admitted(&zero, &[("-b", "8"), ("-d", "float")]),
             Err(
                 "rank 1 (host hôst1, pid 1001, rxe0) runs without -e, rank 0 with -e 64: give \
                  every rank the same options"
@@ -482,7 +482,7 @@ mod tests {
         );
         let e = admitted(
             &zero,
-            &[("-b", "8"), ("-e", "64"), ("-t", "float"), ("-r", "1")],
+            &[("-b", "8"), ("-e", "64"), ("-d", "float"), ("-r", "1")],
         );
         assert_eq!(
             e,
