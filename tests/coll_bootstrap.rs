@@ -12,9 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use verbs_lab::coll::bootstrap::{
-    rendezvous, rendezvous_mq, CollError, RankRecord, Star, PROTOCOL_VERSION,
-};
+use verbs_lab::coll::bootstrap::{rendezvous, CollError, RankRecord, Star, Via, PROTOCOL_VERSION};
 use verbs_lab::coll::env::{resolve, RankFlags};
 use verbs_lab::coll::kernels::{count_wrong, expected_value, fill_input, DataType, RedOp};
 use verbs_lab::coll::mqlink::{gone_notice, QUEUES, QUEUE_DEPTH};
@@ -66,7 +64,7 @@ fn run(records: Vec<RankRecord>, timeout: Duration) -> Vec<Result<Vec<RankRecord
         .into_iter()
         .map(|r| {
             thread::spawn(move || {
-                rendezvous(r, ("127.0.0.1", p), timeout).map(|mut s| {
+                rendezvous(r, Via::Tcp(("127.0.0.1", p)), timeout).map(|mut s| {
                     s.barrier().unwrap();
                     s.table().to_vec()
                 })
@@ -93,7 +91,7 @@ fn rank0_error(out: &[Result<Vec<RankRecord>, CollError>]) -> String {
 fn a_taken_master_port_names_the_collectives_options() {
     // Another job's rank 0 (or a second RANK=0) already listens on the master port.
     let taken = verbs_lab::oob::Listener::bind(0).unwrap();
-    let e = rendezvous(record(0, 2), ("127.0.0.1", taken.port()), T)
+    let e = rendezvous(record(0, 2), Via::Tcp(("127.0.0.1", taken.port())), T)
         .err()
         .expect("the port is taken")
         .to_string();
@@ -135,7 +133,11 @@ fn a_rank_that_finds_nobody_asks_whether_its_world_formed_without_it() {
     // Rank 0 closes its listener when its world is complete: a second "rank 1" started after
     // that finds the port closed, and is told the likely reason, not only "is it running?".
     let p = port();
-    let e = match rendezvous(record(1, 2), ("127.0.0.1", p), Duration::from_secs(1)) {
+    let e = match rendezvous(
+        record(1, 2),
+        Via::Tcp(("127.0.0.1", p)),
+        Duration::from_secs(1),
+    ) {
         Err(e) => e.to_string(),
         Ok(_) => panic!("a rendezvous with nobody listening succeeded"),
     };
@@ -175,7 +177,7 @@ fn a_rank_with_other_terms_is_refused_naming_the_option_and_both_values() {
             .map(|(rec, after)| {
                 thread::spawn(move || {
                     thread::sleep(Duration::from_millis(after));
-                    rendezvous(rec, ("127.0.0.1", p), T).err()
+                    rendezvous(rec, Via::Tcp(("127.0.0.1", p)), T).err()
                 })
             })
             .collect();
@@ -273,7 +275,7 @@ fn a_rank_that_dies_is_named_to_the_others() {
     let hs: Vec<_> = (0..3)
         .map(|r| {
             thread::spawn(move || {
-                let mut s = rendezvous(record(r, 3), ("127.0.0.1", p), T).unwrap();
+                let mut s = rendezvous(record(r, 3), Via::Tcp(("127.0.0.1", p)), T).unwrap();
                 if r == 2 {
                     drop(s); // closes its socket, as a killed process would
                     return None;
@@ -307,7 +309,7 @@ fn the_first_rank_gone_stays_the_one_named() {
         .map(|r| {
             let closed_tx = closed_tx.clone();
             thread::spawn(move || {
-                let mut s = rendezvous(record(r, 3), ("127.0.0.1", p), T).unwrap();
+                let mut s = rendezvous(record(r, 3), Via::Tcp(("127.0.0.1", p)), T).unwrap();
                 if r == 2 {
                     drop(s); // closes its socket, as a killed process would
                     return None;
@@ -347,7 +349,7 @@ fn a_rank_blamed_by_another_does_not_call_itself_gone() {
     let hs: Vec<_> = (0..2)
         .map(|r| {
             thread::spawn(move || {
-                let mut s = rendezvous(record(r, 2), ("127.0.0.1", p), T).unwrap();
+                let mut s = rendezvous(record(r, 2), Via::Tcp(("127.0.0.1", p)), T).unwrap();
                 if r == 1 {
                     let who = s.table()[0].who();
                     s.abort(&CollError::RankGone {
@@ -456,7 +458,7 @@ fn table_and_long_gathers_arrive_whole_and_the_queues_go() {
         .map(|r| {
             let base = base.clone();
             thread::spawn(move || {
-                let mut s = rendezvous_mq(record(r, world), &base, T).unwrap();
+                let mut s = rendezvous(record(r, world), Via::Queues(&base), T).unwrap();
                 s.barrier().unwrap();
                 // Three queue messages' worth from each rank, different per rank.
                 let mine: Vec<u8> = (0..20_000u32).map(|i| (i * (r + 1)) as u8).collect();
@@ -497,7 +499,7 @@ fn the_launchers_notice_names_the_rank_that_ended() {
         .map(|r| {
             let base = base.clone();
             thread::spawn(move || {
-                let mut s = rendezvous_mq(record(r, world), &base, T).unwrap();
+                let mut s = rendezvous(record(r, world), Via::Queues(&base), T).unwrap();
                 let start = Instant::now();
                 let e = first_error(&mut s, r);
                 (e, start.elapsed())
@@ -505,7 +507,7 @@ fn the_launchers_notice_names_the_rank_that_ended() {
         })
         .collect();
     // Rank 2 joins and "dies": the launcher tells the others.
-    let s2 = rendezvous_mq(record(2, world), &base, T).unwrap();
+    let s2 = rendezvous(record(2, world), Via::Queues(&base), T).unwrap();
     drop(s2);
     let notice = gone_notice(2, "pid 1002 was killed by SIGKILL");
     for q in &qs[..2] {
@@ -532,7 +534,9 @@ fn a_missing_rank_is_named_within_the_bound() {
     let hs: Vec<_> = (0..2)
         .map(|r| {
             let base = base.clone();
-            thread::spawn(move || rendezvous_mq(record(r, world), &base, Duration::from_secs(2)))
+            thread::spawn(move || {
+                rendezvous(record(r, world), Via::Queues(&base), Duration::from_secs(2))
+            })
         })
         .collect();
     let out: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();

@@ -71,6 +71,11 @@ impl MqLinks {
         })
     }
 
+    /// The number of ranks in the run.
+    pub fn world(&self) -> u32 {
+        self.world
+    }
+
     /// Sends `bytes` to `peer` (rank 0, or from rank 0 any rank), waiting at most `timeout` for
     /// room in its queue.
     pub fn send(&mut self, peer: u32, bytes: &[u8], timeout: Duration) -> Result<(), String> {

@@ -1,6 +1,7 @@
 //! [`Comm::init`]: a rank's device, QPs and slots, the rendezvous, the connections.
 
 use super::*;
+use crate::coll::bootstrap::Via;
 
 impl Comm {
     /// Builds the communicator: opens this rank's device, creates the QPs and slots, runs the
@@ -150,13 +151,12 @@ fn master_of(info: &RankInfo, opts: &CommOpts) -> Result<Option<(String, u16)>> 
 
 /// Runs the rendezvous over the launcher's queues or TCP to rank 0: the star and the table.
 fn rendezvous(record: &RankRecord, opts: &CommOpts, master: Option<(String, u16)>) -> Result<Star> {
-    match (&opts.local_queues, &master) {
-        (Some(base), _) => bootstrap::rendezvous_mq(record.clone(), base, opts.bootstrap_timeout),
-        (None, Some(m)) => {
-            bootstrap::rendezvous(record.clone(), (&m.0, m.1), opts.bootstrap_timeout)
-        }
+    let via = match (&opts.local_queues, &master) {
+        (Some(base), _) => Via::Queues(base),
+        (None, Some(m)) => Via::Tcp((&m.0, m.1)),
         (None, None) => unreachable!("checked by master_of"),
-    }
+    };
+    bootstrap::rendezvous(record.clone(), via, opts.bootstrap_timeout)
 }
 
 /// Our writes land in the right neighbour's slots: they must be the size we send.
