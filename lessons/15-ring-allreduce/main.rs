@@ -120,10 +120,16 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
             let own: Vec<OsString> = std::env::args_os().skip(1).collect();
-            let ranks = launch::run_local(np, &own, Duration::from_secs(40));
+            let run = launch::LocalRun {
+                tool: "lesson15_ring_allreduce",
+                grace: Duration::from_secs(40),
+                queues: false,
+                owes_the_end: false,
+            };
+            let ranks = launch::run_local(np, &own, &run);
             return launch::Outcome::exit(ranks, "lesson15_ring_allreduce");
         }
-        if let Err(e) = launch::child_setup() {
+        if let Err(e) = launch::child_setup(None) {
             verbs_lab::eprintln_whole!("lesson15_ring_allreduce: error: {e}");
             return ExitCode::from(2);
         }

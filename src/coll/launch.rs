@@ -11,12 +11,12 @@
 //! and a rank that fails meanwhile says nothing ([`output_unread`]) — unless the run still owes
 //! a report file or a gate's verdict (`owes_the_end`): then the ranks run to the end.
 //!
-//! [`run_local_mq`] is the same launcher with the ranks coordinated over POSIX message queues
-//! instead of TCP (the benchmarks' `--np`; see [`super::mqlink`]): the children get
+//! With [`LocalRun::queues`] the ranks coordinate over POSIX message queues instead of TCP
+//! (the benchmarks' `--np`; see [`super::mqlink`]): the children get
 //! `--vl-coll-queues BASE` in place of `--master`, the rendezvous, barriers and results go
 //! through the queues, and when a rank ends badly the launcher tells every other rank which one
 //! and how ([`mqlink::gone_notice`]), so they fail naming it at once instead of after their
-//! peer timeout. The queues are removed on every exit path (see [`child_setup_mq`]).
+//! peer timeout. The queues are removed on every exit path (see [`child_setup`]).
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -37,7 +37,7 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// How a launcher ends: each failure of `run` (from [`run_local`] or [`run_local_mq`]) on
+    /// How a launcher ends: each failure of `run` (from [`run_local`]) on
     /// stderr as "TOOL: error: rank 2 (pid 4242) was killed by SIGKILL", and the exit code (1
     /// when the ranks could not be started).
     pub fn exit(run: Result<Outcome, String>, tool: &str) -> ExitCode {
@@ -63,41 +63,49 @@ pub fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
-/// Starts `np` ranks of this program with `args` (the caller's own arguments, without `argv[0]`)
-/// and waits for them; `grace` is how long the others may take to fail by themselves once one
-/// has failed (their peer timeout, plus a margin).
-pub fn run_local(np: u32, args: &[OsString], grace: Duration) -> Result<Outcome, String> {
-    let port = free_port().map_err(|e| format!("no free loopback port for the rendezvous: {e}"))?;
-    let master = format!("127.0.0.1:{port}");
-    let mut ranks = spawn_ranks(np, args, &["--master", &master])?;
-    Ok(supervise(&mut ranks, grace, true, &[]))
+/// How the ranks of a local run coordinate, and how the launcher behaves.
+#[derive(Debug, Clone)]
+pub struct LocalRun<'a> {
+    /// The program's name, as [`Outcome::exit`] prints it (in the launcher's notes too).
+    pub tool: &'a str,
+    /// How long the others may take to fail by themselves once one has failed (their peer
+    /// timeout, plus a margin).
+    pub grace: Duration,
+    /// Over POSIX message queues this launcher creates (each child must call [`child_setup`]
+    /// with them first); `false`: over TCP to rank 0 on a free loopback port.
+    pub queues: bool,
+    /// The run owes more than its lines on stdout (a report file, a gate's verdict): when the
+    /// ranks' stdout loses its reader, they go on to the end instead of being stopped.
+    pub owes_the_end: bool,
 }
 
-/// As [`run_local`], the ranks coordinated over message queues this launcher creates (see the
-/// module documentation); each child must call [`child_setup_mq`] first. The queues that
-/// launchers now gone left behind are removed first, each removal said on stderr as
-/// "TOOL: note: removed ..." (`tool`: the program's name, as [`Outcome::exit`] prints it).
-pub fn run_local_mq(
-    np: u32,
-    args: &[OsString],
-    grace: Duration,
-    tool: &str,
-    owes_the_end: bool,
-) -> Result<Outcome, String> {
-    for note in QUEUES.remove_orphans() {
-        crate::eprintln_whole!("{tool}: note: {note}");
-    }
-    mq::install_cleanup_on_signals()
-        .map_err(|e| format!("cannot arrange for the queues' removal on Ctrl-C: {e}"))?;
-    let base = QUEUES.base(std::process::id());
-    let queues = QUEUES
-        .all(&base, np)
-        .iter()
-        .map(|n| Queue::create(n, QUEUE_DEPTH, MAX_MSG_LEN))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("cannot create the ranks' message queues: {e}"))?;
-    let mut ranks = spawn_ranks(np, args, &["--vl-coll-queues", &base])?;
-    Ok(supervise(&mut ranks, grace, !owes_the_end, &queues))
+/// Starts `np` ranks of this program with `args` (the caller's own arguments, without `argv[0]`)
+/// and waits for them. Over queues (see the module documentation), the queues that launchers
+/// now gone left behind are removed first, each removal said on stderr as "TOOL: note:
+/// removed ...", and this launcher's queues are removed on every way out.
+pub fn run_local(np: u32, args: &[OsString], run: &LocalRun<'_>) -> Result<Outcome, String> {
+    let mut queues = Vec::new();
+    let (flag, value) = if run.queues {
+        for note in QUEUES.remove_orphans() {
+            crate::eprintln_whole!("{}: note: {note}", run.tool);
+        }
+        mq::install_cleanup_on_signals()
+            .map_err(|e| format!("cannot arrange for the queues' removal on Ctrl-C: {e}"))?;
+        let base = QUEUES.base(std::process::id());
+        queues = QUEUES
+            .all(&base, np)
+            .iter()
+            .map(|n| Queue::create(n, QUEUE_DEPTH, MAX_MSG_LEN))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("cannot create the ranks' message queues: {e}"))?;
+        ("--vl-coll-queues", base)
+    } else {
+        let port =
+            free_port().map_err(|e| format!("no free loopback port for the rendezvous: {e}"))?;
+        ("--master", format!("127.0.0.1:{port}"))
+    };
+    let mut ranks = spawn_ranks(np, args, &[flag, &value])?;
+    Ok(supervise(&mut ranks, run.grace, !run.owes_the_end, &queues))
     // `queues` dropped here: their names are removed.
 }
 
@@ -176,21 +184,17 @@ pub fn output_unread() -> bool {
 }
 
 /// Called first thing in a rank that [`run_local`] started, before any other thread starts: it
-/// dies when its launcher dies, even by SIGKILL ([`workers::follow_coordinator`]), so no rank
-/// outlives an interrupted run. Fails when no launcher started this process, or the launcher is
-/// already gone.
-pub fn child_setup() -> Result<(), String> {
-    workers::follow_coordinator(&[])
-        .map(drop)
-        .map_err(|e| format!("tying this rank to its launcher (--np): {e}"))
-}
-
-/// [`child_setup`] for a rank of [`run_local_mq`] whose launcher's queues are under `base`
-/// (`world` of them): when the launcher dies the kernel signals this rank (`PR_SET_PDEATHSIG`),
-/// and a thread removes the launcher's queues and ends the rank, so a launcher killed outright
-/// leaves nothing in /dev/mqueue. Call it before any other thread starts.
-pub fn child_setup_mq(base: &str, world: u32) -> Result<(), String> {
-    workers::follow_queues(&QUEUES, base, world, "--vl-coll-queues")
-        .map(drop)
-        .map_err(|e| format!("tying this rank to its launcher (--np): {e}"))
+/// dies when its launcher dies, even by SIGKILL, so no rank outlives an interrupted run. A rank
+/// coordinated over the launcher's queues (`queues`: their base name and how many) also removes
+/// them then (`PR_SET_PDEATHSIG`, then a thread removes the queues and ends the rank), so a
+/// launcher killed outright leaves nothing in /dev/mqueue. Fails when no launcher started this
+/// process, or the launcher is already gone.
+pub fn child_setup(queues: Option<(&str, u32)>) -> Result<(), String> {
+    match queues {
+        None => workers::follow_coordinator(&[]).map(drop),
+        Some((base, world)) => {
+            workers::follow_queues(&QUEUES, base, world, "--vl-coll-queues").map(drop)
+        }
+    }
+    .map_err(|e| format!("tying this rank to its launcher (--np): {e}"))
 }

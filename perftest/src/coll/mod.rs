@@ -51,7 +51,7 @@ pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
     let coll = coll_of(args.root);
     let run = match (args.np, &args.local_queues) {
         // A rank that --np started: it ends with its launcher.
-        (Some(np), Some(base)) => launch::child_setup_mq(base, np)
+        (Some(np), Some(base)) => launch::child_setup(Some((base, np)))
             .map_err(usage)
             .and_then(|()| run(&args, coll, tool)),
         (Some(np), None) => return launcher(np, &args, coll, tool),
@@ -100,10 +100,13 @@ fn launcher(np: u32, args: &Args, coll: Coll, tool: &str) -> ExitCode {
     }
     let own: Vec<OsString> = std::env::args_os().skip(1).collect();
     let grace = Duration::from_secs(args.peer_timeout + 10);
-    launch::Outcome::exit(
-        launch::run_local_mq(np, &own, grace, tool, owes_the_end(args)),
+    let run = launch::LocalRun {
         tool,
-    )
+        grace,
+        queues: true,
+        owes_the_end: owes_the_end(args),
+    };
+    launch::Outcome::exit(launch::run_local(np, &own, &run), tool)
 }
 
 /// Whether the run owes more than the lines on stdout — a `--json` file, or a gate's verdict
