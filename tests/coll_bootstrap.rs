@@ -6,13 +6,22 @@
 //! The same star over real POSIX message queues (a local run, `--np`): the table, strings longer
 //! than one queue message, the launcher's notice naming a rank that ended, a missing rank named
 //! within the bound, no queue left behind.
+//! Local ranks as NCCL finds them: ranks on "hosts" of their own (records whose host hash the
+//! test chooses) count each other in rank order, over TCP and over queues; a launcher's local
+//! rank stays the rank's own; two ranks of one host with the same local rank are refused, naming
+//! both. The second round ([`Star::complete`]): the endpoints reach every rank, GIDs of two
+//! families are refused there with the first round's words, and a rank that fails between the
+//! rounds is named to the others at once.
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use verbs_lab::coll::bootstrap::{rendezvous, CollError, RankRecord, Star, Via, PROTOCOL_VERSION};
+use verbs_lab::coll::bootstrap::place::host_hash;
+use verbs_lab::coll::bootstrap::{
+    rendezvous, CollError, Place, RankRecord, Star, Via, NO_DEVICE, PROTOCOL_VERSION,
+};
 use verbs_lab::coll::env::{resolve, RankFlags};
 use verbs_lab::coll::kernels::{count_wrong, expected_value, fill_input, DataType, RedOp};
 use verbs_lab::coll::mqlink::{gone_notice, QUEUES, QUEUE_DEPTH};
@@ -34,7 +43,9 @@ fn record(rank: u32, world: u32) -> RankRecord {
         world_size: world,
         version: PROTOCOL_VERSION,
         host: format!("host{rank}"),
+        host_hash: u64::from(rank),
         pid: 1000 + rank,
+        local_rank: None,
         device: "rxe0".into(),
         cpu: Some(rank),
         lid: 0,
@@ -548,4 +559,253 @@ fn a_missing_rank_is_named_within_the_bound() {
         e1.contains("rank 0 refused the job") && e1.contains("rank 2"),
         "{e1}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Local ranks from the host names, and the second round
+
+/// Rank `rank` of `world` before it has a device, on the host `host` (name and hash).
+fn who(rank: u32, world: u32, host: &str, local_rank: Option<u32>) -> RankRecord {
+    RankRecord {
+        host: host.into(),
+        host_hash: host_hash(host, "boot-id-of-the-test"),
+        local_rank,
+        device: NO_DEVICE.into(),
+        cpu: None,
+        gid: Gid::ZERO,
+        ..record(rank, world)
+    }
+}
+
+/// Runs the first round for `records` over TCP or over fresh queues; each rank's place, or its
+/// error.
+fn places_of(records: Vec<RankRecord>, queues_too: bool) -> Vec<Result<Place, String>> {
+    let world = records.len() as u32;
+    let p = port();
+    let (base, _qs) = queues(world);
+    let hs: Vec<_> = records
+        .into_iter()
+        .map(|rec| {
+            let base = base.clone();
+            thread::spawn(move || {
+                let via = if queues_too {
+                    Via::Queues(&base)
+                } else {
+                    Via::Tcp(("127.0.0.1", p))
+                };
+                rendezvous(rec, via, T)
+                    .map(|s| s.place())
+                    .map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+fn place(local_rank: u32, local_size: u32, hosts: u32, given: bool) -> Result<Place, String> {
+    Ok(Place {
+        local_rank,
+        local_size,
+        hosts,
+        given,
+    })
+}
+
+#[test]
+fn ranks_on_two_hosts_count_each_other_in_rank_order_without_a_launchers_local_rank() {
+    // The two-guest check of issue 34: ranks 0 and 2 on one host, 1 and 3 on the other, with
+    // RANK/WORLD_SIZE/MASTER_* and no LOCAL_RANK. Each pair must get local ranks 0 and 1.
+    for queues_too in [false, true] {
+        let hosts = ["node1", "node2", "node1", "node2"];
+        let recs = (0..4).map(|r| who(r, 4, hosts[r as usize], None)).collect();
+        assert_eq!(
+            places_of(recs, queues_too),
+            [
+                place(0, 2, 2, false),
+                place(0, 2, 2, false),
+                place(1, 2, 2, false),
+                place(1, 2, 2, false)
+            ],
+            "over queues: {queues_too}"
+        );
+    }
+    // Three hosts, unevenly: 0, 3, 4 on a; 1 on b; 2, 5 on c.
+    let hosts = ["a", "b", "c", "a", "a", "c"];
+    let recs = (0..6).map(|r| who(r, 6, hosts[r as usize], None)).collect();
+    let got: Vec<(u32, u32)> = places_of(recs, false)
+        .into_iter()
+        .map(|p| p.map(|p| (p.local_rank, p.local_size)).unwrap())
+        .collect();
+    assert_eq!(got, [(0, 3), (0, 1), (0, 2), (1, 3), (2, 3), (1, 2)]);
+}
+
+#[test]
+fn ranks_on_one_host_count_each_other_and_a_boot_id_tells_twin_host_names_apart() {
+    let recs = (0..3).map(|r| who(r, 3, "guest", None)).collect();
+    assert_eq!(
+        places_of(recs, false),
+        [
+            place(0, 3, 1, false),
+            place(1, 3, 1, false),
+            place(2, 3, 1, false)
+        ]
+    );
+    // Two machines that both say "debian": their boot ids differ, so they are two hosts.
+    let mut recs: Vec<RankRecord> = (0..2).map(|r| who(r, 2, "debian", None)).collect();
+    recs[1].host_hash = host_hash("debian", "another boot");
+    assert_eq!(
+        places_of(recs, false),
+        [place(0, 1, 2, false), place(0, 1, 2, false)]
+    );
+    // The hash is the same on every build: FNV-1a of the name, a newline and the boot id.
+    assert_eq!(host_hash("node1", "b"), host_hash(" node1\n", "b\n"));
+    assert_eq!(host_hash("", ""), 0xaf63_c74c_8601_c8dd);
+}
+
+#[test]
+fn a_launchers_local_rank_stays_the_ranks_own() {
+    // Open MPI numbering a host's ranks its own way: its numbers win over the count.
+    let given = [1, 0, 0, 1];
+    let hosts = ["a", "a", "b", "b"];
+    let recs = (0..4)
+        .map(|r| who(r, 4, hosts[r as usize], Some(given[r as usize])))
+        .collect();
+    assert_eq!(
+        places_of(recs, true),
+        [
+            place(1, 2, 2, true),
+            place(0, 2, 2, true),
+            place(0, 2, 2, true),
+            place(1, 2, 2, true)
+        ]
+    );
+}
+
+#[test]
+fn two_ranks_of_one_host_with_one_local_rank_are_refused_naming_both() {
+    // LOCAL_RANK=0 exported by hand for both ranks of a host.
+    let recs = vec![
+        who(0, 3, "node1", Some(0)),
+        who(1, 3, "node2", Some(0)),
+        who(2, 3, "node1", Some(0)),
+    ];
+    let why = "rank 0 (host node1, pid 1000) and rank 2 (host node1, pid 1002) run on one host \
+               with the same local rank 0 (rank 0's given by its launcher, rank 2's given by its \
+               launcher): both would pin themselves to one CPU and take one device — give every \
+               rank of a host its own local rank (LOCAL_RANK, --local-rank), or give none and let \
+               the rendezvous count the ranks of each host";
+    let out = places_of(recs, false);
+    assert_eq!(out[0], Err(format!("bootstrap failed: {why}")));
+    for r in [1, 2] {
+        assert_eq!(
+            out[r],
+            Err(format!("bootstrap failed: rank 0 refused the job: {why}")),
+            "rank {r}"
+        );
+    }
+    // One rank given local rank 1, the other counted as 1 on the same host.
+    let recs = vec![who(0, 2, "h", Some(1)), who(1, 2, "h", None)];
+    let e = places_of(recs, true)[0].clone().unwrap_err();
+    assert!(
+        e.contains("same local rank 1 (rank 0's given by its launcher, rank 1's counted from the host names)"),
+        "{e}"
+    );
+}
+
+/// Both rounds for `records` (first as they are, then with `second`'s endpoints): each rank's
+/// table, or its error.
+fn two_rounds(
+    first: Vec<RankRecord>,
+    second: Vec<RankRecord>,
+) -> Vec<Result<Vec<RankRecord>, String>> {
+    let p = port();
+    let hs: Vec<_> = first
+        .into_iter()
+        .zip(second)
+        .map(|(a, b)| {
+            thread::spawn(move || {
+                let mut s =
+                    rendezvous(a, Via::Tcp(("127.0.0.1", p)), T).map_err(|e| e.to_string())?;
+                s.complete(b).map_err(|e| e.to_string())?;
+                s.barrier().map_err(|e| e.to_string())?;
+                Ok(s.table().to_vec())
+            })
+        })
+        .collect();
+    hs.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// Rank `r`'s record of the second round: its first, with a device, GID and endpoints.
+fn endpoints(first: &RankRecord, gid: &str) -> RankRecord {
+    RankRecord {
+        device: "rxe0".into(),
+        cpu: Some(first.rank),
+        gid: gid.parse().unwrap(),
+        ..first.clone()
+    }
+}
+
+#[test]
+fn the_second_round_brings_every_ranks_endpoints_and_refuses_gids_of_two_families() {
+    let first: Vec<RankRecord> = (0..3).map(|r| who(r, 3, "guest", None)).collect();
+    let second: Vec<RankRecord> = first
+        .iter()
+        .map(|f| endpoints(f, &format!("::ffff:192.168.77.{}", f.rank + 1)))
+        .collect();
+    for t in two_rounds(first.clone(), second.clone()) {
+        assert_eq!(t.unwrap(), second);
+    }
+    // Rank 2 with a link-local IPv6 GID against rank 0's IPv4 one: the words of the first
+    // round's check, told to every rank.
+    let mut second = second;
+    second[2].gid = "fe80::2".parse().unwrap();
+    let out = two_rounds(first, second);
+    let why = "rank 2 (host guest, pid 1002, rxe0) uses GID fe80::2 (IPv6), rank 0 (host guest, \
+               pid 1000, rxe0) GID 192.168.77.1 (IPv4): an IPv4 and an IPv6 GID cannot address \
+               each other";
+    let e0 = out[0].as_ref().unwrap_err();
+    assert!(e0.starts_with(&format!("bootstrap failed: {why}")), "{e0}");
+    for r in [1, 2] {
+        let e = out[r].as_ref().unwrap_err();
+        assert!(
+            e.starts_with(&format!("bootstrap failed: rank 0 refused the job: {why}")),
+            "rank {r}: {e}"
+        );
+    }
+}
+
+#[test]
+fn a_rank_that_fails_between_the_rounds_is_named_to_the_others_at_once() {
+    // Rank 1 cannot open its device: it says so on the star instead of leaving the others to
+    // wait for its record until their timeout.
+    let p = port();
+    let start = Instant::now();
+    let hs: Vec<_> = (0..3)
+        .map(|r| {
+            thread::spawn(move || {
+                let first = who(r, 3, "guest", None);
+                let mut s = rendezvous(first.clone(), Via::Tcp(("127.0.0.1", p)), T).unwrap();
+                if r == 1 {
+                    s.abort(&CollError::Failed("no RDMA device".into()));
+                    thread::sleep(Duration::from_millis(200));
+                    return None;
+                }
+                Some(
+                    s.complete(endpoints(&first, "::ffff:10.0.0.1"))
+                        .unwrap_err(),
+                )
+            })
+        })
+        .collect();
+    for (r, h) in hs.into_iter().enumerate() {
+        if let Some(e) = h.join().unwrap() {
+            assert!(
+                e.to_string().starts_with(
+                    "rank 1 (host guest, pid 1001) is gone: it failed: no RDMA device"
+                ),
+                "rank {r}: {e}"
+            );
+        }
+    }
+    assert!(start.elapsed() < T / 2, "named at once");
 }

@@ -28,7 +28,7 @@ fn torchrun() {
         MASTER[1],
     ]);
     let i = resolve(&none(), &e).unwrap();
-    assert_eq!((i.rank, i.world_size, i.local_rank), (3, 8, 1));
+    assert_eq!((i.rank, i.world_size, i.local_rank), (3, 8, Some(1)));
     assert_eq!(i.launcher, Launcher::Torchrun);
     assert_eq!(i.master, Some(("10.0.0.1".into(), 29500)));
 }
@@ -45,15 +45,15 @@ fn open_mpi_mpich_and_slurm() {
     let i = resolve(&none(), &e).unwrap();
     assert_eq!(
         (i.rank, i.world_size, i.local_rank, i.launcher),
-        (2, 4, 0, Launcher::OpenMpi)
+        (2, 4, Some(0), Launcher::OpenMpi)
     );
 
     let e = env(&[("PMI_RANK", "1"), ("PMI_SIZE", "2"), MASTER[0], MASTER[1]]);
     let i = resolve(&none(), &e).unwrap();
-    // MPICH gives no local rank: the rank stands in for it.
+    // MPICH gives no local rank: the rendezvous counts it from the host names.
     assert_eq!(
         (i.rank, i.world_size, i.local_rank, i.launcher),
-        (1, 2, 1, Launcher::Mpich)
+        (1, 2, None, Launcher::Mpich)
     );
 
     let e = env(&[
@@ -66,7 +66,7 @@ fn open_mpi_mpich_and_slurm() {
     let i = resolve(&none(), &e).unwrap();
     assert_eq!(
         (i.rank, i.world_size, i.local_rank, i.launcher),
-        (5, 6, 1, Launcher::Slurm)
+        (5, 6, Some(1), Launcher::Slurm)
     );
 }
 
@@ -97,7 +97,7 @@ fn agreeing_launchers_take_the_first_and_flags_override_them_all() {
         let i = resolve(&none(), &env(&all[from..])).unwrap();
         assert_eq!(
             (i.rank, i.world_size, i.local_rank, i.launcher),
-            (1, 4, 1, launcher)
+            (1, 4, (launcher != Launcher::Mpich).then_some(1), launcher)
         );
     }
     // Flags are the deliberate override (and what --np gives its ranks): the environment is
@@ -232,7 +232,7 @@ fn nested_launchers_are_not_compared() {
                 MASTER[0],
                 MASTER[1],
             ],
-            (5, 8, 1, Launcher::Torchrun),
+            (5, 8, Some(1), Launcher::Torchrun),
         ),
         (
             "mpirun -np 4 inside an sbatch allocation: SLURM_* are the batch step's",
@@ -246,7 +246,7 @@ fn nested_launchers_are_not_compared() {
                 MASTER[0],
                 MASTER[1],
             ],
-            (2, 4, 2, Launcher::OpenMpi),
+            (2, 4, Some(2), Launcher::OpenMpi),
         ),
         (
             "mpirun -np 1 there for a quick test: the batch step is task 0",
@@ -256,7 +256,7 @@ fn nested_launchers_are_not_compared() {
                 ("SLURM_PROCID", "0"),
                 ("SLURM_NTASKS", "4"),
             ],
-            (0, 1, 0, Launcher::OpenMpi),
+            (0, 1, None, Launcher::OpenMpi),
         ),
     ];
     for (what, pairs, want) in cases {

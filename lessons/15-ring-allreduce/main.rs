@@ -169,8 +169,12 @@ fn run(args: &Args, info: env::RankInfo) -> Result<()> {
     };
     say.step(1, "Who am I? (what the launcher says)");
     say.say(format!(
-        "rank {me} of {n}, local rank {}, from {}",
-        info.local_rank, info.launcher
+        "rank {me} of {n}, {}, from {}",
+        info.local_rank.map_or(
+            "local rank counted at the rendezvous from the host names".into(),
+            |l| format!("local rank {l}")
+        ),
+        info.launcher
     ));
     if let Some((h, p)) = &info.master {
         say.say(format!("rank 0 listens for the others at {h}:{p}"));

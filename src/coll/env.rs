@@ -71,8 +71,11 @@ pub struct RankFlags {
 pub struct RankInfo {
     pub rank: u32,
     pub world_size: u32,
-    /// The rank among the ranks on this host: picks the device and CPU.
-    pub local_rank: u32,
+    /// The rank among the ranks on this host, as the launcher gave it (`LOCAL_RANK`,
+    /// `OMPI_COMM_WORLD_LOCAL_RANK`, `SLURM_LOCALID`, `--local-rank`); it picks the device and
+    /// CPU. `None`: no launcher gave it, and the rendezvous counts the ranks of each host from
+    /// their host names ([`super::bootstrap::place`]).
+    pub local_rank: Option<u32>,
     pub launcher: Launcher,
     /// Rank 0's bootstrap address; `None` only for a single rank.
     pub master: Option<(String, u16)>,
@@ -268,7 +271,7 @@ pub fn resolve(
     Ok(RankInfo {
         rank,
         world_size: world,
-        local_rank: local.unwrap_or(rank),
+        local_rank: local,
         launcher,
         master,
     })

@@ -19,8 +19,8 @@ pub mod launch;
 pub mod mqlink;
 pub mod schedule;
 
-pub use bootstrap::{CollError, RankRecord};
-pub use comm::{Comm, CommOpts, Phases};
+pub use bootstrap::{CollError, Place, RankRecord};
+pub use comm::{Comm, CommOpts, Phases, Pinning};
 pub use env::{RankFlags, RankInfo};
 pub use kernels::{DataType, RedOp};
 pub use schedule::Coll;

@@ -260,7 +260,7 @@ fn rank_info(args: &Args) -> Result<RankInfo, Fail> {
         (Some(_), Some(rank), Some(world_size)) => RankInfo {
             rank,
             world_size,
-            local_rank: args.local_rank.unwrap_or(rank),
+            local_rank: Some(args.local_rank.unwrap_or(rank)),
             launcher: Launcher::LocalQueues,
             master: None,
         },
@@ -330,14 +330,13 @@ fn check_slots(slot_bytes: usize, nslots: usize) -> Result<(), Fail> {
 }
 
 /// The communicator's options: buffers for the largest size, the rank pinned near its device
-/// when the world has more than one rank, and the [`terms`] every rank must share.
+/// (by its local rank, which the rendezvous may have to tell it) when the world has more than
+/// one rank, and the [`terms`] every rank must share.
 fn comm_opts(args: &Args, coll: Coll, info: &RankInfo, max: usize) -> CommOpts {
-    let cpu = match verbs_lab::coll::env::pick_device(&args.devices, info.local_rank) {
-        Some(dev) => crate::procs::worker_cpu(dev, None, info.local_rank)
-            .ok()
-            .flatten()
-            .map(|(c, _)| c),
-        None => None,
+    let pin = if info.world_size > 1 {
+        verbs_lab::coll::Pinning::ByLocalRank(near_device)
+    } else {
+        verbs_lab::coll::Pinning::None
     };
     CommOpts {
         devices: args.devices.clone(),
@@ -349,10 +348,19 @@ fn comm_opts(args: &Args, coll: Coll, info: &RankInfo, max: usize) -> CommOpts {
         bootstrap_timeout: Duration::from_secs(args.bootstrap_timeout),
         peer_timeout: Duration::from_secs(args.peer_timeout),
         ack_timeout: args.ack_timeout,
-        cpu: if info.world_size > 1 { cpu } else { None },
+        pin,
         local_queues: args.local_queues.clone(),
         terms: terms(args, coll),
     }
+}
+
+/// The CPU of local rank `local` near device `dev` (as the `--procs` workers choose theirs); no
+/// pinning without a device named by `-d`.
+fn near_device(dev: Option<&str>, local: u32) -> Option<usize> {
+    crate::procs::worker_cpu(dev?, None, local)
+        .ok()
+        .flatten()
+        .map(|(c, _)| c)
 }
 
 /// The options every rank must share, for the rendezvous to compare (a rank started with
@@ -477,10 +485,12 @@ struct JsonParams {
     slot_bytes: usize,
     slots: usize,
     launcher: &'static str,
+    /// How many hosts the ranks ran on (their host hashes).
+    hosts: u32,
 }
 
 impl JsonParams {
-    fn new(args: &Args, launcher: Launcher) -> JsonParams {
+    fn new(args: &Args, launcher: Launcher, hosts: u32) -> JsonParams {
         JsonParams {
             min_bytes: args.min_bytes,
             max_bytes: args.max_bytes,
@@ -490,6 +500,7 @@ impl JsonParams {
             slot_bytes: args.slot_bytes,
             slots: args.nslots,
             launcher: launcher.name(),
+            hosts,
         }
     }
 }
@@ -509,7 +520,10 @@ fn verdict(
     out.line(&table.footer(rows, gate.map(|g| g.floor)))
         .map_err(stdout_failed)?;
     if let Some(path) = &args.json {
-        let doc = table.json(records, JsonParams::new(args, launcher), rows);
+        let hosts = verbs_lab::coll::bootstrap::places(records)
+            .first()
+            .map_or(1, |p| p.hosts);
+        let doc = table.json(records, JsonParams::new(args, launcher, hosts), rows);
         std::fs::write(path, crate::report::pretty_json(&doc))
             .map_err(|e| (EXIT_FAILED, format!("cannot write --json {path}: {e}")))?;
     }
@@ -638,10 +652,11 @@ mod tests {
         let line = "vl_all_reduce_perf -b 64 -e 4K -n 7 -w 2 -c 0 --slot-size 1K --slots 3";
         let args = Args::try_parse_from(line.split(' ')).unwrap();
         assert_eq!(
-            serde_json::to_string(&JsonParams::new(&args, Launcher::Flags)).unwrap(),
+            serde_json::to_string(&JsonParams::new(&args, Launcher::Flags, 2)).unwrap(),
             concat!(
                 r#"{"min_bytes":64,"max_bytes":4096,"iters":7,"warmup_iters":2,"check":0,"#,
-                r#""slot_bytes":1024,"slots":3,"launcher":"flags (--rank/--world-size)"}"#
+                r#""slot_bytes":1024,"slots":3,"launcher":"flags (--rank/--world-size)","#,
+                r#""hosts":2}"#
             )
         );
     }

@@ -5,7 +5,8 @@
 use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
-use verbs_lab::coll::{Coll, DataType, RankRecord, RedOp};
+use verbs_lab::coll::bootstrap::places;
+use verbs_lab::coll::{Coll, DataType, Place, RankRecord, RedOp};
 
 /// One placement's measurement of one size, over all ranks.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,17 +71,34 @@ pub struct Table<'a> {
 }
 
 impl Table<'_> {
+    /// nccl-tests' header: the parameters, then a line per rank (with its local rank among
+    /// the ranks of its host) and the hosts.
     pub fn header(&self, ranks: &[RankRecord], params: &str) -> String {
         let mut s = format!("# {}: {params}\n#\n# Using devices\n", self.tool);
-        for r in ranks {
+        let places = places(ranks);
+        for (r, p) in ranks.iter().zip(&places) {
             s += &format!(
-                "#  Rank {:2} Pid {:7} on {:>10} device {:>6} cpu {}\n",
+                "#  Rank {:2} Pid {:7} on {:>10} device {:>6} cpu {} local {} of {}\n",
                 r.rank,
                 r.pid,
                 r.host,
                 r.device,
-                r.cpu.map_or("-".to_string(), |c| c.to_string())
+                r.cpu.map_or("-".to_string(), |c| c.to_string()),
+                p.local_rank,
+                p.local_size
             );
+        }
+        if let Some(p) = places.first() {
+            let how = match (
+                places.iter().all(|p| p.given),
+                places.iter().any(|p| p.given),
+            ) {
+                (true, _) => "given by the launcher",
+                (false, false) => "counted from the host names",
+                (false, true) => "given by the launcher or counted from the host names",
+            };
+            let hosts = if p.hosts == 1 { "host" } else { "hosts" };
+            s += &format!("#  {} {hosts}, local ranks {how}\n", p.hosts);
         }
         s += "#\n";
         s += &format!(
@@ -196,7 +214,11 @@ impl Table<'_> {
             redop: self.op.map(|o| o.name().into()),
             busbw_factor: self.coll.busbw_factor(self.n),
             params,
-            ranks: ranks.iter().map(RankJson::from).collect(),
+            ranks: ranks
+                .iter()
+                .zip(places(ranks))
+                .map(|(r, p)| RankJson::new(r, p))
+                .collect(),
             rows: rows
                 .iter()
                 .map(|r| RowJson {
@@ -250,16 +272,25 @@ pub struct RankJson<'a> {
     pub pid: u32,
     pub device: Cow<'a, str>,
     pub cpu: Option<u32>,
+    /// Its index among the ranks of its host, and how many they are (absent in documents of
+    /// builds before they were written).
+    pub local_rank: Option<u32>,
+    pub local_size: Option<u32>,
+    /// Whether its launcher gave the local rank (`false`: counted from the host names).
+    pub local_rank_given: Option<bool>,
 }
 
-impl<'a> From<&'a RankRecord> for RankJson<'a> {
-    fn from(r: &'a RankRecord) -> RankJson<'a> {
+impl<'a> RankJson<'a> {
+    pub fn new(r: &'a RankRecord, p: Place) -> RankJson<'a> {
         RankJson {
             rank: r.rank,
             host: r.host.as_str().into(),
             pid: r.pid,
             device: r.device.as_str().into(),
             cpu: r.cpu,
+            local_rank: Some(p.local_rank),
+            local_size: Some(p.local_size),
+            local_rank_given: Some(p.given),
         }
     }
 }

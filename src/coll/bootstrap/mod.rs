@@ -22,20 +22,25 @@ use super::mqlink::MqLinks;
 use crate::verbs::{Gid, RemoteBuf};
 
 pub mod link;
+pub mod place;
 mod record;
 mod star;
 
 use link::{Joined, Link, TcpLink};
+pub use place::{places, Place};
 pub use record::{admit, differing_term};
-use record::{decode_reply, encode_refusal, encode_table};
+use record::{check_gids, decode_reply, encode_refusal, encode_table, same_rank};
 use star::gone;
 pub use star::Star;
 
 /// Version of the bootstrap records and control messages; ranks must agree. A change of their
 /// layout takes the next number, so that ranks of two builds are refused by version, not
-/// misread. 2: the record ends with its terms.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// misread. 2: the record ends with its terms. 3: the record carries the host's hash and the
+/// launcher's local rank, and the rendezvous has a second round ([`Star::complete`]).
+pub const PROTOCOL_VERSION: u16 = 3;
 const MAGIC: &[u8; 4] = b"VLCB";
+/// A record's device before the rank has opened one.
+pub const NO_DEVICE: &str = "-";
 /// The largest control message accepted.
 const MAX_MSG: usize = 1 << 20;
 
@@ -45,8 +50,17 @@ pub struct RankRecord {
     pub rank: u32,
     pub world_size: u32,
     pub version: u16,
+    /// Its host name, as the header shows it.
     pub host: String,
+    /// Which host it runs on: a hash of the host name and the kernel's boot id
+    /// ([`place::host_hash`]). Ranks with the same hash count each other for their local ranks.
+    pub host_hash: u64,
     pub pid: u32,
+    /// The local rank its launcher gave (`LOCAL_RANK`, `--local-rank`, ...), if any: then it is
+    /// the rank's local rank; without one, the rank's place among the ranks of its host
+    /// ([`place::places`]).
+    pub local_rank: Option<u32>,
+    /// Its RDMA device; `-` before it has one (the first round of the rendezvous).
     pub device: String,
     /// The CPU it pinned itself to, if any.
     pub cpu: Option<u32>,
@@ -71,8 +85,12 @@ pub struct RankRecord {
 }
 
 impl RankRecord {
-    /// "rank 2 (host guest, pid 123, rxe0)".
+    /// "rank 2 (host guest, pid 123, rxe0)"; "rank 2 (host guest, pid 123)" before it has a
+    /// device.
     pub fn who(&self) -> String {
+        if self.device == NO_DEVICE {
+            return format!("rank {} (host {}, pid {})", self.rank, self.host, self.pid);
+        }
         format!(
             "rank {} (host {}, pid {}, {})",
             self.rank, self.host, self.pid, self.device
@@ -153,10 +171,14 @@ fn missing(table: &[Option<RankRecord>]) -> String {
     format!("{noun} {}", m.join(", "))
 }
 
-/// Runs the rendezvous for `mine` (rank, world and endpoints filled in) over `via`: rank 0
-/// takes every other rank's record, checks it ([`admit`]) and sends everyone the table, or
-/// tells every rank it heard from why not. Waits at most `timeout` in all. The links stay open
-/// as the [`Star`].
+/// Runs the rendezvous for `mine` over `via`: rank 0 takes every other rank's record, checks it
+/// ([`admit`]) and the local ranks of the whole table ([`place::check_places`]), and sends
+/// everyone the table, or tells every rank it heard from why not. Waits at most `timeout` in
+/// all. The links stay open as the [`Star`]; [`Star::place`] tells this rank its local rank.
+///
+/// `mine` may carry its endpoints already (then the table is complete), or only who and where
+/// the rank is (device [`NO_DEVICE`], GID zero): the rank then opens its device at its local
+/// rank and sends the whole record in a second round, [`Star::complete`].
 pub fn rendezvous(mine: RankRecord, via: Via<'_>, timeout: Duration) -> Result<Star> {
     let (rank, world) = (mine.rank, mine.world_size);
     let mut link = via.link(rank, world, timeout)?;
@@ -207,7 +229,11 @@ fn gather_records(
         let r = rec.rank as usize;
         table[r] = Some(rec);
     }
-    Ok(table.into_iter().map(|r| r.expect("all in")).collect())
+    let table: Vec<RankRecord> = table.into_iter().map(|r| r.expect("all in")).collect();
+    if let Err(why) = place::check_places(&table) {
+        return Err(refuse(link, why));
+    }
+    Ok(table)
 }
 
 /// A rank other than 0: sends its record and gets the table, or rank 0's refusal.

@@ -2,10 +2,11 @@
 //! the table rank 0 sends or its refusal, and [`admit`], rank 0's check of a rank that joins.
 //!
 //! A record, big-endian: magic `VLCB`, version u16, rank u32, world size u32, host (u32 length +
-//! UTF-8), pid u32, device (u32 length + UTF-8), CPU u32 (`u32::MAX`: none), LID u16, GID 16
-//! bytes, MTU, left QPN, left PSN, right QPN, right PSN (u32 each), slot address u64, slot rkey,
-//! slot length, slot bytes, slot count (u32 each), then (version 2) the terms: a u32 count and
-//! per term its option and its value (u32 length + UTF-8 each). Nothing follows.
+//! UTF-8), host hash u64 (version 3), pid u32, the launcher's local rank u32 (version 3;
+//! `u32::MAX`: none given), device (u32 length + UTF-8), CPU u32 (`u32::MAX`: none), LID u16,
+//! GID 16 bytes, MTU, left QPN, left PSN, right QPN, right PSN (u32 each), slot address u64, slot
+//! rkey, slot length, slot bytes, slot count (u32 each), then (version 2) the terms: a u32 count
+//! and per term its option and its value (u32 length + UTF-8 each). Nothing follows.
 
 use crate::wire::{Reader, Width, WireError, Writer};
 
@@ -29,7 +30,9 @@ impl RankRecord {
         w.u32(self.world_size);
         w.text(Width::U32, &self.host)
             .expect("a host name fits 4 GiB");
+        w.u64(self.host_hash);
         w.u32(self.pid);
+        w.u32(self.local_rank.unwrap_or(u32::MAX));
         w.text(Width::U32, &self.device)
             .expect("a device name fits 4 GiB");
         w.u32(self.cpu.map_or(u32::MAX, |c| c));
@@ -81,7 +84,9 @@ impl RankRecord {
             world_size: r.u32("world size")?,
             version,
             host: r.text(Width::U32, "host", ANY)?.to_string(),
+            host_hash: r.u64("host hash")?,
             pid: r.u32("pid")?,
+            local_rank: Some(r.u32("local rank")?).filter(|l| *l != u32::MAX),
             device: r.text(Width::U32, "device", ANY)?.to_string(),
             cpu: Some(r.u32("CPU")?).filter(|c| *c != u32::MAX),
             lid: r.u16("LID")?,
@@ -224,6 +229,41 @@ pub fn admit(
     Ok(())
 }
 
+/// Rank 0's check of the whole table in the rendezvous' second round, when every rank has its
+/// GID: each against the first rank (in rank order) with one, as [`admit`] checks a newcomer.
+pub(super) fn check_gids(table: &[RankRecord]) -> std::result::Result<(), String> {
+    let Some(zero) = table.iter().find(|z| !z.gid.is_zero()) else {
+        return Ok(());
+    };
+    match table
+        .iter()
+        .filter(|r| r.rank != zero.rank)
+        .find_map(|r| other_gid_kind(r, zero))
+    {
+        Some(why) => Err(why),
+        None => Ok(()),
+    }
+}
+
+/// Whether `later` is the record `first` of the same rank, its endpoints filled in: the same
+/// rank, world, host, process, local rank and terms.
+pub(super) fn same_rank(first: &RankRecord, later: &RankRecord) -> bool {
+    (
+        first.rank,
+        first.world_size,
+        &first.host,
+        first.host_hash,
+        first.pid,
+    ) == (
+        later.rank,
+        later.world_size,
+        &later.host,
+        later.host_hash,
+        later.pid,
+    ) && first.local_rank == later.local_rank
+        && first.terms == later.terms
+}
+
 /// Why `r` cannot reach `zero` (rank 0, or the lowest rank in with a GID): one GID IPv4-mapped,
 /// the other an IPv6 address (link-local or global) — RoCE v2 sends between two addresses of one
 /// family, so each side's connect would be refused only after the rendezvous, with EINVAL and no
@@ -284,7 +324,9 @@ mod tests {
             world_size: 3,
             version: PROTOCOL_VERSION,
             host: format!("hôst{rank}"),
+            host_hash: 0x0102_0304_0506_0700 + u64::from(rank),
             pid: 1000 + rank,
+            local_rank: (rank == 1).then_some(0),
             device: "rxe0".into(),
             cpu: (rank != 1).then_some(rank),
             lid: 0x0102,
@@ -319,7 +361,9 @@ mod tests {
         want.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 3]);
         want.extend_from_slice(&[0, 0, 0, 6]);
         want.extend_from_slice("hôst1".as_bytes());
+        want.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 1]); // host hash
         want.extend_from_slice(&1001u32.to_be_bytes());
+        want.extend_from_slice(&0u32.to_be_bytes()); // local rank 0, given
         want.extend_from_slice(&[0, 0, 0, 4, b'r', b'x', b'e', b'0']);
         want.extend_from_slice(&u32::MAX.to_be_bytes()); // no CPU
         want.extend_from_slice(&[1, 2]);
@@ -336,7 +380,7 @@ mod tests {
         want.extend_from_slice(&[0, 0, 0, 2, b'-', b'd', 0, 0, 0, 5]);
         want.extend_from_slice(b"float");
         assert_eq!(b, want);
-        assert_eq!(PROTOCOL_VERSION, 2, "a new layout takes a new version");
+        assert_eq!(PROTOCOL_VERSION, 3, "a new layout takes a new version");
     }
 
     #[test]

@@ -6,7 +6,10 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::link::{Alone, Got, Link};
-use super::{CollError, RankRecord, Result};
+use super::{
+    check_gids, decode_reply, encode_refusal, encode_table, places, same_rank, CollError, Place,
+    RankRecord, Result,
+};
 use crate::wire::{Reader, Width, Writer};
 
 /// Control messages on the star.
@@ -63,6 +66,73 @@ impl Star {
 
     pub fn table(&self) -> &[RankRecord] {
         &self.table
+    }
+
+    /// This rank's place among the ranks of its host (see [`super::place`]).
+    pub fn place(&self) -> Place {
+        places(&self.table)[self.rank as usize]
+    }
+
+    /// The rendezvous' second round: every rank sends rank 0 its record again, now with its
+    /// device, GID and endpoints (`mine`: the record of the first round, filled in); rank 0
+    /// checks the GIDs of the whole table and sends everyone the table, or its refusal, naming
+    /// the rank (the same words as [`super::admit`]'s). Bounded by the star's timeout; the
+    /// others wait longer, for rank 0 may wait that long for the last rank.
+    pub fn complete(&mut self, mine: RankRecord) -> Result<()> {
+        if !same_rank(&self.table[self.rank as usize], &mine) {
+            return Err(CollError::Bootstrap(format!(
+                "the second round's record of rank {} is not the first round's",
+                self.rank
+            )));
+        }
+        if self.rank != 0 {
+            self.send_to(0, &mine.encode(), "our endpoint record")?;
+            let t = self.timeout;
+            self.timeout = t * 2 + Duration::from_secs(5);
+            let reply = self.recv_from(0, "the endpoint table from rank 0");
+            self.timeout = t;
+            let table = decode_reply(&reply?).map_err(CollError::Bootstrap)?;
+            if table.len() != self.table.len() || table[self.rank as usize] != mine {
+                return Err(CollError::Bootstrap(format!(
+                    "rank 0's table ({} ranks) does not hold our record as we sent it",
+                    table.len()
+                )));
+            }
+            self.table = table;
+            return Ok(());
+        }
+        let mut table = vec![mine];
+        for r in 1..self.table.len() as u32 {
+            let m = self.recv_from(r, "an endpoint record")?;
+            let rec = RankRecord::decode(&m)
+                .map_err(|e| format!("rank {r}'s second record: {e}"))
+                .and_then(|rec| match same_rank(&self.table[r as usize], &rec) {
+                    true => Ok(rec),
+                    false => Err(format!("rank {r}'s second record is not its first")),
+                });
+            match rec {
+                Ok(rec) => table.push(rec),
+                Err(why) => return Err(self.refuse(why)),
+            }
+        }
+        if let Err(why) = check_gids(&table) {
+            return Err(self.refuse(why));
+        }
+        let blob = encode_table(&table);
+        self.table = table;
+        for r in 1..self.table.len() as u32 {
+            self.send_to(r, &blob, "the endpoint table")?;
+        }
+        Ok(())
+    }
+
+    /// Rank 0 in the second round: tells every rank why the job cannot go on.
+    fn refuse(&mut self, why: String) -> CollError {
+        let refusal = encode_refusal(&why);
+        for r in 1..self.table.len() as u32 {
+            let _ = self.send_to(r, &refusal, "the refusal");
+        }
+        CollError::Bootstrap(why)
     }
 
     pub fn timeout(&self) -> Duration {

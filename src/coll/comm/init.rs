@@ -1,24 +1,33 @@
 //! [`Comm::init`]: a rank's device, QPs and slots, the rendezvous, the connections.
 
 use super::*;
-use crate::coll::bootstrap::Via;
+use crate::coll::bootstrap::{place, Place, Via, NO_DEVICE};
 
 impl Comm {
-    /// Builds the communicator: opens this rank's device, creates the QPs and slots, runs the
-    /// rendezvous with rank 0, connects the QPs to both neighbours and waits for every rank.
+    /// Builds the communicator: the rendezvous' first round with rank 0 tells this rank its
+    /// local rank (its launcher's, or its place among the ranks of its host); then it pins
+    /// itself, opens the device of that local rank, creates the QPs and slots, sends its
+    /// endpoints in the second round, connects the QPs to both neighbours and waits for every
+    /// rank.
     pub fn init(info: RankInfo, opts: &CommOpts) -> Result<Comm> {
         check_opts(opts)?;
-        if let Some(cpu) = opts.cpu {
-            affinity::pin_current_thread(cpu).map_err(CollError::Failed)?;
-        }
         let mut record = own_record(&info, opts);
         if info.world_size == 1 {
             return single(info, record, opts);
         }
         let master = master_of(&info, opts)?;
-        let local = Local::open(&info, opts)?;
-        local.describe(&mut record, opts)?;
         let mut star = rendezvous(&record, opts, master)?;
+        let local = settle(&mut record, star.place(), opts).and_then(|local| {
+            star.complete(record.clone())?;
+            Ok(local)
+        });
+        let local = match local {
+            Ok(l) => l,
+            Err(e) => {
+                star.abort(&e);
+                return Err(e);
+            }
+        };
         let n = info.world_size as usize;
         let r = info.rank as usize;
         let t = star.table().to_vec();
@@ -35,6 +44,19 @@ impl Comm {
         star.barrier()?;
         Ok(local.into_comm(info, star, rrec.slots, opts))
     }
+}
+
+/// Once this rank knows its `place`: pins it ([`CommOpts::pin`]), opens the device of its
+/// local rank with the PD, CQ, QPs and slots, and fills in `record`'s CPU and endpoints.
+fn settle(record: &mut RankRecord, place: Place, opts: &CommOpts) -> Result<Local> {
+    let dev = pick_device(&opts.devices, place.local_rank);
+    if let Some(cpu) = opts.pin.cpu(dev, place.local_rank) {
+        affinity::pin_current_thread(cpu).map_err(CollError::Failed)?;
+        record.cpu = Some(cpu as u32);
+    }
+    let local = Local::open(dev, opts)?;
+    local.describe(record, opts)?;
+    Ok(local)
 }
 
 /// Sizes the communicator cannot work with.
@@ -84,14 +106,17 @@ fn may_lock_any_amount() -> bool {
 
 /// This rank's bootstrap record before it has a device: who and where it is.
 fn own_record(info: &RankInfo, opts: &CommOpts) -> RankRecord {
+    let (host, host_hash) = place::this_host();
     RankRecord {
         rank: info.rank,
         world_size: info.world_size,
         version: PROTOCOL_VERSION,
-        host: hostname(),
+        host,
+        host_hash,
         pid: std::process::id(),
-        device: "-".into(),
-        cpu: opts.cpu.map(|c| c as u32),
+        local_rank: info.local_rank,
+        device: NO_DEVICE.into(),
+        cpu: None,
         lid: 0,
         gid: Gid::ZERO,
         mtu: 0,
@@ -110,8 +135,13 @@ fn own_record(info: &RankInfo, opts: &CommOpts) -> RankRecord {
 /// asked for) is still opened and its port checked, as a rank of a larger world would, so a
 /// typo fails here too; the record then names it.
 fn single(info: RankInfo, mut record: RankRecord, opts: &CommOpts) -> Result<Comm> {
+    let local_rank = info.local_rank.unwrap_or(0);
+    let dev = pick_device(&opts.devices, local_rank);
+    if let Some(cpu) = opts.pin.cpu(dev, local_rank) {
+        affinity::pin_current_thread(cpu).map_err(CollError::Failed)?;
+        record.cpu = Some(cpu as u32);
+    }
     if !opts.devices.is_empty() || opts.gid_index.is_some() {
-        let dev = pick_device(&opts.devices, info.local_rank);
         let active = DeviceList::open_port(dev, opts.ib_port, opts.gid_index)
             .map_err(verbs("opening the RDMA device, its port and GID"))?;
         record.device = active.ctx.name().to_string();
@@ -193,10 +223,9 @@ struct Local {
 }
 
 impl Local {
-    /// The device of this local rank, its port and GID; the PD, the CQ with its channel, one QP
-    /// to each neighbour, the receive slots and the data buffer.
-    fn open(info: &RankInfo, opts: &CommOpts) -> Result<Local> {
-        let dev = pick_device(&opts.devices, info.local_rank);
+    /// The device `dev` (`None`: the first), its port and GID; the PD, the CQ with its channel,
+    /// one QP to each neighbour, the receive slots and the data buffer.
+    fn open(dev: Option<&str>, opts: &CommOpts) -> Result<Local> {
         // An ACTIVE port, or this rank fails here, saying so, not later at the QP connect.
         let crate::verbs::ActivePort { ctx, port, gid } =
             DeviceList::open_port(dev, opts.ib_port, opts.gid_index)

@@ -54,8 +54,9 @@ pub struct CommOpts {
     pub peer_timeout: Duration,
     /// QP ack timeout exponent (`-u`): 4.096 µs × 2^n.
     pub ack_timeout: u8,
-    /// CPU to pin this rank's thread to.
-    pub cpu: Option<usize>,
+    /// Where to pin this rank's thread, once it knows its local rank.
+    pub pin: Pinning,
+
     /// A local run (`--np`): the base name of the launcher's message queues, which then carry
     /// the rendezvous and the star instead of TCP (see [`super::mqlink`]).
     pub local_queues: Option<String>,
@@ -78,9 +79,34 @@ impl Default for CommOpts {
             bootstrap_timeout: Duration::from_secs(60),
             peer_timeout: Duration::from_secs(30),
             ack_timeout: 20,
-            cpu: None,
+            pin: Pinning::None,
             local_queues: None,
             terms: Vec::new(),
+        }
+    }
+}
+
+/// Where a rank pins its thread. The choice waits for the rendezvous' first round, which tells
+/// the rank its local rank when its launcher did not.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum Pinning {
+    /// Leave the scheduler free.
+    #[default]
+    None,
+    /// This CPU.
+    Cpu(usize),
+    /// The CPU this function chooses for the rank's device (from `-d`; `None`: the first
+    /// device) and its local rank; it returns `None` to leave the rank unpinned.
+    ByLocalRank(fn(Option<&str>, u32) -> Option<usize>),
+}
+
+impl Pinning {
+    /// The CPU for local rank `local_rank` on device `dev`, if any.
+    pub fn cpu(self, dev: Option<&str>, local_rank: u32) -> Option<usize> {
+        match self {
+            Pinning::None => None,
+            Pinning::Cpu(c) => Some(c),
+            Pinning::ByLocalRank(choose) => choose(dev, local_rank),
         }
     }
 }
@@ -228,14 +254,6 @@ fn verbs(what: impl Into<String>) -> impl FnOnce(VerbsError) -> CollError {
     move |err| CollError::Verbs { what, err }
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "localhost".into())
-}
-
 impl Comm {
     pub fn rank(&self) -> usize {
         self.info.rank as usize
@@ -243,6 +261,12 @@ impl Comm {
     pub fn world_size(&self) -> usize {
         self.info.world_size as usize
     }
+    /// This rank's place among the ranks of its host: its local rank (its launcher's, or
+    /// counted at the rendezvous), how many share its host, how many hosts.
+    pub fn place(&self) -> crate::coll::bootstrap::Place {
+        self.star.place()
+    }
+
     pub fn info(&self) -> &RankInfo {
         &self.info
     }
