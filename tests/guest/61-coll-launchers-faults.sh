@@ -2,6 +2,8 @@
 # Collectives launched the way clusters launch them, and ranks that misbehave:
 # - four processes started by hand with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
 #   MASTER_ADDR, MASTER_PORT): rank 0 prints, every element checked;
+# - four started with --rank/--world-size/--master and no local rank: each learns its local
+#   rank (0..3 on this one host) from the host hashes at the rendezvous, and the header says so;
 # - a rank with another world size is refused by name, and ranks given other options (-e, -t)
 #   are refused at the rendezvous, both naming the option and both values; so are ranks given
 #   GID indexes of different families (-x 0, link-local IPv6, against -x 1, IPv4), naming both;
@@ -74,6 +76,32 @@ grep -E '^ +32768 ' "$TMPDIR/r0.out" >/dev/null || fail "no 32 KiB row"
 for r in 1 2 3; do
     [ ! -s "$TMPDIR/r$r.out" ] || fail "rank $r printed, but only rank 0 should"
 done
+
+step "four ranks by hand with --rank/--world-size/--master and no local rank: counted from the host name"
+# No launcher gives a local rank: each rank learns it at the rendezvous from its host's hash
+# (all four on this one guest), in rank order, and picks its device and CPU by it.
+_r=0
+while [ "$_r" -lt 4 ]; do
+    vl_all_reduce_perf --ib-dev "$VL_DEV0,$VL_DEV1" --rank "$_r" --world-size 4 \
+        --master 127.0.0.1:29519 -b 8 -e 64 -n 1 -w 0 -c 1 --timeout 30 \
+        >"$TMPDIR/r$_r.out" 2>&1 </dev/null &
+    eval "PID$_r=\$!"
+    _r=$((_r + 1))
+done
+for r in 0 1 2 3; do
+    rank_rc "$r" 150
+    [ "$RC" = 0 ] || { cat "$TMPDIR/r$r.out"; fail "rank $r exited $RC"; }
+done
+cat "$TMPDIR/r0.out"
+expect_contains "$TMPDIR/r0.out" "nranks 4 (from flags (--rank/--world-size))"
+expect_contains "$TMPDIR/r0.out" "#  1 host, local ranks counted from the host names"
+for r in 0 1 2 3; do
+    grep -E "^#  Rank +$r .* local $r of 4\$" "$TMPDIR/r0.out" >/dev/null \
+        || fail "rank $r's line does not say 'local $r of 4'"
+done
+# Local ranks 0..3 take the devices round-robin, as --np's ranks do.
+devs=$(grep '^#  Rank' "$TMPDIR/r0.out" | awk '{ print $9 }' | tr '\n' ' ')
+[ "$devs" = "$VL_DEV0 $VL_DEV1 $VL_DEV0 $VL_DEV1 " ] || fail "devices by local rank: $devs"
 
 step "a rank with another world size is refused by name"
 RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29512 vl_all_reduce_perf \

@@ -340,6 +340,73 @@ mod tests {
         assert_eq!(count_column(Coll::AllReduce, 4, 1024, DataType::F32), 256);
     }
 
+    /// Rank `rank` of `world` on `host`, its local rank given by its launcher or not.
+    fn rank_on(rank: u32, world: u32, host: &str, local_rank: Option<u32>) -> RankRecord {
+        RankRecord {
+            rank,
+            world_size: world,
+            version: verbs_lab::coll::bootstrap::PROTOCOL_VERSION,
+            host: host.into(),
+            host_hash: verbs_lab::coll::bootstrap::place::host_hash(host, "boot"),
+            pid: 100 + rank,
+            local_rank,
+            device: "rxe0".into(),
+            cpu: Some(rank),
+            lid: 0,
+            gid: verbs_lab::verbs::Gid::ZERO,
+            mtu: 1024,
+            left_qpn: 0,
+            left_psn: 0,
+            right_qpn: 0,
+            right_psn: 0,
+            slots: Default::default(),
+            slot_bytes: 0,
+            nslots: 0,
+            terms: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_header_and_json_show_each_ranks_local_rank_and_the_hosts() {
+        let t = Table {
+            tool: "vl_all_reduce_perf",
+            coll: Coll::AllReduce,
+            n: 4,
+            dtype: DataType::F32,
+            op: Some(RedOp::Sum),
+        };
+        let hosts = ["node1", "node2", "node1", "node2"];
+        let ranks: Vec<RankRecord> = (0..4)
+            .map(|r| rank_on(r, 4, hosts[r as usize], None))
+            .collect();
+        let h = t.header(&ranks, "nranks 4");
+        let lines: Vec<&str> = h.lines().filter(|l| l.starts_with("#  ")).collect();
+        assert_eq!(
+            lines[..5],
+            [
+                "#  Rank  0 Pid     100 on      node1 device   rxe0 cpu 0 local 0 of 2",
+                "#  Rank  1 Pid     101 on      node2 device   rxe0 cpu 1 local 0 of 2",
+                "#  Rank  2 Pid     102 on      node1 device   rxe0 cpu 2 local 1 of 2",
+                "#  Rank  3 Pid     103 on      node2 device   rxe0 cpu 3 local 1 of 2",
+                "#  2 hosts, local ranks counted from the host names",
+            ]
+        );
+        let given: Vec<RankRecord> = (0..2)
+            .map(|r| rank_on(r, 2, "guest", Some(1 - r)))
+            .collect();
+        let h = t.header(&given, "nranks 2");
+        assert!(h.contains(" cpu 0 local 1 of 2\n"), "{h}");
+        assert!(
+            h.contains("#  1 host, local ranks given by the launcher\n"),
+            "{h}"
+        );
+        let doc = serde_json::to_value(t.json(&ranks, serde_json::Map::new(), &[])).unwrap();
+        assert_eq!(doc["ranks"][2]["host"], "node1");
+        assert_eq!(doc["ranks"][2]["local_rank"], 1);
+        assert_eq!(doc["ranks"][2]["local_size"], 2);
+        assert_eq!(doc["ranks"][2]["local_rank_given"], false);
+    }
+
     #[test]
     fn the_row_and_footer_read_like_nccl_tests() {
         let t = Table {
