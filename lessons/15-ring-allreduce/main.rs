@@ -54,7 +54,8 @@ struct Args {
     /// The number of ranks (with --rank and --master).
     #[arg(long = "world-size")]
     world_size: Option<u32>,
-    /// Rank among the ranks on this host (picks the device; default: the rank).
+    /// Rank among the ranks on this host (picks the device; default: counted at the rendezvous
+    /// from the ranks' host names).
     #[arg(long = "local-rank")]
     local_rank: Option<u32>,
     /// Rank 0's address HOST:PORT (else MASTER_ADDR/MASTER_PORT).

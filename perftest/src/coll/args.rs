@@ -79,7 +79,8 @@ pub struct Args {
     /// The number of ranks (with --rank and --master).
     #[arg(long = "world-size")]
     pub world_size: Option<u32>,
-    /// Rank among the ranks on this host (picks the device and CPU).
+    /// Rank among the ranks on this host (picks the device and CPU; default: the launcher's, else
+    /// counted at the rendezvous from the ranks' host names).
     #[arg(long = "local-rank")]
     pub local_rank: Option<u32>,
     /// Rank 0's rendezvous address HOST:PORT (else MASTER_ADDR/MASTER_PORT).
