@@ -53,6 +53,58 @@ if [ "$mode" = probe ]; then
     poweroff -f
 fi
 
+# "NAME TIMEOUT" per line of $jobdir/list; results to $jobdir/results, logs to $jobdir/NAME.log.
+run_suite() {
+    : >"$jobdir/results"
+    while read -r name limit; do
+        [ -n "$name" ] || continue
+        file=$VL_TESTS/$name.sh
+        log=$jobdir/$name.log
+        tmp=/tmp/scenario/$name
+        mkdir -p "$tmp"
+        rm -f /tmp/timed-out
+        t0=$(uptime_cs)
+        # setsid: the scenario and everything it starts form one process group, killed below.
+        TMPDIR=$tmp VL_SCENARIO=$name setsid sh "$file" >"$log" 2>&1 </dev/null &
+        pid=$!
+        (
+            end=$(( $(uptime_cs) + limit * 100 ))
+            while kill -0 "$pid" 2>/dev/null; do
+                if [ "$(uptime_cs)" -ge "$end" ]; then
+                    : >/tmp/timed-out
+                    echo "softroce-vm: scenario timed out after ${limit}s; killing it" >>"$log"
+                    kill -TERM -- "-$pid" 2>/dev/null
+                    sleep 3
+                    kill -KILL -- "-$pid" 2>/dev/null
+                    exit 0
+                fi
+                sleep 0.2
+            done
+        ) &
+        watchdog=$!
+        rc=0
+        wait "$pid" 2>/dev/null || rc=$?   # 2>/dev/null: no "Terminated" notice from sh
+        kill "$watchdog" 2>/dev/null
+        wait "$watchdog" 2>/dev/null
+        kill -KILL -- "-$pid" 2>/dev/null   # whatever the scenario left running
+        secs=$(awk -v a="$t0" -v b="$(uptime_cs)" 'BEGIN { printf "%.1f", (b - a) / 100 }')
+        if [ -e /tmp/timed-out ]; then
+            verdict=FAIL why="timeout after ${limit}s"
+        elif [ "$rc" -eq 0 ]; then
+            verdict=PASS why="${secs}s"
+        else
+            verdict=FAIL why="exit $rc, ${secs}s"
+        fi
+        printf '%s\t%s\t%s\t%s\n' "$verdict" "$name" "$secs" "$why" >>"$jobdir/results"
+        printf '%-4s  %s  (%s)\n' "$verdict" "$name" "$why"
+        if [ "$verdict" = FAIL ]; then
+            echo "      log: ${log#"$repo"/}"
+            tail -n 25 "$log" | sed 's/^/      | /'
+        fi
+        sync
+    done <"$jobdir/list"
+}
+
 for m in virtio_pci 9pnet_virtio 9p; do
     modprobe "$m" || die "modprobe $m failed"
 done
@@ -60,6 +112,16 @@ mkdir -p "$repo" || die "cannot create $repo"
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 host "$repo" \
     || die "cannot mount the host's repository (9p tag 'host') at $repo"
 [ -z "$jobdir" ] || [ -d "$jobdir" ] || die "job directory $jobdir missing on the share"
+
+# A guest of the cluster (scripts/softroce-vm cluster): a node or the fabric, set up by a script
+# read from the share, so that changing the cluster does not rebuild the image.
+case " $(cat /proc/cmdline) " in
+    *" vl.role="*)
+        [ -r "$repo/scripts/lib/cluster-guest.sh" ] || die "no scripts/lib/cluster-guest.sh in $repo"
+        # shellcheck source=scripts/lib/cluster-guest.sh
+        . "$repo/scripts/lib/cluster-guest.sh"
+        ;;
+esac
 
 for m in veth dummy crc32_generic rdma_rxe rdma_ucm ib_uverbs; do
     modprobe "$m" || die "modprobe $m failed"
@@ -123,58 +185,6 @@ fi
 say "$(find "$bins" -type f | wc -l) binaries copied into the guest's RAM ($bins) in $(( ($(uptime_cs) - t0) / 100 )) s"
 export PATH="$bins:$repo/target/release:/usr/sbin:/usr/bin"
 cd "$repo" || die "cannot cd to $repo"
-
-# "NAME TIMEOUT" per line of $jobdir/list; results to $jobdir/results, logs to $jobdir/NAME.log.
-run_suite() {
-    : >"$jobdir/results"
-    while read -r name limit; do
-        [ -n "$name" ] || continue
-        file=$VL_TESTS/$name.sh
-        log=$jobdir/$name.log
-        tmp=/tmp/scenario/$name
-        mkdir -p "$tmp"
-        rm -f /tmp/timed-out
-        t0=$(uptime_cs)
-        # setsid: the scenario and everything it starts form one process group, killed below.
-        TMPDIR=$tmp VL_SCENARIO=$name setsid sh "$file" >"$log" 2>&1 </dev/null &
-        pid=$!
-        (
-            end=$(( $(uptime_cs) + limit * 100 ))
-            while kill -0 "$pid" 2>/dev/null; do
-                if [ "$(uptime_cs)" -ge "$end" ]; then
-                    : >/tmp/timed-out
-                    echo "softroce-vm: scenario timed out after ${limit}s; killing it" >>"$log"
-                    kill -TERM -- "-$pid" 2>/dev/null
-                    sleep 3
-                    kill -KILL -- "-$pid" 2>/dev/null
-                    exit 0
-                fi
-                sleep 0.2
-            done
-        ) &
-        watchdog=$!
-        rc=0
-        wait "$pid" 2>/dev/null || rc=$?   # 2>/dev/null: no "Terminated" notice from sh
-        kill "$watchdog" 2>/dev/null
-        wait "$watchdog" 2>/dev/null
-        kill -KILL -- "-$pid" 2>/dev/null   # whatever the scenario left running
-        secs=$(awk -v a="$t0" -v b="$(uptime_cs)" 'BEGIN { printf "%.1f", (b - a) / 100 }')
-        if [ -e /tmp/timed-out ]; then
-            verdict=FAIL why="timeout after ${limit}s"
-        elif [ "$rc" -eq 0 ]; then
-            verdict=PASS why="${secs}s"
-        else
-            verdict=FAIL why="exit $rc, ${secs}s"
-        fi
-        printf '%s\t%s\t%s\t%s\n' "$verdict" "$name" "$secs" "$why" >>"$jobdir/results"
-        printf '%-4s  %s  (%s)\n' "$verdict" "$name" "$why"
-        if [ "$verdict" = FAIL ]; then
-            echo "      log: ${log#"$repo"/}"
-            tail -n 25 "$log" | sed 's/^/      | /'
-        fi
-        sync
-    done <"$jobdir/list"
-}
 
 case $mode in
     run)
