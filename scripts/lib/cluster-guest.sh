@@ -1,4 +1,5 @@
 # shellcheck shell=sh
+# shellcheck disable=SC2154  # repo, jobdir, mode, scale, cols, rows, say, die: set by guest-init.sh
 # cluster-guest.sh — the part of a cluster guest's /init that makes it a node or the fabric
 # (scripts/softroce-vm cluster; docs/cluster.md). Sourced by scripts/lib/guest-init.sh from the
 # 9p share after it mounted the repository, when the kernel command line has vl.role=node|fabric;
@@ -28,7 +29,6 @@ for w in $(cat /proc/cmdline); do
     esac
 done
 IP=/usr/sbin/ip
-TC=/usr/sbin/tc
 ctl=$jobdir/ctl          # requests to the host harness (kill, start, link) and their answers
 ready=$jobdir/ready      # one file per guest that is up
 

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034  # NO_BUILD, TIME_SCALE, ...: read by scripts/softroce-vm, which sources this
 # cluster-host.sh — `scripts/softroce-vm cluster`: several hosts on one machine. Sourced by
 # scripts/softroce-vm (it uses its boot, guest_qemu, kernel_append, prepare_boot, say, die, ...).
 #
@@ -165,7 +166,7 @@ node_args() {
 # can say set_link without a socket client; its answers are kept in JOBDIR/NAME.monitor.
 monitor_args() {
   mkfifo "$CSOCK/$1.mon.in" "$CSOCK/$1.mon.out"
-  MON_ARGS=(-chardev "pipe,id=hmon,path=$CSOCK/$1.mon" -mon chardev=hmon,mode=readline)
+  MON_ARGS=(-chardev "pipe,id=hmon,path=$CSOCK/$1.mon" -mon "chardev=hmon,mode=readline")
 }
 
 # bg_guest NAME MODE MEM APPEND QEMU_ARGS...: a guest in the background, its console in
@@ -184,6 +185,7 @@ bg_guest() {
       </dev/null >>"$CJOB/$name.qemu.log" 2>&1
   ) &
   echo $! >"$CSOCK/$name.pid"
+  disown # a guest killed on purpose (a node's power cut) is no job for bash to report
   (trap - ERR; exec cat "$CSOCK/$name.mon.out" >>"$CJOB/$name.monitor" 2>/dev/null) &
   BOOT_APPEND=''
 }
@@ -324,6 +326,7 @@ cluster_boot() {
   local save_mem=$VM_MEM save_smp=$VM_SMP
   VM_MEM=$CLUSTER_NODE_MEM VM_SMP=$CLUSTER_SMP
   boot "$mode" "$CJOB" "$CLUSTER_LIMIT"
+  # shellcheck disable=SC2034  # boot's inputs, reset for the next boot
   VM_MEM=$save_mem VM_SMP=$save_smp BOOT_EXTRA=() BOOT_APPEND='' BOOT_NAME=''
   cp -f -- "$CJOB/console.log" "$CJOB/node$front.console" 2>/dev/null || true
   stop_cluster

@@ -30,7 +30,7 @@ done
 step "the README's line: srun -n 8 vl_all_reduce_perf --ib-dev rxe0 --master node1:29700 ..."
 rc=0
 run_timeout "$(scaled 150)" srun -n 8 vl_all_reduce_perf --ib-dev rxe0 --master node1:29700 \
-    -b 1K -e 64K -f 8 -n 2 -w 1 >"$TMPDIR/readme.out" 2>&1 || rc=$?
+    -b 8 -e 64K -f 8 -n 2 -w 1 >"$TMPDIR/readme.out" 2>&1 || rc=$?
 cat "$TMPDIR/readme.out"
 [ "$rc" = 0 ] || fail "srun -n 8 exited $rc"
 check_world "$TMPDIR/readme.out" "srun -n 8" 8 2

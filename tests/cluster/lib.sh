@@ -115,11 +115,14 @@ reap_nodes() {
 
 # ---- checks -----------------------------------------------------------------------------------
 
-# no_leftovers NODE...: no QP, CQ, MR or PD of any process left on those nodes' rxe0.
+# no_leftovers NODE...: no process of ours and no QP, CQ, MR or PD of any process left on those
+# nodes (the kernel's own, such as the GSI QP 1, have no pid).
 no_leftovers() {
     for _nl in "$@"; do
-        _nl_out=$(on "$_nl" "/usr/bin/rdma resource show 2>/dev/null | grep -E ' (qp|cq|mr|pd) [1-9]'" || true)
-        [ -z "$_nl_out" ] || fail "$_nl has kernel objects left: $_nl_out"
+        # shellcheck disable=SC2016  # expanded on the node
+        _nl_out=$(on "$_nl" 'for o in qp cq mr pd; do /usr/bin/rdma resource show $o 2>/dev/null | grep " pid "; done
+            for c in /proc/[0-9]*/comm; do case $(cat "$c" 2>/dev/null) in vl_*) echo "process ${c%/comm} $(cat "$c")" ;; esac; done' || true)
+        [ -z "$_nl_out" ] || fail "$_nl has objects or processes left: $_nl_out"
     done
 }
 
