@@ -40,9 +40,9 @@ expect_survivors_fail() {
     what=$1 pat=$2
     shift 2
     for r in "$@"; do
-        eval "pid=\$PID$r"
+        pid=$(eval "echo \$PID$r")
         rc=0
-        _vl_watch "$pid" $(scaled $((T + 60))) || rc=$?
+        _vl_watch "$pid" "$(scaled $((T + 60)))" || rc=$?
         echo "--- rank $r: exit $rc"
         tail -n 4 "$TMPDIR/r$r.out"
         [ "$rc" != 124 ] || fail "$what: rank $r still ran $(scaled $((T + 60))) s later"
@@ -80,7 +80,7 @@ on node2 '. scripts/lib/rxe.sh; i=0; until rxe_ready rxe0 "$VL_ADDR0"; do i=$((i
     || fail "node2's rxe0 did not come back ACTIVE"
 start_world 29803
 for r in 0 1 2 3 4 5 6 7; do
-    eval "pid=\$PID$r"
+    pid=$(eval "echo \$PID$r")
     rc=0
     _vl_watch "$pid" "$(scaled 150)" || rc=$?
     [ "$rc" = 0 ] || { cat "$TMPDIR/r$r.out"; fail "after the link came back, rank $r exited $rc"; }

@@ -2,6 +2,7 @@
 # coll.sh — checks of a collective's output across the cluster's hosts, sourced by the launcher
 # and fault scenarios (after lib.sh).
 
+# shellcheck disable=SC2034  # used by the scenarios that source this file
 COLLS='all_reduce all_gather reduce_scatter broadcast sendrecv'
 # Small sizes, every element checked: the point is who runs where and that the bytes arrive.
 COLL_ARGS='--ib-dev rxe0 -b 8 -e 64K -f 8 -n 2 -w 1 -c 1 -T 60 --bootstrap-timeout 120'
