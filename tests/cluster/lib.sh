@@ -129,6 +129,7 @@ no_leftovers() {
 # remote_bg NODE 'CMD' OUT: CMD on NODE in the background (ssh), output to OUT; sets BG_PID.
 remote_bg() {
     on "$1" "$2" >"$3" 2>&1 </dev/null &
+    # shellcheck disable=SC2034  # read by the scenarios
     BG_PID=$!
 }
 
