@@ -6,6 +6,9 @@
 # - a fabric link taken down (the switch port and both NICs lose carrier): every rank ends
 #   non-zero within its bound, naming who it lost; after the link comes back the same world
 #   runs clean again.
+# - a node's NIC removed mid-write (a hot-unplug, as its kernel sees it: the PCI device goes,
+#   eth0 and rxe0 with it): the tool on that node ends non-zero saying its device went, the peer
+#   ends non-zero within its bound.
 # Nothing is left behind on any survivor: no process of ours, no QP, CQ, MR or PD.
 # cluster: nodes=4 topology=leaf-spine
 # timeout: 900
@@ -86,3 +89,26 @@ for r in 0 1 2 3 4 5 6 7; do
     [ "$rc" = 0 ] || { cat "$TMPDIR/r$r.out"; fail "after the link came back, rank $r exited $rc"; }
 done
 expect_contains "$TMPDIR/r0.out" "# Out of bounds values : 0 OK"
+
+step "node4's NIC removed mid-write: vl_write_bw node1 -> node4, then node4's eth0 unplugged"
+remote_bg node4 "exec vl_write_bw -d rxe0 -u 20 -D 60 -s 65536" "$TMPDIR/srv.out"
+srv=$BG_PID
+vl_write_bw -d rxe0 -u 20 -D 60 -s 65536 --wait 60 node4 >"$TMPDIR/cli.out" 2>&1 &
+cli=$!
+wait_for 60 "$cli" grep -q 'remote address' "$TMPDIR/cli.out" || { cat "$TMPDIR/cli.out"; fail "the write never started"; }
+sleep 3
+on node4 'echo 1 >/sys/class/net/eth0/device/../remove' || fail "could not remove node4's NIC"
+for side in srv cli; do
+    pid=$(eval "echo \$$side")
+    rc=0
+    _vl_watch "$pid" "$(scaled 90)" || rc=$?
+    echo "--- $side: exit $rc"
+    tail -n 5 "$TMPDIR/$side.out"
+    [ "$rc" != 124 ] || fail "$side still ran $(scaled 90) s after node4's NIC went"
+    [ "$rc" != 0 ] || fail "$side exited 0 although node4's NIC went mid-run"
+done
+grep -Eiq 'remov|fatal|device' "$TMPDIR/srv.out" || fail "node4's vl_write_bw does not say its device went"
+no_leftovers node1
+host_ctl kill node4
+host_ctl start node4
+wait_node node4 180
