@@ -209,7 +209,8 @@ fn run(args: &Args) -> Result<()> {
         n.say(format!("{name:<16} {a:>10} {g:>10}"));
     }
     n.say("post more than the granted depth and ibv_post_send/recv fails with ENOMEM; send");
-    n.say("more inline bytes than max_inline_data and ibv_post_send fails with EINVAL.");
+    n.say("more inline bytes than max_inline_data and ibv_post_send fails too (EINVAL on rxe,");
+    n.say("ENOMEM on mlx5: check for failure, not for one errno).");
     if args.quiet {
         // Results only: the granted capabilities and the keys, one line each.
         outln!(

@@ -225,9 +225,14 @@ fn run(args: &Args) -> Result<()> {
     qp.modify_to_rtr(Some(&rtr)).context("ibv_modify_qp(RTR)")?;
     let state = qp.state()?;
     states.push(state);
+    // RTR: the QP receives from now on. What it will send goes to the dest_qp_num we just gave
+    // it — the peer's QPN, or with --bad-qpn the wrong one (the device cannot tell).
     n.say(format!(
-        "qp.state() = {state}: incoming packets from QP {:#x} are accepted now",
-        remote.qpn
+        "qp.state() = {state}: it receives now — packets for our QP {:#x}, the first with PSN \
+         {:#08x}; what it sends will go to QP {:#x}",
+        qp.qpn(),
+        rtr.rq_psn,
+        rtr.dest_qpn
     ));
     // What the device holds may differ from what we gave: on RoCE the kernel resolved the
     // peer's MAC address and, with it, the hop limit of the IP route (ibv_query_qp, IBV_QP_AV).

@@ -60,6 +60,29 @@ enum Notify {
     Flag,
 }
 
+/// Where `--no-write-access` leaves `REMOTE_WRITE` out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum NoWrite {
+    /// The target buffer's memory region (`ibv_reg_mr` access).
+    Mr,
+    /// The QP (`qp_access_flags` at INIT).
+    Qp,
+}
+
+impl NoWrite {
+    /// What the server says when it leaves REMOTE_WRITE out.
+    fn consequence(self) -> String {
+        let (flag, place) = match self {
+            NoWrite::Mr => ("mr", "target buffer's MR"),
+            NoWrite::Qp => ("qp", "QP's access flags"),
+        };
+        format!(
+            "--no-write-access={flag}: REMOTE_WRITE is missing from the {place}; the client's \
+             writes will be refused"
+        )
+    }
+}
+
 impl Notify {
     fn name(self) -> &'static str {
         match self {
@@ -92,6 +115,10 @@ struct Args {
     /// Client: put a wrong rkey in the writes, to watch the target's NIC refuse them
     #[arg(long = "bad-rkey")]
     bad_rkey: bool,
+    /// Server: leave REMOTE_WRITE out of the buffer's MR (or, with =qp, out of the QP) to see
+    /// the client's writes refused
+    #[arg(long = "no-write-access", value_enum, num_args = 0..=1, require_equals = true, default_missing_value = "mr")]
+    no_write_access: Option<NoWrite>,
 }
 
 /// What both sides agree to do.
@@ -134,6 +161,9 @@ fn check_flags(args: &Args) -> Result<Test> {
     if args.bad_rkey && args.common.role().is_server() {
         bail!("--bad-rkey is a client flag: the writer is the one that names the rkey");
     }
+    if args.no_write_access.is_some() && !args.common.role().is_server() {
+        bail!("--no-write-access is a server flag: the target decides what it allows");
+    }
     Ok(test)
 }
 
@@ -174,10 +204,11 @@ fn run(args: &Args, asked: Test) -> Result<()> {
     // The target's NIC writes into its memory on the writer's behalf: REMOTE_WRITE, which the
     // verbs spec only allows together with LOCAL_WRITE. The writer's NIC only *reads* its own
     // buffer to send it, and local reads need no flag at all.
-    let mr_access = if server {
-        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE
-    } else {
-        AccessFlags::EMPTY
+    // --no-write-access=mr leaves REMOTE_WRITE out.
+    let mr_access = match (server, args.no_write_access) {
+        (false, _) => AccessFlags::EMPTY,
+        (true, Some(NoWrite::Mr)) => AccessFlags::LOCAL_WRITE,
+        (true, _) => AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
     };
     let mr = pd
         .reg_mr(BUF_LEN, mr_access)
@@ -186,6 +217,9 @@ fn run(args: &Args, asked: Test) -> Result<()> {
     n.say(format!(
         "layout: bytes 0..{MAX_SIZE} payload, {FLAG_OFF}..{BUF_LEN} the flag word (--notify flag)"
     ));
+    if let Some(w) = args.no_write_access {
+        outln!("{}", w.consequence());
+    }
 
     n.step(3, "Create the CQ and the RC QP (lesson 02)");
     let cq = dev.ctx.create_cq(32, None).context("ibv_create_cq")?;
@@ -212,8 +246,8 @@ fn run(args: &Args, asked: Test) -> Result<()> {
 
     n.step(5, "Connect the QP: INIT -> RTR -> RTS (lesson 03)");
     // The QP, too, must let the peer write: qp_access_flags at INIT. The MR's flags alone are
-    // not enough — both are checked for every incoming write.
-    let access = if server {
+    // not enough — both are checked for every incoming write. --no-write-access=qp leaves it out.
+    let access = if server && args.no_write_access != Some(NoWrite::Qp) {
         AccessFlags::REMOTE_WRITE
     } else {
         AccessFlags::EMPTY

@@ -63,6 +63,8 @@ const MAX_SIZE: usize = 64 * 1024;
 /// The sizes of a message (`-s`, and the client's when the server adopts it).
 const SIZES: SizeRange<usize> = SizeRange::new(1..=MAX_SIZE);
 const MAX_ITERS: u32 = 1_000_000;
+/// The longest `--think`: a second per round trip.
+const MAX_THINK_US: u64 = 1_000_000;
 /// Events acknowledged per `ibv_ack_cq_events` call.
 const ACK_BATCH: u32 = 16;
 
@@ -85,6 +87,10 @@ struct Args {
     /// Client: first make the re-arm race happen on purpose (arm after a completion arrived)
     #[arg(long = "show-race")]
     show_race: bool,
+    /// Microseconds the server sleeps before each reply, as a server busy with other work
+    /// would: the client waits that much longer for every pong (0 to 1000000) [default: 0]
+    #[arg(long = "think")]
+    think_us: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,6 +98,8 @@ struct Test {
     size: usize,
     iters: u32,
     show_race: bool,
+    /// µs the server sleeps between a ping's arrival and its pong.
+    think_us: u64,
 }
 
 fn check_flags(args: &Args) -> Result<Test> {
@@ -100,6 +108,7 @@ fn check_flags(args: &Args) -> Result<Test> {
         size: args.size.unwrap_or(64),
         iters: args.iters.unwrap_or(500),
         show_race: args.show_race,
+        think_us: args.think_us.unwrap_or(0),
     };
     check_test(&t)?;
     if args.show_race && args.common.role().is_server() {
@@ -118,13 +127,22 @@ impl Test {
         mine.with("size", self.size)
             .with("iters", self.iters)
             .with("show_race", self.show_race as u8)
+            .with("think_us", self.think_us)
     }
 }
 
 /// `N round trips of S bytes`, as the headings of steps 6 and 7 say it.
 impl std::fmt::Display for Test {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} round trips of {} bytes", self.iters, self.size)
+        write!(f, "{} round trips of {} bytes", self.iters, self.size)?;
+        if self.think_us > 0 {
+            write!(
+                f,
+                " (the server thinks {} µs before each reply)",
+                self.think_us
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -132,7 +150,8 @@ fn check_test(t: &Test) -> Result<()> {
     SIZES
         .check_value("-s", t.size)
         .map_err(anyhow::Error::msg)?;
-    check_range("-n", t.iters, 1..=MAX_ITERS, "round trips")
+    check_range("-n", t.iters, 1..=MAX_ITERS, "round trips")?;
+    check_range("--think", t.think_us, 0..=MAX_THINK_US, "µs")
 }
 
 /// How a side waits for its completions.
@@ -490,8 +509,7 @@ fn run(args: &Args, asked: Test) -> Result<()> {
     for (m, mode) in [Mode::Busy, Mode::Event].into_iter().enumerate() {
         n.step(6 + m as u32, &format!("{test}, waiting by {}", mode.how()));
         waiter.mode = mode;
-        (measured[m], rtts[m]) =
-            measure(&qp, &mr, &slots, &mut waiter, &mut conn, server, test.iters)?;
+        (measured[m], rtts[m]) = measure(&qp, &mr, &slots, &mut waiter, &mut conn, server, &test)?;
         n.say(measured[m].describe(mode));
     }
     compare(&mut conn, server, &test, &measured, &rtts)
@@ -508,8 +526,9 @@ fn post_recv_slot(qp: &Qp, mr: &Mr, slots: &Slots) -> Result<()> {
 }
 
 /// One measured run, waiting the way `w.mode` says: both sides start together, the client
-/// pings and the server pongs `iters` times; the wall clock is read
-/// outside, the CPU clock inside, so that the CPU interval lies within the wall interval.
+/// pings and the server pongs `test.iters` times (sleeping `test.think_us` before each pong);
+/// the wall clock is read outside, the CPU clock inside, so that the CPU interval lies within
+/// the wall interval.
 /// Returns what was measured and, on the client, the round trips in µs.
 fn measure(
     qp: &Qp,
@@ -518,15 +537,16 @@ fn measure(
     w: &mut Waiter,
     conn: &mut OobConn,
     server: bool,
-    iters: u32,
+    test: &Test,
 ) -> Result<(Measured, Vec<f64>)> {
+    let (iters, think) = (test.iters, Duration::from_micros(test.think_us));
     let name = w.mode.name();
     w.stats = EventStats::default();
     conn.barrier(&format!("the peer to start the {name} run"))?;
     let t0 = Instant::now();
     let u0 = usage()?;
     let rtts = if server {
-        pong(qp, mr, slots, w, iters)?;
+        pong(qp, mr, slots, w, iters, think)?;
         Vec::new()
     } else {
         // The run's number (0 busy, 1 events) goes into every payload's pattern.
@@ -594,10 +614,12 @@ fn adopt(args: &Args, theirs: &Terms) -> Result<Test> {
         size: theirs.get("size")?,
         iters: theirs.get("iters")?,
         show_race: theirs.get::<u8>("show_race")? != 0,
+        think_us: theirs.get("think_us")?,
     };
     check_test(&t).context("the client's parameters")?;
     same_as_client("-s", args.size, t.size)?;
     same_as_client("-n", args.iters, t.iters)?;
+    same_as_client("--think", args.think_us, t.think_us)?;
     Ok(t)
 }
 
@@ -636,8 +658,16 @@ fn ping(
     Ok(rtts)
 }
 
-/// Server: `iters` times, wait for a ping, re-post the receive, echo the bytes back.
-fn pong(qp: &Qp, mr: &Mr, slots: &Slots, w: &mut Waiter, iters: u32) -> Result<()> {
+/// Server: `iters` times, wait for a ping, re-post the receive, sleep `think` (a server busy with
+/// other work: the client's wait grows, ours costs no CPU), echo the bytes back.
+fn pong(
+    qp: &Qp,
+    mr: &Mr,
+    slots: &Slots,
+    w: &mut Waiter,
+    iters: u32,
+    think: Duration,
+) -> Result<()> {
     // Absolute targets, not "one more than now": while we wait for the SEND completion of pong
     // i, the RECV of ping i+1 may already be polled (the client answers before our ack comes).
     let (base_s, base_r) = (w.sends, w.recvs);
@@ -652,6 +682,9 @@ fn pong(qp: &Qp, mr: &Mr, slots: &Slots, w: &mut Waiter, iters: u32) -> Result<(
             wr_id: i as u64 + 1,
             sges: &[recv],
         }])?;
+        if !think.is_zero() {
+            std::thread::sleep(think);
+        }
         qp.post_send(&[SendWr::new(i as u64, SendOp::Send, Payload::Sges(&[send]))])?;
         w.until(
             base_s + i as u64 + 1,

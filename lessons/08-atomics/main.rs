@@ -14,6 +14,12 @@
 //! every old value it got. The server then checks the word and that every value from the
 //! initial one to the final one was handed out exactly once.
 //!
+//! The byte order of the old value the requester's NIC writes back is the device's (host order
+//! on rxe and on upstream mlx5; big-endian, as on the wire, where a device delivers the reply
+//! unconverted). So each client first learns it: a FETCH_AND_ADD of 0 on a second word that
+//! holds a known value whose bytes all differ, then every old value — those the CAS loop
+//! compares — is read in the order learned.
+//!
 //! `--show-errors` (client) sends one fetch-and-add to a misaligned address, and
 //! `--no-atomic-access` (server) leaves `REMOTE_ATOMIC` out of the word's MR (or with `=qp`,
 //! out of the QP's access flags): both show what the NIC answers.
@@ -46,6 +52,14 @@ const PROGRAM: &str = "lesson08_atomics";
 /// still inside the MR (the error is then about alignment, not bounds).
 const MR_LEN: usize = 4096;
 const WORD_OFF: usize = 0;
+/// The probe word, right after the counter: it holds [`PROBE_VALUE`] and nothing ever changes
+/// it. A client's first atomic is a FETCH_AND_ADD of 0 on it, to learn in which byte order its
+/// device writes the old value back ([`ResultOrder`]).
+const PROBE_OFF: usize = 8;
+/// A value whose eight bytes all differ, so that host order and swapped order cannot be confused.
+const PROBE_VALUE: u64 = 0x0102_0304_0506_0708;
+/// What the server advertises: the counter (bytes 0..8) and the probe word (8..16).
+const ADVERTISED: usize = 16;
 const MAX_ITERS: u32 = 10_000;
 const MAX_CLIENTS: u32 = 16;
 
@@ -182,10 +196,12 @@ fn server(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
         .reg_mr(MR_LEN, mr_access)
         .context("ibv_reg_mr (the word)")?;
     mr.write(WORD_OFF, &args.initial.to_ne_bytes())?;
-    let word = mr.remote(WORD_OFF..WORD_OFF + 8)?;
+    // The probe word: a host-order integer like the counter; FETCH_AND_ADD of 0 leaves it be.
+    mr.write(PROBE_OFF, &PROBE_VALUE.to_ne_bytes())?;
+    let word = mr.remote(WORD_OFF..WORD_OFF + ADVERTISED)?;
     n.say(format!(
         "ibv_reg_mr: {MR_LEN} bytes, access {mr_access}, rkey {:#x}; the word is at {:#x} \
-         ({}-byte aligned), initial value {}",
+         ({}-byte aligned), initial value {}; the probe word at +{PROBE_OFF} holds {PROBE_VALUE:#018x}",
         mr.rkey(),
         word.addr,
         1u64 << word.addr.trailing_zeros().min(12),
@@ -245,6 +261,16 @@ fn server(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
     n.say(format!(
         "all reports in after {} ms",
         t0.elapsed().as_millis()
+    ));
+    let probe = mr.read_u64_volatile(PROBE_OFF);
+    ensure!(
+        probe == PROBE_VALUE,
+        "the probe word changed from {PROBE_VALUE:#018x} to {probe:#018x}: only fetch-and-adds \
+         of 0 were sent to it"
+    );
+    n.say(format!(
+        "the probe word still holds {PROBE_VALUE:#018x}: a fetch-and-add of 0 reads, and changes \
+         nothing"
     ));
     check_word(args, final_value, reports)
 }
@@ -462,13 +488,18 @@ fn client(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
     let (role, no_buf) = (args.common.role(), RemoteBuf::default());
     let (ep, peer) =
         exchange_endpoints(&mut conn, &role, dev, args.common.ib_port, &qp, no_buf, n)?;
-    let word = peer.buf;
+    let advertised = peer.buf;
     ensure!(
-        word.len >= 8 && word.addr % 8 == 0,
-        "the server advertised {} bytes at {:#x}: an atomic needs an 8-byte aligned word",
-        word.len,
-        word.addr
+        advertised.len as usize >= ADVERTISED && advertised.addr % 8 == 0,
+        "the server advertised {} bytes at {:#x}: this lesson needs {ADVERTISED}, 8-byte aligned \
+         (the word, then the probe word)",
+        advertised.len,
+        advertised.addr
     );
+    let word = advertised.slice(WORD_OFF as u32, 8).expect("checked above");
+    let probe = advertised
+        .slice(PROBE_OFF as u32, 8)
+        .expect("checked above");
     // The server's NIC never touches our memory: no qp_access_flags.
     let access = AccessFlags::EMPTY;
     connect_qp(&args.common, dev, &qp, &ep, &peer, &theirs, access)?;
@@ -486,24 +517,34 @@ fn client(args: &Args, dev: &Device, n: &Narrator) -> Result<()> {
 
     // The port's counters as the atomics start: if a completion never comes, the error says
     // how they moved (retransmissions? answers?) and the QP's state — not just "timed out".
-    let atomics = Atomics {
+    let mut atomics = Atomics {
         qp: &qp,
         cq: &cq,
         mr: &mr,
         word,
+        what: "the word",
+        order: ResultOrder::Host,
         wait,
         counters: PortCounters::snapshot(dev.ctx.name(), args.common.ib_port),
     };
+    n.step(
+        4,
+        "Learn the byte order of atomic results: a fetch-and-add of 0 on the probe word",
+    );
+    atomics.order = match learn_order(&atomics, probe, n) {
+        Ok(order) => order,
+        Err(e) => return report(&mut conn, Err(e), Duration::ZERO),
+    };
     if args.show_errors {
         n.step(
-            4,
+            5,
             "Error demonstration: a fetch-and-add at a misaligned address",
         );
         return show_misaligned(&atomics, &mut conn, n);
     }
 
     n.step(
-        4,
+        5,
         &format!("{iters} fetch-and-adds of 1, then {iters} compare-and-swap increments"),
     );
     let t0 = Instant::now();
@@ -547,29 +588,65 @@ fn report(conn: &mut OobConn, done: Result<Done>, took: Duration) -> Result<()> 
     Ok(())
 }
 
-/// What every atomic needs: the QP, its CQ, the 8-byte result buffer and the remote word (and,
-/// for a wait that expires, the port's counters when the atomics began).
+/// In which byte order the requester's device writes the old value of an atomic into the
+/// result buffer. The operands of a work request (`compare_add`, `swap`) are host-order
+/// integers on every device; only this returned value differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ResultOrder {
+    /// As a host-order `u64` (rxe; upstream mlx5, which reports `IBV_ATOMIC_NONE` — and refuses
+    /// atomics — when its firmware cannot answer in host order).
+    Host,
+    /// Byte-swapped: the wire's big-endian order on a little-endian host (MLNX_OFED's
+    /// `IBV_EXP_ATOMIC_HCA_REPLY_BE` devices).
+    Swapped,
+}
+
+impl ResultOrder {
+    /// The old value the NIC wrote as `bytes`, as a number.
+    fn decode(self, bytes: [u8; 8]) -> u64 {
+        match self {
+            ResultOrder::Host => u64::from_ne_bytes(bytes),
+            ResultOrder::Swapped => u64::from_ne_bytes(bytes).swap_bytes(),
+        }
+    }
+    /// What the narration calls it.
+    fn describe(self) -> &'static str {
+        match (self, cfg!(target_endian = "little")) {
+            (ResultOrder::Host, true) => "host order (little-endian here)",
+            (ResultOrder::Host, false) => "host order (big-endian here)",
+            (ResultOrder::Swapped, true) => {
+                "swapped: big-endian, as on the wire, on this little-endian host"
+            }
+            (ResultOrder::Swapped, false) => "swapped: little-endian, on this big-endian host",
+        }
+    }
+}
+
+/// What every atomic needs: the QP, its CQ, the 8-byte result buffer, the remote word (and what
+/// to call it in errors), the byte order results come in, and, for a wait that expires, the
+/// port's counters when the atomics began.
 struct Atomics<'a> {
     qp: &'a Qp,
     cq: &'a Cq,
     mr: &'a Mr,
     word: RemoteBuf,
+    what: &'a str,
+    order: ResultOrder,
     wait: Duration,
     counters: PortCounters,
 }
 
 impl Atomics<'_> {
-    /// Posts one atomic, waits for its completion and returns the old value the NIC wrote
-    /// into our buffer, read as a host-order u64 (right on rxe; `result_byte_order` checks
-    /// the order).
-    fn run(&self, op: SendOp, wr_id: u64) -> Result<u64> {
+    /// Posts one atomic, waits for its completion and returns the 8 bytes the NIC wrote into
+    /// our result buffer, as they are.
+    fn run_raw(&self, op: SendOp, wr_id: u64) -> Result<[u8; 8]> {
         let result = self.mr.sge(0..8)?;
         self.qp
             .post_send(&[SendWr::new(wr_id, op, Payload::Sges(&[result]))])
             .with_context(|| format!("posting {}", op.name()))?;
         let what = format!("the completion of {}", op.name());
         let wc = poll_one_explained(self.cq, self.qp, &self.counters, self.wait, &what)
-            .with_context(|| format!("{} on the word at {:#x}", op.name(), self.word.addr))?;
+            .with_context(|| format!("{} on {} at {:#x}", op.name(), self.what, self.word.addr))?;
         let want = match op {
             SendOp::FetchAdd { .. } => WcOpcode::FETCH_ADD,
             _ => WcOpcode::COMP_SWAP,
@@ -579,8 +656,53 @@ impl Atomics<'_> {
             "expected a {want} completion, got {}",
             wc.opcode()
         );
-        Ok(self.mr.read_u64_volatile(0))
+        Ok(self.mr.read_u64_volatile(0).to_ne_bytes())
     }
+
+    /// Posts one atomic, waits for its completion and returns the old value, read in the byte
+    /// order learned at start-up ([`learn_order`]).
+    fn run(&self, op: SendOp, wr_id: u64) -> Result<u64> {
+        Ok(self.order.decode(self.run_raw(op, wr_id)?))
+    }
+}
+
+/// Learns in which byte order the device writes atomic results, the way portable code does it
+/// once at start-up: a FETCH_AND_ADD of 0 on the probe word, which holds [`PROBE_VALUE`] (all
+/// eight bytes different), then which reading of the returned bytes gives that value.
+fn learn_order(a: &Atomics, probe: RemoteBuf, n: &Narrator) -> Result<ResultOrder> {
+    let on_probe = Atomics {
+        word: probe,
+        what: "the probe word",
+        counters: a.counters.clone(),
+        ..*a
+    };
+    n.say(format!(
+        "ibv_post_send IBV_WR_ATOMIC_FETCH_AND_ADD: remote {:#x} (the probe word) rkey {:#x}, \
+         add 0 -> the old value {PROBE_VALUE:#018x}, in the device's byte order",
+        probe.addr, probe.rkey
+    ));
+    let bytes = on_probe.run_raw(
+        SendOp::FetchAdd {
+            remote: probe,
+            add: 0,
+        },
+        0,
+    )?;
+    let order = [ResultOrder::Host, ResultOrder::Swapped]
+        .into_iter()
+        .find(|o| o.decode(bytes) == PROBE_VALUE)
+        .with_context(|| {
+            format!(
+                "the fetch-and-add of 0 on the probe word returned bytes {bytes:02x?}: neither \
+                 host order nor swapped reads {PROBE_VALUE:#018x}"
+            )
+        })?;
+    outln!(
+        "atomic result bytes {bytes:02x?} for the probe word {PROBE_VALUE:#018x}: {} — every \
+         old value below is read in this order",
+        order.describe()
+    );
+    Ok(order)
 }
 
 /// The client's work: `iters` fetch-and-adds of 1, then `iters` compare-and-swap increments,
@@ -597,8 +719,7 @@ fn hammer(a: &Atomics, iters: u32, initial: u64, n: &Narrator) -> Result<Done> {
     Ok(done)
 }
 
-/// `iters` IBV_WR_ATOMIC_FETCH_AND_ADD of 1 on the word; the first one's result also tells the
-/// byte order the device writes atomic results in ([`result_byte_order`]).
+/// `iters` IBV_WR_ATOMIC_FETCH_AND_ADD of 1 on the word.
 fn fetch_adds(a: &Atomics, iters: u32, initial: u64, n: &Narrator, done: &mut Done) -> Result<()> {
     for i in 0..iters {
         let old = a.run(
@@ -616,7 +737,12 @@ fn fetch_adds(a: &Atomics, iters: u32, initial: u64, n: &Narrator, done: &mut Do
                 a.word.rkey,
                 a.mr.lkey()
             ));
-            result_byte_order(old, initial)?;
+            // The word only grows from `initial`: a smaller value means the order learned from
+            // the probe word does not hold for this word.
+            ensure!(
+                old >= initial,
+                "the first fetch-and-add returned {old}, below the initial value {initial}"
+            );
         }
         done.olds.push(old);
         done.fetch_adds += 1;
@@ -635,31 +761,10 @@ fn fetch_adds(a: &Atomics, iters: u32, initial: u64, n: &Narrator, done: &mut Do
     Ok(())
 }
 
-/// Says in which byte order the device wrote the first atomic result `old`. That order is the
-/// device's choice (README): rxe writes the old value in host order, mlx4/mlx5-class HCAs
-/// big-endian. The word started at `initial` and only ever grows by small steps, so only one
-/// reading is plausible.
-fn result_byte_order(old: u64, initial: u64) -> Result<()> {
-    let bytes = old.to_ne_bytes();
-    let swapped = old.swap_bytes();
-    let plausible = |v: u64| v >= initial && v - initial < (1 << 32);
-    let order = match (plausible(old), plausible(swapped)) {
-        (true, _) => "host order",
-        (false, true) => "big-endian (swapped relative to this host)",
-        (false, false) => bail!(
-            "the first FETCH_AND_ADD returned bytes {bytes:02x?}: neither {old} (host \
-             order) nor {swapped} (swapped) lies at or above the initial value {initial}"
-        ),
-    };
-    outln!(
-        "atomic result bytes {bytes:02x?}: {order} — as a host-order u64 {old}, swapped \
-         {swapped}; the word started at {initial}"
-    );
-    Ok(())
-}
-
 /// `iters` increments by IBV_WR_ATOMIC_CMP_AND_SWP: guess the current value; if the swap
-/// fails, the returned old value is the current one — guess again with it.
+/// fails, the returned old value is the current one — guess again with it. Comparing the
+/// returned value with the guess needs it in host order: `Atomics::run` reads it in the order
+/// learned from the probe word, so on a device that answered big-endian the loop still ends.
 fn cas_increments(
     a: &Atomics,
     iters: u32,
@@ -790,4 +895,26 @@ fn wc_status_name(e: &anyhow::Error) -> Option<String> {
 
 fn main() -> ExitCode {
     lesson_main(PROGRAM, check_flags, |args: &Args, ()| run(args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_value_tells_the_two_orders_apart() {
+        // What a host-order device writes, and what a big-endian reply looks like in memory.
+        let host = PROBE_VALUE.to_ne_bytes();
+        let wire = PROBE_VALUE.to_be_bytes();
+        assert_eq!(ResultOrder::Host.decode(host), PROBE_VALUE);
+        assert_ne!(ResultOrder::Swapped.decode(host), PROBE_VALUE);
+        let wire_order = if cfg!(target_endian = "little") {
+            ResultOrder::Swapped
+        } else {
+            ResultOrder::Host
+        };
+        assert_eq!(wire_order.decode(wire), PROBE_VALUE);
+        // The CAS loop compares decoded values: 1101 sent back big-endian still reads 1101.
+        assert_eq!(wire_order.decode(1101u64.to_be_bytes()), 1101);
+    }
 }

@@ -307,8 +307,9 @@ fn create_ah(
         dlid: remote.lid,
         sl,
         port_num: port,
-        // As ibv_ud_pingpong: a GRH whenever the peer sent a GID; hop limit 1, which RoCE
-        // replaces with the IP route's (lesson 03) — the received GRH below shows it.
+        // As ibv_ud_pingpong: a GRH whenever the peer sent a GID; hop limit 1. rxe creates the
+        // AH in the kernel, which replaces it with the IP route's (lesson 03) — the received
+        // GRH below shows it; mlx5, mlx4 and hns build the AH in user space and send the 1.
         grh: (!remote.gid.is_zero()).then_some(GlobalRoute {
             dgid: remote.gid,
             sgid_index: dev.gid.entry.sgid_index()?,

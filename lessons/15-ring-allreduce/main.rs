@@ -6,10 +6,13 @@
 //!
 //! 1. **Who am I?** Launchers hand each process its rank, the world size and rank 0's address
 //!    (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT` under torchrun). `--np N` plays the
-//!    launcher on one machine: it starts N copies of this program.
+//!    launcher on one machine: it starts N copies of this program. The master address is what
+//!    NCCL's unique id carries: one rank makes the id (its bootstrap root's address) and the
+//!    program hands it to every rank before `ncclCommInitRank`; here the launcher did that.
 //! 2. **Bootstrap.** Every rank creates two RC QPs (one per neighbour) and registers receive
-//!    slots; rank 0 listens, collects every rank's endpoint record and sends everyone the table
-//!    — NCCL's "unique id" step. Each rank connects its QPs (INIT → RTR → RTS, lesson 03).
+//!    slots; rank 0 listens at the master address, collects every rank's endpoint record and
+//!    sends everyone the table — the gathering NCCL's bootstrap does inside `ncclCommInitRank`.
+//!    Each rank connects its QPs (INIT → RTR → RTS, lesson 03).
 //! 3. **The vector.** Rank r holds `count` small integers; the goal is their sum on every rank.
 //! 4. **Reduce-scatter**, n−1 steps: at step s rank r sends chunk (r−1−s) mod n to its right
 //!    neighbour with an RDMA WRITE WITH IMMEDIATE (lessons 05 and 04) into a slot the neighbour
@@ -202,20 +205,36 @@ fn run(args: &Args, info: env::RankInfo) -> Result<()> {
         2,
         "Bootstrap: rank 0 collected every endpoint and sent this table",
     );
-    say.say("rank  host          pid  device  GID                        left QPN  right QPN  slots (addr, rkey)");
-    for r in comm.table() {
-        say.say(format!(
-            "{:>4}  {:<10} {:>6}  {:<6}  {:<25}  {:#08x}  {:#09x}  {:#x}, {:#x}",
-            r.rank,
-            r.host,
-            r.pid,
-            r.device,
-            r.gid,
-            r.left_qpn,
-            r.right_qpn,
-            r.slots.addr,
-            r.slots.rkey
-        ));
+    // One line per rank; every column as wide as its widest cell, so that GIDs of either family
+    // and QPNs of any size stay aligned.
+    let header = [
+        "rank",
+        "host",
+        "pid",
+        "device",
+        "GID",
+        "left QPN",
+        "right QPN",
+        "slots (addr, rkey)",
+    ];
+    let rows: Vec<[String; 8]> = comm
+        .table()
+        .iter()
+        .map(|r| {
+            [
+                r.rank.to_string(),
+                r.host.to_string(),
+                r.pid.to_string(),
+                r.device.to_string(),
+                r.gid.to_string(),
+                format!("{:#08x}", r.left_qpn),
+                format!("{:#08x}", r.right_qpn),
+                format!("{:#x}, {:#x}", r.slots.addr, r.slots.rkey),
+            ]
+        })
+        .collect();
+    for line in aligned(&header, &rows) {
+        say.say(line);
     }
     say.step(
         3,
@@ -290,6 +309,11 @@ fn run(args: &Args, info: env::RankInfo) -> Result<()> {
             .map(|b| parse_log(b, count))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(anyhow::Error::msg)?;
+        // Each rank's vector as the narration goes: its input, then after each message.
+        let mut now: Vec<Vec<i64>> = match &inputs {
+            Some(all) => all.clone(),
+            None => vec![Vec::new(); n],
+        };
         for phase in [true, false] {
             say.step(
                 if phase { 5 } else { 6 },
@@ -302,23 +326,49 @@ fn run(args: &Args, info: env::RankInfo) -> Result<()> {
             for step in 0..n - 1 {
                 say.say(format!("step {step}:"));
                 for (r, log) in parsed.iter().enumerate() {
-                    let Some(s) = log.iter().find(|s| {
+                    let left = ring_offset(r, n, -1);
+                    // The schedule: what rank r sends right and receives from the left in this
+                    // step (reduce-scatter: r−1−s and r−2−s; all-gather: r−s and r−1−s).
+                    let (sent, got) = if phase {
+                        (
+                            ring_offset(r, n, -1 - step as isize),
+                            ring_offset(r, n, -2 - step as isize),
+                        )
+                    } else {
+                        (
+                            ring_offset(r, n, -(step as isize)),
+                            ring_offset(r, n, -1 - step as isize),
+                        )
+                    };
+                    let empty = |c: usize| chunk(count, n, c).is_empty();
+                    let send = if empty(sent) {
+                        format!("sent nothing (chunk {sent} is empty)")
+                    } else {
+                        format!("sent chunk {sent} right")
+                    };
+                    // What arrived: the message the tracer saw, if any — an empty chunk travels
+                    // in no message, and the vector stays as it was.
+                    let arrived = log.iter().find(|s| {
                         s.reduced == phase
                             && s.step as usize == step + if phase { 0 } else { n - 1 }
-                    }) else {
-                        continue;
-                    };
-                    let left = ring_offset(r, n, -1);
-                    let sent = if phase {
-                        ring_offset(r, n, -1 - step as isize)
-                    } else {
-                        ring_offset(r, n, -(step as isize))
+                    });
+                    let recv = match arrived {
+                        Some(s) => {
+                            now[r] = s.vector.clone();
+                            format!(
+                                "{} chunk {} from rank {left}",
+                                if phase { "added" } else { "stored" },
+                                s.chunk
+                            )
+                        }
+                        None if empty(got) => {
+                            format!("nothing from rank {left} (chunk {got} is empty)")
+                        }
+                        None => bail!("rank {r} received no chunk {got} in step {step}"),
                     };
                     say.say(format!(
-                        "  rank {r}: sent chunk {sent} right; {} chunk {} from rank {left} → {}",
-                        if phase { "added" } else { "stored" },
-                        s.chunk,
-                        show(&s.vector, count, n)
+                        "  rank {r}: {send}; {recv} → {}",
+                        show(&now[r], count, n)
                     ));
                 }
             }
@@ -403,6 +453,37 @@ fn read_seen(r: &mut Reader<'_>, count: usize) -> std::result::Result<Seen, Wire
             .map(|_| r.u64("element").map(|x| x as i64))
             .collect::<std::result::Result<Vec<_>, _>>()?,
     })
+}
+
+/// `header` and `rows` as lines of columns padded to their widest cell; the first and third
+/// columns (rank, pid) are numbers and align right.
+fn aligned(header: &[&str; 8], rows: &[[String; 8]]) -> Vec<String> {
+    let mut width: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in width.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .zip(&width)
+            .enumerate()
+            .map(|(i, (c, &w))| match i {
+                0 | 2 => format!("{c:>w$}"),
+                _ => format!("{c:<w$}"),
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    std::iter::once(line(header.to_vec()))
+        .chain(
+            rows.iter()
+                .map(|r| line(r.iter().map(String::as_str).collect())),
+        )
+        .collect()
 }
 
 /// `[11 12 13 | 14 15 | 16 17]`: the vector with its chunks marked.

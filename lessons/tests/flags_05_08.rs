@@ -93,11 +93,22 @@ fn flags_of_the_other_side_are_refused() {
         "--bad-rkey is a client flag: the writer is the one that names the rkey",
     );
     assert_refused(
+        L05,
+        &["--no-write-access=qp", "somehost"],
+        "--no-write-access is a server flag: the target decides what it allows",
+    );
+    assert_refused(L05, &["--no-write-access=rkey"], "--no-write-access");
+    assert_refused(
         L06,
         &["--bad-rkey"],
         "--bad-rkey is a client flag: the reader is the one that names the rkey",
     );
     assert_refused(L07, &["--show-race"], "--show-race is a client flag");
+    assert_refused(
+        L07,
+        &["--think", "1000001", "somehost"],
+        "--think 1000001: give 0 to 1000000 µs",
+    );
     assert_refused(L08, &["--show-errors"], "--show-errors is a client flag");
     assert_refused(L08, &["-n", "5"], "-n is a client flag");
     assert_refused(

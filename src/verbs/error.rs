@@ -179,14 +179,20 @@ fn hint_for(verb: &str, errno: Errno) -> Option<String> {
              network namespace set net.ipv4.conf.*.accept_local=1 and rp_filter=0"
                 .into()
         }
-        ("ibv_post_send", Errno::ENOMEM) | ("ibv_post_recv", Errno::ENOMEM) => {
+        ("ibv_post_send", Errno::ENOMEM) => {
+            "the work queue is full: poll completions before posting more, or create the QP \
+             with a deeper queue (mlx5 also says ENOMEM for an inline payload larger than the \
+             QP's max_inline_data)"
+                .into()
+        }
+        ("ibv_post_recv", Errno::ENOMEM) => {
             "the work queue is full: poll completions before posting more, or create the QP \
              with a deeper queue"
                 .into()
         }
         ("ibv_post_send", Errno::EINVAL) => {
             "the work request was refused: an inline payload larger than the QP's \
-             max_inline_data, too many SGEs, an opcode the QP type does not support, or an \
+             max_inline_data (rxe; mlx5 says ENOMEM), too many SGEs, an opcode the QP type does not support, or an \
              atomic whose remote address is not 8-byte aligned"
                 .into()
         }

@@ -80,4 +80,15 @@ server_client 18321 "$L -d $VL_DEV0 -p 18321 -q" "$L -d $VL_DEV1 -p 18321 -q -s 
 expect_contains "$CLIENT_OUT" "round-trip latency, 50 round trips of 4096 bytes"
 expect_not_contains "$CLIENT_OUT" "race:"
 expect_not_contains "$CLIENT_OUT" "[1] Open the device"
+step "--think 20000: the waits are long, and events cost less CPU than spinning (README)"
+# The server sleeps 20 ms before each pong: the busy client spins through it (CPU per round trip
+# >= 20 ms), the event client sleeps, so its CPU per round trip must be the smaller one.
+server_client 18322 "$L -d $VL_DEV0 -p 18322 -q" "$L -d $VL_DEV1 -p 18322 -q -n 30 --think 20000 $VL_ADDR0"
+expect_contains "$SERVER_OUT" "CPU time during each run"
+ratio=$(sed -n 's/^event vs busy: .*client CPU per round trip [0-9]* vs [0-9]* µs (\([0-9.]*\)x)$/\1/p' "$CLIENT_OUT")
+[ -n "$ratio" ] || fail "no 'client CPU per round trip' comparison"
+echo "--think 20000: event/busy client CPU per round trip = ${ratio}x"
+num_gt 1 "$ratio" || fail "with 20 ms waits event mode used ${ratio}x busy polling's CPU per round trip"
+busy_trip=$(field cpu busy 5)
+num_gt "${busy_trip:-0}" 20000 || fail "the busy client's CPU per round trip ${busy_trip:-?} µs is below the 20 ms it spins"
 echo "lesson 07 scenarios passed"

@@ -36,9 +36,14 @@ expect_contains "$srv" "client 2/2: done: 150 fetch-and-adds + 150 compare-and-s
 expect_contains "$srv" "final value 5600 == initial 5000 + 600 increments from 2 client(s): correct"
 expect_contains "$srv" "every value from 5000 to 5599 was returned exactly once"
 expect_contains "$c1" "IBV_WR_ATOMIC_FETCH_AND_ADD: remote 0x"
-# The byte order of atomic results is the provider's: rxe writes the old value in host order.
-expect_contains "$c1" "atomic result bytes ["
-expect_contains "$c1" ": host order — as a host-order u64 "
+# The byte order of atomic results is the device's: each client learns it from a fetch-and-add
+# of 0 on the probe word (0x0102030405060708), and rxe answers in host order (README exercise 1).
+expect_contains "$srv" "the probe word at +8 holds 0x0102030405060708"
+expect_contains "$srv" "the probe word still holds 0x0102030405060708"
+for c in "$c1" "$c2"; do
+    expect_contains "$c" "(the probe word) rkey 0x"
+    expect_contains "$c" "atomic result bytes [08, 07, 06, 05, 04, 03, 02, 01] for the probe word 0x0102030405060708: host order (little-endian here)"
+done
 expect_contains "$c1" "IBV_WR_ATOMIC_CMP_AND_SWP: compare "
 # The clients really ran at the same time: one saw the other's increments between its own.
 grep -q -F "with gaps: another client's atomics came in between" "$c1" "$c2" \
@@ -62,7 +67,8 @@ if [ "$CLIENT_RC" -eq 0 ] || [ "$CLIENT_RC" -eq 124 ]; then
     fail "the client should fail on its own (got $CLIENT_RC)"
 fi
 expect_contains "$SERVER_OUT" "access LOCAL_WRITE|REMOTE_READ, rkey"
-expect_contains "$CLIENT_OUT" "lesson08_atomics: error: IBV_WR_ATOMIC_FETCH_AND_ADD on the word at 0x"
+# The first atomic a client sends is the probe: it is the one refused.
+expect_contains "$CLIENT_OUT" "lesson08_atomics: error: IBV_WR_ATOMIC_FETCH_AND_ADD on the probe word at 0x"
 expect_contains "$CLIENT_OUT" "completed with IBV_WC_REM_ACCESS_ERR (remote access error)"
 expect_contains "$SERVER_OUT" "client 1/1: its atomics failed with IBV_WC_REM_ACCESS_ERR"
 expect_contains "$SERVER_OUT" "final value 1000 == initial 1000: no atomic reached the word (refused with IBV_WC_REM_ACCESS_ERR)"

@@ -1,8 +1,10 @@
 //! The rendezvous: every rank sends rank 0 its endpoint record, rank 0 checks them and sends
-//! everyone the table — the part of NCCL's bootstrap that its unique id stands for. It is
-//! written once ([`rendezvous`]) against a [`link::Link`], one rank's end of a star around rank
-//! 0, carried by TCP (rank 0 listens on the master address, the others connect: ranks on any
-//! host) or by the POSIX message queues of a local launcher (`--np`: ranks on this machine).
+//! everyone the table — what NCCL's bootstrap does inside `ncclCommInitRank`. Where to meet plays
+//! NCCL's unique id (the bootstrap root's address, made by one rank and handed to all before
+//! they start): the master address, or a local launcher's queue names. It is written once
+//! ([`rendezvous`]) against a [`link::Link`], one rank's end of a star around rank 0, carried by
+//! TCP (rank 0 listens on the master address, the others connect: ranks on any host) or by the
+//! POSIX message queues of a local launcher (`--np`: ranks on this machine).
 //! The links stay open afterwards as the [`Star`]: small control messages (gathers, barriers)
 //! and, above all, liveness — a rank that dies closes its socket (or its launcher says so on
 //! every queue), and rank 0 tells every other rank who is gone.
