@@ -20,7 +20,7 @@ set -eu
 usage() {
     cat <<'EOF'
 Usage: sh scripts/bench-guest.sh --out DIR [--runs N] [--only NAME,NAME] [--quick] [--sweep]
-                                 [--max-extra K] [--rows FILE]
+                                 [--max-extra K] [--rows FILE] [--remote NODE]
        sh scripts/bench-guest.sh --list [--quick] [--sweep] [--rows FILE]
 
 Runs inside the SoftRoCE guest (scripts/softroce-vm run). For every row: N rounds, each a run of
@@ -40,12 +40,15 @@ goes to the console as "[bench]" lines.
                  rows are named TOOL_BYTES (write_bw_65536)
   --max-extra K  extra rounds allowed per row for broken runs (default: N)
   --list         print the rows (name kind ours perftest parameters) and exit
+  --remote NODE  in the cluster (scripts/softroce-vm cluster run): every server runs on NODE
+                 (by ssh), every client here, both on rxe0, across the fabric; rows with a
+                 runner other than pair (procs2) are left out
   --rows FILE    take the rows from FILE (lines NAME|KIND|RUNNER|OURS|PERFTEST|PARAMETERS, as
                  in bench_rows below) instead of the built-in table: for one-off experiments
 EOF
 }
 
-OUT='' RUNS=5 ONLY='' QUICK='' MAX_EXTRA='' LIST='' ROWS='' SWEEP=''
+OUT='' RUNS=5 ONLY='' QUICK='' MAX_EXTRA='' LIST='' ROWS='' SWEEP='' REMOTE=''
 while [ $# -gt 0 ]; do
     case $1 in
         -h | --help) usage; exit 0 ;;
@@ -57,6 +60,7 @@ while [ $# -gt 0 ]; do
         --max-extra) MAX_EXTRA=${2:?--max-extra needs a number}; shift ;;
         --list) LIST=1 ;;
         --rows) ROWS=${2:?--rows needs a file}; shift ;;
+        --remote) REMOTE=${2:?--remote needs a node}; shift ;;
         *) echo "bench-guest: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -273,6 +277,26 @@ run_pair() {
     return 0
 }
 
+# run_remote BIN PARAMS PORT PREFIX: run_pair's contract across two hosts of the cluster: the
+# server on $REMOTE (ssh; tests/cluster/lib.sh), the client here, both on rxe0.
+run_remote() {
+    R_SERVER_RC=- R_CLIENT_RC=-
+    : >"$4.client"
+    on "$REMOTE" "exec $TIMEV $1 -d rxe0 $COMMON -p $3 $2" >"$4.server" 2>&1 </dev/null &
+    _rr_pid=$!
+    if ! (wait_remote_port "$REMOTE" "$3" "$SC_LISTEN_TIMEOUT" "$1") >"$4.log" 2>&1; then
+        kill_tree TERM "$_rr_pid"
+        R_SERVER_RC=0
+        _vl_watch "$_rr_pid" 5 || R_SERVER_RC=$?
+        return 0
+    fi
+    R_CLIENT_RC=0
+    run_timeout "$SC_CLIENT_TIMEOUT" sh -c "$TIMEV $1 -d rxe0 $COMMON -p $3 $2 $REMOTE" \
+        >"$4.client" 2>&1 </dev/null || R_CLIENT_RC=$?
+    R_SERVER_RC=0
+    _vl_watch "$_rr_pid" "$SC_SERVER_TIMEOUT" || R_SERVER_RC=$?
+}
+
 # cost FILE: what busybox's `time -v` appended to a side's output, as "RSS_KIB<TAB>CPU_SECONDS"
 # (user + system), or "-<TAB>-" when it is not there (the procs2 runner, a killed run). busybox
 # prints ru_maxrss (already KiB) converted as if it counted 4 KiB pages: 4 times the peak RSS
@@ -431,6 +455,12 @@ if [ -n "$ONLY" ]; then
     done
     awk -F'|' -v only=",$ONLY," 'index(only, "," $1 ",")' "$TMPDIR/rows" >"$TMPDIR/rows.only"
     mv "$TMPDIR/rows.only" "$TMPDIR/rows"
+fi
+if [ -n "$REMOTE" ]; then
+    # Across two hosts: the pair rows, each run by run_remote.
+    awk -F'|' -v OFS='|' '$3 == "pair" { $3 = "remote"; print }' "$TMPDIR/rows" >"$TMPDIR/rows.remote"
+    mv "$TMPDIR/rows.remote" "$TMPDIR/rows"
+    DEV0=rxe0 DEV1=rxe0 ADDR0=$REMOTE
 fi
 for _t in $(cut -d'|' -f4,5 "$TMPDIR/rows" | tr '|' ' '); do
     require_bin "$_t"
