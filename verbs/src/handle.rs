@@ -41,7 +41,7 @@ pub(crate) unsafe trait VerbsObject {
 macro_rules! verbs_object {
     (unsafe $t:ty, destroyed by $destroy:path) => {
         // SAFETY: the invocation's `// SAFETY:` comment says why `$t` is thread-safe.
-        unsafe impl $crate::verbs::handle::VerbsObject for $t {
+        unsafe impl $crate::handle::VerbsObject for $t {
             unsafe fn destroy(ptr: *mut $t) {
                 // SAFETY: the caller's contract (a live object, used by nothing, destroyed only
                 // here); the invocation says why no child is left.
@@ -91,7 +91,7 @@ impl<T: VerbsObject, P> Drop for Handle<T, P> {
 
 #[cfg(test)]
 mod tests {
-    use crate::verbs::{Ah, CompChannel, Context, Cq, EventChannel, Mw, Pd, Qp, Srq};
+    use crate::{Ah, CompChannel, Context, Cq, EventChannel, Mw, Pd, Qp, Srq};
 
     /// Every object may be moved to, and shared with, another thread (the benchmarks' workers
     /// and the collectives' helper threads do): the handles carry that from `VerbsObject`.

@@ -16,7 +16,7 @@ use super::mr::Mr;
 /// exists. Nothing outside this crate can make one from raw parts:
 ///
 /// ```compile_fail,E0423
-/// # use verbs_lab::verbs::Sge;
+/// # use vl_verbs::Sge;
 /// let forged = Sge(rdma_sys::ibv_sge { addr: 0x1000, length: 64, lkey: 1 }); // private field
 /// ```
 #[derive(Clone, Copy)]
