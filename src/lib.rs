@@ -31,6 +31,8 @@
 //!
 //! The lessons (`lessons/`) and the benchmarks (`perftest/`) are built on it.
 
+#![forbid(unsafe_code)]
+
 pub mod affinity;
 pub mod background;
 pub mod cli;
