@@ -117,11 +117,8 @@ impl EventChannel {
             .to_vec()
         };
         // A connect request creates a new id for the connection; it is ours to destroy.
-        let new_id = (kind == CmEventKind::ConnectRequest).then(|| CmId {
-            ptr: raw.id,
-            qp: None,
-            _channel: self.inner.clone(),
-        });
+        let new_id =
+            (kind == CmEventKind::ConnectRequest).then(|| CmId::own(raw.id, self.inner.clone()));
         CmEvent {
             kind,
             status: raw.status,
