@@ -37,6 +37,7 @@ pub mod pd;
 pub mod qp;
 pub mod srq;
 pub mod sysfs;
+pub(crate) mod ud_sends;
 pub mod wc;
 pub mod wr;
 
