@@ -427,15 +427,13 @@ impl Qp {
         // handle is held until its request is done (above); the QP is live.
         let ret = unsafe { rdma_sys::ibv_post_send(self.inner.ptr, base, &mut bad) };
         if ret != 0 {
-            let idx = if bad.is_null() {
-                0
-            } else {
-                // SAFETY: bad points into raw[0..n] when set.
-                unsafe { bad.offset_from(base) as usize }
-            };
-            if let Some(held) = held.as_mut() {
-                held.posted_only(idx);
+            // SAFETY: bad points into raw[0..n] when set.
+            let bad_idx = (!bad.is_null()).then(|| unsafe { bad.offset_from(base) as usize });
+            // The requests before the refused one were posted; without it, keep every handle.
+            if let (Some(held), Some(posted)) = (held.as_mut(), bad_idx) {
+                held.posted_only(posted);
             }
+            let idx = bad_idx.unwrap_or(0);
             return Err(refused(ret, &wrs[idx], first_index + idx));
         }
         Ok(())
