@@ -33,6 +33,7 @@ use std::process::ExitCode;
 
 use clap::{Command, Parser};
 use clap_complete::Shell;
+use vl_verbs::error::Advice;
 
 mod number;
 mod size;
@@ -169,9 +170,29 @@ pub fn exit_code(name: &str, result: anyhow::Result<()>) -> ExitCode {
     }
 }
 
+/// How to get an RDMA device on a machine without one, with this project's scripts; every "no
+/// device" message of the verbs layer and of lesson 01 ends with it ([`VERBS_ADVICE`]).
+pub const HOW_TO_GET_A_DEVICE: &str = "to get one: on a kernel with the rdma_rxe module run \
+`scripts/softroce-up` (SoftRoCE on a netdev), or on any machine run `scripts/softroce-vm shell` \
+(a QEMU guest with two SoftRoCE devices)";
+
+/// The programs of this project that the verbs layer's errors send a person to: `vl_devinfo` for
+/// a device's limits and GID table, our scripts for a device. Every binary sets it first
+/// ([`generate_if_asked`]).
+pub const VERBS_ADVICE: Advice = Advice {
+    devinfo: "vl_devinfo",
+    get_a_device: HOW_TO_GET_A_DEVICE,
+    elsewhere: Some("scripts/softroce-vm"),
+};
+
 /// When [`GENERATE_ENV`] names a directory, writes `command()`'s man page and completions there
 /// and exits (0 on success, 1 with a message otherwise). Otherwise returns at once.
+///
+/// Every binary of the project starts here (through [`parse`], the lessons' `main`, perftest's
+/// `entry`), so this is also where the verbs layer learns which of our programs its errors name
+/// ([`VERBS_ADVICE`]).
 pub fn generate_if_asked(command: impl FnOnce() -> Command) {
+    vl_verbs::error::set_advice(VERBS_ADVICE);
     let Some(dir) = std::env::var_os(GENERATE_ENV).filter(|d| !d.is_empty()) else {
         return;
     };
@@ -305,5 +326,40 @@ mod tests {
         assert_eq!(second.ports("rxe0", 2).unwrap(), [2]);
         let e = second.ports("rxe0", 1).unwrap_err().to_string();
         assert_eq!(e, "rxe0 has no port 2: it has 1 port(s), numbered from 1");
+    }
+
+    /// Once a binary has started, the verbs layer's advice names our programs, word for word as
+    /// it did when it lived in the verbs layer.
+    #[test]
+    fn the_verbs_layers_advice_names_our_programs() {
+        use nix::errno::Errno;
+        use vl_verbs::VerbsError;
+        generate_if_asked(|| Command::new("t"));
+        assert_eq!(vl_verbs::error::advice(), &VERBS_ADVICE);
+        let hint = |verb, errno| match VerbsError::call(verb, errno) {
+            VerbsError::Call { hint, .. } => hint.unwrap(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            hint("ibv_create_cq", Errno::ENOMEM),
+            "out of resources: ask for fewer entries (see max_cqe / max_qp_wr in vl_devinfo) or \
+             raise the locked-memory limit (ulimit -l)"
+        );
+        assert_eq!(
+            hint("ibv_create_qp", Errno::EINVAL),
+            "a requested capability exceeds what the device grants: compare max_send_wr, \
+             max_recv_wr, max_sge and max_inline_data with vl_devinfo"
+        );
+        assert_eq!(
+            hint("ibv_modify_qp(RTR)", Errno::EINVAL),
+            "the path attributes were refused: check the remote QPN, the path MTU (not above the \
+             port's active MTU) and the GID index (vl_devinfo lists the GID table)"
+        );
+        assert_eq!(
+            VerbsError::NoDevices.to_string(),
+            "no RDMA devices found (the device list is empty); to get one: on a kernel with the \
+             rdma_rxe module run `scripts/softroce-up` (SoftRoCE on a netdev), or on any machine \
+             run `scripts/softroce-vm shell` (a QEMU guest with two SoftRoCE devices)"
+        );
     }
 }

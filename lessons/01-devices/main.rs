@@ -40,9 +40,9 @@ use rdma_sys::{
 };
 
 use verbs_lab::cli::DevicePortFilter;
+use verbs_lab::cli::HOW_TO_GET_A_DEVICE;
 use verbs_lab::sysfs;
 use verbs_lab::verbs::device::format_guid;
-use verbs_lab::verbs::error::HOW_TO_GET_A_DEVICE;
 use verbs_lab::verbs::{DeviceList, VerbsError};
 use verbs_lab_lessons::{lesson_main, outln, Narrator};
 

@@ -31,6 +31,8 @@
 //! lesson15_ring_allreduce --np 4 -d rxe0,rxe1 --count 10
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::cell::RefCell;
 use std::ffi::OsString;
 use std::process::ExitCode;

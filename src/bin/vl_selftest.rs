@@ -5,6 +5,8 @@
 //! fails the way the verbs spec says (`IBV_WC_REM_ACCESS_ERR`). Exit status 0 only when every
 //! check passed.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::time::Duration;
 

@@ -1,6 +1,8 @@
 //! vl_all_gather_perf: nccl-tests' all_gather_perf over RDMA verbs. See `vl_all_gather_perf --help` and
 //! docs/distributed-training.md.
 
+#![forbid(unsafe_code)]
+
 use verbs_lab::coll::Coll;
 
 fn main() -> std::process::ExitCode {

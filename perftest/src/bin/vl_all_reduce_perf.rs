@@ -1,6 +1,8 @@
 //! vl_all_reduce_perf: nccl-tests' all_reduce_perf over RDMA verbs. See `vl_all_reduce_perf --help` and
 //! docs/distributed-training.md.
 
+#![forbid(unsafe_code)]
+
 use verbs_lab::coll::Coll;
 
 fn main() -> std::process::ExitCode {

@@ -1,6 +1,8 @@
 //! vl_reduce_scatter_perf: nccl-tests' reduce_scatter_perf over RDMA verbs. See `vl_reduce_scatter_perf --help` and
 //! docs/distributed-training.md.
 
+#![forbid(unsafe_code)]
+
 use verbs_lab::coll::Coll;
 
 fn main() -> std::process::ExitCode {

@@ -1,6 +1,8 @@
 //! vl_sendrecv_perf: nccl-tests' sendrecv_perf over RDMA verbs. See `vl_sendrecv_perf --help` and
 //! docs/distributed-training.md.
 
+#![forbid(unsafe_code)]
+
 use verbs_lab::coll::Coll;
 
 fn main() -> std::process::ExitCode {

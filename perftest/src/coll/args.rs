@@ -419,10 +419,10 @@ pub struct BusbwGate {
 pub const NCCL_MIN_BW_ENV: &str = "NCCL_TESTS_MIN_BW";
 
 impl Args {
-    /// The gate of the run: `--min-busbw`, else [`NCCL_MIN_BW_ENV`] from `env` (nccl-tests'
-    /// rule: 90 % of it), else none. A variable that is not a positive bandwidth is refused,
-    /// as a bad `--min-busbw` is (nccl-tests' `atof` would read it as 0, a gate that never
-    /// fails).
+    /// The gate of the run: `--min-busbw`, else `NCCL_TESTS_MIN_BW` (`NCCL_MIN_BW_ENV`) from
+    /// `env` (nccl-tests' rule: 90 % of it), else none. A variable that is not a positive
+    /// bandwidth is refused, as a bad `--min-busbw` is (nccl-tests' `atof` would read it as 0,
+    /// a gate that never fails).
     pub fn busbw_gate(
         &self,
         env: &dyn Fn(&str) -> Option<String>,

@@ -4,6 +4,8 @@
 //! address, and which GID verbs-lab's tools would use on each port and why. `--json` prints the
 //! same facts (and all of them, whatever `-v` says) as one JSON document.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};

@@ -29,13 +29,13 @@ const WORD: usize = 8;
 /// `&[u8]` or `&mut [u8]` view:
 ///
 /// ```compile_fail,E0599
-/// # fn f(mr: &verbs_lab::verbs::Mr) {
+/// # fn f(mr: &vl_verbs::Mr) {
 /// let bytes: &[u8] = mr.as_slice(); // error: no such method
 /// # }
 /// ```
 ///
 /// ```compile_fail,E0599
-/// # fn f(mr: &mut verbs_lab::verbs::Mr) {
+/// # fn f(mr: &mut vl_verbs::Mr) {
 /// let bytes: &mut [u8] = mr.as_mut_slice(); // error: no such method
 /// # }
 /// ```
@@ -301,8 +301,8 @@ impl Mr {
     /// request built from it exists:
     ///
     /// ```compile_fail,E0505
-    /// # fn f(pd: &verbs_lab::verbs::Pd) -> verbs_lab::verbs::Result<()> {
-    /// use verbs_lab::verbs::AccessFlags;
+    /// # fn f(pd: &vl_verbs::Pd) -> vl_verbs::Result<()> {
+    /// use vl_verbs::AccessFlags;
     /// let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE)?;
     /// let sge = mr.sge(0..64)?;
     /// drop(mr); // error: `mr` is still borrowed by `sge`
@@ -313,8 +313,8 @@ impl Mr {
     /// and neither an `Sge` nor the work requests built from it can outlive the MR:
     ///
     /// ```compile_fail,E0597
-    /// # fn f(pd: &verbs_lab::verbs::Pd) -> verbs_lab::verbs::Result<()> {
-    /// use verbs_lab::verbs::{AccessFlags, Sge};
+    /// # fn f(pd: &vl_verbs::Pd) -> vl_verbs::Result<()> {
+    /// use vl_verbs::{AccessFlags, Sge};
     /// let sge: Sge<'static> = {
     ///     let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE)?;
     ///     mr.sge(0..64)? // error: `mr` does not live long enough
@@ -325,8 +325,8 @@ impl Mr {
     /// The same steps with the MR alive throughout compile:
     ///
     /// ```no_run
-    /// # fn f(pd: &verbs_lab::verbs::Pd) -> verbs_lab::verbs::Result<()> {
-    /// use verbs_lab::verbs::{AccessFlags, RecvWr};
+    /// # fn f(pd: &vl_verbs::Pd) -> vl_verbs::Result<()> {
+    /// use vl_verbs::{AccessFlags, RecvWr};
     /// let mr = pd.reg_mr(64, AccessFlags::LOCAL_WRITE)?;
     /// let sge = mr.sge(0..64)?;
     /// let wr = RecvWr { wr_id: 1, sges: &[sge] };

@@ -1,4 +1,8 @@
-//! The safe verbs layer: the only home of `unsafe` in verbs-lab.
+//! # vl_verbs: the safe verbs layer of verbs-lab
+//!
+//! libibverbs and librdmacm objects as owned Rust values, over `rdma-sys`. This crate is the
+//! only one of the project where `unsafe` is allowed; every other crate says
+//! `#![forbid(unsafe_code)]` and builds on what is here.
 //!
 //! One file per verbs object, named as the man pages name them. Ownership follows one rule
 //! everywhere: **a child holds an `Arc` of its parent's handle**. An [`Mr`] holds its PD, a
@@ -8,6 +12,10 @@
 //!
 //! Memory the NIC may touch is owned by its [`Mr`] and freed only after deregistration; work
 //! requests name it through [`Sge`]s that only an MR can make. See `docs/architecture.md`.
+//!
+//! Beside the objects, the small helpers they need and nothing else: [`fdwait`] (the one
+//! bounded `poll(2)` until a deadline), [`sysfs`] (what the kernel says about a device: GID
+//! types, netdevs, NUMA node, port counters), [`names`] (enums printed and parsed by name).
 
 pub mod ah;
 pub mod async_event;
@@ -19,13 +27,17 @@ pub mod cq;
 pub mod device;
 pub mod error;
 pub(crate) mod fd;
+pub mod fdwait;
 pub mod gid;
 pub(crate) mod handle;
 pub mod mr;
 pub mod mw;
+pub mod names;
 pub mod pd;
 pub mod qp;
 pub mod srq;
+pub mod sysfs;
+pub(crate) mod ud_sends;
 pub mod wc;
 pub mod wr;
 

@@ -11,32 +11,34 @@
 //! (`rdma_destroy_id(3)`), and the channel goes only after its last id. Every wait for an
 //! event is bounded ([`EventChannel::get_event`] takes a timeout).
 //!
-//! librdmacm opens every RDMA device itself and keeps it open for the life of the process; a
-//! `cm_id` bound to a device names that context (`id->verbs`). [`CmId::context`] wraps it in a
-//! [`Context`] that is never closed by us (librdmacm closes it at exit), so PDs, CQs and QPs
-//! for a connection are created on the very context the CM uses, as `rdma_create_qp(3)` needs.
+//! librdmacm opens every RDMA device itself; a `cm_id` bound to a device names that context
+//! (`id->verbs`), and librdmacm counts the ids bound to each device: it closes a device's
+//! context once the device is removed and no id bound to it is left. [`CmId::context`] lends
+//! that context as a *borrowed* [`Context`]: it holds the id (so librdmacm keeps the device
+//! open) for as long as it or anything built on it lives, and never closes the context itself.
+//! PDs, CQs and QPs for a connection are so created on the very context the CM uses, as
+//! `rdma_create_qp(3)` needs; a CmId dropped before them is destroyed after them.
 
-use std::ffi::CStr;
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::os::fd::BorrowedFd;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::libc;
 use nix::sys::socket::{SockaddrLike, SockaddrStorage};
 use rdma_sys::{
-    ibv_context, ibv_get_device_name, ibv_modify_qp, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_state,
-    rdma_accept, rdma_ack_cm_event, rdma_bind_addr, rdma_cm_event, rdma_cm_event_type as ev,
-    rdma_cm_id, rdma_conn_param, rdma_connect, rdma_create_event_channel, rdma_create_id,
+    ibv_context, ibv_modify_qp, ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_state, rdma_accept,
+    rdma_ack_cm_event, rdma_bind_addr, rdma_cm_event, rdma_cm_event_type as ev, rdma_cm_id,
+    rdma_conn_param, rdma_connect, rdma_create_event_channel, rdma_create_id,
     rdma_destroy_event_channel, rdma_destroy_id, rdma_disconnect, rdma_establish,
     rdma_event_channel, rdma_get_cm_event, rdma_init_qp_attr, rdma_listen, rdma_port_space,
     rdma_reject, rdma_resolve_addr, rdma_resolve_route, rdma_set_option,
 };
 
 use super::attrs::{AccessFlags, Mtu, QpState};
-use super::context::{Context, ContextInner};
+use super::context::{device_name, Context, ContextInner};
 use super::error::{Result, VerbsError};
 use super::fd::{set_nonblocking, wait_readable};
 use super::handle::{verbs_object, Handle};
@@ -94,33 +96,44 @@ pub enum PortSpace {
 
 /// An `rdma_cm_id`: resolves addresses, connects or listens, and owns the connection's QP.
 pub struct CmId {
-    ptr: *mut rdma_cm_id,
+    inner: Arc<CmIdInner>,
     /// The QP attached to the id (`id->qp`); destroyed before the id.
     qp: Option<Qp>,
+}
+
+/// The owner of a `struct rdma_cm_id`: destroyed (`rdma_destroy_id(3)`) when the last holder
+/// lets go — its [`CmId`], and every context librdmacm lent through it ([`CmId::context`]),
+/// whose device librdmacm keeps open for as long as an id bound to it exists.
+pub(crate) struct CmIdInner {
+    ptr: *mut rdma_cm_id,
     _channel: Arc<EventChannelInner>,
 }
 
 // SAFETY: librdmacm ids may be used from any thread; we hold no other shared state.
-unsafe impl Send for CmId {}
+unsafe impl Send for CmIdInner {}
 // SAFETY: as above.
-unsafe impl Sync for CmId {}
+unsafe impl Sync for CmIdInner {}
+
+impl Drop for CmIdInner {
+    fn drop(&mut self) {
+        // SAFETY: ptr is our id; every event we took for it was acked in get_event; its QP, if
+        // any, was detached and destroyed by its CmId. The channel outlives it through
+        // `_channel`.
+        unsafe { rdma_destroy_id(self.ptr) };
+    }
+}
 
 impl Drop for CmId {
     fn drop(&mut self) {
         if let Some(qp) = self.qp.take() {
             // SAFETY: the id is live; detach the QP so librdmacm never touches it again.
-            unsafe { (*self.ptr).qp = std::ptr::null_mut() };
+            unsafe { (*self.inner.ptr).qp = std::ptr::null_mut() };
             drop(qp);
         }
-        // SAFETY: ptr is our id; every event we took for it was acked in get_event. The channel
-        // outlives it through `_channel`.
-        unsafe { rdma_destroy_id(self.ptr) };
+        // `inner` goes next: the id is destroyed now, or when the last context lent through
+        // it (and whatever was built on that) is gone.
     }
 }
-
-/// librdmacm's device contexts, each wrapped once: they are opened by librdmacm and closed by
-/// it at exit, so the wrappers live in a static and are never dropped (never closed by us).
-static CM_CONTEXTS: Mutex<Vec<Context>> = Mutex::new(Vec::new());
 
 fn to_sockaddr(addr: SocketAddr) -> SockaddrStorage {
     SockaddrStorage::from(addr)
@@ -136,6 +149,17 @@ fn from_sockaddr(sa: *const libc::sockaddr) -> Option<SocketAddr> {
 }
 
 impl CmId {
+    /// Takes the id `ptr` on `channel`, which only it destroys.
+    pub(crate) fn own(ptr: *mut rdma_cm_id, channel: Arc<EventChannelInner>) -> CmId {
+        CmId {
+            inner: Arc::new(CmIdInner {
+                ptr,
+                _channel: channel,
+            }),
+            qp: None,
+        }
+    }
+
     /// A new id on `channel` (`rdma_create_id(3)`); its events arrive there.
     pub fn create(channel: &EventChannel, ps: PortSpace) -> Result<CmId> {
         let ps = match ps {
@@ -145,16 +169,12 @@ impl CmId {
         // SAFETY: the channel is live; `ptr` is a valid out-pointer; no user context.
         let ret = unsafe { rdma_create_id(channel.inner.ptr, &mut ptr, std::ptr::null_mut(), ps) };
         VerbsError::check_ret("rdma_create_id", ret)?;
-        Ok(CmId {
-            ptr,
-            qp: None,
-            _channel: channel.inner.clone(),
-        })
+        Ok(CmId::own(ptr, channel.inner.clone()))
     }
 
     /// An opaque value that identifies this id in events ([`CmEvent::id`]).
     pub fn handle(&self) -> usize {
-        self.ptr as usize
+        self.inner.ptr as usize
     }
 
     /// Binds to a local address and port (`rdma_bind_addr(3)`); `0.0.0.0` binds to no device
@@ -162,7 +182,7 @@ impl CmId {
     pub fn bind_addr(&self, addr: SocketAddr) -> Result<()> {
         let sa = to_sockaddr(addr);
         // SAFETY: the id is live; librdmacm copies the address.
-        let ret = unsafe { rdma_bind_addr(self.ptr, sa.as_ptr() as *mut _) };
+        let ret = unsafe { rdma_bind_addr(self.inner.ptr, sa.as_ptr() as *mut _) };
         if ret != 0 {
             let e = VerbsError::last("rdma_bind_addr");
             return Err(match e.errno().and_then(|errno| bind_hint(addr, errno)) {
@@ -180,7 +200,7 @@ impl CmId {
     /// Starts listening (`rdma_listen(3)`); CONNECT_REQUEST events follow on the channel.
     pub fn listen(&self, backlog: i32) -> Result<()> {
         // SAFETY: the id is live and bound.
-        let ret = unsafe { rdma_listen(self.ptr, backlog) };
+        let ret = unsafe { rdma_listen(self.inner.ptr, backlog) };
         VerbsError::check_last("rdma_listen", ret)
     }
 
@@ -199,7 +219,7 @@ impl CmId {
             .map_or(std::ptr::null_mut(), |s| s.as_ptr() as *mut _);
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: the id is live; both addresses are valid for the call (copied by librdmacm).
-        let ret = unsafe { rdma_resolve_addr(self.ptr, src_ptr, dst.as_ptr() as *mut _, ms) };
+        let ret = unsafe { rdma_resolve_addr(self.inner.ptr, src_ptr, dst.as_ptr() as *mut _, ms) };
         if ret != 0 {
             let e = VerbsError::last("rdma_resolve_addr");
             return Err(match e.errno() {
@@ -225,53 +245,50 @@ impl CmId {
     pub fn resolve_route(&self, timeout: Duration) -> Result<()> {
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: the id is live and its address resolved.
-        let ret = unsafe { rdma_resolve_route(self.ptr, ms) };
+        let ret = unsafe { rdma_resolve_route(self.inner.ptr, ms) };
         VerbsError::check_last("rdma_resolve_route", ret)
     }
 
     /// The device context the id is bound to (`id->verbs`), once an address is resolved or
     /// bound to a device (always, for an id from a CONNECT_REQUEST).
+    ///
+    /// librdmacm opened that context and closes it itself, so it is *borrowed*: it keeps this
+    /// id alive — and with it librdmacm's hold on the device — for as long as the context or
+    /// anything built on it (a PD, CQ, MR, QP) lives, and is never closed by us. Dropping the
+    /// [`CmId`] first only delays `rdma_destroy_id` until then.
     pub fn context(&self) -> Option<Context> {
+        let verbs = self.verbs()?;
+        // SAFETY: `verbs` is this id's `id->verbs`, not NULL, and the new context holds the id.
+        let inner = unsafe { ContextInner::borrowed(verbs, self.inner.clone()) };
+        Some(Context {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// `id->verbs`: the device context librdmacm bound the id to, if any yet. Once set, it stays
+    /// the same for the life of the id.
+    fn verbs(&self) -> Option<*mut ibv_context> {
         // SAFETY: the id is live.
-        let verbs: *mut ibv_context = unsafe { (*self.ptr).verbs };
-        if verbs.is_null() {
-            return None;
-        }
-        let mut all = CM_CONTEXTS.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = all.iter().find(|c| c.inner.ptr == verbs) {
-            return Some(c.clone());
-        }
-        // SAFETY: `verbs` is an open context of librdmacm's; its device pointer is valid and
-        // the name is a NUL-terminated string owned by libibverbs.
-        let name = unsafe { CStr::from_ptr(ibv_get_device_name((*verbs).device)) }
-            .to_string_lossy()
-            .into_owned();
-        let ctx = Context {
-            inner: Arc::new(ContextInner {
-                ptr: verbs,
-                parent: name,
-            }),
-        };
-        all.push(ctx.clone());
-        Some(ctx)
+        let verbs: *mut ibv_context = unsafe { (*self.inner.ptr).verbs };
+        (!verbs.is_null()).then_some(verbs)
     }
 
     /// The device port the id is bound to (`id->port_num`, from 1; 0 before binding).
     pub fn port_num(&self) -> u8 {
         // SAFETY: the id is live.
-        unsafe { (*self.ptr).port_num }
+        unsafe { (*self.inner.ptr).port_num }
     }
 
     /// Our address (`rdma_get_local_addr(3)`), once bound or resolved.
     pub fn local_addr(&self) -> Option<SocketAddr> {
         // SAFETY: the id is live; the union starts with a sockaddr for either family.
-        from_sockaddr(unsafe { &(*self.ptr).route.addr.src_addr_union.src_addr })
+        from_sockaddr(unsafe { &(*self.inner.ptr).route.addr.src_addr_union.src_addr })
     }
 
     /// The peer's address (`rdma_get_peer_addr(3)`), once resolved or connected.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         // SAFETY: as above.
-        from_sockaddr(unsafe { &(*self.ptr).route.addr.dst_addr_union.dst_addr })
+        from_sockaddr(unsafe { &(*self.inner.ptr).route.addr.dst_addr_union.dst_addr })
     }
 
     /// Creates a QP on `pd` and attaches it to the id, in INIT, as `rdma_create_qp(3)` does:
@@ -284,9 +301,7 @@ impl CmId {
                 "this rdma_cm_id already has a QP".into(),
             ));
         }
-        // SAFETY: the id is live.
-        let verbs = unsafe { (*self.ptr).verbs };
-        if verbs.is_null() || pd.inner.parent.ptr != verbs {
+        if self.verbs() != Some(pd.inner.parent.ptr) {
             return Err(VerbsError::InvalidArgument(
                 "the PD must be allocated on the rdma_cm_id's own device context \
                  (CmId::context), after the address is resolved"
@@ -299,13 +314,13 @@ impl CmId {
         qattr.qp_state = ibv_qp_state::IBV_QPS_INIT;
         let mut mask: i32 = 0;
         // SAFETY: the id is live and bound to a device; both out-pointers are valid.
-        let ret = unsafe { rdma_init_qp_attr(self.ptr, &mut qattr, &mut mask) };
+        let ret = unsafe { rdma_init_qp_attr(self.inner.ptr, &mut qattr, &mut mask) };
         VerbsError::check_last("rdma_init_qp_attr(INIT)", ret)?;
         // SAFETY: the QP is live; rdma_init_qp_attr filled every attribute named in mask.
         let ret = unsafe { ibv_modify_qp(qp.as_ptr(), &mut qattr, mask) };
         VerbsError::check_ret("ibv_modify_qp(INIT)", ret)?;
         // SAFETY: the id is live; the QP outlives the attachment (Drop detaches it first).
-        unsafe { (*self.ptr).qp = qp.as_ptr() };
+        unsafe { (*self.inner.ptr).qp = qp.as_ptr() };
         Ok(self.qp.insert(qp))
     }
 
@@ -345,7 +360,7 @@ impl CmId {
         attr.qp_state = raw_state;
         let mut mask: i32 = 0;
         // SAFETY: the id is live and bound to a device; both out-pointers are valid.
-        let ret = unsafe { rdma_init_qp_attr(self.ptr, &mut attr, &mut mask) };
+        let ret = unsafe { rdma_init_qp_attr(self.inner.ptr, &mut attr, &mut mask) };
         VerbsError::check_last(init_verb, ret)?;
         let has = |bit: ibv_qp_attr_mask| mask & bit.0 as i32 != 0;
         if has(ibv_qp_attr_mask::IBV_QP_ACCESS_FLAGS) {
@@ -396,7 +411,7 @@ impl CmId {
     /// side then sees ESTABLISHED.
     pub fn establish(&self) -> Result<()> {
         // SAFETY: the id is live and got CONNECT_RESPONSE.
-        let ret = unsafe { rdma_establish(self.ptr) };
+        let ret = unsafe { rdma_establish(self.inner.ptr) };
         VerbsError::check_last("rdma_establish", ret)
     }
 
@@ -408,7 +423,7 @@ impl CmId {
         // SAFETY: the id is live; the option value is one byte that lives across the call.
         let ret = unsafe {
             rdma_set_option(
-                self.ptr,
+                self.inner.ptr,
                 RDMA_OPTION_ID,
                 RDMA_OPTION_ID_TOS,
                 (&mut v as *mut u8).cast(),
@@ -421,7 +436,8 @@ impl CmId {
     /// The name of the device the id is bound to, once an address is resolved or bound to a
     /// device (or the id came from a CONNECT_REQUEST).
     pub fn device_name(&self) -> Option<String> {
-        self.context().map(|c| c.name().to_string())
+        // SAFETY: `id->verbs` is open while the id exists.
+        self.verbs().map(|verbs| unsafe { device_name(verbs) })
     }
 
     /// The QP attached with [`CmId::create_qp`].
@@ -435,7 +451,7 @@ impl CmId {
         let mut raw = param.to_raw(MAX_CONNECT_PRIVATE_DATA)?;
         // SAFETY: the id is live with its route resolved; `raw` and its private data live
         // across the call (librdmacm copies them).
-        let ret = unsafe { rdma_connect(self.ptr, &mut raw) };
+        let ret = unsafe { rdma_connect(self.inner.ptr, &mut raw) };
         VerbsError::check_last("rdma_connect", ret)
     }
 
@@ -445,7 +461,7 @@ impl CmId {
     pub fn accept(&self, param: &ConnParam) -> Result<()> {
         let mut raw = param.to_raw(MAX_ACCEPT_PRIVATE_DATA)?;
         // SAFETY: the id is live; `raw` and its private data live across the call.
-        let ret = unsafe { rdma_accept(self.ptr, &mut raw) };
+        let ret = unsafe { rdma_accept(self.inner.ptr, &mut raw) };
         VerbsError::check_last("rdma_accept", ret)
     }
 
@@ -460,7 +476,7 @@ impl CmId {
         // SAFETY: the id is live; the data lives across the call.
         let ret = unsafe {
             rdma_reject(
-                self.ptr,
+                self.inner.ptr,
                 private_data.as_ptr().cast(),
                 private_data.len() as u8,
             )
@@ -472,7 +488,7 @@ impl CmId {
     /// is flushed) and both sides get DISCONNECTED.
     pub fn disconnect(&self) -> Result<()> {
         // SAFETY: the id is live.
-        let ret = unsafe { rdma_disconnect(self.ptr) };
+        let ret = unsafe { rdma_disconnect(self.inner.ptr) };
         VerbsError::check_last("rdma_disconnect", ret)
     }
 }

@@ -80,14 +80,19 @@ impl AhAttr {
     }
 }
 
-/// An address handle for UD sends. Keeps its PD alive (its `parent`).
+/// An address handle for UD sends. Keeps its PD alive (its `parent`); every UD send posted with
+/// it keeps it alive in turn until that send is done, so dropping an `Ah` right after posting is
+/// safe (`ud_sends.rs`).
 pub struct Ah {
-    pub(crate) inner: Handle<ibv_ah, Arc<PdInner>>,
+    pub(crate) inner: Arc<AhInner>,
 }
 
-// SAFETY: address handles are immutable after creation and thread-safe in libibverbs. Posting
-// borrows the Ah, so no post is running when it is destroyed; rxe copies the address vector
-// into the WQE at post time.
+/// The owner of a `struct ibv_ah`: held by its [`Ah`] and by the UD sends that name it.
+pub(crate) type AhInner = Handle<ibv_ah, Arc<PdInner>>;
+
+// SAFETY: address handles are immutable after creation and thread-safe in libibverbs. Every UD
+// send posted with one holds an Arc of it until a completion shows the send done or its QP is
+// destroyed (ud_sends.rs), so no request that names it is in flight when it is destroyed.
 verbs_object!(unsafe ibv_ah, destroyed by ibv_destroy_ah);
 
 impl Ah {
@@ -103,6 +108,8 @@ impl Ah {
                 pd.inner.clone(),
             )?
         };
-        Ok(Ah { inner })
+        Ok(Ah {
+            inner: Arc::new(inner),
+        })
     }
 }

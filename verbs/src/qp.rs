@@ -21,6 +21,7 @@ use super::handle::{verbs_object, Handle};
 use super::mr::Mr;
 use super::pd::{Pd, PdInner};
 use super::srq::SrqInner;
+use super::ud_sends::UdSends;
 use super::wr::{Payload, RecvWr, SendOp, SendWr, Sge};
 
 /// Work-queue sizes of a QP: what is asked for at creation, and what was granted.
@@ -101,6 +102,8 @@ pub struct Qp {
     pub(crate) inner: Handle<ibv_qp, QpParents>,
     qp_type: QpType,
     caps: QpCaps,
+    /// Every send request gets a completion (`sq_sig_all`).
+    sq_sig_all: bool,
 }
 
 /// What a QP needs alive until it is destroyed.
@@ -110,6 +113,9 @@ pub(crate) struct QpParents {
     _recv_cq: Arc<CqInner>,
     /// The shared receive queue the QP draws its receives from, if any.
     _srq: Option<Arc<SrqInner>>,
+    /// A UD QP's posted sends, each holding its address handle until it is done (dropped after
+    /// the QP is destroyed, like every parent: then the handles left go too).
+    ud_sends: Option<UdSends>,
 }
 
 // SAFETY: QPs are thread-safe in libibverbs (providers lock their queues); we hold no other
@@ -148,6 +154,7 @@ impl Qp {
             _send_cq: attr.send_cq.inner.clone(),
             _recv_cq: attr.recv_cq.inner.clone(),
             _srq: srq,
+            ud_sends: None,
         };
         // SAFETY: the PD, both CQs and the SRQ (if any) are live and of the same context. The
         // new QP is ours alone, and its parents outlive it.
@@ -162,7 +169,12 @@ impl Qp {
             inner,
             qp_type: attr.qp_type,
             caps: QpCaps::default(),
+            sq_sig_all: attr.sq_sig_all,
         };
+        if attr.qp_type == QpType::Ud {
+            qp.inner.parent.ud_sends =
+                Some(UdSends::register(qp.qpn(), attr.send_cq.inner.clone()));
+        }
         // What the provider granted may exceed what was asked; read it back rather than trust
         // either the request or a vendor table.
         qp.caps = qp.query()?.1;
@@ -405,18 +417,23 @@ impl Qp {
         if n == 0 {
             return Ok(());
         }
+        // On a UD QP each request holds its address handle from here until it is done.
+        let mut held = (self.inner.parent.ud_sends.as_ref())
+            .map(|ud| ud.ledger.hold_for(wrs, self.sq_sig_all));
         let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
         // SAFETY: raw[0..n] are initialised and linked in order; every SGE points at registered
         // memory, or at inline bytes borrowed for this call (a `Payload::Inline` slice, or a
-        // range checked to lie inside `inline_from`, which is borrowed too); the QP is live.
+        // range checked to lie inside `inline_from`, which is borrowed too); every address
+        // handle is held until its request is done (above); the QP is live.
         let ret = unsafe { rdma_sys::ibv_post_send(self.inner.ptr, base, &mut bad) };
         if ret != 0 {
-            let idx = if bad.is_null() {
-                0
-            } else {
-                // SAFETY: bad points into raw[0..n] when set.
-                unsafe { bad.offset_from(base) as usize }
-            };
+            // SAFETY: bad points into raw[0..n] when set.
+            let bad_idx = (!bad.is_null()).then(|| unsafe { bad.offset_from(base) as usize });
+            // The requests before the refused one were posted; without it, keep every handle.
+            if let (Some(held), Some(posted)) = (held.as_mut(), bad_idx) {
+                held.posted_only(posted);
+            }
+            let idx = bad_idx.unwrap_or(0);
             return Err(refused(ret, &wrs[idx], first_index + idx));
         }
         Ok(())

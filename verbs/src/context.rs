@@ -7,16 +7,16 @@ use std::sync::Arc;
 use nix::errno::Errno;
 use rdma_sys::{
     ___ibv_query_port, ibv_close_device, ibv_context, ibv_device, ibv_device_attr,
-    ibv_device_cap_flags, ibv_gid, ibv_gid_entry, ibv_open_device, ibv_port_attr, ibv_query_device,
-    ibv_query_gid,
+    ibv_device_cap_flags, ibv_get_device_name, ibv_gid, ibv_gid_entry, ibv_open_device,
+    ibv_port_attr, ibv_query_device, ibv_query_gid,
 };
 
 use super::attrs::{LinkLayer, Mtu, PortState};
 use super::channel::CompChannel;
+use super::cm::CmIdInner;
 use super::cq::Cq;
 use super::error::{Result, VerbsError};
 use super::gid::{choose_gid, Gid, GidChoice, GidEntry, GidType};
-use super::handle::{verbs_object, Handle};
 use super::pd::Pd;
 use crate::sysfs;
 
@@ -43,24 +43,84 @@ extern "C" {
     ) -> isize;
 }
 
-/// The owner of a `struct ibv_context`; every child object holds an `Arc` of it, so the device
-/// is closed only after the last PD, CQ and channel is gone. Having no parent, it keeps its
-/// device name in `parent` ([`ContextInner::name`]).
-pub(crate) type ContextInner = Handle<ibv_context, String>;
+/// A `struct ibv_context` and who closes it; every child object (PD, CQ, completion channel)
+/// holds an `Arc` of it, so it outlives them all.
+pub(crate) struct ContextInner {
+    pub(crate) ptr: *mut ibv_context,
+    /// The device name, e.g. `rxe0`.
+    name: String,
+    ownership: Ownership,
+}
+
+/// Who closes a device context.
+enum Ownership {
+    /// We opened it (`ibv_open_device`): closed with `ibv_close_device` after its last child.
+    Owned,
+    /// Lent by librdmacm (a cm id's `id->verbs`): librdmacm opened it and closes it once no id
+    /// bound to the device is left (when the device is removed, at once). We hold such an id —
+    /// the owner — until the last child of the context is gone, and never close the context.
+    Borrowed { _owner: Arc<CmIdInner> },
+}
 
 // SAFETY: libibverbs contexts are thread-safe: every verb may be called from any thread. The
-// pointer came from ibv_open_device, and every PD, CQ and channel holds an Arc of it, so none is
-// left when it is closed.
-verbs_object!(unsafe ibv_context, destroyed by ibv_close_device);
+// owner a borrowed context holds is itself Send and Sync.
+unsafe impl Send for ContextInner {}
+// SAFETY: as above.
+unsafe impl Sync for ContextInner {}
 
 impl ContextInner {
     /// The device name, e.g. `rxe0`.
     pub(crate) fn name(&self) -> &str {
-        &self.parent
+        &self.name
+    }
+
+    /// librdmacm's context `ptr`, bound to the id `owner`, which keeps it open for as long as the
+    /// result lives.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is `owner`'s `id->verbs`, not NULL: librdmacm keeps it open while the id exists.
+    pub(crate) unsafe fn borrowed(ptr: *mut ibv_context, owner: Arc<CmIdInner>) -> ContextInner {
+        // SAFETY: the context is open (the caller's contract); its device pointer is valid and
+        // the name a NUL-terminated string owned by libibverbs.
+        let name = unsafe { device_name(ptr) };
+        ContextInner {
+            ptr,
+            name,
+            ownership: Ownership::Borrowed { _owner: owner },
+        }
     }
 }
 
-/// An opened RDMA device (`ibv_open_device(3)`). Cheap to clone (an `Arc`).
+impl Drop for ContextInner {
+    fn drop(&mut self) {
+        match self.ownership {
+            // SAFETY: we opened the context; every PD, CQ and channel holds an Arc of it, so
+            // none is left when it is closed.
+            Ownership::Owned => unsafe {
+                ibv_close_device(self.ptr);
+            },
+            // librdmacm's to close; its owner (the id) is released after this body.
+            Ownership::Borrowed { .. } => {}
+        }
+    }
+}
+
+/// The name of the device of the open context `ptr` (`ibv_get_device_name(3)`).
+///
+/// # Safety
+///
+/// `ptr` is an open context.
+pub(crate) unsafe fn device_name(ptr: *mut ibv_context) -> String {
+    // SAFETY: an open context's device pointer is valid, and its name is a NUL-terminated string
+    // owned by libibverbs.
+    unsafe { CStr::from_ptr(ibv_get_device_name((*ptr).device)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// An opened RDMA device (`ibv_open_device(3)`), or one librdmacm lends a cm id
+/// ([`CmId::context`](super::cm::CmId::context)). Cheap to clone (an `Arc`).
 #[derive(Clone)]
 pub struct Context {
     pub(crate) inner: Arc<ContextInner>,
@@ -216,9 +276,16 @@ impl Context {
     pub(crate) fn open(device: *mut ibv_device, name: String) -> Result<Context> {
         // SAFETY: `device` is a live entry of a device list the caller still holds; the new
         // context is ours alone.
-        let inner = unsafe { Handle::created("ibv_open_device", ibv_open_device(device), name)? };
+        let ptr = unsafe { ibv_open_device(device) };
+        if ptr.is_null() {
+            return Err(VerbsError::last("ibv_open_device"));
+        }
         Ok(Context {
-            inner: Arc::new(inner),
+            inner: Arc::new(ContextInner {
+                ptr,
+                name,
+                ownership: Ownership::Owned,
+            }),
         })
     }
 

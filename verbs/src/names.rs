@@ -2,7 +2,7 @@
 //! `Display` from a type's `name()`, and [`name_table!`](crate::name_table) declares such an
 //! enum from one table of names — its `ALL`, `name()`, `Display` and `FromStr` — so what is
 //! printed and what is parsed back cannot drift apart. (A name that travels as a byte is a
-//! [`wire_codes!`](crate::wire_codes) table instead.)
+//! `verbs_lab::wire_codes!` table instead.)
 
 /// Implements `Display` as the type's `name()`, for the enums whose printed form is their
 /// name (port states, launchers, element types, reductions, protocol phases, ...): the one
@@ -31,7 +31,7 @@ macro_rules! display_by_name {
 /// The attributes before `enum` (its doc, its derives) are the enum's.
 ///
 /// ```
-/// verbs_lab::name_table! {
+/// vl_verbs::name_table! {
 ///     /// How loud.
 ///     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 ///     pub enum Volume {
@@ -49,7 +49,7 @@ macro_rules! display_by_name {
 /// );
 /// assert!("Q".parse::<Volume>().is_err());
 ///
-/// verbs_lab::name_table! {
+/// vl_verbs::name_table! {
 ///     /// A transport, in any case.
 ///     #[derive(Debug, Clone, Copy, PartialEq)]
 ///     pub enum Transport {

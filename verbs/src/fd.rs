@@ -68,7 +68,7 @@ mod tests {
     }
 
     // Here and not beside `fdwait::poll_until`, which this tests (through `wait_readable`):
-    // catching a signal takes `unsafe`, which stays under src/verbs/.
+    // catching a signal takes `unsafe`, which stays in this crate.
     #[test]
     fn a_signal_neither_ends_nor_extends_the_wait() {
         use nix::libc;

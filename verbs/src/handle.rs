@@ -2,11 +2,12 @@
 //! by the object's own destroy verb when the last user lets go, and — beside it — the parent's
 //! handle, which therefore outlives it.
 //!
-//! A context, PD, completion channel, SRQ, memory window, QP, address handle and rdma_cm event
-//! channel are each a [`Handle`] of their C type; the file of each object says which verb creates
-//! and which destroys it ([`verbs_object!`]), and why its C object may be shared between threads.
-//! A CQ (which acks its pending events first), an MR (which frees its buffer only after a
-//! successful deregistration) and a cm id (which detaches its QP first) destroy themselves.
+//! A PD, completion channel, SRQ, memory window, QP, address handle and rdma_cm event channel
+//! are each a [`Handle`] of their C type; the file of each object says which verb creates and
+//! which destroys it ([`verbs_object!`]), and why its C object may be shared between threads.
+//! A context (closed only if we opened it: librdmacm's are borrowed), a CQ (which acks its
+//! pending events first), an MR (which frees its buffer only after a successful deregistration)
+//! and a cm id (which detaches its QP first) destroy themselves.
 
 use super::error::{Result, VerbsError};
 
@@ -41,7 +42,7 @@ pub(crate) unsafe trait VerbsObject {
 macro_rules! verbs_object {
     (unsafe $t:ty, destroyed by $destroy:path) => {
         // SAFETY: the invocation's `// SAFETY:` comment says why `$t` is thread-safe.
-        unsafe impl $crate::verbs::handle::VerbsObject for $t {
+        unsafe impl $crate::handle::VerbsObject for $t {
             unsafe fn destroy(ptr: *mut $t) {
                 // SAFETY: the caller's contract (a live object, used by nothing, destroyed only
                 // here); the invocation says why no child is left.
@@ -55,8 +56,7 @@ pub(crate) use verbs_object;
 /// A live C object of type `T`, destroyed when dropped; `parent` is dropped after it.
 pub(crate) struct Handle<T: VerbsObject, P> {
     pub(crate) ptr: *mut T,
-    /// What must outlive the object: its parent's handle (a context, which has no parent, keeps
-    /// its device name here).
+    /// What must outlive the object: its parent's handle.
     pub(crate) parent: P,
 }
 
@@ -91,7 +91,7 @@ impl<T: VerbsObject, P> Drop for Handle<T, P> {
 
 #[cfg(test)]
 mod tests {
-    use crate::verbs::{Ah, CompChannel, Context, Cq, EventChannel, Mw, Pd, Qp, Srq};
+    use crate::{Ah, CmId, CompChannel, Context, Cq, EventChannel, Mw, Pd, Qp, Srq};
 
     /// Every object may be moved to, and shared with, another thread (the benchmarks' workers
     /// and the collectives' helper threads do): the handles carry that from `VerbsObject`.
@@ -107,5 +107,6 @@ mod tests {
         send_sync::<Qp>();
         send_sync::<Ah>();
         send_sync::<EventChannel>();
+        send_sync::<CmId>();
     }
 }

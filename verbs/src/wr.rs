@@ -16,7 +16,7 @@ use super::mr::Mr;
 /// exists. Nothing outside this crate can make one from raw parts:
 ///
 /// ```compile_fail,E0423
-/// # use verbs_lab::verbs::Sge;
+/// # use vl_verbs::Sge;
 /// let forged = Sge(rdma_sys::ibv_sge { addr: 0x1000, length: 64, lkey: 1 }); // private field
 /// ```
 #[derive(Clone, Copy)]
@@ -155,6 +155,10 @@ impl Payload<'_> {
 }
 
 /// The destination of a UD send: an address handle, the remote QPN and its Q_Key.
+///
+/// The request borrows the handle only while it is being built and posted; from the post on,
+/// the QP holds the handle itself until the send is done (its completion, or a later one of
+/// the same QP, is polled; or the QP is destroyed), so the [`Ah`] may be dropped at any time.
 #[derive(Clone, Copy)]
 pub struct UdDest<'a> {
     pub ah: &'a Ah,

@@ -1,8 +1,9 @@
 //! The one bounded wait on file descriptors: [`poll_until`] sleeps in `poll(2)` until a
 //! descriptor is ready or a deadline passes, and [`deadline_after`] ([`deadline_from`]) makes
-//! that deadline from a wait of any length without overflowing. The verbs fds (`verbs::fd`), the message queues
-//! (`mq`) and the out-of-band sockets (`oob`) all wait through it; each caller turns "the
-//! deadline passed" into its own error.
+//! that deadline from a wait of any length without overflowing. The verbs fds of this crate
+//! (completion channel, `async_fd`, rdma_cm channel) and, in `verbs_lab`, the message queues and
+//! the out-of-band sockets all wait through it; each caller turns "the deadline passed" into its
+//! own error.
 
 use std::time::{Duration, Instant};
 

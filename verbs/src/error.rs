@@ -3,8 +3,13 @@
 //! Every failed verb becomes a [`VerbsError`] that names the verb, the errno and — where we know
 //! one — what a person should do about it. Binaries wrap these in `anyhow` with the step that was
 //! running; the library never prints.
+//!
+//! Where that advice sends a person to a program (the one that lists a device's limits, the way
+//! to get a device), the program built on this layer names its own ([`set_advice`]): this crate
+//! knows the verbs, not the tools around them.
 
 use std::fmt;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -131,10 +136,44 @@ impl VerbsError {
     }
 }
 
-/// How to get an RDMA device on a machine without one; shared by every "no device" message.
-pub const HOW_TO_GET_A_DEVICE: &str = "to get one: on a kernel with the rdma_rxe module run \
-`scripts/softroce-up` (SoftRoCE on a netdev), or on any machine run `scripts/softroce-vm shell` \
-(a QEMU guest with two SoftRoCE devices)";
+/// The programs the errors' advice sends a person to. A program built on this layer names its own
+/// once, when it starts ([`set_advice`]); one that does not gets rdma-core's ([`Advice::RDMA_CORE`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Advice {
+    /// The program that lists a device's limits (`max_cqe`, `max_qp_wr`, `max_inline_data`, …)
+    /// and its GID table.
+    pub devinfo: &'static str,
+    /// How to get an RDMA device on a machine without one, after "no RDMA devices …; ".
+    pub get_a_device: &'static str,
+    /// Somewhere else to run when this machine has no connection manager, after "… on a kernel
+    /// with RDMA, or use ", if the program has one.
+    pub elsewhere: Option<&'static str>,
+}
+
+impl Advice {
+    /// What rdma-core itself offers: `ibv_devinfo -v`, and creating a SoftRoCE device by hand.
+    pub const RDMA_CORE: Advice = Advice {
+        devinfo: "ibv_devinfo -v",
+        get_a_device: "to get one: load the driver of an RDMA NIC, or on a kernel with the \
+                       rdma_rxe module create a SoftRoCE device on a netdev \
+                       (rdma link add rxe0 type rxe netdev NETDEV)",
+        elsewhere: None,
+    };
+}
+
+static ADVICE: OnceLock<Advice> = OnceLock::new();
+
+/// Names the programs this process's errors send a person to. The first call wins (a program
+/// makes it once, as it starts); returns whether this call was it.
+pub fn set_advice(advice: Advice) -> bool {
+    ADVICE.set(advice).is_ok()
+}
+
+/// The programs this process's errors send a person to: [`set_advice`]'s, else
+/// [`Advice::RDMA_CORE`].
+pub fn advice() -> &'static Advice {
+    ADVICE.get().unwrap_or(&Advice::RDMA_CORE)
+}
 
 fn memlock_hint() -> String {
     use nix::sys::resource::{getrlimit, Resource};
@@ -159,21 +198,21 @@ fn hint_for(verb: &str, errno: Errno) -> Option<String> {
              need LOCAL_WRITE"
                 .into()
         }
-        ("ibv_create_cq" | "ibv_create_qp", Errno::ENOMEM) => {
-            "out of resources: ask for fewer entries (see max_cqe / max_qp_wr in vl_devinfo) or \
-             raise the locked-memory limit (ulimit -l)"
-                .into()
-        }
-        ("ibv_create_qp", Errno::EINVAL) => {
+        ("ibv_create_cq" | "ibv_create_qp", Errno::ENOMEM) => format!(
+            "out of resources: ask for fewer entries (see max_cqe / max_qp_wr in {}) or raise \
+             the locked-memory limit (ulimit -l)",
+            advice().devinfo
+        ),
+        ("ibv_create_qp", Errno::EINVAL) => format!(
             "a requested capability exceeds what the device grants: compare max_send_wr, \
-             max_recv_wr, max_sge and max_inline_data with vl_devinfo"
-                .into()
-        }
-        ("ibv_modify_qp(RTR)", Errno::EINVAL) => {
+             max_recv_wr, max_sge and max_inline_data with {}",
+            advice().devinfo
+        ),
+        ("ibv_modify_qp(RTR)", Errno::EINVAL) => format!(
             "the path attributes were refused: check the remote QPN, the path MTU (not above the \
-             port's active MTU) and the GID index (vl_devinfo lists the GID table)"
-                .into()
-        }
+             port's active MTU) and the GID index ({} lists the GID table)",
+            advice().devinfo
+        ),
         ("ibv_modify_qp(RTR)", Errno::ETIMEDOUT | Errno::ENETUNREACH | Errno::EHOSTUNREACH) => {
             "the remote GID is not reachable from this port: with two SoftRoCE devices in one \
              network namespace set net.ipv4.conf.*.accept_local=1 and rp_filter=0"
@@ -200,7 +239,7 @@ fn hint_for(verb: &str, errno: Errno) -> Option<String> {
             "the CQ is still used by a QP: destroy the QP first".into()
         }
         ("ibv_get_device_list", Errno::ENOSYS) => {
-            format!("this kernel has no RDMA support; {HOW_TO_GET_A_DEVICE}")
+            format!("this kernel has no RDMA support; {}", advice().get_a_device)
         }
         ("ibv_open_device", Errno::EACCES | Errno::EPERM) => {
             "no permission to open /dev/infiniband/uverbs*: run as root or join the rdma group"
@@ -218,20 +257,22 @@ impl fmt::Display for VerbsError {
             VerbsError::NoRdmaSupport { errno } => write!(
                 f,
                 "no RDMA devices: ibv_get_device_list failed: {} ({:?}); this kernel has no RDMA \
-                 support or no RDMA driver is loaded; {HOW_TO_GET_A_DEVICE}",
+                 support or no RDMA driver is loaded; {}",
                 errno.desc(),
-                errno
+                errno,
+                advice().get_a_device
             ),
             VerbsError::NoDevices => {
                 write!(
                     f,
-                    "no RDMA devices found (the device list is empty); {HOW_TO_GET_A_DEVICE}"
+                    "no RDMA devices found (the device list is empty); {}",
+                    advice().get_a_device
                 )
             }
             VerbsError::DeviceNotFound { name, available } => {
                 write!(f, "RDMA device '{name}' not found; ")?;
                 if available.is_empty() {
-                    write!(f, "there are no devices; {HOW_TO_GET_A_DEVICE}")
+                    write!(f, "there are no devices; {}", advice().get_a_device)
                 } else {
                     write!(f, "available: {}", available.join(", "))
                 }
@@ -305,6 +346,8 @@ mod tests {
         assert!(e.to_string().contains("work queue is full"));
     }
 
+    /// Without a program's advice (no test here sets one), the errors send a person to
+    /// rdma-core's tools.
     #[test]
     fn no_device_messages_say_how_to_get_one() {
         for e in [
@@ -318,9 +361,17 @@ mod tests {
             },
         ] {
             let s = e.to_string();
-            assert!(s.contains("scripts/softroce-vm"), "{s}");
-            assert!(s.contains("scripts/softroce-up"), "{s}");
+            assert!(s.ends_with(Advice::RDMA_CORE.get_a_device), "{s}");
+            assert!(
+                s.contains("rdma link add rxe0 type rxe netdev NETDEV"),
+                "{s}"
+            );
         }
+        let s = VerbsError::call("ibv_create_qp", Errno::EINVAL).to_string();
+        assert!(
+            s.ends_with("max_sge and max_inline_data with ibv_devinfo -v"),
+            "{s}"
+        );
         let s = VerbsError::DeviceNotFound {
             name: "x".into(),
             available: vec!["rxe0".into()],

@@ -13,12 +13,16 @@ use rdma_sys::{
 use super::channel::{ChannelInner, CompChannel};
 use super::context::{Context, ContextInner};
 use super::error::{Result, VerbsError};
+use super::ud_sends::CqSends;
 use super::wc::WorkCompletion;
 
 pub(crate) struct CqInner {
     pub(crate) ptr: *mut ibv_cq,
     /// Completion events taken with `ibv_get_cq_event` and not yet acknowledged.
     unacked: AtomicU32,
+    /// The sends of the UD QPs whose send CQ this is, each holding its address handle until its
+    /// completion is polled here.
+    pub(crate) ud_sends: CqSends,
     _ctx: Arc<ContextInner>,
     _channel: Option<Arc<ChannelInner>>,
 }
@@ -76,6 +80,7 @@ impl Cq {
             inner: Arc::new(CqInner {
                 ptr,
                 unacked: AtomicU32::new(0),
+                ud_sends: CqSends::new(),
                 _ctx: ctx.inner.clone(),
                 _channel: channel.map(|c| c.inner.clone()),
             }),
@@ -90,6 +95,7 @@ impl Cq {
 
     /// Takes up to `wcs.len()` completions without waiting (`ibv_poll_cq(3)`); returns how many.
     /// Failed completions are returned like successful ones: check [`WorkCompletion::ok`].
+    /// A UD send's address handle is let go once a completion here shows the send done.
     #[inline]
     pub fn poll(&self, wcs: &mut [WorkCompletion]) -> Result<usize> {
         let n = wcs.len().min(i32::MAX as usize) as i32;
@@ -99,7 +105,9 @@ impl Cq {
         if ret < 0 {
             return Err(VerbsError::from_ret("ibv_poll_cq", -ret));
         }
-        Ok(ret as usize)
+        let polled = ret as usize;
+        self.inner.ud_sends.completed(&wcs[..polled]);
+        Ok(polled)
     }
 
     /// Busy-polls until at least one completion arrives or `timeout` passes; `what` names the

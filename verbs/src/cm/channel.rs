@@ -2,6 +2,7 @@
 //! what happened, waited on with a bounded `poll(2)`.
 
 use super::*;
+use crate::error::advice;
 
 // ---- the event channel ------------------------------------------------------------------------
 
@@ -28,19 +29,17 @@ impl EventChannel {
         let created = unsafe {
             Handle::created("rdma_create_event_channel", rdma_create_event_channel(), ())
         };
-        let inner = Arc::new(created.map_err(|e| {
-            match e.errno() {
-                Some(Errno::ENODEV | Errno::ENOENT | Errno::ENOSYS) => VerbsError::Call {
-                    verb: "rdma_create_event_channel",
-                    errno: e.errno().unwrap_or(Errno::ENODEV),
-                    hint: Some(
+        let inner = Arc::new(created.map_err(|e| match e.errno() {
+            Some(Errno::ENODEV | Errno::ENOENT | Errno::ENOSYS) => VerbsError::Call {
+                verb: "rdma_create_event_channel",
+                errno: e.errno().unwrap_or(Errno::ENODEV),
+                hint: Some(format!(
                         "there is no /dev/infiniband/rdma_cm: load the rdma_ucm module \
-                         (modprobe rdma_ucm) on a kernel with RDMA, or use scripts/softroce-vm"
-                            .into(),
-                    ),
-                },
-                _ => e,
-            }
+                         (modprobe rdma_ucm) on a kernel with RDMA{}",
+                        advice().elsewhere.map(|e| format!(", or use {e}")).unwrap_or_default()
+                    )),
+            },
+            _ => e,
         })?);
         // SAFETY: the fd belongs to the live channel for the whole borrow.
         let fd = unsafe { BorrowedFd::borrow_raw((*inner.ptr).fd) };
@@ -118,11 +117,8 @@ impl EventChannel {
             .to_vec()
         };
         // A connect request creates a new id for the connection; it is ours to destroy.
-        let new_id = (kind == CmEventKind::ConnectRequest).then(|| CmId {
-            ptr: raw.id,
-            qp: None,
-            _channel: self.inner.clone(),
-        });
+        let new_id =
+            (kind == CmEventKind::ConnectRequest).then(|| CmId::own(raw.id, self.inner.clone()));
         CmEvent {
             kind,
             status: raw.status,
