@@ -9,7 +9,8 @@
 //! Local ranks as NCCL finds them: ranks on "hosts" of their own (records whose host hash the
 //! test chooses) count each other in rank order, over TCP and over queues; a launcher's local
 //! rank stays the rank's own; two ranks of one host with the same local rank are refused, naming
-//! both. The second round ([`Star::complete`]): the endpoints reach every rank, GIDs of two
+//! both; the ranks that two `--nnodes` launchers give their children meet as one world, and two
+//! such launchers on one host are refused. The second round ([`Star::complete`]): the endpoints reach every rank, GIDs of two
 //! families are refused there with the first round's words, and a rank that fails between the
 //! rounds is named to the others at once.
 
@@ -24,6 +25,7 @@ use verbs_lab::coll::bootstrap::{
 };
 use verbs_lab::coll::env::{resolve, RankFlags};
 use verbs_lab::coll::kernels::{count_wrong, expected_value, fill_input, DataType, RedOp};
+use verbs_lab::coll::launch::NodeRanks;
 use verbs_lab::coll::mqlink::{gone_notice, QUEUES, QUEUE_DEPTH};
 use verbs_lab::coll::{Comm, CommOpts};
 use verbs_lab::mq::{Queue, MAX_MSG_LEN};
@@ -692,8 +694,9 @@ fn two_ranks_of_one_host_with_one_local_rank_are_refused_naming_both() {
     let why = "rank 0 (host node1, pid 1000) and rank 2 (host node1, pid 1002) run on one host \
                with the same local rank 0 (rank 0's given by its launcher, rank 2's given by its \
                launcher): both would pin themselves to one CPU and take one device — give every \
-               rank of a host its own local rank (LOCAL_RANK, --local-rank), or give none and let \
-               the rendezvous count the ranks of each host";
+               rank of a host its own local rank (LOCAL_RANK, --local-rank; --nnodes: one \
+               launcher per host), or give none and let the rendezvous count the ranks of each \
+               host";
     let out = places_of(recs, false);
     assert_eq!(out[0], Err(format!("bootstrap failed: {why}")));
     for r in [1, 2] {
@@ -708,6 +711,62 @@ fn two_ranks_of_one_host_with_one_local_rank_are_refused_naming_both() {
     let e = places_of(recs, true)[0].clone().unwrap_err();
     assert!(
         e.contains("same local rank 1 (rank 0's given by its launcher, rank 1's counted from the host names)"),
+        "{e}"
+    );
+}
+
+/// `--rank R --world-size W --local-rank I`, as a launcher gives them to a child, read back.
+fn child_flags(flags: &[String; 6]) -> RankFlags {
+    let value = |name: &str| {
+        let at = flags.iter().position(|f| f == name).expect(name);
+        Some(flags[at + 1].parse().expect("a number"))
+    };
+    RankFlags {
+        rank: value("--rank"),
+        world_size: value("--world-size"),
+        local_rank: value("--local-rank"),
+        master: Some("127.0.0.1:29500".into()),
+    }
+}
+
+#[test]
+fn the_ranks_of_two_node_launchers_meet_as_one_world_one_launcher_per_host() {
+    // --np 2 --nnodes 2 --node-rank 0 on node1 and --node-rank 1 on node2: each child resolves
+    // its flags, and the four meet at rank 0 as ranks 0..3 with the launchers' local ranks.
+    let ranks_of = |hosts: [&'static str; 2]| -> Vec<RankRecord> {
+        (0..2)
+            .flat_map(|k| {
+                let node = NodeRanks::new(2, 2, k).unwrap();
+                (0..2).map(move |i| {
+                    let info = resolve(&child_flags(&node.rank_flags(i)), &|_| None).unwrap();
+                    who(
+                        info.rank,
+                        info.world_size,
+                        hosts[k as usize],
+                        info.local_rank,
+                    )
+                })
+            })
+            .collect()
+    };
+    assert_eq!(
+        places_of(ranks_of(["node1", "node2"]), false),
+        [
+            place(0, 2, 2, true),
+            place(1, 2, 2, true),
+            place(0, 2, 2, true),
+            place(1, 2, 2, true)
+        ]
+    );
+    // Both launchers on one host give their ranks the same local ranks: refused, naming them.
+    let e = places_of(ranks_of(["guest", "guest"]), false)[0]
+        .clone()
+        .unwrap_err();
+    assert!(
+        e.contains(
+            "rank 0 (host guest, pid 1000) and rank 2 (host guest, pid 1002) run on one host \
+             with the same local rank 0"
+        ) && e.contains("--nnodes: one launcher per host"),
         "{e}"
     );
 }

@@ -365,3 +365,197 @@ fn local_ranks_take_devices_round_robin() {
     assert_eq!(picks, ["rxe0", "rxe1", "rxe0", "rxe1"]);
     assert_eq!(pick_device(&[], 3), None);
 }
+
+/// DeepSpeed's launcher (`deepspeed/launcher/launch.py`) sets torchrun's variables plus
+/// `CROSS_RANK` (the node), `CROSS_SIZE` (the nodes) and `LOCAL_SIZE` (the ranks on the node),
+/// numbering the ranks node by node with `LOCAL_RANK` = `RANK` mod `LOCAL_SIZE`; its MPICH and
+/// Intel MPI runners add `LOCAL_SIZE` alone.
+#[test]
+fn deepspeed_is_named_and_its_variables_agree_with_torchruns() {
+    let cases: [(&str, &[(&str, &str)], _); 4] = [
+        (
+            "launch.py, node 2 of 4 with 2 ranks each",
+            &[
+                ("RANK", "5"),
+                ("WORLD_SIZE", "8"),
+                ("LOCAL_RANK", "1"),
+                ("CROSS_RANK", "2"),
+                ("CROSS_SIZE", "4"),
+                ("LOCAL_SIZE", "2"),
+                MASTER[0],
+                MASTER[1],
+            ],
+            (5, 8, Some(1)),
+        ),
+        (
+            "a hostfile with 3 slots on node a and 2 on node b: b's ranks 3 and 4, local 1 and 0",
+            &[
+                ("RANK", "3"),
+                ("WORLD_SIZE", "5"),
+                ("LOCAL_RANK", "1"),
+                ("CROSS_RANK", "1"),
+                ("CROSS_SIZE", "2"),
+                ("LOCAL_SIZE", "2"),
+                MASTER[0],
+                MASTER[1],
+            ],
+            (3, 5, Some(1)),
+        ),
+        (
+            "srun -N 2 deepspeed --no_ssh --node_rank $SLURM_PROCID: SLURM_* are the agent's",
+            &[
+                ("RANK", "3"),
+                ("WORLD_SIZE", "4"),
+                ("LOCAL_RANK", "1"),
+                ("CROSS_RANK", "1"),
+                ("CROSS_SIZE", "2"),
+                ("LOCAL_SIZE", "2"),
+                ("SLURM_PROCID", "1"),
+                ("SLURM_NTASKS", "2"),
+                ("SLURM_LOCALID", "0"),
+                MASTER[0],
+                MASTER[1],
+            ],
+            (3, 4, Some(1)),
+        ),
+        (
+            "the Intel MPI runner: LOCAL_SIZE alone, beside Hydra's PMI_RANK, which agrees",
+            &[
+                ("RANK", "2"),
+                ("WORLD_SIZE", "4"),
+                ("LOCAL_RANK", "0"),
+                ("LOCAL_SIZE", "2"),
+                ("PMI_RANK", "2"),
+                ("PMI_SIZE", "4"),
+                MASTER[0],
+                MASTER[1],
+            ],
+            (2, 4, Some(0)),
+        ),
+    ];
+    for (what, pairs, want) in cases {
+        let i = resolve(&none(), &env(pairs)).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!((i.rank, i.world_size, i.local_rank), want, "{what}");
+        assert_eq!(i.launcher, Launcher::DeepSpeed, "{what}");
+    }
+    assert_eq!(
+        Launcher::DeepSpeed.to_string(),
+        "DeepSpeed (RANK/WORLD_SIZE, CROSS_RANK/CROSS_SIZE/LOCAL_SIZE)"
+    );
+    // Without them it is torchrun, as before.
+    let i = resolve(&none(), &env(&[("RANK", "0"), ("WORLD_SIZE", "1")])).unwrap();
+    assert_eq!(i.launcher, Launcher::Torchrun);
+    // Under its elastic agent (torch elastic) the node the rendezvous chose need not be
+    // CROSS_RANK, nor the nodes that joined CROSS_SIZE: only the bounds hold.
+    let elastic = [
+        ("RANK", "1"),
+        ("WORLD_SIZE", "2"),
+        ("LOCAL_RANK", "0"),
+        ("CROSS_RANK", "3"),
+        ("CROSS_SIZE", "4"),
+        ("LOCAL_SIZE", "1"),
+        ("TORCHELASTIC_RUN_ID", "ds"),
+        MASTER[0],
+        MASTER[1],
+    ];
+    let i = resolve(&none(), &env(&elastic)).unwrap();
+    assert_eq!((i.rank, i.launcher), (1, Launcher::DeepSpeed));
+}
+
+#[test]
+fn deepspeed_variables_that_are_incomplete_or_disagree_are_refused_naming_them() {
+    let base = [("RANK", "5"), ("WORLD_SIZE", "8"), MASTER[0], MASTER[1]];
+    let with = |more: &[(&'static str, &'static str)]| {
+        let all: Vec<(&str, &str)> = base.iter().chain(more).copied().collect();
+        resolve(&none(), &env(&all)).unwrap_err()
+    };
+    let e = with(&[
+        ("LOCAL_RANK", "0"),
+        ("CROSS_RANK", "2"),
+        ("CROSS_SIZE", "4"),
+        ("LOCAL_SIZE", "2"),
+    ]);
+    assert_eq!(
+        e,
+        "DeepSpeed's variables disagree about this process: RANK=5 WORLD_SIZE=8 LOCAL_RANK=0 \
+         LOCAL_SIZE=2 CROSS_RANK=2 CROSS_SIZE=4: DeepSpeed's launcher gives LOCAL_RANK = RANK \
+         mod LOCAL_SIZE; some of them are stale, left exported from another run: unset them \
+         (`unset RANK WORLD_SIZE LOCAL_RANK CROSS_RANK CROSS_SIZE LOCAL_SIZE`), or give --rank \
+         and --world-size (with --master), which override the environment"
+    );
+    for (more, why) in [
+        (
+            &[
+                ("LOCAL_RANK", "1"),
+                ("CROSS_RANK", "2"),
+                ("LOCAL_SIZE", "2"),
+            ][..],
+            "CROSS_RANK is set but CROSS_SIZE is not: the DeepSpeed (RANK/WORLD_SIZE, \
+             CROSS_RANK/CROSS_SIZE/LOCAL_SIZE) environment is incomplete",
+        ),
+        (
+            &[
+                ("LOCAL_RANK", "1"),
+                ("CROSS_RANK", "2"),
+                ("CROSS_SIZE", "4"),
+            ],
+            "CROSS_RANK is set but LOCAL_SIZE is not",
+        ),
+        (
+            &[("LOCAL_SIZE", "2")],
+            "LOCAL_SIZE is set but LOCAL_RANK is not",
+        ),
+        (
+            &[("LOCAL_RANK", "1"), ("LOCAL_SIZE", "two")],
+            "LOCAL_SIZE=\"two\" is not a non-negative integer",
+        ),
+        (
+            &[("LOCAL_RANK", "2"), ("LOCAL_SIZE", "2")],
+            "LOCAL_RANK=2 LOCAL_SIZE=2: LOCAL_RANK must be below LOCAL_SIZE",
+        ),
+        (
+            &[("LOCAL_RANK", "1"), ("LOCAL_SIZE", "9")],
+            "LOCAL_SIZE, the ranks on this node, cannot exceed WORLD_SIZE",
+        ),
+        (
+            &[
+                ("LOCAL_RANK", "1"),
+                ("CROSS_RANK", "4"),
+                ("CROSS_SIZE", "4"),
+                ("LOCAL_SIZE", "2"),
+            ],
+            "CROSS_RANK, this node's rank, must be below CROSS_SIZE",
+        ),
+        (
+            // Rank 5 on node 0 of 4: nodes 1, 2 and 3 would hold ranks 6 and 7 only.
+            &[
+                ("LOCAL_RANK", "1"),
+                ("CROSS_RANK", "0"),
+                ("CROSS_SIZE", "4"),
+                ("LOCAL_SIZE", "2"),
+            ],
+            "numbers the ranks node by node, at least one on each node",
+        ),
+        (
+            // 6 ranks on this node and at least one on each of the 3 others: more than 8.
+            &[
+                ("LOCAL_RANK", "5"),
+                ("CROSS_RANK", "1"),
+                ("CROSS_SIZE", "4"),
+                ("LOCAL_SIZE", "6"),
+            ],
+            "numbers the ranks node by node",
+        ),
+    ] {
+        let e = with(more);
+        assert!(e.contains(why), "{more:?}: {e}");
+    }
+    // Without DeepSpeed's per-node variables nothing explains a disagreeing srun: refused.
+    let e = with(&[
+        ("LOCAL_RANK", "1"),
+        ("LOCAL_SIZE", "2"),
+        ("SLURM_PROCID", "1"),
+        ("SLURM_NTASKS", "2"),
+    ]);
+    assert!(e.starts_with("two launchers disagree"), "{e}");
+}

@@ -19,7 +19,12 @@ fn run(bin: &str, args: &[&str]) -> Output {
 
 /// `args` are refused with exit status 2 and `reason`, as `NAME: error: ...`, nothing printed.
 fn refused(bin: &str, args: &[&str], reason: &str) {
-    let out = run(bin, args);
+    is_refusal(&run(bin, args), bin, args, reason);
+}
+
+/// `out`, of `bin` run with `args`, is a refusal: exit status 2 and `reason`, as `NAME: error:
+/// ...`, nothing printed.
+fn is_refusal(out: &Output, bin: &str, args: &[&str], reason: &str) {
     let err = String::from_utf8_lossy(&out.stderr);
     let name = bin.rsplit('/').next().unwrap();
     assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
@@ -212,12 +217,100 @@ fn np_says_which_flags_are_for_launching_ranks_yourself() {
         ALL_REDUCE,
         &["--np", "2", "--rank", "0"],
         "--np starts its own ranks: leave out --rank, --world-size, --local-rank and --master \
-         (they are for launching each rank yourself, without --np)",
+         (they are for launching each rank yourself, without --np); for ranks on several nodes \
+         add --nnodes N and --node-rank K, with --master",
     );
     // The launcher checks what every rank would, once, before starting any.
     refused(ALL_REDUCE, &["--np", "2", "-e", "16G"], "-e 17179869184");
     let out = run(ALL_REDUCE, &["--np", "2", "-e", "16G"]);
     assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+}
+
+/// A command line, the launcher variables around it, and the reason it is refused.
+type Refusal = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    &'static str,
+);
+
+/// torchrun's multi-node form, `--np N --nnodes M --node-rank K --master HOST:PORT` on each
+/// node: whatever cannot work is refused by the launcher before any rank starts (exit 2, one
+/// line saying what to give), with no launcher variables in the environment.
+#[test]
+fn nnodes_refuses_what_cannot_work_saying_what_to_give() {
+    let cases: [Refusal; 12] = [
+        (
+            "--np 2 --nnodes 1:4",
+            &[],
+            "invalid value '1:4' for '--nnodes <N>': torchrun's elastic --nnodes MIN:MAX is not \
+             offered: the world is fixed at --nnodes × --np ranks when they meet; give one \
+             number of nodes, e.g. --nnodes 4",
+        ),
+        (
+            "--np 2 --nnodes 4 --master 127.0.0.1:29500",
+            &[],
+            "--nnodes 4 needs --node-rank K, this node's number (0..3): start one launcher on \
+             each node, each with its own K, node 0 on the host of --master",
+        ),
+        (
+            "--np 2 --nnodes 4 --node-rank 4",
+            &[],
+            "--node-rank 4: give 0..3, this node's number among the --nnodes 4",
+        ),
+        (
+            "--np 2 --nnodes 4 --node-rank 1",
+            &[],
+            "--nnodes 4 needs rank 0's address: give --master HOST:PORT (node 0's host, where \
+             rank 0 listens), or set MASTER_ADDR and MASTER_PORT, the same on every node",
+        ),
+        (
+            "--np 2 --nnodes 2 --node-rank 0 --master 192.0.2.1:29500",
+            &[],
+            "--master 192.0.2.1:29500: 192.0.2.1 is not an address of this host (",
+        ),
+        (
+            "--np 2 --nnodes 2 --node-rank 0",
+            &[("MASTER_ADDR", "192.0.2.1"), ("MASTER_PORT", "29500")],
+            "MASTER_ADDR=192.0.2.1 MASTER_PORT=29500: 192.0.2.1 is not an address of this host",
+        ),
+        (
+            "--np 2 --nnodes 2 --node-rank 1",
+            &[("MASTER_ADDR", "node1")],
+            "MASTER_ADDR is set but MASTER_PORT is not",
+        ),
+        (
+            "--np 2 --nnodes 2 --node_rank 1 --master 127.0.0.1:1 --world-size 4",
+            &[],
+            "--nnodes gives each rank its --rank, --world-size and --local-rank (node rank × \
+             --np + local rank, --nnodes × --np, local rank): leave them out",
+        ),
+        (
+            "--np 600 --nnodes 2 --node-rank 1 --master 127.0.0.1:1",
+            &[],
+            "--np 600: give 1..512 ranks per node: the world, --nnodes 2 × --np, is at most 1024",
+        ),
+        (
+            "--np 2 --node-rank 1",
+            &[],
+            "--node-rank needs --nnodes N, the number of nodes",
+        ),
+        (
+            "--nnodes 2 --node-rank 1 -e 64",
+            &[],
+            "--nnodes and --node-rank go with --np N, the ranks that each node's launcher starts \
+             (torchrun's --nproc-per-node)",
+        ),
+        (
+            // The sweep and the root are checked against the whole world, --nnodes × --np.
+            "--np 2 --nnodes 2 --node-rank 1 --master 127.0.0.1:1 -r 4",
+            &[],
+            "-r 4: the root must be a rank of the 4 (0..3)",
+        ),
+    ];
+    for (line, env, reason) in cases {
+        let args: Vec<&str> = line.split(' ').collect();
+        is_refusal(&run_in_env(&args, env), ALL_REDUCE, &args, reason);
+    }
 }
 
 #[test]

@@ -3,11 +3,19 @@
 //!
 //! Flags (`--rank`, `--world-size`, `--master`) override the environment: with them it is not
 //! read, nor compared. Otherwise the first source that is present is used, in this order (the
-//! innermost launcher first): torchrun (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`), Open MPI
-//! (`OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`, `OMPI_COMM_WORLD_LOCAL_RANK`), MPICH/Hydra
-//! (`PMI_RANK`, `PMI_SIZE`), Slurm (`SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`). A source
-//! counts as present when any of its variables is set; a present source must be complete and
-//! numeric, or the error names the variable. With none present the job is a single rank.
+//! innermost launcher first): torchrun or DeepSpeed (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`), Open
+//! MPI (`OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`, `OMPI_COMM_WORLD_LOCAL_RANK`),
+//! MPICH/Hydra (`PMI_RANK`, `PMI_SIZE`), Slurm (`SLURM_PROCID`, `SLURM_NTASKS`,
+//! `SLURM_LOCALID`). A source counts as present when any of its variables is set; a present
+//! source must be complete and numeric, or the error names the variable. With none present the
+//! job is a single rank.
+//!
+//! DeepSpeed's launcher sets torchrun's variables and, where it differs, its own: `CROSS_RANK`
+//! (the node's rank), `CROSS_SIZE` (the nodes) and `LOCAL_SIZE` (the ranks on this node), all
+//! three from `deepspeed.launcher.launch` (`deepspeed`, pdsh or `--no_ssh`), `LOCAL_SIZE` alone
+//! from its MPICH and Intel MPI runners. When they are present the launcher is named DeepSpeed,
+//! and they must be complete and agree with `RANK`, `WORLD_SIZE` and `LOCAL_RANK` as that
+//! launcher sets them (`deepspeed`), or the job is refused naming the variables.
 //!
 //! Two present sources must agree on the rank, the world size and (where both have one) the
 //! local rank, or the job is refused naming both: a `RANK=0 WORLD_SIZE=1` left exported in the
@@ -15,11 +23,13 @@
 //! without a byte on the network. Not compared, because a real launch sets them to other
 //! values: the outer launcher's variables under torchrun (`srun torchrun`,
 //! `mpirun torchrun`: one torchrun agent per outer task starts several ranks), recognised by
-//! `TORCHELASTIC_RUN_ID`, which torchrun sets and a hand-exported `RANK` lacks; and Slurm's
-//! under an MPI launcher (`mpirun` or `mpiexec` inside a Slurm allocation: `SLURM_PROCID`
-//! describes the batch step or the launcher's daemon, not this rank; under `srun --mpi=...`
-//! they agree anyway) — except around an MPI world of one started as Slurm task 1 or later,
-//! one of several single-rank jobs that `srun -n N` started, each of which would run alone.
+//! `TORCHELASTIC_RUN_ID`, which torchrun sets and a hand-exported `RANK` lacks, and under
+//! DeepSpeed's per-node launcher (`srun deepspeed --no_ssh --node_rank ...`), recognised by its
+//! `CROSS_RANK`/`CROSS_SIZE`; and Slurm's under an MPI launcher (`mpirun` or `mpiexec` inside
+//! a Slurm allocation: `SLURM_PROCID` describes the batch step or the launcher's daemon, not
+//! this rank; under `srun --mpi=...` they agree anyway) — except around an MPI world of one
+//! started as Slurm task 1 or later, one of several single-rank jobs that `srun -n N` started,
+//! each of which would run alone.
 //!
 //! The rendezvous address (rank 0's bootstrap listener) comes from `--master HOST:PORT`, else
 //! `MASTER_ADDR` + `MASTER_PORT` (as torch under mpirun or srun expects), and is needed only
@@ -30,12 +40,17 @@
 pub enum Launcher {
     Flags,
     Torchrun,
+    /// torchrun's variables with DeepSpeed's `CROSS_RANK`, `CROSS_SIZE`, `LOCAL_SIZE`.
+    DeepSpeed,
     OpenMpi,
     Mpich,
     Slurm,
     /// `--np N` of our tools: ranks on this machine, started by the local launcher and
     /// coordinated over its POSIX message queues.
     LocalQueues,
+    /// `--np N --nnodes M --node-rank K`: one launcher per node, torchrun's way; the ranks meet
+    /// over TCP at `--master`.
+    Nodes,
     /// Nothing set: one rank alone.
     Single,
 }
@@ -45,10 +60,12 @@ impl Launcher {
         match self {
             Launcher::Flags => "flags (--rank/--world-size)",
             Launcher::Torchrun => "torchrun (RANK/WORLD_SIZE)",
+            Launcher::DeepSpeed => "DeepSpeed (RANK/WORLD_SIZE, CROSS_RANK/CROSS_SIZE/LOCAL_SIZE)",
             Launcher::OpenMpi => "Open MPI (OMPI_COMM_WORLD_*)",
             Launcher::Mpich => "MPICH/Hydra (PMI_RANK/PMI_SIZE)",
             Launcher::Slurm => "Slurm (SLURM_PROCID/SLURM_NTASKS)",
             Launcher::LocalQueues => "--np (this machine, POSIX message queues)",
+            Launcher::Nodes => "--np with --nnodes (one launcher per node, over TCP)",
             Launcher::Single => "none (a single rank)",
         }
     }
@@ -138,20 +155,20 @@ fn present<'a>(
 }
 
 /// The present sources after `first` (whose world size is `world`) that must agree with it:
-/// not the outer launchers of a process torchrun started, nor Slurm under an MPI launcher —
-/// unless that MPI job is a world of one started as a Slurm task other than 0, which is one of
-/// several single-rank jobs `srun` started, each running alone (see the module documentation).
+/// not the outer launchers of a process that a per-node agent started (`by_agent`: torchrun,
+/// or DeepSpeed's launcher), nor Slurm under an MPI launcher — unless that MPI job is a world
+/// of one started as a Slurm task other than 0, which is one of several single-rank jobs `srun`
+/// started, each running alone (see the module documentation).
 fn compared<'a>(
     first: &'static Source,
     world: u32,
+    by_agent: bool,
     env: &'a dyn Fn(&str) -> Option<String>,
 ) -> impl Iterator<Item = &'static Source> + 'a {
-    let by_torchrun = first.launcher == Launcher::Torchrun && env("TORCHELASTIC_RUN_ID").is_some();
     let under_mpi = present(env).any(|s| matches!(s.launcher, Launcher::OpenMpi | Launcher::Mpich));
     let one_of_many_lone_jobs = world == 1 && env("SLURM_PROCID").is_some_and(|p| p.trim() != "0");
     let slurm_is_outer = under_mpi && !one_of_many_lone_jobs;
-    let explained =
-        move |s: &Source| by_torchrun || (s.launcher == Launcher::Slurm && slurm_is_outer);
+    let explained = move |s: &Source| by_agent || (s.launcher == Launcher::Slurm && slurm_is_outer);
     present(env)
         .skip_while(move |s| s.launcher != first.launcher)
         .skip(1)
@@ -222,6 +239,124 @@ fn agree(
     ))
 }
 
+/// Which of DeepSpeed's launchers set its variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeepSpeedVia {
+    /// `deepspeed.launcher.launch`, one per node (`deepspeed` over pdsh, or `--no_ssh`):
+    /// `CROSS_RANK`, `CROSS_SIZE` and `LOCAL_SIZE`. An agent like torchrun's: the variables of
+    /// a launcher around it (`srun`) describe the agent, not this rank.
+    PerNode,
+    /// Its MPICH and Intel MPI runners: `LOCAL_SIZE` alone, inside the MPI launch.
+    MpiRunner,
+}
+
+const CROSS_RANK: &str = "CROSS_RANK";
+const CROSS_SIZE: &str = "CROSS_SIZE";
+const LOCAL_SIZE: &str = "LOCAL_SIZE";
+
+/// DeepSpeed's variables beside torchrun's `(rank, world, local)`: `None` when none is set,
+/// else which launcher set them, once they are complete and agree with the three as DeepSpeed
+/// sets them (`deepspeed/launcher/launch.py`: the ranks numbered node by node, at least one
+/// per node, `LOCAL_RANK` = `RANK` mod `LOCAL_SIZE`). Under DeepSpeed's elastic agent (torch
+/// elastic, `TORCHELASTIC_RUN_ID`) the rendezvous may place a node elsewhere than `CROSS_RANK`
+/// and fewer nodes than `CROSS_SIZE` may join: only the bounds are checked then. An incomplete
+/// set, or one that disagrees ([`deepspeed_mismatch`]), is refused naming the variables and
+/// what to do.
+fn deepspeed(
+    env: &dyn Fn(&str) -> Option<String>,
+    (rank, world, local): (u32, u32, Option<u32>),
+) -> Result<Option<DeepSpeedVia>, String> {
+    let Some(first) = [CROSS_RANK, CROSS_SIZE, LOCAL_SIZE]
+        .into_iter()
+        .find(|v| env(v).is_some())
+    else {
+        return Ok(None);
+    };
+    let get = |name: &str| match env(name) {
+        Some(v) => number(name, &v),
+        None => Err(format!(
+            "{first} is set but {name} is not: the {} environment is incomplete (its launchers \
+             set {LOCAL_SIZE} and LOCAL_RANK, and {CROSS_RANK} with {CROSS_SIZE})",
+            Launcher::DeepSpeed
+        )),
+    };
+    let local_size = get(LOCAL_SIZE)?;
+    let local = match local {
+        Some(l) => l,
+        None => get("LOCAL_RANK")?,
+    };
+    let cross = match (env(CROSS_RANK), env(CROSS_SIZE)) {
+        (None, None) => None,
+        _ => Some((get(CROSS_RANK)?, get(CROSS_SIZE)?)),
+    };
+    let via = match cross {
+        Some(_) => DeepSpeedVia::PerNode,
+        None => DeepSpeedVia::MpiRunner,
+    };
+    let elastic = env("TORCHELASTIC_RUN_ID").is_some();
+    let Some(why) = deepspeed_mismatch((rank, world, local), local_size, cross, elastic) else {
+        return Ok(Some(via));
+    };
+    let mut vars =
+        format!("RANK={rank} WORLD_SIZE={world} LOCAL_RANK={local} {LOCAL_SIZE}={local_size}");
+    if let Some((node, nodes)) = cross {
+        vars.push_str(&format!(" {CROSS_RANK}={node} {CROSS_SIZE}={nodes}"));
+    }
+    Err(format!(
+        "DeepSpeed's variables disagree about this process: {vars}: {why}; some of them are \
+         stale, left exported from another run: unset them (`unset RANK WORLD_SIZE LOCAL_RANK \
+         {CROSS_RANK} {CROSS_SIZE} {LOCAL_SIZE}`), or give --rank and --world-size (with \
+         --master), which override the environment"
+    ))
+}
+
+/// Why DeepSpeed's `LOCAL_SIZE` and (`CROSS_RANK`, `CROSS_SIZE`) cannot go with `(rank, world,
+/// local)` as its launchers set them, if they cannot (see [`deepspeed`]); `elastic`: under its
+/// elastic agent, where only the bounds hold. A rank not below the world size is left to
+/// [`resolve`]'s own check.
+fn deepspeed_mismatch(
+    (rank, world, local): (u32, u32, u32),
+    local_size: u32,
+    cross: Option<(u32, u32)>,
+    elastic: bool,
+) -> Option<&'static str> {
+    if rank >= world {
+        None
+    } else if local >= local_size {
+        Some("LOCAL_RANK must be below LOCAL_SIZE, the ranks on this node")
+    } else if local_size > world {
+        Some("LOCAL_SIZE, the ranks on this node, cannot exceed WORLD_SIZE")
+    } else {
+        match cross {
+            Some((node, nodes)) if node >= nodes => {
+                Some("CROSS_RANK, this node's rank, must be below CROSS_SIZE, the nodes")
+            }
+            Some(_) if elastic => None,
+            Some(_) if local != rank % local_size => {
+                Some("DeepSpeed's launcher gives LOCAL_RANK = RANK mod LOCAL_SIZE")
+            }
+            Some((node, nodes)) => {
+                // At least one rank on each node before this one, and on each after it.
+                let (node, nodes, rank, world) = (
+                    u64::from(node),
+                    u64::from(nodes),
+                    u64::from(rank),
+                    u64::from(world),
+                );
+                let fits = rank >= node
+                    && world - rank >= nodes - node
+                    && u64::from(local_size) + nodes - 1 <= world;
+                (!fits).then_some(
+                    "DeepSpeed's launcher numbers the ranks node by node, at least one on each \
+                     node: node CROSS_RANK of CROSS_SIZE, with LOCAL_SIZE ranks, cannot hold \
+                     this RANK of WORLD_SIZE",
+                )
+            }
+            None => None,
+        }
+    }
+}
+
 /// Resolves the rank from `flags` and the environment `env` (a lookup, so tests need not touch
 /// the process environment). Errors say which flag or variable is wrong and what to do.
 pub fn resolve(
@@ -236,11 +371,24 @@ pub fn resolve(
         }
     } else if let Some(first) = present(env).next() {
         let mine = read(first, env)?;
-        for other in compared(first, mine.1, env) {
+        let torchrun = first.launcher == Launcher::Torchrun;
+        let deepspeed = if torchrun {
+            deepspeed(env, mine)?
+        } else {
+            None
+        };
+        // A per-node agent started this process: the outer launcher's variables are its own.
+        let by_agent = torchrun
+            && (env("TORCHELASTIC_RUN_ID").is_some() || deepspeed == Some(DeepSpeedVia::PerNode));
+        for other in compared(first, mine.1, by_agent, env) {
             agree(first, &mine, other, &read(other, env)?)?;
         }
         let (rank, world, local) = mine;
-        (first.launcher, rank, world, local.or(flags.local_rank))
+        let launcher = match deepspeed {
+            Some(_) => Launcher::DeepSpeed,
+            None => first.launcher,
+        };
+        (launcher, rank, world, local.or(flags.local_rank))
     } else {
         (Launcher::Single, 0, 1, flags.local_rank)
     };
@@ -261,7 +409,7 @@ pub fn resolve(
             world - 1
         ));
     }
-    let master = master(flags, env)?;
+    let master = master_address(flags.master.as_deref(), env)?;
     if world > 1 && master.is_none() {
         return Err(format!(
             "{world} ranks need a rendezvous address: give --master HOST:PORT (rank 0's host) or \
@@ -299,11 +447,14 @@ pub fn parse_host_port(s: &str) -> Result<(String, u16), String> {
     Ok((host.to_string(), port))
 }
 
-fn master(
-    flags: &RankFlags,
+/// Rank 0's rendezvous address: `flag` (`--master HOST:PORT`), else `MASTER_ADDR` and
+/// `MASTER_PORT` from `env`; `None` when neither is given. Every rank and launcher finds it
+/// this way.
+pub fn master_address(
+    flag: Option<&str>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Option<(String, u16)>, String> {
-    if let Some(m) = &flags.master {
+    if let Some(m) = flag {
         return parse_host_port(m).map(Some);
     }
     match (env("MASTER_ADDR"), env("MASTER_PORT")) {

@@ -1,27 +1,38 @@
-//! `--np N`: N ranks of a collective on this machine, as child processes.
+//! `--np N`: N ranks of a collective on this machine, as child processes; with `--nnodes M
+//! --node-rank K`, this node's N ranks of a job across M nodes, one launcher per node, as
+//! torchrun starts them ([`NodeRanks`], [`run_node`]).
 //!
 //! The launcher re-executes its own binary (`/proc/self/exe`, through `verbs_lab::workers`, the
-//! one supervisor of worker processes) N times with the arguments it was given plus `--rank I --world-size N --local-rank I --master 127.0.0.1:PORT`, so each child is
-//! an ordinary rank that bootstraps like any other (rank 0 listens on PORT, a free loopback
-//! port). The children coordinate among themselves over the bootstrap star; the launcher only
-//! watches them ([`workers::watch_all`]): when one exits non-zero or is killed it names that rank, gives the others the
-//! grace period to notice and fail on their own (naming the same rank), then kills whatever is
-//! left. A child dies with its launcher ([`child_setup`]), so nothing is left behind. When the
-//! ranks' shared stdout loses its reader (`| head`), the launcher kills them and ends quietly,
-//! and a rank that fails meanwhile says nothing ([`output_unread`]) — unless the run still owes
-//! a report file or a gate's verdict (`owes_the_end`): then the ranks run to the end.
+//! one supervisor of worker processes) N times with the arguments it was given plus `--rank R
+//! --world-size W --local-rank I` ([`NodeRanks::rank_flags`]: on this machine alone R = I and
+//! W = N; across nodes R = K × N + I and W = M × N), so each child is an ordinary rank that
+//! bootstraps like any other. A local run adds `--master 127.0.0.1:PORT` (rank 0 listens on
+//! PORT, a free loopback port); across nodes each child finds rank 0 where its launcher did,
+//! at the `--master` among its arguments or the `MASTER_ADDR`/`MASTER_PORT` it inherits, and
+//! node 0 must be that host, since its launcher starts rank 0 ([`check_master`]). The children
+//! coordinate among themselves over the bootstrap star; the launcher only watches them
+//! ([`workers::watch_all`]): when one exits non-zero or is killed it names that rank, gives the
+//! others the grace period to notice and fail on their own (naming the same rank), then kills
+//! whatever is left. A child dies with its launcher ([`child_setup`]), so nothing is left
+//! behind. When the ranks' shared stdout loses its reader (`| head`), the launcher kills them
+//! and ends quietly, and a rank that fails meanwhile says nothing ([`output_unread`]) — unless
+//! the run still owes a report file or a gate's verdict (`owes_the_end`): then the ranks run to
+//! the end. Across nodes each launcher does all this for its own ranks.
 //!
 //! With [`LocalRun::queues`] the ranks coordinate over POSIX message queues instead of TCP
 //! (the benchmarks' `--np`; see [`super::mqlink`]): the children get
 //! `--vl-coll-queues BASE` in place of `--master`, the rendezvous, barriers and results go
 //! through the queues, and when a rank ends badly the launcher tells every other rank which one
 //! and how ([`mqlink::gone_notice`]), so they fail naming it at once instead of after their
-//! peer timeout. The queues are removed on every exit path (see [`child_setup`]).
+//! peer timeout. The queues are removed on every exit path (see [`child_setup`]). Queues are
+//! per machine: a run across nodes goes over TCP.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::net::ToSocketAddrs;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use super::env::MAX_WORLD;
 use super::mqlink::{self, QUEUES, QUEUE_DEPTH};
 use crate::mq::{self, Queue, MAX_MSG_LEN};
 use crate::workers::{self, describe, Fate, Worker};
@@ -104,23 +115,169 @@ pub fn run_local(np: u32, args: &[OsString], run: &LocalRun<'_>) -> Result<Outco
             free_port().map_err(|e| format!("no free loopback port for the rendezvous: {e}"))?;
         ("--master", format!("127.0.0.1:{port}"))
     };
-    let mut ranks = spawn_ranks(np, args, &[flag, &value])?;
+    let mut ranks = spawn_ranks(&NodeRanks::this_machine(np), args, &[flag, &value])?;
     Ok(supervise(&mut ranks, run.grace, !run.owes_the_end, &queues))
     // `queues` dropped here: their names are removed.
 }
 
-/// Starts the `np` children through `verbs_lab::workers` (rank = worker index): `args`, then
-/// the rank flags, then `extra`. Those started before one that fails are killed and reaped
-/// (a [`Worker`] dropped).
-fn spawn_ranks(np: u32, args: &[OsString], extra: &[&str]) -> Result<Vec<Worker>, String> {
-    (0..np)
-        .map(|rank| {
-            let (r, n) = (rank.to_string(), np.to_string());
-            let flags = ["--rank", &r, "--world-size", &n, "--local-rank", &r];
+/// One launcher's share of a job, as torchrun divides it (`--nproc-per-node`, `--nnodes`,
+/// `--node-rank`): `np` ranks on this node, which is node `node_rank` of `nnodes`. Its ranks are
+/// `node_rank × np` to `node_rank × np + np − 1` of a world of `nnodes × np`, with local ranks
+/// `0..np`, so that the launchers of all the nodes, started alike, make each rank once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeRanks {
+    pub np: u32,
+    pub nnodes: u32,
+    pub node_rank: u32,
+}
+
+impl NodeRanks {
+    /// `--np np` alone: the whole job on this machine (the caller checks `np`).
+    pub fn this_machine(np: u32) -> NodeRanks {
+        NodeRanks {
+            np,
+            nnodes: 1,
+            node_rank: 0,
+        }
+    }
+
+    /// Node `node_rank` of `nnodes`, with `np` ranks each. Refused, saying what to give: no
+    /// node, a node rank outside `0..nnodes`, no rank, or a world above [`MAX_WORLD`].
+    pub fn new(np: u32, nnodes: u32, node_rank: u32) -> Result<NodeRanks, String> {
+        if nnodes == 0 || nnodes > MAX_WORLD {
+            return Err(format!(
+                "--nnodes {nnodes}: give 1..{MAX_WORLD} nodes (each runs one launcher with --np \
+                 ranks)"
+            ));
+        }
+        if node_rank >= nnodes {
+            return Err(format!(
+                "--node-rank {node_rank}: give 0..{}, this node's number among the --nnodes \
+                 {nnodes} (each node's launcher its own, node 0 on the host of --master)",
+                nnodes - 1
+            ));
+        }
+        if np == 0 || u64::from(np) * u64::from(nnodes) > u64::from(MAX_WORLD) {
+            return Err(match nnodes {
+                1 => format!("--np {np}: give 1..{MAX_WORLD} ranks"),
+                _ => format!(
+                    "--np {np}: give 1..{} ranks per node: the world, --nnodes {nnodes} × --np, \
+                     is at most {MAX_WORLD} ranks",
+                    MAX_WORLD / nnodes
+                ),
+            });
+        }
+        Ok(NodeRanks {
+            np,
+            nnodes,
+            node_rank,
+        })
+    }
+
+    /// The ranks of the whole job.
+    pub fn world_size(&self) -> u32 {
+        self.np * self.nnodes
+    }
+
+    /// The rank of this node's local rank `local`.
+    pub fn rank(&self, local: u32) -> u32 {
+        self.node_rank * self.np + local
+    }
+
+    /// What the child for local rank `local` is given to be that rank: `--rank`,
+    /// `--world-size` and `--local-rank`, with their values.
+    pub fn rank_flags(&self, local: u32) -> [String; 6] {
+        [
+            "--rank".into(),
+            self.rank(local).to_string(),
+            "--world-size".into(),
+            self.world_size().to_string(),
+            "--local-rank".into(),
+            local.to_string(),
+        ]
+    }
+}
+
+/// Whether rank 0's rendezvous address `host:port` (written `given`, as the user gave it:
+/// `--master node1:29500`, `MASTER_ADDR=node1 MASTER_PORT=29500`) can work from this node:
+/// every node must resolve it, and node 0, whose launcher starts rank 0, must be that host —
+/// rank 0 listens on the port on all of its host's addresses, and the other ranks connect to
+/// `host`. Refused, saying what to do: a host that does not resolve or is no address at all
+/// (`0.0.0.0`), and on node 0 a host that is not one of this machine's addresses. A loopback
+/// master is accepted (every "node" on one machine, as the tests start them); across machines
+/// the other nodes then find no rank 0 and say so.
+pub fn check_master(
+    node: &NodeRanks,
+    (host, port): (&str, u16),
+    given: &str,
+) -> Result<(), String> {
+    let addrs: Vec<std::net::SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| {
+            format!(
+                "{given}: cannot resolve {host}: {e}; give node 0's address, or a host name \
+                 every node resolves"
+            )
+        })?
+        .collect();
+    if addrs.iter().any(|a| a.ip().is_unspecified()) {
+        return Err(format!(
+            "{given}: {host} is no host's address; give node 0's address, the same on every node"
+        ));
+    }
+    if node.node_rank != 0 {
+        return Ok(());
+    }
+    // An address of this machine is one a socket can be bound to.
+    if addrs
+        .iter()
+        .any(|a| std::net::UdpSocket::bind((a.ip(), 0)).is_ok())
+    {
+        return Ok(());
+    }
+    let ips: Vec<String> = addrs.iter().map(|a| a.ip().to_string()).collect();
+    let what = match ips.as_slice() {
+        [ip] if ip == host => host.to_string(),
+        _ => format!("{host} ({})", ips.join(", ")),
+    };
+    Err(format!(
+        "{given}: {what} is not an address of this host ({}): node 0's launcher starts rank 0, \
+         which listens there for every other rank — start --node-rank 0 on {host}, or give as \
+         master an address of this host, the same on every node",
+        super::bootstrap::place::this_host().0
+    ))
+}
+
+/// Starts this node's ranks of a job across nodes (`node`) with `args` (the caller's own
+/// arguments, without `argv[0]`) and waits for them, as [`run_local`] does for a local run:
+/// each child gets `args` and [`NodeRanks::rank_flags`], and finds rank 0 where this launcher
+/// did (the `--master` among `args`, or the `MASTER_ADDR`/`MASTER_PORT` it inherits; see
+/// [`check_master`]). Over TCP: message queues are per machine.
+pub fn run_node(
+    node: &NodeRanks,
+    args: &[OsString],
+    run: &LocalRun<'_>,
+) -> Result<Outcome, String> {
+    if run.queues {
+        return Err("message queues are per machine: ranks on several nodes meet over TCP".into());
+    }
+    let mut ranks = spawn_ranks(node, args, &[])?;
+    Ok(supervise(&mut ranks, run.grace, !run.owes_the_end, &[]))
+}
+
+/// Starts the children of `node`'s ranks through `verbs_lab::workers` (worker index = rank):
+/// `args`, then the rank flags, then `extra`. Those started before one that fails are killed
+/// and reaped (a [`Worker`] dropped).
+fn spawn_ranks(node: &NodeRanks, args: &[OsString], extra: &[&str]) -> Result<Vec<Worker>, String> {
+    (0..node.np)
+        .map(|local| {
+            let rank = node.rank(local);
+            let flags = node.rank_flags(local);
             let all = args
                 .iter()
                 .map(OsString::as_os_str)
-                .chain(flags.iter().chain(extra).map(|s| s.as_ref()));
+                .chain(flags.iter().map(OsStr::new))
+                .chain(extra.iter().map(OsStr::new));
             Worker::spawn(rank, all, true).map_err(|e| format!("cannot start rank {rank}: {e}"))
         })
         .collect()
@@ -180,7 +337,13 @@ fn supervise(
 /// to itself: it is only the echo of a rank that left at its first unread line, and the
 /// launcher ends the run quietly ([`workers::watch_all`]).
 pub fn output_unread() -> bool {
-    std::env::var_os(workers::COORDINATOR_ENV).is_some() && crate::stdout::reader_gone()
+    started_by_launcher() && crate::stdout::reader_gone()
+}
+
+/// Whether this process is a rank that a launcher here started ([`run_local`], [`run_node`]):
+/// [`Worker::spawn`] names its launcher in [`workers::COORDINATOR_ENV`].
+pub fn started_by_launcher() -> bool {
+    std::env::var_os(workers::COORDINATOR_ENV).is_some()
 }
 
 /// Called first thing in a rank that [`run_local`] started, before any other thread starts: it

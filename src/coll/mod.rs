@@ -2,14 +2,15 @@
 //! launchers start jobs.
 //!
 //! - [`env`](mod@env): rank, world size and rendezvous address from flags or a launcher's environment
-//!   (torchrun, Open MPI, MPICH, Slurm);
+//!   (torchrun, DeepSpeed, Open MPI, MPICH, Slurm);
 //! - [`bootstrap`]: rank 0's rendezvous (the endpoint table) and the TCP star kept for control
 //!   and liveness;
 //! - [`schedule`]: the ring schedules — which piece goes where, and what waits for what;
 //! - [`kernels`]: element types, reduction operators and the tight reduction loops;
 //! - [`comm`]: the communicator — RC QPs to both neighbours, receive slots with credits, and the
 //!   engine that runs a schedule with RDMA WRITE WITH IMM;
-//! - [`launch`]: `--np N`, N ranks on this machine as child processes.
+//! - [`launch`]: `--np N`, N ranks on this machine as child processes; with `--nnodes`, one
+//!   launcher per node, torchrun's way.
 
 pub mod bootstrap;
 pub mod comm;

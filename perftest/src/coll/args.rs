@@ -12,12 +12,20 @@ use verbs_lab::cli::{parse_size, MAX_WAIT_SECS};
     version,
     about = "Collective bandwidth over RDMA verbs, in the layout of nccl-tests",
     after_help = "Ranks: --np N starts N on this machine, coordinated over POSIX message queues \
-                  (/dev/mqueue/vl-coll-PID-r*, removed at the end); otherwise the rank comes from --rank/--world-size/--master, \
-                  torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), Open MPI \
+                  (/dev/mqueue/vl-coll-PID-r*, removed at the end). Across nodes, torchrun's way: on \
+                  each of M nodes run --np N --nnodes M --node-rank K (0..M-1) --master HOST:PORT (else \
+                  MASTER_ADDR/MASTER_PORT), the same master everywhere; node K starts ranks K*N..K*N+N-1 \
+                  of M*N, local ranks 0..N-1, meeting over TCP. Node 0 must run on HOST, where rank 0 \
+                  listens (it refuses another host's address); one launcher per host. --nproc-per-node \
+                  is --np and --node_rank --node-rank; torchrun's elastic --nnodes MIN:MAX is refused. \
+                  Otherwise the rank comes from --rank/--world-size/--master, \
+                  torchrun or DeepSpeed (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; DeepSpeed's \
+                  CROSS_RANK, CROSS_SIZE, LOCAL_SIZE must agree with them), Open MPI \
                   (OMPI_COMM_WORLD_*), MPICH (PMI_RANK, PMI_SIZE) or Slurm (SLURM_PROCID, SLURM_NTASKS), \
                   the first present in that order; flags override the environment. Two launchers whose \
                   variables disagree on the rank, world size or local rank are refused (exit 2), except \
-                  Slurm's under mpirun/mpiexec and the outer launcher's under torchrun (TORCHELASTIC_RUN_ID).\nSizes: -e up to 2G (each rank registers an input and an output buffer of -e bytes, \
+                  Slurm's under mpirun/mpiexec and the outer launcher's under torchrun (TORCHELASTIC_RUN_ID) \
+                  or DeepSpeed's per-node launcher (CROSS_RANK).\nSizes: -e up to 2G (each rank registers an input and an output buffer of -e bytes, \
                   plus the slots); at most 1000 rows; -i a multiple of the element size.\n\
                   A closed stdout (| head) ends the sweep quietly with status 0, unless --json or --min-busbw still need the \
                   rest of it, which then runs without printing.\n\
@@ -70,9 +78,22 @@ pub struct Args {
     #[arg(short = 'u', long = "qp-timeout", default_value_t = 20,
           value_parser = verbs_lab::cli::qp_timeout())]
     pub ack_timeout: u8,
-    /// Start N ranks on this machine (child processes).
-    #[arg(long = "np")]
+    /// Start N ranks on this machine (child processes); with --nnodes, N on each node
+    /// (torchrun's --nproc-per-node).
+    #[arg(
+        long = "np",
+        visible_alias = "nproc-per-node",
+        alias = "nproc_per_node"
+    )]
     pub np: Option<u32>,
+    /// Nodes of the job, each running this launcher with the same --np and --master and its
+    /// own --node-rank (torchrun's --nnodes; not its elastic MIN:MAX).
+    #[arg(long = "nnodes", value_name = "N", value_parser = nnodes)]
+    pub nnodes: Option<u32>,
+    /// This node's number, 0..N-1 with --nnodes N; node 0 must run on the host of --master,
+    /// where rank 0 listens.
+    #[arg(long = "node-rank", alias = "node_rank", value_name = "K")]
+    pub node_rank: Option<u32>,
     /// This process's rank (with --world-size and --master).
     #[arg(long)]
     pub rank: Option<u32>,
@@ -80,8 +101,8 @@ pub struct Args {
     #[arg(long = "world-size")]
     pub world_size: Option<u32>,
     /// Rank among the ranks on this host (picks the device and CPU; default: the launcher's, else
-    /// counted at the rendezvous from the ranks' host names).
-    #[arg(long = "local-rank")]
+    /// counted at the rendezvous from the ranks' host names). DeepSpeed passes --local_rank=N.
+    #[arg(long = "local-rank", alias = "local_rank")]
     pub local_rank: Option<u32>,
     /// Rank 0's rendezvous address HOST:PORT (else MASTER_ADDR/MASTER_PORT).
     #[arg(long)]
@@ -120,6 +141,20 @@ pub struct Args {
     pub profile: bool,
     #[command(flatten)]
     pub nccl_only: NcclOnly,
+}
+
+/// `--nnodes N`. torchrun's elastic form, `MIN:MAX` nodes, is refused by name: the world here
+/// is fixed when the ranks meet.
+fn nnodes(s: &str) -> Result<u32, String> {
+    if s.contains(':') {
+        return Err(format!(
+            "torchrun's elastic --nnodes MIN:MAX is not offered: the world is fixed at --nnodes \
+             × --np ranks when they meet; give one number of nodes, e.g. --nnodes {}",
+            s.rsplit(':').next().unwrap_or_default()
+        ));
+    }
+    s.parse::<u32>()
+        .map_err(|_| "not a whole number; give the number of nodes (digits only, e.g. 2)".into())
 }
 
 /// `-d`: nccl-tests' data type. A device name given the old way (`-d rxe0`) is told where

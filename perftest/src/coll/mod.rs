@@ -1,8 +1,10 @@
 //! The collective benchmarks `vl_{all_reduce,reduce_scatter,all_gather,broadcast,sendrecv}_perf`:
 //! nccl-tests' flags and table over [`verbs_lab::coll`]. One rank per process, launched by
 //! `--np N` (this machine; the ranks' rendezvous, barriers and results go over the launcher's
-//! POSIX message queues, `verbs_lab::coll::mqlink`), by hand with flags, or by torchrun, mpirun
-//! or srun through their environment (over TCP to rank 0: ranks on other hosts).
+//! POSIX message queues, `verbs_lab::coll::mqlink`), by `--np N --nnodes M --node-rank K` on
+//! each node (torchrun's way, over TCP to rank 0 at `--master`), by hand with flags, or by
+//! torchrun, DeepSpeed, mpirun or srun through their environment (over TCP to rank 0: ranks on
+//! other hosts).
 //!
 //! Per size and placement: `-w` warm-up collectives, `-n` timed ones (the average is the rank's
 //! time; the row shows the slowest rank's), then with `-c 1` one more on exact test data whose
@@ -21,8 +23,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::progress::Progress;
-use verbs_lab::coll::env::{Launcher, RankInfo};
-use verbs_lab::coll::{launch, Coll, CollError, Comm, CommOpts, RankFlags, RankRecord};
+use verbs_lab::coll::env::{self, Launcher, RankInfo};
+use verbs_lab::coll::launch::{self, NodeRanks};
+use verbs_lab::coll::{Coll, CollError, Comm, CommOpts, RankFlags, RankRecord};
 use verbs_lab::wire::{Reader, Writer};
 
 pub use args::{sizes, Args, BusbwGate, MAX_BYTES, MAX_ROWS};
@@ -54,6 +57,12 @@ pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
         (Some(np), Some(base)) => launch::child_setup(Some((base, np)))
             .map_err(usage)
             .and_then(|()| run(&args, coll, tool)),
+        // A rank that --nnodes's launcher started (over TCP): it ends with its launcher too.
+        (Some(_), None) if args.rank.is_some() && launch::started_by_launcher() => {
+            launch::child_setup(None)
+                .map_err(usage)
+                .and_then(|()| run(&args, coll, tool))
+        }
         (Some(np), None) => return launcher(np, &args, coll, tool),
         (None, _) => run(&args, coll, tool),
     };
@@ -72,41 +81,104 @@ fn fail_with(tool: &str, (code, msg): Fail) -> ExitCode {
     ExitCode::from(code)
 }
 
-/// `--np N`: checks what every rank would check (so a bad flag is said once, before any rank
-/// starts, and the --json file exists), then starts the ranks and waits for them.
+/// `--np N` (with `--nnodes M --node-rank K`: this node's share of a job across nodes):
+/// checks what every rank would check (so a bad flag is said once, before any rank starts, and
+/// the --json file exists on the node that writes it), then starts the ranks and waits for them.
 fn launcher(np: u32, args: &Args, coll: Coll, tool: &str) -> ExitCode {
-    let checked = if np == 0 || np > verbs_lab::coll::env::MAX_WORLD {
-        Err(usage(format!(
-            "--np {np}: give 1..{} ranks",
-            verbs_lab::coll::env::MAX_WORLD
-        )))
-    } else if args.rank.is_some()
-        || args.world_size.is_some()
-        || args.local_rank.is_some()
-        || args.master.is_some()
-    {
-        Err(usage(
-            "--np starts its own ranks: leave out --rank, --world-size, --local-rank and \
-             --master (they are for launching each rank yourself, without --np)",
-        ))
-    } else {
-        checked_sizes(args, coll, np as usize)
+    let checked = node_plan(np, args).and_then(|(node, across)| {
+        checked_sizes(args, coll, node.world_size() as usize)
             .and_then(|_| args.busbw_gate(&env_var).map_err(usage))
-            .and_then(|_| check_json(args))
+            // Rank 0 writes it, on node 0.
+            .and_then(|_| match node.node_rank {
+                0 => check_json(args),
+                _ => Ok(()),
+            })
             .and_then(|()| check_devices(args, np))
+            .map(|()| (node, across))
+    });
+    let (node, across) = match checked {
+        Ok(plan) => plan,
+        Err(fail) => return fail_with(tool, fail),
     };
-    if let Err(fail) = checked {
-        return fail_with(tool, fail);
-    }
     let own: Vec<OsString> = std::env::args_os().skip(1).collect();
     let grace = Duration::from_secs(args.peer_timeout + 10);
     let run = launch::LocalRun {
         tool,
         grace,
-        queues: true,
+        queues: !across,
         owes_the_end: owes_the_end(args),
     };
-    launch::Outcome::exit(launch::run_local(np, &own, &run), tool)
+    let outcome = if across {
+        launch::run_node(&node, &own, &run)
+    } else {
+        launch::run_local(np, &own, &run)
+    };
+    launch::Outcome::exit(outcome, tool)
+}
+
+/// What `--np np` asks of this launcher: its share of the job, and whether its ranks meet
+/// others over TCP at a master (`--nnodes`, torchrun's way) rather than over this machine's
+/// message queues. Refused, saying what to give: the flags for launching each rank yourself,
+/// `--node-rank` without `--nnodes` or the reverse, a node rank or world out of range, no
+/// master, and a master that cannot work from this node ([`launch::check_master`]).
+fn node_plan(np: u32, args: &Args) -> Result<(NodeRanks, bool), Fail> {
+    let yourself = args.rank.is_some() || args.world_size.is_some() || args.local_rank.is_some();
+    let Some(nnodes) = args.nnodes else {
+        if args.node_rank.is_some() {
+            return Err(usage(
+                "--node-rank needs --nnodes N, the number of nodes (each runs one launcher with \
+                 the same --np and --master and its own --node-rank)",
+            ));
+        }
+        if yourself || args.master.is_some() {
+            return Err(usage(
+                "--np starts its own ranks: leave out --rank, --world-size, --local-rank and \
+                 --master (they are for launching each rank yourself, without --np); for ranks \
+                 on several nodes add --nnodes N and --node-rank K, with --master",
+            ));
+        }
+        return NodeRanks::new(np, 1, 0)
+            .map(|node| (node, false))
+            .map_err(usage);
+    };
+    if yourself {
+        return Err(usage(
+            "--nnodes gives each rank its --rank, --world-size and --local-rank (node rank × \
+             --np + local rank, --nnodes × --np, local rank): leave them out",
+        ));
+    }
+    let node_rank = match args.node_rank {
+        Some(k) => k,
+        // One node (or none, which NodeRanks::new refuses): node 0.
+        None if nnodes <= 1 => 0,
+        None => {
+            return Err(usage(format!(
+                "--nnodes {nnodes} needs --node-rank K, this node's number (0..{}): start one \
+                 launcher on each node, each with its own K, node 0 on the host of --master",
+                nnodes - 1
+            )))
+        }
+    };
+    let node = NodeRanks::new(np, nnodes, node_rank).map_err(usage)?;
+    let Some((host, port)) =
+        env::master_address(args.master.as_deref(), &env_var).map_err(usage)?
+    else {
+        return match nnodes {
+            // One node and no master: the whole job here, as --np alone.
+            1 => Ok((node, false)),
+            _ => Err(usage(format!(
+                "--nnodes {nnodes} needs rank 0's address: give --master HOST:PORT (node 0's \
+                 host, where rank 0 listens), or set MASTER_ADDR and MASTER_PORT, the same on \
+                 every node"
+            ))),
+        };
+    };
+    let given = match &args.master {
+        Some(m) => format!("--master {m}"),
+        None => format!("MASTER_ADDR={host} MASTER_PORT={port}"),
+    };
+    launch::check_master(&node, (&host, port), &given).map_err(usage)?;
+    Ok((node, true))
 }
 
 /// Whether the run owes more than the lines on stdout — a `--json` file, or a gate's verdict
@@ -161,7 +233,7 @@ fn check_devices(args: &Args, np: u32) -> Result<(), Fail> {
         return Ok(());
     }
     let mut devices: Vec<Option<&str>> = (0..np)
-        .map(|r| verbs_lab::coll::env::pick_device(&args.devices, r))
+        .map(|r| env::pick_device(&args.devices, r))
         .collect();
     devices.sort_unstable();
     devices.dedup();
@@ -191,6 +263,7 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
     let max = *sizes.last().expect("at least one size");
     let opts = comm_opts(args, coll, &info, max);
     let launcher = info.launcher;
+    let from = from_note(args, &info);
     let mut comm = Comm::init(info, &opts).map_err(failed)?;
     comm.star()
         .set_timeout(Duration::from_secs(args.peer_timeout.max(5)));
@@ -206,7 +279,7 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
     let records = comm.table().to_vec();
     let mut out = Stdout::new();
     if rank == 0 {
-        out.line(&table.header(&records, &params_line(args, n, launcher)))
+        out.line(&table.header(&records, &params_line(args, n, &from)))
             .map_err(stdout_failed)?;
     }
     let mut rows = Vec::new();
@@ -247,15 +320,21 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
 }
 
 /// This rank's place: from `--np`'s flags (the queues stand for `--master`), else from the
-/// flags or the launcher's environment; the world must be `--np`'s.
+/// flags or the launcher's environment; the world must be `--np`'s (times `--nnodes`).
 fn rank_info(args: &Args) -> Result<RankInfo, Fail> {
+    if args.np.is_none() && (args.nnodes.is_some() || args.node_rank.is_some()) {
+        return Err(usage(
+            "--nnodes and --node-rank go with --np N, the ranks that each node's launcher starts \
+             (torchrun's --nproc-per-node)",
+        ));
+    }
     let flags = RankFlags {
         rank: args.rank,
         world_size: args.world_size,
         local_rank: args.local_rank,
         master: args.master.clone(),
     };
-    let info = match (&args.local_queues, args.rank, args.world_size) {
+    let mut info = match (&args.local_queues, args.rank, args.world_size) {
         // A rank of --np: the launcher set every flag; the queues stand for --master.
         (Some(_), Some(rank), Some(world_size)) => RankInfo {
             rank,
@@ -265,14 +344,20 @@ fn rank_info(args: &Args) -> Result<RankInfo, Fail> {
             master: None,
         },
         (Some(_), _, _) => return Err(usage("--vl-coll-queues is set by --np, not by hand")),
-        _ => verbs_lab::coll::env::from_env(&flags).map_err(usage)?,
+        _ => env::from_env(&flags).map_err(usage)?,
     };
     if let Some(np) = args.np {
-        if info.world_size != np {
+        // A rank that --np started: its launcher gave it the world, --np's on each node.
+        let world = np.saturating_mul(args.nnodes.unwrap_or(1));
+        if info.world_size != world {
             return Err(usage(format!(
-                "--np {np} but a world size of {}",
+                "--np {np} on {} node(s) but a world size of {}",
+                args.nnodes.unwrap_or(1),
                 info.world_size
             )));
+        }
+        if args.nnodes.is_some() && args.local_queues.is_none() {
+            info.launcher = Launcher::Nodes;
         }
     }
     Ok(info)
@@ -395,12 +480,21 @@ fn terms(args: &Args, coll: Coll) -> Vec<(String, String)> {
     t.into_iter().map(|(o, v)| (o.to_string(), v)).collect()
 }
 
-/// The header's parameter line.
-fn params_line(args: &Args, n: usize, launcher: Launcher) -> String {
-    let from = match &args.local_queues {
-        Some(base) => format!("--np, coordinated over the message queues {base}-r*"),
-        None => launcher.to_string(),
-    };
+/// Where the header says the ranks came from: the launcher, and how `--np`'s ranks meet.
+fn from_note(args: &Args, info: &RankInfo) -> String {
+    match (&args.local_queues, info.launcher, &info.master) {
+        (Some(base), _, _) => format!("--np, coordinated over the message queues {base}-r*"),
+        (None, Launcher::Nodes, Some((host, port))) => format!(
+            "--nnodes {} x --np {}, one launcher per node, over TCP to {host}:{port}",
+            args.nnodes.unwrap_or(1),
+            args.np.unwrap_or(1)
+        ),
+        _ => info.launcher.to_string(),
+    }
+}
+
+/// The header's parameter line; `from`: [`from_note`].
+fn params_line(args: &Args, n: usize, from: &str) -> String {
     format!(
         "nranks {n} (from {from}), minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} \
          validation: {} slots: {} x {} B",
@@ -645,6 +739,80 @@ mod tests {
             verbs_lab::coll::bootstrap::differing_term(&b, &a).as_deref(),
             Some("runs with -d int32, rank 0 with -d float")
         );
+    }
+
+    /// Two launchers on this host as node 0 and node 1 of `--nnodes 2`: what each gives its
+    /// children makes them ranks 0, 1 and 2, 3 of 4, local ranks 0 and 1, meeting at the master.
+    #[test]
+    fn a_node_launchers_children_are_its_share_of_the_world_and_the_header_says_so() {
+        for k in 0..2u32 {
+            let line = format!(
+                "vl_all_reduce_perf --np 2 --nnodes 2 --node-rank {k} --master 127.0.0.1:29555 -e 64"
+            );
+            let launcher = Args::try_parse_from(line.split(' ')).unwrap();
+            let (node, across) = node_plan(2, &launcher).unwrap();
+            assert!(across, "over TCP, not this machine's queues");
+            for i in 0..2 {
+                let child: Vec<String> = line
+                    .split(' ')
+                    .map(String::from)
+                    .chain(node.rank_flags(i))
+                    .collect();
+                let args = Args::try_parse_from(&child).unwrap();
+                let info = rank_info(&args).unwrap();
+                assert_eq!(
+                    (info.rank, info.world_size, info.local_rank, info.launcher),
+                    (2 * k + i, 4, Some(i), Launcher::Nodes)
+                );
+                assert_eq!(info.master, Some(("127.0.0.1".into(), 29555)));
+                assert_eq!(
+                    from_note(&args, &info),
+                    "--nnodes 2 x --np 2, one launcher per node, over TCP to 127.0.0.1:29555"
+                );
+            }
+        }
+        // A child whose world is not --np × --nnodes is refused.
+        let args = Args::try_parse_from(
+            "vl_all_reduce_perf --np 2 --nnodes 2 --node-rank 0 --master 127.0.0.1:1 --rank 0 \
+             --world-size 2 --local-rank 0"
+                .split_whitespace(),
+        )
+        .unwrap();
+        assert_eq!(
+            rank_info(&args).unwrap_err(),
+            (
+                EXIT_USAGE,
+                "--np 2 on 2 node(s) but a world size of 2".to_string()
+            )
+        );
+        // One node and no master is --np alone, over this machine's queues.
+        let one =
+            Args::try_parse_from(["vl_all_reduce_perf", "--np", "3", "--nnodes", "1"]).unwrap();
+        if std::env::var_os("MASTER_ADDR").is_none() && std::env::var_os("MASTER_PORT").is_none() {
+            assert_eq!(
+                node_plan(3, &one).unwrap(),
+                (NodeRanks::this_machine(3), false)
+            );
+        }
+    }
+
+    #[test]
+    fn torchruns_and_deepspeeds_spellings_mean_ours() {
+        for line in [
+            "vl_all_reduce_perf --nproc-per-node 3 --nnodes 2 --node-rank 1",
+            "vl_all_reduce_perf --nproc_per_node 3 --nnodes 2 --node_rank 1",
+            "vl_all_reduce_perf --np 3 --nnodes=2 --node-rank=1",
+        ] {
+            let a = Args::try_parse_from(line.split(' ')).unwrap();
+            assert_eq!(
+                (a.np, a.nnodes, a.node_rank),
+                (Some(3), Some(2), Some(1)),
+                "{line}"
+            );
+        }
+        // DeepSpeed's launcher adds --local_rank=N after the program unless --no_local_rank.
+        let a = Args::try_parse_from(["vl_all_reduce_perf", "--local_rank=1", "-e", "64"]).unwrap();
+        assert_eq!(a.local_rank, Some(1));
     }
 
     #[test]

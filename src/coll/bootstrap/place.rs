@@ -99,8 +99,8 @@ pub fn check_places(table: &[RankRecord]) -> Result<(), String> {
             return Err(format!(
                 "{} and {} run on one host with the same local rank {} ({}, {}): both would \
                  pin themselves to one CPU and take one device — give every rank of a host its \
-                 own local rank (LOCAL_RANK, --local-rank), or give none and let the rendezvous \
-                 count the ranks of each host",
+                 own local rank (LOCAL_RANK, --local-rank; --nnodes: one launcher per host), or \
+                 give none and let the rendezvous count the ranks of each host",
                 ra.who(),
                 rb.who(),
                 p[b].local_rank,
