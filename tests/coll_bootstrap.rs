@@ -12,7 +12,10 @@
 //! both; the ranks that two `--nnodes` launchers give their children meet as one world, and two
 //! such launchers on one host are refused. The second round ([`Star::complete`]): the endpoints reach every rank, GIDs of two
 //! families are refused there with the first round's words, and a rank that fails between the
-//! rounds is named to the others at once.
+//! rounds is named to the others at once. A rank gone without a FIN (its socket held open and
+//! silent): the ranks stalled behind it in the ring report their silent neighbours, rank 0's
+//! verdict names the one that does not answer, and every rank names it; when rank 0 is the one,
+//! every rank names rank 0; a silent neighbour that is alive is not called gone.
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -867,4 +870,145 @@ fn a_rank_that_fails_between_the_rounds_is_named_to_the_others_at_once() {
         }
     }
     assert!(start.elapsed() < T / 2, "named at once");
+}
+
+/// A rank of `world` over TCP that runs `body` on its star, or — the rank in `dead` — holds
+/// its socket open and reads nothing until `release` says the test is over, as a process that
+/// was stopped or whose host lost power (no FIN ever comes from it).
+fn cascade(world: u32, dead: u32, body: fn(u32, &mut Star) -> CollError) -> Vec<(u32, CollError)> {
+    let p = port();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let mut release_rx = Some(release_rx);
+    let hs: Vec<_> = (0..world)
+        .map(|r| {
+            let release = if r == dead { release_rx.take() } else { None };
+            thread::spawn(move || {
+                let mut s = rendezvous(record(r, world), Via::Tcp(("127.0.0.1", p)), T).unwrap();
+                s.set_timeout(T);
+                if let Some(release) = release {
+                    let _ = release.recv_timeout(T * 6);
+                    return None;
+                }
+                Some((r, body(r, &mut s)))
+            })
+        })
+        .collect();
+    let mut hs: Vec<_> = hs.into_iter().map(Some).collect();
+    let stopped = hs[dead as usize].take().expect("the dead rank's thread");
+    let out = hs
+        .into_iter()
+        .flatten()
+        .map(|h| h.join().unwrap().expect("a live rank's error"))
+        .collect();
+    release_tx.send(()).unwrap();
+    stopped.join().unwrap();
+    out
+}
+
+/// The rank every surviving rank ends naming.
+fn named(out: &[(u32, CollError)]) -> Vec<(u32, u32)> {
+    out.iter()
+        .map(|(r, e)| match e {
+            CollError::RankGone { rank, .. } => (*r, *rank),
+            other => panic!("rank {r} ends with {other}"),
+        })
+        .collect()
+}
+
+/// The cascade of a ring whose rank 2 went without a FIN: rank 3 (its right neighbour) waits
+/// for data from it, rank 0 waits for rank 3 and rank 1 for rank 0, and their peer timeouts run
+/// out at about the same time — the two wrong reports first here. Every rank names rank 2: rank
+/// 0 pings each suspect, the live ones answer (rank 3 from its pump's idle checks), rank 2 does
+/// not.
+#[test]
+fn a_rank_gone_without_a_fin_is_named_by_every_rank_not_its_stalled_neighbours() {
+    let out = cascade(4, 2, |r, s| {
+        if r == 3 {
+            // Its pump looks at the star while it waits, and its timeout runs out a little later.
+            let until = Instant::now() + Duration::from_millis(500);
+            while Instant::now() < until {
+                if let Err(e) = s.check_alive() {
+                    return e;
+                }
+                thread::sleep(Duration::from_millis(10));
+            }
+            return s.verdict(2, "no data from it for 20 s (the peer timeout)");
+        }
+        let left = (r + 3) % 4;
+        s.verdict(left, "no data from it for 20 s (the peer timeout)")
+    });
+    assert_eq!(named(&out), vec![(0, 2), (1, 2), (3, 2)]);
+    for (r, e) in &out {
+        let e = e.to_string();
+        assert!(
+            e.starts_with("rank 2 (host host2, pid 1002, rxe0) is gone: "),
+            "rank {r}: {e}"
+        );
+        assert!(
+            e.contains("did not answer") && e.contains("within 3 s"),
+            "rank {r}: {e}"
+        );
+    }
+    let e = out[0].1.to_string();
+    assert!(
+        e.ends_with(
+            "no data from it for 20 s (the peer timeout), reported rank 3, and it did not answer \
+             rank 0's ping within 3 s"
+        ),
+        "{e}"
+    );
+}
+
+/// Rank 0's host went: every rank's star connection is silent. Each rank reports its silent
+/// neighbour to rank 0, hears no verdict within the bound, and names rank 0.
+#[test]
+fn when_rank_0_goes_without_a_fin_every_rank_names_rank_0() {
+    let out = cascade(3, 0, |r, s| {
+        s.verdict(r - 1, "no data from it for 20 s (the peer timeout)")
+    });
+    assert_eq!(named(&out), vec![(1, 0), (2, 0)]);
+    let one = out[0].1.to_string();
+    assert!(
+        one.starts_with("rank 0 (host host0, pid 1000, rxe0) is gone: no data from it for 20 s")
+            && one.contains("no answer on the star within 5 s"),
+        "{one}"
+    );
+    assert_eq!(
+        out[1].1.to_string(),
+        "rank 0 (host host0, pid 1000, rxe0) is gone: it gave no verdict within 5 s on our \
+         report that rank 1 (host host1, pid 1001, rxe0) was silent (no data from it for 20 s \
+         (the peer timeout)): its star connection is silent too"
+    );
+}
+
+/// Nobody is gone: rank 1 reports rank 0, which answers; no rank is found gone within the bound,
+/// and rank 1 says that the ranks wait on each other instead of calling a live rank gone.
+#[test]
+fn a_silent_neighbour_that_is_alive_is_not_called_gone() {
+    let p = port();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let zero = thread::spawn(move || {
+        let mut s = rendezvous(record(0, 2), Via::Tcp(("127.0.0.1", p)), T).unwrap();
+        while done_rx.try_recv().is_err() {
+            s.check_alive().expect("nobody is gone while rank 1 waits");
+            thread::sleep(Duration::from_millis(10));
+        }
+    });
+    let mut s = rendezvous(record(1, 2), Via::Tcp(("127.0.0.1", p)), T).unwrap();
+    let e = s.verdict(
+        0,
+        "no credits or acknowledgements from it for 20 s (the peer timeout)",
+    );
+    done_tx.send(()).unwrap();
+    zero.join().unwrap();
+    match &e {
+        CollError::Failed(m) => assert_eq!(
+            m,
+            "no credits or acknowledgements from it for 20 s (the peer timeout), said of rank 0 \
+             (host host0, pid 1000, rxe0); yet it is alive (it answered rank 0), and no rank was \
+             found gone within 5 s: the ranks wait on each other — check that every rank runs \
+             the same collectives with the same options"
+        ),
+        other => panic!("rank 1 reports {other}"),
+    }
 }

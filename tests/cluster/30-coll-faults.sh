@@ -18,7 +18,7 @@ set -eu
 . "$VL_TESTS/lib.sh"
 trap 'restore_cluster' EXIT
 
-T=20   # the ranks' peer timeout (-T): a neighbour silent this long is declared gone
+T=20   # the ranks' peer timeout (-T): a neighbour silent this long is reported to rank 0, whose verdict names who went
 # A long run: 1 MiB all-reduces, every element checked, long enough to be cut in the middle.
 ARGS="--ib-dev rxe0 -b 1M -e 1M -n 100000 -w 1 -c 1 -T $T --bootstrap-timeout 120"
 

@@ -8,7 +8,9 @@
 #   are refused at the rendezvous, both naming the option and both values; so are ranks given
 #   GID indexes of different families (-x 0, link-local IPv6, against -x 1, IPv4), naming both;
 # - a rank killed (SIGKILL) mid-run: every other rank exits non-zero within its peer timeout,
-#   naming rank 2; under --np (ranks coordinated over POSIX message queues) the launcher names
+#   naming rank 2; a rank stopped (SIGSTOP: silent, its sockets open, as a host that lost
+#   power) — rank 2, then rank 0 — is named by every other rank, not the stalled neighbours
+#   downstream of it, within the peer timeout and rank 0's verdict; under --np (ranks coordinated over POSIX message queues) the launcher names
 #   it too and tells the others at once, and no rank and no queue is left;
 # - the --np launcher itself killed (SIGKILL): its ranks die with it (PR_SET_PDEATHSIG) and
 #   remove its queues;
@@ -236,6 +238,52 @@ done
 elapsed=$((($(_vl_now) - t0) / 100))
 echo "every rank ended ${elapsed}s after the kill (peer timeout 20 s)"
 [ "$elapsed" -le 30 ] || fail "the ranks took ${elapsed}s to notice"
+
+step "a rank stopped mid-run (no FIN, as a host that lost power): every other rank names it"
+# SIGSTOP keeps the rank's sockets open and silent. In a ring every rank downstream of it goes
+# silent too, so a plain per-neighbour timeout blamed the wrong rank; now a rank whose
+# neighbour is silent for the peer timeout reports it to rank 0 and waits its verdict: rank 0
+# pings the suspect, a live rank answers, the stopped one does not and is named to all. When
+# the stopped rank is rank 0 itself, no verdict comes, and every rank names rank 0. Bound: the
+# peer timeout (10 s) + 3 s as a rule, + 10 s at most; 30 s with the guest's slack.
+port=29520
+for victim_rank in 2 0; do
+    echo "\$ four ranks with --rank/--world-size/--master -T 10; rank $victim_rank stopped"
+    _r=0
+    while [ "$_r" -lt 4 ]; do
+        vl_all_reduce_perf --ib-dev "$VL_DEV0,$VL_DEV1" --rank "$_r" --world-size 4 \
+            --master 127.0.0.1:$port -b 1M -e 1M -n 100000 -w 0 -c 0 -T 10 \
+            >"$TMPDIR/r$_r.out" 2>&1 </dev/null &
+        eval "PID$_r=\$!"
+        _r=$((_r + 1))
+    done
+    ranks_listed "$TMPDIR/r0.out"
+    sleep 3
+    eval "victim=\$PID$victim_rank"
+    kill -STOP "$victim"
+    t0=$(_vl_now)
+    bad=""
+    for r in 0 1 2 3; do
+        [ "$r" != "$victim_rank" ] || continue
+        rank_rc "$r" 60
+        rc=$RC
+        echo "--- rank $r (exit $rc) after $((($(_vl_now) - t0) / 100)) s"
+        cat "$TMPDIR/r$r.out"
+        if [ "$rc" = 0 ] || [ "$rc" = 124 ]; then bad="$bad; rank $r exited $rc"; fi
+        grep -q "rank $victim_rank (host .*) is gone: " "$TMPDIR/r$r.out" \
+            || bad="$bad; rank $r does not name rank $victim_rank gone"
+        if grep "is gone: " "$TMPDIR/r$r.out" | grep -v -q "rank $victim_rank (host "; then
+            bad="$bad; rank $r names another rank gone"
+        fi
+    done
+    elapsed=$((($(_vl_now) - t0) / 100))
+    kill -KILL "$victim"
+    rank_rc "$victim_rank" 10
+    [ -z "$bad" ] || fail "rank $victim_rank stopped: ${bad#; }"
+    echo "every rank named rank $victim_rank, ${elapsed}s after it stopped (peer timeout 10 s)"
+    [ "$elapsed" -le 30 ] || fail "the ranks took ${elapsed}s to name the stopped rank $victim_rank"
+    port=$((port + 1))
+done
 
 step "--np 4: a rank killed mid-run is named by the launcher and by the others"
 vl_all_reduce_perf --np 4 --ib-dev "$VL_DEV0,$VL_DEV1" -b 1M -e 1M -n 100000 -w 0 -c 0 --timeout 20 \

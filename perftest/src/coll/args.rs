@@ -110,7 +110,10 @@ pub struct Args {
     /// Set by --np for its ranks: the base name of the launcher's message queues.
     #[arg(long = "vl-coll-queues", hide = true)]
     pub local_queues: Option<String>,
-    /// Seconds without progress before a neighbour is declared gone (1 to a day).
+    /// Seconds without progress before a rank reports its silent neighbour (1 to a day); rank 0's
+    /// verdict then names the rank that is gone — a rank that exits is named at once, one that
+    /// went without a word (its host lost power, it was stopped) within this timeout + 3 s as a
+    /// rule, + 10 s at most.
     #[arg(short = 'T', long = "timeout", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_SECS))]
     pub peer_timeout: u64,

@@ -101,7 +101,9 @@ fn launcher(np: u32, args: &Args, coll: Coll, tool: &str) -> ExitCode {
         Err(fail) => return fail_with(tool, fail),
     };
     let own: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let grace = Duration::from_secs(args.peer_timeout + 10);
+    // The others' peer timeout, rank 0's verdict at its longest, and a margin.
+    let grace =
+        Duration::from_secs(args.peer_timeout + 5) + 2 * verbs_lab::coll::bootstrap::VERDICT_BOUND;
     let run = launch::LocalRun {
         tool,
         grace,

@@ -33,13 +33,14 @@ pub use place::{places, Place};
 pub use record::{admit, differing_term};
 use record::{check_gids, decode_reply, encode_refusal, encode_table, same_rank};
 use star::gone;
-pub use star::Star;
+pub use star::{Star, ANSWER_BOUND, VERDICT_BOUND};
 
 /// Version of the bootstrap records and control messages; ranks must agree. A change of their
 /// layout takes the next number, so that ranks of two builds are refused by version, not
 /// misread. 2: the record ends with its terms. 3: the record carries the host's hash and the
 /// launcher's local rank, and the rendezvous has a second round ([`Star::complete`]).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// 4: the star carries the verdict on a silent rank (reports, pings, answers: [`Star::verdict`]).
+pub const PROTOCOL_VERSION: u16 = 4;
 const MAGIC: &[u8; 4] = b"VLCB";
 /// A record's device before the rank has opened one.
 pub const NO_DEVICE: &str = "-";

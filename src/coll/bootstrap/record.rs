@@ -380,7 +380,7 @@ mod tests {
         want.extend_from_slice(&[0, 0, 0, 2, b'-', b'd', 0, 0, 0, 5]);
         want.extend_from_slice(b"float");
         assert_eq!(b, want);
-        assert_eq!(PROTOCOL_VERSION, 3, "a new layout takes a new version");
+        assert_eq!(PROTOCOL_VERSION, 4, "a new layout takes a new version");
     }
 
     #[test]

@@ -88,8 +88,8 @@ impl Comm {
             // 3. Reap completions.
             let n = run.reap(ring, &mut wcs)?;
             lap(&mut t, &mut phases.poll);
-            // 4. Bounded waits: no progress for the peer timeout is a gone neighbour; the star
-            // says at once when a rank died.
+            // 4. Bounded waits: no progress for the peer timeout ends in rank 0's verdict on
+            // who is gone; the star says at once when a rank exited.
             if n > 0 || posted || applied {
                 idle.progressed();
                 continue;
@@ -329,7 +329,8 @@ impl Idle {
     /// spinning rank would hold a CPU that another rank, or SoftRoCE's kernel work, needs — with
     /// 4 ranks on 2 cores every hop of the ring would wait for a scheduler time slice. Arm, poll
     /// once more (a completion may have come before the arming: the caller's next turn), then
-    /// wait. Between sleeps, the star's liveness and the peer timeout are looked at.
+    /// wait. Between sleeps, the star's liveness and the peer timeout are looked at; when the
+    /// peer timeout passes, rank 0's verdict ([`Star::verdict`]) names the rank that is gone.
     fn wait(
         &mut self,
         run: &Run<'_>,
@@ -373,14 +374,13 @@ impl Idle {
                     self.peer_timeout.as_secs_f64()
                 )));
             }
-            return Err(CollError::RankGone {
-                rank: peer.rank,
-                who: peer.who.clone(),
-                detail: format!(
-                    "no {waiting} from it for {:.0} s (the peer timeout)",
-                    self.peer_timeout.as_secs_f64()
-                ),
-            });
+            // In a ring, a neighbour may be silent only because a rank further up is gone:
+            // rank 0 tells which (see the star's module documentation).
+            let detail = format!(
+                "no {waiting} from it for {:.0} s (the peer timeout)",
+                self.peer_timeout.as_secs_f64()
+            );
+            return Err(star.verdict(peer.rank, &detail));
         }
         Ok(())
     }
