@@ -31,6 +31,37 @@ const NOT_A_RUN: &str = env!("CARGO_TARGET_TMPDIR");
 fn bad_command_lines_exit_2_and_say_why() {
     let cases: &[Case] = &[
         ("softroce-vm", &["bogus"], &[], "unknown command 'bogus'"),
+        ("softroce-vm", &["cluster", "run"], &[], "no command given"),
+        (
+            "softroce-vm",
+            &["cluster", "run", "--nodes", "9", "--", "true"],
+            &[],
+            "--nodes must be 2 to 8 (got '9')",
+        ),
+        (
+            "softroce-vm",
+            &["cluster", "run", "--topology", "ring", "--", "true"],
+            &[],
+            "--topology must be flat or leaf-spine (got 'ring')",
+        ),
+        (
+            "softroce-vm",
+            &["cluster", "shell", "--nodes", "2", "node3"],
+            &[],
+            "no node 'node3' in a cluster of 2",
+        ),
+        (
+            "softroce-vm",
+            &["cluster", "test", "--filter", "no-such-scenario"],
+            &[],
+            "no scenario matches",
+        ),
+        (
+            "softroce-vm",
+            &["cluster", "bogus"],
+            &[],
+            "unknown command 'bogus'",
+        ),
         (
             "softroce-vm",
             &["run", "--timeout", "0", "--", "true"],
