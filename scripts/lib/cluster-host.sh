@@ -190,10 +190,11 @@ bg_guest() {
   BOOT_APPEND=''
 }
 
-# monitor NAME COMMAND: one HMP command to a guest's QEMU.
+# monitor NAME COMMAND: one HMP command to a guest's QEMU. Bounded: a FIFO whose QEMU is gone
+# (a node killed) has no reader, and opening it would block the host's hands for ever.
 monitor() {
   [[ -p $CSOCK/$1.mon.in ]] || return 1
-  printf '%s\n' "$2" >"$CSOCK/$1.mon.in"
+  timeout 5 bash -c 'printf "%s\n" "$2" >"$1"' monitor "$CSOCK/$1.mon.in" "$2"
 }
 
 node_append() {
@@ -238,7 +239,7 @@ ctl_do() {
     link)
       [[ $arg == on || $arg == off ]] || { echo "error: link $target needs on or off"; return; }
       monitor "$target" "set_link data $arg" && monitor fabric "set_link d$k $arg" \
-        || { echo "error: no monitor for $target"; return; }
+        || { echo "error: $target's QEMU did not take set_link within 5 s (is $target running? start it first)"; return; }
       echo "ok: $target's data link $arg at both ends (QEMU set_link)" ;;
     *) echo "error: unknown request '$verb' (kill, start, link)" ;;
   esac
