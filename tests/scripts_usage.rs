@@ -169,6 +169,18 @@ fn bad_command_lines_exit_2_and_say_why() {
             "unknown argument 'bogus'",
         ),
         (
+            "bench-coll-vs-mpi",
+            &["--per-node", "2"],
+            &[],
+            "--per-node is for --cluster",
+        ),
+        (
+            "bench-coll-vs-mpi",
+            &["--cluster", "--per-node", "9"],
+            &[],
+            "--per-node needs 1 to 4 ranks",
+        ),
+        (
             "bench-vs-perftest",
             &["--docs", "--no-docs"],
             &[],
