@@ -16,10 +16,13 @@
 //! 3. Where the NIC is: its NUMA node and local CPU list in sysfs — and why rxe has none.
 //! 4. Two RC QPs, one per device (`--dev-a`, `--dev-b`), connected to each other in this one
 //!    process (lessons 02–04).
-//! 5. A SEND/RECV ping-pong between a client thread and a server thread under three
-//!    placements: both pinned to the same CPU, pinned to two different CPUs, and not pinned —
-//!    in `-r` rounds of alternating order (so a burst of other load hits all three alike).
-//!    Then the table.
+//! 5. A SEND/RECV ping-pong between a client thread and a server thread under four
+//!    placements: both pinned to the same CPU, the same again with pollers that yield the CPU
+//!    (`sched_yield(2)`) when nothing came for a while, pinned to two different CPUs, and not
+//!    pinned — in `-r` rounds of alternating order (so a burst of other load hits all alike).
+//!    Then the table. Every thread also watches its own poll loop for time its vCPU did not
+//!    execute (steal time, [`verbs_lab_lessons::steal`]): in a virtual machine the host's
+//!    scheduler, not the placement, can be what a round trip waited for.
 //!
 //! ```text
 //! lesson09_affinity                            # rxe0 <-> rxe1 in the guest, 300 round trips each
@@ -46,6 +49,7 @@ use verbs_lab::sysfs;
 use verbs_lab::verbs::{
     AccessFlags, Context, Cq, GidChoice, Mr, Mtu, Payload, Qp, SendOp, SendWr, WorkCompletion,
 };
+use verbs_lab_lessons::steal::{tally, StallTally, StealWatch, STALL};
 use verbs_lab_lessons::Summary;
 use verbs_lab_lessons::{
     check_range, create_rc_qp, first_mismatch, lesson_main, open_named_device, outln, pattern,
@@ -58,6 +62,9 @@ const MAX_SIZE: usize = 64 * 1024;
 const RX_DEPTH: u32 = 4;
 /// How long step 2's threads wait for each other: a thread's report, the main thread's "go".
 const THREAD_WAIT: Duration = Duration::from_secs(10);
+/// The yielding placement: a poller that saw nothing for this long calls `sched_yield(2)` after
+/// every empty poll. A round trip on rxe under emulation takes ~50 µs when both sides run.
+const YIELD_AFTER: Duration = Duration::from_micros(50);
 
 #[derive(Parser, Debug)]
 #[command(
@@ -245,7 +252,7 @@ fn run(args: &Args, (cpu_a, cpu_b): (usize, usize)) -> Result<()> {
 
     // 5. The measurement: the same ping-pong under three placements.
     n.step(5, "Ping-pong under three placements, in alternating rounds");
-    let mut placements = vec![Placement::Same(cpu_a)];
+    let mut placements = vec![Placement::Same(cpu_a), Placement::SameYield(cpu_a)];
     if cpu_a != cpu_b {
         placements.push(Placement::Different(cpu_a, cpu_b));
     } else {
@@ -298,6 +305,7 @@ fn rounds(
             client: ThreadReport::default(),
             server: ThreadReport::default(),
             rtt_us: Vec::new(),
+            starts: Vec::new(),
         })
         .collect();
     for r in 0..rounds {
@@ -530,6 +538,8 @@ impl Side {
 enum Placement {
     /// Both threads pinned to this CPU.
     Same(usize),
+    /// Both threads pinned to this CPU, and each gives it away (`sched_yield(2)`) while it waits.
+    SameYield(usize),
     /// Client on the first CPU, server on the second.
     Different(usize, usize),
     /// Neither pinned: the scheduler decides, and may move them.
@@ -540,6 +550,7 @@ impl Placement {
     fn key(self) -> &'static str {
         match self {
             Placement::Same(_) => "same-core",
+            Placement::SameYield(_) => "same-yield",
             Placement::Different(..) => "diff-cores",
             Placement::Unpinned => "unpinned",
         }
@@ -547,29 +558,42 @@ impl Placement {
     fn describe(self) -> String {
         match self {
             Placement::Same(c) => format!("same core: client and server pinned to CPU {c}"),
+            Placement::SameYield(c) => format!(
+                "same core, yielding: client and server pinned to CPU {c}, each calls \
+                 sched_yield() after {} µs without a completion",
+                YIELD_AFTER.as_micros()
+            ),
             Placement::Different(a, b) => {
                 format!("different cores: client pinned to CPU {a}, server to CPU {b}")
             }
             Placement::Unpinned => "unpinned: the scheduler places both threads".into(),
         }
     }
+    /// How long a poller waits before it yields, if it does.
+    fn yield_after(self) -> Option<Duration> {
+        match self {
+            Placement::SameYield(_) => Some(YIELD_AFTER),
+            _ => None,
+        }
+    }
     fn cpus(self) -> (Option<usize>, Option<usize>) {
         match self {
-            Placement::Same(c) => (Some(c), Some(c)),
+            Placement::Same(c) | Placement::SameYield(c) => (Some(c), Some(c)),
             Placement::Different(a, b) => (Some(a), Some(b)),
             Placement::Unpinned => (None, None),
         }
     }
 }
 
-/// What one thread saw: the CPUs it ran on (sampled every round trip), its mask, and how often
+/// What one thread saw: the CPUs it ran on (sampled every round trip), its mask, how often
 /// the scheduler took the CPU away from it (involuntary context switches, getrusage
-/// RUSAGE_THREAD).
+/// RUSAGE_THREAD), and when its vCPU did not execute it while it polled (steal time).
 #[derive(Debug, Clone, Default)]
 struct ThreadReport {
     ran_on: CpuList,
     mask: CpuList,
     preempted: i64,
+    stalls: Vec<(Instant, Instant)>,
 }
 
 struct Row {
@@ -577,6 +601,8 @@ struct Row {
     client: ThreadReport,
     server: ThreadReport,
     rtt_us: Vec<f64>,
+    /// Each measured round trip's start, beside `rtt_us`.
+    starts: Vec<Instant>,
 }
 
 impl ThreadReport {
@@ -592,6 +618,7 @@ impl ThreadReport {
             self.mask = other.mask;
         }
         self.preempted += other.preempted;
+        self.stalls.extend(other.stalls);
     }
 }
 
@@ -601,35 +628,72 @@ impl Row {
         self.client.merge(other.client);
         self.server.merge(other.server);
         self.rtt_us.extend(other.rtt_us);
+        self.starts.extend(other.starts);
+    }
+
+    /// The round trips a stall of either thread's vCPU overlapped, and the tally.
+    fn host_stalls(&self) -> (Vec<bool>, StallTally) {
+        let ops: Vec<(Instant, Duration)> = self
+            .starts
+            .iter()
+            .zip(&self.rtt_us)
+            .map(|(&t, &us)| (t, Duration::from_secs_f64(us / 1e6)))
+            .collect();
+        let stalls: Vec<(Instant, Instant)> = self
+            .client
+            .stalls
+            .iter()
+            .chain(&self.server.stalls)
+            .copied()
+            .collect();
+        tally(&ops, &stalls)
     }
 }
 
-/// Counts completions by kind and re-posts every consumed receive.
+/// Counts completions by kind and re-posts every consumed receive; watches its own poll loop for
+/// steal time.
 struct Poller {
     recvd: u64,
     sent: u64,
     wait: Duration,
+    /// Yield the CPU after every empty poll once nothing came for this long.
+    yield_after: Option<Duration>,
     wcs: [WorkCompletion; 4],
+    watch: StealWatch,
 }
 
 impl Poller {
-    fn new(wait: Duration) -> Poller {
+    /// Call it in the thread that polls (the watch reads that thread's counters).
+    fn new(wait: Duration, yield_after: Option<Duration>) -> Poller {
         Poller {
             recvd: 0,
             sent: 0,
             wait,
+            yield_after,
             wcs: WorkCompletion::array(),
+            watch: StealWatch::new(),
         }
     }
 
     /// Busy-polls until `recvd >= want_recv` and `sent >= want_sent`, never longer than the
-    /// wait without progress.
+    /// wait without progress; with `yield_after`, gives the CPU away (`sched_yield(2)`) after
+    /// every empty poll once nothing came for that long.
     fn until(&mut self, side: &Side, want_recv: u64, want_sent: u64) -> Result<()> {
         let mut since = Instant::now();
         let mut spins = 0u32;
+        self.watch.skip();
         while self.recvd < want_recv || self.sent < want_sent {
             let got = side.cq.poll(&mut self.wcs).context("ibv_poll_cq")?;
             if got == 0 {
+                if let Some(after) = self.yield_after {
+                    if since.elapsed() >= after {
+                        // The yield is not a poll turn: a thread that gave its CPU away waits
+                        // for its turn, and the watch must not count that.
+                        std::thread::yield_now();
+                        self.watch.skip();
+                    }
+                }
+                self.watch.check();
                 spins = spins.wrapping_add(1);
                 if spins % 1024 == 0 && since.elapsed() >= self.wait {
                     bail!(
@@ -676,17 +740,18 @@ impl Poller {
     }
 }
 
-/// Writes message `seq` into the send half and posts it.
-fn send_message(side: &mut Side, seq: u64) -> Result<()> {
+/// Writes message `seq` into the send half and posts it. The post — a system call on rxe, whose
+/// kernel sends the message in it — is watched for a stalled vCPU too.
+fn send_message(side: &mut Side, seq: u64, watch: &mut StealWatch) -> Result<()> {
     let size = side.size;
     side.mr.write(size, &pattern(seq, size))?;
+    let sge = side.mr.sge(size..2 * size)?;
+    watch.skip();
     side.qp
-        .post_send(&[SendWr::new(
-            SEND_WRID,
-            SendOp::Send,
-            Payload::Sges(&[side.mr.sge(size..2 * size)?]),
-        )])
-        .context("ibv_post_send")
+        .post_send(&[SendWr::new(SEND_WRID, SendOp::Send, Payload::Sges(&[sge]))])
+        .context("ibv_post_send")?;
+    watch.check();
+    Ok(())
 }
 
 /// Checks that the receive half holds message `seq`.
@@ -725,40 +790,45 @@ fn measure(
     let warmup = u64::from(args.warmup);
     let wait = Duration::from_secs(args.wait_secs);
     let (cpu_client, cpu_server) = p.cpus();
+    let yield_after = p.yield_after();
     let (client, server) = std::thread::scope(|s| {
         let server = s.spawn(move || -> Result<ThreadReport> {
             let mask = place(cpu_server)?;
             let pre = preemptions();
             let mut ran = Vec::new();
-            let mut poll = Poller::new(wait);
+            let mut poll = Poller::new(wait, yield_after);
             for i in 0..total {
                 poll.until(b, i + 1, i)?;
                 check_message(b, 2 * i)?;
                 ran.push(sched_getcpu().unwrap_or(usize::MAX));
-                send_message(b, 2 * i + 1)?;
+                send_message(b, 2 * i + 1, &mut poll.watch)?;
             }
             poll.until(b, total, total)?;
             Ok(ThreadReport {
                 ran_on: CpuList::from_cpus(ran),
                 mask,
                 preempted: preemptions() - pre,
+                stalls: poll.watch.stalls().to_vec(),
             })
         });
-        let client = s.spawn(move || -> Result<(ThreadReport, Vec<f64>)> {
+        type Timed = (Vec<f64>, Vec<Instant>);
+        let client = s.spawn(move || -> Result<(ThreadReport, Timed)> {
             let mask = place(cpu_client)?;
             let pre = preemptions();
             let mut ran = Vec::new();
             let mut rtts = Vec::with_capacity(count as usize);
-            let mut poll = Poller::new(wait);
+            let mut starts = Vec::with_capacity(count as usize);
+            let mut poll = Poller::new(wait, yield_after);
             for i in 0..total {
                 let t0 = Instant::now();
-                send_message(a, 2 * i)?;
+                send_message(a, 2 * i, &mut poll.watch)?;
                 poll.until(a, i + 1, i + 1)?;
                 let rtt = t0.elapsed();
                 check_message(a, 2 * i + 1)?;
                 ran.push(sched_getcpu().unwrap_or(usize::MAX));
                 if i >= warmup {
                     rtts.push(rtt.as_secs_f64() * 1e6);
+                    starts.push(t0);
                 }
             }
             Ok((
@@ -766,28 +836,45 @@ fn measure(
                     ran_on: CpuList::from_cpus(ran),
                     mask,
                     preempted: preemptions() - pre,
+                    stalls: poll.watch.stalls().to_vec(),
                 },
-                rtts,
+                (rtts, starts),
             ))
         });
         (client.join(), server.join())
     });
-    let (client, rtts) = client
+    let (client, (rtts, starts)) = client
         .map_err(|_| anyhow::anyhow!("the client thread panicked"))?
         .context("client thread")?;
     let server = server
         .map_err(|_| anyhow::anyhow!("the server thread panicked"))?
         .context("server thread")?;
+    let lost = |r: &ThreadReport| {
+        let ms: f64 = r
+            .stalls
+            .iter()
+            .map(|(a, b)| (*b - *a).as_secs_f64() * 1e3)
+            .sum();
+        format!("its vCPU stalled {} times ({ms:.1} ms)", r.stalls.len())
+    };
     n.say(format!(
-        "  client: mask {}, ran on CPU {}, preempted {} times; server: mask {}, ran on CPU {}, \
-         preempted {} times",
-        client.mask, client.ran_on, client.preempted, server.mask, server.ran_on, server.preempted
+        "  client: mask {}, ran on CPU {}, preempted {} times, {}; server: mask {}, ran on CPU \
+         {}, preempted {} times, {}",
+        client.mask,
+        client.ran_on,
+        client.preempted,
+        lost(&client),
+        server.mask,
+        server.ran_on,
+        server.preempted,
+        lost(&server)
     ));
     Ok(Row {
         placement: p,
         client,
         server,
         rtt_us: rtts,
+        starts,
     })
 }
 
@@ -800,7 +887,7 @@ fn print_table(args: &Args, rows: &[Row]) {
         args.rounds.min(args.iters)
     );
     outln!(
-        "{:<11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "{:<11} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}",
         "placement",
         "client-CPU",
         "server-CPU",
@@ -809,16 +896,28 @@ fn print_table(args: &Args, rows: &[Row]) {
         "min",
         "p99",
         "max",
-        "preempted"
+        "preempted",
+        "host-hit"
     );
+    // Per placement: the median of all round trips, and of those no vCPU stall touched.
     let mut medians = Vec::new();
+    let mut notes = Vec::new();
     for r in rows {
         let Some(s) = Summary::of(&r.rtt_us) else {
             continue;
         };
-        medians.push((r.placement, s.median));
+        let (hit, t) = r.host_stalls();
+        let clean: Vec<f64> = r
+            .rtt_us
+            .iter()
+            .zip(&hit)
+            .filter(|(_, &h)| !h)
+            .map(|(&us, _)| us)
+            .collect();
+        let clean_median = Summary::of(&clean).map(|c| c.median);
+        medians.push((r.placement, s.median, clean_median));
         outln!(
-            "{:<11} {:>10} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10}",
+            "{:<11} {:>10} {:>10} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10} {:>9}",
             r.placement.key(),
             r.client.ran_on.to_string(),
             r.server.ran_on.to_string(),
@@ -827,15 +926,46 @@ fn print_table(args: &Args, rows: &[Row]) {
             s.min,
             s.p99,
             s.max,
-            format!("{}/{}", r.client.preempted, r.server.preempted)
+            format!("{}/{}", r.client.preempted, r.server.preempted),
+            t.hit
         );
+        if t.hit > 0 {
+            notes.push(format!(
+                "{}: {} of {} round trips met a vCPU that did not run its poller ({:.1} ms lost); \
+                 {}",
+                r.placement.key(),
+                t.hit,
+                r.rtt_us.len(),
+                t.lost.as_secs_f64() * 1e3,
+                match clean_median {
+                    Some(m) => format!("the median of the other {} is {m:.1} µs", clean.len()),
+                    None => "none was left untouched".into(),
+                }
+            ));
+        }
     }
-    outln!("(client-CPU/server-CPU: the CPUs each thread was seen on; preempted: involuntary context switches, client/server)");
-    let med = |k: &str| medians.iter().find(|(p, _)| p.key() == k).map(|(_, m)| *m);
+    outln!(
+        "(client-CPU/server-CPU: the CPUs each thread was seen on; preempted: involuntary context \
+         switches, client/server; host-hit: round trips during which a polling thread's vCPU \
+         stopped executing for {} ms or more while the guest counted it as running — the host \
+         ran something else there)",
+        STALL.as_millis()
+    );
+    for note in &notes {
+        outln!("host: {note}");
+    }
+    let med = |k: &str| medians.iter().find(|(p, ..)| p.key() == k).map(|m| m.1);
     if let (Some(same), Some(diff)) = (med("same-core"), med("diff-cores")) {
         outln!(
             "same core vs different cores: median round trip {:.1}x ({same:.1} vs {diff:.1} µs)",
             same / diff
+        );
+    }
+    if let (Some(same), Some(yielding)) = (med("same-core"), med("same-yield")) {
+        outln!(
+            "same core vs same core, yielding: median round trip {:.1}x ({same:.1} vs \
+             {yielding:.1} µs)",
+            same / yielding
         );
     }
     if let (Some(unp), Some(diff)) = (med("unpinned"), med("diff-cores")) {
@@ -843,6 +973,23 @@ fn print_table(args: &Args, rows: &[Row]) {
             "unpinned vs different cores: median round trip {:.2}x ({unp:.1} vs {diff:.1} µs)",
             unp / diff
         );
+    }
+    // The placement's own effect, where the host took vCPUs away: the same comparison on the
+    // round trips no stall touched.
+    let clean = |k: &str| {
+        medians
+            .iter()
+            .find(|(p, ..)| p.key() == k)
+            .and_then(|m| m.2)
+    };
+    if !notes.is_empty() {
+        if let (Some(same), Some(diff)) = (clean("same-core"), clean("diff-cores")) {
+            outln!(
+                "without the host's stalls, same core vs different cores: {:.1}x ({same:.1} vs \
+                 {diff:.1} µs)",
+                same / diff
+            );
+        }
     }
 }
 

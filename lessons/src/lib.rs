@@ -11,6 +11,7 @@
 //! | [`qp`] | the RC QP, its bring-up to RTS, one side's working set | 02, 03 |
 //! | [`data`] | the byte pattern both sides compute, and where a message differs | 04 |
 //! | [`pingpong`] | `ibv_rc_pingpong`'s record, handshake, wr_ids, loop bookkeeping and summary lines | 04, 11, 12 |
+//! | [`steal`] | time a busy-polling thread's vCPU did not execute (steal time), seen from inside a guest | 09, 14 |
 //!
 //! Everything is also at the crate's root (`use verbs_lab_lessons::{open_device, Narrator}`),
 //! together with the `main` of the lessons ([`lesson_main`]) and the parsing of their command
@@ -27,6 +28,7 @@ pub mod narrator;
 pub mod peer;
 pub mod pingpong;
 pub mod qp;
+pub mod steal;
 pub mod terms;
 
 pub use args::{check_range, CommonArgs, DevicePairArgs, PingPongArgs, Role};

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Lesson 09: thread vs process affinity, rxe's missing NUMA locality, and the ping-pong latency
-# table for the three placements. Both vCPUs are used: "same core" makes the two busy-polling
-# threads share CPU 0 (they must be seen on CPU 0 only), "different cores" puts them on CPUs 0
-# and 1 (distinct), and sharing one CPU must cost a multiple of the fastest round trip.
+# table for the four placements. Both vCPUs are used: "same core" and "same core, yielding" make
+# the two polling threads share CPU 0 (they must be seen on CPU 0 only), "different cores" puts
+# them on CPUs 0 and 1 (distinct). Every row says how many round trips met a stalled vCPU.
 # timeout: 300
 set -eu
 # shellcheck source=tests/guest/lib.sh
@@ -26,20 +26,25 @@ expect_contains "$out" "round trip of 64 bytes, 100 samples per placement in 3 r
 expect_contains "$out" "round 1 medians (µs): same-core "
 expect_contains "$out" "round 2 medians (µs): unpinned "
 
-# field KEY N: field N of a placement's table row
-#   (1 placement, 2 client-CPU, 3 server-CPU, 4 median, 5 avg, 6 min, 7 p99, 8 max, 9 preempted).
-field() { awk -v k="$1" -v n="$2" '$1 == k && NF == 9 { print $n; exit }' "$out"; }
-for k in same-core diff-cores unpinned; do
+# field KEY N: field N of a placement's table row (1 placement, 2 client-CPU, 3 server-CPU,
+#   4 median, 5 avg, 6 min, 7 p99, 8 max, 9 preempted, 10 host-hit).
+field() { awk -v k="$1" -v n="$2" '$1 == k && NF == 10 { print $n; exit }' "$out"; }
+for k in same-core same-yield diff-cores unpinned; do
     [ -n "$(field "$k" 1)" ] || fail "no '$k' row in the table"
     for n in 4 5 6 7 8; do
         v=$(field "$k" "$n")
         num_gt "$v" 0 || fail "$k: field $n '$v' is not a positive number of µs"
     done
-    echo "$k: client on CPU $(field "$k" 2), server on CPU $(field "$k" 3), median $(field "$k" 4) µs, preempted $(field "$k" 9)"
+    hit=$(field "$k" 10)
+    [ "$hit" -ge 0 ] 2>/dev/null && [ "$hit" -le 100 ] \
+        || fail "$k: host-hit '$hit' is not a count of the row's 100 round trips"
+    echo "$k: client on CPU $(field "$k" 2), server on CPU $(field "$k" 3), median $(field "$k" 4) µs, preempted $(field "$k" 9), $hit round trips met a stalled vCPU"
 done
-if [ "$(field same-core 2)" != 0 ] || [ "$(field same-core 3)" != 0 ]; then
-    fail "same-core: the threads ran on CPUs '$(field same-core 2)' and '$(field same-core 3)', expected 0 and 0"
-fi
+for k in same-core same-yield; do
+    if [ "$(field $k 2)" != 0 ] || [ "$(field $k 3)" != 0 ]; then
+        fail "$k: the threads ran on CPUs '$(field $k 2)' and '$(field $k 3)', expected 0 and 0"
+    fi
+done
 if [ "$(field diff-cores 2)" != 0 ] || [ "$(field diff-cores 3)" != 1 ]; then
     fail "diff-cores: the threads ran on CPUs '$(field diff-cores 2)' and '$(field diff-cores 3)', expected 0 and 1 (distinct)"
 fi
@@ -48,6 +53,8 @@ fi
 # noise-prone (a loaded CI host once made the diff-cores round trip as slow as same-core), and
 # tests assert behaviour, never speed. The placements above are asserted exactly.
 expect_contains "$out" "same core vs different cores: median round trip "
+expect_contains "$out" "same core vs same core, yielding: median round trip "
+expect_contains "$out" "host-hit: round trips during which a polling thread's vCPU stopped executing"
 
 step "one device for both QPs, --quiet"
 rc=0

@@ -98,8 +98,21 @@ step "lesson 09, exercise 1: --cpus 1,1"
 run_rc 0 lesson09_affinity -q -n 60 -r 1 --cpus 1,1
 expect_contains "$out" "round 1 medians (µs): same-core "
 expect_not_contains "$out" "diff-cores"
-awk '$1 == "same-core" && $2 == 1 && $3 == 1 { found = 1 } END { exit !found }' "$out" \
-    || fail "the same-core row does not show both threads on CPU 1"
+for k in same-core same-yield; do
+    awk -v k="$k" '$1 == k && $2 == 1 && $3 == 1 { found = 1 } END { exit !found }' "$out" \
+        || fail "the $k row does not show both threads on CPU 1"
+done
+
+step "lesson 09, exercise 3: the same run, yielding against not"
+expect_contains "$out" "same core vs same core, yielding: median round trip "
+# The answer's count, not a speed: one CPU for two pollers means at least one switch per round
+# trip for each thread in both rows (60 measured + 10 warm-up), whoever causes it.
+for k in same-core same-yield; do
+    sw=$(awk -v k="$k" '$1 == k && NF == 10 { print $9; exit }' "$out")
+    c=${sw%/*} s=${sw#*/}
+    [ "${c:-0}" -ge 60 ] && [ "${s:-0}" -ge 60 ] \
+        || fail "$k: '$sw' switches (client/server), expected at least one per round trip each"
+done
 
 step "lesson 09, exercise 2: the CPUs local to rxe0"
 run_rc 0 lesson09_affinity -q -n 30 -r 1
