@@ -47,6 +47,7 @@ use verbs_lab::verbs::{
     AccessFlags, CompChannel, Context, Cq, GidChoice, Mr, Mtu, Payload, Pd, Qp, SendOp, SendWr,
     Sge, WcOpcode, WorkCompletion,
 };
+use verbs_lab_lessons::steal::{tally, StealWatch};
 use verbs_lab_lessons::Summary;
 use verbs_lab_lessons::{
     check_range, create_rc_qp, create_rc_qp_inline, first_mismatch, lesson_main, open_named_device,
@@ -456,6 +457,11 @@ enum Measured {
         rtt_us: f64,
         /// The client thread's CPU time (user + system) as a share of its run's wall time.
         cpu_share: f64,
+        /// Round trips during which a polling thread's vCPU stopped executing it (steal time,
+        /// [`verbs_lab_lessons::steal`]), of `count`; the median of the others.
+        host_hit: usize,
+        count: usize,
+        clean_rtt_us: Option<f64>,
     },
 }
 
@@ -470,6 +476,9 @@ impl Measured {
     fn show(&self) -> String {
         match self {
             Measured::Stream { .. } => format!("{:.1} kmsg/s", self.value()),
+            Measured::PingPong {
+                rtt_us, host_hit, ..
+            } if *host_hit > 0 => format!("{rtt_us:.0} µs ({host_hit} hit by a vCPU stall)"),
             Measured::PingPong { rtt_us, .. } => format!("{rtt_us:.0} µs"),
         }
     }
@@ -567,13 +576,22 @@ struct Awaited {
 }
 
 /// Takes completions off `side`'s CQ until `want` is met: spinning on `ibv_poll_cq`, or
-/// sleeping on the completion channel between polls (lesson 07's loop).
-fn await_completions(side: &Side, mode: Wait, mut want: Awaited, wait: Duration) -> Result<()> {
+/// sleeping on the completion channel between polls (lesson 07's loop). `watch` looks at every
+/// turn of the loop for time the vCPU did not execute this thread (lesson 09).
+fn await_completions(
+    side: &Side,
+    mode: Wait,
+    mut want: Awaited,
+    wait: Duration,
+    watch: &mut StealWatch,
+) -> Result<()> {
     let deadline = Instant::now() + wait;
     let mut wcs = WorkCompletion::array::<4>();
     let mut spins = 0u32;
+    watch.skip();
     while want.recvs > 0 || want.sends > 0 {
         let got = side.cq.poll(&mut wcs).context("ibv_poll_cq")?;
+        watch.check();
         if got > 0 {
             take(&wcs[..got], &mut want)?;
             continue;
@@ -643,17 +661,21 @@ fn pin(cpu: Option<usize>) -> Result<()> {
     Ok(())
 }
 
-/// One side's sequence number into its send half, then one signaled SEND of it.
-fn send_seq(side: &Side, seq: u64) -> Result<()> {
+/// One side's sequence number into its send half, then one signaled SEND of it; the post (a
+/// system call on rxe) is watched for a stalled vCPU too.
+fn send_seq(side: &Side, seq: u64, watch: &mut StealWatch) -> Result<()> {
     let range = side.send_range();
     side.mr.write(range.start, &seq.to_le_bytes())?;
     let sge = side.mr.sge(range)?;
+    watch.skip();
     side.qp
         .post_send(&[
             SendWr::new(seq, SendOp::Send, Payload::Sges(std::slice::from_ref(&sge)))
                 .signaled(true),
         ])
-        .context("ibv_post_send(SEND)")
+        .context("ibv_post_send(SEND)")?;
+    watch.check();
+    Ok(())
 }
 
 /// The sequence number a receive brought; checked, and the receive re-posted.
@@ -671,51 +693,70 @@ fn recv_seq(side: &Side, want: u64) -> Result<()> {
 /// The ping-pong: the client thread sends, the server thread answers, `count` times.
 fn ping_pong(a: &Side, b: &Side, p: PingPong, count: u32, wait: Duration) -> Result<Measured> {
     let (ca, cb) = (p.cpus.map(|c| c.0), p.cpus.map(|c| c.1));
+    type Stalls = Vec<(Instant, Instant)>;
+    /// Each round trip's start and length, the client's CPU share, its stalls.
+    type Client = (Vec<(Instant, Duration)>, f64, Stalls);
     let (client, server) = std::thread::scope(|scope| {
-        let server = scope.spawn(|| -> Result<()> {
+        let server = scope.spawn(|| -> Result<Stalls> {
             pin(cb)?;
+            let mut watch = StealWatch::new();
             for i in 0..u64::from(count) {
                 // Wait for the request, and for our previous answer's completion: its buffer
                 // is rewritten next.
                 let sends = u32::from(i > 0);
-                await_completions(b, p.wait, Awaited { recvs: 1, sends }, wait)
+                await_completions(b, p.wait, Awaited { recvs: 1, sends }, wait, &mut watch)
                     .context("server")?;
                 recv_seq(b, i)?;
-                send_seq(b, i)?;
+                send_seq(b, i, &mut watch)?;
             }
-            await_completions(b, p.wait, Awaited { recvs: 0, sends: 1 }, wait)
+            await_completions(b, p.wait, Awaited { recvs: 0, sends: 1 }, wait, &mut watch)?;
+            Ok(watch.stalls().to_vec())
         });
-        let client = scope.spawn(|| -> Result<(Vec<f64>, f64)> {
+        let client = scope.spawn(|| -> Result<Client> {
             pin(ca)?;
+            let mut watch = StealWatch::new();
             let (cpu0, wall0) = (thread_cpu(), Instant::now());
-            let mut rtts = Vec::with_capacity(count as usize);
+            let mut trips = Vec::with_capacity(count as usize);
             for i in 0..u64::from(count) {
                 let t0 = Instant::now();
-                send_seq(a, i)?;
-                await_completions(a, p.wait, Awaited { recvs: 1, sends: 1 }, wait)
+                send_seq(a, i, &mut watch)?;
+                await_completions(a, p.wait, Awaited { recvs: 1, sends: 1 }, wait, &mut watch)
                     .context("client")?;
                 recv_seq(a, i)?;
-                rtts.push(t0.elapsed().as_secs_f64() * 1e6);
+                trips.push((t0, t0.elapsed()));
             }
             Ok((
-                rtts,
+                trips,
                 (thread_cpu() - cpu0).as_secs_f64() / wall0.elapsed().as_secs_f64(),
+                watch.stalls().to_vec(),
             ))
         });
         (client.join(), server.join())
     });
     a.cq.ack_events();
     b.cq.ack_events();
-    server
+    let server_stalls = server
         .map_err(|_| anyhow::anyhow!("the server thread panicked"))?
         .context("server thread")?;
-    let (mut rtts, cpu_share) = client
+    let (trips, cpu_share, mut stalls) = client
         .map_err(|_| anyhow::anyhow!("the client thread panicked"))?
         .context("client thread")?;
-    rtts.sort_by(f64::total_cmp);
+    stalls.extend(server_stalls);
+    let (hit, t) = tally(&trips, &stalls);
+    let us = |d: &Duration| d.as_secs_f64() * 1e6;
+    let all: Vec<f64> = trips.iter().map(|(_, d)| us(d)).collect();
+    let clean: Vec<f64> = trips
+        .iter()
+        .zip(&hit)
+        .filter(|(_, &h)| !h)
+        .map(|((_, d), _)| us(d))
+        .collect();
     Ok(Measured::PingPong {
-        rtt_us: rtts[rtts.len() / 2],
+        rtt_us: Summary::of(&all).map_or(0.0, |s| s.median),
         cpu_share,
+        host_hit: t.hit,
+        count: trips.len(),
+        clean_rtt_us: Summary::of(&clean).map(|s| s.median),
     })
 }
 
@@ -998,12 +1039,26 @@ fn print_table(
                      {fruitful_polls} ibv_poll_cq"
                     ),
                 ),
-                Measured::PingPong { cpu_share, .. } => (
+                Measured::PingPong {
+                    cpu_share,
+                    host_hit,
+                    count,
+                    clean_rtt_us,
+                    ..
+                } => (
                     format!("{v:.0} µs RTT"),
                     base / v,
                     format!(
-                        "client thread on a CPU {:.0}% of its run",
-                        cpu_share * 100.0
+                        "client thread on a CPU {:.0}% of its run{}",
+                        cpu_share * 100.0,
+                        match (host_hit, clean_rtt_us) {
+                            (0, _) => String::new(),
+                            (h, Some(c)) => format!(
+                                "; a vCPU stalled in {h} of {count} round trips (the others' \
+                                 median {c:.0} µs)"
+                            ),
+                            (h, None) => format!("; a vCPU stalled in {h} of {count} round trips"),
+                        }
                     ),
                 ),
             };
