@@ -251,7 +251,7 @@ fn run(args: &Args, (cpu_a, cpu_b): (usize, usize)) -> Result<()> {
     ));
 
     // 5. The measurement: the same ping-pong under three placements.
-    n.step(5, "Ping-pong under three placements, in alternating rounds");
+    n.step(5, "Ping-pong under four placements, in alternating rounds");
     let mut placements = vec![Placement::Same(cpu_a), Placement::SameYield(cpu_a)];
     if cpu_a != cpu_b {
         placements.push(Placement::Different(cpu_a, cpu_b));
@@ -693,7 +693,7 @@ impl Poller {
                         self.watch.skip();
                     }
                 }
-                self.watch.check();
+                self.watch.poll();
                 spins = spins.wrapping_add(1);
                 if spins % 1024 == 0 && since.elapsed() >= self.wait {
                     bail!(
@@ -708,6 +708,9 @@ impl Poller {
                 std::hint::spin_loop();
                 continue;
             }
+            // A completion: the stretch since the last look ends here (the vCPU may have been
+            // stopped just before it; the work that follows is skipped).
+            self.watch.check();
             since = Instant::now();
             for wc in &self.wcs[..got] {
                 if let Err(e) = wc.ok() {
@@ -850,11 +853,13 @@ fn measure(
         .map_err(|_| anyhow::anyhow!("the server thread panicked"))?
         .context("server thread")?;
     let lost = |r: &ThreadReport| {
-        let ms: f64 = r
+        let ms = r
             .stalls
             .iter()
-            .map(|(a, b)| (*b - *a).as_secs_f64() * 1e3)
-            .sum();
+            .map(|(a, b)| *b - *a)
+            .sum::<Duration>()
+            .as_secs_f64()
+            * 1e3;
         format!("its vCPU stalled {} times ({ms:.1} ms)", r.stalls.len())
     };
     n.say(format!(

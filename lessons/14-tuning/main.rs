@@ -591,11 +591,13 @@ fn await_completions(
     watch.skip();
     while want.recvs > 0 || want.sends > 0 {
         let got = side.cq.poll(&mut wcs).context("ibv_poll_cq")?;
-        watch.check();
         if got > 0 {
+            // The stretch since the last look ends with this completion.
+            watch.check();
             take(&wcs[..got], &mut want)?;
             continue;
         }
+        watch.poll();
         match mode {
             Wait::Busy => {
                 spins = spins.wrapping_add(1);

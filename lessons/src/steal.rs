@@ -1,39 +1,64 @@
 //! Time a busy-polling thread lost while its own kernel believed it was running: in a virtual
-//! machine, the host ran something else on the core behind this vCPU — *steal time*.
+//! machine, the vCPU was not executing — the host ran something else on the core behind it, or
+//! the emulator held it — *steal time*.
 //!
 //! A guest scheduler cannot see it. KVM guests are told (the `steal` column of `/proc/stat`);
 //! QEMU's TCG emulation, where the SoftRoCE guest of this course runs, tells nothing, so a
-//! spinning thread measures it itself: it reads the clock on every turn of its poll loop
-//! ([`StealWatch::check`]), and a turn that took [`STALL`] or more is looked at. The thread's
-//! `run_delay` (`/proc/thread-self/schedstat`) says how long the guest's scheduler kept it
-//! waiting for its CPU meanwhile (a preemption), its voluntary context switches (`getrusage(2)`)
-//! whether it slept. A turn in which the thread did not sleep, less the guest's wait, is time
-//! the guest counts as this thread running while the poll did not get it: the vCPU was not
-//! executing. Both counters are compared with their values at the previous look, so a wait or
-//! a sleep anywhere since then makes a turn count less or not at all; and only the poll loop
-//! and the posts are watched (other work between polls may take long for good reasons): what
-//! it finds is a lower bound.
+//! spinning thread measures it itself: it reads the clock every [`POLLS_PER_LOOK`] turns of its
+//! poll loop ([`StealWatch::poll`]) and after each post ([`StealWatch::check`]), and an
+//! interval that took [`STALL`] or more is looked at in the thread's
+//! `/proc/thread-self/schedstat` (kept open: one `pread(2)` a look). If the thread was not
+//! switched out during the turn (the count of times it got a CPU did not move), the guest
+//! believes it ran all along: the whole turn is time its vCPU did not execute it. If it was
+//! switched out, and did not sleep (`getrusage(2)`'s voluntary switches), the guest's scheduler
+//! kept it waiting for `run_delay` of the turn, and only the rest counts. The counters are
+//! compared with their values at the previous look, so a switch or a sleep anywhere since then
+//! makes a turn count less or not at all; and only the poll loop and the posts are watched
+//! (other work between polls may take long for good reasons): what it finds is a lower bound.
 
-use std::fs;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
 use nix::sys::resource::{getrusage, UsageWho};
 
-/// A poll turn at least this long is looked at. One turn of `ibv_poll_cq` on rxe takes
-/// microseconds, and an interrupt handled meanwhile under emulation well under a millisecond;
-/// a host that takes the vCPU away takes it for one of its own time slices (4 ms at HZ=250).
+/// An interval at least this long is looked at. 64 polls of `ibv_poll_cq` on rxe take tens of
+/// microseconds, and an interrupt handled meanwhile under emulation well under a millisecond; a
+/// stopped vCPU stays stopped for milliseconds (in the SoftRoCE guest, until its next timer
+/// interrupt: up to the 4 ms tick).
 pub const STALL: Duration = Duration::from_millis(1);
 
-/// One thread's watch: call [`check`](StealWatch::check) on every turn of its poll loop (and
-/// after a call that should be short, such as a post), [`skip`](StealWatch::skip) after other
-/// work, then read [`stalls`](StealWatch::stalls).
+/// Turns of a poll loop between two clock reads. Not every turn: under QEMU's software
+/// emulation every guest clock read (`rdtsc`) takes one spinlock that all vCPUs share
+/// (`cpu_get_ticks`, QEMU 7.2), so that a vCPU the host stops while it holds it stops the
+/// others at their next read; with a read on every poll of both threads, lesson 09's
+/// diff-cores rows fell into 8 ms steps in 12 of 18 rounds against 3 of 18 for the lesson
+/// without the watch (one A/B on a loaded host). 64 polls take well under a millisecond.
+pub const POLLS_PER_LOOK: u32 = 64;
+
+/// One thread's watch: call [`poll`](StealWatch::poll) on every turn of its poll loop,
+/// [`check`](StealWatch::check) after a call that should be short (a post),
+/// [`skip`](StealWatch::skip) after other work, then read [`stalls`](StealWatch::stalls).
 #[derive(Debug)]
 pub struct StealWatch {
     last: Instant,
-    /// The thread's `run_delay` and voluntary context switches at the last look.
-    run_delay: Option<Duration>,
-    sleeps: Option<i64>,
+    /// This thread's `/proc/thread-self/schedstat`, and its readings at the last look.
+    schedstat: Option<File>,
+    seen: Option<Sched>,
     stalls: Vec<(Instant, Instant)>,
+    /// Turns since the last clock read.
+    turns: u32,
+}
+
+/// One reading of a thread's scheduler counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sched {
+    /// Time spent runnable on a run queue, waiting for a CPU (schedstat's second field).
+    run_delay: Duration,
+    /// Times it was given a CPU (schedstat's third field): moves on every switch-in.
+    runs: u64,
+    /// Voluntary context switches (it blocked or slept), when read.
+    sleeps: Option<i64>,
 }
 
 impl Default for StealWatch {
@@ -45,16 +70,28 @@ impl Default for StealWatch {
 impl StealWatch {
     /// Starts watching the calling thread (call it in that thread).
     pub fn new() -> StealWatch {
+        let schedstat = File::open("/proc/thread-self/schedstat").ok();
+        let seen = schedstat.as_ref().and_then(|f| read_sched(f, true));
         StealWatch {
             last: Instant::now(),
-            run_delay: run_delay(),
-            sleeps: sleeps(),
+            schedstat,
+            seen,
             stalls: Vec::new(),
+            turns: 0,
         }
     }
 
-    /// One turn of the poll loop: a turn of [`STALL`] or more in which the thread neither slept
-    /// nor waited for its CPU is recorded as a stall.
+    /// One turn of the poll loop; every [`POLLS_PER_LOOK`]th, a [`check`](StealWatch::check).
+    #[inline]
+    pub fn poll(&mut self) {
+        self.turns += 1;
+        if self.turns >= POLLS_PER_LOOK {
+            self.check();
+        }
+    }
+
+    /// Reads the clock: an interval since the last read of [`STALL`] or more in which the thread
+    /// neither slept nor waited for its CPU is recorded as a stall.
     #[inline]
     pub fn check(&mut self) {
         let now = Instant::now();
@@ -62,27 +99,45 @@ impl StealWatch {
             self.look(now);
         }
         self.last = now;
+        self.turns = 0;
     }
 
-    /// Work other than polling happened since the last turn: do not count it.
+    /// Work other than polling happened since the last read: do not count it.
     #[inline]
     pub fn skip(&mut self) {
         self.last = Instant::now();
+        self.turns = 0;
     }
 
     fn look(&mut self, now: Instant) {
-        let (rd, slept) = (run_delay(), sleeps());
-        let turn = now - self.last;
-        // Without a reading (no schedstat: a kernel without CONFIG_SCHED_INFO), or after a
-        // sleep, the turn cannot be told apart: not counted.
-        let lost = match (self.run_delay, rd, self.sleeps, slept) {
-            (Some(rd0), Some(rd1), Some(s0), Some(s1)) if s1 == s0 => {
-                turn.saturating_sub(rd1.saturating_sub(rd0))
-            }
-            _ => Duration::ZERO,
+        let Some(file) = &self.schedstat else {
+            // No schedstat (a kernel without CONFIG_SCHED_INFO): nothing can be told apart.
+            return;
         };
-        self.run_delay = rd;
-        self.sleeps = slept;
+        let turn = now - self.last;
+        let Some(mut s) = read_sched(file, false) else {
+            return;
+        };
+        let lost = match self.seen {
+            // Never switched out: the guest believes it ran all along.
+            Some(was) if s.runs == was.runs => turn,
+            // Switched out: if it did not sleep, all but the guest's wait for its CPU.
+            Some(was) => {
+                s.sleeps = sleeps();
+                match (was.sleeps, s.sleeps) {
+                    (Some(a), Some(b)) if a == b => {
+                        turn.saturating_sub(s.run_delay.saturating_sub(was.run_delay))
+                    }
+                    _ => Duration::ZERO,
+                }
+            }
+            None => Duration::ZERO,
+        };
+        // The sleep count read at an older look is still the baseline if not read now.
+        if s.sleeps.is_none() {
+            s.sleeps = self.seen.and_then(|w| w.sleeps);
+        }
+        self.seen = Some(s);
         if lost >= STALL {
             self.stalls.push((self.last, now));
         }
@@ -94,17 +149,21 @@ impl StealWatch {
     }
 }
 
-/// The calling thread's `run_delay`: the time it spent runnable on a run queue, waiting for its
-/// CPU (`/proc/thread-self/schedstat`, second field, nanoseconds; up to date once the thread
-/// runs again).
-fn run_delay() -> Option<Duration> {
-    fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()?
+/// Reads the counters of the thread whose schedstat `file` is (and its voluntary switches if
+/// `with_sleeps`).
+fn read_sched(file: &File, with_sleeps: bool) -> Option<Sched> {
+    let mut buf = [0u8; 96];
+    let n = file.read_at(&mut buf, 0).ok()?;
+    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    let mut f = text
         .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-        .map(Duration::from_nanos)
+        .skip(1)
+        .map(|v| v.parse::<u64>().ok());
+    Some(Sched {
+        run_delay: Duration::from_nanos(f.next()??),
+        runs: f.next()??,
+        sleeps: if with_sleeps { sleeps() } else { None },
+    })
 }
 
 /// The calling thread's voluntary context switches (it blocked or slept): `getrusage(2)`,
@@ -132,7 +191,7 @@ pub fn tally(
 ) -> (Vec<bool>, StallTally) {
     let mut s: Vec<(Instant, Instant)> = stalls.to_vec();
     s.sort();
-    // Merge overlapping stalls (the two threads of a ping-pong may both see one host slice).
+    // Merge overlapping stalls (the two threads of a ping-pong may both see one).
     let mut merged: Vec<(Instant, Instant)> = Vec::with_capacity(s.len());
     for (a, b) in s {
         match merged.last_mut() {
@@ -161,7 +220,7 @@ mod tests {
         let t = Instant::now();
         let ms = Duration::from_millis;
         let ops = [(t, ms(1)), (t + ms(2), ms(1)), (t + ms(10), ms(1))];
-        // Two threads saw the same host slice (2.5..6 ms and 3..7 ms), and one more at 20 ms.
+        // Two threads saw the same stall (2.5..6 ms and 3..7 ms), and one more at 20 ms.
         let stalls = [
             (t + ms(3), t + ms(7)),
             (t + Duration::from_micros(2500), t + ms(6)),
