@@ -176,9 +176,14 @@ pub fn local_endpoint(
     })
 }
 
-/// A random 24-bit packet sequence number (as ibv_rc_pingpong does), without a `rand` crate:
-/// the std hasher is randomly seeded per process.
+/// A random 24-bit packet sequence number (as ibv_rc_pingpong does).
 pub fn random_psn() -> u32 {
+    (random_u64() as u32) & 0xff_ffff
+}
+
+/// 64 random bits without a `rand` crate: the std hasher is randomly seeded per process, and
+/// the time and the pid are mixed in.
+pub fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
@@ -187,7 +192,7 @@ pub fn random_psn() -> u32 {
             .map_or(0, |d| d.as_nanos()),
     );
     h.write_u32(std::process::id());
-    (h.finish() as u32) & 0xff_ffff
+    h.finish()
 }
 
 /// The MTU a port offers a path: its active MTU, or 1024 when the port does not say (the

@@ -50,6 +50,8 @@ fn every_lesson_names_itself_in_its_version() {
         env!("CARGO_BIN_EXE_lesson13_rdma_cm"),
         env!("CARGO_BIN_EXE_lesson14_tuning"),
         env!("CARGO_BIN_EXE_lesson15_ring_allreduce"),
+        env!("CARGO_BIN_EXE_lesson16_many_hosts"),
+        env!("CARGO_BIN_EXE_lesson17_fabric"),
     ] {
         let o = std::process::Command::new(exe)
             .arg("--version")

@@ -104,8 +104,9 @@ fn may_lock_any_amount() -> bool {
         .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
 }
 
-/// This rank's bootstrap record before it has a device: who and where it is.
-fn own_record(info: &RankInfo, opts: &CommOpts) -> RankRecord {
+/// This rank's bootstrap record before it has a device: who and where it is, with `opts`'
+/// terms (lesson 16 meets its launcher's world with one).
+pub fn own_record(info: &RankInfo, opts: &CommOpts) -> RankRecord {
     let (host, host_hash) = place::this_host();
     RankRecord {
         rank: info.rank,

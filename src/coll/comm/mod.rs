@@ -33,6 +33,7 @@ use crate::verbs::{
 };
 
 mod init;
+pub use init::own_record;
 mod pump;
 
 /// How to build a communicator.
