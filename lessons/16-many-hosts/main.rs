@@ -274,9 +274,13 @@ fn run(args: &Args, info: RankInfo) -> Result<()> {
             right.rank,
         ));
     }
+    let why = if crossings == hosts {
+        "each host's ranks are neighbours, so only one hop leaves each host"
+    } else {
+        "the ranks of a host are not numbered together, so neighbours sit on different hosts"
+    };
     say.say(format!(
-        "the ring has {n} hops, {crossings} of them between hosts: launchers number a host's \
-         ranks together, so neighbours share a host where they can"
+        "the ring has {n} hops, {crossings} of them between hosts: {why}"
     ));
 
     // [5] ncclAllReduce: rank r's element i is 100·r + i; the sum is checked on every rank.
