@@ -10,8 +10,11 @@
 #             LOCAL_SIZE
 #   roundrobin RANK WORLD_SIZE MASTER_* only, rank r on node (r mod 4)+1: no local rank given
 # Usage: sh lessons/16-many-hosts/by-hand.sh torchrun|deepspeed|roundrobin PORT [LESSON FLAGS...]
+# Exit status: 0 when every rank succeeded, 1 when one failed, 2 for a bad command line.
 set -eu
-[ $# -ge 2 ] || { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+case ${1:-} in -h | --help) usage; exit 0 ;; esac
+[ $# -ge 2 ] || { usage >&2; exit 2; }
 way=$1 port=$2
 shift 2
 flags="-d rxe0 $*"
