@@ -12,6 +12,7 @@
 //! | [`render_csv`] | spreadsheets | one header line, one line per row |
 //! | [`render_perftest_json`] | readers of perftest's `--out_json` file | perftest's keys: `test_info`, `results` |
 //! | [`plot::render_svg`] | people | `--plot`: an SVG chart of a sweep, drawn from the JSON |
+//! | [`openmetrics::render`] | Prometheus, node_exporter's textfile collector | `--openmetrics`: rows, counter deltas, gate verdicts |
 //!
 //! The `--json` layout is declared once, in [`schema`]: [`render_json`] writes it, and
 //! [`crate::jsoncheck::check_report`] (`vl_jsoncheck`) reads a report back into it and checks it.
@@ -32,6 +33,7 @@ use crate::result::{to_gbits, to_mib_per_sec};
 
 mod csv;
 mod json;
+pub mod openmetrics;
 pub mod perftest_json;
 pub mod plot;
 pub mod schema;

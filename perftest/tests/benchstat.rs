@@ -128,11 +128,11 @@ fn medians_and_ratios_of_alternating_rounds_into_benchmarks_json() {
     // Ours: 900 1000 1100 1200 (even count: the middle two's mean); perftest: 800 1000 1000.
     assert_eq!(
         bw["ours_stats"],
-        serde_json::json!({"valid": 4, "median": 1050, "min": 900, "max": 1200})
+        serde_json::json!({"valid": 4, "median": 1050, "min": 900, "max": 1200, "spread_pct": 28.57})
     );
     assert_eq!(
         bw["perftest_stats"],
-        serde_json::json!({"valid": 3, "median": 1000, "min": 800, "max": 1000})
+        serde_json::json!({"valid": 3, "median": 1000, "min": 800, "max": 1000, "spread_pct": 20})
     );
     assert_eq!(bw["ratio_median_of_rounds"], 1.1);
     assert_eq!(bw["ratio_of_medians"], 1.05);
@@ -151,7 +151,7 @@ fn medians_and_ratios_of_alternating_rounds_into_benchmarks_json() {
     assert_eq!(lat["ours_stats"]["median"], 51);
     assert_eq!(
         lat["perftest_stats"],
-        serde_json::json!({"valid": 0, "median": null, "min": null, "max": null})
+        serde_json::json!({"valid": 0, "median": null, "min": null, "max": null, "spread_pct": null})
     );
     assert_eq!(lat["ratio_median_of_rounds"], Value::Null);
     assert_eq!(lat["verdict"], "NO DATA");
@@ -166,7 +166,7 @@ fn medians_and_ratios_of_alternating_rounds_into_benchmarks_json() {
     assert_eq!(charts[0].ours[0].median, 1.05);
     // The report and the summary say the same.
     let md = std::fs::read_to_string(dir.join("generated.md")).unwrap();
-    assert!(md.contains("| write_bw_65536 | BW average, MiB/s (higher better) | 1050.00 (900.00–1200.00), n=4 | 1000.00 (800.00–1000.00), n=3 | 1.100 (0.900–1.250) | 1.050 | 2 of 3 | meets (+10.0%) |"), "{md}");
+    assert!(md.contains("| write_bw_65536 | BW average, MiB/s (higher better) | 1050.00 (900.00–1200.00; ±14.3%), n=4 | 1000.00 (800.00–1000.00; ±10.0%), n=3 | 1.100 (0.900–1.250) | 1.050 | 2 of 3 | meets (+10.0%) |"), "{md}");
     assert!(
         md.contains("- **atomic_lat: no comparable round** (ours valid 2 times, perftest 0 times)"),
         "{md}"
@@ -221,7 +221,7 @@ fn a_run_whose_metric_is_no_measurement_is_broken_and_left_out_alike() {
         assert_eq!(row["runs"][0]["problem"], why, "{bad}");
         assert_eq!(
             row["ours_stats"],
-            serde_json::json!({"valid": 1, "median": 1000, "min": 1000, "max": 1000}),
+            serde_json::json!({"valid": 1, "median": 1000, "min": 1000, "max": 1000, "spread_pct": 0}),
             "{bad}"
         );
         assert_eq!(row["rounds_compared"], 1, "{bad}");

@@ -122,6 +122,8 @@ struct Stats {
     median: Value,
     min: Value,
     max: Value,
+    /// (max − min) ÷ median in percent: the run-to-run spread of the row.
+    spread_pct: Value,
 }
 
 #[derive(Debug, Serialize)]
@@ -174,6 +176,7 @@ impl Stats {
             median: sig6(s.map(|s| s.median)),
             min: sig6(s.map(|s| s.min)),
             max: sig6(s.map(|s| s.max)),
+            spread_pct: round(s.and_then(|s| s.spread_pct()), 2),
         }
     }
 }

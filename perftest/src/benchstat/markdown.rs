@@ -96,7 +96,7 @@ fn results(rec: &Records, stats: &[(&Test, RowStats)], md: &mut String) {
          goal*: in how many comparable rounds our run beat or equalled perftest's.\n\n",
     );
     md.push_str(
-        "| row | metric | vl_* median (min–max) | ib_* median (min–max) | ratio: median of rounds \
+        "| row | metric | vl_* median (min–max; ±half-range) | ib_* median (min–max; ±half-range) | ratio: median of rounds \
          (range) | ratio of medians | rounds meeting goal | verdict |\n",
     );
     md.push_str("|---|---|---|---|---|---|---|---|\n");
@@ -114,10 +114,12 @@ fn results(rec: &Records, stats: &[(&Test, RowStats)], md: &mut String) {
         }
         let side = |s: Option<super::Spread>| {
             format!(
-                "{} ({}–{}), n={}",
+                "{} ({}–{}; {}), n={}",
                 f(s.map(|s| s.median), p),
                 f(s.map(|s| s.min), p),
                 f(s.map(|s| s.max), p),
+                s.and_then(|s| s.spread_pct())
+                    .map_or("—".into(), |x| format!("±{:.1}%", x / 2.0)),
                 s.map_or(0, |s| s.n)
             )
         };

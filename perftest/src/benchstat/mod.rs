@@ -14,6 +14,7 @@ use std::path::Path;
 use anyhow::{bail, Context as _, Result};
 
 pub mod coll;
+pub mod gate;
 mod json;
 pub mod markdown;
 
@@ -55,6 +56,12 @@ impl Spread {
             min: finite.iter().copied().fold(f64::INFINITY, f64::min),
             max: finite.iter().copied().fold(f64::NEG_INFINITY, f64::max),
         })
+    }
+
+    /// The run-to-run spread: (max − min) ÷ median, in percent (0 for one value; `None` for a
+    /// median of 0, where a relative spread means nothing).
+    pub fn spread_pct(&self) -> Option<f64> {
+        (self.median != 0.0).then(|| (self.max - self.min) / self.median.abs() * 100.0)
     }
 }
 

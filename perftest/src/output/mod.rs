@@ -80,6 +80,12 @@ pub struct OutputArgs {
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
 
+    /// Write the run in the OpenMetrics text format (node_exporter's textfile collector reads
+    /// it): every row, the port's counter deltas, and each gate's verdict, labelled by tool,
+    /// role, device and size.
+    #[arg(long, value_name = "FILE")]
+    pub openmetrics: Option<PathBuf>,
+
     /// perftest's bandwidth floor: below N (MiB/s, or Gb/s with --report_gbits) at any size,
     /// print "Error: BW result is below bw limit" and exit 3. Checked on both sides.
     #[arg(short = 'w', long = "limit_bw", value_name = "N", value_parser = crate::gates::parse_limit)]
@@ -153,6 +159,7 @@ impl OutputArgs {
         let files = [
             ("--json", self.json.clone()),
             ("--csv", self.csv.clone()),
+            ("--openmetrics", self.openmetrics.clone()),
             ("--out_json", self.out_json_path()),
             ("--plot", self.plot.clone().filter(|_| plots)),
         ];
@@ -184,6 +191,7 @@ impl OutputArgs {
     pub fn needs_the_end(&self) -> bool {
         self.json.is_some()
             || self.csv.is_some()
+            || self.openmetrics.is_some()
             || self.out_json_path().is_some()
             || self.plot.is_some()
             || self.has_gates()
@@ -394,6 +402,14 @@ impl Reporter {
         self.write_files(result, procs)?;
         check_applicable(&self.args, result.info.metric).map_err(anyhow::Error::msg)?;
         let outcome = self.check_all_gates(result);
+        if let Some(path) = &self.args.openmetrics {
+            let text = crate::report::openmetrics::render(
+                result,
+                self.counters.as_ref(),
+                &self.gate_verdicts(result),
+            );
+            write_file(path, "--openmetrics", &text)?;
+        }
         match &self.out_failed {
             Some(e) => anyhow::bail!("cannot write to stdout: {e} (the report files were written)"),
             None => Ok(outcome),
@@ -510,6 +526,61 @@ impl Reporter {
             }
         }
         Ok(())
+    }
+
+    /// Each gate given, as typed, and whether it held on its own (for `--openmetrics`).
+    fn gate_verdicts(&self, result: &RunResult) -> crate::report::openmetrics::GateVerdicts {
+        let none = OutputArgs {
+            min_bw: None,
+            max_lat: Vec::new(),
+            limit_bw: None,
+            limit_msgrate: None,
+            max_counter: Vec::new(),
+            ..self.args.clone()
+        };
+        let a = &self.args;
+        let mut one: Vec<(String, OutputArgs)> = Vec::new();
+        if let Some(w) = a.limit_bw {
+            one.push((
+                format!("--limit_bw {w}"),
+                OutputArgs {
+                    limit_bw: Some(w),
+                    ..none.clone()
+                },
+            ));
+        }
+        if let Some(y) = a.limit_msgrate {
+            let o = OutputArgs {
+                limit_msgrate: Some(y),
+                ..none.clone()
+            };
+            one.push((format!("--limit_msgrate {y}"), o));
+        }
+        if let Some(m) = a.min_bw {
+            one.push((
+                format!("--min-bw {m}"),
+                OutputArgs {
+                    min_bw: Some(m),
+                    ..none.clone()
+                },
+            ));
+        }
+        for l in &a.max_lat {
+            let o = OutputArgs {
+                max_lat: vec![l.clone()],
+                ..none.clone()
+            };
+            one.push((format!("--max-lat {l}"), o));
+        }
+        let mut out: crate::report::openmetrics::GateVerdicts = one
+            .into_iter()
+            .map(|(name, args)| (name, check_gates(result, &args) == GateOutcome::Passed))
+            .collect();
+        for g in &a.max_counter {
+            let held = crate::counters::check(std::slice::from_ref(g), self.counters.as_ref());
+            out.push((format!("--max-counter {g}"), held.is_empty()));
+        }
+        out
     }
 
     /// Checks the gates and `--max-counter`, printing each miss (or the gates passed) on
