@@ -81,8 +81,10 @@ pub enum Verdict {
     Holds,
     /// Worse than the baseline by more than allowed.
     Regressed,
-    /// In the baseline, but the run has no row of that name or no valid median.
+    /// In the baseline, but the run has no valid median for it (or, in a full run, no row).
     Missing,
+    /// In the baseline, not in a partial run (`--only`): not asked for.
+    NotRun,
     /// In the run only: nothing to compare with.
     New,
 }
@@ -105,6 +107,10 @@ pub struct Row {
 pub struct Gate {
     pub clock: &'static str,
     pub rows: Vec<Row>,
+    /// What differs between the two environments that changes instruction counts: QEMU, the
+    /// guest kernel, perftest (not the host CPU: TCG's `-cpu max` is the same on every host);
+    /// `(key, baseline, run)`.
+    pub differs: Vec<(String, String, String)>,
 }
 
 impl Gate {
@@ -126,7 +132,7 @@ fn clock(doc: &Value) -> &'static str {
     if acc.contains("instruction counting") {
         "deterministic"
     } else {
-        "wall-clock"
+        "wall"
     }
 }
 
@@ -159,6 +165,7 @@ pub fn compare(base: &Value, run: &Value, tol: &Tolerances) -> Result<Gate> {
         );
     }
     let (brows, rrows) = (rows(base, "baseline")?, rows(run, "run")?);
+    let partial = matches!(run["mode"].as_str(), Some("partial" | "quick"));
     let name = |r: &Value| r["name"].as_str().unwrap_or("?").to_string();
     let mut out = Vec::new();
     for b in &brows {
@@ -167,16 +174,15 @@ pub fn compare(base: &Value, run: &Value, tol: &Tolerances) -> Result<Gate> {
             .and_then(Kind::parse)
             .with_context(|| format!("baseline row {}: no kind bw, rate or lat", name(b)))?;
         let (base_med, base_half) = ours(b);
-        let now = rrows
-            .iter()
-            .find(|r| name(r) == name(b))
-            .and_then(|r| ours(r).0);
+        let found = rrows.iter().find(|r| name(r) == name(b));
+        let now = found.and_then(|r| ours(r).0);
         let allowed = tol.of(kind).max(base_half);
         let change = base_med.zip(now).map(|(b, n)| match kind {
             Kind::Lat => (b - n) / b * 100.0,
             Kind::Bw | Kind::Rate => (n - b) / b * 100.0,
         });
         let verdict = match change {
+            None if found.is_none() && partial => Verdict::NotRun,
             None => Verdict::Missing,
             Some(c) if c < -allowed => Verdict::Regressed,
             Some(_) => Verdict::Holds,
@@ -204,9 +210,17 @@ pub fn compare(base: &Value, run: &Value, tol: &Tolerances) -> Result<Gate> {
             });
         }
     }
+    let differs = ["qemu", "guest_kernel", "perftest_version"]
+        .iter()
+        .filter_map(|k| {
+            let (b, r) = (&base["environment"][k], &run["environment"][k]);
+            (b != r).then(|| (k.to_string(), b.to_string(), r.to_string()))
+        })
+        .collect();
     Ok(Gate {
         clock: bc,
         rows: out,
+        differs,
     })
 }
 
@@ -218,6 +232,16 @@ pub fn render(g: &Gate, tol: &Tolerances) -> String {
          the baseline's own half-range, whichever is larger\n\n",
         g.clock, tol.bw, tol.rate, tol.lat
     );
+    for (k, b, r) in &g.differs {
+        let _ = writeln!(
+            s,
+            "note: {k} differs (baseline {b}, run {r}): instruction counts, and so \
+             deterministic numbers, may move with it; keep one baseline per runner"
+        );
+    }
+    if !g.differs.is_empty() {
+        s.push('\n');
+    }
     let _ = writeln!(
         s,
         "{:<18} {:>14} {:>14} {:>9} {:>8}  verdict",
@@ -229,6 +253,7 @@ pub fn render(g: &Gate, tol: &Tolerances) -> String {
             Verdict::Holds => "holds",
             Verdict::Regressed => "REGRESSED",
             Verdict::Missing => "MISSING from the run",
+            Verdict::NotRun => "not run (partial run)",
             Verdict::New => "new (no baseline)",
         };
         let _ = writeln!(
@@ -238,7 +263,7 @@ pub fn render(g: &Gate, tol: &Tolerances) -> String {
             num(r.base),
             num(r.now),
             r.change_pct.map_or("-".into(), |c| format!("{c:+.2}%")),
-            if r.verdict == Verdict::New {
+            if matches!(r.verdict, Verdict::New | Verdict::NotRun) {
                 "-".into()
             } else {
                 format!("{:.2}%", r.allowed_pct)
@@ -248,10 +273,12 @@ pub fn render(g: &Gate, tol: &Tolerances) -> String {
     let count = |v| g.rows.iter().filter(|r| r.verdict == v).count();
     let _ = writeln!(
         s,
-        "\n{} rows hold, {} regressed, {} missing, {} new (change: + is better, in the row's unit)",
+        "\n{} rows hold, {} regressed, {} missing, {} not run, {} new (change: + is better, in \
+         the row's unit)",
         count(Verdict::Holds),
         count(Verdict::Regressed),
         count(Verdict::Missing),
+        count(Verdict::NotRun),
         count(Verdict::New)
     );
     s
@@ -346,9 +373,15 @@ mod tests {
         let text = render(&g, &Tolerances::default());
         assert!(text.contains("MISSING from the run"), "{text}");
         assert!(
-            text.contains("0 rows hold, 0 regressed, 1 missing, 1 new"),
+            text.contains("0 rows hold, 0 regressed, 1 missing, 0 not run, 1 new"),
             "{text}"
         );
+        // A partial run did not ask for the row: not a failure.
+        let mut partial = run.clone();
+        partial["mode"] = json!("partial");
+        let g = compare(&base, &partial, &Tolerances::default()).unwrap();
+        assert_eq!(g.rows[0].verdict, Verdict::NotRun);
+        assert_eq!(g.exit_code(), 0);
     }
 
     #[test]
@@ -359,7 +392,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("deterministic clock and the run by the wall-clock"),
+            e.contains("deterministic clock and the run by the wall clock"),
             "{e}"
         );
         assert!(compare(&json!({}), &json!({}), &Tolerances::default()).is_err());
