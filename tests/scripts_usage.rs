@@ -182,6 +182,30 @@ fn bad_command_lines_exit_2_and_say_why() {
         ),
         (
             "bench-vs-perftest",
+            &["--deterministic", "--cluster"],
+            &[],
+            "--cluster and --deterministic exclude each other",
+        ),
+        (
+            "bench-vs-perftest",
+            &["--deterministic", "--only", "write_lat"],
+            &[],
+            "--deterministic: row 'write_lat' is not a bandwidth or message-rate row",
+        ),
+        (
+            "bench-vs-perftest",
+            &["--tolerance", "3"],
+            &[],
+            "--tolerance is the gate's: give --gate BASELINE too",
+        ),
+        (
+            "bench-vs-perftest",
+            &["--gate", "/nonexistent.json"],
+            &[],
+            "--gate needs a baseline file",
+        ),
+        (
+            "bench-vs-perftest",
             &["--docs", "--no-docs"],
             &[],
             "--docs and --no-docs exclude each other",
