@@ -43,18 +43,34 @@ grep -q '^node_textfile_scrape_error 0$' "$dir/metrics" ||
 
 step "the served numbers are the ones the tool printed"
 mib=$(row_field "$dir/write.out" 4)
-bps=$(grep '^vl_bandwidth_average_bytes_per_second{' "$dir/metrics" | grep 'tool="vl_write_bw"' |
-    grep 'bytes="65536"' | awk '{ print $2 }')
+bps=$(grep '^vl_bandwidth_average_bytes_per_second{' "$dir/metrics" | grep -F 'tool="vl_write_bw"' |
+    grep -F 'bytes="65536"' | awk '{ print $2 }')
 [ -n "$bps" ] || fail "no vl_bandwidth_average_bytes_per_second for vl_write_bw at 65536 bytes"
 awk -v m="$mib" -v b="$bps" 'BEGIN { d = b / 1048576 - m; exit !(d < 0.01 && d > -0.01) }' ||
     fail "the served bandwidth $bps B/s is not the printed $mib MiB/s"
-grep -q '^vl_gate_passed{.*gate="--min-bw 0.001"} 1$' "$dir/metrics" || fail "no held --min-bw verdict"
-grep -q '^vl_gate_passed{.*gate="--max-counter hw_counters/retry_exceeded_err=0"} 1$' "$dir/metrics" ||
+# served FAMILY 'LABEL="V"'... -- VALUE_RE: a served sample of FAMILY with every LABEL (in any
+# order: node_exporter sorts them) whose value matches VALUE_RE.
+served() {
+    _f=$1
+    shift
+    _s=$(grep "^$_f{" "$dir/metrics")
+    while [ "$1" != -- ]; do
+        _s=$(printf '%s\n' "$_s" | grep -F "$1" || true)
+        shift
+    done
+    printf '%s\n' "$_s" | grep -qE "} $2\$"
+}
+served vl_gate_passed 'tool="vl_write_bw"' 'gate="--min-bw 0.001"' -- 1 || fail "no held --min-bw verdict"
+served vl_gate_passed 'gate="--max-counter hw_counters/retry_exceeded_err=0"' -- 1 ||
     fail "no held --max-counter verdict"
-grep -q '^vl_nic_counter_delta{.*counter="hw_counters/sent_pkts"} [1-9]' "$dir/metrics" ||
+served vl_gate_passed 'tool="vl_write_lat"' 'gate="--max-lat p99=0.001"' -- 0 ||
+    fail "no failed --max-lat verdict served"
+served vl_nic_counter_delta 'tool="vl_write_bw"' 'counter="hw_counters/sent_pkts"' -- '[1-9][0-9]*' ||
     fail "no sent_pkts delta above 0"
-grep -q '^vl_latency_seconds{.*stat="median".*} [0-9]' "$dir/metrics" || fail "no latency median served"
-grep -q '^vl_run_info{.*tool="vl_write_lat".*role="client"' "$dir/metrics" || fail "no vl_run_info of the latency client"
+served vl_latency_seconds 'tool="vl_write_lat"' 'stat="median"' 'bytes="2"' -- '[0-9.e+-]+' ||
+    fail "no latency median served"
+served vl_run_info 'tool="vl_write_lat"' 'role="client"' 'iterations="200"' -- 1 ||
+    fail "no vl_run_info of the latency client"
 
 step "a file that cannot be written is refused before the run"
 rc=0
