@@ -416,3 +416,40 @@ fn vl_benchchart_writes_its_charts_but_fails_on_a_stdout_that_cannot_be_written(
         "the chart is written all the same"
     );
 }
+
+/// The gate end to end: a run's report against a baseline that was 20 % faster on write_bw
+/// exits 3 and names the row; against itself it exits 0; a baseline that is no report exits 1.
+#[test]
+fn the_gate_exits_3_on_a_regression_and_0_on_the_same_numbers() {
+    let dir = records("benchstat-gate");
+    assert!(benchstat(&dir).status.success());
+    let run = dir.join("benchmarks.json");
+    let mut base: Value = from_str_strict(&std::fs::read_to_string(&run).unwrap()).unwrap();
+    base["rows"][0]["ours_stats"] =
+        serde_json::json!({"median": 1260.0, "min": 1250.0, "max": 1270.0});
+    let faster = dir.join("baseline-faster.json");
+    std::fs::write(&faster, base.to_string()).unwrap();
+    let gate = |baseline: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_vl_benchstat"))
+            .arg("--gate")
+            .arg(baseline)
+            .arg(&dir)
+            .output()
+            .unwrap()
+    };
+    let out = gate(&faster);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(text.contains("REGRESSED"), "{text}");
+    assert!(text.contains("-16.67%"), "1050 against 1260: {text}");
+    let out = gate(&run);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = gate(&dir.join("runs.tsv"));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not JSON"));
+}
