@@ -132,7 +132,7 @@ fn medians_and_ratios_of_alternating_rounds_into_benchmarks_json() {
     );
     assert_eq!(
         bw["perftest_stats"],
-        serde_json::json!({"valid": 3, "median": 1000, "min": 800, "max": 1000, "spread_pct": 20})
+        serde_json::json!({"valid": 3, "median": 1000, "min": 800, "max": 1000, "spread_pct": 20.0})
     );
     assert_eq!(bw["ratio_median_of_rounds"], 1.1);
     assert_eq!(bw["ratio_of_medians"], 1.05);
@@ -221,7 +221,7 @@ fn a_run_whose_metric_is_no_measurement_is_broken_and_left_out_alike() {
         assert_eq!(row["runs"][0]["problem"], why, "{bad}");
         assert_eq!(
             row["ours_stats"],
-            serde_json::json!({"valid": 1, "median": 1000, "min": 1000, "max": 1000, "spread_pct": 0}),
+            serde_json::json!({"valid": 1, "median": 1000, "min": 1000, "max": 1000, "spread_pct": 0.0}),
             "{bad}"
         );
         assert_eq!(row["rounds_compared"], 1, "{bad}");
