@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use verbs_lab::coll::kernels::{self, DataType, RedOp};
-use verbs_lab::coll::schedule::{chunk, plan, Action, Coll, Plan};
+use verbs_lab::coll::schedule::{block, chunk, plan, plan_in, scratch_bytes, Action, Coll, Plan};
 
 /// A small deterministic generator (no rand crate).
 struct Lcg(u64);
@@ -21,9 +21,8 @@ impl Lcg {
 
 struct Rank {
     plan: Plan,
-    /// Source of sends (the input for sendrecv, else the buffer itself).
-    src: Option<Vec<u8>>,
-    buf: Vec<u8>,
+    /// The rank's memory, as the communicator's: `[input | output | scratch]`.
+    mem: Vec<u8>,
     posted: usize,
     completed: usize,
     processed: usize,
@@ -34,7 +33,8 @@ struct Rank {
     incoming: VecDeque<Vec<u8>>,
 }
 
-/// Runs the collective on every rank; returns each rank's final buffer.
+/// Runs the collective on every rank; returns each rank's final output (for the ring
+/// collectives, the buffer they work on).
 fn simulate(
     coll: Coll,
     inputs: &[Vec<u8>],
@@ -45,96 +45,144 @@ fn simulate(
     seed: u64,
 ) -> Vec<Vec<u8>> {
     let n = inputs.len();
-    let count = inputs[0].len() / dtype.size();
-    let mut ranks: Vec<Rank> = (0..n)
-        .map(|r| {
-            let p = plan(coll, r, n, count, dtype.size(), slot).unwrap();
-            let (src, buf) = if coll == Coll::SendRecv {
-                (Some(inputs[r].clone()), vec![0xee; inputs[r].len()])
+    let len = inputs[0].len();
+    let count = len / dtype.size();
+    // As the communicator: sendrecv reads the input, the others work on the output, which
+    // holds the input (out of place, the communicator copies it there first).
+    let src_off = if coll == Coll::SendRecv { 0 } else { len };
+    let mems = inputs
+        .iter()
+        .map(|i| {
+            let out = if coll == Coll::SendRecv {
+                vec![0xee; len]
             } else {
-                (None, inputs[r].clone())
+                i.clone()
             };
-            Rank {
-                plan: p,
-                src,
-                buf,
+            [i.clone(), out].concat()
+        })
+        .collect();
+    let plans = (0..n)
+        .map(|r| plan(coll, r, n, count, dtype.size(), slot).unwrap())
+        .collect();
+    let what = format!("{coll:?} n={n} count={count}");
+    let ring = Ring {
+        dtype,
+        op,
+        nslots,
+        seed,
+    };
+    ring.run(plans, mems, src_off, len, &what)
+        .into_iter()
+        .map(|m| m[len..2 * len].to_vec())
+        .collect()
+}
+
+/// The engine's rules, for every rank of a ring.
+struct Ring {
+    dtype: DataType,
+    op: RedOp,
+    nslots: usize,
+    seed: u64,
+}
+
+impl Ring {
+    /// Runs `plans` over the ranks' memories: sends read `src_off + range`, receives land at
+    /// `dst_off + range`. Returns the memories.
+    fn run(
+        &self,
+        plans: Vec<Plan>,
+        mems: Vec<Vec<u8>>,
+        src_off: usize,
+        dst_off: usize,
+        what: &str,
+    ) -> Vec<Vec<u8>> {
+        let (dtype, op, nslots) = (self.dtype, self.op, self.nslots);
+        let n = plans.len();
+        let mut ranks: Vec<Rank> = plans
+            .into_iter()
+            .zip(mems)
+            .map(|(plan, mem)| Rank {
+                plan,
+                mem,
                 posted: 0,
                 completed: 0,
                 processed: 0,
                 credits: nslots,
                 in_flight: VecDeque::new(),
                 incoming: VecDeque::new(),
-            }
-        })
-        .collect();
-    let mut rng = Lcg(seed);
-    let done = |rs: &[Rank]| {
-        rs.iter()
-            .all(|r| r.processed == r.plan.recvs.len() && r.completed == r.plan.sends.len())
-    };
-    let mut idle_rounds = 0;
-    while !done(&ranks) {
-        let mut progress = false;
-        for k in 0..n {
-            let r = (k + rng.next() as usize) % n;
-            // Post what credits and dependencies allow.
-            {
-                let me = &mut ranks[r];
-                while me.posted < me.plan.sends.len() && me.credits > 0 {
-                    let m = &me.plan.sends[me.posted];
-                    if m.after_recv.is_some_and(|x| x >= me.processed) {
+            })
+            .collect();
+        let mut rng = Lcg(self.seed);
+        let done = |rs: &[Rank]| {
+            rs.iter()
+                .all(|r| r.processed == r.plan.recvs.len() && r.completed == r.plan.sends.len())
+        };
+        let shift = |r: &std::ops::Range<usize>, off: usize| r.start + off..r.end + off;
+        let mut idle_rounds = 0;
+        while !done(&ranks) {
+            let mut progress = false;
+            for k in 0..n {
+                let r = (k + rng.next() as usize) % n;
+                // Post what credits and dependencies allow.
+                {
+                    let me = &mut ranks[r];
+                    while me.posted < me.plan.sends.len() && me.credits > 0 {
+                        let m = &me.plan.sends[me.posted];
+                        if m.after_recv.is_some_and(|x| x >= me.processed) {
+                            break;
+                        }
+                        me.in_flight.push_back(me.posted);
+                        me.posted += 1;
+                        me.credits -= 1;
+                        progress = true;
+                    }
+                }
+                // The NIC reads the oldest posted send when it likes (in order, like a send
+                // queue).
+                if !ranks[r].in_flight.is_empty() && rng.next() % 3 != 0 {
+                    let me = &mut ranks[r];
+                    let i = me.in_flight.pop_front().unwrap();
+                    let range = shift(&me.plan.sends[i].piece.range, src_off);
+                    let bytes = me.mem[range].to_vec();
+                    me.completed += 1;
+                    ranks[(r + 1) % n].incoming.push_back(bytes);
+                    progress = true;
+                }
+                // Apply arrived messages, in order, and return credits to the left.
+                loop {
+                    let me = &mut ranks[r];
+                    if me.processed >= me.plan.recvs.len() || me.incoming.is_empty() {
                         break;
                     }
-                    me.in_flight.push_back(me.posted);
-                    me.posted += 1;
-                    me.credits -= 1;
+                    let m = me.plan.recvs[me.processed].clone();
+                    if m.after_send.is_some_and(|s| s >= me.completed) {
+                        break;
+                    }
+                    let data = me.incoming.pop_front().unwrap();
+                    assert_eq!(data.len(), m.piece.range.len(), "message size vs the plan");
+                    let dst = &mut me.mem[shift(&m.piece.range, dst_off)];
+                    match m.action {
+                        Action::Reduce => kernels::reduce(dtype, op, dst, &data).unwrap(),
+                        Action::Copy => dst.copy_from_slice(&data),
+                    }
+                    me.processed += 1;
+                    ranks[(r + n - 1) % n].credits += 1;
                     progress = true;
                 }
             }
-            // The NIC reads the oldest posted send when it likes (in order, like a send queue).
-            if !ranks[r].in_flight.is_empty() && rng.next() % 3 != 0 {
-                let me = &mut ranks[r];
-                let i = me.in_flight.pop_front().unwrap();
-                let range = me.plan.sends[i].piece.range.clone();
-                let bytes = me.src.as_ref().unwrap_or(&me.buf)[range].to_vec();
-                me.completed += 1;
-                ranks[(r + 1) % n].incoming.push_back(bytes);
-                progress = true;
-            }
-            // Apply arrived messages, in order, and return credits to the left.
-            loop {
-                let me = &mut ranks[r];
-                if me.processed >= me.plan.recvs.len() || me.incoming.is_empty() {
-                    break;
-                }
-                let m = me.plan.recvs[me.processed].clone();
-                if m.after_send.is_some_and(|s| s >= me.completed) {
-                    break;
-                }
-                let data = me.incoming.pop_front().unwrap();
-                assert_eq!(data.len(), m.piece.range.len(), "message size vs the plan");
-                let dst = &mut me.buf[m.piece.range.clone()];
-                match m.action {
-                    Action::Reduce => kernels::reduce(dtype, op, dst, &data).unwrap(),
-                    Action::Copy => dst.copy_from_slice(&data),
-                }
-                me.processed += 1;
-                ranks[(r + n - 1) % n].credits += 1;
-                progress = true;
+            if progress {
+                idle_rounds = 0;
+            } else {
+                idle_rounds += 1;
+                assert!(idle_rounds < 100, "{what}: deadlock");
             }
         }
-        if progress {
-            idle_rounds = 0;
-        } else {
-            idle_rounds += 1;
-            assert!(idle_rounds < 100, "{coll:?} n={n} count={count}: deadlock");
+        for r in &ranks {
+            assert!(r.incoming.is_empty(), "a rank received more than its plan");
+            assert_eq!(r.credits, nslots, "credits all returned");
         }
+        ranks.into_iter().map(|r| r.mem).collect()
     }
-    for r in &ranks {
-        assert!(r.incoming.is_empty(), "a rank received more than its plan");
-        assert_eq!(r.credits, nslots, "credits all returned");
-    }
-    ranks.into_iter().map(|r| r.buf).collect()
 }
 
 fn inputs(dtype: DataType, op: RedOp, n: usize, count: usize) -> Vec<Vec<u8>> {
@@ -178,6 +226,7 @@ fn check(coll: Coll, n: usize, count: usize, slot: usize, nslots: usize) {
                 }
                 Coll::Broadcast { root } => value(dtype, &ins[root], i),
                 Coll::SendRecv => value(dtype, &ins[(r + n - 1) % n], i),
+                _ => unreachable!("see run_blocks"),
             };
             if let Some(w) = want {
                 assert_eq!(
@@ -353,4 +402,220 @@ fn busbw_factors_are_nccl_tests() {
     assert_eq!(Coll::Broadcast { root: 0 }.busbw_factor(4), 1.0);
     assert_eq!(Coll::SendRecv.busbw_factor(4), 1.0);
     assert_eq!(Coll::AllReduce.busbw_factor(1), 0.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// All-to-all and the rooted collectives, in the communicator's memory `[input | output |
+// scratch]`, prepared as `Comm` prepares them, against a direct computation.
+
+/// Rank `r`'s checked value at element `i` as an int32 holds it.
+fn val(r: usize, i: usize) -> i64 {
+    kernels::expected_value_of(DataType::I32, kernels::input_value(RedOp::Sum, r, i))
+}
+
+/// Runs `coll` on `n` ranks, out of place or in place, with `count` int32 elements of input
+/// (and `op` for reduce); returns every rank's output.
+fn run_blocks(
+    coll: Coll,
+    n: usize,
+    count: usize,
+    op: RedOp,
+    in_place: bool,
+    (slot, nslots): (usize, usize),
+) -> Vec<Vec<u8>> {
+    let (dtype, s) = (DataType::I32, 4);
+    let stride = count * s;
+    let input = |r: usize| {
+        let mut b = vec![0u8; stride];
+        kernels::fill_input(dtype, op, r, 0, &mut b);
+        b
+    };
+    let mems: Vec<Vec<u8>> = (0..n)
+        .map(|r| {
+            let (mut inp, mut out) = (vec![0xdd; stride], vec![0xee; stride]);
+            let mine = input(r);
+            // Where the rank's data is before the call, as the tools put it.
+            let at = match coll {
+                Coll::Gather { .. } => {
+                    let b = block(count, n, r);
+                    let bytes = mine[b.start * s..b.end * s].to_vec();
+                    if in_place {
+                        out[b.start * s..b.end * s].copy_from_slice(&bytes);
+                    } else {
+                        inp[..bytes.len()].copy_from_slice(&bytes);
+                    }
+                    None
+                }
+                Coll::Scatter { root } if r != root => None,
+                _ => Some(mine),
+            };
+            if let Some(v) = at {
+                if in_place { &mut out } else { &mut inp }.copy_from_slice(&v);
+            }
+            // What `Comm` does before the ring runs.
+            let copy_in = |inp: &[u8], out: &mut [u8], from: std::ops::Range<usize>, to: usize| {
+                out[to..to + from.len()].copy_from_slice(&inp[from]);
+            };
+            match coll {
+                Coll::Reduce { .. } if !in_place => copy_in(&inp, &mut out, 0..stride, 0),
+                Coll::Gather { .. } if !in_place => {
+                    let b = block(count, n, r);
+                    copy_in(&inp, &mut out, 0..b.len() * s, b.start * s)
+                }
+                Coll::Scatter { root } if !in_place && r == root => {
+                    copy_in(&inp, &mut out, 0..stride, 0)
+                }
+                Coll::AllToAll => {
+                    if in_place {
+                        inp.copy_from_slice(&out);
+                    }
+                    let b = block(count, n, r);
+                    copy_in(&inp, &mut out, b.start * s..b.end * s, b.start * s)
+                }
+                _ => {}
+            }
+            let scratch = vec![0xcc; scratch_bytes(n, count, s)];
+            [inp, out, scratch].concat()
+        })
+        .collect();
+    let plans: Vec<Plan> = (0..n)
+        .map(|r| plan_in(coll, r, n, count, s, slot, stride).unwrap())
+        .collect();
+    let off = if coll == Coll::AllToAll { 0 } else { stride };
+    let ring = Ring {
+        dtype,
+        op,
+        nslots,
+        seed: (n * 7919 + count) as u64,
+    };
+    let what = format!("{coll:?} n={n} count={count} in_place={in_place} slot={slot}");
+    ring.run(plans, mems, off, off, &what)
+        .into_iter()
+        .map(|m| m[stride..2 * stride].to_vec())
+        .collect()
+}
+
+/// What rank `r`'s output must hold at element `i` after `coll` (`None`: anything).
+fn reference(coll: Coll, n: usize, count: usize, op: RedOp, r: usize, i: usize) -> Option<i64> {
+    let b = count / n;
+    let in_block = |j: usize| block(count, n, j).contains(&i);
+    match coll {
+        Coll::Reduce { root } => {
+            (r == root).then(|| kernels::expected_value(DataType::I32, op, n, i))
+        }
+        Coll::Gather { root } => (r == root && i < b * n).then(|| val(i / b, i)),
+        Coll::Scatter { root } => in_block(r).then(|| val(root, i)),
+        // Block j of rank r's output is block r of rank j's input.
+        Coll::AllToAll => (i < b * n).then(|| val(i / b, r * b + i % b)),
+        _ => unreachable!("not a blocked or rooted collective"),
+    }
+}
+
+fn check_blocks(coll: Coll, n: usize, count: usize, op: RedOp, slots: (usize, usize)) {
+    for in_place in [false, true] {
+        let outs = run_blocks(coll, n, count, op, in_place, slots);
+        for (r, out) in outs.iter().enumerate() {
+            for i in 0..count {
+                if let Some(want) = reference(coll, n, count, op, r, i) {
+                    assert_eq!(
+                        value(DataType::I32, out, i),
+                        Some(want),
+                        "{coll:?} n={n} count={count} in_place={in_place} slots={slots:?}: \
+                         rank {r} element {i}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn all_to_all_and_the_rooted_collectives_match_the_reference_for_1_to_17_ranks() {
+    for n in 1usize..=17 {
+        let counts = [0, 1, n.saturating_sub(1), n, n + 1, 3 * n + 2, 5 * n, 101];
+        for count in counts {
+            for slots in [(4, 1), (12, 3), (4096, 8)] {
+                check_blocks(Coll::AllToAll, n, count, RedOp::Sum, slots);
+                for root in [0, n - 1, n / 2] {
+                    for coll in [
+                        Coll::Reduce { root },
+                        Coll::Gather { root },
+                        Coll::Scatter { root },
+                    ] {
+                        check_blocks(coll, n, count, RedOp::Sum, slots);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reduce_applies_every_operator() {
+    for op in RedOp::ALL {
+        for n in [2, 3, 6] {
+            check_blocks(Coll::Reduce { root: 1 }, n, 37, op, (8, 2));
+        }
+    }
+}
+
+/// The pieces on each link agree at both ends (step, block, length), and a ring all-to-all
+/// puts n(n−1)/2 blocks on every link, gather n−1 on the root's incoming one.
+#[test]
+fn blocked_plans_agree_on_both_ends_of_each_link_and_load_the_ring_as_documented() {
+    for n in 2..=8 {
+        for count in [1, n - 1, n, 7 * n + 3] {
+            for coll in [
+                Coll::AllToAll,
+                Coll::Reduce { root: n / 2 },
+                Coll::Gather { root: n - 1 },
+                Coll::Scatter { root: 1 },
+            ] {
+                let plans: Vec<Plan> = (0..n)
+                    .map(|r| plan(coll, r, n, count, 4, 16).unwrap())
+                    .collect();
+                for r in 0..n {
+                    let key =
+                        |p: &verbs_lab::coll::schedule::Piece| (p.step, p.chunk, p.range.len());
+                    let sent: Vec<_> = plans[r].sends.iter().map(|m| key(&m.piece)).collect();
+                    let due: Vec<_> = plans[(r + 1) % n]
+                        .recvs
+                        .iter()
+                        .map(|m| key(&m.piece))
+                        .collect();
+                    assert_eq!(sent, due, "{coll:?} n={n} count={count} rank {r}");
+                }
+                let b = count / n * 4;
+                let sent = |r: usize| plans[r].bytes_sent();
+                match coll {
+                    Coll::AllToAll => (0..n).for_each(|r| assert_eq!(sent(r), b * n * (n - 1) / 2)),
+                    Coll::Gather { root } => assert_eq!(sent((root + n - 1) % n), (n - 1) * b),
+                    Coll::Scatter { root } => assert_eq!(sent(root), (n - 1) * b),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_root_outside_the_world_and_a_short_stride_are_refused() {
+    for coll in [
+        Coll::Reduce { root: 4 },
+        Coll::Gather { root: 4 },
+        Coll::Scatter { root: 4 },
+    ] {
+        assert!(plan(coll, 0, 4, 10, 4, 64).unwrap_err().contains("root 4"));
+    }
+    assert!(plan_in(Coll::AllToAll, 0, 4, 10, 4, 64, 39)
+        .unwrap_err()
+        .contains("39 bytes apart"));
+}
+
+#[test]
+fn new_busbw_factors_are_nccl_tests() {
+    assert_eq!(Coll::AllToAll.busbw_factor(4), 0.75);
+    assert_eq!(Coll::Gather { root: 0 }.busbw_factor(8), 0.875);
+    assert_eq!(Coll::Scatter { root: 0 }.busbw_factor(2), 0.5);
+    assert_eq!(Coll::Reduce { root: 0 }.busbw_factor(4), 1.0);
 }

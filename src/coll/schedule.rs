@@ -18,6 +18,25 @@
 //! **Broadcast** is a chain from the root along the ring: each rank forwards piece j as soon as
 //! it has it. **Sendrecv** sends the whole input to the right and receives the left's into the
 //! output, with nothing to wait for.
+//!
+//! The rooted collectives and all-to-all cut the buffer into `n` equal *blocks* of
+//! `count / n` elements ([`block`]); the last `count % n` elements take no part (nccl-tests
+//! rounds its count down the same way). **Reduce** is a chain that ends at the root: it starts
+//! at the rank after the root, and each rank reduces piece j into its own copy and forwards it.
+//! **Gather** is a chain towards the root too: each rank sends its own block, then forwards the
+//! blocks of the ranks before it as they arrive; the root's left neighbour sends n−1 blocks, the
+//! load of the root's incoming link, (n−1)/n of the buffer. **Scatter** is the reverse: the root
+//! sends the block of the farthest rank first, and each rank forwards what is not its own.
+//!
+//! **All-to-all** on a ring (the communicator has QPs to its two neighbours only): at step 0
+//! every rank sends its blocks for the ranks 1..n−1 places to its right, farthest first; at
+//! step s each rank keeps the block that has arrived at its destination and forwards the others
+//! at step s+1. A block travels as many hops as its destination is far, so each link carries
+//! (n−1)/2 of the buffer — n/2 times what a direct exchange would put on a rank's link. The
+//! blocks in transit wait in a *scratch* area in two halves: step s receives into half s mod 2,
+//! which step s−1's sends must have finished reading (the overwrite rule below says so).
+//! Unlike the others, its ranges are absolute in the memory `[input | output | scratch]`
+//! laid out `stride` bytes apart (see [`plan_in`]).
 
 use std::ops::Range;
 
@@ -27,8 +46,21 @@ pub enum Coll {
     AllReduce,
     ReduceScatter,
     AllGather,
-    Broadcast { root: usize },
+    Broadcast {
+        root: usize,
+    },
     SendRecv,
+    /// Equal blocks: block j of rank i's input ends as block i of rank j's output.
+    AllToAll,
+    Reduce {
+        root: usize,
+    },
+    Gather {
+        root: usize,
+    },
+    Scatter {
+        root: usize,
+    },
 }
 
 impl Coll {
@@ -39,6 +71,10 @@ impl Coll {
             Coll::AllGather => "all_gather",
             Coll::Broadcast { .. } => "broadcast",
             Coll::SendRecv => "sendrecv",
+            Coll::AllToAll => "alltoall",
+            Coll::Reduce { .. } => "reduce",
+            Coll::Gather { .. } => "gather",
+            Coll::Scatter { .. } => "scatter",
         }
     }
 
@@ -48,14 +84,41 @@ impl Coll {
         let n = n as f64;
         match self {
             Coll::AllReduce => 2.0 * (n - 1.0) / n,
-            Coll::ReduceScatter | Coll::AllGather => (n - 1.0) / n,
-            Coll::Broadcast { .. } | Coll::SendRecv => 1.0,
+            Coll::ReduceScatter
+            | Coll::AllGather
+            | Coll::AllToAll
+            | Coll::Gather { .. }
+            | Coll::Scatter { .. } => (n - 1.0) / n,
+            Coll::Broadcast { .. } | Coll::SendRecv | Coll::Reduce { .. } => 1.0,
         }
     }
 
     /// Whether received data is reduced (rather than stored).
     pub fn reduces(self) -> bool {
-        matches!(self, Coll::AllReduce | Coll::ReduceScatter)
+        matches!(
+            self,
+            Coll::AllReduce | Coll::ReduceScatter | Coll::Reduce { .. }
+        )
+    }
+
+    /// The root, for the collectives that have one.
+    pub fn root(self) -> Option<usize> {
+        match self {
+            Coll::Broadcast { root }
+            | Coll::Reduce { root }
+            | Coll::Gather { root }
+            | Coll::Scatter { root } => Some(root),
+            _ => None,
+        }
+    }
+
+    /// Whether the collective works on equal blocks of `count / n` elements ([`block`]), the
+    /// count rounded down to a multiple of the ranks.
+    pub fn blocks(self) -> bool {
+        matches!(
+            self,
+            Coll::AllToAll | Coll::Gather { .. } | Coll::Scatter { .. }
+        )
     }
 }
 
@@ -121,6 +184,19 @@ pub fn chunk(count: usize, n: usize, i: usize) -> Range<usize> {
     start..start + base + usize::from(i < extra)
 }
 
+/// Block `j` of `count` elements cut into `n` equal blocks of `count / n` (elements); the last
+/// `count % n` elements belong to no block.
+pub fn block(count: usize, n: usize, j: usize) -> Range<usize> {
+    let b = count / n;
+    j * b..(j + 1) * b
+}
+
+/// Bytes of the scratch area all-to-all needs among `n` ranks for `count` elements of `elem`
+/// bytes: two halves of n−2 blocks.
+pub fn scratch_bytes(n: usize, count: usize, elem: usize) -> usize {
+    2 * n.saturating_sub(2) * (count / n.max(1)) * elem
+}
+
 /// The pieces of a byte range: consecutive sub-ranges of at most `piece_bytes` bytes.
 fn pieces(r: Range<usize>, piece_bytes: usize) -> impl Iterator<Item = Range<usize>> {
     (r.start..r.end)
@@ -134,7 +210,8 @@ pub fn ring_offset(rank: usize, n: usize, k: isize) -> usize {
 }
 
 /// The plan of `rank` among `n` for `coll` on `count` elements of `elem` bytes, with pieces of at
-/// most `slot_bytes` (rounded down to whole elements). Errors on nonsense input.
+/// most `slot_bytes` (rounded down to whole elements). Errors on nonsense input. All-to-all's
+/// ranges are laid out as [`plan_in`]'s with a stride of `count × elem` bytes.
 pub fn plan(
     coll: Coll,
     rank: usize,
@@ -143,8 +220,32 @@ pub fn plan(
     elem: usize,
     slot_bytes: usize,
 ) -> Result<Plan, String> {
+    plan_in(coll, rank, n, count, elem, slot_bytes, count * elem)
+}
+
+/// [`plan`] for a communicator whose memory is `[input | output | scratch]`, each region
+/// `stride` bytes from the last (the scratch [`scratch_bytes`] long). All-to-all's ranges are
+/// offsets in that memory; every other collective's are offsets in the one buffer it works on
+/// (the output; sendrecv reads the input at the same offsets).
+pub fn plan_in(
+    coll: Coll,
+    rank: usize,
+    n: usize,
+    count: usize,
+    elem: usize,
+    slot_bytes: usize,
+    stride: usize,
+) -> Result<Plan, String> {
     if n == 0 || rank >= n {
         return Err(format!("rank {rank} of a world of {n}"));
+    }
+    if let Some(root) = coll.root().filter(|&r| r >= n) {
+        return Err(format!("root {root} is not a rank of a world of {n}"));
+    }
+    if coll == Coll::AllToAll && stride < count * elem {
+        return Err(format!(
+            "regions {stride} bytes apart cannot hold {count} elements of {elem} bytes"
+        ));
     }
     if elem == 0 || slot_bytes < elem {
         return Err(format!(
@@ -166,6 +267,30 @@ pub fn plan(
         Coll::Broadcast { root } => chain_plan(root, rank, n, 0..count * elem, piece_bytes)?,
         // Source and destination are different buffers: nothing to order.
         Coll::SendRecv => return Ok(sendrecv_plan(0..count * elem, piece_bytes)),
+        Coll::Reduce { root } => {
+            // The chain ends at the root: it starts one place to its right.
+            let start = ring_offset(root, n, 1);
+            let mut p = chain_plan(start, rank, n, 0..count * elem, piece_bytes)?;
+            for m in &mut p.recvs {
+                m.action = Action::Reduce;
+            }
+            p
+        }
+        Coll::Gather { root } => {
+            let blk = |j: usize| {
+                let r = block(count, n, j);
+                r.start * elem..r.end * elem
+            };
+            gather_plan(root, rank, n, blk, piece_bytes)
+        }
+        Coll::Scatter { root } => {
+            let blk = |j: usize| {
+                let r = block(count, n, j);
+                r.start * elem..r.end * elem
+            };
+            scatter_plan(root, rank, n, blk, piece_bytes)
+        }
+        Coll::AllToAll => alltoall_plan(rank, n, (count / n) * elem, stride, piece_bytes),
     };
     link_overwrites(&mut p);
     Ok(p)
@@ -297,6 +422,180 @@ fn sendrecv_plan(all: Range<usize>, piece_bytes: usize) -> Plan {
             action: Action::Copy,
             after_send: None,
         });
+    }
+    p
+}
+
+/// Gather: the chain from the rank after the root to the root. The rank `p` places after the
+/// root's right neighbour sends its own block, then forwards the blocks of the `p` ranks before
+/// it, nearest first, each landing at its owner's block (`blk(owner)`).
+fn gather_plan(
+    root: usize,
+    rank: usize,
+    n: usize,
+    blk: impl Fn(usize) -> Range<usize>,
+    piece_bytes: usize,
+) -> Plan {
+    let mut p = Plan::default();
+    let pos = ring_offset(rank, n, -(root as isize) - 1);
+    // What arrives: the blocks of the ranks 1..=pos places to the left, in that order.
+    for k in 1..=pos {
+        let owner = ring_offset(rank, n, -(k as isize));
+        for r in pieces(blk(owner), piece_bytes) {
+            p.recvs.push(RecvMsg {
+                piece: Piece {
+                    step: k - 1,
+                    chunk: owner,
+                    range: r,
+                },
+                action: Action::Copy,
+                after_send: None,
+            });
+        }
+    }
+    if rank != root {
+        for r in pieces(blk(rank), piece_bytes) {
+            p.sends.push(SendMsg {
+                piece: Piece {
+                    step: 0,
+                    chunk: rank,
+                    range: r,
+                },
+                after_recv: None,
+            });
+        }
+        for (i, m) in p.recvs.iter().enumerate() {
+            p.sends.push(SendMsg {
+                piece: Piece {
+                    step: m.piece.step + 1,
+                    ..m.piece.clone()
+                },
+                after_recv: Some(i),
+            });
+        }
+    }
+    p
+}
+
+/// Scatter: the root sends the blocks of the ranks n−1, n−2, …, 1 places to its right, in that
+/// order; the rank `pos` places to its right receives those for the places n−1..=pos, forwards
+/// all but the last, its own. Each lands at its destination's block (`blk(dest)`).
+fn scatter_plan(
+    root: usize,
+    rank: usize,
+    n: usize,
+    blk: impl Fn(usize) -> Range<usize>,
+    piece_bytes: usize,
+) -> Plan {
+    let mut p = Plan::default();
+    let pos = ring_offset(rank, n, -(root as isize));
+    let dest = |q: usize| ring_offset(root, n, q as isize);
+    if pos != 0 {
+        for q in (pos..n).rev() {
+            for r in pieces(blk(dest(q)), piece_bytes) {
+                p.recvs.push(RecvMsg {
+                    piece: Piece {
+                        step: pos - 1,
+                        chunk: dest(q),
+                        range: r,
+                    },
+                    action: Action::Copy,
+                    after_send: None,
+                });
+            }
+        }
+    }
+    // The root sends from its own blocks; the others forward what is not theirs, as it arrives.
+    for q in (pos + 1..n).rev() {
+        for (j, r) in pieces(blk(dest(q)), piece_bytes).enumerate() {
+            let after_recv = (pos != 0).then(|| {
+                p.recvs
+                    .iter()
+                    .position(|m| m.piece.chunk == dest(q))
+                    .expect("a forwarded block arrived")
+                    + j
+            });
+            p.sends.push(SendMsg {
+                piece: Piece {
+                    step: pos,
+                    chunk: dest(q),
+                    range: r,
+                },
+                after_recv,
+            });
+        }
+    }
+    p
+}
+
+/// All-to-all on the ring (see the module documentation): blocks of `b` bytes in the memory
+/// `[input | output | scratch]`, `stride` bytes apart.
+fn alltoall_plan(rank: usize, n: usize, b: usize, stride: usize, piece_bytes: usize) -> Plan {
+    let input = |j: usize| j * b..(j + 1) * b;
+    let output = |j: usize| stride + j * b..stride + (j + 1) * b;
+    // Transit block m (1..=n−2, how far it still has to go) received at step s.
+    let scratch = |s: usize, m: usize| {
+        let at = 2 * stride + ((s % 2) * (n - 2) + m - 1) * b;
+        at..at + b
+    };
+    let mut p = Plan::default();
+    // Receive index of each piece of the transit blocks of the step before, by distance m.
+    let mut transit: Vec<(usize, Vec<usize>)> = Vec::new();
+    for s in 0..n - 1 {
+        // Sends: at step 0 our own blocks for the ranks n−1..1 places away; then what arrived
+        // at the step before and is still on its way.
+        if s == 0 {
+            for k in (1..n).rev() {
+                let d = ring_offset(rank, n, k as isize);
+                for r in pieces(input(d), piece_bytes) {
+                    p.sends.push(SendMsg {
+                        piece: Piece {
+                            step: 0,
+                            chunk: d,
+                            range: r,
+                        },
+                        after_recv: None,
+                    });
+                }
+            }
+        } else {
+            for (m, idx) in std::mem::take(&mut transit) {
+                let d = ring_offset(rank, n, m as isize);
+                for (r, i) in pieces(scratch(s - 1, m), piece_bytes).zip(idx) {
+                    p.sends.push(SendMsg {
+                        piece: Piece {
+                            step: s,
+                            chunk: d,
+                            range: r,
+                        },
+                        after_recv: Some(i),
+                    });
+                }
+            }
+        }
+        // Receives: the blocks from the rank s+1 places to the left, for the ranks n−2−s..0
+        // places to our right; the last is ours, into the output at its source's block.
+        let src = ring_offset(rank, n, -(s as isize) - 1);
+        for m in (0..n - 1 - s).rev() {
+            let d = ring_offset(rank, n, m as isize);
+            let to = if m == 0 { output(src) } else { scratch(s, m) };
+            let mut idx = Vec::new();
+            for r in pieces(to, piece_bytes) {
+                idx.push(p.recvs.len());
+                p.recvs.push(RecvMsg {
+                    piece: Piece {
+                        step: s,
+                        chunk: d,
+                        range: r,
+                    },
+                    action: Action::Copy,
+                    after_send: None,
+                });
+            }
+            if m > 0 {
+                transit.push((m, idx));
+            }
+        }
     }
     p
 }

@@ -161,6 +161,7 @@ fn single(info: RankInfo, mut record: RankRecord, opts: &CommOpts) -> Result<Com
         ring: None,
         mem: Memory::Heap(heap),
         max_bytes: opts.max_bytes,
+        scratch: false,
         peer_timeout: opts.peer_timeout,
         broken: false,
         tracer: None,
@@ -259,7 +260,7 @@ impl Local {
         };
         let left = qp("left")?;
         let right = qp("right")?;
-        check_memlock(opts.nslots * opts.slot_bytes + 2 * opts.max_bytes)?;
+        check_memlock(opts.nslots * opts.slot_bytes + opts.data_bytes())?;
         let slots = pd
             .reg_mr(
                 opts.nslots * opts.slot_bytes,
@@ -267,7 +268,7 @@ impl Local {
             )
             .map_err(verbs("registering the receive slots"))?;
         let data = pd
-            .reg_mr(2 * opts.max_bytes, AccessFlags::LOCAL_WRITE)
+            .reg_mr(opts.data_bytes(), AccessFlags::LOCAL_WRITE)
             .map_err(verbs("registering the data buffer"))?;
         Ok(Local {
             ctx,
@@ -399,6 +400,7 @@ impl Local {
             }),
             mem: Memory::Registered(self.data),
             max_bytes: opts.max_bytes,
+            scratch: opts.scratch,
             peer_timeout: opts.peer_timeout,
             broken: false,
             tracer: None,

@@ -45,6 +45,9 @@ pub struct CommOpts {
     pub gid_index: Option<u32>,
     /// The largest message (bytes) any collective will be given.
     pub max_bytes: usize,
+    /// Reserve the scratch area all-to-all needs on a ring (2 × `max_bytes` more registered
+    /// memory); without it [`Comm::all_to_all`] is refused.
+    pub scratch: bool,
     /// Bytes per receive slot: the pipeline's piece size.
     pub slot_bytes: usize,
     /// Receive slots (= credits, = pieces in flight per link).
@@ -68,6 +71,13 @@ pub struct CommOpts {
     pub terms: Vec<(String, String)>,
 }
 
+impl CommOpts {
+    /// Bytes of the data buffer: input and output, and the scratch if asked for.
+    fn data_bytes(&self) -> usize {
+        (2 + 2 * usize::from(self.scratch)) * self.max_bytes
+    }
+}
+
 impl Default for CommOpts {
     fn default() -> Self {
         CommOpts {
@@ -75,6 +85,7 @@ impl Default for CommOpts {
             ib_port: 1,
             gid_index: None,
             max_bytes: 1 << 20,
+            scratch: false,
             slot_bytes: 128 << 10,
             nslots: 8,
             bootstrap_timeout: Duration::from_secs(60),
@@ -181,7 +192,8 @@ struct Ring {
     sq_left: usize,
 }
 
-/// The memory the collectives work on: `[input | output]`, each `max_bytes`.
+/// The memory the collectives work on: `[input | output]`, each `max_bytes`, then all-to-all's
+/// scratch (2 × `max_bytes`) when [`CommOpts::scratch`] asked for it.
 enum Memory {
     Registered(Mr),
     /// World size 1 needs no NIC.
@@ -242,6 +254,8 @@ pub struct Comm {
     ring: Option<Ring>,
     mem: Memory,
     max_bytes: usize,
+    /// Whether `mem` has all-to-all's scratch.
+    scratch: bool,
     peer_timeout: Duration,
     /// Set once a collective failed: the ring's state is unknown, later calls are refused.
     broken: bool,
@@ -416,16 +430,112 @@ impl Comm {
         in_place: bool,
     ) -> Result<()> {
         let bytes = self.check(count, dtype, 0)?;
+        self.check_root(root)?;
+        if !in_place && self.rank() == root {
+            self.copy_in(0..bytes, 0);
+        }
+        self.run_coll(Coll::Broadcast { root }, dtype, RedOp::Sum, count)
+    }
+
+    /// Sum (or prod/min/max) of every rank's `count` elements into the root's output (the other
+    /// ranks' outputs hold partial results). In place: the output is the input too.
+    pub fn reduce(
+        &mut self,
+        dtype: DataType,
+        op: RedOp,
+        count: usize,
+        root: usize,
+        in_place: bool,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        self.reduction(Coll::Reduce { root }, dtype, op, count, in_place)
+    }
+
+    /// Block r ([`Comm::block_of`]) of every rank r ends at its place in the root's output.
+    /// Rank r's block is block r of its output (in place) or the first elements of its input
+    /// (out of place); elements past the last block take no part.
+    pub fn gather(
+        &mut self,
+        dtype: DataType,
+        count: usize,
+        root: usize,
+        in_place: bool,
+    ) -> Result<()> {
+        self.check(count, dtype, 0)?;
+        self.check_root(root)?;
+        if !in_place {
+            let b = self.block_of(count, self.rank());
+            let s = dtype.size();
+            self.copy_in(0..b.len() * s, b.start * s);
+        }
+        self.run_coll(Coll::Gather { root }, dtype, RedOp::Sum, count)
+    }
+
+    /// The root's block r ends at its place in rank r's output. The root's blocks are its input
+    /// (out of place) or its output (in place).
+    pub fn scatter(
+        &mut self,
+        dtype: DataType,
+        count: usize,
+        root: usize,
+        in_place: bool,
+    ) -> Result<()> {
+        let bytes = self.check(count, dtype, 0)?;
+        self.check_root(root)?;
+        if !in_place && self.rank() == root {
+            self.copy_in(0..bytes, 0);
+        }
+        self.run_coll(Coll::Scatter { root }, dtype, RedOp::Sum, count)
+    }
+
+    /// Block j of rank i's input ends as block i of rank j's output, blocks of `count / n`
+    /// elements. In place, the output's blocks are sent: the ring reads them from a copy in the
+    /// input buffer (blocks in transit need somewhere to wait, see [`schedule`]). Needs
+    /// [`CommOpts::scratch`].
+    pub fn all_to_all(&mut self, dtype: DataType, count: usize, in_place: bool) -> Result<()> {
+        let bytes = self.check(count, dtype, 0)?;
+        let (n, rank, s, m) = (self.world_size(), self.rank(), dtype.size(), self.max_bytes);
+        if n > 2 && !self.scratch {
+            return Err(CollError::Usage(
+                "all-to-all needs the communicator's scratch area (CommOpts::scratch)".into(),
+            ));
+        }
+        if in_place {
+            let out = self.mem.read(m..m + bytes);
+            self.mem.write(0, &out);
+        }
+        // Our own block stays here.
+        let b = self.block_of(count, rank);
+        self.copy_in(b.start * s..b.end * s, b.start * s);
+        if n == 1 {
+            return Ok(());
+        }
+        let slot = self.ring.as_ref().map_or(usize::MAX, |r| r.slot_bytes);
+        let plan = schedule::plan_in(Coll::AllToAll, rank, n, count, s, slot, m)
+            .map_err(CollError::Usage)?;
+        self.execute(Job {
+            coll: Coll::AllToAll,
+            plan: &plan,
+            src_off: 0,
+            dst_off: 0,
+            dtype,
+            op: RedOp::Sum,
+        })
+    }
+
+    /// The element range of block `j` of `count` elements (gather, scatter, all-to-all).
+    pub fn block_of(&self, count: usize, j: usize) -> std::ops::Range<usize> {
+        schedule::block(count, self.world_size(), j)
+    }
+
+    fn check_root(&self, root: usize) -> Result<()> {
         if root >= self.world_size() {
             return Err(CollError::Usage(format!(
                 "root {root} is not a rank of a world of {}",
                 self.world_size()
             )));
         }
-        if !in_place && self.rank() == root {
-            self.copy_in(0..bytes, 0);
-        }
-        self.run_coll(Coll::Broadcast { root }, dtype, RedOp::Sum, count)
+        Ok(())
     }
 
     /// Sends `count` elements of the input to the right neighbour and receives the left
