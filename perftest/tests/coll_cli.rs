@@ -132,7 +132,7 @@ fn one_rank_checks_its_flags_as_many_would() {
     refused(
         SENDRECV,
         &["-e", "64", "-r", "3"],
-        "-r 3: the root must be a rank of the 1",
+        "-r 3: the world here is a single rank (rank 0)",
     );
     // A device that does not exist fails (here: no RDMA at all; in a guest: no such device),
     // instead of a run on the heap that says "device -".

@@ -130,6 +130,10 @@ pub struct Args {
     /// Write every size, every rank, as JSON to FILE (rank 0).
     #[arg(long)]
     pub json: Option<String>,
+    /// Write the table's rows as CSV to FILE (rank 0): one line per size, the out-of-place
+    /// and in-place columns side by side.
+    #[arg(long)]
+    pub csv: Option<String>,
     /// Fail with exit status 3 when the average bus bandwidth is below this (GB/s, above 0).
     /// Without it, nccl-tests' NCCL_TESTS_MIN_BW=GBS is honoured as nccl-tests does: the run
     /// fails when the average is below 90 % of it. Either way the footer says OK or FAILED.

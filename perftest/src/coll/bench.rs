@@ -21,6 +21,10 @@ pub(super) fn call(
         Coll::AllGather => comm.all_gather(args.dtype, count, in_place),
         Coll::Broadcast { root } => comm.broadcast(args.dtype, count, root, in_place),
         Coll::SendRecv => comm.sendrecv(args.dtype, count),
+        Coll::AllToAll => comm.all_to_all(args.dtype, count, in_place),
+        Coll::Reduce { root } => comm.reduce(args.dtype, args.op, count, root, in_place),
+        Coll::Gather { root } => comm.gather(args.dtype, count, root, in_place),
+        Coll::Scatter { root } => comm.scatter(args.dtype, count, root, in_place),
     }
 }
 

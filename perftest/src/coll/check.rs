@@ -57,6 +57,26 @@ pub(super) fn prepare_check(
             comm.write_output(0, &vec![0xee; bytes]);
             comm.write_input(0, &values(rank, RedOp::Sum, 0, count));
         }
+        Coll::Reduce { .. } => {
+            comm.write_output(0, &vec![0xee; bytes]);
+            put(comm, in_place, 0, &values(rank, op, 0, count));
+        }
+        Coll::Gather { .. } => {
+            let b = comm.block_of(count, rank);
+            comm.write_output(0, &vec![0xee; bytes]);
+            let v = values(rank, RedOp::Sum, b.start, b.len());
+            put(comm, in_place, if in_place { b.start * s } else { 0 }, &v);
+        }
+        Coll::Scatter { root } => {
+            comm.write_output(0, &vec![0xee; bytes]);
+            if rank == root {
+                put(comm, in_place, 0, &values(root, RedOp::Sum, 0, count));
+            }
+        }
+        Coll::AllToAll => {
+            comm.write_output(0, &vec![0xee; bytes]);
+            put(comm, in_place, 0, &values(rank, RedOp::Sum, 0, count));
+        }
     }
 }
 
@@ -85,6 +105,32 @@ pub(super) fn count_check(comm: &Comm, coll: Coll, args: &Args, count: usize) ->
             let left = verbs_lab::coll::schedule::ring_offset(rank, n, -1);
             count_wrong(t, 0, &out[..count * s], |i| {
                 wrap_sum(t, input_value(RedOp::Sum, left, i))
+            })
+        }
+        // The root's whole output; the other ranks' hold partial results, not checked.
+        Coll::Reduce { root } if rank == root => count_wrong(t, 0, &out[..count * s], |i| {
+            kernels::expected_value(t, op, n, i)
+        }),
+        Coll::Reduce { .. } => 0,
+        // Block j of the root's output is rank j's block.
+        Coll::Gather { root } if rank == root => {
+            let b = count / n;
+            count_wrong(t, 0, &out[..b * n * s], |i| {
+                wrap_sum(t, input_value(RedOp::Sum, i / b, i))
+            })
+        }
+        Coll::Gather { .. } => 0,
+        Coll::Scatter { root } => {
+            let b = comm.block_of(count, rank);
+            count_wrong(t, b.start, &out[b.start * s..b.end * s], |i| {
+                wrap_sum(t, input_value(RedOp::Sum, root, i))
+            })
+        }
+        // Block j of our output is block `rank` of rank j's input.
+        Coll::AllToAll => {
+            let b = count / n;
+            count_wrong(t, 0, &out[..b * n * s], |i| {
+                wrap_sum(t, input_value(RedOp::Sum, i / b, rank * b + i % b))
             })
         }
     }

@@ -187,20 +187,22 @@ fn node_plan(np: u32, args: &Args) -> Result<(NodeRanks, bool), Fail> {
 /// (`--min-busbw`, `NCCL_TESTS_MIN_BW`) — so that it goes on to the end when `| head` stops
 /// reading, and a rank that fails meanwhile says why.
 fn owes_the_end(args: &Args) -> bool {
-    args.json.is_some() || matches!(args.busbw_gate(&env_var), Ok(Some(_)))
+    args.json.is_some() || args.csv.is_some() || matches!(args.busbw_gate(&env_var), Ok(Some(_)))
 }
 
 /// `--json FILE` checked before the run, as the `vl_*` tools check theirs, so that a path that
 /// cannot be written fails at once with exit status 2, not after the sweep.
 fn check_json(args: &Args) -> Result<(), Fail> {
-    match &args.json {
-        Some(path) => crate::output::can_write(Path::new(path)).map_err(|e| {
-            usage(format!(
-                "--json {path}: cannot write this file: {e}; nothing was run"
-            ))
-        }),
-        None => Ok(()),
+    for (flag, file) in [("--json", &args.json), ("--csv", &args.csv)] {
+        if let Some(path) = file {
+            crate::output::can_write(Path::new(path)).map_err(|e| {
+                usage(format!(
+                    "{flag} {path}: cannot write this file: {e}; nothing was run"
+                ))
+            })?;
+        }
     }
+    Ok(())
 }
 
 type Fail = (u8, String);
@@ -296,7 +298,7 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
         }
         // Rank 0's reader gone (`| head`) and nothing else wanting the rest: every rank stops
         // here together, and the run ends as it would have, quietly.
-        let done = rank == 0 && out.closed() && args.json.is_none() && gate.is_none();
+        let done = rank == 0 && out.closed() && !owes_the_end(args);
         if comm.star().broadcast(&[u8::from(done)]).map_err(failed)? != [0] {
             break;
         }
@@ -384,12 +386,23 @@ fn checked_sizes(args: &Args, coll: Coll, n: usize) -> Result<Vec<usize>, Fail> 
     if args.check > 1 {
         return Err(usage("-c takes 0 or 1"));
     }
+    if args.root >= n && n == 1 {
+        // The world is one rank: given so, or nothing gave a world size (the rendezvous is
+        // what tells a rank the others; with no launcher, no flag and no --np there is none).
+        return Err(usage(format!(
+            "-r {}: the world here is a single rank (rank 0): --np 1 or --world-size 1, or no \
+             --np, --world-size or launcher variables (WORLD_SIZE, OMPI_COMM_WORLD_SIZE, \
+             SLURM_NTASKS...) to give a larger one, so the only root is 0; start the ranks \
+             with --np N (or a launcher), or give each its --rank and --world-size",
+            args.root
+        )));
+    }
     if args.root >= n {
         return Err(usage(format!(
             "-r {}: the root must be a rank of the {n} (0..{}){}",
             args.root,
             n - 1,
-            if matches!(coll, Coll::Broadcast { .. }) {
+            if coll.root().is_some() {
                 ""
             } else {
                 ", whether or not this collective has one (as nccl-tests)"
@@ -430,6 +443,7 @@ fn comm_opts(args: &Args, coll: Coll, info: &RankInfo, max: usize) -> CommOpts {
         ib_port: args.ib_port,
         gid_index: args.gid_index,
         max_bytes: max,
+        scratch: coll == Coll::AllToAll,
         slot_bytes: args.slot_bytes,
         nslots: args.nslots,
         bootstrap_timeout: Duration::from_secs(args.bootstrap_timeout),
@@ -476,7 +490,7 @@ fn terms(args: &Args, coll: Coll) -> Vec<(String, String)> {
     if coll.reduces() {
         t.push(("-o", args.op.name().to_string()));
     }
-    if let Coll::Broadcast { root } = coll {
+    if let Some(root) = coll.root() {
         t.push(("-r", root.to_string()));
     }
     t.into_iter().map(|(o, v)| (o.to_string(), v)).collect()
@@ -524,6 +538,8 @@ fn one_size(
     size: usize,
 ) -> Result<Option<Row>, Fail> {
     let (coll, n, rank) = (table.coll, table.n, comm.rank());
+    // nccl-tests' rule: what moves is what the row says.
+    let size = report::moved_size(coll, n, size, args.dtype);
     let count = size / args.dtype.size();
     let mut measure = |in_place: bool| -> Result<(f64, Option<u64>), Fail> {
         bench_one(comm, coll, args, count, in_place)
@@ -622,6 +638,10 @@ fn verdict(
         let doc = table.json(records, JsonParams::new(args, launcher, hosts), rows);
         std::fs::write(path, crate::report::pretty_json(&doc))
             .map_err(|e| (EXIT_FAILED, format!("cannot write --json {path}: {e}")))?;
+    }
+    if let Some(path) = &args.csv {
+        std::fs::write(path, table.csv(rows))
+            .map_err(|e| (EXIT_FAILED, format!("cannot write --csv {path}: {e}")))?;
     }
     let wrong = report::total_wrong(rows);
     let avg = table.avg_busbw(rows);

@@ -51,14 +51,51 @@ pub fn busbw(coll: Coll, n: usize, size: usize, time_us: f64) -> f64 {
     algbw(size, time_us) * coll.busbw_factor(n)
 }
 
-/// The `count` column: elements per rank as nccl-tests prints it (per-rank part for
-/// reduce-scatter and all-gather).
+/// Whether the collective cuts the buffer into one equal part per rank (nccl-tests rounds its
+/// count down to a multiple of the ranks for these).
+fn per_rank_parts(coll: Coll) -> bool {
+    coll.blocks() || matches!(coll, Coll::ReduceScatter | Coll::AllGather)
+}
+
+/// The bytes a row moves for the requested `size`: nccl-tests' rule, the count rounded down to
+/// a multiple of the ranks where each rank has an equal part (reduce-scatter, all-gather,
+/// all-to-all, gather, scatter); the row prints this size, and its bandwidths follow from it.
+pub fn moved_size(coll: Coll, n: usize, size: usize, dtype: DataType) -> usize {
+    let count = size / dtype.size();
+    let count = if per_rank_parts(coll) {
+        count / n * n
+    } else {
+        count
+    };
+    count * dtype.size()
+}
+
+/// The `count` column: elements per rank as nccl-tests prints it (the per-rank part where
+/// each rank has one, as [`moved_size`]).
 pub fn count_column(coll: Coll, n: usize, size: usize, dtype: DataType) -> usize {
     let total = size / dtype.size();
-    match coll {
-        Coll::ReduceScatter | Coll::AllGather => total / n,
-        _ => total,
+    if per_rank_parts(coll) {
+        total / n
+    } else {
+        total
     }
+}
+
+/// `v` in at most `width` characters as nccl-tests prints its time and bandwidth columns: two
+/// decimals where they fit, else one, else none, else an exponent (C's `%.1e`).
+pub fn fit(v: f64, width: usize) -> String {
+    for prec in [2, 1, 0] {
+        let s = format!("{v:>width$.prec$}");
+        if s.len() <= width {
+            return s;
+        }
+    }
+    let e = format!("{v:.1e}");
+    // Rust writes `3.5e6`; C writes `3.5e+06`.
+    let (m, x) = e.split_once('e').unwrap_or((&e, "0"));
+    let x: i32 = x.parse().unwrap_or(0);
+    let sign = if x < 0 { '-' } else { '+' };
+    format!("{:>width$}", format!("{m}e{sign}{:02}", x.abs()))
 }
 
 /// The table's context: what every row shares.
@@ -126,8 +163,8 @@ impl Table<'_> {
             Some(m) => {
                 let t = m.time_us();
                 format!(
-                    "{:>8.1} {:>8.4} {:>8.4} {:>7}",
-                    t,
+                    "{:>8} {:>8.4} {:>8.4} {:>7}",
+                    fit(t, 7),
                     algbw(size, t),
                     busbw(self.coll, self.n, size, t),
                     m.wrong_total().map_or("N/A".to_string(), |w| w.to_string())
@@ -136,11 +173,9 @@ impl Table<'_> {
         }
     }
 
+    /// One row of the table (as rank 0 prints it).
     pub fn row(&self, r: &Row) -> String {
-        let root = match self.coll {
-            Coll::Broadcast { root } => root as i64,
-            _ => -1,
-        };
+        let root = self.coll.root().map_or(-1, |r| r as i64);
         format!(
             "  {:>10} {:>12} {:>8} {:>6} {:>6}  {}  {}",
             r.size,
@@ -184,6 +219,49 @@ impl Table<'_> {
             "# Out of bounds values : {wrong} {}\n# Avg bus bandwidth    : {avg:.6}{verdict}\n#",
             if wrong == 0 { "OK" } else { "FAILED" },
         )
+    }
+
+    /// The `--csv` document: a header with the units in the column names, then one line per
+    /// row; a placement that does not exist (sendrecv's in-place) or was not checked leaves
+    /// its fields empty.
+    pub fn csv(&self, rows: &[Row]) -> String {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        let mut head: Vec<String> = ["size_bytes", "count", "type", "redop", "root"]
+            .map(String::from)
+            .into();
+        for p in ["oop", "ip"] {
+            for c in ["time_us", "algbw_gbs", "busbw_gbs", "wrong"] {
+                head.push(format!("{p}_{c}"));
+            }
+        }
+        let _ = w.write_record(&head);
+        let cols = |size: usize, m: Option<&Measure>| -> Vec<String> {
+            match m {
+                None => vec![String::new(); 4],
+                Some(m) => {
+                    let t = m.time_us();
+                    vec![
+                        format!("{t:.3}"),
+                        format!("{:.6}", algbw(size, t)),
+                        format!("{:.6}", busbw(self.coll, self.n, size, t)),
+                        m.wrong_total().map_or(String::new(), |w| w.to_string()),
+                    ]
+                }
+            }
+        };
+        for r in rows {
+            let mut rec = vec![
+                r.size.to_string(),
+                r.count.to_string(),
+                self.dtype.name().to_string(),
+                self.op.map_or("none", RedOp::name).to_string(),
+                self.coll.root().map_or(-1, |x| x as i64).to_string(),
+            ];
+            rec.extend(cols(r.size, Some(&r.out_of_place)));
+            rec.extend(cols(r.size, r.in_place.as_ref()));
+            let _ = w.write_record(&rec);
+        }
+        String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
     }
 
     /// The `--json` document of the run: the table's context, `params` (the command line's
@@ -329,6 +407,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn sizes_counts_and_times_are_nccl_tests() {
+        // --np 3 -b 7 -e 1000 -f 4, float: 1 float rounds down to 0, 7 to 6 (24 B), 112 to
+        // 111 (444 B); --np 5 -d int64: 1 and 3 elements to 0, 14 to 10 (80 B).
+        let rows = [7, 28, 112, 448].map(|b| moved_size(Coll::ReduceScatter, 3, b, DataType::F32));
+        assert_eq!(rows, [0, 24, 108, 444]);
+        assert_eq!(count_column(Coll::AllGather, 3, 444, DataType::F32), 37);
+        let rows = [8, 24, 112].map(|b| moved_size(Coll::AllGather, 5, b, DataType::I64));
+        assert_eq!(rows, [0, 0, 80]);
+        assert_eq!(moved_size(Coll::AllReduce, 3, 28, DataType::F32), 28);
+        assert_eq!(
+            moved_size(Coll::Reduce { root: 0 }, 3, 28, DataType::F32),
+            28
+        );
+        assert_eq!(count_column(Coll::AllToAll, 4, 1024, DataType::F32), 64);
+        // Seven characters: two decimals while they fit, then one, then none, then C's %.1e.
+        assert_eq!(fit(0.0309, 7), "   0.03");
+        assert_eq!(fit(99.994, 7), "  99.99");
+        assert_eq!(fit(9999.994, 7), "9999.99");
+        assert_eq!(fit(10000.04, 7), "10000.0");
+        assert_eq!(fit(3540338.0, 7), "3540338");
+        assert_eq!(fit(12345678.0, 7), "1.2e+07");
+    }
+
+    #[test]
     fn bandwidths_are_nccl_tests() {
         // 1 MB in 1000 µs = 1 GB/s; all-reduce on 4 ranks: busbw 1.5 GB/s.
         assert!((algbw(1_000_000, 1000.0) - 1.0).abs() < 1e-12);
@@ -429,8 +531,8 @@ mod tests {
         let line = t.row(&rows[0]);
         let f: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(f[..5], ["1000000", "250000", "float", "sum", "-1"]);
-        assert_eq!(f[5..9], ["1000.0", "1.0000", "1.5000", "0"]);
-        assert_eq!(f[9..], ["500.0", "2.0000", "3.0000", "2"]);
+        assert_eq!(f[5..9], ["1000.00", "1.0000", "1.5000", "0"]);
+        assert_eq!(f[9..], ["500.00", "2.0000", "3.0000", "2"]);
         let foot = t.footer(&rows, None);
         assert!(foot.contains("# Out of bounds values : 2 FAILED"), "{foot}");
         assert!(

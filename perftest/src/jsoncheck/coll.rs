@@ -134,6 +134,10 @@ pub(crate) fn check_coll(doc: &Value) -> Result<Vec<u64>, String> {
         Coll::AllGather,
         Coll::Broadcast { root: 0 },
         Coll::SendRecv,
+        Coll::AllToAll,
+        Coll::Reduce { root: 0 },
+        Coll::Gather { root: 0 },
+        Coll::Scatter { root: 0 },
     ];
     let tools: Vec<(String, Coll)> = colls
         .iter()
