@@ -2,8 +2,8 @@
 //! test data of `-c 1`.
 
 use verbs_lab::coll::kernels::{
-    count_wrong, expected_value, fill_input, input_value, load_value, reduce, store_value,
-    DataType, RedOp,
+    count_wrong, expected_value, expected_value_of, fill_input, input_value, load_value, reduce,
+    store_value, DataType, RedOp,
 };
 
 fn bytes(t: DataType, vals: &[i64]) -> Vec<u8> {
@@ -24,9 +24,17 @@ fn every_type_and_op() {
     let b: Vec<i64> = vec![5, 4, -1, 0, 27, -60, 1, 9, -3];
     for t in DataType::ALL {
         for op in RedOp::ALL {
+            // What the type holds of an exact result: wrapped integers, rounded narrow floats
+            // (one rounding of the exact sum or product, as IEEE arithmetic gives); the
+            // unsigned 64-bit type gets the magnitudes, so that its order is the integers'.
             let wrapped = |v: i64| match t {
-                DataType::U8 => v.rem_euclid(256),
-                _ => v,
+                DataType::U64 => v.abs(),
+                DataType::F16 | DataType::Bf16 => {
+                    let mut b = [0u8; 2];
+                    store_value(t, v, &mut b);
+                    load_value(t, &b).expect("an integer stays an integer")
+                }
+                _ => expected_value_of(t, v),
             };
             let (a, b): (Vec<i64>, Vec<i64>) = (
                 a.iter().map(|&v| wrapped(v)).collect(),
@@ -39,8 +47,8 @@ fn every_type_and_op() {
                 .zip(&b)
                 .map(|(&x, &y)| {
                     Some(wrapped(match op {
-                        RedOp::Sum => x + y,
-                        RedOp::Prod => x * y,
+                        RedOp::Sum => x.wrapping_add(y),
+                        RedOp::Prod => x.wrapping_mul(y),
                         RedOp::Min => x.min(y),
                         RedOp::Max => x.max(y),
                     }))
@@ -128,12 +136,30 @@ fn names_parse_back() {
     for op in RedOp::ALL {
         assert_eq!(op.name().parse::<RedOp>().unwrap(), op);
     }
-    assert!("half"
+    assert!("quarter"
         .parse::<DataType>()
         .unwrap_err()
-        .contains("unknown data type 'half'"));
+        .contains("unknown data type 'quarter'"));
     assert!("avg"
         .parse::<RedOp>()
         .unwrap_err()
         .contains("sum, prod, min or max"));
+}
+
+#[test]
+fn the_narrow_floats_round_once_and_hold_the_checked_sums() {
+    // 255 + 2 = 257 is not a bfloat16 (8 bits of mantissa): it rounds to 256 (ties to even),
+    // where half (11 bits) keeps it.
+    for (t, want) in [(DataType::Bf16, 256), (DataType::F16, 257)] {
+        let mut d = bytes(t, &[255]);
+        reduce(t, RedOp::Sum, &mut d, &bytes(t, &[2])).unwrap();
+        assert_eq!(vals(t, &d), [Some(want)], "{t}");
+    }
+    assert_eq!(DataType::Bf16.exact_integers(), Some(256));
+    // The checked data stays within 32 per rank: 8 ranks' sums are exact in bfloat16.
+    for i in 0..1000 {
+        for r in 0..64 {
+            assert!((0..=32).contains(&input_value(RedOp::Sum, r, i)));
+        }
+    }
 }

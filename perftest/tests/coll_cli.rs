@@ -9,6 +9,12 @@ use std::time::{Duration, Instant};
 
 const ALL_REDUCE: &str = env!("CARGO_BIN_EXE_vl_all_reduce_perf");
 const SENDRECV: &str = env!("CARGO_BIN_EXE_vl_sendrecv_perf");
+const NEW_TOOLS: [&str; 4] = [
+    env!("CARGO_BIN_EXE_vl_alltoall_perf"),
+    env!("CARGO_BIN_EXE_vl_reduce_perf"),
+    env!("CARGO_BIN_EXE_vl_gather_perf"),
+    env!("CARGO_BIN_EXE_vl_scatter_perf"),
+];
 
 fn run(bin: &str, args: &[&str]) -> Output {
     Command::new(bin)
@@ -443,7 +449,67 @@ fn an_nccl_tests_command_line_runs_as_it_is_and_gpu_settings_are_refused_saying_
     refused(
         ALL_REDUCE,
         &["-d", "rxe0"],
-        "unknown data type 'rxe0': use float, double, int32, int64 or uint8 (-d is nccl-tests' \
+        "unknown data type 'rxe0': use float, double, int32, int64, uint8, int8, uint32, uint64, half \
+         or bfloat16 (-d is nccl-tests' \
          data type; RDMA devices go in --ib-dev)",
+    );
+}
+
+/// One rank of each new tool (no NIC): every type checked, 0 wrong, the nccl-tests columns, the
+/// --csv file with one line per row, and the --json document that vl_jsoncheck's schema reads.
+#[test]
+fn the_new_tools_run_one_rank_checked_with_csv_and_json() {
+    let dir = std::env::temp_dir().join(format!("vl-coll-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for bin in NEW_TOOLS {
+        for t in ["float", "int8", "uint32", "uint64", "half", "bfloat16"] {
+            let csv = dir.join("rows.csv");
+            let csv = csv.to_str().unwrap();
+            let out = run(
+                bin,
+                &["-b", "8", "-e", "4K", "-f", "8", "-d", t, "--csv", csv],
+            );
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{bin} -d {t}: {stdout}{err}");
+            assert!(stdout.contains("# Out of bounds values : 0 OK"), "{stdout}");
+            let rows: Vec<&str> = stdout.lines().filter(|l| !l.starts_with('#')).collect();
+            assert_eq!(rows.len(), 4, "{stdout}");
+            assert!(
+                rows.iter().all(|r| r.contains(&format!(" {t} "))),
+                "{stdout}"
+            );
+            let csv = std::fs::read_to_string(csv).unwrap();
+            assert_eq!(csv.lines().count(), 5, "{csv}");
+            assert!(
+                csv.starts_with("size_bytes,count,type,redop,root,oop_time_us,"),
+                "{csv}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn sweeps_and_average_are_refused_by_name_and_narrow_checked_sums_by_world() {
+    refused(
+        ALL_REDUCE,
+        &["-e", "64", "-d", "all"],
+        "nccl-tests' sweep over every type is not run here: give one type per run (float,",
+    );
+    refused(
+        ALL_REDUCE,
+        &["-e", "64", "-o", "all"],
+        "nccl-tests' sweep over every operator is not run here",
+    );
+    refused(
+        ALL_REDUCE,
+        &["-e", "64", "-o", "avg"],
+        "NCCL's average is not implemented here",
+    );
+    refused(
+        NEW_TOOLS[1],
+        &["-e", "64", "-d", "bfloat16", "--np", "9"],
+        "-d bfloat16 -c 1 with 9 ranks: bfloat16 holds every integer only up to 256",
     );
 }

@@ -16,6 +16,11 @@ crate::name_table! {
         I32 => "int32" | "i32" | "int",
         I64 => "int64" | "i64",
         U8 => "uint8" | "u8",
+        I8 => "int8" | "i8",
+        U32 => "uint32" | "u32",
+        U64 => "uint64" | "u64",
+        F16 => "half" | "f16" | "float16",
+        Bf16 => "bfloat16" | "bf16",
     }
     unknown: "unknown data type '{}'";
 }
@@ -24,9 +29,20 @@ impl DataType {
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
-            DataType::F32 | DataType::I32 => 4,
-            DataType::F64 | DataType::I64 => 8,
-            DataType::U8 => 1,
+            DataType::F32 | DataType::I32 | DataType::U32 => 4,
+            DataType::F64 | DataType::I64 | DataType::U64 => 8,
+            DataType::U8 | DataType::I8 => 1,
+            DataType::F16 | DataType::Bf16 => 2,
+        }
+    }
+
+    /// The largest integer up to which every integer is exact in this type, for the narrow
+    /// floats (`None`: the checked data never comes near the limit).
+    pub fn exact_integers(self) -> Option<i64> {
+        match self {
+            DataType::F16 => Some(2048),
+            DataType::Bf16 => Some(256),
+            _ => None,
         }
     }
 }
@@ -82,6 +98,12 @@ element!(f64, std::ops::Add::add, std::ops::Mul::mul);
 element!(i32, i32::wrapping_add, i32::wrapping_mul);
 element!(i64, i64::wrapping_add, i64::wrapping_mul);
 element!(u8, u8::wrapping_add, u8::wrapping_mul);
+element!(i8, i8::wrapping_add, i8::wrapping_mul);
+element!(u32, u32::wrapping_add, u32::wrapping_mul);
+element!(u64, u64::wrapping_add, u64::wrapping_mul);
+// The half-precision floats add and multiply through f32 and round once to their own type.
+element!(half::f16, std::ops::Add::add, std::ops::Mul::mul);
+element!(half::bf16, std::ops::Add::add, std::ops::Mul::mul);
 
 /// `dst[i] = f(dst[i], src[i])` over whole elements: the one loop every kernel is made of.
 #[inline(always)]
@@ -119,6 +141,11 @@ pub fn reduce(dtype: DataType, op: RedOp, dst: &mut [u8], src: &[u8]) -> Result<
         DataType::I32 => reduce_typed::<i32>(op, dst, src),
         DataType::I64 => reduce_typed::<i64>(op, dst, src),
         DataType::U8 => reduce_typed::<u8>(op, dst, src),
+        DataType::I8 => reduce_typed::<i8>(op, dst, src),
+        DataType::U32 => reduce_typed::<u32>(op, dst, src),
+        DataType::U64 => reduce_typed::<u64>(op, dst, src),
+        DataType::F16 => reduce_typed::<half::f16>(op, dst, src),
+        DataType::Bf16 => reduce_typed::<half::bf16>(op, dst, src),
     }
     Ok(())
 }
@@ -126,9 +153,11 @@ pub fn reduce(dtype: DataType, op: RedOp, dst: &mut [u8], src: &[u8]) -> Result<
 // ---------------------------------------------------------------------------------------------
 // Exact test data (`-c 1`)
 
-/// The value rank `rank` puts at element `i` for a checked run: small integers, so that sums,
-/// products, minima and maxima are exact in every type (floats included: every partial result
-/// stays an integer below 2^24) and whatever the order of the reduction.
+/// The value rank `rank` puts at element `i` for a checked run: small integers (at most 32), so
+/// that sums, products, minima and maxima are exact in every type (floats included: every
+/// partial result stays an integer below 2^24; for half and bfloat16, below
+/// [`DataType::exact_integers`], which bounds the world a checked sum can have) and whatever
+/// the order of the reduction.
 ///
 /// Products use only 1 and 2 (at most one rank contributes a 2 per element), so they stay
 /// exact and do not overflow for any world size.
@@ -160,7 +189,9 @@ pub fn expected_value(dtype: DataType, op: RedOp, world: usize, i: usize) -> i64
 fn wrap(dtype: DataType, v: i64) -> i64 {
     match dtype {
         DataType::U8 => v.rem_euclid(256),
+        DataType::I8 => v as i8 as i64,
         DataType::I32 => v as i32 as i64,
+        DataType::U32 => v.rem_euclid(1 << 32),
         _ => v,
     }
 }
@@ -173,6 +204,11 @@ pub fn store_value(dtype: DataType, v: i64, b: &mut [u8]) {
         DataType::I32 => (v as i32).store(&mut b[..4]),
         DataType::I64 => v.store(&mut b[..8]),
         DataType::U8 => (v as u8).store(&mut b[..1]),
+        DataType::I8 => (v as i8).store(&mut b[..1]),
+        DataType::U32 => (v as u32).store(&mut b[..4]),
+        DataType::U64 => (v as u64).store(&mut b[..8]),
+        DataType::F16 => half::f16::from_f64(v as f64).store(&mut b[..2]),
+        DataType::Bf16 => half::bf16::from_f64(v as f64).store(&mut b[..2]),
     }
 }
 
@@ -185,6 +221,11 @@ pub fn load_value(dtype: DataType, b: &[u8]) -> Option<i64> {
         DataType::I32 => Some(i32::load(&b[..4]) as i64),
         DataType::I64 => Some(i64::load(&b[..8])),
         DataType::U8 => Some(u8::load(&b[..1]) as i64),
+        DataType::I8 => Some(i8::load(&b[..1]) as i64),
+        DataType::U32 => Some(u32::load(&b[..4]) as i64),
+        DataType::U64 => Some(u64::load(&b[..8]) as i64),
+        DataType::F16 => f(half::f16::load(&b[..2]).to_f64()),
+        DataType::Bf16 => f(half::bf16::load(&b[..2]).to_f64()),
     }
 }
 

@@ -16,6 +16,8 @@
 set -eu
 # shellcheck source=tests/cluster/lib.sh
 . "$VL_TESTS/lib.sh"
+# shellcheck source=tests/cluster/coll.sh
+. "$VL_TESTS/coll.sh"
 trap 'restore_cluster' EXIT
 
 T=20   # the ranks' peer timeout (-T): a neighbour silent this long is reported to rank 0, whose verdict names who went
@@ -35,23 +37,6 @@ start_world() {
     wait_for 150 "$PID0" grep -q '^#  Rank  7' "$TMPDIR/r0.out" \
         || { cat "$TMPDIR/r0.out"; fail "the world of 8 did not form"; }
     sleep 3
-}
-
-# expect_survivors_fail WHAT PATTERN RANKS...: each of RANKS ends non-zero within T + 60 s
-# (scaled) and its output matches PATTERN (who went).
-expect_survivors_fail() {
-    what=$1 pat=$2
-    shift 2
-    for r in "$@"; do
-        pid=$(eval "echo \$PID$r")
-        rc=0
-        _vl_watch "$pid" "$(scaled $((T + 60)))" || rc=$?
-        echo "--- rank $r: exit $rc"
-        tail -n 4 "$TMPDIR/r$r.out"
-        [ "$rc" != 124 ] || fail "$what: rank $r still ran $(scaled $((T + 60))) s later"
-        [ "$rc" != 0 ] || fail "$what: rank $r exited 0"
-        grep -Eq "$pat" "$TMPDIR/r$r.out" || fail "$what: rank $r does not name who went (/$pat/)"
-    done
 }
 
 step "a node killed mid-all-reduce: node3 (ranks 4 and 5) loses power"

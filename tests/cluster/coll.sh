@@ -28,3 +28,21 @@ check_world() {
     grep -q "^#  $hosts hosts," "$1" || fail "$2: the header does not say '$hosts hosts'"
     awk '$9 != "rxe0" { exit 1 }' "$TMPDIR/ranks" || fail "$2: a rank is not on rxe0"
 }
+
+# expect_survivors_fail WHAT PATTERN RANKS...: each of RANKS (their ssh pids in PID0..PID7, their
+# outputs in $TMPDIR/rR.out) ends non-zero within T + 60 s (scaled, T: the ranks' peer timeout)
+# and its output matches PATTERN (who went).
+expect_survivors_fail() {
+    what=$1 pat=$2
+    shift 2
+    for r in "$@"; do
+        pid=$(eval "echo \$PID$r")
+        rc=0
+        _vl_watch "$pid" "$(scaled $((T + 60)))" || rc=$?
+        echo "--- rank $r: exit $rc"
+        tail -n 4 "$TMPDIR/r$r.out"
+        [ "$rc" != 124 ] || fail "$what: rank $r still ran $(scaled $((T + 60))) s later"
+        [ "$rc" != 0 ] || fail "$what: rank $r exited 0"
+        grep -Eq "$pat" "$TMPDIR/r$r.out" || fail "$what: rank $r does not name who went (/$pat/)"
+    done
+}

@@ -56,9 +56,9 @@ pub struct Args {
     #[arg(short = 'c', long = "check", default_value_t = 1)]
     pub check: u8,
     /// Reduction: sum, prod, min, max.
-    #[arg(short = 'o', long = "op", default_value = "sum")]
+    #[arg(short = 'o', long = "op", default_value = "sum", value_parser = redop)]
     pub op: RedOp,
-    /// Element type: float, double, int32, int64, uint8.
+    /// Element type: float, double, int32, int64, uint8, int8, uint32, uint64, half, bfloat16.
     #[arg(short = 'd', long = "datatype", default_value = "float", value_parser = datatype)]
     pub dtype: DataType,
     /// Root rank (broadcast); a rank of the world for every collective, as nccl-tests takes it.
@@ -167,8 +167,34 @@ fn nnodes(s: &str) -> Result<u32, String> {
 /// `-d`: nccl-tests' data type. A device name given the old way (`-d rxe0`) is told where
 /// devices go now.
 fn datatype(s: &str) -> Result<DataType, String> {
+    if s == "all" {
+        return Err(format!(
+            "nccl-tests' sweep over every type is not run here: give one type per run ({})",
+            names(DataType::ALL.iter().map(|d| d.name()))
+        ));
+    }
     s.parse::<DataType>()
         .map_err(|e| format!("{e} (-d is nccl-tests' data type; RDMA devices go in --ib-dev)"))
+}
+
+/// `-o`: one of the operators; nccl-tests' `all` sweep and NCCL's `avg` are refused by name.
+fn redop(s: &str) -> Result<RedOp, String> {
+    let ops = || names(RedOp::ALL.iter().map(|o| o.name()));
+    match s {
+        "all" => Err(format!(
+            "nccl-tests' sweep over every operator is not run here: give one per run ({})",
+            ops()
+        )),
+        "avg" => Err(format!(
+            "NCCL's average is not implemented here: run sum and divide by the ranks ({} are)",
+            ops()
+        )),
+        _ => s.parse::<RedOp>().map_err(|e| format!("{e} ({})", ops())),
+    }
+}
+
+fn names<'a>(it: impl Iterator<Item = &'a str>) -> String {
+    it.collect::<Vec<_>>().join(", ")
 }
 
 /// nccl-tests' flags for GPUs, threads and NCCL itself ([`NCCL_ONLY`]). So that an nccl-tests

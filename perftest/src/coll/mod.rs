@@ -410,8 +410,31 @@ fn checked_sizes(args: &Args, coll: Coll, n: usize) -> Result<Vec<usize>, Fail> 
         )));
     }
     check_slots(args.slot_bytes, args.nslots)?;
+    check_exact(args, coll, n)?;
     Ok(sizes)
 }
+
+/// `-c 1` checks exact values: a checked sum of the narrow floats must stay within the integers
+/// they hold exactly (each rank gives at most [`CHECKED_MAX`] per element).
+fn check_exact(args: &Args, coll: Coll, n: usize) -> Result<(), Fail> {
+    let t = args.dtype;
+    let (Some(limit), true) = (t.exact_integers(), args.check == 1) else {
+        return Ok(());
+    };
+    let sum = CHECKED_MAX * n as i64;
+    if coll.reduces() && args.op == verbs_lab::coll::RedOp::Sum && sum > limit {
+        return Err(usage(format!(
+            "-d {t} -c 1 with {n} ranks: {t} holds every integer only up to {limit}, and the \
+             checked sum reaches {sum} ({CHECKED_MAX} per rank), so its rounding could not be \
+             told from a wrong value; run -c 0, or at most {} ranks",
+            limit / CHECKED_MAX
+        )));
+    }
+    Ok(())
+}
+
+/// The largest value [`verbs_lab::coll::kernels::input_value`] gives.
+const CHECKED_MAX: i64 = 32;
 
 /// `--slot-size` and `--slots`: the slots are one registered region, whose length must fit an
 /// SGE's 32 bits as `-e` must.

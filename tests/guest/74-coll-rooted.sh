@@ -1,0 +1,121 @@
+#!/bin/sh
+# All-to-all and the rooted collectives (issue 40): vl_alltoall_perf, vl_reduce_perf,
+# vl_gather_perf and vl_scatter_perf as 4 ranks (--np 4) over rxe0/rxe1 at 8 B and 4 MiB, every
+# element checked (-c 1): 0 wrong, the footer OK, a --json that vl_jsoncheck accepts (it
+# recomputes the bus bandwidth with the tool's factor) and a --csv with one line per row. The
+# rooted ones with a root that is not rank 0. Then all-to-all under Open MPI's mpirun on 3 ranks,
+# sizes not divisible by 3 (rounded down as nccl-tests does). Then nccl-tests' fidelity (issue
+# 40, item 5): reduce-scatter and all-gather print and compute from what moves, half and
+# bfloat16 reduce exactly, the time column keeps to nccl-tests' 7 characters.
+# Took 57 s on a busy 2-core host (TCG guest, a build sharing it).
+# timeout: 400
+# slow: four collectives of four ranks up to 4 MiB with every element checked, and an mpirun job, under emulation
+set -eu
+# shellcheck source=tests/guest/lib.sh
+. "$VL_TESTS/lib.sh"
+
+for t in alltoall reduce gather scatter reduce_scatter all_gather; do
+    require_bin "vl_${t}_perf"
+done
+require_bin vl_jsoncheck
+mqueue_ready
+
+# check_rows FILE WHAT SIZES: 0 wrong in both placements of every row, the footer OK, the rows'
+# sizes (column 1) exactly SIZES (space-separated).
+check_rows() {
+    expect_contains "$1" "# Out of bounds values : 0 OK"
+    rows=$(grep -E '^ +[0-9]+ ' "$1")
+    echo "$rows" | awk '{ if ($9 != "0" || $13 != "0") { print "wrong: " $0; bad = 1 } }
+        END { exit bad }' || fail "$2: a row has wrong values"
+    got=$(echo "$rows" | awk '{ print $1 }' | tr '\n' ' ')
+    [ "$got" = "$3 " ] || fail "$2: rows of sizes '$got', expected '$3 '"
+}
+
+for t in alltoall reduce gather scatter; do
+    step "vl_${t}_perf --np 4 over rxe0,rxe1, 8 B and 4 MiB of uint8, -c 1"
+    root=''
+    [ "$t" = alltoall ] || root='-r 2'
+    rc=0
+    # shellcheck disable=SC2086 # $root is a flag and its value
+    run_timeout 150 "vl_${t}_perf" --np 4 --ib-dev "$VL_DEV0,$VL_DEV1" -b 8 -e 4M -f 524288 \
+        -d uint8 -n 1 -w 0 -c 1 --timeout 60 $root --json "$TMPDIR/$t.json" \
+        --csv "$TMPDIR/$t.csv" >"$TMPDIR/$t.out" 2>&1 || rc=$?
+    cat "$TMPDIR/$t.out"
+    [ "$rc" = 0 ] || fail "vl_${t}_perf exited $rc"
+    no_queues "vl_${t}_perf --np 4"
+    check_rows "$TMPDIR/$t.out" "vl_${t}_perf" "8 4194304"
+    [ -z "$root" ] || grep -Eq '^ +8 +[0-9]+ +uint8 +[a-z]+ +2 ' "$TMPDIR/$t.out" \
+        || fail "vl_${t}_perf: the root column does not say 2"
+    vl_jsoncheck "$TMPDIR/$t.json" --sizes 8,4194304 \
+        || fail "vl_jsoncheck refused the --json of vl_${t}_perf"
+    [ "$(wc -l <"$TMPDIR/$t.csv")" -eq 3 ] || { cat "$TMPDIR/$t.csv"; fail "vl_${t}_perf: --csv is not a header and 2 rows"; }
+    head -n 1 "$TMPDIR/$t.csv" | grep -q '^size_bytes,count,type,redop,root,oop_time_us,' \
+        || fail "vl_${t}_perf: --csv header"
+done
+
+step "the bus factors: alltoall, gather, scatter (n-1)/n = 0.75, reduce 1"
+for t in alltoall gather scatter; do
+    grep -q '"busbw_factor": 0.75' "$TMPDIR/$t.json" || fail "vl_${t}_perf: busbw_factor is not 0.75"
+done
+grep -q '"busbw_factor": 1.0' "$TMPDIR/reduce.json" || fail "vl_reduce_perf: busbw_factor is not 1"
+
+step "mpirun -np 3 vl_alltoall_perf -d int32 -b 40 -e 160K -f 16 -c 1 (sizes not divisible by 3)"
+if command -v mpirun >/dev/null; then
+    rc=0
+    run_timeout 150 sh "$VL_TESTS/mpi/mpirun.sh" 3 vl_alltoall_perf --ib-dev "$VL_DEV0,$VL_DEV1" \
+        --master "$VL_ADDR0:29541" -d int32 -b 40 -e 160K -f 16 -n 1 -w 0 -c 1 --timeout 60 \
+        >"$TMPDIR/mpi.out" 2>&1 || rc=$?
+    cat "$TMPDIR/mpi.out"
+    [ "$rc" = 0 ] || fail "mpirun vl_alltoall_perf exited $rc"
+    expect_contains "$TMPDIR/mpi.out" "from Open MPI (OMPI_COMM_WORLD_*)"
+    # 10, 160, 2560, 40960 int32 rounded down to a multiple of 3: 9, 159, 2559, 40959.
+    check_rows "$TMPDIR/mpi.out" "mpirun vl_alltoall_perf" "36 636 10236 163836"
+else
+    fail "no mpirun in the guest image (rebuild it: scripts/softroce-vm build)"
+fi
+
+step "nccl-tests' rows: reduce-scatter and all-gather sized by what moves"
+rc=0
+run_timeout 90 vl_reduce_scatter_perf --np 3 --ib-dev "$VL_DEV0,$VL_DEV1" -b 7 -e 1000 -f 4 \
+    -n 1 -w 0 -c 1 --timeout 30 >"$TMPDIR/rs.out" 2>&1 || rc=$?
+cat "$TMPDIR/rs.out"
+[ "$rc" = 0 ] || fail "vl_reduce_scatter_perf exited $rc"
+# 7, 28, 112, 448 B of float over 3 ranks: 0, 6, 27, 111 floats; count is the per-rank part.
+check_rows "$TMPDIR/rs.out" vl_reduce_scatter_perf "0 24 108 444"
+grep -Eq '^ +444 +37 +float ' "$TMPDIR/rs.out" || fail "vl_reduce_scatter_perf: no row '444 37 float'"
+rc=0
+run_timeout 90 vl_all_gather_perf --np 5 --ib-dev "$VL_DEV0,$VL_DEV1" -d int64 -b 8 -e 112 -i 104 \
+    -n 1 -w 0 -c 1 --timeout 30 >"$TMPDIR/ag.out" 2>&1 || rc=$?
+[ "$rc" = 0 ] || { cat "$TMPDIR/ag.out"; fail "vl_all_gather_perf exited $rc"; }
+grep -E '^ +[0-9]+ ' "$TMPDIR/ag.out" | tail -n 2
+grep -Eq '^ +80 +2 +int64 ' "$TMPDIR/ag.out" || fail "vl_all_gather_perf: no row '80 2 int64' for 112 B"
+
+step "half and bfloat16 reduce exactly on the ring (4 ranks, every element checked)"
+for spec in "-d bfloat16 -o sum" "-d half -o prod"; do
+    rc=0
+    # shellcheck disable=SC2086 # $spec is flags and their values
+    run_timeout 90 vl_all_reduce_perf --np 4 --ib-dev "$VL_DEV0,$VL_DEV1" -b 8 -e 64K -f 8192 \
+        -n 1 -w 0 -c 1 --timeout 30 $spec >"$TMPDIR/t16.out" 2>&1 || rc=$?
+    grep -E '^ +[0-9]+ ' "$TMPDIR/t16.out" || true
+    [ "$rc" = 0 ] || { cat "$TMPDIR/t16.out"; fail "vl_all_reduce_perf $spec exited $rc"; }
+    check_rows "$TMPDIR/t16.out" "vl_all_reduce_perf $spec" "8 65536"
+done
+
+step "the time column: 7 characters at most, two decimals below 10000 us, one below 100000, then none"
+cat "$TMPDIR"/*.out | grep -E '^ +[0-9]+ ' | awk '{
+    for (i = 6; i <= 10; i += 4) {
+        t = $i
+        if (t !~ /^[0-9][0-9]?[0-9]?[0-9]?\.[0-9][0-9]$/ && t !~ /^[0-9][0-9][0-9][0-9][0-9]\.[0-9]$/ \
+            && t !~ /^[0-9][0-9][0-9][0-9][0-9][0-9][0-9]?$/ && t !~ /^[0-9]\.[0-9]e\+[0-9][0-9]$/) {
+            print "time " t ": " $0; bad = 1
+        }
+    }
+} END { exit bad }' || fail "a time column is not nccl-tests' format"
+echo "every time column fits nccl-tests' rule"
+
+step "nothing left behind"
+# shellcheck disable=SC2009 # busybox: ps, not pgrep -a
+left=$(ps -o pid,args 2>/dev/null | grep '[v]l_.*_perf' || true)
+[ -z "$left" ] || fail "ranks still running: $left"
+no_queues "the runs above"
+echo "no rank and no message queue left behind"
