@@ -257,6 +257,11 @@ pub fn plan_in(
         let r = chunk(count, n, c);
         r.start * elem..r.end * elem
     };
+    // Block j's bytes (gather, scatter).
+    let blk = |j: usize| {
+        let r = block(count, n, j);
+        r.start * elem..r.end * elem
+    };
     if n == 1 {
         return Ok(Plan::default());
     }
@@ -276,20 +281,8 @@ pub fn plan_in(
             }
             p
         }
-        Coll::Gather { root } => {
-            let blk = |j: usize| {
-                let r = block(count, n, j);
-                r.start * elem..r.end * elem
-            };
-            gather_plan(root, rank, n, blk, piece_bytes)
-        }
-        Coll::Scatter { root } => {
-            let blk = |j: usize| {
-                let r = block(count, n, j);
-                r.start * elem..r.end * elem
-            };
-            scatter_plan(root, rank, n, blk, piece_bytes)
-        }
+        Coll::Gather { root } => gather_plan(root, rank, n, blk, piece_bytes),
+        Coll::Scatter { root } => scatter_plan(root, rank, n, blk, piece_bytes),
         Coll::AllToAll => alltoall_plan(rank, n, (count / n) * elem, stride, piece_bytes),
     };
     link_overwrites(&mut p);

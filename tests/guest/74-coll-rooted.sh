@@ -77,12 +77,15 @@ fi
 step "nccl-tests' rows: reduce-scatter and all-gather sized by what moves"
 rc=0
 run_timeout 90 vl_reduce_scatter_perf --np 3 --ib-dev "$VL_DEV0,$VL_DEV1" -b 7 -e 1000 -f 4 \
-    -n 1 -w 0 -c 1 --timeout 30 >"$TMPDIR/rs.out" 2>&1 || rc=$?
+    -n 1 -w 0 -c 1 --timeout 30 --json "$TMPDIR/rs.json" >"$TMPDIR/rs.out" 2>&1 || rc=$?
 cat "$TMPDIR/rs.out"
 [ "$rc" = 0 ] || fail "vl_reduce_scatter_perf exited $rc"
 # 7, 28, 112, 448 B of float over 3 ranks: 0, 6, 27, 111 floats; count is the per-rank part.
 check_rows "$TMPDIR/rs.out" vl_reduce_scatter_perf "0 24 108 444"
 grep -Eq '^ +444 +37 +float ' "$TMPDIR/rs.out" || fail "vl_reduce_scatter_perf: no row '444 37 float'"
+# Its document too: a row of 0 B is what nccl-tests prints, and vl_jsoncheck accepts it.
+vl_jsoncheck "$TMPDIR/rs.json" --sizes 0,24,108,444 || fail "vl_jsoncheck refused vl_reduce_scatter_perf's rows"
+
 rc=0
 run_timeout 90 vl_all_gather_perf --np 5 --ib-dev "$VL_DEV0,$VL_DEV1" -d int64 -b 8 -e 112 -i 104 \
     -n 1 -w 0 -c 1 --timeout 30 >"$TMPDIR/ag.out" 2>&1 || rc=$?

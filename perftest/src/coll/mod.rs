@@ -1,4 +1,5 @@
-//! The collective benchmarks `vl_{all_reduce,reduce_scatter,all_gather,broadcast,sendrecv}_perf`:
+//! The collective benchmarks
+//! `vl_{all_reduce,reduce_scatter,all_gather,broadcast,sendrecv,alltoall,reduce,gather,scatter}_perf`:
 //! nccl-tests' flags and table over [`verbs_lab::coll`]. One rank per process, launched by
 //! `--np N` (this machine; the ranks' rendezvous, barriers and results go over the launcher's
 //! POSIX message queues, `verbs_lab::coll::mqlink`), by `--np N --nnodes M --node-rank K` on
@@ -38,7 +39,7 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_GATE: u8 = 3;
 
-/// Entry point of the five tools.
+/// Entry point of the nine tools.
 pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
     verbs_lab::cli::generate_if_asked(<Args as clap::CommandFactory>::command);
     let mut command = <Args as clap::CommandFactory>::command().name(tool);

@@ -53,7 +53,7 @@ pub fn busbw(coll: Coll, n: usize, size: usize, time_us: f64) -> f64 {
 
 /// Whether the collective cuts the buffer into one equal part per rank (nccl-tests rounds its
 /// count down to a multiple of the ranks for these).
-fn per_rank_parts(coll: Coll) -> bool {
+pub fn per_rank_parts(coll: Coll) -> bool {
     coll.blocks() || matches!(coll, Coll::ReduceScatter | Coll::AllGather)
 }
 

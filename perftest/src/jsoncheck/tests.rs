@@ -316,6 +316,12 @@ fn refuses_a_broken_collective_report() {
         &with(&doc, "/rows/1/size", Some(8.into())),
         "rows[1].size: 8 after 8: the sizes must increase strictly",
     );
+    // All-reduce moves every requested byte: a row of 0 B is not one of its rows (it is for
+    // the collectives that round the count down to a multiple of the ranks).
+    refused(
+        &with(&doc, "/rows/0/size", Some(0.into())),
+        "rows[0].size: 0",
+    );
     refused(
         &with(&doc, "/rows/0/out_of_place/busbw_gbs", Some((-1.0).into())),
         "rows[0].out_of_place.busbw_gbs: -1 is negative",
@@ -404,7 +410,8 @@ fn refuses_a_collective_report_that_does_not_add_up() {
     );
     refused(
         &with(&doc, "/type", Some("banana".into())),
-        "type: \"banana\" is not one of float, double, int32, int64, uint8",
+        "type: \"banana\" is not one of float, double, int32, int64, uint8, int8, uint32, uint64, \
+         half, bfloat16",
     );
     refused(
         &with(&doc, "/redop", Some("xor".into())),

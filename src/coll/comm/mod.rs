@@ -429,12 +429,25 @@ impl Comm {
         root: usize,
         in_place: bool,
     ) -> Result<()> {
+        self.from_root(Coll::Broadcast { root }, dtype, count, in_place)
+    }
+
+    /// Broadcast and scatter: out of place, the root's input is first copied to its output,
+    /// which the ring reads.
+    fn from_root(
+        &mut self,
+        coll: Coll,
+        dtype: DataType,
+        count: usize,
+        in_place: bool,
+    ) -> Result<()> {
         let bytes = self.check(count, dtype, 0)?;
+        let root = coll.root().expect("a rooted collective");
         self.check_root(root)?;
         if !in_place && self.rank() == root {
             self.copy_in(0..bytes, 0);
         }
-        self.run_coll(Coll::Broadcast { root }, dtype, RedOp::Sum, count)
+        self.run_coll(coll, dtype, RedOp::Sum, count)
     }
 
     /// Sum (or prod/min/max) of every rank's `count` elements into the root's output (the other
@@ -480,12 +493,7 @@ impl Comm {
         root: usize,
         in_place: bool,
     ) -> Result<()> {
-        let bytes = self.check(count, dtype, 0)?;
-        self.check_root(root)?;
-        if !in_place && self.rank() == root {
-            self.copy_in(0..bytes, 0);
-        }
-        self.run_coll(Coll::Scatter { root }, dtype, RedOp::Sum, count)
+        self.from_root(Coll::Scatter { root }, dtype, count, in_place)
     }
 
     /// Block j of rank i's input ends as block i of rank j's output, blocks of `count / n`
