@@ -61,7 +61,8 @@ pub struct Args {
     /// Element type: float, double, int32, int64, uint8, int8, uint32, uint64, half, bfloat16.
     #[arg(short = 'd', long = "datatype", default_value = "float", value_parser = datatype)]
     pub dtype: DataType,
-    /// Root rank (broadcast); a rank of the world for every collective, as nccl-tests takes it.
+    /// Root rank (broadcast, reduce, gather, scatter); a rank of the world for every collective,
+    /// as nccl-tests takes it.
     #[arg(short = 'r', long = "root", default_value_t = 0)]
     pub root: usize,
     /// RDMA devices, comma-separated; local ranks take them round-robin (default: the first
