@@ -491,21 +491,52 @@ fn the_new_tools_run_one_rank_checked_with_csv_and_json() {
 }
 
 #[test]
-fn sweeps_and_average_are_refused_by_name_and_narrow_checked_sums_by_world() {
-    refused(
+fn sweeps_run_every_type_and_operator_in_nccl_tests_order() {
+    // -d all -o all: each type, and for each its four operators, every size; 0 wrong.
+    let out = run(
         ALL_REDUCE,
-        &["-e", "64", "-d", "all"],
-        "nccl-tests' sweep over every type is not run here: give one type per run (float,",
+        &[
+            "-b", "8", "-e", "64", "-f", "8", "-d", "all", "-o", "all", "-n", "1", "-w", "0",
+        ],
     );
-    refused(
-        ALL_REDUCE,
-        &["-e", "64", "-o", "all"],
-        "nccl-tests' sweep over every operator is not run here",
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("# Out of bounds values : 0 OK"), "{stdout}");
+    let rows: Vec<(String, String)> = stdout
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[2].to_string(), f[3].to_string())
+        })
+        .collect();
+    assert_eq!(rows.len(), 10 * 4 * 2, "{stdout}");
+    assert_eq!(rows[0], ("float".into(), "sum".into()));
+    assert_eq!(rows[2], ("float".into(), "prod".into()));
+    assert_eq!(rows[8], ("double".into(), "sum".into()));
+    assert_eq!(rows[79], ("bfloat16".into(), "max".into()));
+    // A collective that does not reduce sweeps the types only.
+    let out = run(
+        NEW_TOOLS[2],
+        &["-e", "64", "-d", "all", "-o", "all", "-n", "1"],
     );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let rows = stdout.lines().filter(|l| !l.starts_with('#')).count();
+    assert_eq!(rows, 10 * 4, "{stdout}");
+}
+
+#[test]
+fn average_is_refused_by_name_and_so_are_a_sweeps_documents_and_narrow_checked_sums() {
     refused(
         ALL_REDUCE,
         &["-e", "64", "-o", "avg"],
         "NCCL's average is not implemented here",
+    );
+    refused(
+        ALL_REDUCE,
+        &["-e", "64", "-d", "all", "--json", "/tmp/never-written.json"],
+        "--json holds one type and one operator: with -d all or -o all, run once per type",
     );
     refused(
         NEW_TOOLS[1],

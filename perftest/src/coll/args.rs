@@ -55,12 +55,19 @@ pub struct Args {
     /// Check every element of one more collective against the exact expected value (0 or 1).
     #[arg(short = 'c', long = "check", default_value_t = 1)]
     pub check: u8,
-    /// Reduction: sum, prod, min, max.
+    /// Reduction: sum, prod, min, max, or all (each in turn, as nccl-tests).
     #[arg(short = 'o', long = "op", default_value = "sum", value_parser = redop)]
-    pub op: RedOp,
-    /// Element type: float, double, int32, int64, uint8, int8, uint32, uint64, half, bfloat16.
+    pub ops: Sweep<RedOp>,
+    /// Element type: float, double, int32, int64, uint8, int8, uint32, uint64, half, bfloat16,
+    /// or all (each in turn, as nccl-tests).
     #[arg(short = 'd', long = "datatype", default_value = "float", value_parser = datatype)]
+    pub dtypes: Sweep<DataType>,
+    /// The type of the rows being run: one of `dtypes` ([`Args::each`]).
+    #[arg(skip = DataType::F32)]
     pub dtype: DataType,
+    /// The operator of the rows being run: one of `ops`.
+    #[arg(skip = RedOp::Sum)]
+    pub op: RedOp,
     /// Root rank (broadcast, reduce, gather, scatter); a rank of the world for every collective,
     /// as nccl-tests takes it.
     #[arg(short = 'r', long = "root", default_value_t = 0)]
@@ -167,35 +174,93 @@ fn nnodes(s: &str) -> Result<u32, String> {
 
 /// `-d`: nccl-tests' data type. A device name given the old way (`-d rxe0`) is told where
 /// devices go now.
-fn datatype(s: &str) -> Result<DataType, String> {
+/// One value of `-d` / `-o`, or nccl-tests' `all`: each in turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sweep<T> {
+    One(T),
+    All,
+}
+
+impl<T: Copy> Sweep<T> {
+    /// The values to run, in order; `all`: every one of `every`.
+    pub fn each(self, every: &[T]) -> Vec<T> {
+        match self {
+            Sweep::One(t) => vec![t],
+            Sweep::All => every.to_vec(),
+        }
+    }
+    /// As given on the command line.
+    pub fn spelling(self, name: impl Fn(T) -> &'static str) -> &'static str {
+        match self {
+            Sweep::One(t) => name(t),
+            Sweep::All => "all",
+        }
+    }
+}
+
+impl Args {
+    /// The (type, operator) pairs of the run, in nccl-tests' order (each type, and for each
+    /// its operators; one operator, unused, where the collective does not reduce).
+    pub fn each(&self, reduces: bool) -> Vec<(DataType, RedOp)> {
+        let ops = if reduces {
+            self.ops.each(&RedOp::ALL)
+        } else {
+            vec![self.ops.each(&RedOp::ALL)[0]]
+        };
+        self.dtypes
+            .each(&DataType::ALL)
+            .into_iter()
+            .flat_map(|t| ops.iter().map(move |&o| (t, o)))
+            .collect()
+    }
+    /// These flags for the rows of type `t` and operator `op`.
+    pub fn with(&self, (t, op): (DataType, RedOp)) -> Args {
+        Args {
+            dtype: t,
+            op,
+            ..self.clone()
+        }
+    }
+    /// The flags as parsed, with the first type and operator of the sweeps as the current ones.
+    pub fn resolved(self) -> Args {
+        let first = self.each(true)[0];
+        self.with(first)
+    }
+    /// Whether `-d all` or `-o all` was given.
+    pub fn sweeps(&self) -> bool {
+        self.dtypes == Sweep::All || self.ops == Sweep::All
+    }
+}
+
+fn datatype(s: &str) -> Result<Sweep<DataType>, String> {
     if s == "all" {
-        return Err(format!(
-            "nccl-tests' sweep over every type is not run here: give one type per run ({})",
-            names(DataType::ALL.iter().map(|d| d.name()))
-        ));
+        return Ok(Sweep::All);
     }
     s.parse::<DataType>()
+        .map(Sweep::One)
         .map_err(|e| format!("{e} (-d is nccl-tests' data type; RDMA devices go in --ib-dev)"))
 }
 
-/// `-o`: one of the operators; nccl-tests' `all` sweep and NCCL's `avg` are refused by name.
-fn redop(s: &str) -> Result<RedOp, String> {
-    let ops = || names(RedOp::ALL.iter().map(|o| o.name()));
+/// `-o`: one of the operators, or `all`; NCCL's `avg` is refused by name.
+fn redop(s: &str) -> Result<Sweep<RedOp>, String> {
+    let ops = || {
+        RedOp::ALL
+            .iter()
+            .map(|o| o.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     match s {
-        "all" => Err(format!(
-            "nccl-tests' sweep over every operator is not run here: give one per run ({})",
-            ops()
-        )),
+        "all" => Ok(Sweep::All),
         "avg" => Err(format!(
             "NCCL's average is not implemented here: run sum and divide by the ranks ({} are)",
             ops()
         )),
-        _ => s.parse::<RedOp>().map_err(|e| format!("{e} ({})", ops())),
+        _ => s
+            .parse::<RedOp>()
+            .map(Sweep::One)
+            .map_err(|e| format!("{e} ({})", ops())),
     }
-}
-
-fn names<'a>(it: impl Iterator<Item = &'a str>) -> String {
-    it.collect::<Vec<_>>().join(", ")
 }
 
 /// nccl-tests' flags for GPUs, threads and NCCL itself ([`NCCL_ONLY`]). So that an nccl-tests

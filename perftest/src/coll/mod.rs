@@ -26,7 +26,7 @@ use std::time::Duration;
 use crate::progress::Progress;
 use verbs_lab::coll::env::{self, Launcher, RankInfo};
 use verbs_lab::coll::launch::{self, NodeRanks};
-use verbs_lab::coll::{Coll, CollError, Comm, CommOpts, RankFlags, RankRecord};
+use verbs_lab::coll::{Coll, CollError, Comm, CommOpts, DataType, RankFlags, RankRecord, RedOp};
 use verbs_lab::wire::{Reader, Writer};
 
 pub use args::{sizes, Args, BusbwGate, MAX_BYTES, MAX_ROWS};
@@ -48,7 +48,7 @@ pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
         .map_err(|e| verbs_lab::cli::explain_number_error(e, &mut command))
         .and_then(|m| <Args as clap::FromArgMatches>::from_arg_matches(&m));
     let args = match parsed {
-        Ok(a) => a,
+        Ok(a) => a.resolved(),
         // --help and --version: status 0; a bad flag: `NAME: error: ...`, status 2 (EXIT_USAGE).
         Err(e) => verbs_lab::cli::exit_on_usage_error(&e, tool),
     };
@@ -87,7 +87,7 @@ fn fail_with(tool: &str, (code, msg): Fail) -> ExitCode {
 /// the --json file exists on the node that writes it), then starts the ranks and waits for them.
 fn launcher(np: u32, args: &Args, coll: Coll, tool: &str) -> ExitCode {
     let checked = node_plan(np, args).and_then(|(node, across)| {
-        checked_sizes(args, coll, node.world_size() as usize)
+        every_size(args, coll, node.world_size() as usize)
             .and_then(|_| args.busbw_gate(&env_var).map_err(usage))
             // Rank 0 writes it, on node 0.
             .and_then(|_| match node.node_rank {
@@ -195,6 +195,12 @@ fn owes_the_end(args: &Args) -> bool {
 /// cannot be written fails at once with exit status 2, not after the sweep.
 fn check_json(args: &Args) -> Result<(), Fail> {
     for (flag, file) in [("--json", &args.json), ("--csv", &args.csv)] {
+        if file.is_some() && args.sweeps() {
+            return Err(usage(format!(
+                "{flag} holds one type and one operator: with -d all or -o all, run once per \
+                 type (or operator) for the documents"
+            )));
+        }
         if let Some(path) = file {
             crate::output::can_write(Path::new(path)).map_err(|e| {
                 usage(format!(
@@ -261,11 +267,15 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
     let gate = args.busbw_gate(&env_var).map_err(usage)?;
     let info = rank_info(args)?;
     let n = info.world_size as usize;
-    let sizes = checked_sizes(args, coll, n)?;
+    let runs = every_size(args, coll, n)?;
     if info.rank == 0 {
         check_json(args)?;
     }
-    let max = *sizes.last().expect("at least one size");
+    let max = runs
+        .iter()
+        .filter_map(|(_, sizes)| sizes.last().copied())
+        .max()
+        .expect("at least one size");
     let opts = comm_opts(args, coll, &info, max);
     let launcher = info.launcher;
     let from = from_note(args, &info);
@@ -273,14 +283,14 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
     comm.star()
         .set_timeout(Duration::from_secs(args.peer_timeout.max(5)));
     let rank = comm.rank();
-    let op = coll.reduces().then_some(args.op);
-    let table = Table {
+    let table_of = |a: &Args| Table {
         tool,
         coll,
         n,
-        dtype: args.dtype,
-        op,
+        dtype: a.dtype,
+        op: coll.reduces().then_some(a.op),
     };
+    let table = table_of(args);
     let records = comm.table().to_vec();
     let mut out = Stdout::new();
     if rank == 0 {
@@ -288,20 +298,25 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
             .map_err(stdout_failed)?;
     }
     let mut rows = Vec::new();
-    let progress = Progress::sweep(tool, sizes.len(), rank == 0);
-    for &size in &sizes {
-        progress.size(size as u64);
-        if let Some(row) = one_size(&mut comm, &mut out, &table, args, size)? {
-            progress
-                .row(|| out.line(&table.row(&row)))
-                .map_err(stdout_failed)?;
-            rows.push(row);
-        }
-        // Rank 0's reader gone (`| head`) and nothing else wanting the rest: every rank stops
-        // here together, and the run ends as it would have, quietly.
-        let done = rank == 0 && out.closed() && !owes_the_end(args);
-        if comm.star().broadcast(&[u8::from(done)]).map_err(failed)? != [0] {
-            break;
+    let total = runs.iter().map(|(_, sizes)| sizes.len()).sum();
+    let progress = Progress::sweep(tool, total, rank == 0);
+    // One pass over the sizes per type and operator (`-d all`, `-o all`: each in turn).
+    'sweep: for (a, sizes) in &runs {
+        let table = table_of(a);
+        for &size in sizes {
+            progress.size(size as u64);
+            if let Some(row) = one_size(&mut comm, &mut out, &table, a, size)? {
+                progress
+                    .row(|| out.line(&table.row(&row)))
+                    .map_err(stdout_failed)?;
+                rows.push(row);
+            }
+            // Rank 0's reader gone (`| head`) and nothing else wanting the rest: every rank
+            // stops here together, and the run ends as it would have, quietly.
+            let done = rank == 0 && out.closed() && !owes_the_end(args);
+            if comm.star().broadcast(&[u8::from(done)]).map_err(failed)? != [0] {
+                break 'sweep;
+            }
         }
     }
     drop(progress);
@@ -373,6 +388,18 @@ fn stdout_failed(e: std::io::Error) -> Fail {
     (EXIT_FAILED, format!("cannot write to stdout: {e}"))
 }
 
+/// The flags and sizes of each pass of the run: one per type and operator of `-d` and `-o`
+/// ([`Args::each`]), each checked by [`checked_sizes`].
+fn every_size(args: &Args, coll: Coll, n: usize) -> Result<Vec<(Args, Vec<usize>)>, Fail> {
+    args.each(coll.reduces())
+        .into_iter()
+        .map(|c| {
+            let a = args.with(c);
+            checked_sizes(&a, coll, n).map(|sizes| (a, sizes))
+        })
+        .collect()
+}
+
 /// The rows' sizes, after refusing flags that make no sense for a world of `n` — the same
 /// checks whatever `n`, one rank or many.
 fn checked_sizes(args: &Args, coll: Coll, n: usize) -> Result<Vec<usize>, Fail> {
@@ -423,7 +450,7 @@ fn check_exact(args: &Args, coll: Coll, n: usize) -> Result<(), Fail> {
         return Ok(());
     };
     let sum = CHECKED_MAX * n as i64;
-    if coll.reduces() && args.op == verbs_lab::coll::RedOp::Sum && sum > limit {
+    if coll.reduces() && args.op == RedOp::Sum && sum > limit {
         return Err(usage(format!(
             "-d {t} -c 1 with {n} ranks: {t} holds every integer only up to {limit}, and the \
              checked sum reaches {sum} ({CHECKED_MAX} per rank), so its rounding could not be \
@@ -509,10 +536,10 @@ fn terms(args: &Args, coll: Coll) -> Vec<(String, String)> {
         ("-n", args.iters.to_string()),
         ("-w", args.warmup.to_string()),
         ("-c", args.check.to_string()),
-        ("-d", args.dtype.name().to_string()),
+        ("-d", args.dtypes.spelling(DataType::name).to_string()),
     ];
     if coll.reduces() {
-        t.push(("-o", args.op.name().to_string()));
+        t.push(("-o", args.ops.spelling(RedOp::name).to_string()));
     }
     if let Some(root) = coll.root() {
         t.push(("-r", root.to_string()));
