@@ -510,11 +510,12 @@ fn sweeps_run_every_type_and_operator_in_nccl_tests_order() {
             (f[2].to_string(), f[3].to_string())
         })
         .collect();
-    assert_eq!(rows.len(), 10 * 4 * 2, "{stdout}");
+    assert_eq!(rows.len(), 10 * 5 * 2, "{stdout}");
     assert_eq!(rows[0], ("float".into(), "sum".into()));
     assert_eq!(rows[2], ("float".into(), "prod".into()));
-    assert_eq!(rows[8], ("double".into(), "sum".into()));
-    assert_eq!(rows[79], ("bfloat16".into(), "max".into()));
+    assert_eq!(rows[8], ("float".into(), "avg".into()));
+    assert_eq!(rows[10], ("double".into(), "sum".into()));
+    assert_eq!(rows[99], ("bfloat16".into(), "avg".into()));
     // A collective that does not reduce sweeps the types only.
     let out = run(
         NEW_TOOLS[2],
@@ -527,12 +528,7 @@ fn sweeps_run_every_type_and_operator_in_nccl_tests_order() {
 }
 
 #[test]
-fn average_is_refused_by_name_and_so_are_a_sweeps_documents_and_narrow_checked_sums() {
-    refused(
-        ALL_REDUCE,
-        &["-e", "64", "-o", "avg"],
-        "NCCL's average is not implemented here",
-    );
+fn a_sweeps_documents_and_narrow_checked_sums_are_refused() {
     refused(
         ALL_REDUCE,
         &["-e", "64", "-d", "all", "--json", "/tmp/never-written.json"],

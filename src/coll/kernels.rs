@@ -55,6 +55,7 @@ crate::name_table! {
         Prod => "prod",
         Min => "min",
         Max => "max",
+        Avg => "avg",
     }
     unknown: "unknown reduction '{}'";
 }
@@ -66,10 +67,12 @@ pub trait Element: Copy + PartialOrd {
     fn store(self, b: &mut [u8]);
     fn add(self, o: Self) -> Self;
     fn mul(self, o: Self) -> Self;
+    /// `self / n` (integers: truncated towards zero, as C divides).
+    fn div_count(self, n: usize) -> Self;
 }
 
 macro_rules! element {
-    ($t:ty, $add:path, $mul:path) => {
+    ($t:ty, $add:path, $mul:path, $div:expr) => {
         impl Element for $t {
             const SIZE: usize = std::mem::size_of::<$t>();
             #[inline(always)]
@@ -88,22 +91,53 @@ macro_rules! element {
             fn mul(self, o: Self) -> Self {
                 $mul(self, o)
             }
+            #[inline(always)]
+            fn div_count(self, n: usize) -> Self {
+                $div(self, n)
+            }
         }
     };
 }
 
+/// Integer division by a count that may not fit the type itself.
+macro_rules! int_div {
+    ($t:ty) => {
+        |a: $t, n: usize| (a as i128 / n as i128) as $t
+    };
+}
+
 // Integers wrap on overflow, as NCCL's and MPI's integer sums do.
-element!(f32, std::ops::Add::add, std::ops::Mul::mul);
-element!(f64, std::ops::Add::add, std::ops::Mul::mul);
-element!(i32, i32::wrapping_add, i32::wrapping_mul);
-element!(i64, i64::wrapping_add, i64::wrapping_mul);
-element!(u8, u8::wrapping_add, u8::wrapping_mul);
-element!(i8, i8::wrapping_add, i8::wrapping_mul);
-element!(u32, u32::wrapping_add, u32::wrapping_mul);
-element!(u64, u64::wrapping_add, u64::wrapping_mul);
+element!(
+    f32,
+    std::ops::Add::add,
+    std::ops::Mul::mul,
+    |a: f32, n: usize| a / n as f32
+);
+element!(
+    f64,
+    std::ops::Add::add,
+    std::ops::Mul::mul,
+    |a: f64, n: usize| a / n as f64
+);
+element!(i32, i32::wrapping_add, i32::wrapping_mul, int_div!(i32));
+element!(i64, i64::wrapping_add, i64::wrapping_mul, int_div!(i64));
+element!(u8, u8::wrapping_add, u8::wrapping_mul, int_div!(u8));
+element!(i8, i8::wrapping_add, i8::wrapping_mul, int_div!(i8));
+element!(u32, u32::wrapping_add, u32::wrapping_mul, int_div!(u32));
+element!(u64, u64::wrapping_add, u64::wrapping_mul, int_div!(u64));
 // The half-precision floats add and multiply through f32 and round once to their own type.
-element!(half::f16, std::ops::Add::add, std::ops::Mul::mul);
-element!(half::bf16, std::ops::Add::add, std::ops::Mul::mul);
+element!(
+    half::f16,
+    std::ops::Add::add,
+    std::ops::Mul::mul,
+    |a: half::f16, n: usize| half::f16::from_f64(a.to_f64() / n as f64)
+);
+element!(
+    half::bf16,
+    std::ops::Add::add,
+    std::ops::Mul::mul,
+    |a: half::bf16, n: usize| half::bf16::from_f64(a.to_f64() / n as f64)
+);
 
 /// `dst[i] = f(dst[i], src[i])` over whole elements: the one loop every kernel is made of.
 #[inline(always)]
@@ -115,10 +149,33 @@ fn combine<T: Element>(dst: &mut [u8], src: &[u8], f: impl Fn(T, T) -> T) {
 
 fn reduce_typed<T: Element>(op: RedOp, dst: &mut [u8], src: &[u8]) {
     match op {
-        RedOp::Sum => combine::<T>(dst, src, |a, b| a.add(b)),
+        // The average is a sum on the ring, divided by the ranks at the end ([`divide`]).
+        RedOp::Sum | RedOp::Avg => combine::<T>(dst, src, |a, b| a.add(b)),
         RedOp::Prod => combine::<T>(dst, src, |a, b| a.mul(b)),
         RedOp::Min => combine::<T>(dst, src, |a, b| if b < a { b } else { a }),
         RedOp::Max => combine::<T>(dst, src, |a, b| if b > a { b } else { a }),
+    }
+}
+
+/// `buf[i] = buf[i] / n` over whole elements: the end of an average over `n` ranks (NCCL's
+/// `ncclAvg`: a sum, then divided; integers truncated towards zero).
+pub fn divide(dtype: DataType, buf: &mut [u8], n: usize) {
+    fn each<T: Element>(buf: &mut [u8], n: usize) {
+        for b in buf.chunks_exact_mut(T::SIZE) {
+            T::load(b).div_count(n).store(b);
+        }
+    }
+    match dtype {
+        DataType::F32 => each::<f32>(buf, n),
+        DataType::F64 => each::<f64>(buf, n),
+        DataType::I32 => each::<i32>(buf, n),
+        DataType::I64 => each::<i64>(buf, n),
+        DataType::U8 => each::<u8>(buf, n),
+        DataType::I8 => each::<i8>(buf, n),
+        DataType::U32 => each::<u32>(buf, n),
+        DataType::U64 => each::<u64>(buf, n),
+        DataType::F16 => each::<half::f16>(buf, n),
+        DataType::Bf16 => each::<half::bf16>(buf, n),
     }
 }
 
@@ -160,9 +217,12 @@ pub fn reduce(dtype: DataType, op: RedOp, dst: &mut [u8], src: &[u8]) -> Result<
 /// the order of the reduction.
 ///
 /// Products use only 1 and 2 (at most one rank contributes a 2 per element), so they stay
-/// exact and do not overflow for any world size.
+/// exact and do not overflow for any world size. For the average every rank gives the same
+/// value at an element, so that the sum divides by the ranks exactly, in every type: a lost or
+/// doubled contribution, or an element of another place, still shows.
 pub fn input_value(op: RedOp, rank: usize, i: usize) -> i64 {
     match op {
+        RedOp::Avg => ((i * 7) % 31) as i64 + 1,
         RedOp::Prod => {
             if (i + rank) % 7 == 0 && rank == i % 5 {
                 2
@@ -182,6 +242,8 @@ pub fn expected_value(dtype: DataType, op: RedOp, world: usize, i: usize) -> i64
         RedOp::Prod => vals.product(),
         RedOp::Min => vals.min().unwrap_or(0),
         RedOp::Max => vals.max().unwrap_or(0),
+        // The sum as the type holds it, then divided (integers truncated towards zero).
+        RedOp::Avg => return wrap(dtype, vals.sum()) / world.max(1) as i64,
     };
     wrap(dtype, v)
 }

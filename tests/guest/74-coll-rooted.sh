@@ -6,8 +6,8 @@
 # rooted ones with a root that is not rank 0. Then all-to-all under Open MPI's mpirun on 3 ranks,
 # sizes not divisible by 3 (rounded down as nccl-tests does). Then nccl-tests' fidelity (issue
 # 40, item 5): reduce-scatter and all-gather print and compute from what moves, half and
-# bfloat16 reduce exactly, -d all runs each type in turn, the time column keeps to nccl-tests'
-# 7 characters.
+# bfloat16 reduce exactly, -d all runs each type in turn, -o avg divides where the result is,
+# the time column keeps to nccl-tests' 7 characters.
 # Took 57 s on a busy 2-core host (TCG guest, a build sharing it).
 # timeout: 400
 # slow: four collectives of four ranks up to 4 MiB with every element checked, and an mpirun job, under emulation
@@ -105,9 +105,9 @@ for spec in "-d bfloat16 -o sum" "-d half -o prod"; do
     check_rows "$TMPDIR/t16.out" "vl_all_reduce_perf $spec" "8 65536"
 done
 
-step "-d all: vl_reduce_perf --np 3 -r 1 runs each of the ten types in turn, every element checked"
+step "-d all -o avg: vl_reduce_perf --np 3 -r 1 averages each of the ten types in turn, every element checked"
 rc=0
-run_timeout 120 vl_reduce_perf --np 3 --ib-dev "$VL_DEV0,$VL_DEV1" -d all -r 1 -b 96 -e 96 \
+run_timeout 120 vl_reduce_perf --np 3 --ib-dev "$VL_DEV0,$VL_DEV1" -d all -o avg -r 1 -b 96 -e 96 \
     -n 1 -w 0 -c 1 --timeout 30 >"$TMPDIR/all.out" 2>&1 || rc=$?
 grep -E '^ +[0-9]+ ' "$TMPDIR/all.out" || true
 [ "$rc" = 0 ] || { cat "$TMPDIR/all.out"; fail "vl_reduce_perf -d all exited $rc"; }
@@ -115,6 +115,12 @@ types=$(grep -E '^ +[0-9]+ ' "$TMPDIR/all.out" | awk '{ print $3 }' | tr '\n' ' 
 [ "$types" = "float double int32 int64 uint8 int8 uint32 uint64 half bfloat16 " ] \
     || fail "vl_reduce_perf -d all ran the types '$types'"
 expect_contains "$TMPDIR/all.out" "# Out of bounds values : 0 OK"
+rc=0
+run_timeout 90 vl_reduce_scatter_perf --np 3 --ib-dev "$VL_DEV0,$VL_DEV1" -d half -o avg -b 96 -e 96 \
+    -n 1 -w 0 -c 1 --timeout 30 >"$TMPDIR/rsavg.out" 2>&1 || rc=$?
+grep -E '^ +[0-9]+ ' "$TMPDIR/rsavg.out" || true
+[ "$rc" = 0 ] || { cat "$TMPDIR/rsavg.out"; fail "vl_reduce_scatter_perf -o avg exited $rc"; }
+check_rows "$TMPDIR/rsavg.out" "vl_reduce_scatter_perf -d half -o avg" "96"
 
 step "the time column: 7 characters at most, two decimals below 10000 us, one below 100000, then none"
 cat "$TMPDIR"/*.out | grep -E '^ +[0-9]+ ' | awk '{

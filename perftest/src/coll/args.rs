@@ -55,7 +55,7 @@ pub struct Args {
     /// Check every element of one more collective against the exact expected value (0 or 1).
     #[arg(short = 'c', long = "check", default_value_t = 1)]
     pub check: u8,
-    /// Reduction: sum, prod, min, max, or all (each in turn, as nccl-tests).
+    /// Reduction: sum, prod, min, max, avg, or all (each in turn, as nccl-tests).
     #[arg(short = 'o', long = "op", default_value = "sum", value_parser = redop)]
     pub ops: Sweep<RedOp>,
     /// Element type: float, double, int32, int64, uint8, int8, uint32, uint64, half, bfloat16,
@@ -241,26 +241,12 @@ fn datatype(s: &str) -> Result<Sweep<DataType>, String> {
         .map_err(|e| format!("{e} (-d is nccl-tests' data type; RDMA devices go in --ib-dev)"))
 }
 
-/// `-o`: one of the operators, or `all`; NCCL's `avg` is refused by name.
+/// `-o`: one of the operators, or `all`.
 fn redop(s: &str) -> Result<Sweep<RedOp>, String> {
-    let ops = || {
-        RedOp::ALL
-            .iter()
-            .map(|o| o.name())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    match s {
-        "all" => Ok(Sweep::All),
-        "avg" => Err(format!(
-            "NCCL's average is not implemented here: run sum and divide by the ranks ({} are)",
-            ops()
-        )),
-        _ => s
-            .parse::<RedOp>()
-            .map(Sweep::One)
-            .map_err(|e| format!("{e} ({})", ops())),
+    if s == "all" {
+        return Ok(Sweep::All);
     }
+    s.parse::<RedOp>().map(Sweep::One)
 }
 
 /// nccl-tests' flags for GPUs, threads and NCCL itself ([`NCCL_ONLY`]). So that an nccl-tests

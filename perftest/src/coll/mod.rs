@@ -450,7 +450,7 @@ fn check_exact(args: &Args, coll: Coll, n: usize) -> Result<(), Fail> {
         return Ok(());
     };
     let sum = CHECKED_MAX * n as i64;
-    if coll.reduces() && args.op == RedOp::Sum && sum > limit {
+    if coll.reduces() && matches!(args.op, RedOp::Sum | RedOp::Avg) && sum > limit {
         return Err(usage(format!(
             "-d {t} -c 1 with {n} ranks: {t} holds every integer only up to {limit}, and the \
              checked sum reaches {sum} ({CHECKED_MAX} per rank), so its rounding could not be \

@@ -415,7 +415,7 @@ fn refuses_a_collective_report_that_does_not_add_up() {
     );
     refused(
         &with(&doc, "/redop", Some("xor".into())),
-        "redop: \"xor\" is not one of sum, prod, min, max",
+        "redop: \"xor\" is not one of sum, prod, min, max, avg",
     );
     refused(
         &with(&doc, "/redop", Some(Value::Null)),

@@ -405,7 +405,22 @@ impl Comm {
         if !in_place {
             self.copy_in(0..bytes, 0);
         }
-        self.run_coll(coll, dtype, op, count)
+        self.run_coll(coll, dtype, op, count)?;
+        if op == RedOp::Avg {
+            // The ring summed; the average is that sum over the ranks, where the result is.
+            let n = self.world_size();
+            let result = match coll {
+                Coll::ReduceScatter => self.chunk_of(count, self.rank()),
+                Coll::Reduce { root } if root != self.rank() => 0..0,
+                _ => 0..count,
+            };
+            let s = dtype.size();
+            let at = result.start * s..result.end * s;
+            let mut sum = self.read_output(at.clone());
+            kernels::divide(dtype, &mut sum, n);
+            self.write_output(at.start, &sum);
+        }
+        Ok(())
     }
 
     /// Every rank's chunk r ends on every rank. Rank r's contribution is chunk r of the output
