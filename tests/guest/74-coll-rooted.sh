@@ -8,7 +8,7 @@
 # 40, item 5): reduce-scatter and all-gather print and compute from what moves, half and
 # bfloat16 reduce exactly, -d all runs each type in turn, -o avg divides where the result is,
 # the time column keeps to nccl-tests' 7 characters.
-# Took 57 s on a busy 2-core host (TCG guest, a build sharing it).
+# Took 34-62 s on a 2-core host shared with builds (TCG guest); 157 s at load average 10.
 # timeout: 400
 # slow: four collectives of four ranks up to 4 MiB with every element checked, and an mpirun job, under emulation
 set -eu

@@ -444,12 +444,12 @@ impl Comm {
         root: usize,
         in_place: bool,
     ) -> Result<()> {
-        self.from_root(Coll::Broadcast { root }, dtype, count, in_place)
+        self.rooted_spread(Coll::Broadcast { root }, dtype, count, in_place)
     }
 
     /// Broadcast and scatter: out of place, the root's input is first copied to its output,
     /// which the ring reads.
-    fn from_root(
+    fn rooted_spread(
         &mut self,
         coll: Coll,
         dtype: DataType,
@@ -508,7 +508,7 @@ impl Comm {
         root: usize,
         in_place: bool,
     ) -> Result<()> {
-        self.from_root(Coll::Scatter { root }, dtype, count, in_place)
+        self.rooted_spread(Coll::Scatter { root }, dtype, count, in_place)
     }
 
     /// Block j of rank i's input ends as block i of rank j's output, blocks of `count / n`
