@@ -16,6 +16,7 @@ pub mod device;
 pub mod engine;
 pub mod entry;
 pub mod events;
+pub mod fabric;
 pub mod gates;
 pub mod input;
 pub mod jsoncheck;

@@ -376,6 +376,10 @@ pub fn check_report(doc: &Value, sizes: Option<&[u64]>) -> Result<Vec<u64>, Stri
     if !doc.is_object() {
         return Err("the report is not a JSON object".into());
     }
+    if doc.get("tool").and_then(Value::as_str) == Some(crate::fabric::report::TOOL) {
+        no_negative_number(doc, "")?;
+        return fabric::check_fabric(doc);
+    }
     let kind = Document::of(doc);
     let got = match kind {
         Some(Document::Report) => {
@@ -412,6 +416,7 @@ pub fn check_report(doc: &Value, sizes: Option<&[u64]>) -> Result<Vec<u64>, Stri
 }
 
 mod coll;
+mod fabric;
 
 #[cfg(test)]
 mod tests;

@@ -115,6 +115,13 @@ impl Star {
         &self.table
     }
 
+    /// Ends the star and hands over its link and table, for a tool that goes on talking to the
+    /// ranks in its own words after the rendezvous and outlives a rank that is gone, where the
+    /// star ends the whole job (`vl_fabric_check`, which names the host and checks the rest).
+    pub fn into_parts(self) -> (Box<dyn Link>, Vec<RankRecord>) {
+        (self.link, self.table)
+    }
+
     /// This rank's place among the ranks of its host (see [`super::place`]).
     pub fn place(&self) -> Place {
         places(&self.table)[self.rank as usize]

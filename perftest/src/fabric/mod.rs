@@ -1,0 +1,202 @@
+//! `vl_fabric_check`: every pair of hosts tested, the slow ones named. One rank per host,
+//! started like the collectives (`--np`, mpirun, srun, torchrun's variables, or
+//! `--rank/--world-size/--master`), meeting at the collectives' rendezvous
+//! ([`verbs_lab::coll::bootstrap`]). Rank 0 plans the rounds ([`plan`]), hands each rank its
+//! flows ([`world`]), which run as the vl_* tools' own tests ([`flows`]), judges the numbers by
+//! stated rules ([`verdict`]) and reports them ([`report`]). See docs/fabric-check.md.
+
+pub mod args;
+pub mod check;
+pub mod flows;
+pub mod plan;
+pub mod report;
+pub mod verdict;
+pub mod world;
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use verbs_lab::coll::bootstrap::{self, place, Via, NO_DEVICE, PROTOCOL_VERSION};
+use verbs_lab::coll::env::{self, RankInfo};
+use verbs_lab::coll::launch;
+use verbs_lab::coll::{RankFlags, RankRecord};
+use verbs_lab::verbs::{Gid, RemoteBuf};
+
+pub use args::Args;
+use report::TOOL;
+
+/// Exit codes, as for the other tools.
+pub const EXIT_FAILED: u8 = 1;
+pub const EXIT_USAGE: u8 = 2;
+pub const EXIT_SUSPECT: u8 = 3;
+
+type Fail = (u8, String);
+
+fn usage(s: impl Into<String>) -> Fail {
+    (EXIT_USAGE, s.into())
+}
+
+/// The binary's `main`.
+pub fn main() -> ExitCode {
+    verbs_lab::cli::generate_if_asked(<Args as clap::CommandFactory>::command);
+    let mut command = <Args as clap::CommandFactory>::command();
+    let parsed = command
+        .try_get_matches_from_mut(std::env::args_os())
+        .map_err(|e| verbs_lab::cli::explain_number_error(e, &mut command))
+        .and_then(|m| <Args as clap::FromArgMatches>::from_arg_matches(&m));
+    let args = match parsed {
+        Ok(a) => a,
+        Err(e) => verbs_lab::cli::exit_on_usage_error(&e, TOOL),
+    };
+    let run = match args.np {
+        // A rank that --np started: it ends with its launcher.
+        Some(_) if args.rank.is_some() && launch::started_by_launcher() => {
+            launch::child_setup(None)
+                .map_err(usage)
+                .and_then(|()| run(&args))
+        }
+        Some(np) => return launcher(np, &args),
+        None => run(&args),
+    };
+    match run {
+        Ok(code) => ExitCode::from(code),
+        Err((code, msg)) => {
+            verbs_lab::eprintln_whole!("{TOOL}: error: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+/// `--np N`: N ranks on this machine, meeting over TCP on the loopback (each rank's tests
+/// connect to 127.0.0.1: the ranks share this host).
+fn launcher(np: u32, args: &Args) -> ExitCode {
+    let checked = if args.rank.is_some() || args.world_size.is_some() || args.master.is_some() {
+        Err(usage(
+            "--np starts its own ranks: leave out --rank, --world-size and --master (they are \
+             for starting each rank yourself, one per host)",
+        ))
+    } else if np < 2 {
+        Err(usage("--np 1: a fabric check needs at least 2 ranks"))
+    } else {
+        check_files(args)
+    };
+    if let Err((code, msg)) = checked {
+        verbs_lab::eprintln_whole!("{TOOL}: error: {msg}");
+        return ExitCode::from(code);
+    }
+    let own: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let run = launch::LocalRun {
+        tool: TOOL,
+        grace: Duration::from_secs(args.round_timeout + 60),
+        queues: false,
+        owes_the_end: true,
+    };
+    launch::Outcome::exit(launch::run_local(np, &own, &run), TOOL)
+}
+
+/// `--json` and `--plot` checked before anything runs: a path that cannot be written is a
+/// usage error (exit 2), not a lost report after the check.
+fn check_files(args: &Args) -> Result<(), Fail> {
+    for (flag, path) in [("--json", &args.json), ("--plot", &args.plot)] {
+        if let Some(p) = path {
+            crate::output::can_write(Path::new(p)).map_err(|e| {
+                usage(format!(
+                    "{flag} {p}: cannot write this file: {e}; nothing was run"
+                ))
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// One rank: who it is, the rendezvous, then rank 0's check or another rank's part in it.
+fn run(args: &Args) -> Result<u8, Fail> {
+    let info = env::from_env(&RankFlags {
+        rank: args.rank,
+        world_size: args.world_size,
+        local_rank: args.local_rank,
+        master: args.master.clone(),
+    })
+    .map_err(usage)?;
+    if info.world_size < 2 {
+        return Err(usage(
+            "a fabric check needs at least 2 ranks, one per host: start it with --np N, mpirun, \
+             srun or torchrun, or give --rank, --world-size and --master",
+        ));
+    }
+    let Some((host, port)) = info.master.clone() else {
+        return Err(usage(
+            "no rendezvous address: give --master HOST:PORT (rank 0's host) or set MASTER_ADDR \
+             and MASTER_PORT",
+        ));
+    };
+    if info.rank == 0 {
+        check_files(args)?;
+    }
+    let star = bootstrap::rendezvous(
+        own_record(&info),
+        Via::Tcp((&host, port)),
+        Duration::from_secs(args.bootstrap_timeout),
+    )
+    .map_err(|e| (EXIT_FAILED, e.to_string()))?;
+    let (link, table) = star.into_parts();
+    if info.rank != 0 {
+        return world::follow(args, link, &table, info.rank).map_err(|e| (EXIT_FAILED, e));
+    }
+    let mut world = world::World::new(link, table);
+    let checked = check::run(args, &mut world);
+    let hosts: Vec<String> = world.table.iter().map(|r| r.host.clone()).collect();
+    let doc = report::document(args, &hosts, &world.gone, &checked);
+    let written = write_outputs(args, &doc);
+    let code = match &written {
+        Ok(()) => doc.exit,
+        Err(_) => EXIT_FAILED,
+    };
+    world.end(code);
+    written.map(|()| code)
+}
+
+/// The report on stdout, `--json`, `--plot`.
+fn write_outputs(args: &Args, doc: &report::FabricJson) -> Result<(), Fail> {
+    verbs_lab::outln!("{}", report::text(doc).trim_end());
+    if let Some(p) = &args.json {
+        std::fs::write(p, crate::report::pretty_json(doc))
+            .map_err(|e| (EXIT_FAILED, format!("cannot write --json {p}: {e}")))?;
+    }
+    if let Some(p) = &args.plot {
+        let svg = report::svg(doc).map_err(|e| (EXIT_FAILED, e))?;
+        std::fs::write(p, svg)
+            .map_err(|e| (EXIT_FAILED, format!("cannot write --plot {p}: {e}")))?;
+    }
+    Ok(())
+}
+
+/// This rank's rendezvous record: who and where it is. It opens no device here: each pair
+/// test opens its own, as the tools do.
+fn own_record(info: &RankInfo) -> RankRecord {
+    let (host, host_hash) = place::this_host();
+    RankRecord {
+        rank: info.rank,
+        world_size: info.world_size,
+        version: PROTOCOL_VERSION,
+        host,
+        host_hash,
+        pid: std::process::id(),
+        local_rank: info.local_rank,
+        device: NO_DEVICE.into(),
+        cpu: None,
+        lid: 0,
+        gid: Gid::ZERO,
+        mtu: 0,
+        left_qpn: 0,
+        left_psn: 0,
+        right_qpn: 0,
+        right_psn: 0,
+        slots: RemoteBuf::default(),
+        slot_bytes: 0,
+        nslots: 0,
+        terms: vec![("the tool".into(), TOOL.into())],
+    }
+}
