@@ -84,23 +84,31 @@ pub fn run(args: &Args, world: &mut World) -> Checked {
     }
 }
 
-/// Ports of the servers of one round: each host's servers take `--port`, `--port` + 1, ... in
-/// the order of the flows (ranks on one host share its ports).
-struct Ports<'a> {
+/// Ports of the servers: each host's servers take `--port`, `--port` + 1, ... in the order of
+/// the flows, over the whole check (ranks on one host share its ports), so that no test ever
+/// meets a listener left from an earlier round; past 65535 they start again at `--port`.
+pub struct Ports {
     base: u16,
-    next: HashMap<u64, u16>,
-    world: &'a World,
+    next: HashMap<u64, u32>,
 }
 
-impl Ports<'_> {
-    fn of(&mut self, server: u32) -> u16 {
+impl Ports {
+    pub fn new(base: u16) -> Ports {
+        Ports {
+            base,
+            next: HashMap::new(),
+        }
+    }
+
+    fn of(&mut self, world: &World, server: u32) -> u16 {
         let k = self
             .next
-            .entry(self.world.table[server as usize].host_hash)
+            .entry(world.table[server as usize].host_hash)
             .or_insert(0);
-        let p = self.base.wrapping_add(*k);
+        let span = 65536 - u32::from(self.base);
+        let p = u32::from(self.base) + *k % span;
         *k += 1;
-        p
+        p as u16
     }
 }
 
@@ -113,12 +121,7 @@ fn progress(text: &str) {
 
 /// The flows of a round of `pairs`: per pair, bandwidth a→b, then b→a, then the latency
 /// ping-pong (three steps, one after the other; the pairs of the round at once).
-fn pair_flows(args: &Args, world: &World, pairs: &[Pair]) -> Vec<Flow> {
-    let mut ports = Ports {
-        base: args.port,
-        next: HashMap::new(),
-        world,
-    };
+fn pair_flows(args: &Args, world: &World, ports: &mut Ports, pairs: &[Pair]) -> Vec<Flow> {
     let mut flows = Vec::new();
     for &(a, b) in pairs {
         let (a, b) = (a as u32, b as u32);
@@ -135,7 +138,7 @@ fn pair_flows(args: &Args, world: &World, pairs: &[Pair]) -> Vec<Flow> {
                 step,
                 port: 0,
             };
-            f.port = ports.of(f.server(args.test));
+            f.port = ports.of(world, f.server(args.test));
             flows.push(f);
         }
     }
@@ -146,6 +149,7 @@ fn pair_flows(args: &Args, world: &World, pairs: &[Pair]) -> Vec<Flow> {
 fn pair_round(
     args: &Args,
     world: &mut World,
+    ports: &mut Ports,
     pairs: &[Pair],
     name: &str,
     rounds: &mut Vec<RoundLog>,
@@ -157,7 +161,7 @@ fn pair_round(
         .collect();
     let list: Vec<String> = live.iter().map(|(a, b)| format!("{a}-{b}")).collect();
     progress(&format!("{name}: pairs {}", list.join(" ")));
-    let flows = pair_flows(args, world, &live);
+    let flows = pair_flows(args, world, ports, &live);
     let t = Instant::now();
     let out = if live.is_empty() {
         Vec::new()
@@ -223,10 +227,11 @@ fn pair_result(world: &World, (a, b): Pair, out: &[Option<Result<f64, String>>])
 fn pairs(args: &Args, world: &mut World, rounds: &mut Vec<RoundLog>) -> PairsOutcome {
     let n = world.table.len();
     let plan = tournament(n);
+    let mut ports = Ports::new(args.port);
     let mut first = Vec::new();
     for (i, round) in plan.iter().enumerate() {
         let name = format!("round {}/{}", i + 1, plan.len());
-        first.extend(pair_round(args, world, round, &name, rounds));
+        first.extend(pair_round(args, world, &mut ports, round, &name, rounds));
     }
     let rules = rules(args);
     let gone = |w: &World| (0..n).map(|h| !w.alive(h)).collect::<Vec<bool>>();
@@ -244,7 +249,7 @@ fn pairs(args: &Args, world: &mut World, rounds: &mut Vec<RoundLog>) -> PairsOut
         let again_rounds = disjoint_rounds(&slow);
         for (i, round) in again_rounds.iter().enumerate() {
             let name = format!("re-test {}/{}", i + 1, again_rounds.len());
-            let again = pair_round(args, world, round, &name, rounds);
+            let again = pair_round(args, world, &mut ports, round, &name, rounds);
             for r in again {
                 if let Some(p) = pairs.iter_mut().find(|p| (p.a, p.b) == (r.a, r.b)) {
                     // A host gone during the re-test leaves the first measurement standing.
@@ -284,6 +289,7 @@ fn stress(args: &Args, world: &mut World, rounds: &mut Vec<RoundLog>) -> Vec<Flo
         )],
     };
     let mut results = Vec::new();
+    let mut ports = Ports::new(args.port);
     for (name, set) in sets {
         let live: Vec<Pair> = set
             .iter()
@@ -291,11 +297,6 @@ fn stress(args: &Args, world: &mut World, rounds: &mut Vec<RoundLog>) -> Vec<Flo
             .filter(|&(s, d)| world.alive(s) && world.alive(d))
             .collect();
         progress(&format!("{name}: {} flows at once", live.len()));
-        let mut ports = Ports {
-            base: args.port,
-            next: HashMap::new(),
-            world,
-        };
         let flows: Vec<Flow> = live
             .iter()
             .enumerate()
@@ -308,7 +309,7 @@ fn stress(args: &Args, world: &mut World, rounds: &mut Vec<RoundLog>) -> Vec<Flo
                     step: 0,
                     port: 0,
                 };
-                f.port = ports.of(f.server(args.test));
+                f.port = ports.of(world, f.server(args.test));
                 f
             })
             .collect();

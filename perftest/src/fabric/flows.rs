@@ -48,6 +48,15 @@ impl Flow {
         }
     }
 
+    /// The other end of the flow from `me`.
+    pub fn peer_of(&self, me: u32) -> u32 {
+        if self.src == me {
+            self.dst
+        } else {
+            self.src
+        }
+    }
+
     pub fn server(&self, op: Op) -> u32 {
         if self.client(op) == self.src {
             self.dst
@@ -141,58 +150,79 @@ pub fn decode_outcomes(r: &mut Reader<'_>) -> Result<Vec<Outcome>, WireError> {
 }
 
 /// Runs this rank's `flows` (it is client or server of each), step by step, the flows of a
-/// step at once; returns the outcome of each flow it is the client of.
+/// step at once; returns the outcome of each flow it is the client of, and the failures of
+/// those it serves (a client that measured wins over its server's failure at rank 0). Once a
+/// test with a peer failed, this rank's later flows with that peer are skipped, failed: they
+/// would wait for the peer's bounds one by one.
 pub fn run_flows(args: &Args, table: &[RankRecord], me: u32, flows: &[Flow]) -> Vec<Outcome> {
     let mut steps: Vec<u32> = flows.iter().map(|f| f.step).collect();
     steps.sort_unstable();
     steps.dedup();
-    let mut out = Vec::new();
+    let mut out: Vec<Outcome> = Vec::new();
+    let mut failed_with: Vec<u32> = Vec::new();
     for step in steps {
-        let now: Vec<&Flow> = flows.iter().filter(|f| f.step == step).collect();
-        let results: Vec<Option<Outcome>> = std::thread::scope(|s| {
+        let (skip, now): (Vec<&Flow>, Vec<&Flow>) = flows
+            .iter()
+            .filter(|f| f.step == step)
+            .partition(|f| failed_with.contains(&f.peer_of(me)));
+        for f in skip {
+            let e = format!(
+                "skipped: an earlier test of {} with {} failed",
+                table[me as usize].host,
+                table[f.peer_of(me) as usize].host
+            );
+            out.push((f.id, Err(e)));
+        }
+        let results: Vec<(&Flow, Result<f64, String>)> = std::thread::scope(|s| {
             let handles: Vec<_> = now
                 .iter()
-                .map(|f| s.spawn(move || run_one(args, table, me, f)))
+                .map(|f| (*f, s.spawn(move || run_one(args, table, me, f))))
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| None))
+                .map(|(f, h)| {
+                    let r = h
+                        .join()
+                        .unwrap_or_else(|_| Err("the test's thread panicked".into()));
+                    (f, r)
+                })
                 .collect()
         });
-        out.extend(results.into_iter().flatten());
+        for (f, r) in results {
+            if r.is_err() {
+                failed_with.push(f.peer_of(me));
+            }
+            if f.client(args.test) == me || r.is_err() {
+                out.push((f.id, r));
+            }
+        }
     }
     out
 }
 
-/// One flow on this rank: `Some` outcome when this rank is its client.
-fn run_one(args: &Args, table: &[RankRecord], me: u32, f: &Flow) -> Option<Outcome> {
+/// One flow on this rank, as its client or its server: the client's number (a server's is
+/// none of the check's: 0), or the failure.
+fn run_one(args: &Args, table: &[RankRecord], me: u32, f: &Flow) -> Result<f64, String> {
     let client = f.client(args.test) == me;
-    let peer = if client {
-        f.server(args.test)
-    } else {
-        f.client(args.test)
-    };
+    let peer = f.peer_of(me);
     let host = peer_address(&table[me as usize], &table[peer as usize]);
     let result = config(args, f, client.then_some(host.as_str()))
         .and_then(|cfg| run_tool(&cfg, &mut NoSink).map_err(|e| format!("{e:#}")))
-        .and_then(|r| match r.rows {
-            Rows::Bw(rows) => rows
+        .and_then(|r| match (client, r.rows) {
+            (false, _) => Ok(0.0),
+            (true, Rows::Bw(rows)) => rows
                 .first()
                 .map(|r| crate::result::to_mib_per_sec(r.avg_bps))
                 .ok_or_else(|| "the bandwidth test gave no row".to_string()),
-            Rows::Lat(rows) => rows
+            (true, Rows::Lat(rows)) => rows
                 .first()
                 .map(|r| r.stats.median_us)
                 .filter(|x| x.is_finite())
                 .ok_or_else(|| "the latency test gave no time".to_string()),
         });
     let who = |r: u32| format!("{} (rank {r})", table[r as usize].host);
-    client.then(|| {
-        (
-            f.id,
-            result.map_err(|e| format!("{} with {}: {e}", who(me), who(peer))),
-        )
-    })
+    let role = if client { "client" } else { "server" };
+    result.map_err(|e| format!("{} ({role}) with {}: {e}", who(me), who(peer)))
 }
 
 /// Where to reach `peer`'s pair tests: its host name, or the loopback address when it is on

@@ -24,9 +24,10 @@ const OUTCOMES: u8 = b'O';
 /// A control message's send bound.
 const SEND_BOUND: Duration = Duration::from_secs(10);
 /// How long rank 0 waits, after a rank's partner reported that their test failed, before it
-/// names a rank that has not answered gone: the pair tests' own bounds end a live rank's part
-/// well within it.
-pub const AFTER_PARTNER: Duration = Duration::from_secs(45);
+/// names a rank that has not answered gone: `--wait` (a live rank may be a server waiting for
+/// the client that gave up) plus this margin (the tools' peer timeout and slack). A live rank
+/// skips its later tests with a failed peer, so it answers within that.
+pub const AFTER_PARTNER_MARGIN: Duration = Duration::from_secs(20);
 /// How often rank 0 looks at each link it waits on.
 const LOOK: Duration = Duration::from_millis(5);
 
@@ -87,14 +88,17 @@ impl World {
         let mut out: RoundOutcomes = vec![None; flows.len()];
         let record = |out: &mut RoundOutcomes, got: Vec<(u32, Result<f64, String>)>| {
             for (id, r) in got {
-                if let Some(slot) = out.get_mut(id as usize) {
-                    *slot = Some(r);
+                // A server's failure does not undo its client's number.
+                match out.get_mut(id as usize) {
+                    Some(Some(Ok(_))) | None => {}
+                    Some(slot) => *slot = Some(r),
                 }
             }
         };
         let own = run_flows(args, &self.table, 0, &mine(0));
         record(&mut out, own);
         let bound = Duration::from_secs(args.round_timeout);
+        let after_partner = Duration::from_secs(args.wait) + AFTER_PARTNER_MARGIN;
         // When a rank's partner reported that a flow between them failed.
         let mut trouble: Vec<Option<Instant>> = vec![None; n];
         let note_trouble = |out: &RoundOutcomes, trouble: &mut Vec<Option<Instant>>| {
@@ -124,14 +128,15 @@ impl World {
             pending.clear();
             for r in still {
                 let late = start.elapsed() >= bound;
-                let after = trouble[r as usize].is_some_and(|t| t.elapsed() >= AFTER_PARTNER);
+                let after = trouble[r as usize].is_some_and(|t| t.elapsed() >= after_partner);
                 if late || after {
                     let why = if late {
                         format!("no answer within --round-timeout {} s", args.round_timeout)
                     } else {
                         format!(
-                            "no answer {} s after its partner's test with it failed",
-                            AFTER_PARTNER.as_secs()
+                            "no answer {} s (--wait + {} s) after a test with it failed",
+                            after_partner.as_secs(),
+                            AFTER_PARTNER_MARGIN.as_secs()
                         )
                     };
                     self.mark_gone(r, round, &why);

@@ -1,0 +1,117 @@
+#!/bin/sh
+# vl_fabric_check on 4 hosts of the leaf-spine fabric, one rank per node:
+# - a lone vl_write_bw pair beside the check's own numbers for the same pairs (the check must not
+#   measure itself; printed, not asserted: no timed assertions);
+# - no fault, under mpirun: exit 0, no suspect;
+# - node3's cable slowed (netem rate 20mbit on the leaf's port toward node3: it shapes only what
+#   goes to node3): exit 3, node3 the one suspect;
+# - node3's cable losing 5 %: exit 3, node3 the one suspect;
+# - node4 killed in round 1: exit 3, node4 named gone, its pairs listed as not measured and every
+#   pair of the others measured.
+# cluster: nodes=4 topology=leaf-spine
+# timeout: 900
+# slow: five checks of four hosts through emulated routers, and a node booted again
+set -eu
+# shellcheck source=tests/cluster/lib.sh
+. "$VL_TESTS/lib.sh"
+trap 'restore_cluster' EXIT
+
+ARGS="-d rxe0 -u 16 -s 64K -n 60 --lat-iters 100 --wait 10"
+
+# check NAME PORT [OPTION...]: a check of the 4 nodes, ranks 1-3 started over ssh, rank 0 here
+# (node1) writing $TMPDIR/NAME.out and NAME.json (checked by vl_jsoncheck); sets RC.
+check() {
+    name=$1 port=$2
+    shift 2
+    pids=''
+    for k in 2 3 4; do
+        remote_bg "node$k" "exec vl_fabric_check $ARGS --rank $((k - 1)) --world-size 4 --master node1:$port $*" "$TMPDIR/$name.r$k.out"
+        pids="$pids $BG_PID"
+    done
+    RC=0
+    # shellcheck disable=SC2086  # ARGS and the options are words
+    run_timeout "$(scaled 400)" vl_fabric_check $ARGS --rank 0 --world-size 4 --master "node1:$port" \
+        --json "$TMPDIR/$name.json" "$@" >"$TMPDIR/$name.out" 2>&1 || RC=$?
+    cat "$TMPDIR/$name.out"
+    # A killed node's ssh never ends by itself: the kill step waits only a moment for it.
+    for p in $pids; do _vl_watch "$p" "$(scaled "${WATCH:-30}")" || kill "$p" 2>/dev/null || true; done
+    vl_jsoncheck "$TMPDIR/$name.json" || fail "$name: the --json report does not pass vl_jsoncheck"
+}
+
+# suspects NAME: the hosts NAME's report names suspect, space-separated ('' for none).
+suspects() {
+    awk '/^Suspect hosts:$/ { on = 1; next } on && /^  / { printf "%s%s", sep, $1; sep = " "; next } { on = 0 }' "$TMPDIR/$1.out"
+}
+
+# expect NAME RC SUSPECTS: the check ended with RC and named exactly SUSPECTS.
+expect() {
+    [ "$RC" = "$2" ] || fail "$1: exit $RC, expected $2"
+    got=$(suspects "$1")
+    [ "$got" = "$3" ] || fail "$1: suspects '$got', expected '${3:-none}'"
+}
+
+# lone NODE: a lone vl_write_bw node1 -> NODE with the check's size and count; prints MiB/s.
+lone() {
+    remote_bg "$1" "exec vl_write_bw -d rxe0 -u 16 -s 65536 -n 60" "$TMPDIR/lone.srv"
+    srv=$BG_PID
+    rc=0
+    run_timeout "$(scaled 60)" vl_write_bw -d rxe0 -u 16 -s 65536 -n 60 --wait 30 "$1" >"$TMPDIR/lone.out" 2>&1 || rc=$?
+    _vl_watch "$srv" "$(scaled 30)" || true
+    [ "$rc" = 0 ] || { cat "$TMPDIR/lone.out" "$TMPDIR/lone.srv" >&2; fail "vl_write_bw to $1 exited $rc"; }
+    awk '$1 ~ /^[0-9]+$/ && NF >= 5 { v = $4 } END { print v }' "$TMPDIR/lone.out"
+}
+
+# cell NAME ROW COLUMN: the bandwidth matrix's cell (MiB/s) of NAME's report.
+cell() {
+    awk -v r="$2" -v c="$3" '/^Bandwidth/ { on = 1 } on && $2 == r && $3 ~ /^node/ { split($0, f, "|"); print f[c + 3] + 0; exit }' "$TMPDIR/$1.out"
+}
+
+step "no fault, under mpirun (one slot per node): exit 0, no suspect"
+nodes | sed 's/$/ slots=1/' >"$TMPDIR/hostfile"
+RC=0
+# shellcheck disable=SC2086
+run_timeout "$(scaled 300)" mpirun --allow-run-as-root --hostfile "$TMPDIR/hostfile" -np 4 \
+    --mca oob_tcp_if_include mgmt0 --mca btl_tcp_if_include mgmt0 \
+    vl_fabric_check $ARGS --master node1:29610 --json "$TMPDIR/clean.json" >"$TMPDIR/clean.out" 2>&1 || RC=$?
+cat "$TMPDIR/clean.out"
+vl_jsoncheck "$TMPDIR/clean.json" || fail "clean: the --json report does not pass vl_jsoncheck"
+expect clean 0 ''
+
+step "a lone vl_write_bw on the same nodes, beside the check's numbers"
+same=$(lone node2)
+across=$(lone node3)
+echo "node1 -> node2: lone $same MiB/s, in the check $(cell clean 0 1) MiB/s"
+echo "node1 -> node3: lone $across MiB/s, in the check $(cell clean 0 2) MiB/s"
+
+step "node3's cable slowed to 20 Mbit/s toward node3: node3 suspect, nobody else"
+fabric netem node3 rate 20mbit
+check slow 29611 -p 18600
+expect slow 3 node3
+
+step "node3's cable losing 5 %: node3 suspect, nobody else"
+fabric netem node3 loss 5%
+check loss 29612 -p 18700
+expect loss 3 node3
+fabric netem node3 clear
+
+step "node4 killed in round 1: named gone, its pairs not measured, the others' all measured"
+(
+    wait_remote_port node4 18800 60 vl_fabric_check
+    sleep 1
+    host_ctl kill node4
+) >"$TMPDIR/kill.log" 2>&1 &
+killer=$!
+WATCH=3 check kill 29613 -p 18800
+_vl_watch "$killer" "$(scaled 60)" || true
+cat "$TMPDIR/kill.log"
+expect kill 3 node4
+expect_contains "$TMPDIR/kill.out" "node4 (rank 3): gone in round 1/3"
+grep -Eq '^Not measured \(a host gone\): ([0-2]-3 ?)+$' "$TMPDIR/kill.out" \
+    || fail "kill: the pairs not measured are not exactly node4's"
+for r in 0 1 2; do
+    for c in 0 1 2; do
+        [ "$r" = "$c" ] && continue
+        v=$(cell kill "$r" "$c")
+        awk -v v="$v" 'BEGIN { exit !(v > 0) }' || fail "kill: pair $r -> $c not measured ($v)"
+    done
+done
