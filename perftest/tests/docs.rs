@@ -18,6 +18,7 @@ fn every_binary_documents_itself() {
         (env!("CARGO_BIN_EXE_vl_jsoncheck"), "--sizes"),
         (env!("CARGO_BIN_EXE_vl_benchchart"), "--version"),
         (env!("CARGO_BIN_EXE_vl_benchstat"), "--version"),
+        (env!("CARGO_BIN_EXE_vl_fabric_check"), "--tolerance"),
     ] {
         verbs_lab::cli::check_generated(Path::new(exe), &scratch, flag)
             .unwrap_or_else(|e| panic!("{e}"));

@@ -16,7 +16,10 @@ set -eu
 . "$VL_TESTS/lib.sh"
 trap 'restore_cluster' EXIT
 
-ARGS="-d rxe0 -u 16 -s 64K -n 60 --lat-iters 100 --wait 10"
+# Emulated hosts (TCG, one vCPU each) vary by ±30 % from pair to pair and their latency by 3x
+# from run to run: the rules' tolerance and latency factor are widened to what emulation needs;
+# the planted faults (20 Mbit/s, 5 % loss) sit far below either.
+ARGS="-d rxe0 -u 16 -s 64K -n 40 --lat-iters 50 --wait 10 --tolerance 0.5 --lat-factor 10"
 
 # check NAME PORT [OPTION...]: a check of the 4 nodes, ranks 1-3 started over ssh, rank 0 here
 # (node1) writing $TMPDIR/NAME.out and NAME.json (checked by vl_jsoncheck); sets RC.
@@ -29,8 +32,10 @@ check() {
         pids="$pids $BG_PID"
     done
     RC=0
+    # busybox's timeout, not run_timeout: its watchdog's forks ten times a second would slow
+    # node1, one of the hosts measured, on its one vCPU (rank 0 has no child to leave behind).
     # shellcheck disable=SC2086  # ARGS and the options are words
-    run_timeout "$(scaled 400)" vl_fabric_check $ARGS --rank 0 --world-size 4 --master "node1:$port" \
+    timeout "$(scaled 400)" vl_fabric_check $ARGS --rank 0 --world-size 4 --master "node1:$port" \
         --json "$TMPDIR/$name.json" "$@" >"$TMPDIR/$name.out" 2>&1 || RC=$?
     cat "$TMPDIR/$name.out"
     # A killed node's ssh never ends by itself: the kill step waits only a moment for it.
@@ -70,7 +75,7 @@ step "no fault, under mpirun (one slot per node): exit 0, no suspect"
 nodes | sed 's/$/ slots=1/' >"$TMPDIR/hostfile"
 RC=0
 # shellcheck disable=SC2086
-run_timeout "$(scaled 300)" mpirun --allow-run-as-root --hostfile "$TMPDIR/hostfile" -np 4 \
+timeout "$(scaled 300)" mpirun --allow-run-as-root --hostfile "$TMPDIR/hostfile" -np 4 \
     --mca oob_tcp_if_include mgmt0 --mca btl_tcp_if_include mgmt0 \
     vl_fabric_check $ARGS --master node1:29610 --json "$TMPDIR/clean.json" >"$TMPDIR/clean.out" 2>&1 || RC=$?
 cat "$TMPDIR/clean.out"

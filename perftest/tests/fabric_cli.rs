@@ -1,0 +1,112 @@
+//! vl_fabric_check on the host, where no RDMA device is needed before the rounds: bad command
+//! lines are refused before anything runs (exit 2, `vl_fabric_check: error: ` and the reason), a
+//! rank that never arrives is named by rank 0 when the rendezvous' bound passes (exit 1), and a
+//! second check on a master port already taken is refused (exit 1), each within its bound.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_vl_fabric_check");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("MASTER_ADDR")
+        .env_remove("MASTER_PORT")
+        .env_remove("RANK")
+        .env_remove("WORLD_SIZE")
+        .output()
+        .expect("vl_fabric_check starts")
+}
+
+fn fails(args: &[&str], code: i32, reason: &str) {
+    let out = run(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+    assert!(err.contains(reason), "{args:?}: {err}");
+    assert!(out.stdout.is_empty(), "{args:?} printed a report");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn bad_command_lines_are_refused_before_anything_runs() {
+    fails(&["--tolerance", "2"], 2, "2 is not a share");
+    fails(&["--lat-factor", "0.5"], 2, "a factor of at least 1");
+    fails(&["--expect", "0"], 2, "above 0");
+    fails(&["--mode", "ring"], 2, "invalid value 'ring'");
+    fails(&["--np", "1"], 2, "vl_fabric_check: error: --np 1: a fabric check needs at least 2");
+    fails(
+        &["--np", "2", "--rank", "0"],
+        2,
+        "--np starts its own ranks",
+    );
+    fails(
+        &["--rank", "0", "--world-size", "1", "--master", "127.0.0.1:1"],
+        2,
+        "needs at least 2 ranks",
+    );
+    let master = format!("127.0.0.1:{}", free_port());
+    fails(
+        &[
+            "--rank",
+            "0",
+            "--world-size",
+            "2",
+            "--master",
+            &master,
+            "--json",
+            "/nonexistent-dir/x.json",
+        ],
+        2,
+        "--json /nonexistent-dir/x.json: cannot write this file",
+    );
+}
+
+#[test]
+fn a_rank_that_never_arrives_is_named_within_the_bound() {
+    let master = format!("127.0.0.1:{}", free_port());
+    let t = Instant::now();
+    fails(
+        &[
+            "--rank",
+            "0",
+            "--world-size",
+            "3",
+            "--master",
+            &master,
+            "--bootstrap-timeout",
+            "1",
+        ],
+        1,
+        "ranks 1, 2 of 3 never reached the master",
+    );
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+}
+
+#[test]
+fn a_second_check_on_the_same_master_port_is_refused() {
+    let taken = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let master = format!("127.0.0.1:{port}");
+    fails(
+        &[
+            "--rank",
+            "0",
+            "--world-size",
+            "2",
+            "--master",
+            &master,
+            "--bootstrap-timeout",
+            "2",
+        ],
+        1,
+        &format!("rank 0 cannot listen on TCP port {port}"),
+    );
+}
