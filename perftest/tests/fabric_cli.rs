@@ -41,14 +41,25 @@ fn bad_command_lines_are_refused_before_anything_runs() {
     fails(&["--lat-factor", "0.5"], 2, "a factor of at least 1");
     fails(&["--expect", "0"], 2, "above 0");
     fails(&["--mode", "ring"], 2, "invalid value 'ring'");
-    fails(&["--np", "1"], 2, "vl_fabric_check: error: --np 1: a fabric check needs at least 2");
+    fails(
+        &["--np", "1"],
+        2,
+        "vl_fabric_check: error: --np 1: a fabric check needs at least 2",
+    );
     fails(
         &["--np", "2", "--rank", "0"],
         2,
         "--np starts its own ranks",
     );
     fails(
-        &["--rank", "0", "--world-size", "1", "--master", "127.0.0.1:1"],
+        &[
+            "--rank",
+            "0",
+            "--world-size",
+            "1",
+            "--master",
+            "127.0.0.1:1",
+        ],
         2,
         "needs at least 2 ranks",
     );

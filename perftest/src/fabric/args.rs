@@ -3,6 +3,8 @@
 use clap::{Parser, ValueEnum};
 use verbs_lab::cli::{parse_size, MAX_WAIT_SECS};
 
+use super::verdict::Reference;
+
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "vl_fabric_check",
@@ -19,8 +21,9 @@ use verbs_lab::cli::{parse_size, MAX_WAIT_SECS};
                   in turn receives from all the others at once), all-to-all (every host sends to \
                   every other at once).\n\
                   Rules (pairs): a pair is slow when a direction's bandwidth < --tolerance x the best \
-                  direction (or --expect), its latency > --lat-factor x the lowest, or its test \
-                  failed; a host is suspect when more than half of its pairs are slow and more than \
+                  direction (--reference best; or the median direction, --reference median; or --expect), its latency > --lat-factor x the lowest, or its test \
+                  failed; slow pairs are re-tested, each alone, and reported when slow both times; a \
+                  host is suspect when more than half of its pairs are slow and more than \
                   half of the hosts are not. See docs/fabric-check.md.\n\
                   Exit status: 0 nothing suspect, 1 the check failed, 2 usage, 3 something is \
                   suspect (a slow pair, a suspect host, a host gone, a pair not measured)."
@@ -46,7 +49,11 @@ pub struct Args {
     /// Slow below this share of the reference bandwidth (0 < T <= 1).
     #[arg(long, default_value_t = 0.7, value_parser = share)]
     pub tolerance: f64,
-    /// The reference bandwidth, GB/s (10^9 bytes/s), instead of the best pair's.
+    /// The measured reference bandwidth: the best direction, or the median one (for fabrics
+    /// whose runs scatter widely, e.g. emulated hosts).
+    #[arg(long, value_enum, default_value_t = Reference::Best)]
+    pub reference: Reference,
+    /// The reference bandwidth, GB/s (10^9 bytes/s), instead of a measured one.
     #[arg(long, value_name = "GB/S", value_parser = positive)]
     pub expect: Option<f64>,
     /// Slow above this multiple of the lowest latency (at least 1).

@@ -1,6 +1,5 @@
 //! Which hosts meet when: the round-robin tournament of the pair check (every pair of hosts
-//! exactly once, no host in two pairs of a round), and the rounds of a re-test (the slow pairs
-//! again, packed into as few rounds of disjoint pairs as a greedy pass finds).
+//! exactly once, no host in two pairs of a round). The re-test runs each slow pair alone.
 
 /// A pair of hosts (by rank), the lower rank first.
 pub type Pair = (usize, usize);
@@ -30,29 +29,6 @@ pub fn tournament(n: usize) -> Vec<Vec<Pair>> {
         .collect()
 }
 
-/// `pairs` in rounds of disjoint pairs, in their order: each round takes every pair left whose
-/// hosts are both still free in it. (The slow pairs of a check share hosts — a bad host is in
-/// all of its pairs — so they need as many rounds as the busiest host has pairs.)
-pub fn disjoint_rounds(pairs: &[Pair]) -> Vec<Vec<Pair>> {
-    let mut left: Vec<Pair> = pairs.to_vec();
-    let mut rounds = Vec::new();
-    while !left.is_empty() {
-        let mut busy = std::collections::HashSet::new();
-        let mut round = Vec::new();
-        left.retain(|&(a, b)| {
-            if busy.contains(&a) || busy.contains(&b) {
-                return true;
-            }
-            busy.insert(a);
-            busy.insert(b);
-            round.push((a, b));
-            false
-        });
-        rounds.push(round);
-    }
-    rounds
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,22 +55,5 @@ mod tests {
         }
         assert!(tournament(1).is_empty());
         assert!(tournament(0).is_empty());
-    }
-
-    #[test]
-    fn a_retest_packs_disjoint_pairs_and_keeps_every_pair() {
-        // Host 3 is in three slow pairs: three rounds, the others fill in beside it.
-        let slow = [(0, 3), (1, 3), (2, 3), (0, 1), (2, 4)];
-        let rounds = disjoint_rounds(&slow);
-        assert_eq!(
-            rounds,
-            vec![vec![(0, 3), (2, 4)], vec![(1, 3)], vec![(2, 3), (0, 1)]]
-        );
-        for round in &rounds {
-            let hosts: Vec<usize> = round.iter().flat_map(|&(a, b)| [a, b]).collect();
-            let set: HashSet<usize> = hosts.iter().copied().collect();
-            assert_eq!(set.len(), hosts.len());
-        }
-        assert!(disjoint_rounds(&[]).is_empty());
     }
 }

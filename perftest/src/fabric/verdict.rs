@@ -76,11 +76,24 @@ impl PairResult {
     }
 }
 
+/// Which measured bandwidth the pairs are held to (without `--expect`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Reference {
+    /// The best direction measured: right where the fabric's pairs differ by a few per cent.
+    Best,
+    /// The median direction: where single runs scatter widely (emulated hosts, a busy fabric),
+    /// one lucky run does not raise the bar for all.
+    Median,
+}
+
 /// The rules' numbers (their defaults are the tool's flags').
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Rules {
     /// A direction is slow below this share of the reference bandwidth.
     pub tolerance: f64,
+    /// The measured reference, when there is no `--expect`.
+    pub reference: Reference,
     /// The reference bandwidth, MiB/s (`--expect`, given in GB/s); `None`: the best measured.
     pub expect_mib_s: Option<f64>,
     /// A pair is slow above this multiple of the lowest latency.
@@ -90,9 +103,12 @@ pub struct Rules {
 impl Rules {
     /// The rules in words, as the report prints them.
     pub fn describe(&self) -> Vec<String> {
-        let reference = match self.expect_mib_s {
-            Some(e) => format!("the expected {e:.2} MiB/s (--expect)"),
-            None => "the best direction measured".into(),
+        let reference = match (self.expect_mib_s, self.reference) {
+            (Some(e), _) => format!("the expected {e:.2} MiB/s (--expect)"),
+            (None, Reference::Best) => "the best direction measured (--reference best)".into(),
+            (None, Reference::Median) => {
+                "the median direction measured (--reference median)".into()
+            }
         };
         vec![
             format!(
@@ -102,8 +118,8 @@ impl Rules {
                 self.tolerance, self.lat_factor
             ),
             "a host is suspect when more than half of its measured pairs are slow and more than \
-             half of the hosts are not; slow pairs are re-tested once and reported only when \
-             slow both times"
+             half of the hosts are not; slow pairs are re-tested once, each alone, and reported \
+             only when slow both times"
                 .into(),
         ]
     }
@@ -157,14 +173,21 @@ pub fn judge(n: usize, pairs: &[PairResult], gone: &[bool], rules: &Rules) -> Ve
 /// pairs that were never measured again.
 pub fn references(pairs: &[PairResult], rules: &Rules) -> (Option<f64>, Option<f64>) {
     let complete = || pairs.iter().filter(|p| p.complete());
-    let best = complete()
+    let mut bws: Vec<f64> = complete()
         .flat_map(|p| [p.bw_ab_mib_s, p.bw_ba_mib_s])
         .flatten()
-        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+        .collect();
+    bws.sort_by(f64::total_cmp);
+    let measured = match rules.reference {
+        Reference::Best => bws.last().copied(),
+        Reference::Median if bws.is_empty() => None,
+        Reference::Median if bws.len() % 2 == 1 => Some(bws[bws.len() / 2]),
+        Reference::Median => Some((bws[bws.len() / 2 - 1] + bws[bws.len() / 2]) / 2.0),
+    };
     let lowest = complete()
         .filter_map(|p| p.lat_us)
         .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
-    (rules.expect_mib_s.or(best), lowest)
+    (rules.expect_mib_s.or(measured), lowest)
 }
 
 /// [`judge`] against given references ([`references`]).
@@ -253,6 +276,7 @@ mod tests {
 
     const RULES: Rules = Rules {
         tolerance: 0.7,
+        reference: Reference::Best,
         expect_mib_s: None,
         lat_factor: 3.0,
     };
@@ -316,6 +340,28 @@ mod tests {
         // Two hosts cannot tell which end is bad: the pair is named, nobody blamed.
         let v = judge(2, &matrix(2, |p| p.bw_ab_mib_s = Some(1.0)), &[], &RULES);
         assert_eq!((v.slow.len(), v.suspects.len(), v.widespread), (1, 0, true));
+    }
+
+    #[test]
+    fn the_median_reference_is_not_raised_by_one_lucky_run() {
+        // One direction ran at three times the others: against the best, every pair is slow;
+        // against the median, none.
+        let lucky = |p: &mut PairResult| {
+            if (p.a, p.b) == (0, 1) {
+                p.bw_ab_mib_s = Some(15.0);
+            }
+        };
+        let v = judge(4, &matrix(4, lucky), &[], &RULES);
+        assert!(v.slow.len() >= 5 && v.widespread, "{v:?}");
+        let median = Rules {
+            reference: Reference::Median,
+            ..RULES
+        };
+        let v = judge(4, &matrix(4, lucky), &[], &median);
+        assert!(v.slow.is_empty(), "{v:?}");
+        assert_eq!(v.ref_bw_mib_s, Some(5.1));
+        // Even count: the mean of the middle two.
+        assert_eq!(references(&matrix(2, |_| {}), &median).0, Some(5.055));
     }
 
     #[test]
