@@ -21,23 +21,24 @@ trap 'restore_cluster' EXIT
 # latency by 7x: the rules hold the pairs to half the median direction (one lucky run must not
 # raise the bar) and latency to 10x the lowest; the planted faults (20 Mbit/s = 2.4 MiB/s, 5 %
 # loss) sit below either. A slow pair is re-tested alone, where the noise of the others is gone.
-ARGS="-d rxe0 -u 16 -s 64K -n 60 --lat-iters 50 --wait 10 --reference median --tolerance 0.5 --lat-factor 10"
+ARGS="-d rxe0 -u 16 -s 64K --lat-iters 50 --wait 10 --reference median --tolerance 0.5 --lat-factor 10"
 
-# check NAME PORT [OPTION...]: a check of the 4 nodes, ranks 1-3 started over ssh, rank 0 here
-# (node1) writing $TMPDIR/NAME.out and NAME.json (checked by vl_jsoncheck); sets RC.
+# check NAME PORT [OPTION...]: a check of the 4 nodes (-n $N messages per direction, 60 unless
+# set), ranks 1-3 started over ssh, rank 0 here (node1) writing $TMPDIR/NAME.out and NAME.json
+# (checked by vl_jsoncheck); sets RC.
 check() {
     name=$1 port=$2
     shift 2
     pids=''
     for k in 2 3 4; do
-        remote_bg "node$k" "exec vl_fabric_check $ARGS --rank $((k - 1)) --world-size 4 --master node1:$port $*" "$TMPDIR/$name.r$k.out"
+        remote_bg "node$k" "exec vl_fabric_check $ARGS -n ${N:-60} --rank $((k - 1)) --world-size 4 --master node1:$port $*" "$TMPDIR/$name.r$k.out"
         pids="$pids $BG_PID"
     done
     RC=0
     # busybox's timeout, not run_timeout: its watchdog's forks ten times a second would slow
     # node1, one of the hosts measured, on its one vCPU (rank 0 has no child to leave behind).
     # shellcheck disable=SC2086  # ARGS and the options are words
-    timeout "$(scaled 400)" vl_fabric_check $ARGS --rank 0 --world-size 4 --master "node1:$port" \
+    timeout "$(scaled 400)" vl_fabric_check $ARGS -n "${N:-60}" --rank 0 --world-size 4 --master "node1:$port" \
         --json "$TMPDIR/$name.json" "$@" >"$TMPDIR/$name.out" 2>&1 || RC=$?
     cat "$TMPDIR/$name.out"
     # A killed node's ssh never ends by itself: the kill step waits only a moment for it.
@@ -79,7 +80,7 @@ RC=0
 # shellcheck disable=SC2086
 timeout "$(scaled 300)" mpirun --allow-run-as-root --hostfile "$TMPDIR/hostfile" -np 4 \
     --mca oob_tcp_if_include mgmt0 --mca btl_tcp_if_include mgmt0 \
-    vl_fabric_check $ARGS --master node1:29610 --json "$TMPDIR/clean.json" >"$TMPDIR/clean.out" 2>&1 || RC=$?
+    vl_fabric_check $ARGS -n 60 --master node1:29610 --json "$TMPDIR/clean.json" >"$TMPDIR/clean.out" 2>&1 || RC=$?
 cat "$TMPDIR/clean.out"
 vl_jsoncheck "$TMPDIR/clean.json" || fail "clean: the --json report does not pass vl_jsoncheck"
 expect clean 0 ''
@@ -88,11 +89,11 @@ step "the check's own number against a lone vl_write_bw: node1 and node2 alone, 
 # Alone, so that nothing else shares the 2 host cores the 5 emulated machines run on.
 for i in 1 2; do
     solo=$(lone node2)
-    remote_bg node2 "exec vl_fabric_check $ARGS --rank 1 --world-size 2 --master node1:2962$i -p 1890$i" "$TMPDIR/two$i.r2.out"
+    remote_bg node2 "exec vl_fabric_check $ARGS -n 60 --rank 1 --world-size 2 --master node1:2962$i -p 1890$i" "$TMPDIR/two$i.r2.out"
     two=$BG_PID
     RC=0
     # shellcheck disable=SC2086
-    timeout "$(scaled 120)" vl_fabric_check $ARGS --rank 0 --world-size 2 --master "node1:2962$i" -p "1890$i" \
+    timeout "$(scaled 120)" vl_fabric_check $ARGS -n 60 --rank 0 --world-size 2 --master "node1:2962$i" -p "1890$i" \
         >"$TMPDIR/two$i.out" 2>&1 || RC=$?
     _vl_watch "$two" "$(scaled 30)" || true
     [ "$RC" = 0 ] || { cat "$TMPDIR/two$i.out"; fail "the check of node1 and node2 exited $RC"; }
@@ -106,7 +107,8 @@ expect slow 3 node3
 
 step "node3's cable losing 5 %: node3 suspect, nobody else"
 fabric netem node3 loss 5%
-check loss 29612 -p 18700
+# Writes into node3 crawl at ~0.4 MiB/s (go-back-N over 5 % loss): fewer messages keep it short.
+N=15 check loss 29612 -p 18700
 expect loss 3 node3
 fabric netem node3 clear
 

@@ -18,11 +18,10 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use verbs_lab::coll::bootstrap::{self, place, Via, NO_DEVICE, PROTOCOL_VERSION};
+use verbs_lab::coll::bootstrap::{self, Via};
 use verbs_lab::coll::env::{self, RankInfo};
 use verbs_lab::coll::launch;
-use verbs_lab::coll::{RankFlags, RankRecord};
-use verbs_lab::verbs::{Gid, RemoteBuf};
+use verbs_lab::coll::{CommOpts, RankFlags, RankRecord};
 
 pub use args::Args;
 use report::TOOL;
@@ -173,30 +172,12 @@ fn write_outputs(args: &Args, doc: &report::FabricJson) -> Result<(), Fail> {
     Ok(())
 }
 
-/// This rank's rendezvous record: who and where it is. It opens no device here: each pair
-/// test opens its own, as the tools do.
+/// This rank's rendezvous record: who and where it is (the communicator's first-round record).
+/// It opens no device here: each pair test opens its own, as the tools do.
 fn own_record(info: &RankInfo) -> RankRecord {
-    let (host, host_hash) = place::this_host();
-    RankRecord {
-        rank: info.rank,
-        world_size: info.world_size,
-        version: PROTOCOL_VERSION,
-        host,
-        host_hash,
-        pid: std::process::id(),
-        local_rank: info.local_rank,
-        device: NO_DEVICE.into(),
-        cpu: None,
-        lid: 0,
-        gid: Gid::ZERO,
-        mtu: 0,
-        left_qpn: 0,
-        left_psn: 0,
-        right_qpn: 0,
-        right_psn: 0,
-        slots: RemoteBuf::default(),
-        slot_bytes: 0,
-        nslots: 0,
+    let opts = CommOpts {
         terms: vec![("the tool".into(), TOOL.into())],
-    }
+        ..CommOpts::default()
+    };
+    verbs_lab::coll::comm::own_record(info, &opts)
 }

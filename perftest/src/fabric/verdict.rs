@@ -112,8 +112,8 @@ impl Rules {
         };
         vec![
             format!(
-                "a pair is slow when a direction's bandwidth < {:.2} x {reference} (--tolerance), \
-                 its latency > {:.2} x the lowest latency measured (--lat-factor), or its test \
+                "a pair is slow when a direction's bandwidth < {:.2} (--tolerance) x {reference}, \
+                 its latency > {:.2} (--lat-factor) x the lowest latency measured, or its test \
                  failed with both hosts alive",
                 self.tolerance, self.lat_factor
             ),

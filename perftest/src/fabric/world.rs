@@ -15,7 +15,9 @@ use verbs_lab::coll::RankRecord;
 use verbs_lab::wire::Reader;
 
 use super::args::Args;
-use super::flows::{decode_flows, decode_outcomes, encode_flows, encode_outcomes, run_flows, Flow};
+use super::flows::{
+    decode_flows, decode_outcomes, encode_flows, encode_outcomes, run_flows, Flow, Outcome,
+};
 
 const FLOWS: u8 = b'F';
 const END: u8 = b'E';
@@ -86,7 +88,7 @@ impl World {
             }
         }
         let mut out: RoundOutcomes = vec![None; flows.len()];
-        let record = |out: &mut RoundOutcomes, got: Vec<(u32, Result<f64, String>)>| {
+        let record = |out: &mut RoundOutcomes, got: Vec<Outcome>| {
             for (id, r) in got {
                 // A server's failure does not undo its client's number.
                 match out.get_mut(id as usize) {
@@ -160,7 +162,7 @@ impl World {
     }
 }
 
-fn parse_outcomes(b: &[u8]) -> Result<Vec<(u32, Result<f64, String>)>, String> {
+fn parse_outcomes(b: &[u8]) -> Result<Vec<Outcome>, String> {
     match b.split_first() {
         Some((&OUTCOMES, rest)) => {
             decode_outcomes(&mut Reader::new(rest)).map_err(|e| format!("garbled outcomes: {e}"))
