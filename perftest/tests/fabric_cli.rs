@@ -64,37 +64,38 @@ fn bad_command_lines_are_refused_before_anything_runs() {
         "needs at least 2 ranks",
     );
     let master = format!("127.0.0.1:{}", free_port());
-    fails(
-        &[
-            "--rank",
-            "0",
-            "--world-size",
-            "2",
-            "--master",
-            &master,
-            "--json",
-            "/nonexistent-dir/x.json",
-        ],
+    fails_as_rank0(
+        "2",
+        &master,
+        &["--json", "/nonexistent-dir/x.json"],
         2,
         "--json /nonexistent-dir/x.json: cannot write this file",
     );
+}
+
+/// Rank 0 of a world of `world` at `master`, with `extra` options.
+fn rank0(world: &str, master: &str, extra: &[&str]) -> Vec<String> {
+    ["--rank", "0", "--world-size", world, "--master", master]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect()
+}
+
+fn fails_as_rank0(world: &str, master: &str, extra: &[&str], code: i32, reason: &str) {
+    let args = rank0(world, master, extra);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    fails(&args, code, reason);
 }
 
 #[test]
 fn a_rank_that_never_arrives_is_named_within_the_bound() {
     let master = format!("127.0.0.1:{}", free_port());
     let t = Instant::now();
-    fails(
-        &[
-            "--rank",
-            "0",
-            "--world-size",
-            "3",
-            "--master",
-            &master,
-            "--bootstrap-timeout",
-            "1",
-        ],
+    fails_as_rank0(
+        "3",
+        &master,
+        &["--bootstrap-timeout", "1"],
         1,
         "ranks 1, 2 of 3 never reached the master",
     );
@@ -105,18 +106,10 @@ fn a_rank_that_never_arrives_is_named_within_the_bound() {
 fn a_second_check_on_the_same_master_port_is_refused() {
     let taken = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
     let port = taken.local_addr().unwrap().port();
-    let master = format!("127.0.0.1:{port}");
-    fails(
-        &[
-            "--rank",
-            "0",
-            "--world-size",
-            "2",
-            "--master",
-            &master,
-            "--bootstrap-timeout",
-            "2",
-        ],
+    fails_as_rank0(
+        "2",
+        &format!("127.0.0.1:{port}"),
+        &["--bootstrap-timeout", "2"],
         1,
         &format!("rank 0 cannot listen on TCP port {port}"),
     );

@@ -39,16 +39,8 @@ fn usage(s: impl Into<String>) -> Fail {
 
 /// The binary's `main`.
 pub fn main() -> ExitCode {
-    verbs_lab::cli::generate_if_asked(<Args as clap::CommandFactory>::command);
-    let mut command = <Args as clap::CommandFactory>::command();
-    let parsed = command
-        .try_get_matches_from_mut(std::env::args_os())
-        .map_err(|e| verbs_lab::cli::explain_number_error(e, &mut command))
-        .and_then(|m| <Args as clap::FromArgMatches>::from_arg_matches(&m));
-    let args = match parsed {
-        Ok(a) => a,
-        Err(e) => verbs_lab::cli::exit_on_usage_error(&e, TOOL),
-    };
+    // --help, --version, and a bad command line (`vl_fabric_check: error: ...`, status 2).
+    let args: Args = verbs_lab::cli::parse();
     let run = match args.np {
         // A rank that --np started: it ends with its launcher.
         Some(_) if args.rank.is_some() && launch::started_by_launcher() => {
