@@ -38,7 +38,9 @@ use vl_verbs::error::Advice;
 mod number;
 mod size;
 mod wait;
-pub use number::{explain_number_error, ib_port, qp_timeout, tcp_port, WholeRange};
+pub use number::{
+    explain_number_error, ib_port, negative_numbers_are_values, qp_timeout, tcp_port, WholeRange,
+};
 pub use size::{parse_size, SizeRange, SizeType};
 pub use wait::{wait_secs, WaitSecs, MAX_WAIT_SECS};
 
@@ -73,7 +75,7 @@ pub const GENERATE_ENV: &str = "VERBS_LAB_GENERATE";
 /// command line ends as [`exit_on_usage_error`] ends it.
 pub fn parse<T: Parser>() -> T {
     generate_if_asked(T::command);
-    let mut cmd = T::command();
+    let mut cmd = negative_numbers_are_values(T::command());
     cmd.try_get_matches_from_mut(std::env::args_os())
         .and_then(|mut m| T::from_arg_matches_mut(&mut m))
         .unwrap_or_else(|e| {

@@ -67,7 +67,7 @@ pub fn lesson_command<A: clap::CommandFactory>(program: &'static str) -> clap::C
 /// a number that is not one in plain words (`verbs_lab::cli::explain_number_error`).
 pub fn parse_args<A: clap::Parser>(program: &'static str) -> A {
     verbs_lab::cli::generate_if_asked(|| lesson_command::<A>(program));
-    let mut cmd = lesson_command::<A>(program);
+    let mut cmd = verbs_lab::cli::negative_numbers_are_values(lesson_command::<A>(program));
     cmd.try_get_matches_from_mut(std::env::args_os())
         .and_then(|mut m| A::from_arg_matches_mut(&mut m))
         .unwrap_or_else(|e| {

@@ -54,7 +54,7 @@ pub fn run_size(s: &mut Session<'_>, size: u64) -> Result<Option<BwRow>> {
     prepare(s, size)?;
     s.ch.sync(Phase::Ready, size).map_err(anyhow::Error::new)?;
 
-    let warmup = cfg.timing.warmup;
+    let warmup = cfg.timing.warmup.iters(size);
     let warm = if warmup > 0 {
         phase(s, Phase::WarmUp, size, RunMode::Iters(warmup), &[], &[])
             .with_context(|| format!("warm-up of size {size}"))?

@@ -78,7 +78,7 @@ pub fn phase_limit(cfg: &Config, cq_timeout: Duration) -> Duration {
     let size = cfg.sizes.max();
     let per_msg =
         SLOWEST_PER_MSG + Duration::from_secs_f64(size as f64 / SLOWEST_BYTES_PER_SEC as f64);
-    let warm = per_msg.saturating_mul(cfg.timing.warmup.min(u64::from(u32::MAX)) as u32);
+    let warm = per_msg.saturating_mul(cfg.timing.warmup.most().min(u64::from(u32::MAX)) as u32);
     let run = match cfg.timing.mode {
         RunMode::Duration(d) => d,
         RunMode::Iters(n) => {

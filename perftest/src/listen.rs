@@ -37,15 +37,18 @@ impl std::error::Error for Notified {}
 /// What a new connection turned out to be.
 #[derive(Debug)]
 pub enum Greeting {
-    /// A verbs-lab client with our parameters: ACCEPT was sent.
-    Accepted,
+    /// A verbs-lab client with our parameters: ACCEPT was sent. Its HELLO, for what the server
+    /// settles from it (the warm-up).
+    Accepted(Hello),
     /// Not a client of ours: why, in a few words.
     Stray(String),
 }
 
-/// The accepted client's channel, and the guard that turns other clients away until dropped.
+/// The accepted client's channel and HELLO, and the guard that turns other clients away until
+/// dropped.
 pub struct Accepted {
     pub ch: Channel,
+    pub hello: Hello,
     pub refuser: Refuser,
 }
 
@@ -72,7 +75,7 @@ pub fn accept_client(
         let peer = conn.peer();
         let mut ch = Channel::new(conn, "client");
         match server_hello(ours, &mut ch)? {
-            Greeting::Accepted => {
+            Greeting::Accepted(hello) => {
                 ch.set_timeout(timeout)?;
                 let busy = encode(&Msg::Error(format!(
                     "the server is busy with a run for {peer}; start this client again when \
@@ -85,7 +88,7 @@ pub fn accept_client(
                         )
                     })
                     .context("starting the thread that turns away further clients")?;
-                return Ok(Accepted { ch, refuser });
+                return Ok(Accepted { ch, hello, refuser });
             }
             Greeting::Stray(why) => {
                 let left = cfg.peer.wait.saturating_sub(start.elapsed());
@@ -119,7 +122,7 @@ pub fn server_hello(ours: &Hello, ch: &mut Channel) -> Result<Greeting> {
                 version: VERSION,
                 tool: ours.tool.clone(),
             }))?;
-            Ok(Greeting::Accepted)
+            Ok(Greeting::Accepted(h))
         }
         Ok(other) => {
             ch.send_error("expected HELLO: this is a verbs-lab vl_* server");

@@ -51,10 +51,20 @@ impl Progress {
 
     /// A size starts.
     pub fn size(&self, bytes: u64) {
+        self.warmed_size(bytes, 0)
+    }
+
+    /// A size starts, after `warmup` warm-up messages per QP (0: none), which the line shows:
+    /// `8388608 B after 1 warm-up`.
+    pub fn warmed_size(&self, bytes: u64, warmup: u64) {
         if let Some(bar) = &self.bar {
+            let warm = match warmup {
+                0 => String::new(),
+                n => format!(" after {n} warm-up"),
+            };
             match self.per_size {
-                Some(d) => bar.set_message(format!("{bytes} B for {} s", d.as_secs())),
-                None => bar.set_message(format!("{bytes} B")),
+                Some(d) => bar.set_message(format!("{bytes} B for {} s{warm}", d.as_secs())),
+                None => bar.set_message(format!("{bytes} B{warm}")),
             }
         }
     }

@@ -19,7 +19,7 @@ use crate::device::{self, LocalDev};
 use crate::engine::{Pacer, Session};
 use crate::listen::Notified;
 use crate::output::Reporter;
-use crate::params::{Config, RunMode, Sizes, Timing};
+use crate::params::{Config, RunMode, Sizes, Timing, Warmup};
 use crate::progress::Progress;
 use crate::proto::{ChanError, Channel, Hello, Msg, PeerFailed, Phase, ProtoError, VERSION};
 use crate::report::endpoint_line;
@@ -142,12 +142,14 @@ pub fn run_tool_paced(
     let cq_timeout = conn::completion_timeout(cfg);
     let peer_timeout = cq_timeout.max(Duration::from_secs(15));
     // The server's guard turns away other clients until the run ends (it is dropped last).
-    let (mut ch, _refuser) = match &cfg.peer.host {
+    let settled: Config;
+    let (cfg, mut ch, _refuser) = match &cfg.peer.host {
         None => {
             let a = crate::listen::accept_client(cfg, &our_hello(cfg), peer_timeout, || {
                 sink.listening()
             })?;
-            (a.ch, Some(a.refuser))
+            settled = settle_with_client(cfg, &a.hello);
+            (&settled, a.ch, Some(a.refuser))
         }
         Some(h) => {
             let note = |text: String| sink.note(&cfg.tool.name(), &text);
@@ -155,7 +157,7 @@ pub fn run_tool_paced(
                 .with_context(|| format!("connecting to the server {h}:{}", cfg.peer.port))?;
             let mut ch = Channel::new(conn, "server");
             ch.set_timeout(peer_timeout)?;
-            (ch, None)
+            (cfg, ch, None)
         }
     };
     ch.set_phase_limit(crate::engine::phase_limit(cfg, cq_timeout));
@@ -173,6 +175,18 @@ pub fn run_tool_paced(
         pacer,
     )
     .map_err(|e| tell_peer(&mut ch, e))
+}
+
+/// The server's configuration for the client whose HELLO was accepted: without `--warmup` of
+/// its own, the client's warm-up (see [`crate::proto::check_hello`]).
+fn settle_with_client(cfg: &Config, client: &Hello) -> Config {
+    let mut settled = cfg.clone();
+    if cfg.timing.warmup == Warmup::Auto {
+        if let Some(w) = crate::proto::client_warmup(client) {
+            settled.timing.warmup = w;
+        }
+    }
+    settled
 }
 
 /// Tells the peer why this side stops, unless it knows already (it sent the reason, we refused
@@ -284,7 +298,7 @@ fn session(
     // --run_infinitely warms up before the first period only.
     let later_periods = Config {
         timing: Timing {
-            warmup: 0,
+            warmup: Warmup::Iters(0),
             ..cfg.timing
         },
         ..cfg.clone()
@@ -346,7 +360,7 @@ fn measure<'c>(
         Metric::Bw => {
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
-                progress.size(size);
+                progress.warmed_size(size, cfg.timing.warmup.iters(size));
                 if let Some(r) = bw::run_size(s, size)? {
                     progress.row(|| sink.bw_row(&info, &r));
                     rows.push(r);
@@ -358,7 +372,7 @@ fn measure<'c>(
             let mut sq = lat::SendQueue::default();
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
-                progress.size(size);
+                progress.warmed_size(size, cfg.timing.warmup.iters(size));
                 if let Some(r) = lat::run_size(s, size, &mut sq)? {
                     progress.row(|| sink.lat_row(&info, &r));
                     rows.push(r);
@@ -508,7 +522,11 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
         use_events: cfg.events,
         duration,
         iterations,
-        warmup_iterations: cfg.timing.warmup,
+        // The most per QP at any size: the first (smallest) size's.
+        warmup_iterations: cfg
+            .timing
+            .warmup
+            .iters(link.agreed.sizes.first().copied().unwrap_or(1)),
         cpu,
         report_gbits: cfg.report_gbits,
         qp_timeout: cfg.qp_timeout,

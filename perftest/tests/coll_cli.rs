@@ -164,6 +164,27 @@ fn iters_out_of_range_say_the_range_allowed() {
     }
 }
 
+/// A negative number is the flag's value, refused with what the flag takes: clap took `-1`
+/// for an unknown flag and advised `-- -1`.
+#[test]
+fn negative_numbers_say_what_the_flag_takes() {
+    for (args, reason) in [
+        (
+            &["-r", "-1"][..],
+            "--root -1: cannot be negative; give a whole number",
+        ),
+        (&["-n", "-1"], "-n -1: give 1 to 4294967295"),
+        (
+            &["-b", "-8"],
+            "'-8' is not a size in bytes: it cannot be negative",
+        ),
+    ] {
+        refused(ALL_REDUCE, args, reason);
+        let err = String::from_utf8_lossy(&run(ALL_REDUCE, args).stderr).to_string();
+        assert!(!err.contains("use '--"), "{args:?}: {err}");
+    }
+}
+
 /// The launcher variables of `env` (and nothing else of this process's environment).
 fn run_in_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(ALL_REDUCE)

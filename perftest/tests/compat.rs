@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use vl_perftest::compat::{self, Status};
 use vl_perftest::output::Verbosity;
-use vl_perftest::params::{Config, Params, Tool};
+use vl_perftest::params::{Config, Params, Tool, Warmup};
 use vl_perftest::result::{Metric, TestKind};
 
 const KINDS: [TestKind; 4] = [
@@ -224,13 +224,13 @@ fn perftest_meanings() {
     assert_eq!(c.wait_destroy, Some(Duration::from_secs(2)));
     let c = Config::new(wbw, &a(wbw, "--disable_numa --perform_warm_up")).unwrap();
     assert!(!c.pin.auto);
-    assert_eq!(c.timing.warmup, 16);
+    assert_eq!(c.timing.warmup, Warmup::Auto);
     assert_eq!(
         Config::new(wbw, &a(wbw, "--warmup 0"))
             .unwrap()
             .timing
             .warmup,
-        0
+        Warmup::Iters(0)
     );
     // What perftest refuses, we refuse, naming it.
     for (t, args, says) in [

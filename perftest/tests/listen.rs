@@ -144,7 +144,7 @@ fn a_stray_that_closes_is_named() {
     let mut ch = Channel::new(conn, "client");
     match server_hello(&our_hello(&cfg), &mut ch).unwrap() {
         Greeting::Stray(why) => assert!(why.contains("closed"), "{why}"),
-        Greeting::Accepted => panic!("accepted a stray"),
+        Greeting::Accepted(_) => panic!("accepted a stray"),
     }
     t.join().unwrap();
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use verbs_lab::verbs::{Mtu, QpType};
-use vl_perftest::params::{AtomicType, Config, Params, RunMode, Sizes, Tool};
+use vl_perftest::params::{AtomicType, Config, Params, RunMode, Sizes, Tool, Warmup};
 use vl_perftest::result::{Metric, TestKind};
 
 const WRITE_BW: Tool = Tool::new(TestKind::Write, Metric::Bw);
@@ -102,7 +102,78 @@ fn defaults_are_perftests() {
         Sizes::Single(8),
         "-a on atomics is 8 only"
     );
-    assert_eq!(c.timing.warmup, 16);
+    assert_eq!(c.timing.warmup, Warmup::Auto);
+}
+
+/// perftest has no warm-up unless asked; ours warms up by default, scaled by the message size
+/// so that a large size does not pay 16 messages (`vl_read_lat -s 4M -n 5` outlasted
+/// ib_read_lat fourfold).
+#[test]
+fn the_default_warm_up_scales_with_the_size() {
+    let auto = ok(READ_LAT, "-s 4M -n 5").timing.warmup;
+    assert_eq!(auto, Warmup::Auto);
+    let at = |size| auto.iters(size);
+    assert_eq!(
+        (
+            at(2),
+            at(64 << 10),
+            at(128 << 10),
+            at(1 << 20),
+            at(4 << 20),
+            at(8 << 20)
+        ),
+        (16, 16, 8, 1, 1, 1)
+    );
+    assert_eq!(auto.most(), 16);
+    let given = ok(READ_LAT, "-s 4M --warmup 5").timing.warmup;
+    assert_eq!((given, given.iters(4 << 20)), (Warmup::Iters(5), 5));
+    assert_eq!(ok(WRITE_BW, "--warmup 0").timing.warmup.iters(2), 0);
+    // The HELLO says which: a server without --warmup takes the client's number.
+    assert_eq!(Warmup::Auto.wire(), "auto");
+    assert_eq!(Warmup::from_wire("auto"), Some(Warmup::Auto));
+    assert_eq!(Warmup::from_wire("0"), Some(Warmup::Iters(0)));
+    assert_eq!(Warmup::from_wire("-1"), None);
+}
+
+/// A negative number is the flag's value, refused with what the flag takes — not clap's tip
+/// to write `-- -5`, which would make it the SERVER argument.
+#[test]
+fn negative_numbers_say_what_the_flag_takes() {
+    for (tool, args, says) in [
+        (
+            WRITE_BW,
+            "-s -5",
+            "'-5' is not a size in bytes: it cannot be negative",
+        ),
+        (WRITE_BW, "-n -1", "--iters -1: cannot be negative"),
+        (
+            WRITE_BW,
+            "-D -1",
+            "--duration -1: cannot be negative; give whole seconds",
+        ),
+        (SEND_BW, "-r -1", "--rx-depth -1: cannot be negative"),
+        (WRITE_BW, "-q -2", "--qp -2: cannot be negative"),
+        (WRITE_BW, "--warmup -1", "--warmup -1: cannot be negative"),
+        (WRITE_BW, "-p -1", "-p -1: give 1 to 65535"),
+        (WRITE_BW, "-u -1", "-u -1: give 0 to 31"),
+    ] {
+        let e = parse(tool, args).expect_err(args).to_string();
+        assert!(e.contains(says), "{args}: {e}");
+        assert!(!e.contains("use '--"), "{args}: {e}");
+    }
+}
+
+/// The port's range is 1..=65535 in every refusal, 0 and 70000 alike.
+#[test]
+fn a_port_is_1_to_65535() {
+    for bad in ["0", "70000", "65536"] {
+        let e = parse(WRITE_BW, &format!("-p {bad}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("-p {bad}: give 1 to 65535")), "{e}");
+    }
+    assert_eq!(ok(WRITE_BW, "-p 65535").peer.port, 65535);
+    assert_eq!(ok(WRITE_BW, "-p 1").peer.port, 1);
 }
 
 #[test]
@@ -133,7 +204,10 @@ fn short_and_long_forms_agree() {
         assert!(c.bidirectional && c.events && c.no_peak);
         assert_eq!(c.asked.inline_size, Some(32));
         assert_eq!(c.asked.mtu, Some(Mtu::Mtu1024));
-        assert_eq!((c.qp_timeout, c.peer.port, c.timing.warmup), (20, 20000, 3));
+        assert_eq!(
+            (c.qp_timeout, c.peer.port, c.timing.warmup),
+            (20, 20000, Warmup::Iters(3))
+        );
         assert_eq!(c.peer.host.as_deref(), Some("host1"));
         // Both sides derive the same wire parameters from the same flags.
         assert_eq!(c.wire_params(), ok(WRITE_BW, short).wire_params());
@@ -250,7 +324,7 @@ fn impossible_combinations_are_refused_with_the_flag() {
     refused(WRITE_BW, "-u 32", &["-u 32"]);
     refused(READ_BW, "-I 64", &["-I", "inline"]);
     refused(SEND_BW, "-c UD -s 8192", &["-s 8192", "UD", "leave -s out"]);
-    refused(SEND_LAT, "-p 0", &["-p 0", "1..65535"]);
+    refused(SEND_LAT, "-p 0", &["-p 0", "1 to 65535"]);
     refused(WRITE_BW, "--port 0 --procs 2", &["-p 0"]);
     refused(WRITE_BW, "-s 4294967296", &["-s 4294967296"]);
     refused(SEND_BW, "-q 64 -r 512", &["-q 64", "lower"]);

@@ -1,8 +1,11 @@
 //! Whole numbers on the command line: the one check of a flag with a fixed range and a reason
 //! for it ([`WholeRange`]: `-u`, the QP ack timeout exponent, [`qp_timeout`]; `-i`, a port,
 //! [`ib_port`]; `-p`, a TCP port, [`tcp_port`]), and plain English for clap's own refusal of a number that is not one
-//! ([`explain_number_error`]: `-D 1.5` said "invalid digit found in string").
+//! ([`explain_number_error`]: `-D 1.5` said "invalid digit found in string"), including a
+//! negative one ([`negative_numbers_are_values`]: `-s -5` was taken for a flag `-5`, and clap's
+//! tip to write `-- -5` would have made it the SERVER argument).
 
+use std::any::TypeId;
 use std::ffi::OsStr;
 use std::marker::PhantomData;
 use std::num::{IntErrorKind, ParseIntError};
@@ -92,6 +95,31 @@ pub fn ib_port() -> WholeRange<u8> {
     WholeRange::new(1..=255, "ports are numbered from 1 (vl_devinfo lists them)")
 }
 
+/// `cmd` with every option that takes a whole number (or a size, which parses into one)
+/// taking a negative number as its value: `-s -5` reaches the option's parser, which says what
+/// the option accepts, instead of clap reading `-5` as an unknown flag and advising `-- -5`
+/// (which would make it the SERVER argument). Options of other types are left as they are.
+pub fn negative_numbers_are_values(cmd: Command) -> Command {
+    let whole = [
+        TypeId::of::<u8>(),
+        TypeId::of::<u16>(),
+        TypeId::of::<u32>(),
+        TypeId::of::<u64>(),
+        TypeId::of::<usize>(),
+        TypeId::of::<i64>(),
+    ];
+    cmd.mut_args(|a| {
+        let numeric = !a.is_positional()
+            && a.get_action().takes_values()
+            && whole.iter().any(|t| a.get_value_parser().type_id() == *t);
+        if numeric {
+            a.allow_negative_numbers(true)
+        } else {
+            a
+        }
+    })
+}
+
 /// clap's refusal of a whole number that does not parse (`-D 1.5`: "invalid digit found in
 /// string") rewritten to name the flag, the value and the form it takes:
 /// `--duration 1.5: not a whole number; give whole seconds (digits only, e.g. 5)`. Any other
@@ -101,16 +129,25 @@ pub fn explain_number_error(e: clap::Error, cmd: &mut Command) -> clap::Error {
     if e.kind() != ErrorKind::ValueValidation {
         return e;
     }
-    let Some(bad) = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<ParseIntError>())
-    else {
-        return e;
-    };
     let (Some(ContextValue::String(arg)), Some(ContextValue::String(value))) = (
         e.get(ContextKind::InvalidArg),
         e.get(ContextKind::InvalidValue),
     ) else {
         return e;
     };
+    let source = std::error::Error::source(&e);
+    // clap's own parser of a u8, u16 or u32 reads an i64 and checks its range: "-1 is not in
+    // 0..=255"; a u64's fails to parse (ParseIntError).
+    let out_of_range = source.map(|s| s.to_string()).and_then(|t| {
+        t.strip_prefix(&format!("{value} is not in "))
+            .map(String::from)
+    });
+    let bad = source
+        .and_then(|s| s.downcast_ref::<ParseIntError>())
+        .map(ParseIntError::kind);
+    if bad.is_none() && out_of_range.is_none() {
+        return e;
+    }
     // `arg` reads `--duration <SECS>`.
     let (flag, value_name) = arg.split_once(' ').unwrap_or((arg, ""));
     let form = match value_name.trim_matches(['<', '>']) {
@@ -119,17 +156,29 @@ pub fn explain_number_error(e: clap::Error, cmd: &mut Command) -> clap::Error {
         "BYTES" => "a whole number of bytes",
         _ => "a whole number",
     };
-    let why = match bad.kind() {
-        IntErrorKind::PosOverflow => format!("{flag} {value}: too large"),
+    let negative =
+        value.len() > 1 && value.starts_with('-') && value[1..].bytes().all(|b| b.is_ascii_digit());
+    let range = out_of_range.and_then(|r| {
+        let (lo, hi) = r.split_once("..=")?;
+        Some(format!("{lo} to {hi}"))
+    });
+    let why = match (bad, range) {
+        (_, Some(range)) if negative => format!("{flag} {value}: cannot be negative; give {range}"),
+        (_, Some(range)) => format!("{flag} {value}: give {range}"),
+        _ if negative => {
+            format!("{flag} {value}: cannot be negative; give {form} (digits only, e.g. 5)")
+        }
+        (Some(IntErrorKind::PosOverflow), _) => format!("{flag} {value}: too large"),
         _ => format!("{flag} {value}: not a whole number; give {form} (digits only, e.g. 5)"),
     };
+
     cmd.error(ErrorKind::ValueValidation, why)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::{CommandFactory, Parser};
+    use clap::{CommandFactory, FromArgMatches, Parser};
 
     #[derive(Parser, Debug)]
     struct T {
@@ -140,12 +189,17 @@ mod tests {
         #[arg(short = 'D', long = "duration", value_name = "SECS")]
         duration: Option<u64>,
         #[arg(short = 'n', long = "iters")]
-        iters: Option<u32>,
+        iters: Option<u64>,
+        #[arg(short = 'r', long = "rx-depth")]
+        rx_depth: Option<u32>,
     }
 
     fn refusal(args: &[&str]) -> String {
-        let e = T::try_parse_from(std::iter::once("t").chain(args.iter().copied()))
-            .map_err(|e| explain_number_error(e, &mut T::command()))
+        let mut cmd = negative_numbers_are_values(T::command());
+        let e = cmd
+            .try_get_matches_from_mut(std::iter::once("t").chain(args.iter().copied()))
+            .and_then(|m| T::from_arg_matches(&m))
+            .map_err(|e| explain_number_error(e, &mut cmd))
             .unwrap_err();
         assert_eq!(e.exit_code(), 2, "{args:?}");
         e.to_string()
@@ -195,5 +249,31 @@ mod tests {
             &["-D", "99999999999999999999999"],
             "--duration 99999999999999999999999: too large",
         );
+    }
+
+    /// A negative number is the option's value, refused with what the option takes; never
+    /// clap's tip `-- -5`, which would turn it into a positional argument.
+    #[test]
+    fn a_negative_number_says_what_the_option_takes() {
+        let text = refused_with(
+            &["-D", "-1"],
+            "--duration -1: cannot be negative; give whole seconds (digits only",
+        );
+        assert!(!text.contains("-- -1"), "{text}");
+        refused_with(
+            &["-n", "-1"],
+            "--iters -1: cannot be negative; give a whole number",
+        );
+        refused_with(&["-u", "-3"], "-u -3: give 0 to 31");
+        // clap's own u32 parser checks a range ("-1 is not in 0..=4294967295"): explained too.
+        refused_with(
+            &["-r", "-1"],
+            "--rx-depth -1: cannot be negative; give 0 to 4294967295",
+        );
+        refused_with(
+            &["-r", "4294967296"],
+            "--rx-depth 4294967296: give 0 to 4294967295",
+        );
+        refused_with(&["-i", "-1"], "-i -1: give 1 to 255");
     }
 }

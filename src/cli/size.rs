@@ -33,8 +33,8 @@ pub fn parse_size<T: TryFrom<u64>>(s: &str) -> Result<T, String> {
         .map_err(|why| format!("'{s}' is not a size in bytes: {why} (give {FORM})"))
 }
 
-/// The bytes `s` says, or what is wrong with it: `"it is empty"`, `"expected a whole number"`
-/// or `"too large"` (for a `u64`).
+/// The bytes `s` says, or what is wrong with it: `"it is empty"`, `"it cannot be negative"`,
+/// `"expected a whole number"` or `"too large"` (for a `u64`).
 fn bytes(s: &str) -> Result<u64, &'static str> {
     let t = s.trim();
     // The suffix is one ASCII byte, so cutting it off leaves a whole `str`.
@@ -46,6 +46,9 @@ fn bytes(s: &str) -> Result<u64, &'static str> {
     };
     if t.is_empty() {
         return Err("it is empty");
+    }
+    if t.starts_with('-') {
+        return Err("it cannot be negative");
     }
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err("expected a whole number");
@@ -182,10 +185,11 @@ mod tests {
         why("", "it is empty");
         why("  ", "it is empty");
         for bad in [
-            "K", "x", "lots", "-1", "+5", "1.5K", "1e3", "4X", "64KB", "6 4K", "4é", "é",
+            "K", "x", "lots", "+5", "1.5K", "1e3", "4X", "64KB", "6 4K", "4é", "é",
         ] {
             why(bad, "expected a whole number");
         }
+        why("-1", "it cannot be negative");
         why("99999999999999999999", "too large");
         why("17179869184G", "too large"); // 2^34 GiB = 2^64
         assert_eq!(parse_size::<u64>("17179869183G"), Ok(17179869183 << 30));
@@ -243,7 +247,7 @@ mod tests {
             ("1M", "too large"),
             ("99999999999999999999", "too large"),
             ("1.5K", "expected a whole number"),
-            ("-1", "expected a whole number"),
+            ("-1", "it cannot be negative"),
             ("64KB", "expected a whole number"),
             ("", "it is empty"),
         ] {

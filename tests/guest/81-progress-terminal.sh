@@ -29,8 +29,8 @@ server_client "$PORT" \
     "vl_write_bw -d $VL_DEV0 $VL_PT_COMMON -p $PORT -a -n 4 --warmup 1" \
     "script -qec 'vl_write_bw -d $VL_DEV1 $VL_PT_COMMON -p $PORT -a -n 4 --warmup 1 $VL_ADDR0' /dev/null" ||
     fail "the -a sweep on a terminal failed (outputs above)"
-grep -q "vl_write_bw: \[.*\] [0-9]*/23 sizes, running [0-9]* B" "$CLIENT_OUT" ||
-    fail "no progress bar counting 23 sizes on the terminal"
+grep -q "vl_write_bw: \[.*\] [0-9]*/23 sizes, running [0-9]* B after 1 warm-up" "$CLIENT_OUT" ||
+    fail "no progress bar counting 23 sizes (each after its warm-up) on the terminal"
 n=$(result_rows "$CLIENT_OUT")
 [ "$n" = 23 ] || fail "the terminal got $n result rows of the sweep, expected 23"
 

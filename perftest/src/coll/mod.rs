@@ -42,7 +42,9 @@ pub const EXIT_GATE: u8 = 3;
 /// Entry point of the nine tools.
 pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
     verbs_lab::cli::generate_if_asked(<Args as clap::CommandFactory>::command);
-    let mut command = <Args as clap::CommandFactory>::command().name(tool);
+    let mut command =
+        verbs_lab::cli::negative_numbers_are_values(<Args as clap::CommandFactory>::command())
+            .name(tool);
     let parsed = command
         .try_get_matches_from_mut(std::env::args_os())
         .map_err(|e| verbs_lab::cli::explain_number_error(e, &mut command))

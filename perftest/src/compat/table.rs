@@ -350,7 +350,7 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "perform_warm_up",
         false,
-        Same("warm-up is on by default (--warmup N, 16 iterations); the flag keeps it on"),
+        Same("warm-up is on by default (--warmup N; 16 iterations, fewer above 64 KiB); the flag keeps it on"),
     ),
     long(
         "pkey_index",

@@ -60,17 +60,10 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Op
     prepare(s, size)?;
     s.ch.sync(Phase::Ready, size).map_err(anyhow::Error::new)?;
     let mut warm_count = 0;
-    if cfg.timing.warmup > 0 {
-        let w = one_phase(
-            s,
-            Phase::WarmUp,
-            size,
-            RunMode::Iters(cfg.timing.warmup),
-            0,
-            None,
-            sq,
-        )
-        .with_context(|| format!("warm-up of size {size}"))?;
+    let warmup = cfg.timing.warmup.iters(size);
+    if warmup > 0 {
+        let w = one_phase(s, Phase::WarmUp, size, RunMode::Iters(warmup), 0, None, sq)
+            .with_context(|| format!("warm-up of size {size}"))?;
         warm_count = w.count;
     }
     s.ch.sync(Phase::Measure, size)

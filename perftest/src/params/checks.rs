@@ -541,9 +541,12 @@ pub(super) fn check_procs(tool: Tool, p: &Params) -> Result<(u16, Option<WorkerO
     Ok((port, worker))
 }
 
-/// `--warmup N` (16 by default) and perftest's `--perform_warm_up`.
-pub(super) fn resolve_warmup(p: &Params) -> Result<u64, String> {
-    let warmup = p.warmup.unwrap_or(16);
+/// `--warmup N` (by default [`Warmup::Auto`], scaled by size) and perftest's
+/// `--perform_warm_up`.
+pub(super) fn resolve_warmup(p: &Params) -> Result<Warmup, String> {
+    let Some(warmup) = p.warmup else {
+        return Ok(Warmup::Auto);
+    };
     if warmup >= 1 << 40 {
         return Err(format!(
             "--warmup {warmup}: more than 2^40 warm-up iterations"
@@ -552,5 +555,5 @@ pub(super) fn resolve_warmup(p: &Params) -> Result<u64, String> {
     if p.perform_warm_up && warmup == 0 {
         return Err("--perform_warm_up with --warmup 0: choose one".into());
     }
-    Ok(warmup)
+    Ok(Warmup::Iters(warmup))
 }

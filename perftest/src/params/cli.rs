@@ -108,12 +108,13 @@ pub struct Params {
     #[arg(short = 'A', long = "atomic_type", value_name = "TYPE")]
     pub atomic_type: Option<AtomicType>,
 
-    /// TCP port of the out-of-band exchange.
+    /// TCP port of the out-of-band exchange (1..=65535, the same on both sides).
     #[arg(
         short = 'p',
         long = "port",
         value_name = "PORT",
-        default_value_t = 18515
+        default_value_t = 18515,
+        value_parser = verbs_lab::cli::tcp_port()
     )]
     pub port: u16,
 
@@ -161,8 +162,9 @@ pub struct Params {
     #[arg(long = "disable_numa", conflicts_with = "cpu")]
     pub disable_numa: bool,
 
-    /// Warm-up iterations per QP and per size, run before the measurement and not counted (16;
-    /// 0 turns warm-up off).
+    /// Warm-up iterations per QP and per size, run before the measurement and not counted
+    /// (default: 16, fewer above 64 KiB — 1 MiB per QP, at least one; 0 turns warm-up off).
+    /// A server without --warmup takes its client's.
     #[arg(long = "warmup", value_name = "N")]
     pub warmup: Option<u64>,
 
@@ -239,7 +241,7 @@ impl Params {
     /// abbreviated to any unambiguous prefix, as perftest's getopt_long allows.
     pub fn command_for(tool: Tool) -> clap::Command {
         crate::compat::register(
-            Params::command()
+            verbs_lab::cli::negative_numbers_are_values(Params::command())
                 .name(tool.static_name())
                 .about(tool.about())
                 .after_help(format!(

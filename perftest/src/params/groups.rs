@@ -60,7 +60,59 @@ pub struct Timing {
     /// `--run_infinitely`: periods of `mode`'s duration until the client is stopped.
     pub run_infinitely: bool,
     /// `--warmup`: warm-up iterations per QP and size.
-    pub warmup: u64,
+    pub warmup: Warmup,
+}
+
+/// Messages per QP a default warm-up sends at most, for small messages.
+pub const WARMUP_MOST: u64 = 16;
+/// Bytes per QP a default warm-up sends at a size where [`WARMUP_MOST`] messages would send more
+/// (above 64 KiB): 8 at 128 KiB, 1 from 1 MiB up.
+pub const WARMUP_BYTES: u64 = 1 << 20;
+
+/// The warm-up before each size's measurement: the same traffic, not measured (see
+/// docs/measurement.md). perftest warms up only when asked (`--perform_warm_up`); ours does by
+/// default, scaled by the message size so that a large size costs about as much as a small one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Warmup {
+    /// No `--warmup` given: [`WARMUP_MOST`] messages per QP, fewer above 64 KiB
+    /// ([`WARMUP_BYTES`] per QP), at least one.
+    Auto,
+    /// `--warmup N`: N messages per QP at every size (0: none).
+    Iters(u64),
+}
+
+impl Warmup {
+    /// Warm-up messages per QP before a size of `size` bytes.
+    pub fn iters(self, size: u64) -> u64 {
+        match self {
+            Warmup::Auto => (WARMUP_BYTES / size.max(1)).clamp(1, WARMUP_MOST),
+            Warmup::Iters(n) => n,
+        }
+    }
+
+    /// The most warm-up messages per QP at any size (for the bound of a phase).
+    pub fn most(self) -> u64 {
+        match self {
+            Warmup::Auto => WARMUP_MOST,
+            Warmup::Iters(n) => n,
+        }
+    }
+
+    /// As the HELLO carries it: `auto` or the number.
+    pub fn wire(self) -> String {
+        match self {
+            Warmup::Auto => "auto".into(),
+            Warmup::Iters(n) => n.to_string(),
+        }
+    }
+
+    /// The HELLO's value read back ([`Warmup::wire`]); `None` for anything else.
+    pub fn from_wire(value: &str) -> Option<Warmup> {
+        match value {
+            "auto" => Some(Warmup::Auto),
+            v => v.parse().ok().map(Warmup::Iters),
+        }
+    }
 }
 
 /// The shape of every QP's queues: their depths and how the send queue is posted and signaled.

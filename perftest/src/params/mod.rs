@@ -25,7 +25,7 @@ use checks::*;
 pub use cli::Params;
 pub use groups::{
     with_origin, Asked, DeviceChoice, Peer, Pinning, ProcsPlan, Qos, QueueOrigins, QueueShape,
-    RdmaCm, Timing, WorkerOf, MAX_FLOW_LABEL,
+    RdmaCm, Timing, Warmup, WorkerOf, MAX_FLOW_LABEL, WARMUP_BYTES, WARMUP_MOST,
 };
 
 /// Which tool is running: the operation and what is measured.
@@ -257,13 +257,6 @@ impl Config {
                 return Err(format!("--wait_destroy {w}: longer than a day"));
             }
         }
-        if p.port == 0 {
-            return Err(
-                "-p 0: give a TCP port 1..65535, the same on both sides (port 0 would \
-                        listen on a random port the client cannot know)"
-                    .into(),
-            );
-        }
         let (port, worker) = check_procs(tool, p)?;
         if p.bind.is_some() && p.host.is_some() {
             return Err(
@@ -361,7 +354,7 @@ impl Config {
             ("size", self.sizes.to_string()),
             ("iterations", iters),
             ("duration", duration),
-            ("warmup", self.timing.warmup.to_string()),
+            ("warmup", self.timing.warmup.wire()),
             ("qps", self.qps.to_string()),
             (
                 "tx_depth",

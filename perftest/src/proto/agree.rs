@@ -1,7 +1,7 @@
 //! The server's check that a client's HELLO asks for the same run.
 
 use super::Hello;
-use crate::params::describe_param;
+use crate::params::{describe_param, Warmup};
 
 // ---- agreement -----------------------------------------------------------------------------
 
@@ -10,6 +10,10 @@ use crate::params::describe_param;
 /// `message size (-s / -a): client 8192, server 4096`, each with where it came from when that
 /// is not what was typed (`tx depth (-t): client 50 (-t 64 capped to -n), server 16`): a value
 /// may carry its origin after it in parentheses, which the comparison ignores.
+///
+/// One parameter is settled rather than compared: a server without `--warmup` (`auto`) runs
+/// the client's warm-up ([`client_warmup`]), so that a client's `--warmup 0` (perftest's
+/// default, measuring cold) needs no server of its own.
 pub fn check_hello(server: &Hello, client: &Hello) -> Result<(), String> {
     if client.version != server.version {
         return Err(format!(
@@ -28,6 +32,12 @@ pub fn check_hello(server: &Hello, client: &Hello) -> Result<(), String> {
     for (k, sv) in &server.params {
         match client.params.iter().find(|(ck, _)| ck == k) {
             Some((_, cv)) if bare(cv) == bare(sv) => {}
+            Some((_, cv)) if k == WARMUP && sv == "auto" && Warmup::from_wire(cv).is_some() => {}
+            Some((_, cv)) if k == WARMUP && cv == "auto" => diffs.push(format!(
+                "{}: client auto (the default), server {sv}; give the client the same \
+                 --warmup, or start the server without it (it then takes the client's)",
+                describe(k)
+            )),
             Some((_, cv)) => diffs.push(format!("{}: client {cv}, server {sv}", describe(k))),
             None => diffs.push(format!(
                 "{}: the client did not send it (server {sv})",
@@ -50,6 +60,16 @@ pub fn check_hello(server: &Hello, client: &Hello) -> Result<(), String> {
             diffs.join("; ")
         ))
     }
+}
+
+/// The HELLO's key of the warm-up.
+const WARMUP: &str = "warmup";
+
+/// The warm-up the client asked for, which a server without `--warmup` runs (see
+/// [`check_hello`]); `None` when the HELLO carries none that reads.
+pub fn client_warmup(client: &Hello) -> Option<Warmup> {
+    let (_, v) = client.params.iter().find(|(k, _)| k == WARMUP)?;
+    Warmup::from_wire(v)
 }
 
 /// A wire value without its origin: `50` of `50 (-t 64 capped to -n)`.

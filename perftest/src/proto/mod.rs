@@ -21,7 +21,7 @@ mod agree;
 mod channel;
 mod codec;
 
-pub use agree::check_hello;
+pub use agree::{check_hello, client_warmup};
 pub use channel::{ChanError, Channel, PeerFailed};
 pub use codec::{decode, encode};
 
@@ -391,5 +391,30 @@ mod tests {
         c.tool = "vl_read_bw".into();
         let e = check_hello(&s, &c).unwrap_err();
         assert!(e.contains("vl_read_bw") && e.contains("vl_write_bw"), "{e}");
+    }
+
+    /// A server without --warmup (auto) runs the client's; a server given one compares it, and
+    /// a client left at auto against it is told both ways out.
+    #[test]
+    fn a_default_server_takes_the_clients_warm_up() {
+        let with = |w: &str| {
+            let mut h = hello();
+            h.params.push(("warmup".into(), w.into()));
+            h
+        };
+        let (auto, zero, three) = (with("auto"), with("0"), with("3"));
+        assert_eq!(check_hello(&auto, &zero), Ok(()));
+        assert_eq!(client_warmup(&zero), Some(crate::params::Warmup::Iters(0)));
+        assert_eq!(check_hello(&auto, &auto), Ok(()));
+        assert_eq!(check_hello(&three, &three), Ok(()));
+        let e = check_hello(&three, &zero).unwrap_err();
+        assert!(
+            e.contains("warm-up iterations (--warmup): client 0, server 3"),
+            "{e}"
+        );
+        let e = check_hello(&three, &auto).unwrap_err();
+        assert!(e.contains("client auto (the default), server 3"), "{e}");
+        assert!(e.contains("start the server without it"), "{e}");
+        assert!(check_hello(&auto, &with("lots")).is_err());
     }
 }
