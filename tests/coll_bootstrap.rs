@@ -1,6 +1,8 @@
 //! The rendezvous over loopback TCP (no RDMA needed): the table reaches every rank, and a rank
-//! with the wrong world size, protocol version, a taken number, other terms (options) or a GID
-//! of the other family (IPv4 against IPv6) is refused by name; a missing rank is named by
+//! with the wrong world size, a taken number, other terms (options) or a GID of the other
+//! family (IPv4 against IPv6) is refused by name; strangers on the master port (closed at once,
+//! garbage, a trickle, a vl_* client, another protocol version) are ignored while the world
+//! forms; a missing rank is named by
 //! number; a rank that dies afterwards is named to the others, and a rank another gave up on is
 //! not told that it is gone itself. And world size 1, which needs no NIC, runs every collective.
 //! The same star over real POSIX message queues (a local run, `--np`): the table, strings longer
@@ -161,15 +163,112 @@ fn a_rank_that_finds_nobody_asks_whether_its_world_formed_without_it() {
     assert!(e.contains("was another process started as rank 1?"), "{e}");
 }
 
+/// A process of another build (another protocol version) is not a rank of this job: rank 0
+/// tells it why and goes on waiting; the world it cannot form without the real rank 1 names
+/// what it ignored meanwhile.
 #[test]
-fn another_protocol_version_is_refused_by_name() {
+fn another_protocol_version_is_told_and_ignored() {
     let mut old = record(1, 2);
     old.version = PROTOCOL_VERSION + 1;
-    let out = run(vec![record(0, 2), old], T);
+    let out = run(vec![record(0, 2), old], Duration::from_secs(3));
     let e = rank0_error(&out);
+    assert!(e.contains("rank 1 of 2 never reached the master"), "{e}");
     assert!(
-        e.contains(&format!("version {}", PROTOCOL_VERSION + 1)),
+        e.contains(&format!(
+            "bootstrap protocol version {}",
+            PROTOCOL_VERSION + 1
+        )) && e.contains("were not ranks of this job were ignored"),
         "{e}"
+    );
+    let told = out[1].as_ref().err().unwrap().to_string();
+    assert!(
+        told.contains(&format!(
+            "version {}, this build speaks version {PROTOCOL_VERSION}",
+            PROTOCOL_VERSION + 1
+        )),
+        "{told}"
+    );
+}
+
+/// Connects to the master port at `p` once it listens (rank 0 may not have bound it yet).
+fn stranger(p: u16) -> std::net::TcpStream {
+    for _ in 0..200 {
+        if let Ok(s) = std::net::TcpStream::connect(("127.0.0.1", p)) {
+            return s;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    panic!("rank 0 never listened on port {p}");
+}
+
+/// The master port survives strangers: while four ranks meet, connections that are not ranks
+/// — one that connects and closes, one that sends an HTTP request, one that sends a frame too
+/// long for a record, a vl_* benchmark's client with its HELLO, one that sends half a record
+/// and closes, and a trickler that sends two bytes and then nothing, holding its connection
+/// open until the world has formed — are each dropped without ending the rendezvous, and
+/// every rank gets the whole table. (Rank 0 reading the trickler alone, as it once did, would
+/// have waited on it until its deadline and failed.)
+#[test]
+fn strangers_on_the_master_port_are_ignored_and_the_world_forms() {
+    use std::io::Write;
+    let p = port();
+    let zero = thread::spawn(move || {
+        rendezvous(record(0, 4), Via::Tcp(("127.0.0.1", p)), T).map(|mut s| {
+            s.barrier().unwrap();
+            s.table().to_vec()
+        })
+    });
+    let mut trickler = stranger(p);
+    trickler.write_all(&[0, 0]).unwrap();
+    drop(stranger(p));
+    stranger(p)
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    stranger(p).write_all(&u32::MAX.to_be_bytes()).unwrap();
+    let mut hello = vec![1u8];
+    hello.extend_from_slice(b"VLPT\x00\x01");
+    let mut vl_client = stranger(p);
+    vl_client
+        .write_all(&verbs_lab::oob::frame(&hello, "a HELLO").unwrap())
+        .unwrap();
+    let rec = record(1, 4).encode();
+    let framed = verbs_lab::oob::frame(&rec, "a record").unwrap();
+    stranger(p).write_all(&framed[..framed.len() / 2]).unwrap();
+    let ranks: Vec<_> = (1..4)
+        .map(|r| {
+            thread::spawn(move || {
+                rendezvous(record(r, 4), Via::Tcp(("127.0.0.1", p)), T).map(|mut s| {
+                    s.barrier().unwrap();
+                    s.table().to_vec()
+                })
+            })
+        })
+        .collect();
+    let want: Vec<RankRecord> = (0..4).map(|r| record(r, 4)).collect();
+    assert_eq!(zero.join().unwrap().unwrap(), want);
+    for r in ranks {
+        assert_eq!(r.join().unwrap().unwrap(), want);
+    }
+    // The trickler was still connected the whole time.
+    trickler.write_all(&[0]).ok();
+    drop(vl_client);
+}
+
+/// A real rank that is wrong is still refused by name while strangers come and go.
+#[test]
+fn a_wrong_rank_among_strangers_is_still_refused_by_name() {
+    let p = port();
+    let zero = thread::spawn(move || rendezvous(record(0, 2), Via::Tcp(("127.0.0.1", p)), T).err());
+    drop(stranger(p));
+    let e1 = rendezvous(record(1, 3), Via::Tcp(("127.0.0.1", p)), T)
+        .err()
+        .unwrap()
+        .to_string();
+    let e0 = zero.join().unwrap().unwrap().to_string();
+    assert!(e0.contains("world size 3"), "{e0}");
+    assert!(
+        e1.contains("rank 0 refused the job") && e1.contains("world size 3"),
+        "{e1}"
     );
 }
 

@@ -4,9 +4,13 @@
 //! [`super::Star`] are written once against it; a link only moves whole messages and says, in
 //! its own words, how a peer arrived, went or stayed silent.
 
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::{CollError, RankRecord, MAX_MSG};
+use super::{encode_refusal, CollError, RankRecord, MAX_MSG, PROTOCOL_VERSION};
 use crate::coll::mqlink::{Incoming, MqLinks};
 use crate::oob::{self, Listener, OobConn, OobError};
 
@@ -76,6 +80,18 @@ pub trait Link: Send {
 // ---------------------------------------------------------------------------------------------
 // TCP
 
+/// How long a connection to the master port has to deliver its whole endpoint record: a rank
+/// sends it as soon as it has connected. A connection that does not (a port scan, a health
+/// check, a client of another tool, a slow trickle) is a stranger: logged and closed.
+pub const RECORD_WAIT: Duration = Duration::from_secs(10);
+/// Connections to the master port read at once; one more is a stranger, closed at once.
+pub const MAX_READING: usize = 256;
+/// How long rank 0, its world complete, lets the connections still being read finish before
+/// it logs them as they are.
+const CLOSE_GRACE: Duration = Duration::from_millis(200);
+/// How often the thread that accepts on the master port looks whether it should stop.
+const DOOR_TICK: Duration = Duration::from_millis(50);
+
 /// The star over TCP: rank 0 listens on the master port and keeps a connection per rank; every
 /// other rank connects to it.
 pub struct TcpLink {
@@ -84,24 +100,208 @@ pub struct TcpLink {
     master: (String, u16),
     /// Rank 0: index = rank (`None` for itself and ranks not in yet). Others: `[Some(rank 0)]`.
     conns: Vec<Option<OobConn>>,
-    /// Rank 0 during the rendezvous: the listener, the connection just read, and those refused.
-    listener: Option<Listener>,
+    /// Rank 0 during the rendezvous: the master port's door, the connection just read, and
+    /// those refused.
+    door: Option<Door>,
     pending: Option<OobConn>,
     strays: Vec<OobConn>,
+    /// Rank 0: the strangers ignored so far (address and why), for the message of a rendezvous
+    /// that ends without every rank.
+    ignored: Vec<String>,
+}
+
+/// What a connection to the master port turned out to be.
+enum Arrival {
+    /// A record of our protocol version, decoded: a rank (which [`super::admit`] may still
+    /// refuse by name: another world size, a taken number, other terms).
+    Record(OobConn, Box<RankRecord>),
+    /// Not a rank of this job: from where, and why, in a few words.
+    Stranger(SocketAddr, String),
+    /// The master port itself failed (accept(2)).
+    Failed(String),
+}
+
+/// Rank 0's master port during the rendezvous: a thread accepts every connection and hands it
+/// to a thread of its own, which reads its record within [`RECORD_WAIT`]; what each turned out
+/// to be comes over a channel. So a connection that is not a rank, however slowly it trickles,
+/// holds up nothing but its own thread. Dropping the door stops the accepting (within
+/// [`DOOR_TICK`]) and closes the port; readers still at work end within their bound.
+struct Door {
+    arrivals: mpsc::Receiver<Arrival>,
+    /// The connections being read (their readers remove them when done).
+    reading: Reading,
+    stop: Arc<AtomicBool>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+/// The addresses of the connections whose first message is being read.
+type Reading = Arc<Mutex<Vec<SocketAddr>>>;
+
+fn reading_list(r: &Reading) -> std::sync::MutexGuard<'_, Vec<SocketAddr>> {
+    // A reader that panicked leaves the list as it was: still a list of addresses.
+    r.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Door {
+    fn open(listener: Listener) -> std::io::Result<Door> {
+        let (tx, arrivals) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let reading: Reading = Arc::default();
+        let (stopped, in_flight) = (stop.clone(), reading.clone());
+        let acceptor = std::thread::Builder::new()
+            .name("master-port".into())
+            .spawn(move || {
+                while !stopped.load(Ordering::Relaxed) {
+                    let c = match listener.accept_conn(DOOR_TICK, RECORD_WAIT) {
+                        Ok(c) => c,
+                        Err(OobError::Timeout { .. }) => continue,
+                        Err(e) => {
+                            let _ = tx.send(Arrival::Failed(e.to_string()));
+                            return;
+                        }
+                    };
+                    let peer = c.peer();
+                    {
+                        let mut list = reading_list(&in_flight);
+                        if list.len() >= MAX_READING {
+                            let why = format!("{MAX_READING} connections are being read already");
+                            let _ = tx.send(Arrival::Stranger(peer, why));
+                            continue;
+                        }
+                        list.push(peer);
+                    }
+                    let (tx, done) = (tx.clone(), in_flight.clone());
+                    let read = std::thread::Builder::new()
+                        .name("master-port-read".into())
+                        .spawn(move || {
+                            let _ = tx.send(read_arrival(c));
+                            reading_list(&done).retain(|p| *p != peer);
+                        });
+                    if read.is_err() {
+                        reading_list(&in_flight).retain(|p| *p != peer);
+                    }
+                }
+            })?;
+        Ok(Door {
+            arrivals,
+            reading,
+            stop,
+            acceptor: Some(acceptor),
+        })
+    }
+
+    /// Closes the door once the world is complete, and says what became of every connection
+    /// not yet logged: strangers that arrived after the last rank, and connections still being
+    /// read (a trickle), as one line each through `ignore`.
+    fn close(mut self, mut ignore: impl FnMut(SocketAddr, &str)) {
+        self.stop_accepting();
+        // Readers that have their answer already get a moment to say it.
+        let start = std::time::Instant::now();
+        loop {
+            while let Ok(a) = self.arrivals.try_recv() {
+                if let Arrival::Stranger(peer, why) = a {
+                    ignore(peer, &why);
+                }
+            }
+            if reading_list(&self.reading).is_empty() || start.elapsed() >= CLOSE_GRACE {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for peer in reading_list(&self.reading).iter() {
+            ignore(
+                *peer,
+                "no whole endpoint record yet when the world was complete",
+            );
+        }
+    }
+
+    fn stop_accepting(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.acceptor.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Door {
+    fn drop(&mut self) {
+        self.stop_accepting();
+    }
+}
+
+/// Reads what a new connection to the master port opens with, within [`RECORD_WAIT`]: a rank's
+/// record, or why it is a stranger. A record of another protocol version is a stranger too (a
+/// process of another build): it is told so, best effort, and the rendezvous goes on.
+fn read_arrival(mut c: OobConn) -> Arrival {
+    let peer = c.peer();
+    let m = match c.recv_msg(MAX_MSG, "an endpoint record") {
+        Ok(m) => m,
+        Err(e) => return Arrival::Stranger(peer, stranger_why(&e)),
+    };
+    match RankRecord::peek_version(&m) {
+        Ok(PROTOCOL_VERSION) => {}
+        Ok(v) => {
+            let why = format!(
+                "a rank of bootstrap protocol version {v}, this build speaks version {PROTOCOL_VERSION}: run the same verbs-lab build on every rank"
+            );
+            // Its whole record was read: closing now sends a FIN after the refusal, no reset.
+            let _ = c.send_msg(&encode_refusal(&why), "the refusal");
+            return Arrival::Stranger(peer, why);
+        }
+        // perftest's protocol: a type byte 1 (HELLO), then its magic.
+        Err(_) if m.get(1..5) == Some(b"VLPT") => {
+            return Arrival::Stranger(
+                peer,
+                "a vl_* benchmark's client (its HELLO), not a rank".into(),
+            )
+        }
+        Err(_) => {
+            return Arrival::Stranger(peer, "its first message is not an endpoint record".into())
+        }
+    }
+    match RankRecord::decode(&m) {
+        Ok(r) => Arrival::Record(c, Box::new(r)),
+        Err(e) => Arrival::Stranger(peer, e),
+    }
+}
+
+/// Why a connection that sent no whole record is a stranger.
+fn stranger_why(e: &OobError) -> String {
+    match e {
+        OobError::Closed { got: 0, .. } => "it closed the connection without a word".into(),
+        OobError::Closed { got, .. } => {
+            format!("it sent {got} byte(s), then closed the connection")
+        }
+        OobError::Timeout { .. } => format!(
+            "no whole endpoint record within {} s",
+            RECORD_WAIT.as_secs()
+        ),
+        OobError::TooLong { .. } => {
+            "its opening bytes are not a verbs-lab frame (another protocol?)".into()
+        }
+        e => e.to_string(),
+    }
 }
 
 impl TcpLink {
     /// Rank 0's end: listens on the master port (`master.1`) for `world - 1` ranks.
     pub fn listen(master: (&str, u16), world: u32) -> Result<TcpLink, CollError> {
         let listener = Listener::bind(master.1).map_err(|e| cannot_listen(master.1, e))?;
+        let door = Door::open(listener).map_err(|e| {
+            CollError::Bootstrap(format!(
+                "rank 0 cannot start the thread that accepts ranks on the master port: {e}"
+            ))
+        })?;
         Ok(TcpLink {
             rank: 0,
             world,
             master: (master.0.to_string(), master.1),
             conns: (0..world).map(|_| None).collect(),
-            listener: Some(listener),
+            door: Some(door),
             pending: None,
             strays: Vec::new(),
+            ignored: Vec::new(),
         })
     }
 
@@ -129,10 +329,22 @@ impl TcpLink {
             world,
             master: (master.0.to_string(), master.1),
             conns: vec![Some(c)],
-            listener: None,
+            door: None,
             pending: None,
             strays: Vec::new(),
+            ignored: Vec::new(),
         })
+    }
+
+    /// Rank 0: a connection to the master port that is not a rank of this job, logged in one
+    /// line and dropped; the rendezvous goes on.
+    fn ignore(&mut self, peer: SocketAddr, why: &str) {
+        crate::eprintln_whole!(
+            "{}: rank 0 ignored a connection from {peer} to the master port {}: {why}",
+            crate::stderr::program_name(),
+            self.master.1
+        );
+        self.ignored.push(format!("{peer}: {why}"));
     }
 
     fn conn(&mut self, peer: u32) -> Result<&mut OobConn, String> {
@@ -160,23 +372,22 @@ fn cannot_listen(port: u16, e: OobError) -> CollError {
 
 impl Link for TcpLink {
     fn next_record(&mut self, wait: Duration) -> Joined {
-        let listener = self.listener.as_ref().expect("rank 0 listens");
-        let mut c = match listener.accept(wait.max(Duration::from_millis(1))) {
-            Ok(c) => c,
-            Err(OobError::Timeout { .. }) => return Joined::Timeout,
-            Err(e) => return Joined::Refuse(e.to_string()),
-        };
-        let peer = c.peer();
-        let got = c
-            .recv_msg(MAX_MSG, "an endpoint record")
-            .map_err(|e| format!("from {peer}: {e}"))
-            .and_then(|m| {
-                RankRecord::decode(&m).map_err(|e| format!("the process at {peer} sent {e}"))
-            });
-        self.pending = Some(c);
-        match got {
-            Ok(r) => Joined::Record(r),
-            Err(why) => Joined::Refuse(why),
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let door = self.door.as_ref().expect("rank 0 listens");
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match door.arrivals.recv_timeout(left) {
+                Ok(Arrival::Record(c, r)) => {
+                    self.pending = Some(c);
+                    return Joined::Record(*r);
+                }
+                Ok(Arrival::Stranger(peer, why)) => self.ignore(peer, &why),
+                Ok(Arrival::Failed(e)) => return Joined::Refuse(e),
+                Err(mpsc::RecvTimeoutError::Timeout) => return Joined::Timeout,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Joined::Refuse("the thread that accepts ranks ended".into())
+                }
+            }
         }
     }
 
@@ -186,16 +397,16 @@ impl Link for TcpLink {
 
     fn refuse(&mut self, refusal: &[u8]) {
         self.strays.extend(self.pending.take());
-        // Ranks waiting in the listen queue are told too, rather than finding the connection
-        // closed (their record read first: closing a socket with unread bytes would reset it
-        // and lose the refusal). Those that come later find no rank 0.
-        if let Some(listener) = &self.listener {
+        // Ranks whose records have come meanwhile are told too, rather than finding the
+        // connection closed (their record read: closing a socket with unread bytes would reset
+        // it and lose the refusal). Those that come later find no rank 0.
+        if let Some(door) = self.door.take() {
             while self.strays.len() <= self.world as usize {
-                let Ok(mut c) = listener.accept(Duration::from_millis(250)) else {
-                    break;
-                };
-                let _ = c.recv_msg(MAX_MSG, "an endpoint record");
-                self.strays.push(c);
+                match door.arrivals.recv_timeout(Duration::from_millis(250)) {
+                    Ok(Arrival::Record(c, _)) => self.strays.push(c),
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
             }
         }
         for c in self
@@ -209,18 +420,32 @@ impl Link for TcpLink {
     }
 
     fn all_in(&mut self) {
-        self.listener = None;
+        if let Some(door) = self.door.take() {
+            let mut late = Vec::new();
+            door.close(|peer, why| late.push((peer, why.to_string())));
+            for (peer, why) in late {
+                self.ignore(peer, &why);
+            }
+        }
         self.strays.clear();
     }
 
     fn never_came(&self, missing: &str, world: u32, within: Duration) -> String {
-        format!(
+        let mut why = format!(
             "{missing} of {world} never reached the master at {}:{} within {:.0} s (host \
              unknown: never connected) — started, with the same master address?",
             self.master.0,
             self.master.1,
             within.as_secs_f64()
-        )
+        );
+        if let Some(last) = self.ignored.last() {
+            why.push_str(&format!(
+                " ({} connection(s) that were not ranks of this job were ignored; the last: \
+                 {last})",
+                self.ignored.len()
+            ));
+        }
+        why
     }
 
     fn reply(&mut self, wait: Duration) -> Result<Vec<u8>, String> {

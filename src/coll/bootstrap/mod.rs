@@ -9,7 +9,10 @@
 //! and, above all, liveness — a rank that dies closes its socket (or its launcher says so on
 //! every queue), and rank 0 tells every other rank who is gone.
 //!
-//! Every wait is bounded. Rank 0 refuses, by name, a rank that speaks another protocol version,
+//! Every wait is bounded. A connection to the master port that is not a rank of this job (it
+//! closes at once, sends no frame or half of one, trickles, is a `vl_*` client, or speaks another
+//! protocol version, which is told so) is logged in one line and ignored; the rendezvous goes
+//! on ([`link::TcpLink`]'s door). Rank 0 refuses, by name, a rank that
 //! was started with another world size, whose number is taken or out of range, whose terms
 //! (the caller's options that every rank must share, e.g. a benchmark's sizes and data type)
 //! differ from rank 0's, or whose GID is of the other family than rank 0's (IPv4-mapped against
