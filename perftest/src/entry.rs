@@ -9,12 +9,14 @@
 //! error, the device being removed) fails the run with 1, named: see [`crate::events`].
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use verbs_lab::cli::failed;
 
 use crate::output::Reporter;
 use crate::params::{Config, Params, Tool};
-use crate::run::{measures, run_tool};
+use crate::result::{BwRow, LatRow, RunInfo};
+use crate::run::{measures, run_tool, RowSink};
 
 pub use crate::params::EXIT_CODES;
 
@@ -64,6 +66,9 @@ pub fn main(tool: Tool) -> ExitCode {
     if cfg.procs.count.is_some() {
         return crate::procs::coordinator_main(&cfg, &out);
     }
+    if cfg.serve {
+        return serve(&cfg, &out);
+    }
     let mut reporter = Reporter::new(&out);
     match run_tool(&cfg, &mut reporter) {
         Ok(result) => match reporter.finish(&result) {
@@ -78,4 +83,109 @@ pub fn main(tool: Tool) -> ExitCode {
             None => failed(&name, &e),
         },
     }
+}
+
+/// How long a `--serve` server waits for a client before it simply waits again.
+const SERVE_WAIT: Duration = Duration::from_secs(86_400);
+
+/// The runs a `--serve` server has served, for its summary.
+#[derive(Default)]
+struct Served {
+    completed: u32,
+    failed: u32,
+}
+
+impl Served {
+    fn summary(&self) -> String {
+        format!(
+            "served {} client(s): {} completed, {} failed",
+            self.completed + self.failed,
+            self.completed,
+            self.failed
+        )
+    }
+}
+
+/// A sink that tells the serve loop whether the run got as far as listening: an error before
+/// it (the device, the port) is the server's own and ends the serving.
+struct Listened<'a> {
+    reporter: &'a mut Reporter,
+    listening: bool,
+}
+
+impl RowSink for Listened<'_> {
+    fn header(&mut self, info: &RunInfo) {
+        self.reporter.header(info)
+    }
+    fn bw_row(&mut self, info: &RunInfo, row: &BwRow) {
+        self.reporter.bw_row(info, row)
+    }
+    fn lat_row(&mut self, info: &RunInfo, row: &LatRow) {
+        self.reporter.lat_row(info, row)
+    }
+    fn counters(&mut self, deltas: crate::counters::Snapshot) {
+        self.reporter.set_counters(deltas)
+    }
+    fn listening(&mut self) {
+        self.listening = true;
+        self.reporter.waiting_banner()
+    }
+    fn note(&mut self, tool: &str, text: &str) {
+        RowSink::note(self.reporter, tool, text)
+    }
+}
+
+/// `--serve`: one run after another, each with a client of its own, until SIGINT or SIGTERM.
+/// A client's failure (refused, killed, gone silent) ends its run only: logged, counted, and
+/// the server listens again. A failure before listening (the device, the port) ends the
+/// server. Stopped by a signal: the summary, exit 0.
+fn serve(cfg: &Config, out: &crate::output::OutputArgs) -> ExitCode {
+    let name = cfg.tool.name();
+    let mut cfg = cfg.clone();
+    cfg.peer.wait = SERVE_WAIT;
+    let mut served = Served::default();
+    loop {
+        crate::signals::set_serve_summary(served.summary());
+        let mut reporter = Reporter::new(out);
+        let mut sink = Listened {
+            reporter: &mut reporter,
+            listening: false,
+        };
+        let run = run_tool(&cfg, &mut sink);
+        let listened = sink.listening;
+        let client = served.completed + served.failed + 1;
+        match run.and_then(|result| reporter.finish(&result)) {
+            Ok(_) => {
+                served.completed += 1;
+                verbs_lab::eprintln_whole!("{name}: --serve: client {client} completed");
+            }
+            Err(e) if crate::signals::received().is_some() => {
+                served.failed += 1;
+                let i = crate::signals::received().expect("checked");
+                verbs_lab::eprintln_whole!(
+                    "{name}: --serve: {i} during the run of client {client} ({e:#}): {}",
+                    served.summary()
+                );
+                return ExitCode::SUCCESS;
+            }
+            Err(e) if !listened => return failed(&name, &e),
+            Err(e) if waited_in_vain(&e) => {}
+            Err(e) => {
+                served.failed += 1;
+                verbs_lab::eprintln_whole!(
+                    "{name}: --serve: client {client} failed: {e:#}; waiting for the next client"
+                );
+            }
+        }
+    }
+}
+
+/// Whether the run ended because no client came within the wait (the server waits again).
+fn waited_in_vain(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<verbs_lab::oob::OobError>(),
+            Some(verbs_lab::oob::OobError::Timeout { .. })
+        )
+    }) && e.to_string().starts_with("waiting for a client")
 }

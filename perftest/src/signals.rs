@@ -100,6 +100,17 @@ pub fn install(tool: &str) -> nix::Result<()> {
     Ok(())
 }
 
+/// A `--serve` server's summary so far: a signal while it waits for its next client prints it
+/// and ends the process with 0 (stopping is how a serving server ends), rather than 130/143.
+static SERVE_SUMMARY: Mutex<Option<String>> = Mutex::new(None);
+
+/// Sets what a signal prints, and ends with 0, while no client is connected (`--serve`).
+pub fn set_serve_summary(summary: String) {
+    if let Ok(mut s) = SERVE_SUMMARY.lock() {
+        *s = Some(summary);
+    }
+}
+
 /// Set by [`stop_softly`]: the first signal only asks for a clean stop.
 static SOFT: AtomicBool = AtomicBool::new(false);
 /// The first signal came while [`SOFT`] was set.
@@ -132,6 +143,13 @@ fn on_signal(sig: Signal) {
         exit_now(sig, code);
     }
     if !wake_reader() && !pass_on(sig) {
+        if let Some(summary) = SERVE_SUMMARY.lock().ok().and_then(|s| s.clone()) {
+            verbs_lab::eprintln_whole!(
+                "{tool}: {} while waiting for a client: {summary}",
+                sig.as_str()
+            );
+            exit_now(sig, 0);
+        }
         verbs_lab::eprintln_whole!(
             "{tool}: interrupted by {} (no peer connected yet)",
             sig.as_str()

@@ -163,6 +163,23 @@ fn negative_numbers_say_what_the_flag_takes() {
     }
 }
 
+/// `--serve` is the server's, one client at a time, its rows on stdout.
+#[test]
+fn serve_is_a_servers_option_without_report_files() {
+    assert!(ok(WRITE_BW, "--serve").serve);
+    assert!(!ok(WRITE_BW, "").serve);
+    refused(WRITE_BW, "--serve host1", &["--serve is for the server"]);
+    refused(WRITE_BW, "--serve --procs 2", &["--serve with --procs"]);
+    for file in ["--json r.json", "--csv r.csv", "--out_json", "--plot r.svg"] {
+        let flag = file.split(' ').next().unwrap();
+        refused(
+            WRITE_BW,
+            &format!("--serve {file}"),
+            &[&format!("--serve with {flag}"), "overwrite"],
+        );
+    }
+}
+
 /// The port's range is 1..=65535 in every refusal, 0 and 70000 alike.
 #[test]
 fn a_port_is_1_to_65535() {

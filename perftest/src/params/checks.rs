@@ -557,3 +557,41 @@ pub(super) fn resolve_warmup(p: &Params) -> Result<Warmup, String> {
     }
     Ok(Warmup::Iters(warmup))
 }
+
+/// `--serve`: a server's option, one client at a time, its rows on stdout (a report file would
+/// be overwritten by every client).
+pub(super) fn check_serve(p: &Params) -> Result<(), String> {
+    if !p.serve {
+        return Ok(());
+    }
+    if p.host.is_some() {
+        return Err(
+            "--serve is for the server (the side without a host): it serves one client \
+                    after another"
+                .into(),
+        );
+    }
+    if p.procs.is_some() {
+        return Err(
+            "--serve with --procs: a --procs run pairs its workers once; serve one \
+                    client at a time without --procs"
+                .into(),
+        );
+    }
+    let o = &p.output;
+    let file = [
+        ("--json", o.json.is_some()),
+        ("--csv", o.csv.is_some()),
+        ("--out_json", o.out_json || o.out_json_file.is_some()),
+        ("--plot", o.plot.is_some()),
+    ]
+    .into_iter()
+    .find(|(_, given)| *given);
+    if let Some((flag, _)) = file {
+        return Err(format!(
+            "--serve with {flag}: every client's run would overwrite the file; leave it out \
+             (each run's rows print on stdout) or give it to the clients"
+        ));
+    }
+    Ok(())
+}

@@ -185,6 +185,13 @@ pub struct Params {
     #[arg(long = "wait_destroy", value_name = "SECS")]
     pub wait_destroy: Option<u64>,
 
+    /// Server: stay up, serving clients one after another until SIGINT or SIGTERM, then print
+    /// a summary of the runs (perftest's server serves one client). Each client is checked
+    /// and bounded as always; one that fails or is killed ends its own run only. Ends with 0
+    /// when stopped (the summary says how each run ended).
+    #[arg(long = "serve")]
+    pub serve: bool,
+
     /// Seconds to wait for the peer to connect (server) or to accept (client).
     #[arg(long = "wait", value_name = "SECS", default_value_t = 120,
           value_parser = verbs_lab::cli::WaitSecs)]

@@ -223,6 +223,8 @@ pub struct Config {
     pub report_gbits: bool,
     /// `--procs`, `--procs-start`: the worker processes of the run, and which one this is.
     pub procs: ProcsPlan,
+    /// `--serve`: the server serves one client after another until stopped.
+    pub serve: bool,
     /// What the options resolved to that a person should hear about (perftest prints these
     /// too): the tool prints each as a note on stderr before it starts.
     pub notes: Vec<String>,
@@ -249,6 +251,7 @@ impl Config {
         check_tool_options(tool, p)?;
         check_output_options(tool, p)?;
         let warmup = resolve_warmup(p)?;
+        check_serve(p)?;
         if let Some(w) = p.wait_destroy {
             if tool.metric == Metric::Lat {
                 return Err("--wait_destroy is an option of perftest's bandwidth tools".into());
@@ -312,6 +315,7 @@ impl Config {
                 worker,
                 start: Duration::from_micros(p.procs_start_us),
             },
+            serve: p.serve,
             notes,
         })
     }
