@@ -137,8 +137,9 @@ impl RowSink for Listened<'_> {
 
 /// `--serve`: one run after another, each with a client of its own, until SIGINT or SIGTERM.
 /// A client's failure (refused, killed, gone silent) ends its run only: logged, counted, and
-/// the server listens again. A failure before listening (the device, the port) ends the
-/// server. Stopped by a signal: the summary, exit 0.
+/// the server listens again. A failure before listening (the device, the port), or a fatal
+/// event of the device or its port during a run, ends the server (exit 1). Stopped by a
+/// signal: the summary, exit 0.
 fn serve(cfg: &Config, out: &crate::output::OutputArgs) -> ExitCode {
     let name = cfg.tool.name();
     let mut cfg = cfg.clone();
@@ -169,6 +170,13 @@ fn serve(cfg: &Config, out: &crate::output::OutputArgs) -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             Err(e) if !listened => return failed(&name, &e),
+            // The device or its port failed (the event stays recorded for the process): the
+            // server's own failure, not the client's.
+            Err(e) if crate::events::fatal().is_some() => {
+                served.failed += 1;
+                verbs_lab::eprintln_whole!("{name}: --serve: {}", served.summary());
+                return failed(&name, &e);
+            }
             Err(e) if waited_in_vain(&e) => {}
             Err(e) => {
                 served.failed += 1;
