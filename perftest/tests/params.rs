@@ -156,6 +156,9 @@ fn negative_numbers_say_what_the_flag_takes() {
         (WRITE_BW, "--warmup -1", "--warmup -1: cannot be negative"),
         (WRITE_BW, "-p -1", "-p -1: give 1 to 65535"),
         (WRITE_BW, "-u -1", "-u -1: give 0 to 31"),
+        (WRITE_BW, "-m -1", "'-1' is not an MTU"),
+        (WRITE_BW, "-w -1", "'-1' is not a limit"),
+        (WRITE_BW, "--cpu -1", "CPU list '-1'"),
     ] {
         let e = parse(tool, args).expect_err(args).to_string();
         assert!(e.contains(says), "{args}: {e}");

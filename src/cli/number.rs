@@ -5,7 +5,6 @@
 //! negative one ([`negative_numbers_are_values`]: `-s -5` was taken for a flag `-5`, and clap's
 //! tip to write `-- -5` would have made it the SERVER argument).
 
-use std::any::TypeId;
 use std::ffi::OsStr;
 use std::marker::PhantomData;
 use std::num::{IntErrorKind, ParseIntError};
@@ -95,24 +94,13 @@ pub fn ib_port() -> WholeRange<u8> {
     WholeRange::new(1..=255, "ports are numbered from 1 (vl_devinfo lists them)")
 }
 
-/// `cmd` with every option that takes a whole number (or a size, which parses into one)
-/// taking a negative number as its value: `-s -5` reaches the option's parser, which says what
-/// the option accepts, instead of clap reading `-5` as an unknown flag and advising `-- -5`
-/// (which would make it the SERVER argument). Options of other types are left as they are.
+/// `cmd` with every option that takes a value taking a negative number as that value: `-s -5`
+/// reaches the option's parser, which says what the option accepts, instead of clap reading
+/// `-5` as an unknown flag and advising `-- -5` (which would make it the SERVER argument). No
+/// option is spelled with a digit, so a negative number after one can only be its value.
 pub fn negative_numbers_are_values(cmd: Command) -> Command {
-    let whole = [
-        TypeId::of::<u8>(),
-        TypeId::of::<u16>(),
-        TypeId::of::<u32>(),
-        TypeId::of::<u64>(),
-        TypeId::of::<usize>(),
-        TypeId::of::<i64>(),
-    ];
     cmd.mut_args(|a| {
-        let numeric = !a.is_positional()
-            && a.get_action().takes_values()
-            && whole.iter().any(|t| a.get_value_parser().type_id() == *t);
-        if numeric {
+        if !a.is_positional() && a.get_action().takes_values() {
             a.allow_negative_numbers(true)
         } else {
             a
