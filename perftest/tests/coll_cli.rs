@@ -480,7 +480,8 @@ fn an_nccl_tests_command_line_runs_as_it_is_and_gpu_settings_are_refused_saying_
 /// --csv file with one line per row, and the --json document that vl_jsoncheck's schema reads.
 #[test]
 fn the_new_tools_run_one_rank_checked_with_csv_and_json() {
-    let dir = std::env::temp_dir().join(format!("vl-coll-cli-{}", std::process::id()));
+    // A directory of its own: the tests of this file run at once, and this one removes it.
+    let dir = std::env::temp_dir().join(format!("vl-coll-cli-new-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for bin in NEW_TOOLS {
         for t in ["float", "int8", "uint32", "uint64", "half", "bfloat16"] {
