@@ -234,7 +234,27 @@ impl Ring {
             )),
         }
     }
+
+    /// [`Ring::port_down`] after a work request failed: the port's state may lag the link by a
+    /// moment, so it is asked again for up to [`PORT_SETTLE`] before the failure is put on the
+    /// peer. The kernel stops a netdev's transmit queue before rxe hears that it went down, and
+    /// a veth whose peer went down loses its carrier through the link-watch work queue, later
+    /// still: a request that met the dead link in between fails while the port reads ACTIVE.
+    fn port_down_settled(&self) -> Option<String> {
+        let deadline = Instant::now() + PORT_SETTLE;
+        loop {
+            let down = self.port_down();
+            if down.is_some() || Instant::now() >= deadline {
+                return down;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
+
+/// How long a failed work request waits for its port's state to catch up with the link (see
+/// [`Ring::port_down_settled`]); only failures pay it.
+const PORT_SETTLE: Duration = Duration::from_millis(1500);
 
 /// One collective on the ring: its plan, where its sends read (`src_off + range`) and its
 /// receives land (`dst_off + range`), and how arrivals are reduced.

@@ -251,7 +251,7 @@ impl Run<'_> {
                 } else {
                     &self.right
                 };
-                if let Some(down) = ring.port_down() {
+                if let Some(down) = ring.port_down_settled() {
                     // Only the status: its usual explanation (a malformed request, for rxe's
                     // IBV_WC_LOC_QP_OP_ERR) does not hold for a request that met a dead link.
                     return Err(CollError::Failed(format!(
