@@ -3,7 +3,7 @@
 # nodes with two slots each, orted started on every node over ssh (Dropbear, keys made at boot),
 # the ranks' numbers from OMPI_COMM_WORLD_*; each of the five collectives on 4 nodes x 2 ranks,
 # every element checked, the rank table naming each host with local ranks 0 and 1. Then Open
-# MPI's own MPI_Allreduce (tests/guest/mpi/allreduce_timer.c) on the same nodes over UCX's verbs
+# MPI's own MPI_Allreduce (tests/guest/mpi/coll_timer.c) on the same nodes over UCX's verbs
 # transports: Open MPI across the fabric too, where docs/benchmarks.md compares the two.
 # cluster: nodes=4 topology=leaf-spine
 # timeout: 900
@@ -37,7 +37,7 @@ step "Open MPI's MPI_Allreduce on the same 4 x 2 ranks, UCX on its verbs transpo
 rc=0
 run_timeout "$(scaled 200)" $MPIRUN --mca pml ucx -x UCX_TLS=rc_verbs,ud_verbs,self \
     -x UCX_UD_ETH_DGID_CHECK=n -x UCX_NET_DEVICES=rxe0:1 \
-    /usr/local/bin/vl_mpi_allreduce_timer -b 8 -e 64K -f 8 -n 2 -w 1 -c 1 >"$TMPDIR/mpi.out" 2>&1 || rc=$?
+    /usr/local/bin/vl_mpi_coll_timer -b 8 -e 64K -f 8 -n 2 -w 1 -c 1 >"$TMPDIR/mpi.out" 2>&1 || rc=$?
 cat "$TMPDIR/mpi.out"
-[ "$rc" = 0 ] || fail "mpirun vl_mpi_allreduce_timer exited $rc"
+[ "$rc" = 0 ] || fail "mpirun vl_mpi_coll_timer exited $rc"
 expect_contains "$TMPDIR/mpi.out" "# Out of bounds values : 0 OK"

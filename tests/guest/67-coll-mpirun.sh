@@ -2,10 +2,12 @@
 # Collectives launched by Open MPI's mpirun, as on a cluster: four ranks of vl_all_reduce_perf
 # take their rank, world size and local rank from OMPI_COMM_WORLD_* and meet at --master; every
 # element checked, 0 wrong, the rank table names four ranks on rxe0/rxe1 round-robin. Then our
-# MPI_Allreduce timer (tests/guest/mpi/allreduce_timer.c, in the image) on the same four ranks
+# MPI_Allreduce timer (tests/guest/mpi/coll_timer.c, in the image) on the same four ranks
 # and devices with UCX held to its verbs transports: 0 wrong, and the rxe port counters moved at
 # least the packets its payload needs — Open MPI went over RDMA, not shared memory.
-# (scripts/bench-coll-vs-mpi compares the two speeds; this scenario only proves both work.)
+# Then the timer's four other collectives (-o all_gather, reduce_scatter, alltoall, broadcast),
+# every element checked, and a wrong -o refused.
+# (scripts/bench-coll-vs-mpi compares the speeds; this scenario only proves both sides work.)
 # Took 66-117 s on a busy 2-core host (TCG guest, load average 13-16).
 # timeout: 300
 # slow: two mpirun jobs of four ranks each, 8 B to 512 KiB with every element checked, under emulation
@@ -15,7 +17,7 @@ set -eu
 
 require_bin vl_all_reduce_perf
 command -v mpirun >/dev/null || fail "no mpirun in the guest image (rebuild it: scripts/softroce-vm build)"
-timer=/usr/local/bin/vl_mpi_allreduce_timer
+timer=/usr/local/bin/vl_mpi_coll_timer
 [ -x "$timer" ] || fail "no $timer in the guest image (rebuild it: scripts/softroce-vm build)"
 MPI=$VL_TESTS/mpi
 
@@ -47,7 +49,7 @@ cat "$TMPDIR/ours.out"
 expect_contains "$TMPDIR/ours.out" "from Open MPI (OMPI_COMM_WORLD_*)"
 check_rows "$TMPDIR/ours.out" vl_all_reduce_perf
 
-step "mpirun -np 4 vl_mpi_allreduce_timer -b 8 -e 1M -f 4 -c 1, UCX on rc_verbs/ud_verbs, one rxe per rank"
+step "mpirun -np 4 vl_mpi_coll_timer -b 8 -e 1M -f 4 -c 1, UCX on rc_verbs/ud_verbs, one rxe per rank"
 mtu=$(/usr/bin/rdma link show "$VL_DEV0/1" 2>/dev/null | sed -n 's/.*mtu \([0-9]*\).*/\1/p' | head -n 1)
 [ -n "$mtu" ] || mtu=4096
 before=$(($(hw_counter "$VL_DEV0" sent_pkts) + $(hw_counter "$VL_DEV1" sent_pkts)))
@@ -56,10 +58,34 @@ run_timeout 150 sh "$MPI/mpirun.sh" 4 sh "$MPI/one-device.sh" "$VL_DEV0:1,$VL_DE
     "$timer" -b 8 -e 1M -f 4 -n 1 -w 0 -c 1 >"$TMPDIR/mpi.out" 2>&1 || rc=$?
 after=$(($(hw_counter "$VL_DEV0" sent_pkts) + $(hw_counter "$VL_DEV1" sent_pkts)))
 cat "$TMPDIR/mpi.out"
-[ "$rc" = 0 ] || fail "mpirun vl_mpi_allreduce_timer exited $rc"
-check_rows "$TMPDIR/mpi.out" vl_mpi_allreduce_timer
+[ "$rc" = 0 ] || fail "mpirun vl_mpi_coll_timer exited $rc"
+check_rows "$TMPDIR/mpi.out" vl_mpi_coll_timer
 # At 512 KiB alone: 2 all-reduces (1 timed + 1 checked), each of the 4 ranks sending at least
 # 2(n-1)/n = 1.5 x 512 KiB in MTU-sized packets.
 need=$((2 * 4 * (3 * 524288 / 2 / mtu)))
 echo "rxe0+rxe1 sent $((after - before)) packets; the 512 KiB all-reduces alone need at least $need"
 [ $((after - before)) -ge "$need" ] || fail "too few RDMA packets: Open MPI did not run over rxe"
+
+step "the timer's other collectives (-o), every element checked: the references of scripts/bench-coll-vs-mpi"
+# nccl-tests' sizes: where each rank has a part, the count is rounded down to a multiple of the
+# 4 ranks (8 B is 2 floats: a row of 0 B), and the count column is the part.
+for c in all_gather reduce_scatter alltoall broadcast; do
+    rc=0
+    run_timeout 120 sh "$MPI/mpirun.sh" 4 sh "$MPI/one-device.sh" "$VL_DEV0:1,$VL_DEV1:1" \
+        "$timer" -o "$c" -b 8 -e 64K -f 8 -n 1 -w 0 -c 1 >"$TMPDIR/mpi-$c.out" 2>&1 || rc=$?
+    grep -E '^ +[0-9]+ ' "$TMPDIR/mpi-$c.out" | sed "s/^/$c: /"
+    [ "$rc" = 0 ] || { cat "$TMPDIR/mpi-$c.out"; fail "mpirun vl_mpi_coll_timer -o $c exited $rc"; }
+    expect_contains "$TMPDIR/mpi-$c.out" "# Out of bounds values : 0 OK"
+    expect_contains "$TMPDIR/mpi-$c.out" "Open MPI $c float, nranks 4"
+    rows=$(grep -E '^ +[0-9]+ ' "$TMPDIR/mpi-$c.out")
+    echo "$rows" | awk '$9 != "0" { bad = 1 } END { exit bad }' || fail "-o $c: a row has wrong values"
+    # 8 B x 8^4: the last row is 32 KiB = 8192 floats, 2048 per rank where each has a part
+    case $c in broadcast) want=8192 ;; *) want=2048 ;; esac
+    echo "$rows" | tail -n 1 | awk -v w="$want" '$1 == 32768 && $2 == w { ok = 1 } END { exit !ok }' \
+        || fail "-o $c: the last row is not 32768 B of $want elements per rank"
+done
+rc=0
+run_timeout 60 sh "$MPI/mpirun.sh" 4 sh "$MPI/one-device.sh" "$VL_DEV0:1,$VL_DEV1:1" \
+    "$timer" -o allgather >"$TMPDIR/bad.out" 2>&1 || rc=$?
+[ "$rc" != 0 ] || fail "-o allgather (not a collective's name) was accepted"
+expect_contains "$TMPDIR/bad.out" "-o takes all_reduce, all_gather, reduce_scatter, alltoall or broadcast"

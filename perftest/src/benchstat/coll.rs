@@ -1,6 +1,7 @@
-//! The statistics of `scripts/bench-coll-vs-mpi` (`vl_benchstat --coll DIR`): from each
-//! round's output, `DIR/rows/R-ours.out` (`vl_all_reduce_perf`) and `DIR/rows/R-mpi.out` (Open
-//! MPI's timer, the same columns), per size the median busbw of each with its range, the
+//! The statistics of `scripts/bench-coll-vs-mpi` (`vl_benchstat --coll DIR`, one collective per
+//! DIR, named by `DIR/params`' `coll=`, all_reduce when absent): from each round's output,
+//! `DIR/rows/R-ours.out` (`vl_COLL_perf`) and `DIR/rows/R-mpi.out` (Open MPI's timer, the same
+//! columns), per size the median busbw of each with its range, the
 //! median time, the median of the per-round ratios ours/Open MPI and the ratio of the medians
 //! ([`table`]); from ours' `--profile` lines (`DIR/rows/R-ours.*`), the medians of where rank
 //! 0's time went ([`profile`]).
@@ -65,12 +66,38 @@ fn med0(v: &[f64]) -> f64 {
     median(v).unwrap_or(0.0)
 }
 
-/// The busbw and time table (markdown) over `rounds` rounds of the `.out` files.
-pub fn table(outputs: &[Output], rounds: u32) -> String {
+/// nccl-tests' bus-bandwidth factor of the collective named `coll` (as in `vl_COLL_perf`) on
+/// `n` ranks.
+fn busbw_factor(coll: &str, n: u32) -> Result<f64> {
+    let n = f64::from(n.max(1));
+    Ok(match coll {
+        "all_reduce" => 2.0 * (n - 1.0) / n,
+        "all_gather" | "reduce_scatter" | "alltoall" | "gather" | "scatter" => (n - 1.0) / n,
+        "broadcast" | "reduce" | "sendrecv" => 1.0,
+        other => anyhow::bail!("'{other}' is not a collective of ours (coll= in params)"),
+    })
+}
+
+/// The world size an output's header names (`nranks N`), if it names one.
+fn nranks(text: &str) -> Option<u32> {
+    text.lines()
+        .take_while(|l| l.starts_with('#'))
+        .find_map(|l| {
+            let rest = &l[l.find("nranks ")? + "nranks ".len()..];
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+}
+
+/// The busbw and time table (markdown) of collective `coll` over `rounds` rounds of the `.out`
+/// files.
+pub fn table(outputs: &[Output], rounds: u32, coll: &str) -> Result<String> {
     // (round, side, size) -> (busbw MB/s, time us). busbw from the time (the printed GB/s has
-    // too few digits here): size / time x 2(n-1)/n, n = 4.
+    // too few digits here): size / time x the collective's factor for the header's nranks.
     let mut m: BTreeMap<(u64, u32, &str), (f64, f64)> = BTreeMap::new();
     for o in outputs.iter().filter(|o| o.ext == "out") {
+        let Some(n) = nranks(&o.text) else { continue };
+        let factor = busbw_factor(coll, n)?;
         for line in o.text.lines().filter(|l| l.starts_with(' ')) {
             let f: Vec<&str> = line.split_whitespace().collect();
             let (Some(size), Some(t)) = (
@@ -80,7 +107,10 @@ pub fn table(outputs: &[Output], rounds: u32) -> String {
                 continue;
             };
             if t > 0.0 {
-                m.insert((size, o.round, o.side.as_str()), (size as f64 / t * 1.5, t));
+                m.insert(
+                    (size, o.round, o.side.as_str()),
+                    (size as f64 / t * factor, t),
+                );
             }
         }
     }
@@ -123,7 +153,7 @@ pub fn table(outputs: &[Output], rounds: u32) -> String {
             r.len()
         );
     }
-    md
+    Ok(md)
 }
 
 /// The `--profile` table (markdown) of ours' out-of-place lines, or "" when there are none.
@@ -148,7 +178,7 @@ pub fn profile(outputs: &[Output]) -> String {
         return String::new();
     }
     let mut md = String::from(
-        "| size | ms per all-reduce | post | apply (copy + reduce + credit) | poll | idle (asleep \
+        "| size | ms per collective | post | apply (copy + reduce + credit) | poll | idle (asleep \
          or spinning) | writes | sleeps |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for (s, lines) in by_size {
@@ -169,7 +199,8 @@ pub fn profile(outputs: &[Output]) -> String {
     md
 }
 
-/// Writes `dir/table.md` and `dir/profile.md` from `dir/rows/` and `dir/params`' `runs=`.
+/// Writes `dir/table.md` and `dir/profile.md` from `dir/rows/` and `dir/params`' `runs=` and
+/// `coll=`.
 pub fn write(dir: &Path) -> Result<()> {
     let params = dir.join("params");
     let text = crate::input::read_text(&params).map_err(anyhow::Error::msg)?;
@@ -178,9 +209,13 @@ pub fn write(dir: &Path) -> Result<()> {
         .find_map(|l| l.strip_prefix("runs="))
         .and_then(|r| r.parse().ok())
         .with_context(|| format!("{} has no runs=N", params.display()))?;
+    let coll = text
+        .lines()
+        .find_map(|l| l.strip_prefix("coll="))
+        .unwrap_or("all_reduce");
     let outputs = read_outputs(dir)?;
     for (name, md) in [
-        ("table.md", table(&outputs, rounds)),
+        ("table.md", table(&outputs, rounds, coll)?),
         ("profile.md", profile(&outputs)),
     ] {
         let path = dir.join(name);
@@ -191,6 +226,40 @@ pub fn write(dir: &Path) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn out(round: u32, side: &str, text: &str) -> Output {
+        Output {
+            round,
+            side: side.into(),
+            ext: "out".into(),
+            text: text.into(),
+        }
+    }
+
+    #[test]
+    fn bus_bandwidth_follows_the_collective_and_the_header_world() {
+        // 8 ranks: all-reduce 2(n-1)/n = 1.75, all-to-all (n-1)/n = 0.875; 1000 B in 10 us =
+        // 100 MB/s of algbw.
+        let ours = "# vl_alltoall_perf: nranks 8 (from Open MPI)\n#\n         1000  250  float  \
+                    none  -1  10.0  0.10  0.09  0\n";
+        let mpi =
+            "# coll_timer: Open MPI alltoall float, nranks 8, -b 8\n        1000  250  float  \
+                   none  -1  20.0  0.05  0.04  N/A\n";
+        let outs = [out(1, "ours", ours), out(1, "mpi", mpi)];
+        let t = table(&outs, 1, "alltoall").unwrap();
+        assert!(
+            t.contains("| 1000 B | 87.500 (87.500–87.500) | 43.750 (43.750–43.750)"),
+            "{t}"
+        );
+        assert!(t.contains("**2.00**"), "{t}");
+        let t = table(&outs, 1, "all_reduce").unwrap();
+        assert!(t.contains("| 1000 B | 175.000"), "{t}");
+        assert!(table(&outs, 1, "allgather").is_err());
+        assert_eq!(nranks("# x: nranks 12, y\n 8 2"), Some(12));
+        assert_eq!(nranks("no header\n"), None);
+    }
+
     #[test]
     fn sizes_are_labelled_in_their_own_unit() {
         let labels: Vec<String> = [8, 96, 1024, 1536, 65536, 1 << 20, 3 << 19]
