@@ -106,7 +106,8 @@ pub fn table(outputs: &[Output], rounds: u32, coll: &str) -> Result<String> {
             ) else {
                 continue;
             };
-            if t > 0.0 {
+            // A row that moved nothing (fewer elements than ranks) has no bandwidth to compare.
+            if t > 0.0 && size > 0 {
                 m.insert(
                     (size, o.round, o.side.as_str()),
                     (size as f64 / t * factor, t),
