@@ -267,7 +267,7 @@ fn coll_medians_per_size_and_profile() {
     std::fs::create_dir_all(dir.join("rows")).unwrap();
     std::fs::write(dir.join("params"), "runs=3\nline=-b 64K -e 64K\n").unwrap();
     // Times (us) of 64 KiB per round: ours 100 200 400, Open MPI 200 200 (round 3 printed no
-    // row). busbw = 65536 / t x 1.5.
+    // row). busbw = 65536 / t x 1.5 (all-reduce, no coll= in params, on the headers' 4 ranks).
     let row = |t: u32| {
         format!(
             "       65536         16384     float     sum      -1  {t}.0   0.66   0.98      0\n"
@@ -277,8 +277,23 @@ fn coll_medians_per_size_and_profile() {
         let w = |side: &str, text: String| {
             std::fs::write(dir.join("rows").join(format!("{round}-{side}.out")), text).unwrap()
         };
-        w("ours", format!("#  size count type\n{}", row(ours)));
-        w("mpi", mpi.map(row).unwrap_or_default());
+        w(
+            "ours",
+            format!(
+                "# vl_all_reduce_perf: nranks 4 (from Open MPI)\n#  size count type\n{}",
+                row(ours)
+            ),
+        );
+        w(
+            "mpi",
+            mpi.map(|t| {
+                format!(
+                    "# coll_timer: Open MPI all_reduce float, nranks 4, -b 64K\n{}",
+                    row(t)
+                )
+            })
+            .unwrap_or_default(),
+        );
         std::fs::write(
             dir.join("rows").join(format!("{round}-ours.err")),
             format!("# profile rank 0 65536 B out-of-place: {round}.00 ms per collective = post 0.10 + apply 0.20 (65536 B) + poll 0.30 + idle 0.40 ms; 6.0 writes, {round}.0 sleeps\n"),

@@ -1,5 +1,6 @@
 #!/bin/sh
-# --openmetrics FILE as a fleet uses it: a bandwidth and a latency pair write their files into a
+# --openmetrics FILE as a fleet uses it: a bandwidth and a latency pair and a collective
+# (vl_all_reduce_perf --np 2) write their files into a
 # directory that the real node_exporter (Debian's prometheus-node-exporter, textfile collector)
 # serves, and its /metrics must hold our families with the numbers the tools printed, each
 # gate's verdict (one that holds, one that fails on purpose: the run exits 3 and still writes
@@ -29,7 +30,16 @@ vl_pair vl_write_lat "-s 2 -n 200" "--openmetrics $dir/textfile/lat.prom --max-l
 grep -q '^vl_gate_passed{.*gate="--max-lat p99=0.001"} 0$' "$dir/textfile/lat.prom" ||
     fail "lat.prom has no failed verdict for --max-lat p99=0.001"
 
-step "node_exporter's textfile collector serves both files"
+step "a collective writes its metrics: vl_all_reduce_perf --np 2, every element checked, a gate that holds"
+rc=0
+run_timeout "$(scaled 90)" vl_all_reduce_perf --np 2 --ib-dev "$VL_DEV0,$VL_DEV1" -b 4K -e 64K -f 4 \
+    -n 5 -w 1 -c 1 --min-busbw 0.000001 --openmetrics "$dir/textfile/coll.prom" >"$dir/coll.out" 2>&1 ||
+    rc=$?
+cat "$dir/coll.out"
+[ "$rc" = 0 ] || fail "vl_all_reduce_perf --openmetrics exited $rc"
+tail -n 1 "$dir/textfile/coll.prom" | grep -qx '# EOF' || fail "coll.prom does not end with '# EOF'"
+
+step "node_exporter's textfile collector serves the three files"
 port=9109
 prometheus-node-exporter --web.listen-address="127.0.0.1:$port" --collector.disable-defaults \
     --collector.textfile --collector.textfile.directory="$dir/textfile" >"$dir/ne.log" 2>&1 &
@@ -71,6 +81,18 @@ served vl_latency_seconds 'tool="vl_write_lat"' 'stat="median"' 'bytes="2"' -- '
     fail "no latency median served"
 served vl_run_info 'tool="vl_write_lat"' 'role="client"' 'iterations="200"' -- 1 ||
     fail "no vl_run_info of the latency client"
+
+# The collective's busbw at 64 KiB, out of place: the printed GB/s (column 8) is what is served.
+gbs=$(awk '$1 == 65536 { print $8 }' "$dir/coll.out")
+cbps=$(grep '^vl_coll_bus_bandwidth_bytes_per_second{' "$dir/metrics" | grep -F 'bytes="65536"' |
+    grep -F 'placement="out_of_place"' | grep -F 'collective="all_reduce"' | awk '{ print $2 }')
+[ -n "$gbs" ] && [ -n "$cbps" ] || fail "no busbw at 65536 bytes (printed '$gbs', served '$cbps')"
+awk -v g="$gbs" -v b="$cbps" 'BEGIN { d = b / 1e9 - g; exit !(d < 0.0001 && d > -0.0001) }' ||
+    fail "the served busbw $cbps B/s is not the printed $gbs GB/s"
+served vl_coll_wrong_elements 'collective="all_reduce"' 'ranks="2"' 'placement="in_place"' -- 0 ||
+    fail "no #wrong of 0 served for the collective"
+served vl_gate_passed 'tool="vl_all_reduce_perf"' 'gate="--min-busbw' -- 1 ||
+    fail "no held --min-busbw verdict served"
 
 step "a file that cannot be written is refused before the run"
 rc=0

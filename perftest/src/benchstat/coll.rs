@@ -96,8 +96,17 @@ pub fn table(outputs: &[Output], rounds: u32, coll: &str) -> Result<String> {
     // too few digits here): size / time x the collective's factor for the header's nranks.
     let mut m: BTreeMap<(u64, u32, &str), (f64, f64)> = BTreeMap::new();
     for o in outputs.iter().filter(|o| o.ext == "out") {
-        let Some(n) = nranks(&o.text) else { continue };
-        let factor = busbw_factor(coll, n)?;
+        // An output that printed no row needs no header; one with rows must name its world.
+        let has_rows = o.text.lines().any(|l| l.starts_with(' '));
+        let factor = match nranks(&o.text) {
+            Some(n) => busbw_factor(coll, n)?,
+            None if has_rows => anyhow::bail!(
+                "round {}'s output ({}) has rows but no 'nranks N' in its header",
+                o.round,
+                o.side
+            ),
+            None => continue,
+        };
         for line in o.text.lines().filter(|l| l.starts_with(' ')) {
             let f: Vec<&str> = line.split_whitespace().collect();
             let (Some(size), Some(t)) = (

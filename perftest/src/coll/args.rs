@@ -142,6 +142,10 @@ pub struct Args {
     /// and in-place columns side by side.
     #[arg(long)]
     pub csv: Option<String>,
+    /// Write the rows, the footer's average and the gate's verdict to FILE (rank 0) in the text
+    /// format Prometheus and node_exporter's textfile collector read.
+    #[arg(long)]
+    pub openmetrics: Option<String>,
     /// Fail with exit status 3 when the average bus bandwidth is below this (GB/s, above 0).
     /// Without it, nccl-tests' NCCL_TESTS_MIN_BW=GBS is honoured as nccl-tests does: the run
     /// fails when the average is below 90 % of it. Either way the footer says OK or FAILED.

@@ -15,6 +15,7 @@
 mod args;
 mod bench;
 mod check;
+mod openmetrics;
 pub mod report;
 mod stdout;
 
@@ -190,13 +191,20 @@ fn node_plan(np: u32, args: &Args) -> Result<(NodeRanks, bool), Fail> {
 /// (`--min-busbw`, `NCCL_TESTS_MIN_BW`) — so that it goes on to the end when `| head` stops
 /// reading, and a rank that fails meanwhile says why.
 fn owes_the_end(args: &Args) -> bool {
-    args.json.is_some() || args.csv.is_some() || matches!(args.busbw_gate(&env_var), Ok(Some(_)))
+    args.json.is_some()
+        || args.csv.is_some()
+        || args.openmetrics.is_some()
+        || matches!(args.busbw_gate(&env_var), Ok(Some(_)))
 }
 
 /// `--json FILE` checked before the run, as the `vl_*` tools check theirs, so that a path that
 /// cannot be written fails at once with exit status 2, not after the sweep.
 fn check_json(args: &Args) -> Result<(), Fail> {
-    for (flag, file) in [("--json", &args.json), ("--csv", &args.csv)] {
+    for (flag, file) in [
+        ("--json", &args.json),
+        ("--csv", &args.csv),
+        ("--openmetrics", &args.openmetrics),
+    ] {
         if file.is_some() && args.sweeps() {
             return Err(usage(format!(
                 "{flag} holds one type and one operator: with -d all or -o all, run once per \
@@ -684,10 +692,10 @@ fn verdict(
     let tool = table.tool;
     out.line(&table.footer(rows, gate.map(|g| g.floor)))
         .map_err(stdout_failed)?;
+    let hosts = verbs_lab::coll::bootstrap::places(records)
+        .first()
+        .map_or(1, |p| p.hosts);
     if let Some(path) = &args.json {
-        let hosts = verbs_lab::coll::bootstrap::places(records)
-            .first()
-            .map_or(1, |p| p.hosts);
         let doc = table.json(records, JsonParams::new(args, launcher, hosts), rows);
         std::fs::write(path, crate::report::pretty_json(&doc))
             .map_err(|e| (EXIT_FAILED, format!("cannot write --json {path}: {e}")))?;
@@ -698,6 +706,15 @@ fn verdict(
     }
     let wrong = report::total_wrong(rows);
     let avg = table.avg_busbw(rows);
+    if let Some(path) = &args.openmetrics {
+        let held = gate.map(|g| (g.source.as_str(), avg >= g.floor));
+        std::fs::write(path, openmetrics::render(table, rows, hosts, held)).map_err(|e| {
+            (
+                EXIT_FAILED,
+                format!("cannot write --openmetrics {path}: {e}"),
+            )
+        })?;
+    }
     Ok(if wrong > 0 {
         verbs_lab::eprintln_whole!("{tool}: error: {wrong} wrong values (see #wrong)");
         EXIT_FAILED

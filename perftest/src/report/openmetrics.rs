@@ -26,14 +26,14 @@ use crate::counters::Snapshot;
 use crate::result::{Rows, RunResult};
 
 /// A label value with `\`, `"` and newlines escaped.
-fn esc(v: &str) -> String {
+pub(crate) fn esc(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
 }
 
 /// `{k="v",...}` from pairs.
-fn labels(pairs: &[(&str, String)]) -> String {
+pub(crate) fn labels(pairs: &[(&str, String)]) -> String {
     let inner: Vec<String> = pairs
         .iter()
         .map(|(k, v)| format!("{k}=\"{}\"", esc(v)))
@@ -41,8 +41,14 @@ fn labels(pairs: &[(&str, String)]) -> String {
     format!("{{{}}}", inner.join(","))
 }
 
+/// `base`'s labels, then `extra`'s.
+pub(crate) fn labels_with(base: &[(&str, String)], extra: &[(&str, String)]) -> String {
+    let all: Vec<(&str, String)> = base.iter().chain(extra).cloned().collect();
+    labels(&all)
+}
+
 /// A number as both formats read it (`+Inf`, `-Inf`, `NaN` spelled out).
-fn value(x: f64) -> String {
+pub(crate) fn value(x: f64) -> String {
     if x.is_nan() {
         "NaN".into()
     } else if x.is_infinite() {
@@ -52,20 +58,38 @@ fn value(x: f64) -> String {
     }
 }
 
-struct Family<'a> {
-    out: &'a mut String,
+/// Writes one family's head and samples into `out`.
+pub(crate) struct Family<'a> {
+    pub(crate) out: &'a mut String,
 }
 
 impl Family<'_> {
-    fn head(&mut self, name: &str, help: &str, unit: Option<&str>) {
+    pub(crate) fn head(&mut self, name: &str, help: &str, unit: Option<&str>) {
         let _ = writeln!(self.out, "# TYPE {name} gauge");
         if let Some(u) = unit {
             let _ = writeln!(self.out, "# UNIT {name} {u}");
         }
         let _ = writeln!(self.out, "# HELP {name} {help}");
     }
-    fn sample(&mut self, name: &str, labels: &str, v: f64) {
+    pub(crate) fn sample(&mut self, name: &str, labels: &str, v: f64) {
         let _ = writeln!(self.out, "{name}{labels} {}", value(v));
+    }
+    /// `vl_gate_passed`: one sample per gate (`base`'s labels and `gate`, as typed), 1 when it
+    /// held and 0 when it failed; nothing when no gate was given.
+    pub(crate) fn gates(&mut self, base: &[(&str, String)], gates: &[(String, bool)]) {
+        if gates.is_empty() {
+            return;
+        }
+        let name = "vl_gate_passed";
+        self.head(
+            name,
+            "1 when the gate held on every row, 0 when it failed.",
+            None,
+        );
+        for (g, ok) in gates {
+            let l = labels_with(base, &[("gate", g.clone())]);
+            self.sample(name, &l, f64::from(u8::from(*ok)));
+        }
     }
 }
 
@@ -82,11 +106,7 @@ pub fn render(result: &RunResult, counters: Option<&Snapshot>, gates: &GateVerdi
         ("port", info.ib_port.to_string()),
         ("transport", info.conn_type.clone()),
     ];
-    let with = |extra: &[(&str, String)]| {
-        let mut all = base.clone();
-        all.extend(extra.iter().cloned());
-        labels(&all)
-    };
+    let with = |extra: &[(&str, String)]| labels_with(&base, extra);
     let mut out = String::new();
     let mut f = Family { out: &mut out };
 
@@ -175,21 +195,7 @@ pub fn render(result: &RunResult, counters: Option<&Snapshot>, gates: &GateVerdi
             f.sample(name, &with(&[("counter", k.clone())]), *v as f64);
         }
     }
-    if !gates.is_empty() {
-        let name = "vl_gate_passed";
-        f.head(
-            name,
-            "1 when the gate held on every row, 0 when it failed.",
-            None,
-        );
-        for (g, ok) in gates {
-            f.sample(
-                name,
-                &with(&[("gate", g.clone())]),
-                f64::from(u8::from(*ok)),
-            );
-        }
-    }
+    f.gates(&base, gates);
     out.push_str("# EOF\n");
     out
 }
