@@ -49,8 +49,15 @@ pub struct FabricJson {
 pub struct ParamsJson {
     pub size: u64,
     pub iters: u64,
+    /// QPs of each bandwidth test (absent in the reports of earlier versions: 1).
+    #[serde(default = "one_qp")]
+    pub qps: u32,
     pub lat_iters: u64,
     pub round_timeout_s: u64,
+}
+
+fn one_qp() -> u32 {
+    1
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,6 +97,7 @@ pub fn document(args: &Args, hosts: &[String], gone: &[Option<String>], c: &Chec
         params: ParamsJson {
             size: args.size,
             iters: args.iters,
+            qps: args.qps,
             lat_iters: args.lat_iters,
             round_timeout_s: args.round_timeout,
         },
@@ -271,22 +279,37 @@ pub fn pair_lat(doc: &FabricJson, x: usize, y: usize) -> Option<f64> {
         .lat_us
 }
 
+/// How the header names the QPs of a bandwidth test: nothing for one.
+fn qps_note(qps: u32) -> String {
+    match qps {
+        1 => String::new(),
+        q => format!(" over {q} QPs"),
+    }
+}
+
 /// The report on stdout.
 pub fn text(doc: &FabricJson) -> String {
     let mut s = String::new();
     let n = doc.hosts.len();
     let what = match doc.mode.as_str() {
         "pairs" => format!(
-            "every pair: bandwidth {} B x {} each way, then latency 2 B x {} round trips",
-            doc.params.size, doc.params.iters, doc.params.lat_iters
+            "every pair: bandwidth {} B x {} each way{}, then latency 2 B x {} round trips",
+            doc.params.size,
+            doc.params.iters,
+            qps_note(doc.params.qps),
+            doc.params.lat_iters
         ),
         "incast" => format!(
-            "incast: each host in turn receives from all others at once, {} B x {} per flow",
-            doc.params.size, doc.params.iters
+            "incast: each host in turn receives from all others at once, {} B x {} per flow{}",
+            doc.params.size,
+            doc.params.iters,
+            qps_note(doc.params.qps)
         ),
         _ => format!(
-            "all-to-all: every host sends to every other at once, {} B x {} per flow",
-            doc.params.size, doc.params.iters
+            "all-to-all: every host sends to every other at once, {} B x {} per flow{}",
+            doc.params.size,
+            doc.params.iters,
+            qps_note(doc.params.qps)
         ),
     };
     s += &format!("# {TOOL}: {n} hosts, RDMA {}, {what}\n", doc.test);
