@@ -113,6 +113,7 @@ expect spine 3 ''
 got=$(slow_pairs spine)
 [ "$got" = "0-2 0-3 1-2 1-3" ] || fail "spine: slow pairs '$got', expected the four across the leaves '0-2 0-3 1-2 1-3'"
 expect_contains "$TMPDIR/spine.out" "the fabric, or --expect, not one host"
+expect_contains "$TMPDIR/spine.out" "exactly those between 0 node1, 1 node2 and 2 node3, 3 node4: a link"
 if grep -q 'its test failed' "$TMPDIR/spine.out"; then
     echo "note: named for failed tests (a sender gave up in the cable's queue), not for their rate"
 fi
