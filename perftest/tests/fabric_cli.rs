@@ -63,6 +63,27 @@ fn bad_command_lines_are_refused_before_anything_runs() {
         2,
         "needs at least 2 ranks",
     );
+    // The launch flags are the collectives' (torchrun's way across hosts), refused alike.
+    fails(
+        &["--nnodes", "1:4"],
+        2,
+        "torchrun's elastic --nnodes MIN:MAX",
+    );
+    fails(
+        &["--np", "1", "--node-rank", "1"],
+        2,
+        "--node-rank needs --nnodes N",
+    );
+    fails(
+        &["--np", "1", "--nnodes", "2"],
+        2,
+        "--nnodes 2 needs --node-rank K",
+    );
+    fails(
+        &["--nnodes", "2", "--node-rank", "0"],
+        2,
+        "--nnodes and --node-rank go with --np N",
+    );
     let master = format!("127.0.0.1:{}", free_port());
     fails_as_rank0(
         "2",
@@ -113,4 +134,52 @@ fn a_second_check_on_the_same_master_port_is_refused() {
         1,
         &format!("rank 0 cannot listen on TCP port {port}"),
     );
+}
+
+/// `--help`'s description of `flag` (the lines after its heading, up to the next flag), from
+/// the help text `help`, as one line (clap puts `[default: ..]` on a line of its own where a
+/// tool has long help texts, beside the text where it has none).
+fn described(help: &str, flag: &str) -> String {
+    let mut lines = help.lines().skip_while(|l| {
+        let l = l.trim_start();
+        !(l.starts_with(&format!("{flag} ")) || l.contains(&format!(", {flag} ")) || l == flag)
+    });
+    assert!(lines.next().is_some(), "{flag} is not in the help:\n{help}");
+    let text: Vec<&str> = lines
+        .take_while(|l| !l.trim_start().starts_with('-') && !l.starts_with(|c: char| c != ' '))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    text.join(" ")
+}
+
+#[test]
+fn the_launch_flags_are_the_collectives_with_the_same_help() {
+    let help = |exe: &str| {
+        let out = Command::new(exe).arg("--help").output().unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let fabric = help(BIN);
+    let coll = help(env!("CARGO_BIN_EXE_vl_all_reduce_perf"));
+    for flag in [
+        "--ib-dev",
+        "--ib-port",
+        "--gid-index",
+        "--np",
+        "--nnodes",
+        "--node-rank",
+        "--rank",
+        "--world-size",
+        "--local-rank",
+        "--master",
+        "--bootstrap-timeout",
+    ] {
+        let d = described(&fabric, flag);
+        assert!(!d.is_empty(), "{flag} has no description");
+        assert_eq!(d, described(&coll, flag), "{flag}");
+    }
+    // The vl_* tools' letters for the device and port, which the collectives give to nccl-tests.
+    assert!(fabric.contains("-d, --ib-dev <DEV,...>"), "{fabric}");
+    assert!(fabric.contains("-i, --ib-port <IB_PORT>"), "{fabric}");
 }

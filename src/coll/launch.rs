@@ -32,6 +32,9 @@ use std::net::ToSocketAddrs;
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod args;
+pub use args::LaunchArgs;
+
 use super::env::MAX_WORLD;
 use super::mqlink::{self, QUEUES, QUEUE_DEPTH};
 use crate::mq::{self, Queue, MAX_MSG_LEN};

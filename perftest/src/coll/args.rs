@@ -2,6 +2,7 @@
 //! of the rows they ask for.
 
 use clap::Parser;
+use verbs_lab::coll::launch::LaunchArgs;
 use verbs_lab::coll::{DataType, RedOp};
 
 /// The one size parser (`8`, `64K`, `1M`) and the longest wait, from the library.
@@ -72,52 +73,14 @@ pub struct Args {
     /// as nccl-tests takes it.
     #[arg(short = 'r', long = "root", default_value_t = 0)]
     pub root: usize,
-    /// RDMA devices, comma-separated; local ranks take them round-robin (default: the first
-    /// device). Long only: -d is nccl-tests' data type.
-    #[arg(long = "ib-dev", value_name = "DEV,...", value_delimiter = ',')]
-    pub devices: Vec<String>,
-    /// Port of the devices.
-    #[arg(long = "ib-port", default_value_t = 1)]
-    pub ib_port: u8,
-    /// GID index (default: the first RoCE v2 IPv4 GID).
-    #[arg(short = 'x', long = "gid-index")]
-    pub gid_index: Option<u32>,
+    /// How the ranks start, meet and find their devices (the collectives' launch flags, shared
+    /// with vl_fabric_check).
+    #[command(flatten)]
+    pub launch: LaunchArgs,
     /// QP ack timeout exponent: 4.096 µs × 2^N.
     #[arg(short = 'u', long = "qp-timeout", default_value_t = 20,
           value_parser = verbs_lab::cli::qp_timeout())]
     pub ack_timeout: u8,
-    /// Start N ranks on this machine (child processes); with --nnodes, N on each node
-    /// (torchrun's --nproc-per-node).
-    #[arg(
-        long = "np",
-        visible_alias = "nproc-per-node",
-        alias = "nproc_per_node"
-    )]
-    pub np: Option<u32>,
-    /// Nodes of the job, each running this launcher with the same --np and --master and its
-    /// own --node-rank (torchrun's --nnodes; not its elastic MIN:MAX).
-    #[arg(long = "nnodes", value_name = "N", value_parser = nnodes)]
-    pub nnodes: Option<u32>,
-    /// This node's number, 0..N-1 with --nnodes N; node 0 must run on the host of --master,
-    /// where rank 0 listens.
-    #[arg(long = "node-rank", alias = "node_rank", value_name = "K")]
-    pub node_rank: Option<u32>,
-    /// This process's rank (with --world-size and --master).
-    #[arg(long)]
-    pub rank: Option<u32>,
-    /// The number of ranks (with --rank and --master).
-    #[arg(long = "world-size")]
-    pub world_size: Option<u32>,
-    /// Rank among the ranks on this host (picks the device and CPU; default: the launcher's, else
-    /// counted at the rendezvous from the ranks' host names). DeepSpeed passes --local_rank=N.
-    #[arg(long = "local-rank", alias = "local_rank")]
-    pub local_rank: Option<u32>,
-    /// Rank 0's rendezvous address HOST:PORT (else MASTER_ADDR/MASTER_PORT).
-    #[arg(long)]
-    pub master: Option<String>,
-    /// Set by --np for its ranks: the base name of the launcher's message queues.
-    #[arg(long = "vl-coll-queues", hide = true)]
-    pub local_queues: Option<String>,
     /// Seconds without progress before a rank reports its silent neighbour (1 to a day); rank 0's
     /// verdict then names the rank that is gone — a rank that exits is named at once, one that
     /// went without a word (its host lost power, it was stopped) within this timeout + 3 s as a
@@ -125,10 +88,6 @@ pub struct Args {
     #[arg(short = 'T', long = "timeout", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_SECS))]
     pub peer_timeout: u64,
-    /// Seconds the rendezvous may take (1 to a day).
-    #[arg(long = "bootstrap-timeout", default_value_t = 60,
-          value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_SECS))]
-    pub bootstrap_timeout: u64,
     /// Bytes per receive slot (pipeline piece).
     #[arg(long = "slot-size", default_value = "128K", value_parser = parse_size::<usize>)]
     pub slot_bytes: usize,
@@ -160,20 +119,6 @@ pub struct Args {
     pub profile: bool,
     #[command(flatten)]
     pub nccl_only: NcclOnly,
-}
-
-/// `--nnodes N`. torchrun's elastic form, `MIN:MAX` nodes, is refused by name: the world here
-/// is fixed when the ranks meet.
-fn nnodes(s: &str) -> Result<u32, String> {
-    if s.contains(':') {
-        return Err(format!(
-            "torchrun's elastic --nnodes MIN:MAX is not offered: the world is fixed at --nnodes \
-             × --np ranks when they meet; give one number of nodes, e.g. --nnodes {}",
-            s.rsplit(':').next().unwrap_or_default()
-        ));
-    }
-    s.parse::<u32>()
-        .map_err(|_| "not a whole number; give the number of nodes (digits only, e.g. 2)".into())
 }
 
 /// `-d`: nccl-tests' data type. A device name given the old way (`-d rxe0`) is told where

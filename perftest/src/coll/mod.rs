@@ -27,7 +27,7 @@ use std::time::Duration;
 use crate::progress::Progress;
 use verbs_lab::coll::env::{self, Launcher, RankInfo};
 use verbs_lab::coll::launch::{self, NodeRanks};
-use verbs_lab::coll::{Coll, CollError, Comm, CommOpts, DataType, RankFlags, RankRecord, RedOp};
+use verbs_lab::coll::{Coll, CollError, Comm, CommOpts, DataType, RankRecord, RedOp};
 use verbs_lab::wire::{Reader, Writer};
 
 pub use args::{sizes, Args, BusbwGate, MAX_BYTES, MAX_ROWS};
@@ -56,13 +56,13 @@ pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
         Err(e) => verbs_lab::cli::exit_on_usage_error(&e, tool),
     };
     let coll = coll_of(args.root);
-    let run = match (args.np, &args.local_queues) {
+    let run = match (args.launch.np, &args.launch.local_queues) {
         // A rank that --np started: it ends with its launcher.
         (Some(np), Some(base)) => launch::child_setup(Some((base, np)))
             .map_err(usage)
             .and_then(|()| run(&args, coll, tool)),
         // A rank that --nnodes's launcher started (over TCP): it ends with its launcher too.
-        (Some(_), None) if args.rank.is_some() && launch::started_by_launcher() => {
+        (Some(_), None) if args.launch.rank.is_some() && launch::started_by_launcher() => {
             launch::child_setup(None)
                 .map_err(usage)
                 .and_then(|()| run(&args, coll, tool))
@@ -124,67 +124,9 @@ fn launcher(np: u32, args: &Args, coll: Coll, tool: &str) -> ExitCode {
 
 /// What `--np np` asks of this launcher: its share of the job, and whether its ranks meet
 /// others over TCP at a master (`--nnodes`, torchrun's way) rather than over this machine's
-/// message queues. Refused, saying what to give: the flags for launching each rank yourself,
-/// `--node-rank` without `--nnodes` or the reverse, a node rank or world out of range, no
-/// master, and a master that cannot work from this node ([`launch::check_master`]).
+/// message queues ([`launch::LaunchArgs::node_plan`]).
 fn node_plan(np: u32, args: &Args) -> Result<(NodeRanks, bool), Fail> {
-    let yourself = args.rank.is_some() || args.world_size.is_some() || args.local_rank.is_some();
-    let Some(nnodes) = args.nnodes else {
-        if args.node_rank.is_some() {
-            return Err(usage(
-                "--node-rank needs --nnodes N, the number of nodes (each runs one launcher with \
-                 the same --np and --master and its own --node-rank)",
-            ));
-        }
-        if yourself || args.master.is_some() {
-            return Err(usage(
-                "--np starts its own ranks: leave out --rank, --world-size, --local-rank and \
-                 --master (they are for launching each rank yourself, without --np); for ranks \
-                 on several nodes add --nnodes N and --node-rank K, with --master",
-            ));
-        }
-        return NodeRanks::new(np, 1, 0)
-            .map(|node| (node, false))
-            .map_err(usage);
-    };
-    if yourself {
-        return Err(usage(
-            "--nnodes gives each rank its --rank, --world-size and --local-rank (node rank × \
-             --np + local rank, --nnodes × --np, local rank): leave them out",
-        ));
-    }
-    let node_rank = match args.node_rank {
-        Some(k) => k,
-        // One node (or none, which NodeRanks::new refuses): node 0.
-        None if nnodes <= 1 => 0,
-        None => {
-            return Err(usage(format!(
-                "--nnodes {nnodes} needs --node-rank K, this node's number (0..{}): start one \
-                 launcher on each node, each with its own K, node 0 on the host of --master",
-                nnodes - 1
-            )))
-        }
-    };
-    let node = NodeRanks::new(np, nnodes, node_rank).map_err(usage)?;
-    let Some((host, port)) =
-        env::master_address(args.master.as_deref(), &env_var).map_err(usage)?
-    else {
-        return match nnodes {
-            // One node and no master: the whole job here, as --np alone.
-            1 => Ok((node, false)),
-            _ => Err(usage(format!(
-                "--nnodes {nnodes} needs rank 0's address: give --master HOST:PORT (node 0's \
-                 host, where rank 0 listens), or set MASTER_ADDR and MASTER_PORT, the same on \
-                 every node"
-            ))),
-        };
-    };
-    let given = match &args.master {
-        Some(m) => format!("--master {m}"),
-        None => format!("MASTER_ADDR={host} MASTER_PORT={port}"),
-    };
-    launch::check_master(&node, (&host, port), &given).map_err(usage)?;
-    Ok((node, true))
+    args.launch.node_plan(np, &env_var).map_err(usage)
 }
 
 /// Whether the run owes more than the lines on stdout — a `--json` file, or a gate's verdict
@@ -249,24 +191,23 @@ fn failed(e: CollError) -> Fail {
 /// machine does not have, or a port that is not ACTIVE, is said once by the launcher before
 /// any rank starts, instead of by every rank.
 fn check_devices(args: &Args, np: u32) -> Result<(), Fail> {
-    if np == 1 && args.devices.is_empty() && args.gid_index.is_none() {
+    if np == 1 && args.launch.devices.is_empty() && args.launch.gid_index.is_none() {
         // A world of one opens no device unless one is named (the communicator's rule).
         return Ok(());
     }
     let mut devices: Vec<Option<&str>> = (0..np)
-        .map(|r| env::pick_device(&args.devices, r))
+        .map(|r| env::pick_device(&args.launch.devices, r))
         .collect();
     devices.sort_unstable();
     devices.dedup();
     for dev in devices {
-        verbs_lab::verbs::DeviceList::open_port(dev, args.ib_port, args.gid_index).map_err(
-            |err| {
+        verbs_lab::verbs::DeviceList::open_port(dev, args.launch.ib_port, args.launch.gid_index)
+            .map_err(|err| {
                 failed(CollError::Verbs {
                     what: "opening the RDMA device, its port and GID".into(),
                     err,
                 })
-            },
-        )?;
+            })?;
     }
     Ok(())
 }
@@ -350,47 +291,10 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
 }
 
 /// This rank's place: from `--np`'s flags (the queues stand for `--master`), else from the
-/// flags or the launcher's environment; the world must be `--np`'s (times `--nnodes`).
+/// flags or the launcher's environment; the world must be `--np`'s (times `--nnodes`)
+/// ([`launch::LaunchArgs::rank_info`]).
 fn rank_info(args: &Args) -> Result<RankInfo, Fail> {
-    if args.np.is_none() && (args.nnodes.is_some() || args.node_rank.is_some()) {
-        return Err(usage(
-            "--nnodes and --node-rank go with --np N, the ranks that each node's launcher starts \
-             (torchrun's --nproc-per-node)",
-        ));
-    }
-    let flags = RankFlags {
-        rank: args.rank,
-        world_size: args.world_size,
-        local_rank: args.local_rank,
-        master: args.master.clone(),
-    };
-    let mut info = match (&args.local_queues, args.rank, args.world_size) {
-        // A rank of --np: the launcher set every flag; the queues stand for --master.
-        (Some(_), Some(rank), Some(world_size)) => RankInfo {
-            rank,
-            world_size,
-            local_rank: Some(args.local_rank.unwrap_or(rank)),
-            launcher: Launcher::LocalQueues,
-            master: None,
-        },
-        (Some(_), _, _) => return Err(usage("--vl-coll-queues is set by --np, not by hand")),
-        _ => env::from_env(&flags).map_err(usage)?,
-    };
-    if let Some(np) = args.np {
-        // A rank that --np started: its launcher gave it the world, --np's on each node.
-        let world = np.saturating_mul(args.nnodes.unwrap_or(1));
-        if info.world_size != world {
-            return Err(usage(format!(
-                "--np {np} on {} node(s) but a world size of {}",
-                args.nnodes.unwrap_or(1),
-                info.world_size
-            )));
-        }
-        if args.nnodes.is_some() && args.local_queues.is_none() {
-            info.launcher = Launcher::Nodes;
-        }
-    }
-    Ok(info)
+    args.launch.rank_info().map_err(usage)
 }
 
 /// A write to stdout that failed for another reason than a closed pipe.
@@ -500,18 +404,18 @@ fn comm_opts(args: &Args, coll: Coll, info: &RankInfo, max: usize) -> CommOpts {
         verbs_lab::coll::Pinning::None
     };
     CommOpts {
-        devices: args.devices.clone(),
-        ib_port: args.ib_port,
-        gid_index: args.gid_index,
+        devices: args.launch.devices.clone(),
+        ib_port: args.launch.ib_port,
+        gid_index: args.launch.gid_index,
         max_bytes: max,
         scratch: coll == Coll::AllToAll,
         slot_bytes: args.slot_bytes,
         nslots: args.nslots,
-        bootstrap_timeout: Duration::from_secs(args.bootstrap_timeout),
+        bootstrap_timeout: Duration::from_secs(args.launch.bootstrap_timeout),
         peer_timeout: Duration::from_secs(args.peer_timeout),
         ack_timeout: args.ack_timeout,
         pin,
-        local_queues: args.local_queues.clone(),
+        local_queues: args.launch.local_queues.clone(),
         terms: terms(args, coll),
     }
 }
@@ -559,12 +463,12 @@ fn terms(args: &Args, coll: Coll) -> Vec<(String, String)> {
 
 /// Where the header says the ranks came from: the launcher, and how `--np`'s ranks meet.
 fn from_note(args: &Args, info: &RankInfo) -> String {
-    match (&args.local_queues, info.launcher, &info.master) {
+    match (&args.launch.local_queues, info.launcher, &info.master) {
         (Some(base), _, _) => format!("--np, coordinated over the message queues {base}-r*"),
         (None, Launcher::Nodes, Some((host, port))) => format!(
             "--nnodes {} x --np {}, one launcher per node, over TCP to {host}:{port}",
-            args.nnodes.unwrap_or(1),
-            args.np.unwrap_or(1)
+            args.launch.nnodes.unwrap_or(1),
+            args.launch.np.unwrap_or(1)
         ),
         _ => info.launcher.to_string(),
     }
@@ -897,14 +801,14 @@ mod tests {
         ] {
             let a = Args::try_parse_from(line.split(' ')).unwrap();
             assert_eq!(
-                (a.np, a.nnodes, a.node_rank),
+                (a.launch.np, a.launch.nnodes, a.launch.node_rank),
                 (Some(3), Some(2), Some(1)),
                 "{line}"
             );
         }
         // DeepSpeed's launcher adds --local_rank=N after the program unless --no_local_rank.
         let a = Args::try_parse_from(["vl_all_reduce_perf", "--local_rank=1", "-e", "64"]).unwrap();
-        assert_eq!(a.local_rank, Some(1));
+        assert_eq!(a.launch.local_rank, Some(1));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use clap::{Parser, ValueEnum};
 use verbs_lab::cli::{parse_size, MAX_WAIT_SECS};
+use verbs_lab::coll::launch::LaunchArgs;
 
 use super::verdict::Reference;
 
@@ -9,11 +10,16 @@ use super::verdict::Reference;
 #[command(
     name = "vl_fabric_check",
     version,
+    mut_arg("devices", |a| a.short('d')),
+    mut_arg("ib_port", |a| a.short('i')),
     about = "Test every pair of hosts (RDMA bandwidth both ways and latency) and name what is slow",
-    after_help = "One rank per host. Ranks: --np N starts N on this machine (for a try-out); on a \
-                  cluster start one per host with mpirun (OMPI_COMM_WORLD_*), srun (SLURM_PROCID, \
-                  SLURM_NTASKS), torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) \
-                  or --rank/--world-size/--master HOST:PORT; rank 0 plans and reports. Each pair's \
+    after_help = "One rank per host (per NIC with several: --ib-dev DEV,... and the local ranks take them \
+                  round-robin). Ranks: --np N starts N on this machine (for a try-out), and with \
+                  --nnodes M --node-rank K --master HOST:PORT N on each of M hosts (torchrun's way, \
+                  one launcher per host); on a cluster start one per host with mpirun \
+                  (OMPI_COMM_WORLD_*), MPICH (PMI_RANK, PMI_SIZE), srun (SLURM_PROCID, SLURM_NTASKS), \
+                  torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or \
+                  --rank/--world-size/--master HOST:PORT; rank 0 plans and reports. Each pair's \
                   tests are the vl_* tools' own runs (vl_write_bw both ways, vl_write_lat), client \
                   to server over TCP at the server's host name, port --port + k.\n\
                   Modes: pairs (a round-robin tournament: n-1 rounds for n even, n for n odd, every \
@@ -42,6 +48,13 @@ pub struct Args {
     #[arg(short = 'n', long = "iters", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(5..=100_000_000))]
     pub iters: u64,
+    /// QPs of each bandwidth test (the tools' -q; -n counts the messages of all of them). One QP
+    /// is one flow and, on an ECMP fabric (leaf-spine), one path: with 1 a pair tests the one
+    /// path its hash picks and a slow spine link hides from the pairs that missed it; give 8 or
+    /// more to spread every pair over the paths.
+    #[arg(long = "qps", value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub qps: u32,
     /// Latency round trips per pair (of 2-byte messages).
     #[arg(long = "lat-iters", default_value_t = 1000,
           value_parser = clap::value_parser!(u64).range(5..=100_000_000))]
@@ -62,15 +75,6 @@ pub struct Args {
     /// Report slow pairs without measuring them again.
     #[arg(long = "no-retest")]
     pub no_retest: bool,
-    /// RDMA device (default: the first).
-    #[arg(short = 'd', long = "ib-dev")]
-    pub device: Option<String>,
-    /// Port of the device.
-    #[arg(short = 'i', long = "ib-port", default_value_t = 1)]
-    pub ib_port: u8,
-    /// GID index (default: the tools' own choice).
-    #[arg(short = 'x', long = "gid-index")]
-    pub gid_index: Option<u32>,
     /// QP ack timeout exponent (4.096 us x 2^N).
     #[arg(short = 'u', long = "qp-timeout")]
     pub qp_timeout: Option<u8>,
@@ -85,31 +89,20 @@ pub struct Args {
     #[arg(long = "round-timeout", default_value_t = 300,
           value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_SECS))]
     pub round_timeout: u64,
-    /// Seconds the rendezvous may take.
-    #[arg(long = "bootstrap-timeout", default_value_t = 60,
-          value_parser = clap::value_parser!(u64).range(1..=MAX_WAIT_SECS))]
-    pub bootstrap_timeout: u64,
     /// Write every measurement as JSON to FILE (rank 0).
     #[arg(long)]
     pub json: Option<String>,
     /// Draw the matrices as an SVG heatmap to FILE (rank 0).
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<String>,
-    /// Start N ranks on this machine.
-    #[arg(long = "np", value_parser = clap::value_parser!(u32).range(1..=1024))]
-    pub np: Option<u32>,
-    /// This process's rank (with --world-size and --master).
-    #[arg(long)]
-    pub rank: Option<u32>,
-    /// The number of ranks (with --rank and --master).
-    #[arg(long = "world-size")]
-    pub world_size: Option<u32>,
-    /// This process's rank among those of its host.
-    #[arg(long = "local-rank", alias = "local_rank")]
-    pub local_rank: Option<u32>,
-    /// Rank 0's rendezvous address HOST:PORT (else MASTER_ADDR/MASTER_PORT).
-    #[arg(long)]
-    pub master: Option<String>,
+    /// How the ranks start, meet and find their devices: the collectives' launch flags (with
+    /// -d for --ib-dev and -i for --ib-port, as the vl_* tools spell them).
+    #[command(flatten)]
+    pub launch: LaunchArgs,
+    /// This rank's device: of --ib-dev, the one its local rank picks (set after the
+    /// rendezvous; `None`: the tools' default, the first device).
+    #[arg(skip)]
+    pub device: Option<String>,
 }
 
 /// How the hosts are exercised.

@@ -258,14 +258,15 @@ pub fn config(args: &Args, f: &Flow, host: Option<&str>) -> Result<Config, Strin
         Kind::Bw => {
             add("-s", args.size.to_string());
             add("-n", args.iters.to_string());
+            add("-q", args.qps.to_string());
         }
         Kind::Lat => add("-n", args.lat_iters.to_string()),
     }
     if let Some(d) = &args.device {
         add("-d", d.clone());
     }
-    add("-i", args.ib_port.to_string());
-    if let Some(x) = args.gid_index {
+    add("-i", args.launch.ib_port.to_string());
+    if let Some(x) = args.launch.gid_index {
         add("-x", x.to_string());
     }
     if let Some(u) = args.qp_timeout {

@@ -19,9 +19,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use verbs_lab::coll::bootstrap::{self, Via};
-use verbs_lab::coll::env::{self, RankInfo};
+use verbs_lab::coll::env::RankInfo;
 use verbs_lab::coll::launch;
-use verbs_lab::coll::{CommOpts, RankFlags, RankRecord};
+use verbs_lab::coll::{CommOpts, RankRecord};
 
 pub use args::Args;
 use report::TOOL;
@@ -41,9 +41,9 @@ fn usage(s: impl Into<String>) -> Fail {
 pub fn main() -> ExitCode {
     // --help, --version, and a bad command line (`vl_fabric_check: error: ...`, status 2).
     let args: Args = verbs_lab::cli::parse();
-    let run = match args.np {
+    let run = match args.launch.np {
         // A rank that --np started: it ends with its launcher.
-        Some(_) if args.rank.is_some() && launch::started_by_launcher() => {
+        Some(_) if args.launch.rank.is_some() && launch::started_by_launcher() => {
             launch::child_setup(None)
                 .map_err(usage)
                 .and_then(|()| run(&args))
@@ -61,22 +61,27 @@ pub fn main() -> ExitCode {
 }
 
 /// `--np N`: N ranks on this machine, meeting over TCP on the loopback (each rank's tests
-/// connect to 127.0.0.1: the ranks share this host).
+/// connect to 127.0.0.1: the ranks share this host); with `--nnodes M --node-rank K`, this
+/// host's N ranks of M × N, meeting at `--master` (torchrun's way, one launcher per host).
 fn launcher(np: u32, args: &Args) -> ExitCode {
-    let checked = if args.rank.is_some() || args.world_size.is_some() || args.master.is_some() {
-        Err(usage(
-            "--np starts its own ranks: leave out --rank, --world-size and --master (they are \
-             for starting each rank yourself, one per host)",
-        ))
-    } else if np < 2 {
-        Err(usage("--np 1: a fabric check needs at least 2 ranks"))
-    } else {
-        check_files(args)
+    let checked = args
+        .launch
+        .node_plan(np, &|name| std::env::var(name).ok())
+        .map_err(usage)
+        .and_then(|(node, across)| match node.world_size() {
+            0 | 1 => Err(usage(format!(
+                "--np {np}: a fabric check needs at least 2 ranks, one per host"
+            ))),
+            _ => Ok((node, across)),
+        })
+        .and_then(|plan| check_files(args).map(|()| plan));
+    let (node, across) = match checked {
+        Ok(plan) => plan,
+        Err((code, msg)) => {
+            verbs_lab::eprintln_whole!("{TOOL}: error: {msg}");
+            return ExitCode::from(code);
+        }
     };
-    if let Err((code, msg)) = checked {
-        verbs_lab::eprintln_whole!("{TOOL}: error: {msg}");
-        return ExitCode::from(code);
-    }
     let own: Vec<OsString> = std::env::args_os().skip(1).collect();
     let run = launch::LocalRun {
         tool: TOOL,
@@ -84,7 +89,12 @@ fn launcher(np: u32, args: &Args) -> ExitCode {
         queues: false,
         owes_the_end: true,
     };
-    launch::Outcome::exit(launch::run_local(np, &own, &run), TOOL)
+    let outcome = if across {
+        launch::run_node(&node, &own, &run)
+    } else {
+        launch::run_local(np, &own, &run)
+    };
+    launch::Outcome::exit(outcome, TOOL)
 }
 
 /// `--json` and `--plot` checked before anything runs: a path that cannot be written is a
@@ -104,13 +114,7 @@ fn check_files(args: &Args) -> Result<(), Fail> {
 
 /// One rank: who it is, the rendezvous, then rank 0's check or another rank's part in it.
 fn run(args: &Args) -> Result<u8, Fail> {
-    let info = env::from_env(&RankFlags {
-        rank: args.rank,
-        world_size: args.world_size,
-        local_rank: args.local_rank,
-        master: args.master.clone(),
-    })
-    .map_err(usage)?;
+    let info = args.launch.rank_info().map_err(usage)?;
     if info.world_size < 2 {
         return Err(usage(
             "a fabric check needs at least 2 ranks, one per host: start it with --np N, mpirun, \
@@ -129,10 +133,17 @@ fn run(args: &Args) -> Result<u8, Fail> {
     let star = bootstrap::rendezvous(
         own_record(&info),
         Via::Tcp((&host, port)),
-        Duration::from_secs(args.bootstrap_timeout),
+        Duration::from_secs(args.launch.bootstrap_timeout),
     )
     .map_err(|e| (EXIT_FAILED, e.to_string()))?;
     let (link, table) = star.into_parts();
+    // This rank's device: its local rank's of --ib-dev (the launcher's local rank, else counted
+    // from the host names in the table, as the collectives count it).
+    let local = bootstrap::places(&table)[info.rank as usize].local_rank;
+    let args = &Args {
+        device: args.launch.device(local).map(String::from),
+        ..args.clone()
+    };
     if info.rank != 0 {
         return world::follow(args, link, &table, info.rank).map_err(|e| (EXIT_FAILED, e));
     }

@@ -49,8 +49,15 @@ pub struct FabricJson {
 pub struct ParamsJson {
     pub size: u64,
     pub iters: u64,
+    /// QPs of each bandwidth test (absent in the reports of earlier versions: 1).
+    #[serde(default = "one_qp")]
+    pub qps: u32,
     pub lat_iters: u64,
     pub round_timeout_s: u64,
+}
+
+fn one_qp() -> u32 {
+    1
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,6 +97,7 @@ pub fn document(args: &Args, hosts: &[String], gone: &[Option<String>], c: &Chec
         params: ParamsJson {
             size: args.size,
             iters: args.iters,
+            qps: args.qps,
             lat_iters: args.lat_iters,
             round_timeout_s: args.round_timeout,
         },
@@ -271,22 +279,37 @@ pub fn pair_lat(doc: &FabricJson, x: usize, y: usize) -> Option<f64> {
         .lat_us
 }
 
+/// How the header names the QPs of a bandwidth test: nothing for one.
+fn qps_note(qps: u32) -> String {
+    match qps {
+        1 => String::new(),
+        q => format!(" over {q} QPs"),
+    }
+}
+
 /// The report on stdout.
 pub fn text(doc: &FabricJson) -> String {
     let mut s = String::new();
     let n = doc.hosts.len();
     let what = match doc.mode.as_str() {
         "pairs" => format!(
-            "every pair: bandwidth {} B x {} each way, then latency 2 B x {} round trips",
-            doc.params.size, doc.params.iters, doc.params.lat_iters
+            "every pair: bandwidth {} B x {} each way{}, then latency 2 B x {} round trips",
+            doc.params.size,
+            doc.params.iters,
+            qps_note(doc.params.qps),
+            doc.params.lat_iters
         ),
         "incast" => format!(
-            "incast: each host in turn receives from all others at once, {} B x {} per flow",
-            doc.params.size, doc.params.iters
+            "incast: each host in turn receives from all others at once, {} B x {} per flow{}",
+            doc.params.size,
+            doc.params.iters,
+            qps_note(doc.params.qps)
         ),
         _ => format!(
-            "all-to-all: every host sends to every other at once, {} B x {} per flow",
-            doc.params.size, doc.params.iters
+            "all-to-all: every host sends to every other at once, {} B x {} per flow{}",
+            doc.params.size,
+            doc.params.iters,
+            qps_note(doc.params.qps)
         ),
     };
     s += &format!("# {TOOL}: {n} hosts, RDMA {}, {what}\n", doc.test);
@@ -396,7 +419,30 @@ fn pairs_text(doc: &FabricJson, s: &mut String) {
         if doc.widespread {
             *s += "  (most hosts have mostly slow pairs: the fabric, or --expect, not one host)\n";
         }
+        if let Some((one, other)) = link_between(doc) {
+            *s += &format!(
+                "  (the slow pairs are exactly those between {one} and {other}: a link that \
+                 joins these groups, such as a leaf's uplink or a spine link)\n"
+            );
+        }
     }
+}
+
+/// The two groups of hosts that the slow pairs join, named ("0 node1, 1 node2"), when every pair
+/// was judged and they are exactly the pairs between the groups ([`super::verdict::cut`]).
+fn link_between(doc: &FabricJson) -> Option<(String, String)> {
+    if !doc.unmeasured.is_empty() || doc.hosts.iter().any(|h| h.gone.is_some()) {
+        return None;
+    }
+    let slow: Vec<(usize, usize)> = doc.slow.iter().map(|p| (p.a, p.b)).collect();
+    let (one, other) = super::verdict::cut(doc.hosts.len(), &slow)?;
+    let names = |g: Vec<usize>| {
+        g.into_iter()
+            .map(|h| label(doc, h))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Some((names(one), names(other)))
 }
 
 fn flows_text(doc: &FabricJson, s: &mut String) {
@@ -676,6 +722,49 @@ mod tests {
                 seconds: 4.5,
             },
         )
+    }
+
+    #[test]
+    fn a_slow_link_between_two_groups_of_hosts_is_named_as_such() {
+        let args = Args::try_parse_from(["vl_fabric_check"]).unwrap();
+        // Hosts 0, 1 on one leaf, 2, 3 on the other, every pair across them slow.
+        let pairs: Vec<PairResult> = tournament(4)
+            .concat()
+            .into_iter()
+            .map(|(a, b)| PairResult {
+                a,
+                b,
+                bw_ab_mib_s: Some(if (a < 2) != (b < 2) { 1.0 } else { 10.0 }),
+                bw_ba_mib_s: Some(10.0),
+                lat_us: Some(650.0),
+                error: None,
+            })
+            .collect();
+        let verdict = judge(4, &pairs, &[], &super::super::check::rules(&args));
+        let c = Checked {
+            found: Found::Pairs(PairsOutcome {
+                first: pairs.clone(),
+                pairs,
+                retested: Vec::new(),
+                verdict,
+            }),
+            rounds: Vec::new(),
+            seconds: 1.0,
+        };
+        let hosts: Vec<String> = (1..=4).map(|i| format!("node{i}")).collect();
+        let doc = document(&args, &hosts, &[None, None, None, None], &c);
+        assert!(doc.suspects.is_empty() && doc.widespread, "{doc:?}");
+        let t = text(&doc);
+        assert!(
+            t.contains(
+                "(the slow pairs are exactly those between 0 node1, 1 node2 and 2 node3, 3 node4: \
+                 a link that joins these groups, such as a leaf's uplink or a spine link)"
+            ),
+            "{t}"
+        );
+        // A gone host leaves pairs unjudged: no link is claimed from what is left.
+        let (gone, c) = checked(&args);
+        assert!(!text(&document(&args, &hosts, &gone, &c)).contains("exactly those between"));
     }
 
     #[test]

@@ -233,6 +233,18 @@ pub fn judge_against(
     }
 }
 
+/// Whether the slow pairs of `n` hosts (every pair judged) split the hosts in two groups of at
+/// least two hosts each, with every pair between the groups slow and none within a group: the
+/// mark of a link that joins the groups (a leaf's uplinks; a spine link, when `--qps` spreads
+/// every pair over the spines), not of a host. The groups in rank order, host 0's first.
+pub fn cut(n: usize, slow: &[(usize, usize)]) -> Option<(Vec<usize>, Vec<usize>)> {
+    let is_slow = |a: usize, b: usize| slow.iter().any(|&p| p == (a, b) || p == (b, a));
+    let (one, other): (Vec<usize>, Vec<usize>) = (0..n).partition(|&h| h == 0 || !is_slow(0, h));
+    let across = |a: usize, b: usize| one.contains(&a) != one.contains(&b);
+    let exact = (0..n).all(|a| (a + 1..n).all(|b| is_slow(a, b) == across(a, b)));
+    (one.len() >= 2 && other.len() >= 2 && exact).then_some((one, other))
+}
+
 /// Why pair `p` is slow (empty: it is not).
 fn reasons(
     p: &PairResult,
@@ -391,6 +403,27 @@ mod tests {
         let v = judge(4, &matrix(4, across), &[], &RULES);
         assert_eq!(v.slow.len(), 4);
         assert!(v.suspects.is_empty() && v.widespread);
+        let slow: Vec<(usize, usize)> = v.slow.iter().map(|p| (p.a, p.b)).collect();
+        assert_eq!(cut(4, &slow), Some((vec![0, 1], vec![2, 3])));
+    }
+
+    #[test]
+    fn a_cut_needs_two_groups_of_two_and_exactly_the_pairs_between_them() {
+        // Groups {0, 2, 4} and {1, 3, 5} of 6 hosts: every pair between them, none within.
+        let between: Vec<(usize, usize)> = (0..6)
+            .flat_map(|a| (a + 1..6).map(move |b| (a, b)))
+            .filter(|&(a, b)| a % 2 != b % 2)
+            .collect();
+        assert_eq!(cut(6, &between), Some((vec![0, 2, 4], vec![1, 3, 5])));
+        // One pair between the groups not slow, or one within a group slow: no cut.
+        assert_eq!(cut(6, &between[1..]), None);
+        let mut more = between.clone();
+        more.push((0, 2));
+        assert_eq!(cut(6, &more), None);
+        // A slow host is a group of one: the suspect rule's case, not a cut.
+        assert_eq!(cut(4, &[(0, 2), (1, 2), (2, 3)]), None);
+        assert_eq!(cut(2, &[(0, 1)]), None);
+        assert_eq!(cut(4, &[]), None);
     }
 
     #[test]
