@@ -1,13 +1,15 @@
 #!/bin/sh
 # shellcheck disable=SC2086 # $VL_PT_COMMON holds several options, split on purpose
-# Incast (--serve --concurrent 3): one vl_write_bw server serves three clients at once, each
-# with its own QPs and its own row (the same as the client's, bytes = iterations x size, with
-# --validate), then a #sum row over the three (3 x iterations, 3 x iterations x size bytes).
-# A second wave of three: while they run, a fourth client is refused as busy, a client with
-# another -s is refused by name and a stranger's garbage is logged and dropped; then one of the
-# three is killed (SIGKILL) mid-run; its run ends alone, the other two complete and are summed. The server stays up and serves a seventh client alone (no sum: one
-# client). A latency tool refuses --concurrent by name. SIGTERM then ends the server with 0
-# and the summary, and no QP of the tool is left.
+# Incast (--serve --concurrent N). vl_send_bw and vl_read_bw servers sum two clients that ran
+# at once. One vl_write_bw server serves three clients at once, each with its own QPs and its
+# own row (the same as the client's, bytes = iterations x size, with --validate), then a #sum
+# row over the three (3 x iterations, 3 x iterations x size bytes). A second wave of three:
+# while they run, a fourth client is refused as busy, a client with another -s is refused by
+# name and a stranger's garbage is logged and dropped; then one of the three is killed
+# (SIGKILL) mid-run; its run ends alone, the other two complete and are summed. The server
+# stays up and serves a seventh client alone (no sum: one client). A latency tool refuses
+# --concurrent by name. SIGTERM then ends the server with 0 and the summary, and no QP of the
+# tool is left.
 # timeout: 150
 set -eu
 # shellcheck source=tests/guest/lib.sh
@@ -26,6 +28,33 @@ vl_write_lat -d "$VL_DEV0" --serve --concurrent 3 >"$TMPDIR/lat.out" 2>&1 </dev/
 cat "$TMPDIR/lat.out"
 [ "$rc" = 2 ] || fail "vl_write_lat --serve --concurrent 3 exited $rc, expected 2"
 expect_contains "$TMPDIR/lat.out" "serve them one after another"
+
+step "vl_send_bw and vl_read_bw: two clients at once (-D 3), and their #sum"
+for t in vl_send_bw vl_read_bw; do
+    next_port
+    $t -d "$VL_DEV0" $VL_PT_COMMON -p "$PORT" -s "$size" -D 3 --serve --concurrent 2 \
+        >"$TMPDIR/$t.srv" 2>&1 </dev/null &
+    tpid=$!
+    wait_port "$PORT" 60 "$tpid"
+    for c in 1 2; do
+        $t -d "$VL_DEV1" $VL_PT_COMMON -p "$PORT" -s "$size" -D 3 "$VL_ADDR0" \
+            >"$TMPDIR/$t.c$c" 2>&1 </dev/null &
+        echo $! >"$TMPDIR/$t.p$c"
+    done
+    for c in 1 2; do
+        rc=0
+        _vl_watch "$(cat "$TMPDIR/$t.p$c")" 60 || rc=$?
+        cat "$TMPDIR/$t.c$c"
+        [ "$rc" = 0 ] || { cat "$TMPDIR/$t.srv"; fail "$t client $c exited $rc"; }
+        expect_row "$TMPDIR/$t.c$c" "$t client $c"
+    done
+    wait_for 30 "$tpid" grep -q '^#sum' "$TMPDIR/$t.srv" ||
+        { cat "$TMPDIR/$t.srv"; fail "$t: no #sum row for two clients at once"; }
+    grep '^#sum' "$TMPDIR/$t.srv" | awk -v s="$size" '$2 == s && $3 > 0 && $5 > 0 { ok = 1 } END { exit !ok }' ||
+        fail "$t: the #sum row has no iterations or average"
+    expect_contains "$TMPDIR/$t.srv" "2 clients, "
+    signal_exit TERM "$tpid" 30 0 "$TMPDIR/$t.srv" "served 2 client(s): 2 completed, 0 failed"
+done
 
 next_port
 vl_write_bw -d "$VL_DEV0" $VL_PT_COMMON -p "$PORT" $opts --serve --concurrent 3 >"$srv" 2>&1 </dev/null &
