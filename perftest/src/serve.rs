@@ -263,14 +263,19 @@ fn serve_one(cfg: &Config, conn: OobConn, out: &OutputArgs, board: &Mutex<Board>
     };
     verbs_lab::eprintln_whole!("{name}: --serve: client {index} from {peer}: running");
     let mut spans = Intervals::default();
-    let run = run_for_client(cfg, (ch, hello), &mut NoSink, Some(&mut spans));
+    // A bug that panics in one client's run (its resources unwound) fails that client alone;
+    // its slot is given back like any other.
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_for_client(cfg, (ch, hello), &mut NoSink, Some(&mut spans))
+    }))
+    .unwrap_or_else(|_| Err(anyhow::anyhow!("its run panicked (the message is above)")));
     let mut b = lock(board);
     b.running -= 1;
     match run {
         Ok(result) => {
             b.served.completed += 1;
             // The whole report at once, under the board's lock: the reports do not interleave.
-            println!("# client {index} from {peer}");
+            stdout(&format!("# client {index} from {peer}\n"));
             if let Err(e) = Reporter::new(out).finish(&result) {
                 verbs_lab::eprintln_whole!("{name}: --serve: client {index}'s report: {e:#}");
             }
@@ -302,8 +307,16 @@ fn end_of_run(b: &mut Board, cfg: &Config) {
     crate::signals::set_serve_summary(b.served.summary());
     if b.running == 0 {
         let wave = std::mem::take(&mut b.wave);
-        print!("{}", wave_report(&wave, BwUnit::new(cfg.report_gbits)));
+        stdout(&wave_report(&wave, BwUnit::new(cfg.report_gbits)));
     }
+}
+
+/// Writes `text` to stdout; a closed stdout (`| head`) is not the clients' business: the runs
+/// go on (print! would panic on it).
+fn stdout(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
 /// The `#sum` block of a wave in which two or more clients completed (nothing otherwise).
