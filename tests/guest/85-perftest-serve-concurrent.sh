@@ -1,15 +1,16 @@
 #!/bin/sh
 # shellcheck disable=SC2086 # $VL_PT_COMMON holds several options, split on purpose
 # Incast (--serve --concurrent N). vl_send_bw and vl_read_bw servers sum two clients that ran
-# at once. One vl_write_bw server serves three clients at once, each with its own QPs and its
-# own row (the same as the client's, bytes = iterations x size, with --validate), then a #sum
-# row over the three (3 x iterations, 3 x iterations x size bytes). A second wave of three:
-# while they run, a fourth client is refused as busy, a client with another -s is refused by
-# name and a stranger's garbage is logged and dropped; then one of the three is killed
-# (SIGKILL) mid-run; its run ends alone, the other two complete and are summed. The server
-# stays up and serves a seventh client alone (no sum: one client). A latency tool refuses
-# --concurrent by name. SIGTERM then ends the server with 0 and the summary, and no QP of the
-# tool is left.
+# at once; SIGTERM in the middle of a third client's run stops the server with 0 and its
+# summary, and the client hears why. One vl_write_bw server serves three clients at once, each
+# with its own QPs and its own row (the same as the client's, bytes = iterations x size, with
+# --validate), then a #sum row over the three (3 x iterations, 3 x iterations x size bytes). A
+# second wave of three: while they run, a fourth client is refused as busy, a client with
+# another -s is refused by name and a stranger's garbage is logged and dropped; then one of the
+# three is killed (SIGKILL) mid-run; its run ends alone, the other two complete and are summed.
+# The server stays up and serves a seventh client alone (no sum: one client). A latency tool
+# refuses --concurrent by name. SIGTERM then ends the server with 0 and the summary, and no QP
+# of the tool is left.
 # timeout: 150
 set -eu
 # shellcheck source=tests/guest/lib.sh
@@ -29,7 +30,7 @@ cat "$TMPDIR/lat.out"
 [ "$rc" = 2 ] || fail "vl_write_lat --serve --concurrent 3 exited $rc, expected 2"
 expect_contains "$TMPDIR/lat.out" "serve them one after another"
 
-step "vl_send_bw and vl_read_bw: two clients at once (-D 3), and their #sum"
+step "vl_send_bw and vl_read_bw: two clients at once (-D 3), their #sum; SIGTERM mid-run"
 for t in vl_send_bw vl_read_bw; do
     next_port
     $t -d "$VL_DEV0" $VL_PT_COMMON -p "$PORT" -s "$size" -D 3 --serve --concurrent 2 \
@@ -53,7 +54,18 @@ for t in vl_send_bw vl_read_bw; do
     grep '^#sum' "$TMPDIR/$t.srv" | awk -v s="$size" '$2 == s && $3 > 0 && $5 > 0 { ok = 1 } END { exit !ok }' ||
         fail "$t: the #sum row has no iterations or average"
     expect_contains "$TMPDIR/$t.srv" "2 clients, "
-    signal_exit TERM "$tpid" 30 0 "$TMPDIR/$t.srv" "served 2 client(s): 2 completed, 0 failed"
+    # A third client, and SIGTERM in the middle of its run: it is told, the server exits 0.
+    $t -d "$VL_DEV1" $VL_PT_COMMON -p "$PORT" -s "$size" -D 3 "$VL_ADDR0" \
+        >"$TMPDIR/$t.c3" 2>&1 </dev/null &
+    p3=$!
+    case $t in vl_read_bw) dev=$VL_DEV0 ;; *) dev=$VL_DEV1 ;; esac
+    wait_traffic "$dev" 2000 "$p3"
+    signal_exit TERM "$tpid" 30 0 "$TMPDIR/$t.srv" "served 3 client(s): 2 completed, 1 failed"
+    rc=0
+    _vl_watch "$p3" 30 || rc=$?
+    cat "$TMPDIR/$t.c3"
+    [ "$rc" != 0 ] || fail "$t client 3 exited 0 though its server was stopped mid-run"
+    expect_contains "$TMPDIR/$t.c3" "SIGTERM"
 done
 
 next_port
