@@ -15,7 +15,7 @@
 //!
 //! Each completed client's report prints on stdout at once, whole, under a line
 //! `# client I from ADDR:PORT`. When no accepted client is left running, the clients that ran
-//! together since the server was last idle (a *wave*) get one `#sum` row per size when two or
+//! together since the server was last idle (a *wave*) get one `#total` row per size when two or
 //! more of them completed ([`incast_sum`]): the total bytes they moved over the time at least
 //! one of them was measuring (the union of their measurement intervals, on this machine's
 //! clock). SIGINT or SIGTERM stop every run (each peer is told), and the server prints its
@@ -302,7 +302,7 @@ fn serve_one(cfg: &Config, conn: OobConn, out: &OutputArgs, board: &Mutex<Board>
     end_of_run(&mut b, cfg);
 }
 
-/// After a run ended: when none is left running, the wave's `#sum` rows, and a new wave.
+/// After a run ended: when none is left running, the wave's `#total` rows, and a new wave.
 fn end_of_run(b: &mut Board, cfg: &Config) {
     crate::signals::set_serve_summary(b.served.summary());
     if b.running == 0 {
@@ -319,7 +319,7 @@ fn stdout(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
-/// The `#sum` block of a wave in which two or more clients completed (nothing otherwise).
+/// The `#total` block of a wave in which two or more clients completed (nothing otherwise).
 fn wave_report(wave: &Wave, unit: BwUnit) -> String {
     if wave.done.len() < 2 {
         return String::new();
@@ -440,11 +440,11 @@ pub fn common_len(spans: &[Span]) -> Duration {
     Duration::from_nanos(end.saturating_sub(start))
 }
 
-/// `#sum` glued to the row, then what it adds up and over which time.
+/// `#total` glued to the row, then what it adds up and over which time.
 pub fn sum_line(s: &IncastSum, unit: BwUnit) -> String {
     let r = crate::report::text::bw_row(&s.row, unit);
     format!(
-        "#sum{}\t{} clients, {} bytes over the {:.3} ms in which at least one measured (all at \
+        "#total{}\t{} clients, {} bytes over the {:.3} ms in which at least one measured (all at \
          once for {:.3} ms); the sum of their own averages {:.2} {}\n",
         r.trim_end_matches('\n'),
         s.clients,
@@ -518,7 +518,7 @@ mod tests {
         assert!((t.row.avg_bps - 2000.0 * 65536.0 / 1.5).abs() < 1.0);
         assert!((t.sum_of_averages - 2.0 * 65536.0 * 1000.0).abs() < 1.0);
         let line = sum_line(t, BwUnit::new(false));
-        assert!(line.starts_with("#sum 65536      2000"), "{line}");
+        assert!(line.starts_with("#total 65536      2000"), "{line}");
         assert!(
             line.contains("2 clients, 131072000 bytes over the 1500.000 ms"),
             "{line}"

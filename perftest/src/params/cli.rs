@@ -194,7 +194,7 @@ pub struct Params {
 
     /// With --serve (bandwidth tools): serve up to N clients at once (incast: many senders, one
     /// receiver), each with its own QPs and its own result row; when no client is left running,
-    /// a `#sum` row adds those that ran together (total bytes over the time at least one of them
+    /// a `#total` row adds those that ran together (total bytes over the time at least one of them
     /// measured). 1 (the default) serves one after another.
     #[arg(long = "concurrent", value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=64))]
