@@ -7,12 +7,13 @@
 //! ([`Context::get_async_event`], which acknowledges each event at once) and hears the kernel
 //! announce the removal of the device's user-verbs node ([`removal_of`]; rxe sends no event
 //! then, and `rdma link delete` would wait for the run to end). It sleeps until one of them has
-//! news or the run ends: no timer wakes it. An event that ends
-//! the run ([`ends_run`]) is recorded, and the run's out-of-band socket is woken
-//! ([`crate::signals::wake_reader`]), so a loop blocked on the peer returns at once and one that
-//! spins sees [`check`] fail within [`crate::engine::CHANNEL_CHECK`]. The run's error path then
-//! sends the peer an ERROR naming the event (before the QPs are torn down) and the tool exits 1
-//! with the event as its error: "port 1 of rxe1 went down (IBV_EVENT_PORT_ERR) …".
+//! news or the run ends: no timer wakes it. An event that ends the run ([`ends_run`]) is
+//! recorded for the thread that runs it (a `--serve --concurrent` server runs several at once),
+//! and that run's out-of-band socket is woken ([`crate::signals::wake_reader_of`]), so a loop
+//! blocked on the peer returns at once and one that spins sees [`check`] fail within
+//! [`crate::engine::CHANNEL_CHECK`]. The run's error path then sends the peer an ERROR naming the
+//! event (before the QPs are torn down) and the tool exits 1 with the event as its error: "port
+//! 1 of rxe1 went down (IBV_EVENT_PORT_ERR) …".
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Mutex;

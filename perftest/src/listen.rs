@@ -7,6 +7,8 @@
 //! out. A HELLO whose parameters differ from ours is a real client with another command line:
 //! it is told which parameters differ and the server stops, as before. Once a client is
 //! accepted, a second one gets an ERROR saying the server is busy; the run is not touched.
+//! (`--serve --concurrent N` keeps one listener and reads each HELLO with [`server_hello`] on a
+//! thread of the connection's own, see [`crate::serve`].)
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! [`crate::entry`]'s loop.)
 //!
 //! The main thread owns the listening port for the server's whole life and only accepts: each
-//! connection gets a thread of its own ([`serve_one`]) that reads its HELLO (a stranger is
+//! connection gets a thread of its own (`serve_one`) that reads its HELLO (a stranger is
 //! logged in one line and dropped, as without `--concurrent`), refuses it by name when its
 //! parameters differ or when N clients are already running ("busy"), and otherwise runs a whole
 //! run of the tool for it ([`crate::run::run_for_client`]): its own device context, PD, CQ,
