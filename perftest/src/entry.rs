@@ -66,6 +66,9 @@ pub fn main(tool: Tool) -> ExitCode {
     if cfg.procs.count.is_some() {
         return crate::procs::coordinator_main(&cfg, &out);
     }
+    if cfg.serve && cfg.concurrent > 1 {
+        return crate::serve::serve_concurrent(&cfg, &out);
+    }
     if cfg.serve {
         return serve(&cfg, &out);
     }
@@ -90,13 +93,13 @@ const SERVE_WAIT: Duration = Duration::from_secs(86_400);
 
 /// The runs a `--serve` server has served, for its summary.
 #[derive(Default)]
-struct Served {
-    completed: u32,
-    failed: u32,
+pub struct Served {
+    pub completed: u32,
+    pub failed: u32,
 }
 
 impl Served {
-    fn summary(&self) -> String {
+    pub fn summary(&self) -> String {
         format!(
             "served {} client(s): {} completed, {} failed",
             self.completed + self.failed,

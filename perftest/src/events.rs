@@ -7,15 +7,17 @@
 //! ([`Context::get_async_event`], which acknowledges each event at once) and hears the kernel
 //! announce the removal of the device's user-verbs node ([`removal_of`]; rxe sends no event
 //! then, and `rdma link delete` would wait for the run to end). It sleeps until one of them has
-//! news or the run ends: no timer wakes it. An event that ends
-//! the run ([`ends_run`]) is recorded, and the run's out-of-band socket is woken
-//! ([`crate::signals::wake_reader`]), so a loop blocked on the peer returns at once and one that
-//! spins sees [`check`] fail within [`crate::engine::CHANNEL_CHECK`]. The run's error path then
-//! sends the peer an ERROR naming the event (before the QPs are torn down) and the tool exits 1
-//! with the event as its error: "port 1 of rxe1 went down (IBV_EVENT_PORT_ERR) …".
+//! news or the run ends: no timer wakes it. An event that ends the run ([`ends_run`]) is
+//! recorded for the thread that runs it (a `--serve --concurrent` server runs several at once),
+//! and that run's out-of-band socket is woken ([`crate::signals::wake_reader_of`]), so a loop
+//! blocked on the peer returns at once and one that spins sees [`check`] fail within
+//! [`crate::engine::CHANNEL_CHECK`]. The run's error path then sends the peer an ERROR naming the
+//! event (before the QPs are torn down) and the tool exits 1 with the event as its error: "port
+//! 1 of rxe1 went down (IBV_EVENT_PORT_ERR) …".
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::Mutex;
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -28,8 +30,10 @@ use verbs_lab::verbs::{AsyncEvent, AsyncEventKind, Context};
 /// kernel announce it (see [`watch`]).
 pub const SLICE: Duration = Duration::from_millis(100);
 
-/// The first event that ended the run, if one came.
-static FATAL: Mutex<Option<DeviceEvent>> = Mutex::new(None);
+/// The first event that ended each run, keyed by the thread that runs it (the one that
+/// called [`watch`]): a `--serve --concurrent` server runs several at once, and one client's
+/// QP in error must not stop the others.
+static FATAL: Mutex<Vec<(ThreadId, DeviceEvent)>> = Mutex::new(Vec::new());
 
 /// What the device did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +115,21 @@ impl std::fmt::Display for DeviceEvent {
 
 impl std::error::Error for DeviceEvent {}
 
+impl DeviceEvent {
+    /// Whether the event is the device's or its port's (down, failed, being removed) rather
+    /// than one run's object's (a QP or CQ in error): a `--serve --concurrent` server ends on
+    /// the former, and counts the latter as its client's failure.
+    pub fn ends_server(&self) -> bool {
+        match &self.cause {
+            Cause::Removed => true,
+            Cause::Event(e) => matches!(
+                e.kind,
+                AsyncEventKind::PORT_ERR | AsyncEventKind::DEVICE_FATAL
+            ),
+        }
+    }
+}
+
 /// Whether `ev` ends a run on `port`: a fatal error of the device or of one of the run's
 /// objects, or `port` going down. Informational events (a port coming up, COMM_EST, an SRQ
 /// limit, a LID or GID change, another port) do not.
@@ -129,9 +148,13 @@ pub fn ends_run(ev: &AsyncEvent, port: u8) -> bool {
     }
 }
 
-/// The event that ended the run, if one came.
+/// The event that ended the run of this thread, if one came.
 pub fn fatal() -> Option<DeviceEvent> {
-    FATAL.lock().ok().and_then(|f| f.clone())
+    let me = std::thread::current().id();
+    FATAL
+        .lock()
+        .ok()
+        .and_then(|f| f.iter().find(|(t, _)| *t == me).map(|(_, e)| e.clone()))
 }
 
 /// Fails with the event that ended the run, once one came: loops call it as they look at the
@@ -143,15 +166,16 @@ pub fn check() -> Result<(), DeviceEvent> {
     }
 }
 
-/// Records `ev` (the first one only) and wakes the run's blocked reads.
-fn record(ev: DeviceEvent) {
+/// Records `ev` for the run on thread `run` (its first one only) and wakes that run's blocked
+/// reads.
+fn record(run: ThreadId, ev: DeviceEvent) {
     if let Ok(mut f) = FATAL.lock() {
-        if f.is_some() {
+        if f.iter().any(|(t, _)| *t == run) {
             return;
         }
-        *f = Some(ev);
+        f.push((run, ev));
     }
-    crate::signals::wake_reader();
+    crate::signals::wake_reader_of(run);
 }
 
 /// Reads `ctx`'s asynchronous events on a thread of its own until the returned guard is
@@ -164,6 +188,7 @@ fn record(ev: DeviceEvent) {
 /// cannot be heard (no netlink in a container), it looks at sysfs every [`SLICE`] instead.
 pub fn watch(ctx: &Context, port: u8) -> std::io::Result<EventWatch> {
     let ctx = ctx.clone();
+    let run = std::thread::current().id();
     let thread = Background::spawn("async-events", move |stopped| {
         let device = ctx.name().to_string();
         // Only a node that was there can go away (no sysfs in a container: no look).
@@ -185,10 +210,13 @@ pub fn watch(ctx: &Context, port: u8) -> std::io::Result<EventWatch> {
             _ => PollTimeout::NONE,
         };
         let removed = || {
-            record(DeviceEvent {
-                device: device.clone(),
-                cause: Cause::Removed,
-            })
+            record(
+                run,
+                DeviceEvent {
+                    device: device.clone(),
+                    cause: Cause::Removed,
+                },
+            )
         };
         loop {
             if removable && ctx.being_removed() {
@@ -228,10 +256,13 @@ pub fn watch(ctx: &Context, port: u8) -> std::io::Result<EventWatch> {
                 continue;
             }
             match ctx.get_async_event(Duration::ZERO) {
-                Ok(Some(ev)) if ends_run(&ev, port) => record(DeviceEvent {
-                    device: device.clone(),
-                    cause: Cause::Event(ev),
-                }),
+                Ok(Some(ev)) if ends_run(&ev, port) => record(
+                    run,
+                    DeviceEvent {
+                        device: device.clone(),
+                        cause: Cause::Event(ev),
+                    },
+                ),
                 Ok(_) => {}
                 Err(e) => {
                     // The queue itself failed (a device removed under us): say so once,
@@ -363,6 +394,21 @@ mod tests {
         assert!(gone
             .to_string()
             .starts_with("rxe1 is being removed (rdma link delete"));
+    }
+
+    #[test]
+    fn the_port_and_the_device_end_a_server_and_one_runs_objects_do_not() {
+        let d = |cause| DeviceEvent {
+            device: "rxe0".into(),
+            cause,
+        };
+        let e = |kind, qp| Cause::Event(ev(kind, None, qp));
+        assert!(d(Cause::Removed).ends_server());
+        assert!(d(Cause::Event(ev(AsyncEventKind::PORT_ERR, Some(1), None))).ends_server());
+        assert!(d(e(AsyncEventKind::DEVICE_FATAL, None)).ends_server());
+        assert!(!d(e(AsyncEventKind::QP_ACCESS_ERR, Some(7))).ends_server());
+        assert!(!d(e(AsyncEventKind::QP_FATAL, Some(7))).ends_server());
+        assert!(!d(e(AsyncEventKind::CQ_ERR, None)).ends_server());
     }
 
     #[test]

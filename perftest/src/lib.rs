@@ -33,5 +33,6 @@ pub mod rdmacm;
 pub mod report;
 pub mod result;
 pub mod run;
+pub mod serve;
 pub mod signals;
 pub mod stats;

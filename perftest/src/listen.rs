@@ -7,6 +7,8 @@
 //! out. A HELLO whose parameters differ from ours is a real client with another command line:
 //! it is told which parameters differ and the server stops, as before. Once a client is
 //! accepted, a second one gets an ERROR saying the server is busy; the run is not touched.
+//! (`--serve --concurrent N` keeps one listener and reads each HELLO with [`server_hello`] on a
+//! thread of the connection's own, see [`crate::serve`].)
 
 use std::time::{Duration, Instant};
 
@@ -74,7 +76,7 @@ pub fn accept_client(
             .with_context(|| format!("waiting for a client on TCP port {}", cfg.peer.port))?;
         let peer = conn.peer();
         let mut ch = Channel::new(conn, "client");
-        match server_hello(ours, &mut ch)? {
+        match server_hello(ours, &mut ch, || Ok(()))? {
             Greeting::Accepted(hello) => {
                 ch.set_timeout(timeout)?;
                 let busy = encode(&Msg::Error(format!(
@@ -103,10 +105,15 @@ pub fn accept_client(
 }
 
 /// Reads the opening message of a new connection (within its channel's timeout) and answers
-/// it: ACCEPT for a matching HELLO; an ERROR naming the differences for a HELLO with other
-/// parameters or another protocol version (returned as an error: the server stops); nothing
-/// but a [`Greeting::Stray`] for anything that is not a verbs-lab client.
-pub fn server_hello(ours: &Hello, ch: &mut Channel) -> Result<Greeting> {
+/// it: ACCEPT for a matching HELLO that `admit` lets in; an ERROR naming the differences for a
+/// HELLO with other parameters or another protocol version, or saying why `admit` did not let
+/// it in (returned as an error: the run stops); nothing but a [`Greeting::Stray`] for anything
+/// that is not a verbs-lab client.
+pub fn server_hello(
+    ours: &Hello,
+    ch: &mut Channel,
+    admit: impl FnOnce() -> Result<(), String>,
+) -> Result<Greeting> {
     let client = ch.peer_addr();
     let refuse = |ch: &mut Channel, why: String| -> anyhow::Error {
         ch.send_error(&why);
@@ -115,7 +122,7 @@ pub fn server_hello(ours: &Hello, ch: &mut Channel) -> Result<Greeting> {
     let stray = |s: String| Ok(Greeting::Stray(s));
     match ch.recv("the client's HELLO") {
         Ok(Msg::Hello(h)) => {
-            if let Err(why) = check_hello(ours, &h) {
+            if let Err(why) = check_hello(ours, &h).and_then(|()| admit()) {
                 return Err(refuse(ch, why));
             }
             ch.send(&Msg::Accept(Accept {

@@ -129,6 +129,26 @@ pub fn run_tool_paced(
     sink: &mut dyn RowSink,
     pacer: Option<&mut dyn Pacer>,
 ) -> Result<RunResult> {
+    run_met(cfg, sink, pacer, None)
+}
+
+/// [`run_tool_paced`] for a server whose client is already met: its channel, whose HELLO was
+/// checked and accepted (a `--serve --concurrent` server, see [`crate::serve`]).
+pub fn run_for_client(
+    cfg: &Config,
+    client: (Channel, Hello),
+    sink: &mut dyn RowSink,
+    pacer: Option<&mut dyn Pacer>,
+) -> Result<RunResult> {
+    run_met(cfg, sink, pacer, Some(client))
+}
+
+fn run_met(
+    cfg: &Config,
+    sink: &mut dyn RowSink,
+    pacer: Option<&mut dyn Pacer>,
+    met: Option<(Channel, Hello)>,
+) -> Result<RunResult> {
     let dev = device::open_device(cfg)?;
     // The device's asynchronous events (a port going down, a fatal QP or device error) end
     // the run within a moment, named (see events.rs); the watch outlives the channel below.
@@ -143,15 +163,20 @@ pub fn run_tool_paced(
     let peer_timeout = cq_timeout.max(Duration::from_secs(15));
     // The server's guard turns away other clients until the run ends (it is dropped last).
     let settled: Config;
-    let (cfg, mut ch, _refuser) = match &cfg.peer.host {
-        None => {
+    let (cfg, mut ch, _refuser) = match (met, &cfg.peer.host) {
+        (Some((mut ch, hello)), _) => {
+            ch.set_timeout(peer_timeout)?;
+            settled = settle_with_client(cfg, &hello);
+            (&settled, ch, None)
+        }
+        (None, None) => {
             let a = crate::listen::accept_client(cfg, &our_hello(cfg), peer_timeout, || {
                 sink.listening()
             })?;
             settled = settle_with_client(cfg, &a.hello);
             (&settled, a.ch, Some(a.refuser))
         }
-        Some(h) => {
+        (None, Some(h)) => {
             let note = |text: String| sink.note(&cfg.tool.name(), &text);
             let conn = oob::connect_noting(h, cfg.peer.port, cfg.peer.wait, note)
                 .with_context(|| format!("connecting to the server {h}:{}", cfg.peer.port))?;

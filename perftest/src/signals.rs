@@ -17,6 +17,7 @@
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Mutex;
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use nix::sys::signal::{SigSet, Signal};
@@ -27,8 +28,9 @@ static RECEIVED: AtomicI32 = AtomicI32::new(0);
 enum Target {
     /// Nothing yet: no peer connected.
     Nothing,
-    /// The out-of-band socket of the run in progress ([`watch_socket`]).
-    Socket(RawFd),
+    /// The out-of-band sockets of the runs in progress ([`watch_socket`]), each with the
+    /// thread that runs it: one, or a `--serve --concurrent` server's several.
+    Sockets(Vec<(ThreadId, RawFd)>),
     /// A `--procs` coordinator's worker processes ([`pass_on_to`]).
     Workers(Vec<u32>),
 }
@@ -199,21 +201,36 @@ fn tell_peer(why: &str) {
     let Ok(frame) = verbs_lab::oob::frame(&rec, "the ERROR message") else {
         return;
     };
-    if let Ok(Target::Socket(fd)) = TARGET.lock().as_deref() {
-        let _ = send(*fd, &frame, MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL);
+    if let Ok(Target::Sockets(socks)) = TARGET.lock().as_deref() {
+        for (_, fd) in socks {
+            let _ = send(*fd, &frame, MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL);
+        }
     }
 }
 
-/// Shuts down the reading side of the run's out-of-band socket, if one is connected (see
+/// Shuts down the reading side of every run's out-of-band socket, if one is connected (see
 /// [`watch_socket`]): a read blocked on the peer returns at once, while writing (our ERROR)
-/// still works. Used on a signal, and by [`crate::events`] on a fatal device event. Returns
-/// whether a socket was connected.
+/// still works. Used on a signal. Returns whether a socket was connected.
 pub fn wake_reader() -> bool {
-    // Under the lock, so that the socket cannot be closed (and its number reused) meanwhile.
+    wake_readers(|_| true)
+}
+
+/// [`wake_reader`] for the run on thread `run` only (a fatal event of its device, see
+/// [`crate::events`]): the other runs of a `--serve --concurrent` server go on.
+pub fn wake_reader_of(run: ThreadId) -> bool {
+    wake_readers(|t| t == run)
+}
+
+fn wake_readers(which: impl Fn(ThreadId) -> bool) -> bool {
+    // Under the lock, so that a socket cannot be closed (and its number reused) meanwhile.
     match TARGET.lock().as_deref() {
-        Ok(Target::Socket(fd)) => {
-            let _ = nix::sys::socket::shutdown(*fd, nix::sys::socket::Shutdown::Read);
-            true
+        Ok(Target::Sockets(socks)) => {
+            let mut woke = false;
+            for (_, fd) in socks.iter().filter(|(t, _)| which(*t)) {
+                let _ = nix::sys::socket::shutdown(*fd, nix::sys::socket::Shutdown::Read);
+                woke = true;
+            }
+            woke
         }
         _ => false,
     }
@@ -246,28 +263,44 @@ pub fn check() -> Result<(), Interrupted> {
 }
 
 /// While the returned guard lives, a signal shuts down the reading side of `fd` (the run's
-/// out-of-band socket) instead of exiting: the run stops through its error path and tells the
-/// peer. Drop the guard before the socket is closed.
+/// out-of-band socket, run by this thread) instead of exiting: the run stops through its error
+/// path and tells the peer. Drop the guard before the socket is closed. Several runs (threads)
+/// may each watch a socket of their own at once.
 pub fn watch_socket(fd: RawFd) -> Watch {
-    Watch::of(Target::Socket(fd))
+    let me = (std::thread::current().id(), fd);
+    if let Ok(mut t) = TARGET.lock() {
+        match &mut *t {
+            Target::Sockets(socks) => socks.push(me),
+            other => *other = Target::Sockets(vec![me]),
+        }
+    }
+    Watch(Some(me))
 }
 
 /// What a signal stops while it lives: see [`watch_socket`] and [`pass_on_to`].
-pub struct Watch(());
+pub struct Watch(Option<(ThreadId, RawFd)>);
 
 impl Watch {
     fn of(target: Target) -> Watch {
         if let Ok(mut t) = TARGET.lock() {
             *t = target;
         }
-        Watch(())
+        Watch(None)
     }
 }
 
 impl Drop for Watch {
     fn drop(&mut self) {
         if let Ok(mut t) = TARGET.lock() {
-            *t = Target::Nothing;
+            match (&mut *t, self.0) {
+                (Target::Sockets(socks), Some(me)) => {
+                    socks.retain(|s| *s != me);
+                    if socks.is_empty() {
+                        *t = Target::Nothing;
+                    }
+                }
+                _ => *t = Target::Nothing,
+            }
         }
     }
 }

@@ -125,7 +125,7 @@ fn a_hello_with_other_parameters_is_refused_with_the_difference() {
     let t = std::thread::spawn(move || client(port, Some(hello)));
     let conn = oob::accept(port, Duration::from_secs(10)).unwrap();
     let mut ch = Channel::new(conn, "client");
-    let e = server_hello(&our_hello(&cfg), &mut ch).unwrap_err();
+    let e = server_hello(&our_hello(&cfg), &mut ch, || Ok(())).unwrap_err();
     assert!(format!("{e:#}").contains("4096"), "{e:#}");
     match t.join().unwrap() {
         Err(ChanError::Peer(p)) => assert!(p.text.contains("8192"), "{}", p.text),
@@ -142,7 +142,7 @@ fn a_stray_that_closes_is_named() {
     });
     let conn = oob::accept(port, Duration::from_secs(10)).unwrap();
     let mut ch = Channel::new(conn, "client");
-    match server_hello(&our_hello(&cfg), &mut ch).unwrap() {
+    match server_hello(&our_hello(&cfg), &mut ch, || Ok(())).unwrap() {
         Greeting::Stray(why) => assert!(why.contains("closed"), "{why}"),
         Greeting::Accepted(_) => panic!("accepted a stray"),
     }

@@ -183,6 +183,30 @@ fn serve_is_a_servers_option_without_report_files() {
     }
 }
 
+/// `--concurrent N`: with --serve, on the bandwidth tools, 1 to 64, not with -R or
+/// --run_infinitely.
+#[test]
+fn concurrent_is_an_option_of_a_bandwidth_server() {
+    assert_eq!(ok(WRITE_BW, "--serve --concurrent 3").concurrent, 3);
+    assert_eq!(ok(SEND_BW, "--serve").concurrent, 1);
+    assert_eq!(ok(READ_BW, "--concurrent 1").concurrent, 1);
+    refused(WRITE_BW, "--concurrent 3", &["is an option of --serve"]);
+    refused(
+        WRITE_LAT,
+        "--serve --concurrent 2",
+        &["vl_write_lat", "one after another"],
+    );
+    refused(WRITE_BW, "--serve --concurrent 2 -R", &["-R", "-p + 1"]);
+    refused(
+        WRITE_BW,
+        "--serve --concurrent 2 --run_infinitely -D 2",
+        &["--run_infinitely"],
+    );
+    for bad in ["0", "65"] {
+        assert!(config(WRITE_BW, &format!("--serve --concurrent {bad}")).is_err());
+    }
+}
+
 /// The port's range is 1..=65535 in every refusal, 0 and 70000 alike.
 #[test]
 fn a_port_is_1_to_65535() {

@@ -87,6 +87,13 @@ impl std::os::fd::AsRawFd for OobConn {
     }
 }
 
+impl std::os::fd::AsFd for OobConn {
+    /// The socket, e.g. to hold a duplicate that outlives this connection's reads.
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.stream.as_fd()
+    }
+}
+
 impl OobConn {
     /// Ends our side after a last reply and waits (at most the read timeout) for the peer to
     /// read it and close, so that the reply is not lost to a reset.

@@ -64,12 +64,7 @@ next_port
 vl_read_bw -d "$VL_DEV0" -p "$PORT" >"$srv" 2>&1 &
 spid=$!
 wait_port "$PORT" 60 "$spid"
-kill -INT "$spid"
-rc=0
-_vl_watch "$spid" 5 || rc=$?
-cat "$srv"
-[ "$rc" = 130 ] || fail "the waiting server exited $rc, expected 130"
-expect_contains "$srv" "interrupted by SIGINT (no peer connected yet)"
+signal_exit INT "$spid" 5 130 "$srv" "interrupted by SIGINT (no peer connected yet)"
 
 step "a locked-memory limit too small for the buffers: exit 1 with the memlock hint"
 # root has CAP_IPC_LOCK and ignores the limit: the client runs as an unprivileged user.

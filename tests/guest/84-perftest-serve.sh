@@ -51,12 +51,7 @@ client 3
 expect_row "$TMPDIR/c3.out" "client 3"
 
 step "SIGTERM: the server stops with 0 and a summary"
-kill -TERM "$spid"
-src=0
-_vl_watch "$spid" 30 || src=$?
-cat "$srv"
-[ "$src" = 0 ] || fail "the --serve server exited $src on SIGTERM, expected 0"
-expect_contains "$srv" "served 3 client(s): 2 completed, 1 failed"
+signal_exit TERM "$spid" 30 0 "$srv" "served 3 client(s): 2 completed, 1 failed"
 # The server printed the row of each completed run: the same as its client's.
 n=$(rows "$srv" | wc -l)
 [ "$n" = 2 ] || fail "the server printed $n rows, expected 2 (clients 1 and 3)"

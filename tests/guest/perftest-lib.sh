@@ -112,3 +112,14 @@ wait_traffic() {
     esac
 }
 _vl_sent_at_least() { [ "$(cat "$1")" -ge "$2" ]; }
+
+# signal_exit SIG PID SECS CODE OUT TEXT: send SIG to PID, which must exit with CODE within SECS
+# seconds with TEXT in its output OUT (printed).
+signal_exit() {
+    kill "-$1" "$2"
+    _se=0
+    _vl_watch "$2" "$3" || _se=$?
+    cat "$5"
+    [ "$_se" = "$4" ] || fail "pid $2 exited $_se on SIG$1, expected $4"
+    expect_contains "$5" "$6"
+}

@@ -192,6 +192,14 @@ pub struct Params {
     #[arg(long = "serve")]
     pub serve: bool,
 
+    /// With --serve (bandwidth tools): serve up to N clients at once (incast: many senders, one
+    /// receiver), each with its own QPs and its own result row; when no client is left running,
+    /// a `#total` row adds those that ran together (total bytes over the time at least one of them
+    /// measured). 1 (the default) serves one after another.
+    #[arg(long = "concurrent", value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub concurrent: u32,
+
     /// Seconds to wait for the peer to connect (server) or to accept (client).
     #[arg(long = "wait", value_name = "SECS", default_value_t = 120,
           value_parser = verbs_lab::cli::WaitSecs)]

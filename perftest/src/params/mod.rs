@@ -225,6 +225,8 @@ pub struct Config {
     pub procs: ProcsPlan,
     /// `--serve`: the server serves one client after another until stopped.
     pub serve: bool,
+    /// `--concurrent N` (with `--serve`): clients served at once (1: one after another).
+    pub concurrent: u32,
     /// What the options resolved to that a person should hear about (perftest prints these
     /// too): the tool prints each as a note on stderr before it starts.
     pub notes: Vec<String>,
@@ -252,6 +254,7 @@ impl Config {
         check_output_options(tool, p)?;
         let warmup = resolve_warmup(p)?;
         check_serve(p)?;
+        crate::serve::check_concurrent(tool, p)?;
         if let Some(w) = p.wait_destroy {
             if tool.metric == Metric::Lat {
                 return Err("--wait_destroy is an option of perftest's bandwidth tools".into());
@@ -316,6 +319,7 @@ impl Config {
                 start: Duration::from_micros(p.procs_start_us),
             },
             serve: p.serve,
+            concurrent: p.concurrent,
             notes,
         })
     }
