@@ -124,11 +124,11 @@ pub trait Pacer {
 impl Session<'_> {
     /// Whether this side posts requests in the timed loop of a bandwidth test.
     pub fn bw_sends(&self) -> bool {
-        !self.cfg.is_server() || self.cfg.bidirectional
+        self.cfg.is_requester() || self.cfg.bidirectional
     }
     /// Whether the peer does.
     pub fn bw_peer_sends(&self) -> bool {
-        self.cfg.is_server() || self.cfg.bidirectional
+        !self.cfg.is_requester() || self.cfg.bidirectional
     }
     /// Whether this side consumes receives in a bandwidth test (send tools, peer sending).
     pub fn bw_receives(&self) -> bool {

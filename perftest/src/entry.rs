@@ -53,9 +53,13 @@ pub fn main(tool: Tool) -> ExitCode {
     if !measures(&cfg) && out.has_gates() {
         // Symmetric command lines are the habit: the gates are the measuring side's business
         // (perftest's server, too, prints the client's row without checking -w/-y).
+        let (this, peer) = match cfg.is_server() {
+            true => ("server", "client"),
+            false => ("client", "server"),
+        };
         verbs_lab::eprintln_whole!(
-            "{name}: note: the server measures nothing in this test; the gates are checked by \
-             the client"
+            "{name}: note: the {this} measures nothing in this test; the gates are checked by \
+             the {peer}"
         );
         out.clear_gates();
     }
@@ -122,6 +126,9 @@ impl RowSink for Listened<'_> {
     }
     fn lat_row(&mut self, info: &RunInfo, row: &LatRow) {
         self.reporter.lat_row(info, row)
+    }
+    fn bw_directions(&mut self, local: &BwRow, remote: &BwRow) {
+        self.reporter.bw_directions(local, remote)
     }
     fn counters(&mut self, deltas: crate::counters::Snapshot) {
         self.reporter.set_counters(deltas)

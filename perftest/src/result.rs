@@ -63,6 +63,8 @@ pub struct RunInfo {
     /// "FETCH_AND_ADD" / "CMP_AND_SWAP" for atomics.
     pub atomic_type: Option<String>,
     pub bidirectional: bool,
+    /// `--reversed`: the server posts the requests of the one-way test, the client receives.
+    pub reversed: bool,
     pub use_events: bool,
     pub duration: Option<Duration>,
     pub iterations: u64,
@@ -102,16 +104,22 @@ pub struct QpSettings {
 }
 
 impl RunInfo {
-    /// perftest's rule for the header's `TX depth`: shown on the client, and on both sides of
-    /// `-b` (latency tests count as one-way here).
+    /// perftest's rule for the header's `TX depth`: shown on the side that sends (the client;
+    /// the server with `--reversed`), and on both sides of `-b` (latency tests count as
+    /// one-way here).
     pub fn perftest_shows_tx_depth(&self) -> bool {
-        self.role != "server" || self.bidirectional
+        self.requester() || self.bidirectional
     }
 
-    /// perftest's rule for the header's `RX depth`: shown by the send tools on the server, and
-    /// on both sides of `-b`.
+    /// perftest's rule for the header's `RX depth`: shown by the send tools on the receiving
+    /// side (the server; the client with `--reversed`), and on both sides of `-b`.
     pub fn perftest_shows_rx_depth(&self) -> bool {
-        self.test == TestKind::Send && (self.role == "server" || self.bidirectional)
+        self.test == TestKind::Send && (!self.requester() || self.bidirectional)
+    }
+
+    /// Whether this side is perftest's "client machine": the one that posts a one-way test.
+    fn requester(&self) -> bool {
+        (self.role == "server") == self.reversed
     }
 }
 

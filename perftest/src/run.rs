@@ -31,6 +31,8 @@ pub trait RowSink {
     fn header(&mut self, info: &RunInfo);
     fn bw_row(&mut self, info: &RunInfo, row: &BwRow);
     fn lat_row(&mut self, info: &RunInfo, row: &LatRow);
+    /// The two directions of a `-b` size, after its row (the sum): this side's and the peer's.
+    fn bw_directions(&mut self, _local: &BwRow, _remote: &BwRow) {}
     /// The QPs are connected and the run is about to start its barrier with the peer: a worker
     /// of a `--procs` run reports Ready here and waits for Go, sending the peer heartbeats on
     /// `ch` meanwhile (the peer waits at that barrier). An error ends the run.
@@ -63,6 +65,9 @@ impl RowSink for Reporter {
     fn lat_row(&mut self, info: &RunInfo, row: &LatRow) {
         Reporter::lat_row(self, info, row)
     }
+    fn bw_directions(&mut self, local: &BwRow, remote: &BwRow) {
+        Reporter::bw_directions(self, local, remote)
+    }
     fn counters(&mut self, deltas: crate::counters::Snapshot) {
         self.set_counters(deltas)
     }
@@ -93,16 +98,14 @@ pub fn reports_rows(cfg: &Config) -> bool {
     cfg.tool.metric == Metric::Bw || measures(cfg)
 }
 
-/// Whether this side measures its rows itself: the client always; the server when it receives
-/// sends (send bandwidth), sends itself (`-b`) or plays ping-pong (send/write latency).
+/// Whether this side measures its rows itself: the side that posts (the client, the server
+/// with `--reversed`) always; the other side when it receives sends (send bandwidth), sends
+/// itself (`-b`) or plays ping-pong (send/write latency).
 pub fn measures(cfg: &Config) -> bool {
-    if !cfg.is_server() {
-        return true;
-    }
     let kind = cfg.tool.kind;
     match cfg.tool.metric {
-        Metric::Bw => kind == TestKind::Send || cfg.bidirectional,
-        Metric::Lat => matches!(kind, TestKind::Write | TestKind::Send),
+        Metric::Bw => cfg.is_requester() || kind == TestKind::Send || cfg.bidirectional,
+        Metric::Lat => !cfg.is_server() || matches!(kind, TestKind::Write | TestKind::Send),
     }
 }
 
@@ -361,9 +364,13 @@ fn measure<'c>(
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
                 progress.warmed_size(size, cfg.timing.warmup.iters(size));
-                if let Some(r) = bw::run_size(s, size)? {
+                let out = bw::run_size_both(s, size)?;
+                if let Some(r) = out.row {
                     progress.row(|| sink.bw_row(&info, &r));
                     rows.push(r);
+                }
+                if let Some((local, remote)) = out.directions {
+                    sink.bw_directions(&local, &remote);
                 }
             }
             Rows::Bw(rows)
@@ -519,6 +526,7 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
         },
         atomic_type: cfg.atomic.map(|a| a.name().to_string()),
         bidirectional: cfg.bidirectional,
+        reversed: cfg.reversed,
         use_events: cfg.events,
         duration,
         iterations,

@@ -366,3 +366,58 @@ fn run_infinitely_and_margins() {
         .collect();
     assert!(keys.contains(&"margin") && keys.contains(&"run_infinitely"));
 }
+
+#[test]
+fn report_both_and_reversed() {
+    let wbw = Tool::new(TestKind::Write, Metric::Bw);
+    let sbw = Tool::new(TestKind::Send, Metric::Bw);
+    let wlat = Tool::new(TestKind::Write, Metric::Lat);
+    let cfg = |t: Tool, s: &str| -> Result<Config, String> {
+        let args: Vec<String> = s.split_whitespace().map(String::from).collect();
+        config(t, &args)
+    };
+    // --reversed: the server posts, the client receives; the TCP roles do not change.
+    let server = cfg(wbw, "--reversed").unwrap();
+    assert!(server.is_server() && server.is_requester());
+    let client = cfg(sbw, "--reversed 10.0.0.1").unwrap();
+    assert!(!client.is_server() && !client.is_requester());
+    let plain = cfg(wbw, "10.0.0.1").unwrap();
+    assert!(plain.is_requester() && !cfg(wbw, "").unwrap().is_requester());
+    // Both sides must give it: it travels in the HELLO.
+    let on = |c: &Config| {
+        c.wire_params()
+            .into_iter()
+            .find(|(k, _)| *k == "reversed")
+            .map(|(_, v)| v)
+    };
+    assert_eq!(on(&server).as_deref(), Some("on"));
+    assert_eq!(on(&plain).as_deref(), Some("off"));
+    // --report-both is the printing side's own business: accepted with or without -b.
+    for args in [
+        "--report-both",
+        "-b --report-both",
+        "-b --report-both -a 10.0.0.1",
+    ] {
+        let argv = std::iter::once(wbw.name()).chain(args.split_whitespace().map(String::from));
+        let p = Params::try_parse_for(wbw, argv).unwrap();
+        assert!(p.output.report_both, "{args}");
+        Config::new(wbw, &p).unwrap_or_else(|e| panic!("{args}: {e}"));
+    }
+    // Where they cannot apply, the refusal names the option and says why.
+    for (t, args, says) in [
+        (wlat, "--reversed", "latency test"),
+        (wbw, "--reversed --procs 2", "--procs"),
+        (wbw, "-b --report-both --procs 2", "--procs"),
+    ] {
+        let e = cfg(t, args).expect_err(args);
+        let flag = args
+            .split_whitespace()
+            .find(|a| a.starts_with("--r"))
+            .unwrap();
+        assert!(e.contains(flag) && e.contains(says), "{args}: {e}");
+    }
+    // The latency tools' parsers do not know --report-both (perftest's usage lists it for the
+    // bandwidth tools only): it is refused as a bandwidth option.
+    let e = cfg(wlat, "--report-both").unwrap_err();
+    assert!(e.contains("--report-both"), "{e}");
+}

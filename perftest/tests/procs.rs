@@ -59,6 +59,7 @@ fn info(process: u32) -> RunInfo {
         },
         atomic_type: None,
         bidirectional: false,
+        reversed: false,
         use_events: false,
         duration: None,
         iterations: 1000,

@@ -54,6 +54,7 @@ fn bw_info() -> RunInfo {
         },
         atomic_type: None,
         bidirectional: false,
+        reversed: false,
         use_events: false,
         duration: None,
         iterations: 5000,

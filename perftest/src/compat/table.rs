@@ -360,7 +360,12 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "report-both",
         false,
-        Refused("not supported yet: -b prints the sum only"),
+        Same(
+            "with -b, after the rows (the sum): \"Local results\" and \"Remote results\", one \
+             row per size (perftest prints them only without -a); in the text layout only (the \
+             report files and --output keep the sum); not with --procs. Without -b it changes \
+             nothing, as perftest",
+        ),
     ),
     long("report_gbits", false, Same("")),
     long(
@@ -371,9 +376,10 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "reversed",
         false,
-        Refused(
-            "not supported: start the tool the other way round (the server side never sends \
-         first)",
+        Same(
+            "on both sides (checked in the HELLO): the server sends and the client receives, \
+             the client still connects; the server prints the row it measured, the client the \
+             server's (or, for Send, what it received); not with --procs",
         ),
     ),
     long(

@@ -53,6 +53,12 @@ pub struct OutputArgs {
     #[arg(long = "report_gbits", visible_alias = "report-gbits")]
     pub report_gbits: bool,
 
+    /// perftest's --report-both (bandwidth tools): with -b, after the rows (the sum of both
+    /// directions), each direction on its own: "Local results" (this side's sends) and "Remote
+    /// results" (the peer's).
+    #[arg(long = "report-both")]
+    pub report_both: bool,
+
     /// Output layout: `text` is perftest's; `table` adds the median, p99.99 and the run
     /// parameters.
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = OutputFormat::Text)]
@@ -230,6 +236,8 @@ pub struct Reporter {
     cpu_first: Option<CpuSample>,
     cpu_mark: Option<CpuSample>,
     cpu_utils: Vec<f64>,
+    /// `--report-both`: each `-b` size's two directions (this side's, the peer's).
+    directions: Vec<(BwRow, BwRow)>,
 }
 
 impl Reporter {
@@ -255,6 +263,7 @@ impl Reporter {
             cpu_first: None,
             cpu_mark: None,
             cpu_utils: Vec::new(),
+            directions: Vec::new(),
         }
     }
 
@@ -331,14 +340,7 @@ impl Reporter {
 
     /// A text row with perftest's CPU column (`REPORT_EXT_CPU_UTIL`) when there is one.
     fn with_cpu(row: String, util: Option<f64>) -> String {
-        match util {
-            Some(u) => format!(
-                "{}\t    {}\n",
-                row.trim_end_matches('\n'),
-                crate::report::cfix(u, 3, 2)
-            ),
-            None => row,
-        }
+        text::with_cpu(row, util)
     }
 
     /// Whether rows are streamed in perftest's text layout (not `--format table`, not
@@ -363,6 +365,13 @@ impl Reporter {
         } else if self.streams_text() {
             let s = Self::with_cpu(text::bw_row(row, self.unit()), util);
             self.emit(&s);
+        }
+    }
+
+    /// Keeps the two directions of a `-b` size for `--report-both`'s block at the end.
+    pub fn bw_directions(&mut self, local: &BwRow, remote: &BwRow) {
+        if self.args.report_both {
+            self.directions.push((*local, *remote));
         }
     }
 
@@ -444,6 +453,10 @@ impl Reporter {
                     self.emit(&s);
                 }
                 let mut rest = self.text_rows_left(result, procs);
+                if !self.directions.is_empty() {
+                    let utils = (self.args.cpu_util).then_some(self.cpu_utils.as_slice());
+                    rest.push_str(&text::directions(&self.directions, self.unit(), utils));
+                }
                 rest.push_str(&self.counter_lines()?);
                 rest.push_str(&text::footer(info));
                 self.emit(&rest);

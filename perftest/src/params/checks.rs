@@ -346,6 +346,19 @@ pub(super) fn check_tool_options(tool: Tool, p: &Params) -> Result<(), String> {
                 .into(),
         );
     }
+    if p.reversed && lat {
+        return Err(format!(
+            "--reversed turns a bandwidth test round (the server sends); {name} is a latency \
+             test, which has no one-way direction to reverse"
+        ));
+    }
+    if p.reversed && p.procs.is_some() {
+        return Err(
+            "--reversed: not with --procs (each worker's client sends); run the processes \
+             without it, started the other way round"
+                .into(),
+        );
+    }
     if p.outstanding.is_some() && !(is(TestKind::Read) || is(TestKind::Atomic)) {
         return Err(format!(
             "-o limits outstanding RDMA reads and atomics; {name} has none"
@@ -402,6 +415,21 @@ pub(super) fn check_output_options(tool: Tool, p: &Params) -> Result<(), String>
                 "-y {y}: --limit_msgrate is a message-rate floor, and {name} measures latency \
                  (use --max-lat KEY=USEC)"
             ));
+        }
+    }
+    if o.report_both {
+        if tool.metric == Metric::Lat {
+            return Err(format!(
+                "--report-both splits a bidirectional bandwidth row by direction; {name} \
+                 measures latency"
+            ));
+        }
+        if p.procs.is_some() {
+            return Err(
+                "--report-both: not with --procs (each process's rows are shown beside the \
+                 totals already)"
+                    .into(),
+            );
         }
     }
     if o.cpu_util {

@@ -77,6 +77,11 @@ pub struct Params {
     #[arg(short = 'b', long = "bidirectional")]
     pub bidirectional: bool,
 
+    /// perftest's --reversed (bandwidth tools, on both sides): the server sends and the client
+    /// receives; the client still connects to the server.
+    #[arg(long = "reversed")]
+    pub reversed: bool,
+
     /// Inline size to ask the QP for; messages up to what the QP grants go inline
     /// (default: 64 for send/write latency, none asked for otherwise; 0 turns inline off).
     #[arg(short = 'I', long = "inline_size", value_name = "BYTES")]

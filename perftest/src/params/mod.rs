@@ -203,6 +203,9 @@ pub struct Config {
     pub queue_origins: QueueOrigins,
     pub conn: QpType,
     pub bidirectional: bool,
+    /// `--reversed`: in a bandwidth test the server sends and the client receives (see
+    /// [`Config::is_requester`]).
+    pub reversed: bool,
     /// `-m`, `-I`, `-o` as given: the QPs' path MTU, inline size and reads in flight.
     pub asked: Asked,
     pub events: bool,
@@ -292,6 +295,7 @@ impl Config {
             queue_origins,
             conn: p.conn,
             bidirectional: p.bidirectional,
+            reversed: p.reversed,
             asked: Asked {
                 mtu: p.mtu,
                 inline_size: p.inline_size,
@@ -322,6 +326,13 @@ impl Config {
 
     pub fn is_server(&self) -> bool {
         self.peer.host.is_none()
+    }
+
+    /// Whether this side posts the requests of a one-way bandwidth test (perftest's "client
+    /// machine"): the client, or the server with `--reversed`. The TCP roles do not change:
+    /// the client still connects, says HELLO and drives the phases.
+    pub fn is_requester(&self) -> bool {
+        self.is_server() == self.reversed
     }
 
     /// Whether any QoS option was given (`-S`, `--tclass`, `--flow_label`, `-T`): the tools
@@ -374,6 +385,7 @@ impl Config {
             ),
             ("post_list", self.queues.post_list.to_string()),
             ("bidirectional", on_off(self.bidirectional)),
+            ("reversed", on_off(self.reversed)),
             ("inline", opt(self.asked.inline_size.map(|i| i.to_string()))),
             ("events", on_off(self.events)),
             ("mtu", opt(self.asked.mtu.map(|m| m.to_string()))),
@@ -414,6 +426,7 @@ pub fn describe_param(key: &str) -> &'static str {
         "cq_mod" => "CQ moderation (-Q)",
         "post_list" => "post list (-l)",
         "bidirectional" => "bidirectional (-b)",
+        "reversed" => "direction (--reversed)",
         "inline" => "inline size (-I)",
         "events" => "events (-e)",
         "mtu" => "MTU (-m)",

@@ -202,6 +202,8 @@ fn decode_info(r: &mut Reader<'_>) -> Result<RunInfo, WireError> {
         qp,
         atomic_type,
         bidirectional,
+        // --reversed is refused with --procs.
+        reversed: false,
         use_events,
         duration,
         iterations,

@@ -291,10 +291,7 @@ fn gid_bytes(gid: &str) -> String {
 /// `RESULT_FMT_LAT_DUR`), without the newline.
 pub fn column_header(info: &RunInfo, unit: BwUnit) -> String {
     match info.metric {
-        Metric::Bw => {
-            let u = unit.label();
-            format!(" #bytes     #iterations    BW peak[{u}]    BW average[{u}]   MsgRate[Mpps]")
-        }
+        Metric::Bw => bw_column_header(unit),
         Metric::Lat if info.duration.is_some() => {
             " #bytes        #iterations       t_avg[usec]    tps average".to_string()
         }
@@ -302,6 +299,20 @@ pub fn column_header(info: &RunInfo, unit: BwUnit) -> String {
                          t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% \
                          percentile[usec] "
             .to_string(),
+    }
+}
+
+/// perftest's `RESULT_FMT` / `RESULT_FMT_G`, without the newline.
+fn bw_column_header(unit: BwUnit) -> String {
+    let u = unit.label();
+    format!(" #bytes     #iterations    BW peak[{u}]    BW average[{u}]   MsgRate[Mpps]")
+}
+
+/// A text row with perftest's CPU column (`REPORT_EXT_CPU_UTIL`) when there is one.
+pub fn with_cpu(row: String, util: Option<f64>) -> String {
+    match util {
+        Some(u) => format!("{}\t    {}\n", row.trim_end_matches('\n'), cfix(u, 3, 2)),
+        None => row,
     }
 }
 
@@ -378,6 +389,28 @@ pub fn lat_row(info: &RunInfo, row: &LatRow) -> String {
         cfix(st.p99_us, 7, 2),
         cfix(st.p999_us, 7, 2)
     )
+}
+
+/// perftest's `--report-both` block after the rows of a `-b` run: "Local results" (this side's
+/// direction) then "Remote results" (the peer's), each under its own separator and column
+/// header, one row per size; with `--cpu_util`, each size's utilisation (`utils`) as in the
+/// rows above.
+pub fn directions(dirs: &[(BwRow, BwRow)], unit: BwUnit, utils: Option<&[f64]>) -> String {
+    let mut s = String::new();
+    for (title, remote) in [("Local", false), ("Remote", true)] {
+        let _ = write!(s, "{SEPARATOR}\n\n {title} results: \n{SEPARATOR}\n");
+        s.push_str(&bw_column_header(unit));
+        s.push_str(if utils.is_some() {
+            "    CPU_Util[%]\n"
+        } else {
+            "\n"
+        });
+        for (i, (l, r)) in dirs.iter().enumerate() {
+            let row = bw_row(if remote { r } else { l }, unit);
+            s.push_str(&with_cpu(row, utils.and_then(|u| u.get(i).copied())));
+        }
+    }
+    s
 }
 
 /// One row as perftest's `--output=bandwidth|message_rate` prints it: the number alone, `%lf`.

@@ -1,0 +1,129 @@
+#!/bin/sh
+# perftest's remaining options, side by side with perftest itself in the same boot: each pair of
+# ours and the same pair of ib_* with the same options, compared by the shape of their output
+# (separators, titles, column headers, rows after the first column header) and by the traffic
+# (who sent, the bytes arrived: --validate, and the devices' packet counters).
+#   --report-both: with -b, after the sum, "Local results" and "Remote results"; one side's
+#     Local row is the other side's Remote row, and Local + Remote is the sum.
+#   --reversed: the server sends, the client receives (the server's device sends the data
+#     packets, the client's only the acks); the header's TX depth moves to the server.
+# timeout: 300
+# slow: 7 tool pairs (4 of ours, 3 of perftest), 64 KiB x 100 or 4 KiB x 200, 3-10 s each under TCG
+set -eu
+# shellcheck source=tests/guest/lib.sh
+. "$VL_TESTS/lib.sh"
+# shellcheck source=tests/guest/perftest-lib.sh
+. "$VL_TESTS/perftest-lib.sh"
+
+require_bin ib_write_bw
+require_bin ib_send_bw
+
+# ib_pair TOOL "OPTIONS": perftest's pair as vl_pair runs ours (-x 1: perftest picks no RoCE v2
+# GID by itself; -F: its cycle-counter check fails on an emulated CPU).
+ib_pair() {
+    next_port
+    server_client "$PORT" \
+        "$1 -d $VL_DEV0 -x 1 -F $VL_PT_COMMON -p $PORT $2" \
+        "$1 -d $VL_DEV1 -x 1 -F $VL_PT_COMMON -p $PORT $2 $VL_ADDR0" \
+        || fail "$1 $2: perftest's pair failed (outputs above)"
+}
+
+# shape FILE: the lines from the first column header on, each as its kind (SEP, HDR, ROW, a
+# title such as "Local results:", or BLANK); other lines (notes, warnings) are left out.
+shape() {
+    awk '/#bytes/ { on = 1 }
+         !on { next }
+         /^-{87}$/ { print "SEP"; next }
+         /#bytes/ { print "HDR"; next }
+         /^ [0-9]+ / { print "ROW"; next }
+         /results:/ { sub(/^ +/, ""); sub(/ +$/, ""); print; next }
+         /^ *$/ { print "BLANK"; next }' "$1"
+}
+
+# same_shape WHAT VL_FILE IB_FILE
+same_shape() {
+    if [ "$(shape "$2")" != "$(shape "$3")" ]; then
+        echo "--- ours ($2):"; shape "$2"; echo "--- perftest's ($3):"; shape "$3"
+        fail "$1: our output's shape differs from perftest's"
+    fi
+    echo "$1: the same shape as perftest's ($(shape "$2" | tr '\n' ' '))"
+}
+
+# block FILE TITLE: the rows under TITLE ("Local" or "Remote").
+block() {
+    awk -v t="$2 results:" 'index($0, t) { on = 1; next }
+         on && /results:/ { exit }
+         on && /^ [0-9]+ / { print }' "$1"
+}
+
+# check_both WHAT: the two sides' Local/Remote rows mirror each other.
+check_both() {
+    for f in "$SERVER_OUT" "$CLIENT_OUT"; do
+        if [ -z "$(block "$f" Local)" ] || [ -z "$(block "$f" Remote)" ]; then
+            fail "$1: no Local or Remote results in $f"
+        fi
+    done
+    if [ "$(block "$SERVER_OUT" Local)" != "$(block "$CLIENT_OUT" Remote)" ] \
+        || [ "$(block "$SERVER_OUT" Remote)" != "$(block "$CLIENT_OUT" Local)" ]; then
+        fail "$1: the server's Local row is not the client's Remote row (or the other way)"
+    fi
+    echo "$1: server Local = client Remote: $(block "$SERVER_OUT" Local)"
+}
+
+# sent DEV: the device's sent packets so far.
+sent() { hw_counter "$1" sent_pkts; }
+
+# direction WHAT: the server's device sent the data (at least 4 times the client's packets,
+# which are acks: rxe acks a message, not each of its 16 packets).
+direction() {
+    s=$(($(sent "$VL_DEV0") - S0)) c=$(($(sent "$VL_DEV1") - C0))
+    if [ "$s" -lt 1600 ] || [ "$s" -le $((4 * c)) ]; then
+        fail "$1: the server's device sent $s packets, the client's $c: the server did not send the data"
+    fi
+    echo "$1: the server's device sent $s packets, the client's $c"
+}
+
+step "--report-both with -b: ours, then perftest's"
+vl_pair_ok vl_write_bw "-b --report-both -s 4096 -n 200 --validate"
+check_both "vl_write_bw -b --report-both"
+# The sum row is Local + Remote (each rounded to two decimals, so within 0.02).
+rows "$CLIENT_OUT" | awk 'NR == 1 { sum = $4 } /./ { last[NR] = $4 } END {
+    n = NR; if (n < 3) exit 1; d = last[n - 1] + last[n] - sum; if (d < -0.02 || d > 0.02) exit 1 }' \
+    || { rows "$CLIENT_OUT"; fail "vl_write_bw --report-both: Local + Remote is not the sum"; }
+cp "$CLIENT_OUT" "$TMPDIR/vl-both.out"
+ib_pair ib_write_bw "-b --report-both -s 4096 -n 200"
+check_both "ib_write_bw -b --report-both"
+same_shape "-b --report-both" "$TMPDIR/vl-both.out" "$CLIENT_OUT"
+
+step "--reversed: the server writes, the client's memory holds the server's messages"
+S0=$(sent "$VL_DEV0") C0=$(sent "$VL_DEV1")
+vl_pair_ok vl_write_bw "--reversed -s 65536 -n 100 --validate"
+direction "vl_write_bw --reversed"
+expect_row "$SERVER_OUT" "vl_write_bw --reversed server"
+[ "$(rows "$SERVER_OUT")" = "$(rows "$CLIENT_OUT")" ] \
+    || fail "vl_write_bw --reversed: the client does not print the server's row"
+if [ -z "$(header_value "$SERVER_OUT" "TX depth")" ] || [ -n "$(header_value "$CLIENT_OUT" "TX depth")" ]; then
+    fail "vl_write_bw --reversed: TX depth belongs in the sending server's header only"
+fi
+cp "$SERVER_OUT" "$TMPDIR/vl-rev-s.out"
+cp "$CLIENT_OUT" "$TMPDIR/vl-rev-c.out"
+S0=$(sent "$VL_DEV0") C0=$(sent "$VL_DEV1")
+ib_pair ib_write_bw "--reversed -s 65536 -n 100"
+direction "ib_write_bw --reversed"
+same_shape "write --reversed, server" "$TMPDIR/vl-rev-s.out" "$SERVER_OUT"
+same_shape "write --reversed, client" "$TMPDIR/vl-rev-c.out" "$CLIENT_OUT"
+
+step "--reversed with Send: the client receives and checks every message"
+S0=$(sent "$VL_DEV0") C0=$(sent "$VL_DEV1")
+vl_pair_ok vl_send_bw "--reversed -s 65536 -n 100 --validate"
+direction "vl_send_bw --reversed"
+expect_row "$CLIENT_OUT" "vl_send_bw --reversed client (receiver)"
+[ -n "$(header_value "$CLIENT_OUT" "RX depth")" ] \
+    || fail "vl_send_bw --reversed: the receiving client's header has no RX depth"
+cp "$CLIENT_OUT" "$TMPDIR/vl-srev-c.out"
+ib_pair ib_send_bw "--reversed -s 65536 -n 100"
+same_shape "send --reversed, client" "$TMPDIR/vl-srev-c.out" "$CLIENT_OUT"
+
+step "--reversed on one side only is refused by name (perftest marks it SYMMETRIC)"
+vl_pair vl_write_bw "-s 4096 -n 50" "" "--reversed" && fail "a one-sided --reversed ran"
+expect_contains "$SERVER_OUT" "--reversed"
