@@ -49,6 +49,10 @@ pub fn main(tool: Tool) -> ExitCode {
         verbs_lab::eprintln_whole!("{name}: error: {e}");
         return ExitCode::from(2);
     }
+    if let Err(e) = crate::output::check_cycles(&params.output) {
+        verbs_lab::eprintln_whole!("{name}: error: {e}");
+        return ExitCode::from(2);
+    }
     let mut out = params.output.clone();
     if !measures(&cfg) && out.has_gates() {
         // Symmetric command lines are the habit: the gates are the measuring side's business
@@ -129,6 +133,9 @@ impl RowSink for Listened<'_> {
     }
     fn bw_directions(&mut self, local: &BwRow, remote: &BwRow) {
         self.reporter.bw_directions(local, remote)
+    }
+    fn lat_samples(&mut self, info: &RunInfo, samples: &[u64]) {
+        self.reporter.lat_samples(info, samples)
     }
     fn counters(&mut self, deltas: crate::counters::Snapshot) {
         self.reporter.set_counters(deltas)

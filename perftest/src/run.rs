@@ -33,6 +33,8 @@ pub trait RowSink {
     fn lat_row(&mut self, info: &RunInfo, row: &LatRow);
     /// The two directions of a `-b` size, after its row (the sum): this side's and the peer's.
     fn bw_directions(&mut self, _local: &BwRow, _remote: &BwRow) {}
+    /// Every sample of a latency size (`-H`, `-U`; ns, in the order taken), before its row.
+    fn lat_samples(&mut self, _info: &RunInfo, _samples: &[u64]) {}
     /// The QPs are connected and the run is about to start its barrier with the peer: a worker
     /// of a `--procs` run reports Ready here and waits for Go, sending the peer heartbeats on
     /// `ch` meanwhile (the peer waits at that barrier). An error ends the run.
@@ -67,6 +69,9 @@ impl RowSink for Reporter {
     }
     fn bw_directions(&mut self, local: &BwRow, remote: &BwRow) {
         Reporter::bw_directions(self, local, remote)
+    }
+    fn lat_samples(&mut self, info: &RunInfo, samples: &[u64]) {
+        Reporter::lat_samples(self, info, samples)
     }
     fn counters(&mut self, deltas: crate::counters::Snapshot) {
         self.set_counters(deltas)
@@ -380,8 +385,14 @@ fn measure<'c>(
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
                 progress.warmed_size(size, cfg.timing.warmup.iters(size));
-                if let Some(r) = lat::run_size(s, size, &mut sq)? {
-                    progress.row(|| sink.lat_row(&info, &r));
+                let out = lat::run_size(s, size, &mut sq)?;
+                if let Some(r) = out.row {
+                    progress.row(|| {
+                        if let Some(samples) = &out.samples {
+                            sink.lat_samples(&info, samples);
+                        }
+                        sink.lat_row(&info, &r)
+                    });
                     rows.push(r);
                 }
             }

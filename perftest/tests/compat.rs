@@ -367,15 +367,17 @@ fn run_infinitely_and_margins() {
     assert!(keys.contains(&"margin") && keys.contains(&"run_infinitely"));
 }
 
+/// [`config`] of a command line written as one string.
+fn cfg(tool: Tool, line: &str) -> Result<Config, String> {
+    let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+    config(tool, &args)
+}
+
 #[test]
 fn report_both_and_reversed() {
     let wbw = Tool::new(TestKind::Write, Metric::Bw);
     let sbw = Tool::new(TestKind::Send, Metric::Bw);
     let wlat = Tool::new(TestKind::Write, Metric::Lat);
-    let cfg = |t: Tool, s: &str| -> Result<Config, String> {
-        let args: Vec<String> = s.split_whitespace().map(String::from).collect();
-        config(t, &args)
-    };
     // --reversed: the server posts, the client receives; the TCP roles do not change.
     let server = cfg(wbw, "--reversed").unwrap();
     assert!(server.is_server() && server.is_requester());
@@ -420,4 +422,38 @@ fn report_both_and_reversed() {
     // bandwidth tools only): it is refused as a bandwidth option.
     let e = cfg(wlat, "--report-both").unwrap_err();
     assert!(e.contains("--report-both"), "{e}");
+}
+
+#[test]
+fn latency_sample_reports() {
+    let wbw = Tool::new(TestKind::Write, Metric::Bw);
+    let rlat = Tool::new(TestKind::Read, Metric::Lat);
+    let slat = Tool::new(TestKind::Send, Metric::Lat);
+    // -H and -U keep every sample of a -n run; -C alone keeps none; -D keeps none (perftest
+    // prints no samples in duration mode).
+    for (args, keeps) in [
+        ("-H -n 100", true),
+        ("-U", true),
+        ("--report-histogrm -U -C", true),
+        ("-C", false),
+        ("-H -D 2", false),
+        ("", false),
+    ] {
+        let c = cfg(rlat, args).unwrap_or_else(|e| panic!("{args}: {e}"));
+        assert_eq!(c.keep_samples, keeps, "{args}");
+    }
+    let argv = ["vl_send_lat", "-H", "-U", "-C"];
+    let p = Params::try_parse_for(slat, argv).unwrap();
+    assert!(p.output.report_histogram && p.output.report_unsorted && p.output.report_cycles);
+    // Refused by name where they cannot apply.
+    for (t, args, says) in [
+        (wbw, "-H", "-H/--report-histogram"),
+        (wbw, "-U", "-U/--report-unsorted"),
+        (wbw, "-C", "-C/--report-cycles"),
+        (slat, "-H --format table", "--format table"),
+        (slat, "-U -n 20000000", "at most 16777216"),
+    ] {
+        let e = cfg(t, args).expect_err(args);
+        assert!(e.contains(says), "{args}: {e}");
+    }
 }

@@ -7,8 +7,10 @@
 #     Local row is the other side's Remote row, and Local + Remote is the sum.
 #   --reversed: the server sends, the client receives (the server's device sends the data
 #     packets, the client's only the acks); the header's TX depth moves to the server.
+#   -H, -U, -C (latency): every sample sorted, as taken, in CPU cycles: perftest's "#, usec" /
+#     "#, cycles" lists before the separator, the column header and the row again.
 # timeout: 300
-# slow: 7 tool pairs (4 of ours, 3 of perftest), 64 KiB x 100 or 4 KiB x 200, 3-10 s each under TCG
+# slow: 11 tool pairs (6 of ours, 5 of perftest), 64 KiB x 100, 4 KiB x 200 or 2 B x 100, 3-10 s each under TCG
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
@@ -29,7 +31,8 @@ ib_pair() {
 }
 
 # shape FILE: the lines from the first column header on, each as its kind (SEP, HDR, ROW, a
-# title such as "Local results:", or BLANK); other lines (notes, warnings) are left out.
+# title such as "Local results:", BLANK, "LIST UNIT" for a sample list's head, SAMPLES for its
+# lines, however many); other lines (notes, warnings) are left out.
 shape() {
     awk '/#bytes/ { on = 1 }
          !on { next }
@@ -37,7 +40,9 @@ shape() {
          /#bytes/ { print "HDR"; next }
          /^ [0-9]+ / { print "ROW"; next }
          /results:/ { sub(/^ +/, ""); sub(/ +$/, ""); print; next }
-         /^ *$/ { print "BLANK"; next }' "$1"
+         /^#, / { print "LIST " $2; next }
+         /^[0-9]+, / { print "SAMPLES"; next }
+         /^ *$/ { print "BLANK"; next }' "$1" | awk '$0 != prev || $0 != "SAMPLES" { print } { prev = $0 }'
 }
 
 # same_shape WHAT VL_FILE IB_FILE
@@ -127,3 +132,45 @@ same_shape "send --reversed, client" "$TMPDIR/vl-srev-c.out" "$CLIENT_OUT"
 step "--reversed on one side only is refused by name (perftest marks it SYMMETRIC)"
 vl_pair vl_write_bw "-s 4096 -n 50" "" "--reversed" && fail "a one-sided --reversed ran"
 expect_contains "$SERVER_OUT" "--reversed"
+
+# samples FILE: the values of the sample lists ("N, VALUE"), one a line.
+samples() { awk -F', ' '/^[0-9]+, / { print $2 }' "$1"; }
+
+# row_col FILE N: column N of the last result row.
+row_col() { rows "$1" | awk -v n="$2" '{ v = $n } END { print v }'; }
+
+step "-H: every sample sorted before the row; ours, then perftest's"
+vl_pair_ok vl_write_lat "-H -s 2 -n 100 --validate"
+n=$(samples "$CLIENT_OUT" | wc -l)
+[ "$n" -eq 100 ] || fail "vl_write_lat -H -n 100: the client listed $n samples, not 100"
+samples "$CLIENT_OUT" | sort -g -c || fail "vl_write_lat -H: the samples are not sorted"
+# The row's t_min and t_max are the first and last samples (two decimals against %g's six
+# significant digits).
+close_to() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.006 + b * 1e-5) }'; }
+if ! close_to "$(samples "$CLIENT_OUT" | head -n 1)" "$(row_col "$CLIENT_OUT" 3)" \
+    || ! close_to "$(samples "$CLIENT_OUT" | tail -n 1)" "$(row_col "$CLIENT_OUT" 4)"; then
+    fail "vl_write_lat -H: t_min/t_max are not the smallest/largest sample"
+fi
+expect_contains "$CLIENT_OUT" "#, usec"
+cp "$CLIENT_OUT" "$TMPDIR/vl-h.out"
+ib_pair ib_write_lat "-H -s 2 -n 100"
+same_shape "write_lat -H, client" "$TMPDIR/vl-h.out" "$CLIENT_OUT"
+echo "perftest listed $(samples "$CLIENT_OUT" | wc -l) samples for -n 100 (it leaves out the two largest)"
+
+step "-U -C: every sample as taken, in CPU cycles; ours, then perftest's"
+vl_pair_ok vl_send_lat "-U -C -s 2 -n 100 --validate"
+expect_contains "$CLIENT_OUT" "#, cycles"
+n=$(samples "$CLIENT_OUT" | wc -l)
+[ "$n" -eq 100 ] || fail "vl_send_lat -U -n 100: the client listed $n samples, not 100"
+# Cycles: the MHz in /proc/cpuinfo times the microseconds; a round trip here is tens of
+# microseconds or more, so every sample is over 1000 cycles, and t_min is the smallest.
+mhz=$(awk -F': *' '/^cpu MHz/ { print $2; exit }' /proc/cpuinfo)
+min=$(samples "$CLIENT_OUT" | sort -g | head -n 1)
+num_gt "$min" 1000 || fail "vl_send_lat -C: the smallest sample is $min cycles"
+close_to "$min" "$(row_col "$CLIENT_OUT" 3)" \
+    || fail "vl_send_lat -C: t_min $(row_col "$CLIENT_OUT" 3) is not the smallest sample $min"
+echo "vl_send_lat -C: smallest sample $min cycles at $mhz MHz"
+cp "$CLIENT_OUT" "$TMPDIR/vl-uc.out"
+ib_pair ib_send_lat "-U -C -s 2 -n 100"
+expect_contains "$CLIENT_OUT" "#, cycles"
+same_shape "send_lat -U -C, client" "$TMPDIR/vl-uc.out" "$CLIENT_OUT"

@@ -38,8 +38,10 @@ const COMM_RDMA_CM: Status = Refused(
      Use -R to connect the measured QPs through rdma_cm",
 );
 const MCAST: Status = Refused("multicast is not supported; the send tools run unicast");
-const SAMPLES: Status = Refused(
-    "printing every sample is not supported; --json and --format table carry the percentiles",
+const HISTOGRAM: Status = Same(
+    "every sample sorted, perftest's \"#, usec\" list, then the separator, header and row; all \
+     samples (perftest leaves out the two largest); nothing with -D, as perftest; text layout \
+     only (refused with --format table); -n up to 2^24",
 );
 const TPH: Status = Refused("PCIe TPH hints are not supported");
 const MMAP: Status = Refused("buffers from an mmap'd file are not supported");
@@ -72,9 +74,11 @@ pub const OPTIONS: &[PerftestOption] = &[
         'C',
         "report-cycles",
         false,
-        Refused(
-            "the vl_* tools time with the kernel's monotonic clock in nanoseconds, not a cycle \
-         counter, so there are no cycles to report",
+        Same(
+            "cycles from our clock: the monotonic clock's nanoseconds × the CPU's 'cpu MHz' in \
+             /proc/cpuinfo (perftest reads the cycle counter); the columns keep perftest's \
+             [usec] headings, as perftest's; text only (the report files and gates stay in µs); \
+             exit 2 where /proc/cpuinfo has no frequency",
         ),
     ),
     opt('d', "ib-dev", true, Same("")),
@@ -105,8 +109,8 @@ pub const OPTIONS: &[PerftestOption] = &[
     ),
     opt('g', "mcg", false, MCAST),
     opt('h', "help", false, Same("")),
-    opt('H', "report-histogrm", false, SAMPLES),
-    long("report-histogram", false, SAMPLES),
+    opt('H', "report-histogrm", false, HISTOGRAM),
+    long("report-histogram", false, HISTOGRAM),
     opt('i', "ib-port", true, Same("")),
     opt(
         'I',
@@ -185,7 +189,17 @@ pub const OPTIONS: &[PerftestOption] = &[
         Same("with -R only, as perftest (rdma_set_option RDMA_OPTION_ID_TOS)"),
     ),
     opt('u', "qp-timeout", true, Same("")),
-    opt('U', "report-unsorted", false, SAMPLES),
+    opt(
+        'U',
+        "report-unsorted",
+        false,
+        Same(
+            "every sample as taken, perftest's \"#, usec\" list, then the separator, header and \
+             row; with -n N the client lists N samples (its first round is timed from a clock \
+             read before the post), perftest N - 1 (between consecutive posts); the ping-pong \
+             server N - 1; nothing with -D, as perftest",
+        ),
+    ),
     opt('V', "version", false, Same("prints verbs-lab's version")),
     opt(
         'w',

@@ -10,6 +10,7 @@ use verbs_lab::verbs::{CompChannel, Cq, Mr, Payload, Qp, SendWr, Sge, UdDest, Wo
 
 use super::post::{reap, take, Post, Recv};
 use super::wait::{WaitLimits, Waited, Waiter};
+use super::Record;
 use super::SendQueue;
 use crate::conn::{Layout, Link};
 use crate::engine::{poll_or_sleep, remote_op, PeerWatch, Session, POLL_BATCH};
@@ -17,7 +18,6 @@ use crate::params::Config;
 use crate::pattern;
 use crate::proto::Channel;
 use crate::result::TestKind;
-use crate::stats::LatRecorder;
 
 /// The pinger looks at the channel (one `recvfrom(2)`) at most once in this many rounds, and
 /// not more often than every `CHANNEL_CHECK`: a running peer sends nothing during a phase but an
@@ -178,7 +178,7 @@ impl<'a> Rounds<'a> {
         seq: u64,
         sq: &mut SendQueue,
         deadline: Option<Instant>,
-        rec: Option<&mut LatRecorder>,
+        rec: Option<&mut Record>,
     ) -> Result<bool> {
         // The message and room for it before the clock starts: the sample is the round trip.
         if self.prepare(seq, sq)? {
@@ -289,7 +289,7 @@ impl<'a> Rounds<'a> {
         seq: u64,
         sq: &mut SendQueue,
         stop_at: Option<u64>,
-        rec: Option<&mut LatRecorder>,
+        rec: Option<&mut Record>,
     ) -> Result<bool> {
         self.waiter.stop_at = stop_at;
         // The wait begins where the previous answer went out (or the phase began).

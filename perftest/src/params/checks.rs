@@ -400,6 +400,9 @@ pub(super) fn check_tool_options(tool: Tool, p: &Params) -> Result<(), String> {
 
 /// perftest's output options: `-w`/`-y` and `--output=bandwidth|message_rate` belong to the
 /// bandwidth tools, `--output=latency` to the latency tools (perftest refuses the others too).
+/// `-H`/`-U` keep every sample (8 bytes each): at most this many iterations (128 MiB).
+pub const MAX_KEPT_SAMPLES: u64 = 1 << 24;
+
 pub(super) fn check_output_options(tool: Tool, p: &Params) -> Result<(), String> {
     let name = tool.name();
     let o = &p.output;
@@ -414,6 +417,32 @@ pub(super) fn check_output_options(tool: Tool, p: &Params) -> Result<(), String>
             return Err(format!(
                 "-y {y}: --limit_msgrate is a message-rate floor, and {name} measures latency \
                  (use --max-lat KEY=USEC)"
+            ));
+        }
+    }
+    let samples = [
+        (o.report_histogram, "-H/--report-histogram"),
+        (o.report_unsorted, "-U/--report-unsorted"),
+        (o.report_cycles, "-C/--report-cycles"),
+    ];
+    for (given, flag) in samples {
+        if given && tool.metric == Metric::Bw {
+            return Err(format!(
+                "{flag} is an option of perftest's latency tools; {name} measures bandwidth"
+            ));
+        }
+    }
+    if o.report_histogram || o.report_unsorted {
+        if o.format == crate::output::OutputFormat::Table {
+            return Err(
+                "-H/-U print every sample in perftest's text layout; leave out --format table"
+                    .into(),
+            );
+        }
+        if let Some(n) = p.iters.filter(|&n| n > MAX_KEPT_SAMPLES) {
+            return Err(format!(
+                "-H/-U keep every sample in memory: at most {MAX_KEPT_SAMPLES} iterations \
+                 (-n {n})"
             ));
         }
     }

@@ -203,6 +203,9 @@ pub struct Config {
     pub queue_origins: QueueOrigins,
     pub conn: QpType,
     pub bidirectional: bool,
+    /// `-H`/`-U` in a latency test with `-n`: every sample is kept for the report (perftest
+    /// prints none with `-D`).
+    pub keep_samples: bool,
     /// `--reversed`: in a bandwidth test the server sends and the client receives (see
     /// [`Config::is_requester`]).
     pub reversed: bool,
@@ -296,6 +299,9 @@ impl Config {
             conn: p.conn,
             bidirectional: p.bidirectional,
             reversed: p.reversed,
+            keep_samples: tool.metric == Metric::Lat
+                && (p.output.report_histogram || p.output.report_unsorted)
+                && matches!(mode, RunMode::Iters(_)),
             asked: Asked {
                 mtu: p.mtu,
                 inline_size: p.inline_size,
