@@ -26,8 +26,9 @@ use verbs_lab::verbs::{
 
 use crate::conn::{Agreed, Buffers, Layout, Link, Resources};
 use crate::engine::{
-    backoff, check_tally, completed_through, poll_or_sleep, remote_op, send_tally, wc_error, wr_id,
-    PeerWatch, Session, CHANNEL_CHECK, LOSSY_GRACE, POLL_BATCH, QP_SHIFT, SEQ_MASK,
+    backoff, check_imm, check_tally, completed_through, poll_or_sleep, remote_op, send_tally,
+    wc_error, wr_id, PeerWatch, Session, CHANNEL_CHECK, LOSSY_GRACE, POLL_BATCH, QP_SHIFT,
+    SEQ_MASK,
 };
 use crate::params::{Config, RunMode};
 use crate::pattern;

@@ -479,6 +479,22 @@ pub fn check_tally(t: &Tally, qps: usize) -> Result<()> {
     Ok(())
 }
 
+/// `--send_with_imm`: a receive must carry the immediate data the peer's Sends carry.
+pub fn check_imm(got: Option<u32>) -> Result<()> {
+    let want = crate::params::IMM_DATA;
+    match got {
+        Some(imm) if imm == want => Ok(()),
+        Some(imm) => bail!(
+            "--send_with_imm: a receive carried the immediate data {imm:#010x}, expected \
+             {want:#010x}"
+        ),
+        None => bail!(
+            "--send_with_imm: a receive without immediate data (IBV_WC_WITH_IMM not set): the \
+             peer sent a plain Send"
+        ),
+    }
+}
+
 /// The peer's buffer a test's requests aim at (`n` bytes; an atomic's 8) and the operation
 /// that does: an RDMA Write or Read of it, a Send, or the `-A` atomic on its first 8 bytes.
 pub fn remote_op(cfg: &Config, r: &QpEndpoint, n: usize) -> (RemoteBuf, SendOp) {
@@ -494,6 +510,7 @@ pub fn remote_op(cfg: &Config, r: &QpEndpoint, n: usize) -> (RemoteBuf, SendOp) 
     let op = match cfg.tool.kind {
         TestKind::Write => SendOp::Write(rb),
         TestKind::Read => SendOp::Read(rb),
+        TestKind::Send if cfg.send_with_imm => SendOp::SendWithImm(crate::params::IMM_DATA),
         TestKind::Send => SendOp::Send,
         TestKind::Atomic => match cfg.atomic.unwrap_or_default() {
             AtomicType::FetchAndAdd => SendOp::FetchAdd { remote: rb, add: 1 },

@@ -65,6 +65,8 @@ pub struct RunInfo {
     pub bidirectional: bool,
     /// `--reversed`: the server posts the requests of the one-way test, the client receives.
     pub reversed: bool,
+    /// `--send_with_imm`: the Sends carry immediate data (perftest's `Send_imm` tests).
+    pub send_with_imm: bool,
     pub use_events: bool,
     pub duration: Option<Duration>,
     pub iterations: u64,

@@ -538,6 +538,7 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
         atomic_type: cfg.atomic.map(|a| a.name().to_string()),
         bidirectional: cfg.bidirectional,
         reversed: cfg.reversed,
+        send_with_imm: cfg.send_with_imm,
         use_events: cfg.events,
         duration,
         iterations,

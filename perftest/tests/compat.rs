@@ -457,3 +457,29 @@ fn latency_sample_reports() {
         assert!(e.contains(says), "{args}: {e}");
     }
 }
+
+#[test]
+fn send_with_immediate() {
+    let sbw = Tool::new(TestKind::Send, Metric::Bw);
+    let slat = Tool::new(TestKind::Send, Metric::Lat);
+    for t in [sbw, slat] {
+        let c = cfg(t, "--send_with_imm").unwrap();
+        assert!(c.send_with_imm);
+        let (_, v) = c
+            .wire_params()
+            .into_iter()
+            .find(|(k, _)| *k == "send_with_imm")
+            .expect("in the HELLO");
+        assert_eq!(v, "on");
+    }
+    for t in [
+        Tool::new(TestKind::Write, Metric::Bw),
+        Tool::new(TestKind::Read, Metric::Lat),
+    ] {
+        let e = cfg(t, "--send_with_imm").unwrap_err();
+        assert!(
+            e.contains("--send_with_imm") && e.contains("sends none"),
+            "{e}"
+        );
+    }
+}

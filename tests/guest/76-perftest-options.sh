@@ -174,3 +174,21 @@ cp "$CLIENT_OUT" "$TMPDIR/vl-uc.out"
 ib_pair ib_send_lat "-U -C -s 2 -n 100"
 expect_contains "$CLIENT_OUT" "#, cycles"
 same_shape "send_lat -U -C, client" "$TMPDIR/vl-uc.out" "$CLIENT_OUT"
+
+step "--send_with_imm: every receive carries the immediate data (checked by ours)"
+vl_pair_ok vl_send_bw "--send_with_imm -s 4096 -n 200 --validate"
+expect_contains "$CLIENT_OUT" "Send_imm BW Test"
+expect_row "$SERVER_OUT" "vl_send_bw --send_with_imm server (receiver)"
+cp "$CLIENT_OUT" "$TMPDIR/vl-imm-bw.out"
+vl_pair_ok vl_send_lat "--send_with_imm -s 2 -n 100 --validate"
+expect_contains "$CLIENT_OUT" "Send_imm Latency Test"
+expect_row "$SERVER_OUT" "vl_send_lat --send_with_imm server"
+if ib_send_bw --help 2>&1 | grep -q -e '--send_with_imm'; then
+    ib_pair ib_send_bw "--send_with_imm -s 4096 -n 200"
+    expect_contains "$CLIENT_OUT" "Send_imm BW Test"
+    same_shape "send_bw --send_with_imm, client" "$TMPDIR/vl-imm-bw.out" "$CLIENT_OUT"
+else
+    echo "note: this perftest ($(ib_send_bw --version 2>&1 | head -n 1)) has no --send_with_imm; ours ran alone"
+fi
+vl_pair vl_send_bw "-s 4096 -n 50" "--send_with_imm" && fail "a one-sided --send_with_imm ran"
+expect_contains "$SERVER_OUT" "--send_with_imm"

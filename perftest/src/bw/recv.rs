@@ -59,6 +59,9 @@ impl Rx {
                 wc.byte_len()
             );
         }
+        if k.cfg.send_with_imm {
+            check_imm(wc.imm_data())?;
+        }
         if k.cfg.validate {
             let off = k.layout.dst(q, slot) + k.rx_off;
             let msg = dst[q].to_vec(off..off + k.n)?;

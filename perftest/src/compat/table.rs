@@ -476,7 +476,11 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "send_with_imm",
         false,
-        Refused("Send with immediate is not supported yet"),
+        Same(
+            "IBV_WR_SEND_WITH_IMM; on both sides (checked in the HELLO); every receive must \
+             carry it, as perftest checks IBV_WC_WITH_IMM, and ours carries 0x564c5054 \
+             (\"VLPT\"), checked too; the title reads Send_imm, as perftest's",
+        ),
     ),
     long("log_dci_streams", true, DC),
     long("log_active_dci_streams", true, DC),

@@ -13,7 +13,7 @@ use super::wait::{WaitLimits, Waited, Waiter};
 use super::Record;
 use super::SendQueue;
 use crate::conn::{Layout, Link};
-use crate::engine::{poll_or_sleep, remote_op, PeerWatch, Session, POLL_BATCH};
+use crate::engine::{check_imm, poll_or_sleep, remote_op, PeerWatch, Session, POLL_BATCH};
 use crate::params::Config;
 use crate::pattern;
 use crate::proto::Channel;
@@ -43,6 +43,8 @@ pub(super) struct Facts {
     size: u64,
     /// `--validate`: every message stamped and checked.
     stamp_all: bool,
+    /// `--send_with_imm`: every receive carries the immediate data.
+    imm: bool,
     /// The source slot's offset, and how many of its bytes a request names.
     pub(super) src: usize,
     pub(super) local_len: usize,
@@ -67,6 +69,7 @@ impl Facts {
             n,
             size,
             stamp_all: cfg.validate,
+            imm: cfg.send_with_imm,
             src: layout.src(0, 0),
             local_len: if kind == TestKind::Atomic { 8 } else { n },
             poll_off: layout.dst(0, 0) + n.saturating_sub(1),
@@ -352,12 +355,15 @@ impl<'a> Rounds<'a> {
     #[inline]
     fn finish_round(&mut self, seq: u64, sq: &mut SendQueue) -> Result<()> {
         let f = &self.f;
-        if let Some(got) = self.recv.take() {
+        if let Some((slot, bytes, imm)) = self.recv.take() {
+            if f.imm {
+                check_imm(imm)?;
+            }
             after_recv(
                 self.rx,
                 self.qp,
                 self.layout,
-                got,
+                (slot, bytes),
                 f.rx_off,
                 f.n,
                 seq,

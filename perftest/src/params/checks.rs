@@ -346,6 +346,12 @@ pub(super) fn check_tool_options(tool: Tool, p: &Params) -> Result<(), String> {
                 .into(),
         );
     }
+    if p.send_with_imm && !is(TestKind::Send) {
+        return Err(format!(
+            "--send_with_imm changes the opcode of a Send; {name} sends none (perftest: \
+             send_lat and send_bw only)"
+        ));
+    }
     if p.reversed && lat {
         return Err(format!(
             "--reversed turns a bandwidth test round (the server sends); {name} is a latency \

@@ -82,6 +82,11 @@ pub struct Params {
     #[arg(long = "reversed")]
     pub reversed: bool,
 
+    /// perftest's --send_with_imm (send tools, on both sides): IBV_WR_SEND_WITH_IMM instead of
+    /// IBV_WR_SEND; every receive must carry the immediate data.
+    #[arg(long = "send_with_imm")]
+    pub send_with_imm: bool,
+
     /// Inline size to ask the QP for; messages up to what the QP grants go inline
     /// (default: 64 for send/write latency, none asked for otherwise; 0 turns inline off).
     #[arg(short = 'I', long = "inline_size", value_name = "BYTES")]

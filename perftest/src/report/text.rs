@@ -115,7 +115,11 @@ pub fn proc_row(p: &ProcessResult, row: &BwRow, unit: BwUnit) -> String {
 /// perftest's test title: `RDMA_Write BW Test`, `Atomic FETCH_AND_ADD Bidirectional BW Test`,
 /// `Send Latency Test`.
 pub fn title(info: &RunInfo) -> String {
-    let mut t = format!("{} ", info.test.perftest_name());
+    let mut t = match info.send_with_imm {
+        // perftest's name of the test with --send_with_imm.
+        true => "Send_imm ".to_string(),
+        false => format!("{} ", info.test.perftest_name()),
+    };
     if info.test == TestKind::Atomic {
         if let Some(a) = &info.atomic_type {
             let _ = write!(t, "{a} ");
