@@ -26,9 +26,9 @@ use verbs_lab::verbs::{
 
 use crate::conn::{Agreed, Buffers, Layout, Link, Resources};
 use crate::engine::{
-    backoff, check_imm, check_tally, completed_through, poll_or_sleep, remote_op, send_tally,
-    wc_error, wr_id, PeerWatch, Session, CHANNEL_CHECK, LOSSY_GRACE, POLL_BATCH, QP_SHIFT,
-    SEQ_MASK,
+    backoff, check_imm, check_tally, completed_through, poll_or_sleep, post_receive_lists,
+    remote_op, send_tally, wc_error, wr_id, PeerWatch, Session, CHANNEL_CHECK, LOSSY_GRACE,
+    MAX_RECV_PER_CALL, POLL_BATCH, QP_SHIFT, SEQ_MASK,
 };
 use crate::params::{Config, RunMode};
 use crate::pattern;
@@ -338,6 +338,9 @@ fn phase(
         }
         sleep = idle;
     }
+    if k.receives {
+        st.rx.flush(&k, dst)?;
+    }
     phase_out(&k, &mut st, ch)
 }
 
@@ -368,7 +371,7 @@ impl Sides<'_> {
     ) -> Result<()> {
         reap(wcs, k, dst, self)?;
         if k.receives {
-            self.rx.repost(k.qps, dst, &k.layout)?;
+            self.rx.repost(k, dst)?;
             self.rx.progressed(now, &mut self.watch);
         }
         if k.sends {

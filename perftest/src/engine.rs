@@ -199,6 +199,9 @@ pub fn heartbeats(ch: &mut Channel) -> impl FnMut() -> Result<()> + '_ {
     }
 }
 
+/// The most receives one `ibv_post_recv` call of [`post_receive_lists`] carries.
+pub const MAX_RECV_PER_CALL: usize = 256;
+
 /// Posts receives for `slots` of QP `q`, 32 per call: one SGE each, a whole destination slot
 /// (`stride` bytes, so that one posted receive fits every size of a sweep).
 pub fn post_receives(
@@ -206,9 +209,23 @@ pub fn post_receives(
     mr: &Mr,
     layout: &Layout,
     q: usize,
-    mut slots: impl Iterator<Item = usize>,
+    slots: impl Iterator<Item = usize>,
 ) -> Result<()> {
-    const CHUNK: usize = 32;
+    post_receive_lists(qp, mr, layout, q, slots, 32)
+}
+
+/// [`post_receives`], `per_call` (at most [`MAX_RECV_PER_CALL`]) per `ibv_post_recv` call:
+/// perftest's `--recv_post_list`.
+pub fn post_receive_lists(
+    qp: &Qp,
+    mr: &Mr,
+    layout: &Layout,
+    q: usize,
+    mut slots: impl Iterator<Item = usize>,
+    per_call: usize,
+) -> Result<()> {
+    const CHUNK: usize = MAX_RECV_PER_CALL;
+    let per_call = per_call.clamp(1, CHUNK);
     let slot_sge = |slot: usize| -> Result<Sge<'_>> {
         let off = layout.dst(q, slot);
         mr.sge(off..off + layout.stride)
@@ -219,7 +236,7 @@ pub fn post_receives(
     let mut ids = [0u64; CHUNK];
     loop {
         let mut n = 0;
-        for slot in slots.by_ref().take(CHUNK) {
+        for slot in slots.by_ref().take(per_call) {
             let slot = slot % layout.dst_slots.max(1);
             sges[n] = slot_sge(slot)?;
             ids[n] = wr_id(q, slot as u64);

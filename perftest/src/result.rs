@@ -97,12 +97,24 @@ pub struct QpSettings {
     pub rx_depth: u32,
     /// Send requests per `ibv_post_send` call.
     pub post_list: u32,
+    /// Receives per `ibv_post_recv` call as they are posted again (`--recv_post_list`); in
+    /// JSON only when not 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub recv_post_list: u32,
     /// One signaled send request in how many, as the run's loop signals them.
     pub cq_moderation: u32,
     /// The inline limit actually used (read back from the created QP).
     pub max_inline: u32,
     /// RDMA reads and atomics in flight per QP (`-o`, capped by both devices).
     pub outstanding_reads: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
 }
 
 impl RunInfo {

@@ -531,6 +531,7 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
                 cfg.queues.rx_depth
             },
             post_list: cfg.queues.post_list,
+            recv_post_list: cfg.queues.recv_post_list,
             cq_moderation: cfg.queues.signal_period(cfg.tool),
             max_inline: link.agreed.inline_limit,
             outstanding_reads: link.agreed.outstanding,

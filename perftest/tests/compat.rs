@@ -483,3 +483,37 @@ fn send_with_immediate() {
         );
     }
 }
+
+#[test]
+fn receive_post_lists() {
+    let sbw = Tool::new(TestKind::Send, Metric::Bw);
+    let wbw = Tool::new(TestKind::Write, Metric::Bw);
+    let c = cfg(sbw, "--recv_post_list 12 -r 32 -n 204").unwrap();
+    assert_eq!(c.queues.recv_post_list, 12);
+    assert_eq!(cfg(sbw, "").unwrap().queues.recv_post_list, 1);
+    // No receives in an RDMA Write test: accepted, as perftest accepts it.
+    assert_eq!(
+        cfg(wbw, "--recv_post_list 4")
+            .unwrap()
+            .queues
+            .recv_post_list,
+        4
+    );
+    for (t, args, says) in [
+        (sbw, "--recv_post_list 0", "1..=256"),
+        (sbw, "--recv_post_list 512 -r 1024", "1..=256"),
+        (sbw, "--recv_post_list 8 -n 100", "multiple"),
+        (sbw, "--recv_post_list 8 -r 4 -n 64", "rx depth 4"),
+        (
+            Tool::new(TestKind::Send, Metric::Lat),
+            "--recv_post_list 2",
+            "bandwidth tools",
+        ),
+    ] {
+        let e = cfg(t, args).expect_err(args);
+        assert!(
+            e.contains("--recv_post_list") && e.contains(says),
+            "{args}: {e}"
+        );
+    }
+}

@@ -53,6 +53,7 @@ fn info(process: u32) -> RunInfo {
             tx_depth: 128,
             rx_depth: 1,
             post_list: 1,
+            recv_post_list: 1,
             cq_moderation: 100,
             max_inline: 0,
             outstanding_reads: 16,

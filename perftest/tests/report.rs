@@ -48,6 +48,7 @@ fn bw_info() -> RunInfo {
             tx_depth: 128,
             rx_depth: 512,
             post_list: 1,
+            recv_post_list: 1,
             cq_moderation: 100,
             max_inline: 0,
             outstanding_reads: 16,

@@ -122,7 +122,12 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "recv_post_list",
         true,
-        Refused("receive post lists are not supported: receives are posted one by one"),
+        Same(
+            "the send tools' receiver posts consumed receives again N per ibv_post_recv call \
+             once N are consumed (the rest of a phase at its end); -n a multiple of N and N up \
+             to the rx depth and 256; the header's Recv Post List line; no receives to post in \
+             the other bandwidth tools, as perftest",
+        ),
     ),
     opt(
         'L',

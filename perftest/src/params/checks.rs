@@ -243,8 +243,10 @@ pub(super) fn resolve_queues(
         rx_depth,
         cq_mod,
         post_list: p.post_list,
+        recv_post_list: p.recv_post_list,
     }
     .fitted_to(mode, tool.kind == TestKind::Send);
+    check_recv_post_list(tool, p, &queues)?;
     let depth_origin = |flag: &str, typed: Option<u32>, default: u32, used: u32| match typed {
         Some(t) if t == used => None,
         Some(t) => Some(format!("{flag} {t} capped to -n")),
@@ -408,6 +410,45 @@ pub(super) fn check_tool_options(tool: Tool, p: &Params) -> Result<(), String> {
 /// bandwidth tools, `--output=latency` to the latency tools (perftest refuses the others too).
 /// `-H`/`-U` keep every sample (8 bytes each): at most this many iterations (128 MiB).
 pub const MAX_KEPT_SAMPLES: u64 = 1 << 24;
+
+/// The longest `--recv_post_list`: the receives of one `ibv_post_recv` call are built on the
+/// stack.
+pub const MAX_RECV_POST_LIST: u32 = crate::engine::MAX_RECV_PER_CALL as u32;
+
+/// `--recv_post_list N`: a bandwidth option (perftest: "Receive post list is supported in BW
+/// tests only"); with `-n`, the iterations a multiple of N (perftest's rule); for the send tools,
+/// a list that fits the receive queue.
+fn check_recv_post_list(tool: Tool, p: &Params, queues: &QueueShape) -> Result<(), String> {
+    let n = p.recv_post_list;
+    if n == 0 || n > MAX_RECV_POST_LIST {
+        return Err(format!(
+            "--recv_post_list {n}: a receive post list holds 1..={MAX_RECV_POST_LIST} receives"
+        ));
+    }
+    if n == 1 {
+        return Ok(());
+    }
+    if tool.metric == Metric::Lat {
+        return Err(format!(
+            "--recv_post_list {n}: a latency test posts one receive per round; receive post \
+             lists are for the bandwidth tools"
+        ));
+    }
+    if let Some(iters) = p.iters.filter(|i| i % u64::from(n) != 0) {
+        return Err(format!(
+            "--recv_post_list {n}: the iterations (-n {iters}) must be a multiple of it, as \
+             perftest requires"
+        ));
+    }
+    if tool.kind == TestKind::Send && n > queues.rx_depth {
+        return Err(format!(
+            "--recv_post_list {n} is larger than the rx depth {}: a list must fit the receive \
+             queue (raise -r)",
+            queues.rx_depth
+        ));
+    }
+    Ok(())
+}
 
 pub(super) fn check_output_options(tool: Tool, p: &Params) -> Result<(), String> {
     let name = tool.name();

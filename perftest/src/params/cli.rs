@@ -64,6 +64,11 @@ pub struct Params {
     #[arg(short = 'l', long = "post_list", value_name = "N", default_value_t = 1)]
     pub post_list: u32,
 
+    /// perftest's receive post list (bandwidth tools; receives are the send tools'): a consumed
+    /// receive is posted again once N are, N per ibv_post_recv call.
+    #[arg(long = "recv_post_list", value_name = "N", default_value_t = 1)]
+    pub recv_post_list: u32,
+
     /// Connection type: RC, UC or UD (UD for the send tools only).
     #[arg(
         short = 'c',

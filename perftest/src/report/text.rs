@@ -180,6 +180,9 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
     if info.qp.post_list > 1 {
         line(&mut s, "Post List", &info.qp.post_list);
     }
+    if info.qp.recv_post_list > 1 {
+        line(&mut s, "Recv Post List", &info.qp.recv_post_list);
+    }
     if info.perftest_shows_rx_depth() {
         line(&mut s, "RX depth", &info.qp.rx_depth);
     }
