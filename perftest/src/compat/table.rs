@@ -45,7 +45,10 @@ const HISTOGRAM: Status = Same(
 );
 const TPH: Status = Refused("PCIe TPH hints are not supported");
 const MMAP: Status = Refused("buffers from an mmap'd file are not supported");
-const WRITE_IMM: Status = Refused("RDMA Write with immediate is not supported yet");
+const WRITE_IMM: Status = Refused(
+    "RDMA Write with immediate is not implemented yet: its receiver must post and reap a receive \
+     for every write, which the write tools' loops do not do (vl_write_lat polls memory)",
+);
 const RATE: Status =
     Refused("rate limiting is not supported: the vl_* tools always send as fast as the QP allows");
 
@@ -300,7 +303,10 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "use-srq",
         false,
-        Refused("shared receive queues are not supported yet"),
+        Refused(
+            "not implemented yet: the send tools give each QP a receive queue of its own; a \
+             shared receive queue is not built",
+        ),
     ),
     long(
         "no_lock",
@@ -345,7 +351,10 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "mr_per_qp",
         false,
-        Refused("one memory region serves all QPs"),
+        Refused(
+            "not implemented yet: one source region serves every QP (each QP already has a \
+             destination region of its own)",
+        ),
     ),
     long("odp", false, Refused("on-demand paging is not supported")),
     long(
@@ -453,7 +462,10 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "use_hugepages",
         false,
-        Refused("huge-page buffers are not supported"),
+        Refused(
+            "not implemented yet: the verbs layer allocates the registered buffers with the \
+             ordinary allocator; huge pages need an allocation of their own there",
+        ),
     ),
     long(
         "use-null-mr",
@@ -477,7 +489,14 @@ pub const OPTIONS: &[PerftestOption] = &[
         Refused("out-of-order placement (mlx5) is not supported"),
     ),
     long("write_with_imm", false, WRITE_IMM),
-    long("unsolicited_write", false, WRITE_IMM),
+    long(
+        "unsolicited_write",
+        false,
+        Refused(
+            "an option of EFA's SRD transport (write with immediate without a posted receive); \
+             the vl_* tools run RC, UC and UD",
+        ),
+    ),
     long(
         "send_with_imm",
         false,
