@@ -26,8 +26,9 @@ use verbs_lab::verbs::{
 
 use crate::conn::{Agreed, Buffers, Layout, Link, Resources};
 use crate::engine::{
-    backoff, check_tally, completed_through, poll_or_sleep, remote_op, send_tally, wc_error, wr_id,
-    PeerWatch, Session, CHANNEL_CHECK, LOSSY_GRACE, POLL_BATCH, QP_SHIFT, SEQ_MASK,
+    backoff, check_imm, check_tally, completed_through, poll_or_sleep, post_receive_lists,
+    remote_op, send_tally, wc_error, wr_id, PeerWatch, Session, CHANNEL_CHECK, LOSSY_GRACE,
+    MAX_RECV_PER_CALL, POLL_BATCH, QP_SHIFT, SEQ_MASK,
 };
 use crate::params::{Config, RunMode};
 use crate::pattern;
@@ -47,9 +48,31 @@ use recv::Rx;
 use send::{post_some, senders, source_sges, tx_cfg, TxCfg, TxQp};
 use validate::{check_received, prepare, validate};
 
-/// Measures one message size; returns the row this side reports (none on a server that only
-/// serves a one-way test).
+/// What one size gives this side to report.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SizeRows {
+    /// The row this side prints (with `-b`, the sum of both directions).
+    pub row: Option<BwRow>,
+    /// With `-b`: this side's direction and the peer's, as `--report-both` shows them.
+    pub directions: Option<(BwRow, BwRow)>,
+}
+
+impl SizeRows {
+    fn one(row: Option<BwRow>) -> SizeRows {
+        SizeRows {
+            row,
+            directions: None,
+        }
+    }
+}
+
+/// Measures one message size; returns the row this side reports.
 pub fn run_size(s: &mut Session<'_>, size: u64) -> Result<Option<BwRow>> {
+    Ok(run_size_both(s, size)?.row)
+}
+
+/// [`run_size`], with each direction of a `-b` run besides the sum.
+pub fn run_size_both(s: &mut Session<'_>, size: u64) -> Result<SizeRows> {
     let cfg = s.cfg;
     prepare(s, size)?;
     s.ch.sync(Phase::Ready, size).map_err(anyhow::Error::new)?;
@@ -81,8 +104,8 @@ pub fn run_size(s: &mut Session<'_>, size: u64) -> Result<Option<BwRow>> {
         s.measured(size, m.start, m.end);
     }
     let mine = measured.map(|m| m.row(size));
-    let row = exchange_rows(s, size, mine)?;
-    if let (None, Some(echoed)) = (measured, &row) {
+    let rows = exchange_rows(s, size, mine)?;
+    if let (None, Some(echoed)) = (measured, &rows.row) {
         // A server that only served reports the client's row. Its interval, for a `--procs`
         // aggregate, is the client's length ending as that row arrived (this machine's clock
         // does not know when the client started).
@@ -90,27 +113,29 @@ pub fn run_size(s: &mut Session<'_>, size: u64) -> Result<Option<BwRow>> {
         s.measured(size, end.checked_sub(echoed.elapsed).unwrap_or(end), end);
     }
     s.ch.sync(Phase::Done, size).map_err(anyhow::Error::new)?;
-    Ok(row)
+    Ok(rows)
 }
 
 /// The rows both sides print, as perftest's `xchg_bw_reports`: with `-b` each side sends its
 /// own direction and prints the sum of both; in a one-way RDMA Write, Read or atomic test the
-/// server measured nothing and prints the client's row. (The send test's server measures what
-/// it received and prints that.)
-fn exchange_rows(s: &mut Session<'_>, size: u64, mine: Option<BwRow>) -> Result<Option<BwRow>> {
+/// side that only served (the server; the client with `--reversed`) measured nothing and
+/// prints the requester's row. (The send test's receiver measures what it received and prints
+/// that.)
+fn exchange_rows(s: &mut Session<'_>, size: u64, mine: Option<BwRow>) -> Result<SizeRows> {
     let cfg = s.cfg;
-    let server_echoes = cfg.is_server() && !cfg.bidirectional && cfg.tool.kind != TestKind::Send;
-    let client_reports = !cfg.is_server() && !cfg.bidirectional && cfg.tool.kind != TestKind::Send;
-    if cfg.bidirectional || client_reports {
+    let one_way_rdma = !cfg.bidirectional && cfg.tool.kind != TestKind::Send;
+    let echoes = !cfg.is_requester() && one_way_rdma;
+    let reports = cfg.is_requester() && one_way_rdma;
+    if cfg.bidirectional || reports {
         let mine = mine.context("this side measured nothing")?;
         s.ch.send(&Msg::Result(WireRow::from(&mine)))
             .map_err(anyhow::Error::new)?;
-        if client_reports {
-            return Ok(Some(mine));
+        if reports {
+            return Ok(SizeRows::one(Some(mine)));
         }
     }
-    if !(cfg.bidirectional || server_echoes) {
-        return Ok(mine);
+    if !(cfg.bidirectional || echoes) {
+        return Ok(SizeRows::one(mine));
     }
     let what = format!("the {}'s result of size {size}", s.ch.peer_name());
     let theirs = match s
@@ -128,10 +153,13 @@ fn exchange_rows(s: &mut Session<'_>, size: u64, mine: Option<BwRow>) -> Result<
             other.name()
         ),
     };
-    Ok(Some(match mine {
-        Some(m) if cfg.bidirectional => sum_rows(&m, &theirs),
-        _ => theirs,
-    }))
+    Ok(match mine {
+        Some(m) if cfg.bidirectional => SizeRows {
+            row: Some(sum_rows(&m, &theirs)),
+            directions: Some((m, theirs)),
+        },
+        _ => SizeRows::one(Some(theirs)),
+    })
 }
 
 /// Both directions of a bidirectional run: bandwidths and message rates add up; the elapsed
@@ -310,6 +338,9 @@ fn phase(
         }
         sleep = idle;
     }
+    if k.receives {
+        st.rx.flush(&k, dst)?;
+    }
     phase_out(&k, &mut st, ch)
 }
 
@@ -340,7 +371,7 @@ impl Sides<'_> {
     ) -> Result<()> {
         reap(wcs, k, dst, self)?;
         if k.receives {
-            self.rx.repost(k.qps, dst, &k.layout)?;
+            self.rx.repost(k, dst)?;
             self.rx.progressed(now, &mut self.watch);
         }
         if k.sends {

@@ -124,11 +124,11 @@ pub trait Pacer {
 impl Session<'_> {
     /// Whether this side posts requests in the timed loop of a bandwidth test.
     pub fn bw_sends(&self) -> bool {
-        !self.cfg.is_server() || self.cfg.bidirectional
+        self.cfg.is_requester() || self.cfg.bidirectional
     }
     /// Whether the peer does.
     pub fn bw_peer_sends(&self) -> bool {
-        self.cfg.is_server() || self.cfg.bidirectional
+        !self.cfg.is_requester() || self.cfg.bidirectional
     }
     /// Whether this side consumes receives in a bandwidth test (send tools, peer sending).
     pub fn bw_receives(&self) -> bool {
@@ -199,6 +199,9 @@ pub fn heartbeats(ch: &mut Channel) -> impl FnMut() -> Result<()> + '_ {
     }
 }
 
+/// The most receives one `ibv_post_recv` call of [`post_receive_lists`] carries.
+pub const MAX_RECV_PER_CALL: usize = 256;
+
 /// Posts receives for `slots` of QP `q`, 32 per call: one SGE each, a whole destination slot
 /// (`stride` bytes, so that one posted receive fits every size of a sweep).
 pub fn post_receives(
@@ -206,9 +209,23 @@ pub fn post_receives(
     mr: &Mr,
     layout: &Layout,
     q: usize,
-    mut slots: impl Iterator<Item = usize>,
+    slots: impl Iterator<Item = usize>,
 ) -> Result<()> {
-    const CHUNK: usize = 32;
+    post_receive_lists(qp, mr, layout, q, slots, 32)
+}
+
+/// [`post_receives`], `per_call` (at most [`MAX_RECV_PER_CALL`]) per `ibv_post_recv` call:
+/// perftest's `--recv_post_list`.
+pub fn post_receive_lists(
+    qp: &Qp,
+    mr: &Mr,
+    layout: &Layout,
+    q: usize,
+    mut slots: impl Iterator<Item = usize>,
+    per_call: usize,
+) -> Result<()> {
+    const CHUNK: usize = MAX_RECV_PER_CALL;
+    let per_call = per_call.clamp(1, CHUNK);
     let slot_sge = |slot: usize| -> Result<Sge<'_>> {
         let off = layout.dst(q, slot);
         mr.sge(off..off + layout.stride)
@@ -219,7 +236,7 @@ pub fn post_receives(
     let mut ids = [0u64; CHUNK];
     loop {
         let mut n = 0;
-        for slot in slots.by_ref().take(CHUNK) {
+        for slot in slots.by_ref().take(per_call) {
             let slot = slot % layout.dst_slots.max(1);
             sges[n] = slot_sge(slot)?;
             ids[n] = wr_id(q, slot as u64);
@@ -479,6 +496,22 @@ pub fn check_tally(t: &Tally, qps: usize) -> Result<()> {
     Ok(())
 }
 
+/// `--send_with_imm`: a receive must carry the immediate data the peer's Sends carry.
+pub fn check_imm(got: Option<u32>) -> Result<()> {
+    let want = crate::params::IMM_DATA;
+    match got {
+        Some(imm) if imm == want => Ok(()),
+        Some(imm) => bail!(
+            "--send_with_imm: a receive carried the immediate data {imm:#010x}, expected \
+             {want:#010x}"
+        ),
+        None => bail!(
+            "--send_with_imm: a receive without immediate data (IBV_WC_WITH_IMM not set): the \
+             peer sent a plain Send"
+        ),
+    }
+}
+
 /// The peer's buffer a test's requests aim at (`n` bytes; an atomic's 8) and the operation
 /// that does: an RDMA Write or Read of it, a Send, or the `-A` atomic on its first 8 bytes.
 pub fn remote_op(cfg: &Config, r: &QpEndpoint, n: usize) -> (RemoteBuf, SendOp) {
@@ -494,6 +527,7 @@ pub fn remote_op(cfg: &Config, r: &QpEndpoint, n: usize) -> (RemoteBuf, SendOp) 
     let op = match cfg.tool.kind {
         TestKind::Write => SendOp::Write(rb),
         TestKind::Read => SendOp::Read(rb),
+        TestKind::Send if cfg.send_with_imm => SendOp::SendWithImm(crate::params::IMM_DATA),
         TestKind::Send => SendOp::Send,
         TestKind::Atomic => match cfg.atomic.unwrap_or_default() {
             AtomicType::FetchAndAdd => SendOp::FetchAdd { remote: rb, add: 1 },

@@ -49,13 +49,21 @@ pub fn main(tool: Tool) -> ExitCode {
         verbs_lab::eprintln_whole!("{name}: error: {e}");
         return ExitCode::from(2);
     }
+    if let Err(e) = crate::output::check_cycles(&params.output) {
+        verbs_lab::eprintln_whole!("{name}: error: {e}");
+        return ExitCode::from(2);
+    }
     let mut out = params.output.clone();
     if !measures(&cfg) && out.has_gates() {
         // Symmetric command lines are the habit: the gates are the measuring side's business
         // (perftest's server, too, prints the client's row without checking -w/-y).
+        let (this, peer) = match cfg.is_server() {
+            true => ("server", "client"),
+            false => ("client", "server"),
+        };
         verbs_lab::eprintln_whole!(
-            "{name}: note: the server measures nothing in this test; the gates are checked by \
-             the client"
+            "{name}: note: the {this} measures nothing in this test; the gates are checked by \
+             the {peer}"
         );
         out.clear_gates();
     }
@@ -125,6 +133,12 @@ impl RowSink for Listened<'_> {
     }
     fn lat_row(&mut self, info: &RunInfo, row: &LatRow) {
         self.reporter.lat_row(info, row)
+    }
+    fn bw_directions(&mut self, local: &BwRow, remote: &BwRow) {
+        self.reporter.bw_directions(local, remote)
+    }
+    fn lat_samples(&mut self, info: &RunInfo, samples: &[u64]) {
+        self.reporter.lat_samples(info, samples)
     }
     fn counters(&mut self, deltas: crate::counters::Snapshot) {
         self.reporter.set_counters(deltas)

@@ -32,6 +32,7 @@ use std::fmt::Write as _;
 use crate::result::{to_gbits, to_mib_per_sec};
 
 mod csv;
+pub mod cycles;
 mod json;
 pub mod openmetrics;
 pub mod perftest_json;

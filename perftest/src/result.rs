@@ -63,6 +63,10 @@ pub struct RunInfo {
     /// "FETCH_AND_ADD" / "CMP_AND_SWAP" for atomics.
     pub atomic_type: Option<String>,
     pub bidirectional: bool,
+    /// `--reversed`: the server posts the requests of the one-way test, the client receives.
+    pub reversed: bool,
+    /// `--send_with_imm`: the Sends carry immediate data (perftest's `Send_imm` tests).
+    pub send_with_imm: bool,
     pub use_events: bool,
     pub duration: Option<Duration>,
     pub iterations: u64,
@@ -93,6 +97,10 @@ pub struct QpSettings {
     pub rx_depth: u32,
     /// Send requests per `ibv_post_send` call.
     pub post_list: u32,
+    /// Receives per `ibv_post_recv` call as they are posted again (`--recv_post_list`); in
+    /// JSON only when not 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub recv_post_list: u32,
     /// One signaled send request in how many, as the run's loop signals them.
     pub cq_moderation: u32,
     /// The inline limit actually used (read back from the created QP).
@@ -101,17 +109,31 @@ pub struct QpSettings {
     pub outstanding_reads: u32,
 }
 
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
+}
+
 impl RunInfo {
-    /// perftest's rule for the header's `TX depth`: shown on the client, and on both sides of
-    /// `-b` (latency tests count as one-way here).
+    /// perftest's rule for the header's `TX depth`: shown on the side that sends (the client;
+    /// the server with `--reversed`), and on both sides of `-b` (latency tests count as
+    /// one-way here).
     pub fn perftest_shows_tx_depth(&self) -> bool {
-        self.role != "server" || self.bidirectional
+        self.requester() || self.bidirectional
     }
 
-    /// perftest's rule for the header's `RX depth`: shown by the send tools on the server, and
-    /// on both sides of `-b`.
+    /// perftest's rule for the header's `RX depth`: shown by the send tools on the receiving
+    /// side (the server; the client with `--reversed`), and on both sides of `-b`.
     pub fn perftest_shows_rx_depth(&self) -> bool {
-        self.test == TestKind::Send && (self.role == "server" || self.bidirectional)
+        self.test == TestKind::Send && (!self.requester() || self.bidirectional)
+    }
+
+    /// Whether this side is perftest's "client machine": the one that posts a one-way test.
+    fn requester(&self) -> bool {
+        (self.role == "server") == self.reversed
     }
 }
 

@@ -31,6 +31,10 @@ pub trait RowSink {
     fn header(&mut self, info: &RunInfo);
     fn bw_row(&mut self, info: &RunInfo, row: &BwRow);
     fn lat_row(&mut self, info: &RunInfo, row: &LatRow);
+    /// The two directions of a `-b` size, after its row (the sum): this side's and the peer's.
+    fn bw_directions(&mut self, _local: &BwRow, _remote: &BwRow) {}
+    /// Every sample of a latency size (`-H`, `-U`; ns, in the order taken), before its row.
+    fn lat_samples(&mut self, _info: &RunInfo, _samples: &[u64]) {}
     /// The QPs are connected and the run is about to start its barrier with the peer: a worker
     /// of a `--procs` run reports Ready here and waits for Go, sending the peer heartbeats on
     /// `ch` meanwhile (the peer waits at that barrier). An error ends the run.
@@ -63,6 +67,12 @@ impl RowSink for Reporter {
     fn lat_row(&mut self, info: &RunInfo, row: &LatRow) {
         Reporter::lat_row(self, info, row)
     }
+    fn bw_directions(&mut self, local: &BwRow, remote: &BwRow) {
+        Reporter::bw_directions(self, local, remote)
+    }
+    fn lat_samples(&mut self, info: &RunInfo, samples: &[u64]) {
+        Reporter::lat_samples(self, info, samples)
+    }
     fn counters(&mut self, deltas: crate::counters::Snapshot) {
         self.set_counters(deltas)
     }
@@ -93,16 +103,14 @@ pub fn reports_rows(cfg: &Config) -> bool {
     cfg.tool.metric == Metric::Bw || measures(cfg)
 }
 
-/// Whether this side measures its rows itself: the client always; the server when it receives
-/// sends (send bandwidth), sends itself (`-b`) or plays ping-pong (send/write latency).
+/// Whether this side measures its rows itself: the side that posts (the client, the server
+/// with `--reversed`) always; the other side when it receives sends (send bandwidth), sends
+/// itself (`-b`) or plays ping-pong (send/write latency).
 pub fn measures(cfg: &Config) -> bool {
-    if !cfg.is_server() {
-        return true;
-    }
     let kind = cfg.tool.kind;
     match cfg.tool.metric {
-        Metric::Bw => kind == TestKind::Send || cfg.bidirectional,
-        Metric::Lat => matches!(kind, TestKind::Write | TestKind::Send),
+        Metric::Bw => cfg.is_requester() || kind == TestKind::Send || cfg.bidirectional,
+        Metric::Lat => !cfg.is_server() || matches!(kind, TestKind::Write | TestKind::Send),
     }
 }
 
@@ -386,9 +394,13 @@ fn measure<'c>(
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
                 progress.warmed_size(size, cfg.timing.warmup.iters(size));
-                if let Some(r) = bw::run_size(s, size)? {
+                let out = bw::run_size_both(s, size)?;
+                if let Some(r) = out.row {
                     progress.row(|| sink.bw_row(&info, &r));
                     rows.push(r);
+                }
+                if let Some((local, remote)) = out.directions {
+                    sink.bw_directions(&local, &remote);
                 }
             }
             Rows::Bw(rows)
@@ -398,8 +410,14 @@ fn measure<'c>(
             let mut rows = Vec::with_capacity(sizes.len());
             for size in sizes {
                 progress.warmed_size(size, cfg.timing.warmup.iters(size));
-                if let Some(r) = lat::run_size(s, size, &mut sq)? {
-                    progress.row(|| sink.lat_row(&info, &r));
+                let out = lat::run_size(s, size, &mut sq)?;
+                if let Some(r) = out.row {
+                    progress.row(|| {
+                        if let Some(samples) = &out.samples {
+                            sink.lat_samples(&info, samples);
+                        }
+                        sink.lat_row(&info, &r)
+                    });
                     rows.push(r);
                 }
             }
@@ -538,12 +556,15 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
                 cfg.queues.rx_depth
             },
             post_list: cfg.queues.post_list,
+            recv_post_list: cfg.queues.recv_post_list,
             cq_moderation: cfg.queues.signal_period(cfg.tool),
             max_inline: link.agreed.inline_limit,
             outstanding_reads: link.agreed.outstanding,
         },
         atomic_type: cfg.atomic.map(|a| a.name().to_string()),
         bidirectional: cfg.bidirectional,
+        reversed: cfg.reversed,
+        send_with_imm: cfg.send_with_imm,
         use_events: cfg.events,
         duration,
         iterations,

@@ -366,3 +366,154 @@ fn run_infinitely_and_margins() {
         .collect();
     assert!(keys.contains(&"margin") && keys.contains(&"run_infinitely"));
 }
+
+/// [`config`] of a command line written as one string.
+fn cfg(tool: Tool, line: &str) -> Result<Config, String> {
+    let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+    config(tool, &args)
+}
+
+#[test]
+fn report_both_and_reversed() {
+    let wbw = Tool::new(TestKind::Write, Metric::Bw);
+    let sbw = Tool::new(TestKind::Send, Metric::Bw);
+    let wlat = Tool::new(TestKind::Write, Metric::Lat);
+    // --reversed: the server posts, the client receives; the TCP roles do not change.
+    let server = cfg(wbw, "--reversed").unwrap();
+    assert!(server.is_server() && server.is_requester());
+    let client = cfg(sbw, "--reversed 10.0.0.1").unwrap();
+    assert!(!client.is_server() && !client.is_requester());
+    let plain = cfg(wbw, "10.0.0.1").unwrap();
+    assert!(plain.is_requester() && !cfg(wbw, "").unwrap().is_requester());
+    // Both sides must give it: it travels in the HELLO.
+    let on = |c: &Config| {
+        c.wire_params()
+            .into_iter()
+            .find(|(k, _)| *k == "reversed")
+            .map(|(_, v)| v)
+    };
+    assert_eq!(on(&server).as_deref(), Some("on"));
+    assert_eq!(on(&plain).as_deref(), Some("off"));
+    // --report-both is the printing side's own business: accepted with or without -b.
+    for args in [
+        "--report-both",
+        "-b --report-both",
+        "-b --report-both -a 10.0.0.1",
+    ] {
+        let argv = std::iter::once(wbw.name()).chain(args.split_whitespace().map(String::from));
+        let p = Params::try_parse_for(wbw, argv).unwrap();
+        assert!(p.output.report_both, "{args}");
+        Config::new(wbw, &p).unwrap_or_else(|e| panic!("{args}: {e}"));
+    }
+    // Where they cannot apply, the refusal names the option and says why.
+    for (t, args, says) in [
+        (wlat, "--reversed", "latency test"),
+        (wbw, "--reversed --procs 2", "--procs"),
+        (wbw, "-b --report-both --procs 2", "--procs"),
+    ] {
+        let e = cfg(t, args).expect_err(args);
+        let flag = args
+            .split_whitespace()
+            .find(|a| a.starts_with("--r"))
+            .unwrap();
+        assert!(e.contains(flag) && e.contains(says), "{args}: {e}");
+    }
+    // The latency tools' parsers do not know --report-both (perftest's usage lists it for the
+    // bandwidth tools only): it is refused as a bandwidth option.
+    let e = cfg(wlat, "--report-both").unwrap_err();
+    assert!(e.contains("--report-both"), "{e}");
+}
+
+#[test]
+fn latency_sample_reports() {
+    let wbw = Tool::new(TestKind::Write, Metric::Bw);
+    let rlat = Tool::new(TestKind::Read, Metric::Lat);
+    let slat = Tool::new(TestKind::Send, Metric::Lat);
+    // -H and -U keep every sample of a -n run; -C alone keeps none; -D keeps none (perftest
+    // prints no samples in duration mode).
+    for (args, keeps) in [
+        ("-H -n 100", true),
+        ("-U", true),
+        ("--report-histogrm -U -C", true),
+        ("-C", false),
+        ("-H -D 2", false),
+        ("", false),
+    ] {
+        let c = cfg(rlat, args).unwrap_or_else(|e| panic!("{args}: {e}"));
+        assert_eq!(c.keep_samples, keeps, "{args}");
+    }
+    let argv = ["vl_send_lat", "-H", "-U", "-C"];
+    let p = Params::try_parse_for(slat, argv).unwrap();
+    assert!(p.output.report_histogram && p.output.report_unsorted && p.output.report_cycles);
+    // Refused by name where they cannot apply.
+    for (t, args, says) in [
+        (wbw, "-H", "-H/--report-histogram"),
+        (wbw, "-U", "-U/--report-unsorted"),
+        (wbw, "-C", "-C/--report-cycles"),
+        (slat, "-H --format table", "--format table"),
+        (slat, "-U -n 20000000", "at most 16777216"),
+    ] {
+        let e = cfg(t, args).expect_err(args);
+        assert!(e.contains(says), "{args}: {e}");
+    }
+}
+
+#[test]
+fn send_with_immediate() {
+    let sbw = Tool::new(TestKind::Send, Metric::Bw);
+    let slat = Tool::new(TestKind::Send, Metric::Lat);
+    for t in [sbw, slat] {
+        let c = cfg(t, "--send_with_imm").unwrap();
+        assert!(c.send_with_imm);
+        let (_, v) = c
+            .wire_params()
+            .into_iter()
+            .find(|(k, _)| *k == "send_with_imm")
+            .expect("in the HELLO");
+        assert_eq!(v, "on");
+    }
+    for t in [
+        Tool::new(TestKind::Write, Metric::Bw),
+        Tool::new(TestKind::Read, Metric::Lat),
+    ] {
+        let e = cfg(t, "--send_with_imm").unwrap_err();
+        assert!(
+            e.contains("--send_with_imm") && e.contains("sends none"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn receive_post_lists() {
+    let sbw = Tool::new(TestKind::Send, Metric::Bw);
+    let wbw = Tool::new(TestKind::Write, Metric::Bw);
+    let c = cfg(sbw, "--recv_post_list 12 -r 32 -n 204").unwrap();
+    assert_eq!(c.queues.recv_post_list, 12);
+    assert_eq!(cfg(sbw, "").unwrap().queues.recv_post_list, 1);
+    // No receives in an RDMA Write test: accepted, as perftest accepts it.
+    assert_eq!(
+        cfg(wbw, "--recv_post_list 4")
+            .unwrap()
+            .queues
+            .recv_post_list,
+        4
+    );
+    for (t, args, says) in [
+        (sbw, "--recv_post_list 0", "1..=256"),
+        (sbw, "--recv_post_list 512 -r 1024", "1..=256"),
+        (sbw, "--recv_post_list 8 -n 100", "multiple"),
+        (sbw, "--recv_post_list 8 -r 4 -n 64", "rx depth 4"),
+        (
+            Tool::new(TestKind::Send, Metric::Lat),
+            "--recv_post_list 2",
+            "bandwidth tools",
+        ),
+    ] {
+        let e = cfg(t, args).expect_err(args);
+        assert!(
+            e.contains("--recv_post_list") && e.contains(says),
+            "{args}: {e}"
+        );
+    }
+}

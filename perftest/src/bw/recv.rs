@@ -22,7 +22,10 @@ impl Rx {
             received: vec![0; k.nq],
             next_seq,
             // Re-posted after every poll, so at most one poll's worth is pending.
-            pending: (0..k.nq).map(|_| Vec::with_capacity(POLL_BATCH)).collect(),
+            // (With --recv_post_list N, up to N - 1 more wait for their list.)
+            pending: (0..k.nq)
+                .map(|_| Vec::with_capacity(POLL_BATCH + k.cfg.queues.recv_post_list as usize))
+                .collect(),
             total: 0,
             last: None,
             log: PeakLog::new(k.win0, k.t_phase),
@@ -59,6 +62,9 @@ impl Rx {
                 wc.byte_len()
             );
         }
+        if k.cfg.send_with_imm {
+            check_imm(wc.imm_data())?;
+        }
         if k.cfg.validate {
             let off = k.layout.dst(q, slot) + k.rx_off;
             let msg = dst[q].to_vec(off..off + k.n)?;
@@ -70,12 +76,28 @@ impl Rx {
         Ok(())
     }
 
-    /// Posts the slots of this poll's receives again.
+    /// Posts the slots of this poll's receives again: all of them, or with `--recv_post_list
+    /// N` whole lists of N, one `ibv_post_recv` call each (the rest wait for their list).
     #[inline]
-    pub(super) fn repost(&mut self, qps: &[Qp], dst: &[Mr], layout: &Layout) -> Result<()> {
-        for (q, qp) in qps.iter().enumerate().take(self.pending.len()) {
+    pub(super) fn repost(&mut self, k: &PhaseCtx<'_>, dst: &[Mr]) -> Result<()> {
+        let list = k.cfg.queues.recv_post_list.max(1) as usize;
+        for (q, qp) in k.qps.iter().enumerate().take(self.pending.len()) {
+            let ready = self.pending[q].len() / list * list;
+            if ready > 0 {
+                let slots = self.pending[q].drain(..ready);
+                post_receive_lists(qp, &dst[q], &k.layout, q, slots, list)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// At the end of a phase: the receives still waiting for a list are posted (a shorter list)
+    /// so that the next phase finds every receive posted.
+    pub(super) fn flush(&mut self, k: &PhaseCtx<'_>, dst: &[Mr]) -> Result<()> {
+        for (q, qp) in k.qps.iter().enumerate().take(self.pending.len()) {
             if !self.pending[q].is_empty() {
-                crate::engine::post_receives(qp, &dst[q], layout, q, self.pending[q].drain(..))?;
+                let slots = self.pending[q].drain(..);
+                post_receive_lists(qp, &dst[q], &k.layout, q, slots, MAX_RECV_PER_CALL)?;
             }
         }
         Ok(())

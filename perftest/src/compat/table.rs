@@ -38,12 +38,17 @@ const COMM_RDMA_CM: Status = Refused(
      Use -R to connect the measured QPs through rdma_cm",
 );
 const MCAST: Status = Refused("multicast is not supported; the send tools run unicast");
-const SAMPLES: Status = Refused(
-    "printing every sample is not supported; --json and --format table carry the percentiles",
+const HISTOGRAM: Status = Same(
+    "every sample sorted, perftest's \"#, usec\" list, then the separator, header and row; all \
+     samples (perftest leaves out the two largest); nothing with -D, as perftest; text layout \
+     only (refused with --format table); -n up to 2^24",
 );
 const TPH: Status = Refused("PCIe TPH hints are not supported");
 const MMAP: Status = Refused("buffers from an mmap'd file are not supported");
-const WRITE_IMM: Status = Refused("RDMA Write with immediate is not supported yet");
+const WRITE_IMM: Status = Refused(
+    "RDMA Write with immediate is not implemented yet: its receiver must post and reap a receive \
+     for every write, which the write tools' loops do not do (vl_write_lat polls memory)",
+);
 const RATE: Status =
     Refused("rate limiting is not supported: the vl_* tools always send as fast as the QP allows");
 
@@ -72,9 +77,11 @@ pub const OPTIONS: &[PerftestOption] = &[
         'C',
         "report-cycles",
         false,
-        Refused(
-            "the vl_* tools time with the kernel's monotonic clock in nanoseconds, not a cycle \
-         counter, so there are no cycles to report",
+        Same(
+            "cycles from our clock: the monotonic clock's nanoseconds × the CPU's 'cpu MHz' in \
+             /proc/cpuinfo (perftest reads the cycle counter); the columns keep perftest's \
+             [usec] headings, as perftest's; text only (the report files and gates stay in µs); \
+             exit 2 where /proc/cpuinfo has no frequency",
         ),
     ),
     opt('d', "ib-dev", true, Same("")),
@@ -105,8 +112,8 @@ pub const OPTIONS: &[PerftestOption] = &[
     ),
     opt('g', "mcg", false, MCAST),
     opt('h', "help", false, Same("")),
-    opt('H', "report-histogrm", false, SAMPLES),
-    long("report-histogram", false, SAMPLES),
+    opt('H', "report-histogrm", false, HISTOGRAM),
+    long("report-histogram", false, HISTOGRAM),
     opt('i', "ib-port", true, Same("")),
     opt(
         'I',
@@ -118,7 +125,12 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "recv_post_list",
         true,
-        Refused("receive post lists are not supported: receives are posted one by one"),
+        Same(
+            "the send tools' receiver posts consumed receives again N per ibv_post_recv call \
+             once N are consumed (the rest of a phase at its end); -n a multiple of N and N up \
+             to the rx depth and 256; the header's Recv Post List line; no receives to post in \
+             the other bandwidth tools, as perftest",
+        ),
     ),
     opt(
         'L',
@@ -185,7 +197,17 @@ pub const OPTIONS: &[PerftestOption] = &[
         Same("with -R only, as perftest (rdma_set_option RDMA_OPTION_ID_TOS)"),
     ),
     opt('u', "qp-timeout", true, Same("")),
-    opt('U', "report-unsorted", false, SAMPLES),
+    opt(
+        'U',
+        "report-unsorted",
+        false,
+        Same(
+            "every sample as taken, perftest's \"#, usec\" list, then the separator, header and \
+             row; with -n N the client lists N samples (its first round is timed from a clock \
+             read before the post), perftest N - 1 (between consecutive posts); the ping-pong \
+             server N - 1; nothing with -D, as perftest",
+        ),
+    ),
     opt('V', "version", false, Same("prints verbs-lab's version")),
     opt(
         'w',
@@ -281,7 +303,10 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "use-srq",
         false,
-        Refused("shared receive queues are not supported yet"),
+        Refused(
+            "not implemented yet: the send tools give each QP a receive queue of its own; a \
+             shared receive queue is not built",
+        ),
     ),
     long(
         "no_lock",
@@ -326,7 +351,10 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "mr_per_qp",
         false,
-        Refused("one memory region serves all QPs"),
+        Refused(
+            "not implemented yet: one source region serves every QP (each QP already has a \
+             destination region of its own)",
+        ),
     ),
     long("odp", false, Refused("on-demand paging is not supported")),
     long(
@@ -360,7 +388,12 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "report-both",
         false,
-        Refused("not supported yet: -b prints the sum only"),
+        Same(
+            "with -b, after the rows (the sum): \"Local results\" and \"Remote results\", one \
+             row per size (perftest prints them only without -a); in the text layout only (the \
+             report files and --output keep the sum); not with --procs. Without -b it changes \
+             nothing, as perftest",
+        ),
     ),
     long("report_gbits", false, Same("")),
     long(
@@ -371,9 +404,10 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "reversed",
         false,
-        Refused(
-            "not supported: start the tool the other way round (the server side never sends \
-         first)",
+        Same(
+            "on both sides (checked in the HELLO): the server sends and the client receives, \
+             the client still connects; the server prints the row it measured, the client the \
+             server's (or, for Send, what it received); not with --procs",
         ),
     ),
     long(
@@ -428,7 +462,10 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "use_hugepages",
         false,
-        Refused("huge-page buffers are not supported"),
+        Refused(
+            "not implemented yet: the verbs layer allocates the registered buffers with the \
+             ordinary allocator; huge pages need an allocation of their own there",
+        ),
     ),
     long(
         "use-null-mr",
@@ -452,11 +489,22 @@ pub const OPTIONS: &[PerftestOption] = &[
         Refused("out-of-order placement (mlx5) is not supported"),
     ),
     long("write_with_imm", false, WRITE_IMM),
-    long("unsolicited_write", false, WRITE_IMM),
+    long(
+        "unsolicited_write",
+        false,
+        Refused(
+            "an option of EFA's SRD transport (write with immediate without a posted receive); \
+             the vl_* tools run RC, UC and UD",
+        ),
+    ),
     long(
         "send_with_imm",
         false,
-        Refused("Send with immediate is not supported yet"),
+        Same(
+            "IBV_WR_SEND_WITH_IMM; on both sides (checked in the HELLO); every receive must \
+             carry it, as perftest checks IBV_WC_WITH_IMM, and ours carries 0x564c5054 \
+             (\"VLPT\"), checked too; the title reads Send_imm, as perftest's",
+        ),
     ),
     long("log_dci_streams", true, DC),
     long("log_active_dci_streams", true, DC),

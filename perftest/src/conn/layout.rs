@@ -30,10 +30,13 @@ pub struct Rights {
 pub fn rights(cfg: &Config) -> Rights {
     let kind = cfg.tool.kind;
     let server = cfg.is_server();
-    // Who posts requests: the client; the server too with -b, or in a ping-pong (latency of
-    // write and send).
+    // Who posts requests: the client (the server with --reversed); both sides with -b, or in
+    // a ping-pong (latency of write and send).
     let (we_post, peer_posts) = match cfg.tool.metric {
-        Metric::Bw => (!server || cfg.bidirectional, server || cfg.bidirectional),
+        Metric::Bw => {
+            let req = cfg.is_requester();
+            (req || cfg.bidirectional, !req || cfg.bidirectional)
+        }
         Metric::Lat if matches!(kind, TestKind::Write | TestKind::Send) => (true, true),
         Metric::Lat => (!server, server),
     };

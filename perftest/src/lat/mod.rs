@@ -54,8 +54,8 @@ pub struct SendQueue {
 }
 
 /// Measures one size; returns this side's row (none on a read/atomic server, which only
-/// serves).
-pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Option<LatRow>> {
+/// serves), and every sample when the report asks for them (`-H`, `-U`).
+pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<SizeOut> {
     let cfg = s.cfg;
     prepare(s, size)?;
     s.ch.sync(Phase::Ready, size).map_err(anyhow::Error::new)?;
@@ -68,7 +68,10 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Op
     }
     s.ch.sync(Phase::Measure, size)
         .map_err(anyhow::Error::new)?;
-    let mut rec = LatRecorder::new();
+    let mut rec = match (cfg.keep_samples, cfg.timing.mode) {
+        (true, RunMode::Iters(n)) => Record::keeping(n),
+        _ => Record::default(),
+    };
     let m = one_phase(
         s,
         Phase::Measure,
@@ -96,12 +99,12 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Op
     // A ping-pong server's first answer only starts a sample (its samples run from one answer
     // to the next): with `-n 1` it has none, and its row still prints, saying so.
     let ponger = Facts::of(s, size).pingpong && cfg.is_server();
-    let stats = match rec.stats() {
+    let stats = match rec.stats.stats() {
         Some(st) => Some(st),
         None if ponger && m.count > 0 => Some(LatStats::none()),
         None => None,
     };
-    Ok(stats.map(|stats| LatRow {
+    let row = stats.map(|stats| LatRow {
         bytes: size,
         iterations: m.count,
         stats,
@@ -109,7 +112,11 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Op
             RunMode::Duration(_) => Some(m.count as f64 / m.elapsed.as_secs_f64().max(1e-9)),
             RunMode::Iters(_) => None,
         },
-    }))
+    });
+    Ok(SizeOut {
+        samples: rec.samples.filter(|_| row.is_some()),
+        row,
+    })
 }
 
 /// Clears the destination (write: so the poll byte starts at 0) and stamps nothing yet.
@@ -120,6 +127,41 @@ fn prepare(s: &Session<'_>, size: u64) -> Result<()> {
         dst[0].fill(d..d + size as usize, 0)?;
     }
     Ok(())
+}
+
+/// The measured phase's record: the statistics, and with `-H`/`-U` every sample in the order
+/// taken (nanoseconds; half the round trip in a ping-pong, as the statistics).
+#[derive(Default)]
+pub struct Record {
+    stats: LatRecorder,
+    samples: Option<Vec<u64>>,
+}
+
+impl Record {
+    /// A record that keeps every sample too, room for `expected` of them made now so that the
+    /// timed loop does not allocate.
+    fn keeping(expected: u64) -> Record {
+        Record {
+            stats: LatRecorder::new(),
+            samples: Some(Vec::with_capacity(expected as usize)),
+        }
+    }
+
+    #[inline]
+    pub(super) fn record(&mut self, ns: u64) {
+        self.stats.record(ns);
+        if let Some(v) = &mut self.samples {
+            v.push(ns);
+        }
+    }
+}
+
+/// What one size gives this side to report.
+pub struct SizeOut {
+    /// This side's row (none on a read/atomic server, which only serves).
+    pub row: Option<LatRow>,
+    /// With `-H`/`-U` (not `-D`): every sample of the measurement, in the order taken, ns.
+    pub samples: Option<Vec<u64>>,
 }
 
 /// What a phase did.
@@ -166,7 +208,7 @@ fn one_phase(
     size: u64,
     mode: RunMode,
     seq0: u64,
-    mut rec: Option<&mut LatRecorder>,
+    mut rec: Option<&mut Record>,
     sq: &mut SendQueue,
 ) -> Result<PhaseResult> {
     let cfg = s.cfg;

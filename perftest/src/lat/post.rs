@@ -9,7 +9,7 @@ use super::SendQueue;
 use crate::engine::{completed_through, poll_or_sleep, wc_error, SEQ_MASK};
 
 /// A receive completion: the slot and the bytes received.
-pub(super) type Recv = Option<(usize, u32)>;
+pub(super) type Recv = Option<(usize, u32, Option<u32>)>;
 
 /// Takes completions: send completions advance the send queue, a receive is kept in `recv`.
 #[inline]
@@ -27,7 +27,11 @@ pub(super) fn take(
             if recv.is_some() {
                 bail!("two messages arrived for one ping-pong round (size {size})");
             }
-            *recv = Some(((wc.wr_id() & SEQ_MASK) as usize, wc.byte_len()));
+            *recv = Some((
+                (wc.wr_id() & SEQ_MASK) as usize,
+                wc.byte_len(),
+                wc.imm_data(),
+            ));
         } else {
             sq.completed = completed_through(sq.completed, wc.wr_id());
         }

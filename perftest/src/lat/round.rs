@@ -10,14 +10,14 @@ use verbs_lab::verbs::{CompChannel, Cq, Mr, Payload, Qp, SendWr, Sge, UdDest, Wo
 
 use super::post::{reap, take, Post, Recv};
 use super::wait::{WaitLimits, Waited, Waiter};
+use super::Record;
 use super::SendQueue;
 use crate::conn::{Layout, Link};
-use crate::engine::{poll_or_sleep, remote_op, PeerWatch, Session, POLL_BATCH};
+use crate::engine::{check_imm, poll_or_sleep, remote_op, PeerWatch, Session, POLL_BATCH};
 use crate::params::Config;
 use crate::pattern;
 use crate::proto::Channel;
 use crate::result::TestKind;
-use crate::stats::LatRecorder;
 
 /// The pinger looks at the channel (one `recvfrom(2)`) at most once in this many rounds, and
 /// not more often than every `CHANNEL_CHECK`: a running peer sends nothing during a phase but an
@@ -43,6 +43,8 @@ pub(super) struct Facts {
     size: u64,
     /// `--validate`: every message stamped and checked.
     stamp_all: bool,
+    /// `--send_with_imm`: every receive carries the immediate data.
+    imm: bool,
     /// The source slot's offset, and how many of its bytes a request names.
     pub(super) src: usize,
     pub(super) local_len: usize,
@@ -67,6 +69,7 @@ impl Facts {
             n,
             size,
             stamp_all: cfg.validate,
+            imm: cfg.send_with_imm,
             src: layout.src(0, 0),
             local_len: if kind == TestKind::Atomic { 8 } else { n },
             poll_off: layout.dst(0, 0) + n.saturating_sub(1),
@@ -178,7 +181,7 @@ impl<'a> Rounds<'a> {
         seq: u64,
         sq: &mut SendQueue,
         deadline: Option<Instant>,
-        rec: Option<&mut LatRecorder>,
+        rec: Option<&mut Record>,
     ) -> Result<bool> {
         // The message and room for it before the clock starts: the sample is the round trip.
         if self.prepare(seq, sq)? {
@@ -289,7 +292,7 @@ impl<'a> Rounds<'a> {
         seq: u64,
         sq: &mut SendQueue,
         stop_at: Option<u64>,
-        rec: Option<&mut LatRecorder>,
+        rec: Option<&mut Record>,
     ) -> Result<bool> {
         self.waiter.stop_at = stop_at;
         // The wait begins where the previous answer went out (or the phase began).
@@ -352,12 +355,15 @@ impl<'a> Rounds<'a> {
     #[inline]
     fn finish_round(&mut self, seq: u64, sq: &mut SendQueue) -> Result<()> {
         let f = &self.f;
-        if let Some(got) = self.recv.take() {
+        if let Some((slot, bytes, imm)) = self.recv.take() {
+            if f.imm {
+                check_imm(imm)?;
+            }
             after_recv(
                 self.rx,
                 self.qp,
                 self.layout,
-                got,
+                (slot, bytes),
                 f.rx_off,
                 f.n,
                 seq,

@@ -53,6 +53,27 @@ pub struct OutputArgs {
     #[arg(long = "report_gbits", visible_alias = "report-gbits")]
     pub report_gbits: bool,
 
+    /// perftest's --report-both (bandwidth tools): with -b, after the rows (the sum of both
+    /// directions), each direction on its own: "Local results" (this side's sends) and "Remote
+    /// results" (the peer's).
+    #[arg(long = "report-both")]
+    pub report_both: bool,
+
+    /// perftest's -H (latency tools, not with -D): after each size's measurement, every sample
+    /// sorted ("#, usec", then "N, value" lines), then the column header and the row again.
+    #[arg(short = 'H', long = "report-histogram", alias = "report-histogrm")]
+    pub report_histogram: bool,
+
+    /// perftest's -U (latency tools, not with -D): every sample in the order taken, then the
+    /// column header and the row again.
+    #[arg(short = 'U', long = "report-unsorted")]
+    pub report_unsorted: bool,
+
+    /// perftest's -C (latency tools): the times of the rows and of -H/-U in CPU cycles, from
+    /// the monotonic clock's nanoseconds and the CPU frequency in /proc/cpuinfo.
+    #[arg(short = 'C', long = "report-cycles")]
+    pub report_cycles: bool,
+
     /// Output layout: `text` is perftest's; `table` adds the median, p99.99 and the run
     /// parameters.
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = OutputFormat::Text)]
@@ -137,6 +158,17 @@ pub struct OutputArgs {
     /// max=200.
     #[arg(long = "max-lat", value_name = "KEY=USEC")]
     pub max_lat: Vec<LatGate>,
+}
+
+/// `-C` needs the CPU's frequency to turn nanoseconds into cycles: refused (exit 2) where
+/// `/proc/cpuinfo` does not give it, rather than printing another unit.
+pub fn check_cycles(args: &OutputArgs) -> Result<(), String> {
+    match args.report_cycles {
+        true => crate::report::cycles::cpu_mhz()
+            .map(drop)
+            .map_err(|e| format!("-C/--report-cycles: {e}; leave out -C to report microseconds")),
+        false => Ok(()),
+    }
 }
 
 impl OutputArgs {
@@ -230,6 +262,10 @@ pub struct Reporter {
     cpu_first: Option<CpuSample>,
     cpu_mark: Option<CpuSample>,
     cpu_utils: Vec<f64>,
+    /// `--report-both`: each `-b` size's two directions (this side's, the peer's).
+    directions: Vec<(BwRow, BwRow)>,
+    /// `-C`: CPU cycles per microsecond (the CPU's MHz), read once.
+    cycles_per_us: Option<f64>,
 }
 
 impl Reporter {
@@ -255,6 +291,11 @@ impl Reporter {
             cpu_first: None,
             cpu_mark: None,
             cpu_utils: Vec::new(),
+            directions: Vec::new(),
+            cycles_per_us: args
+                .report_cycles
+                .then(crate::report::cycles::cpu_mhz)
+                .and_then(Result::ok),
         }
     }
 
@@ -331,14 +372,7 @@ impl Reporter {
 
     /// A text row with perftest's CPU column (`REPORT_EXT_CPU_UTIL`) when there is one.
     fn with_cpu(row: String, util: Option<f64>) -> String {
-        match util {
-            Some(u) => format!(
-                "{}\t    {}\n",
-                row.trim_end_matches('\n'),
-                crate::report::cfix(u, 3, 2)
-            ),
-            None => row,
-        }
+        text::with_cpu(row, util)
     }
 
     /// Whether rows are streamed in perftest's text layout (not `--format table`, not
@@ -366,17 +400,69 @@ impl Reporter {
         }
     }
 
-    /// Prints one latency row now (text mode), or its bare number (`--output=latency`).
+    /// Keeps the two directions of a `-b` size for `--report-both`'s block at the end.
+    pub fn bw_directions(&mut self, local: &BwRow, remote: &BwRow) {
+        if self.args.report_both {
+            self.directions.push((*local, *remote));
+        }
+    }
+
+    /// `-H`, `-U`: prints every sample of a size (ns, in the order taken) as perftest does
+    /// before the size's row: `-U` as taken, `-H` sorted, then (perftest's text layout) the
+    /// separator and the column header again. In `-C`'s cycles, or in microseconds.
+    pub fn lat_samples(&mut self, info: &RunInfo, samples: &[u64]) {
+        let (histogram, unsorted) = (self.args.report_histogram, self.args.report_unsorted);
+        if !(histogram || unsorted) || self.args.format != OutputFormat::Text {
+            return;
+        }
+        self.header(info);
+        let (per_ns, unit) = match self.cycles_per_us {
+            Some(mhz) => (mhz / 1000.0, "cycles"),
+            None => (1e-3, "usec"),
+        };
+        let mut s = String::new();
+        if unsorted {
+            s.push_str(&crate::report::cycles::sample_lines(unit, samples, per_ns));
+        }
+        if histogram {
+            let mut sorted = samples.to_vec();
+            sorted.sort_unstable();
+            s.push_str(&crate::report::cycles::sample_lines(unit, &sorted, per_ns));
+        }
+        if self.streams_text() {
+            s.push_str(&format!("{}\n", text::SEPARATOR));
+            s.push_str(&text::column_header(info, self.unit()));
+            s.push_str(if self.args.cpu_util {
+                "    CPU_Util[%]\n"
+            } else {
+                "\n"
+            });
+        }
+        self.emit(&s);
+    }
+
+    /// Prints one latency row now (text mode), or its bare number (`--output=latency`); with
+    /// `-C` in cycles.
     pub fn lat_row(&mut self, info: &RunInfo, row: &LatRow) {
         self.header(info);
         self.rows_done += 1;
         let util = self.cpu_tick();
+        let row = &self.in_cycles(row);
         if self.args.verbosity.is_some() {
             let s = text::bare_lat(row);
             self.emit(&s);
         } else if self.streams_text() {
             let s = Self::with_cpu(text::lat_row(info, row), util);
             self.emit(&s);
+        }
+    }
+
+    /// `-C`: the row's times in CPU cycles (perftest keeps the `[usec]` headings); the row as
+    /// it is otherwise. Only the printed text changes: the report files keep microseconds.
+    fn in_cycles(&self, row: &LatRow) -> LatRow {
+        match self.cycles_per_us {
+            Some(mhz) if row.tps.is_none() => crate::report::cycles::scale_row(row, mhz),
+            _ => *row,
         }
     }
 
@@ -444,6 +530,10 @@ impl Reporter {
                     self.emit(&s);
                 }
                 let mut rest = self.text_rows_left(result, procs);
+                if !self.directions.is_empty() {
+                    let utils = (self.args.cpu_util).then_some(self.cpu_utils.as_slice());
+                    rest.push_str(&text::directions(&self.directions, self.unit(), utils));
+                }
                 rest.push_str(&self.counter_lines()?);
                 rest.push_str(&text::footer(info));
                 self.emit(&rest);

@@ -243,8 +243,10 @@ pub(super) fn resolve_queues(
         rx_depth,
         cq_mod,
         post_list: p.post_list,
+        recv_post_list: p.recv_post_list,
     }
     .fitted_to(mode, tool.kind == TestKind::Send);
+    check_recv_post_list(tool, p, &queues)?;
     let depth_origin = |flag: &str, typed: Option<u32>, default: u32, used: u32| match typed {
         Some(t) if t == used => None,
         Some(t) => Some(format!("{flag} {t} capped to -n")),
@@ -346,6 +348,25 @@ pub(super) fn check_tool_options(tool: Tool, p: &Params) -> Result<(), String> {
                 .into(),
         );
     }
+    if p.send_with_imm && !is(TestKind::Send) {
+        return Err(format!(
+            "--send_with_imm changes the opcode of a Send; {name} sends none (perftest: \
+             send_lat and send_bw only)"
+        ));
+    }
+    if p.reversed && lat {
+        return Err(format!(
+            "--reversed turns a bandwidth test round (the server sends); {name} is a latency \
+             test, which has no one-way direction to reverse"
+        ));
+    }
+    if p.reversed && p.procs.is_some() {
+        return Err(
+            "--reversed: not with --procs (each worker's client sends); run the processes \
+             without it, started the other way round"
+                .into(),
+        );
+    }
     if p.outstanding.is_some() && !(is(TestKind::Read) || is(TestKind::Atomic)) {
         return Err(format!(
             "-o limits outstanding RDMA reads and atomics; {name} has none"
@@ -387,6 +408,48 @@ pub(super) fn check_tool_options(tool: Tool, p: &Params) -> Result<(), String> {
 
 /// perftest's output options: `-w`/`-y` and `--output=bandwidth|message_rate` belong to the
 /// bandwidth tools, `--output=latency` to the latency tools (perftest refuses the others too).
+/// `-H`/`-U` keep every sample (8 bytes each): at most this many iterations (128 MiB).
+pub const MAX_KEPT_SAMPLES: u64 = 1 << 24;
+
+/// The longest `--recv_post_list`: the receives of one `ibv_post_recv` call are built on the
+/// stack.
+pub const MAX_RECV_POST_LIST: u32 = crate::engine::MAX_RECV_PER_CALL as u32;
+
+/// `--recv_post_list N`: a bandwidth option (perftest: "Receive post list is supported in BW
+/// tests only"); with `-n`, the iterations a multiple of N (perftest's rule); for the send tools,
+/// a list that fits the receive queue.
+fn check_recv_post_list(tool: Tool, p: &Params, queues: &QueueShape) -> Result<(), String> {
+    let n = p.recv_post_list;
+    if n == 0 || n > MAX_RECV_POST_LIST {
+        return Err(format!(
+            "--recv_post_list {n}: a receive post list holds 1..={MAX_RECV_POST_LIST} receives"
+        ));
+    }
+    if n == 1 {
+        return Ok(());
+    }
+    if tool.metric == Metric::Lat {
+        return Err(format!(
+            "--recv_post_list {n}: a latency test posts one receive per round; receive post \
+             lists are for the bandwidth tools"
+        ));
+    }
+    if let Some(iters) = p.iters.filter(|i| i % u64::from(n) != 0) {
+        return Err(format!(
+            "--recv_post_list {n}: the iterations (-n {iters}) must be a multiple of it, as \
+             perftest requires"
+        ));
+    }
+    if tool.kind == TestKind::Send && n > queues.rx_depth {
+        return Err(format!(
+            "--recv_post_list {n} is larger than the rx depth {}: a list must fit the receive \
+             queue (raise -r)",
+            queues.rx_depth
+        ));
+    }
+    Ok(())
+}
+
 pub(super) fn check_output_options(tool: Tool, p: &Params) -> Result<(), String> {
     let name = tool.name();
     let o = &p.output;
@@ -402,6 +465,47 @@ pub(super) fn check_output_options(tool: Tool, p: &Params) -> Result<(), String>
                 "-y {y}: --limit_msgrate is a message-rate floor, and {name} measures latency \
                  (use --max-lat KEY=USEC)"
             ));
+        }
+    }
+    let samples = [
+        (o.report_histogram, "-H/--report-histogram"),
+        (o.report_unsorted, "-U/--report-unsorted"),
+        (o.report_cycles, "-C/--report-cycles"),
+    ];
+    for (given, flag) in samples {
+        if given && tool.metric == Metric::Bw {
+            return Err(format!(
+                "{flag} is an option of perftest's latency tools; {name} measures bandwidth"
+            ));
+        }
+    }
+    if o.report_histogram || o.report_unsorted {
+        if o.format == crate::output::OutputFormat::Table {
+            return Err(
+                "-H/-U print every sample in perftest's text layout; leave out --format table"
+                    .into(),
+            );
+        }
+        if let Some(n) = p.iters.filter(|&n| n > MAX_KEPT_SAMPLES) {
+            return Err(format!(
+                "-H/-U keep every sample in memory: at most {MAX_KEPT_SAMPLES} iterations \
+                 (-n {n})"
+            ));
+        }
+    }
+    if o.report_both {
+        if tool.metric == Metric::Lat {
+            return Err(format!(
+                "--report-both splits a bidirectional bandwidth row by direction; {name} \
+                 measures latency"
+            ));
+        }
+        if p.procs.is_some() {
+            return Err(
+                "--report-both: not with --procs (each process's rows are shown beside the \
+                 totals already)"
+                    .into(),
+            );
         }
     }
     if o.cpu_util {

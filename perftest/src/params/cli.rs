@@ -64,6 +64,11 @@ pub struct Params {
     #[arg(short = 'l', long = "post_list", value_name = "N", default_value_t = 1)]
     pub post_list: u32,
 
+    /// perftest's receive post list (bandwidth tools; receives are the send tools'): a consumed
+    /// receive is posted again once N are, N per ibv_post_recv call.
+    #[arg(long = "recv_post_list", value_name = "N", default_value_t = 1)]
+    pub recv_post_list: u32,
+
     /// Connection type: RC, UC or UD (UD for the send tools only).
     #[arg(
         short = 'c',
@@ -76,6 +81,16 @@ pub struct Params {
     /// Bidirectional: both sides send at once (bandwidth tools).
     #[arg(short = 'b', long = "bidirectional")]
     pub bidirectional: bool,
+
+    /// perftest's --reversed (bandwidth tools, on both sides): the server sends and the client
+    /// receives; the client still connects to the server.
+    #[arg(long = "reversed")]
+    pub reversed: bool,
+
+    /// perftest's --send_with_imm (send tools, on both sides): IBV_WR_SEND_WITH_IMM instead of
+    /// IBV_WR_SEND; every receive must carry the immediate data.
+    #[arg(long = "send_with_imm")]
+    pub send_with_imm: bool,
 
     /// Inline size to ask the QP for; messages up to what the QP grants go inline
     /// (default: 64 for send/write latency, none asked for otherwise; 0 turns inline off).

@@ -126,6 +126,8 @@ pub struct QueueShape {
     pub cq_mod: u32,
     /// `-l`: send requests per `ibv_post_send` call.
     pub post_list: u32,
+    /// `--recv_post_list`: receives per `ibv_post_recv` call when they are posted again.
+    pub recv_post_list: u32,
 }
 
 /// Where a queue value came from when it is not what was typed: `None` for a value typed and

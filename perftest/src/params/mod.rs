@@ -203,6 +203,14 @@ pub struct Config {
     pub queue_origins: QueueOrigins,
     pub conn: QpType,
     pub bidirectional: bool,
+    /// `--send_with_imm`: Sends carry immediate data ([`IMM_DATA`]), which every receive checks.
+    pub send_with_imm: bool,
+    /// `-H`/`-U` in a latency test with `-n`: every sample is kept for the report (perftest
+    /// prints none with `-D`).
+    pub keep_samples: bool,
+    /// `--reversed`: in a bandwidth test the server sends and the client receives (see
+    /// [`Config::is_requester`]).
+    pub reversed: bool,
     /// `-m`, `-I`, `-o` as given: the QPs' path MTU, inline size and reads in flight.
     pub asked: Asked,
     pub events: bool,
@@ -231,6 +239,9 @@ pub struct Config {
     /// too): the tool prints each as a note on stderr before it starts.
     pub notes: Vec<String>,
 }
+
+/// The immediate data of `--send_with_imm` ("VLPT"): a receive must carry exactly this.
+pub const IMM_DATA: u32 = u32::from_be_bytes(*b"VLPT");
 
 /// `--procs` above this is refused (each worker costs a core, a queue and a TCP port).
 pub const MAX_PROCS: u32 = 64;
@@ -295,6 +306,11 @@ impl Config {
             queue_origins,
             conn: p.conn,
             bidirectional: p.bidirectional,
+            reversed: p.reversed,
+            send_with_imm: p.send_with_imm,
+            keep_samples: tool.metric == Metric::Lat
+                && (p.output.report_histogram || p.output.report_unsorted)
+                && matches!(mode, RunMode::Iters(_)),
             asked: Asked {
                 mtu: p.mtu,
                 inline_size: p.inline_size,
@@ -326,6 +342,13 @@ impl Config {
 
     pub fn is_server(&self) -> bool {
         self.peer.host.is_none()
+    }
+
+    /// Whether this side posts the requests of a one-way bandwidth test (perftest's "client
+    /// machine"): the client, or the server with `--reversed`. The TCP roles do not change:
+    /// the client still connects, says HELLO and drives the phases.
+    pub fn is_requester(&self) -> bool {
+        self.is_server() == self.reversed
     }
 
     /// Whether any QoS option was given (`-S`, `--tclass`, `--flow_label`, `-T`): the tools
@@ -378,6 +401,8 @@ impl Config {
             ),
             ("post_list", self.queues.post_list.to_string()),
             ("bidirectional", on_off(self.bidirectional)),
+            ("reversed", on_off(self.reversed)),
+            ("send_with_imm", on_off(self.send_with_imm)),
             ("inline", opt(self.asked.inline_size.map(|i| i.to_string()))),
             ("events", on_off(self.events)),
             ("mtu", opt(self.asked.mtu.map(|m| m.to_string()))),
@@ -418,6 +443,8 @@ pub fn describe_param(key: &str) -> &'static str {
         "cq_mod" => "CQ moderation (-Q)",
         "post_list" => "post list (-l)",
         "bidirectional" => "bidirectional (-b)",
+        "reversed" => "direction (--reversed)",
+        "send_with_imm" => "Send with immediate (--send_with_imm)",
         "inline" => "inline size (-I)",
         "events" => "events (-e)",
         "mtu" => "MTU (-m)",

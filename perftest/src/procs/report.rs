@@ -132,6 +132,7 @@ fn encode_info(w: &mut Writer, i: &RunInfo) -> Result<(), WireError> {
         w.str(a)?;
     }
     w.bool(i.bidirectional);
+    w.bool(i.send_with_imm);
     w.bool(i.use_events);
     w.bool(i.duration.is_some());
     if let Some(d) = i.duration {
@@ -173,6 +174,7 @@ fn decode_info(r: &mut Reader<'_>) -> Result<RunInfo, WireError> {
         None
     };
     let bidirectional = r.bool("bidirectional")?;
+    let send_with_imm = r.bool("send with immediate")?;
     let use_events = r.bool("events")?;
     let duration = if r.tag("duration")? {
         Some(Duration::from_nanos(r.u64("duration")?))
@@ -202,6 +204,9 @@ fn decode_info(r: &mut Reader<'_>) -> Result<RunInfo, WireError> {
         qp,
         atomic_type,
         bidirectional,
+        // --reversed is refused with --procs.
+        reversed: false,
+        send_with_imm,
         use_events,
         duration,
         iterations,
@@ -216,7 +221,7 @@ fn decode_info(r: &mut Reader<'_>) -> Result<RunInfo, WireError> {
     })
 }
 
-/// The QP settings: eight u32s, in declaration order.
+/// The QP settings: nine u32s, in declaration order.
 fn encode_qp(w: &mut Writer, q: &QpSettings) {
     for v in [
         q.mtu,
@@ -224,6 +229,7 @@ fn encode_qp(w: &mut Writer, q: &QpSettings) {
         q.tx_depth,
         q.rx_depth,
         q.post_list,
+        q.recv_post_list,
         q.cq_moderation,
         q.max_inline,
         q.outstanding_reads,
@@ -232,7 +238,7 @@ fn encode_qp(w: &mut Writer, q: &QpSettings) {
     }
 }
 
-/// [`encode_qp`]'s eight u32s, read in the same order (a struct expression evaluates its
+/// [`encode_qp`]'s nine u32s, read in the same order (a struct expression evaluates its
 /// fields in the order written).
 fn decode_qp(r: &mut Reader<'_>) -> Result<QpSettings, WireError> {
     Ok(QpSettings {
@@ -241,6 +247,7 @@ fn decode_qp(r: &mut Reader<'_>) -> Result<QpSettings, WireError> {
         tx_depth: r.u32("tx depth")?,
         rx_depth: r.u32("rx depth")?,
         post_list: r.u32("post list")?,
+        recv_post_list: r.u32("receive post list")?,
         cq_moderation: r.u32("CQ moderation")?,
         max_inline: r.u32("max inline")?,
         outstanding_reads: r.u32("outstanding reads")?,

@@ -115,7 +115,11 @@ pub fn proc_row(p: &ProcessResult, row: &BwRow, unit: BwUnit) -> String {
 /// perftest's test title: `RDMA_Write BW Test`, `Atomic FETCH_AND_ADD Bidirectional BW Test`,
 /// `Send Latency Test`.
 pub fn title(info: &RunInfo) -> String {
-    let mut t = format!("{} ", info.test.perftest_name());
+    let mut t = match info.send_with_imm {
+        // perftest's name of the test with --send_with_imm.
+        true => "Send_imm ".to_string(),
+        false => format!("{} ", info.test.perftest_name()),
+    };
     if info.test == TestKind::Atomic {
         if let Some(a) = &info.atomic_type {
             let _ = write!(t, "{a} ");
@@ -175,6 +179,9 @@ pub fn header_procs(info: &RunInfo, procs: &[ProcessResult], unit: BwUnit) -> St
     }
     if info.qp.post_list > 1 {
         line(&mut s, "Post List", &info.qp.post_list);
+    }
+    if info.qp.recv_post_list > 1 {
+        line(&mut s, "Recv Post List", &info.qp.recv_post_list);
     }
     if info.perftest_shows_rx_depth() {
         line(&mut s, "RX depth", &info.qp.rx_depth);
@@ -291,10 +298,7 @@ fn gid_bytes(gid: &str) -> String {
 /// `RESULT_FMT_LAT_DUR`), without the newline.
 pub fn column_header(info: &RunInfo, unit: BwUnit) -> String {
     match info.metric {
-        Metric::Bw => {
-            let u = unit.label();
-            format!(" #bytes     #iterations    BW peak[{u}]    BW average[{u}]   MsgRate[Mpps]")
-        }
+        Metric::Bw => bw_column_header(unit),
         Metric::Lat if info.duration.is_some() => {
             " #bytes        #iterations       t_avg[usec]    tps average".to_string()
         }
@@ -302,6 +306,20 @@ pub fn column_header(info: &RunInfo, unit: BwUnit) -> String {
                          t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% \
                          percentile[usec] "
             .to_string(),
+    }
+}
+
+/// perftest's `RESULT_FMT` / `RESULT_FMT_G`, without the newline.
+fn bw_column_header(unit: BwUnit) -> String {
+    let u = unit.label();
+    format!(" #bytes     #iterations    BW peak[{u}]    BW average[{u}]   MsgRate[Mpps]")
+}
+
+/// A text row with perftest's CPU column (`REPORT_EXT_CPU_UTIL`) when there is one.
+pub fn with_cpu(row: String, util: Option<f64>) -> String {
+    match util {
+        Some(u) => format!("{}\t    {}\n", row.trim_end_matches('\n'), cfix(u, 3, 2)),
+        None => row,
     }
 }
 
@@ -378,6 +396,28 @@ pub fn lat_row(info: &RunInfo, row: &LatRow) -> String {
         cfix(st.p99_us, 7, 2),
         cfix(st.p999_us, 7, 2)
     )
+}
+
+/// perftest's `--report-both` block after the rows of a `-b` run: "Local results" (this side's
+/// direction) then "Remote results" (the peer's), each under its own separator and column
+/// header, one row per size; with `--cpu_util`, each size's utilisation (`utils`) as in the
+/// rows above.
+pub fn directions(dirs: &[(BwRow, BwRow)], unit: BwUnit, utils: Option<&[f64]>) -> String {
+    let mut s = String::new();
+    for (title, remote) in [("Local", false), ("Remote", true)] {
+        let _ = write!(s, "{SEPARATOR}\n\n {title} results: \n{SEPARATOR}\n");
+        s.push_str(&bw_column_header(unit));
+        s.push_str(if utils.is_some() {
+            "    CPU_Util[%]\n"
+        } else {
+            "\n"
+        });
+        for (i, (l, r)) in dirs.iter().enumerate() {
+            let row = bw_row(if remote { r } else { l }, unit);
+            s.push_str(&with_cpu(row, utils.and_then(|u| u.get(i).copied())));
+        }
+    }
+    s
 }
 
 /// One row as perftest's `--output=bandwidth|message_rate` prints it: the number alone, `%lf`.
