@@ -36,9 +36,18 @@
 //! measurement: α = 20 µs per message (a posted WRITE WITH IMM, its completion on the far side,
 //! the credit back — rxe runs in the kernel's softirq on the same cores as the ranks),
 //! β = 1 ns/B (about 1 GB/s on one flow), γ = 0.5 ns/B (one core's reduction loop). The
-//! crossover they give is about 32 KiB at 4 ranks and about 75 KiB at 8, where Open MPI's tuned
-//! decision switches from recursive doubling to the ring too (issue 40 saw Open MPI win below
-//! ~64 KiB). Only the ratios matter: α/β sets the crossover's scale.
+//! crossovers they give ([`AlphaBeta::crossover`], bytes per rank):
+//!
+//! | ranks      | 2      | 3     | 4      | 5      | 6      | 8      | 12     | 16      | 17     |
+//! |------------|--------|-------|--------|--------|--------|--------|--------|---------|--------|
+//! | rd steps   | 1      | 3     | 2      | 4      | 4      | 3      | 5      | 4       | 6      |
+//! | ring steps | 2      | 4     | 6      | 8      | 10     | 14     | 22     | 30      | 32     |
+//! | crossover  | 78 KiB | 6 KiB | 69 KiB | 19 KiB | 29 KiB | 92 KiB | 63 KiB | 138 KiB | 76 KiB |
+//!
+//! Powers of two gain most; three ranks least (the fold's two steps against the ring's four).
+//! Issue 40 saw Open MPI, which switches from recursive doubling to the ring in the same
+//! region, win below ~64 KiB. Only the ratios matter: α/β sets the crossover's scale. They are
+//! not measured here: a measured crossover needs a quiet host (see lesson 15's README).
 
 use crate::coll::schedule::{self, Action, Piece, Plan, RecvMsg, SendMsg};
 
