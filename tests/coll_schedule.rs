@@ -898,3 +898,29 @@ fn algorithm_names_and_nccls() {
         .unwrap_err()
         .contains("leaves no algorithm"));
 }
+
+#[test]
+fn the_crossover_table_in_algos_documentation_is_the_models() {
+    // KiB, rounded down, as src/coll/algo.rs and lesson 15's README print them.
+    let table = [
+        (2, 78),
+        (3, 6),
+        (4, 69),
+        (5, 19),
+        (6, 29),
+        (8, 92),
+        (12, 63),
+        (16, 138),
+        (17, 76),
+    ];
+    for (n, kib) in table {
+        assert_eq!(AlphaBeta::SOFTROCE.crossover(n) / 1024, kib, "n={n}");
+        assert_eq!(
+            rd_latency_steps(n),
+            [0, 0, 1, 3, 2, 4, 4, 4, 3, 5, 5, 5, 5, 5, 5, 5, 4, 6][n],
+            "n={n}"
+        );
+    }
+    // The header's figure for 4 ranks.
+    assert_eq!(AlphaBeta::SOFTROCE.crossover(4), 71111);
+}

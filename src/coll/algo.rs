@@ -42,11 +42,12 @@
 //! |------------|--------|-------|--------|--------|--------|--------|--------|---------|--------|
 //! | rd steps   | 1      | 3     | 2      | 4      | 4      | 3      | 5      | 4       | 6      |
 //! | ring steps | 2      | 4     | 6      | 8      | 10     | 14     | 22     | 30      | 32     |
-//! | crossover  | 78 KiB | 6 KiB | 69 KiB | 19 KiB | 29 KiB | 92 KiB | 63 KiB | 138 KiB | 76 KiB |
+//! | crossover¹ | 78 KiB | 6 KiB | 69 KiB | 19 KiB | 29 KiB | 92 KiB | 63 KiB | 138 KiB | 76 KiB |
 //!
-//! Powers of two gain most; three ranks least (the fold's two steps against the ring's four).
-//! Issue 40 saw Open MPI, which switches from recursive doubling to the ring in the same
-//! region, win below ~64 KiB. Only the ratios matter: α/β sets the crossover's scale. They are
+//! ¹ Rounded down to whole KiB. Powers of two gain most; three ranks least (the fold's two
+//! steps against the ring's four).
+//! Issue 40 saw Open MPI, which takes recursive doubling for small all-reduces, win below
+//! ~64 KiB. Only the ratios matter: α/β sets the crossover's scale. They are
 //! not measured here: a measured crossover needs a quiet host (see lesson 15's README).
 
 use crate::coll::schedule::{self, Action, Piece, Plan, RecvMsg, SendMsg};
