@@ -9,7 +9,7 @@
 # - bad values: --algo tree and VL_ALGO=bogus are usage errors (exit 2, one line);
 # - rank 1 of 3 killed (SIGKILL) mid-run, rank 0's only partner: the launcher and both
 #   survivors name it.
-# Took 25 s on a 2-core host at load average 7 (TCG guest).
+# Took 12-25 s on a 2-core host shared with builds, load average up to 7 (TCG guest).
 # timeout: 200
 # slow: four runs of three or four ranks, one of them waiting for a killed rank's verdict
 set -eu

@@ -98,6 +98,7 @@ impl Comm {
         let steps = algo::rd_steps(self.rank(), self.world_size(), count, dtype.size(), slot)
             .map_err(CollError::Usage)?;
         let m = self.max_bytes;
+        self.phases.collectives += 1;
         for st in &steps {
             self.execute_on(
                 Job {

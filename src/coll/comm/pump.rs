@@ -74,7 +74,10 @@ impl Comm {
             phases,
             ..
         } = self;
-        phases.collectives += 1;
+        // A recursive-doubling step is a part of one (counted by `run_rd`).
+        if via.is_none() {
+            phases.collectives += 1;
+        }
         let ring = match via {
             None => ring.as_mut(),
             Some(p) => partners.as_mut().and_then(|l| l.get_mut(&p)),
