@@ -372,8 +372,8 @@ impl Local {
             DeviceList::open_port(dev, opts.ib_port, opts.gid_index)
                 .map_err(verbs("opening the RDMA device, its port and GID"))?;
         let pd = ctx.alloc_pd().map_err(verbs("ibv_alloc_pd"))?;
-        let pair = Pair::open(&ctx, &pd, opts.slot_bytes, opts.nslots)?;
         check_memlock(opts.nslots * opts.slot_bytes + opts.data_bytes())?;
+        let pair = Pair::open(&ctx, &pd, opts.slot_bytes, opts.nslots)?;
         let data = pd
             .reg_mr(opts.data_bytes(), AccessFlags::LOCAL_WRITE)
             .map_err(verbs("registering the data buffer"))?;
