@@ -170,18 +170,23 @@ impl Ring {
                     progress = true;
                 }
             }
-            if progress {
-                idle_rounds = 0;
-            } else {
-                idle_rounds += 1;
-                assert!(idle_rounds < 100, "{what}: deadlock");
-            }
+            watch_for_deadlock(progress, &mut idle_rounds, what);
         }
         for r in &ranks {
             assert!(r.incoming.is_empty(), "a rank received more than its plan");
             assert_eq!(r.credits, nslots, "credits all returned");
         }
         ranks.into_iter().map(|r| r.mem).collect()
+    }
+}
+
+/// Counts the rounds in which no rank moved; a hundred in a row is a deadlock.
+fn watch_for_deadlock(progress: bool, idle_rounds: &mut u32, what: &str) {
+    if progress {
+        *idle_rounds = 0;
+    } else {
+        *idle_rounds += 1;
+        assert!(*idle_rounds < 100, "{what}: deadlock");
     }
 }
 
@@ -653,15 +658,13 @@ struct RdRank {
 /// the "NIC" likes, and a receive that overwrites a range waits for the completion its plan
 /// names. Returns the buffers; panics on a deadlock or a message the plan did not expect.
 fn simulate_rd(
-    inputs: &[Vec<u8>],
-    dtype: DataType,
-    op: RedOp,
-    slot: usize,
-    nslots: usize,
-    seed: u64,
+    ins: &[Vec<u8>],
+    (dtype, op): (DataType, RedOp),
+    (slot, nslots): (usize, usize),
 ) -> Vec<Vec<u8>> {
-    let n = inputs.len();
-    let count = inputs[0].len() / dtype.size();
+    let n = ins.len();
+    let count = ins[0].len() / dtype.size();
+    let inputs = ins;
     let what = format!("rd n={n} count={count} slot={slot} nslots={nslots}");
     let mut ranks: Vec<RdRank> = inputs
         .iter()
@@ -679,7 +682,7 @@ fn simulate_rd(
     // Per directed link (from, to): messages in flight, and the sender's credits.
     let mut wire: std::collections::HashMap<(usize, usize), VecDeque<Vec<u8>>> = Default::default();
     let mut credits: std::collections::HashMap<(usize, usize), usize> = Default::default();
-    let mut rng = Lcg(seed);
+    let mut rng = Lcg((n * 7919 + count) as u64);
     let mut idle_rounds = 0;
     loop {
         if ranks.iter().all(|r| r.step == r.steps.len()) {
@@ -756,12 +759,7 @@ fn simulate_rd(
                 progress = true;
             }
         }
-        if progress {
-            idle_rounds = 0;
-        } else {
-            idle_rounds += 1;
-            assert!(idle_rounds < 100, "{what}: deadlock");
-        }
+        watch_for_deadlock(progress, &mut idle_rounds, &what);
     }
     for (link, q) in &wire {
         assert!(
@@ -777,7 +775,7 @@ fn simulate_rd(
 
 fn check_rd(n: usize, count: usize, dtype: DataType, op: RedOp, slot: usize, nslots: usize) {
     let ins = inputs(dtype, op, n, count);
-    let outs = simulate_rd(&ins, dtype, op, slot, nslots, (n * 7919 + count) as u64);
+    let outs = simulate_rd(&ins, (dtype, op), (slot, nslots));
     let what = format!("rd n={n} count={count} {dtype} {op} slot={slot} nslots={nslots}");
     // The reference: the plain reduction of every rank's input, element by element. Avg is the
     // sum here (the communicator divides after the algorithm).

@@ -28,32 +28,30 @@ struct PairInfo {
 
 impl PairInfo {
     fn write(&self, w: &mut Writer) {
-        for v in [
-            self.partner,
-            self.left_qpn,
-            self.left_psn,
-            self.right_qpn,
-            self.right_psn,
-        ] {
-            w.u32(v);
-        }
+        let words = [self.left_qpn, self.left_psn, self.right_qpn, self.right_psn];
+        w.u32(self.partner);
+        words.into_iter().for_each(|v| w.u32(v));
         w.u64(self.slots.addr);
         w.u32(self.slots.rkey);
         w.u32(self.slots.len);
     }
 
     fn read(r: &mut Reader<'_>) -> std::result::Result<PairInfo, WireError> {
+        let mut v = [0u32; 5];
+        let names = ["partner", "left QPN", "left PSN", "right QPN", "right PSN"];
+        for (x, what) in v.iter_mut().zip(names) {
+            *x = r.u32(what)?;
+        }
+        let [partner, left_qpn, left_psn, right_qpn, right_psn] = v;
+        let addr = r.u64("slot address")?;
+        let (rkey, len) = (r.u32("slot rkey")?, r.u32("slot length")?);
         Ok(PairInfo {
-            partner: r.u32("partner")?,
-            left_qpn: r.u32("left QPN")?,
-            left_psn: r.u32("left PSN")?,
-            right_qpn: r.u32("right QPN")?,
-            right_psn: r.u32("right PSN")?,
-            slots: RemoteBuf {
-                addr: r.u64("slot address")?,
-                rkey: r.u32("slot rkey")?,
-                len: r.u32("slot length")?,
-            },
+            partner,
+            left_qpn,
+            left_psn,
+            right_qpn,
+            right_psn,
+            slots: RemoteBuf { addr, rkey, len },
         })
     }
 }
