@@ -170,18 +170,23 @@ impl Ring {
                     progress = true;
                 }
             }
-            if progress {
-                idle_rounds = 0;
-            } else {
-                idle_rounds += 1;
-                assert!(idle_rounds < 100, "{what}: deadlock");
-            }
+            watch_for_deadlock(progress, &mut idle_rounds, what);
         }
         for r in &ranks {
             assert!(r.incoming.is_empty(), "a rank received more than its plan");
             assert_eq!(r.credits, nslots, "credits all returned");
         }
         ranks.into_iter().map(|r| r.mem).collect()
+    }
+}
+
+/// Counts the rounds in which no rank moved; a hundred in a row is a deadlock.
+fn watch_for_deadlock(progress: bool, idle_rounds: &mut u32, what: &str) {
+    if progress {
+        *idle_rounds = 0;
+    } else {
+        *idle_rounds += 1;
+        assert!(*idle_rounds < 100, "{what}: deadlock");
     }
 }
 
@@ -629,4 +634,291 @@ fn new_busbw_factors_are_nccl_tests() {
     assert_eq!(Coll::Gather { root: 0 }.busbw_factor(8), 0.875);
     assert_eq!(Coll::Scatter { root: 0 }.busbw_factor(2), 0.5);
     assert_eq!(Coll::Reduce { root: 0 }.busbw_factor(4), 1.0);
+}
+
+// ---- Recursive doubling (`verbs_lab::coll::algo`) ----
+
+use verbs_lab::coll::algo::{rd_latency_steps, rd_partners, rd_steps, Algo, AlphaBeta, RdStep};
+
+/// One rank running its recursive-doubling steps in order, each on the link to its partner.
+struct RdRank {
+    steps: Vec<RdStep>,
+    /// The step being run, and within it: sends posted, read by the NIC, receives applied.
+    step: usize,
+    posted: usize,
+    completed: usize,
+    processed: usize,
+    in_flight: VecDeque<usize>,
+    buf: Vec<u8>,
+}
+
+/// Runs every rank's steps with the engine's rules on per-partner links: a directed link has
+/// `nslots` credits and delivers in order; messages from a partner that is a step ahead wait in
+/// the link until the receiver runs the step that expects them; a send's bytes are read when
+/// the "NIC" likes, and a receive that overwrites a range waits for the completion its plan
+/// names. Returns the buffers; panics on a deadlock or a message the plan did not expect.
+fn simulate_rd(
+    ins: &[Vec<u8>],
+    (dtype, op): (DataType, RedOp),
+    (slot, nslots): (usize, usize),
+) -> Vec<Vec<u8>> {
+    let n = ins.len();
+    let count = ins[0].len() / dtype.size();
+    let inputs = ins;
+    let what = format!("rd n={n} count={count} slot={slot} nslots={nslots}");
+    let mut ranks: Vec<RdRank> = inputs
+        .iter()
+        .enumerate()
+        .map(|(r, input)| RdRank {
+            steps: rd_steps(r, n, count, dtype.size(), slot).unwrap(),
+            step: 0,
+            posted: 0,
+            completed: 0,
+            processed: 0,
+            in_flight: VecDeque::new(),
+            buf: input.clone(),
+        })
+        .collect();
+    // Per directed link (from, to): messages in flight, and the sender's credits.
+    let mut wire: std::collections::HashMap<(usize, usize), VecDeque<Vec<u8>>> = Default::default();
+    let mut credits: std::collections::HashMap<(usize, usize), usize> = Default::default();
+    let mut rng = Lcg((n * 7919 + count) as u64);
+    let mut idle_rounds = 0;
+    loop {
+        if ranks.iter().all(|r| r.step == r.steps.len()) {
+            break;
+        }
+        let mut progress = false;
+        for k in 0..n {
+            let r = (k + rng.next() as usize) % n;
+            let Some(st) = ranks[r].steps.get(ranks[r].step).cloned() else {
+                continue;
+            };
+            let p = st.partner;
+            assert_ne!(p, r, "{what}: rank {r} partners itself");
+            // Post.
+            loop {
+                let me = &mut ranks[r];
+                let c = credits.entry((r, p)).or_insert(nslots);
+                if me.posted >= st.plan.sends.len() || *c == 0 {
+                    break;
+                }
+                assert!(
+                    st.plan.sends[me.posted].after_recv.is_none(),
+                    "{what}: no forwarding within a step"
+                );
+                *c -= 1;
+                me.in_flight.push_back(me.posted);
+                me.posted += 1;
+                progress = true;
+            }
+            // The NIC reads a posted send.
+            if !ranks[r].in_flight.is_empty() && rng.next() % 3 != 0 {
+                let me = &mut ranks[r];
+                let i = me.in_flight.pop_front().unwrap();
+                let range = st.plan.sends[i].piece.range.clone();
+                assert!(range.len() <= slot, "{what}: a piece larger than a slot");
+                let bytes = me.buf[range].to_vec();
+                me.completed += 1;
+                wire.entry((r, p)).or_default().push_back(bytes);
+                progress = true;
+            }
+            // Apply arrivals from the partner.
+            loop {
+                let me = &mut ranks[r];
+                if me.processed >= st.plan.recvs.len() {
+                    break;
+                }
+                let m = &st.plan.recvs[me.processed];
+                if m.after_send.is_some_and(|s| s >= me.completed) {
+                    break;
+                }
+                let Some(data) = wire.get_mut(&(p, r)).and_then(VecDeque::pop_front) else {
+                    break;
+                };
+                assert_eq!(
+                    data.len(),
+                    m.piece.range.len(),
+                    "{what}: rank {r} step {}: size vs the plan",
+                    me.step
+                );
+                let dst = &mut me.buf[m.piece.range.clone()];
+                match m.action {
+                    Action::Reduce => kernels::reduce(dtype, op, dst, &data).unwrap(),
+                    Action::Copy => dst.copy_from_slice(&data),
+                }
+                me.processed += 1;
+                *credits.entry((p, r)).or_insert(nslots) += 1;
+                progress = true;
+            }
+            // Next step once this one is done.
+            let me = &mut ranks[r];
+            if me.processed == st.plan.recvs.len() && me.completed == st.plan.sends.len() {
+                me.step += 1;
+                (me.posted, me.completed, me.processed) = (0, 0, 0);
+                progress = true;
+            }
+        }
+        watch_for_deadlock(progress, &mut idle_rounds, &what);
+    }
+    for (link, q) in &wire {
+        assert!(
+            q.is_empty(),
+            "{what}: link {link:?} holds messages nobody expected"
+        );
+    }
+    for (link, c) in &credits {
+        assert_eq!(*c, nslots, "{what}: link {link:?}: credits all returned");
+    }
+    ranks.into_iter().map(|r| r.buf).collect()
+}
+
+fn check_rd(n: usize, count: usize, dtype: DataType, op: RedOp, slot: usize, nslots: usize) {
+    let ins = inputs(dtype, op, n, count);
+    let outs = simulate_rd(&ins, (dtype, op), (slot, nslots));
+    let what = format!("rd n={n} count={count} {dtype} {op} slot={slot} nslots={nslots}");
+    // The reference: the plain reduction of every rank's input, element by element. Avg is the
+    // sum here (the communicator divides after the algorithm).
+    let red = if op == RedOp::Avg { RedOp::Sum } else { op };
+    let mut want = ins[0].clone();
+    for i in &ins[1..] {
+        kernels::reduce(dtype, red, &mut want, i).unwrap();
+    }
+    for (r, out) in outs.iter().enumerate() {
+        assert_eq!(out, &want, "{what}: rank {r}");
+    }
+}
+
+#[test]
+fn recursive_doubling_matches_the_reference_for_1_to_17_ranks() {
+    for n in 1..=17 {
+        for count in [0, 1, 2, 3, 5, 7, 16, 17, 100, 257] {
+            // One piece per step, several, and pieces of one element.
+            for (slot, nslots) in [(4096, 8), (12, 2), (4, 1)] {
+                check_rd(n, count, DataType::I32, RedOp::Sum, slot, nslots);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_type_and_op_through_recursive_doubling() {
+    for &dtype in &DataType::ALL {
+        for &op in &RedOp::ALL {
+            for n in [3, 4, 6] {
+                check_rd(n, 11, dtype, op, 3 * dtype.size(), 2);
+            }
+        }
+    }
+}
+
+#[test]
+fn recursive_doubling_takes_log2_steps_plus_the_fold() {
+    for n in 1..=17usize {
+        let p = if n == 0 {
+            0
+        } else {
+            1usize << (usize::BITS - 1 - n.leading_zeros())
+        };
+        let want = if n == 1 {
+            0
+        } else {
+            p.trailing_zeros() as usize + 2 * usize::from(p != n)
+        };
+        assert_eq!(rd_latency_steps(n), want, "n={n}");
+        for r in 0..n {
+            let steps = rd_steps(r, n, 10, 4, 4096).unwrap();
+            // The steps a rank runs: at most the critical path, each one piece here.
+            assert!(steps.len() <= want, "n={n} rank {r}: {} steps", steps.len());
+            let partners = rd_partners(r, n);
+            for s in &steps {
+                assert!(partners.contains(&s.partner), "n={n} rank {r}");
+                // Partnership is mutual.
+                assert!(
+                    rd_partners(s.partner, n).contains(&r),
+                    "n={n} rank {r} -> {}",
+                    s.partner
+                );
+            }
+            // The ring's neighbours are not all a doubling rank needs: partners beyond them.
+            if n >= 8 && r >= 2 * (n - p) {
+                assert!(partners
+                    .iter()
+                    .any(|&q| q.abs_diff(r) > 1 && q.abs_diff(r) != n - 1));
+            }
+        }
+    }
+}
+
+#[test]
+fn recursive_doubling_refuses_nonsense() {
+    assert!(rd_steps(3, 3, 10, 4, 4096).is_err());
+    assert!(rd_steps(0, 0, 10, 4, 4096).is_err());
+    assert!(rd_steps(0, 2, 10, 8, 4)
+        .unwrap_err()
+        .contains("cannot hold"));
+}
+
+#[test]
+fn auto_picks_doubling_for_small_messages_and_the_ring_for_large() {
+    let m = AlphaBeta::SOFTROCE;
+    for n in 2..=17 {
+        let x = m.crossover(n);
+        assert!(x > 0, "n={n}");
+        // The crossover is where the model's two times meet: just below it doubling wins,
+        // just above it the ring.
+        assert!(m.rd(n, x / 2) < m.ring(n, x / 2), "n={n}");
+        assert!(m.rd(n, x * 2) > m.ring(n, x * 2), "n={n}");
+        assert_eq!(Algo::Auto.resolve(n, 8), Algo::Rd, "n={n}");
+        assert_eq!(Algo::Auto.resolve(n, 64 << 20), Algo::Ring, "n={n}");
+    }
+    assert_eq!(Algo::Auto.resolve(1, 8), Algo::Ring);
+    assert_eq!(Algo::Rd.resolve(4, 1 << 30), Algo::Rd);
+    assert_eq!(Algo::Ring.resolve(4, 8), Algo::Ring);
+}
+
+#[test]
+fn algorithm_names_and_nccls() {
+    assert_eq!("RING".parse::<Algo>(), Ok(Algo::Ring));
+    assert_eq!("recursive-doubling".parse::<Algo>(), Ok(Algo::Rd));
+    assert!("tree"
+        .parse::<Algo>()
+        .unwrap_err()
+        .contains("ring, rd or auto"));
+    assert_eq!(Algo::from_nccl("Ring"), Ok(Algo::Ring));
+    assert_eq!(Algo::from_nccl("Tree"), Ok(Algo::Rd));
+    assert_eq!(Algo::from_nccl("Tree,Ring"), Ok(Algo::Auto));
+    assert_eq!(Algo::from_nccl("^Tree"), Ok(Algo::Ring));
+    assert!(Algo::from_nccl("NVLS")
+        .unwrap_err()
+        .contains("'NVLS' has no counterpart"));
+    assert!(Algo::from_nccl("^Ring,Tree")
+        .unwrap_err()
+        .contains("leaves no algorithm"));
+}
+
+#[test]
+fn the_crossover_table_in_algos_documentation_is_the_models() {
+    // KiB, rounded down, as src/coll/algo.rs and lesson 15's README print them.
+    let table = [
+        (2, 78),
+        (3, 6),
+        (4, 69),
+        (5, 19),
+        (6, 29),
+        (8, 92),
+        (12, 63),
+        (16, 138),
+        (17, 76),
+    ];
+    for (n, kib) in table {
+        assert_eq!(AlphaBeta::SOFTROCE.crossover(n) / 1024, kib, "n={n}");
+        assert_eq!(
+            rd_latency_steps(n),
+            [0, 0, 1, 3, 2, 4, 4, 4, 3, 5, 5, 5, 5, 5, 5, 5, 4, 6][n],
+            "n={n}"
+        );
+    }
+    // The header's figure for 4 ranks.
+    assert_eq!(AlphaBeta::SOFTROCE.crossover(4), 71111);
 }

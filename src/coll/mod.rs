@@ -6,12 +6,15 @@
 //! - [`bootstrap`]: rank 0's rendezvous (the endpoint table) and the TCP star kept for control
 //!   and liveness;
 //! - [`schedule`]: the ring schedules — which piece goes where, and what waits for what;
+//! - [`algo`]: recursive doubling, the latency-bound all-reduce beside the ring, and the
+//!   choice between the two by the α–β model (`--algo`, `VL_ALGO`, `NCCL_ALGO`);
 //! - [`kernels`]: element types, reduction operators and the tight reduction loops;
 //! - [`comm`]: the communicator — RC QPs to both neighbours, receive slots with credits, and the
 //!   engine that runs a schedule with RDMA WRITE WITH IMM;
 //! - [`launch`]: `--np N`, N ranks on this machine as child processes; with `--nnodes`, one
 //!   launcher per node, torchrun's way.
 
+pub mod algo;
 pub mod bootstrap;
 pub mod comm;
 pub mod env;
@@ -20,6 +23,7 @@ pub mod launch;
 pub mod mqlink;
 pub mod schedule;
 
+pub use algo::Algo;
 pub use bootstrap::{CollError, Place, RankRecord};
 pub use comm::{Comm, CommOpts, Phases, Pinning};
 pub use env::{RankFlags, RankInfo};

@@ -198,7 +198,7 @@ pub fn scratch_bytes(n: usize, count: usize, elem: usize) -> usize {
 }
 
 /// The pieces of a byte range: consecutive sub-ranges of at most `piece_bytes` bytes.
-fn pieces(r: Range<usize>, piece_bytes: usize) -> impl Iterator<Item = Range<usize>> {
+pub(crate) fn pieces(r: Range<usize>, piece_bytes: usize) -> impl Iterator<Item = Range<usize>> {
     (r.start..r.end)
         .step_by(piece_bytes.max(1))
         .map(move |s| s..(s + piece_bytes).min(r.end))
@@ -601,7 +601,7 @@ fn overlap(a: &Range<usize>, b: &Range<usize>) -> bool {
 /// Sets [`RecvMsg::after_send`]: a message may overwrite a range only once every earlier send
 /// of that range has completed. "Earlier" means before the first send that waits for this
 /// message (or any send at all, if none waits for it).
-fn link_overwrites(p: &mut Plan) {
+pub(crate) fn link_overwrites(p: &mut Plan) {
     let mut first_dependent = vec![p.sends.len(); p.recvs.len()];
     for (i, s) in p.sends.iter().enumerate() {
         if let Some(r) = s.after_recv {

@@ -2,12 +2,13 @@
 # Open MPI's mpirun starts the collectives across the hosts as on a cluster: a hostfile of four
 # nodes with two slots each, orted started on every node over ssh (Dropbear, keys made at boot),
 # the ranks' numbers from OMPI_COMM_WORLD_*; each of the five collectives on 4 nodes x 2 ranks,
-# every element checked, the rank table naming each host with local ranks 0 and 1. Then Open
-# MPI's own MPI_Allreduce (tests/guest/mpi/coll_timer.c) on the same nodes over UCX's verbs
-# transports: Open MPI across the fabric too, where docs/benchmarks.md compares the two.
+# every element checked, the rank table naming each host with local ranks 0 and 1; all-reduce
+# once more by recursive doubling (--algo rd, 8 B to 256 KiB, partners on other hosts; 17 s).
+# Then Open MPI's own MPI_Allreduce (tests/guest/mpi/coll_timer.c) on the same nodes over UCX's
+# verbs transports: Open MPI across the fabric too, where docs/benchmarks.md compares the two.
 # cluster: nodes=4 topology=leaf-spine
 # timeout: 900
-# slow: six jobs of eight ranks on four emulated hosts of one vCPU each, every element checked
+# slow: seven jobs of eight ranks on four emulated hosts of one vCPU each, every element checked
 set -eu
 # shellcheck source=tests/cluster/lib.sh
 . "$VL_TESTS/lib.sh"
@@ -32,6 +33,16 @@ for c in $COLLS; do
     expect_contains "$TMPDIR/$c.out" "from Open MPI (OMPI_COMM_WORLD_*)"
     check_world "$TMPDIR/$c.out" "vl_${c}_perf under mpirun" 8 2
 done
+
+step "mpirun -np 8 (4 nodes x 2) vl_all_reduce_perf --algo rd -b 8 -e 1M -f 32 (8 B .. 256 KiB)"
+port=$((port + 1))
+rc=0
+run_timeout "$(scaled 150)" $MPIRUN vl_all_reduce_perf --ib-dev rxe0 --algo rd -b 8 -e 1M -f 32 -n 2 -w 1 \
+    -c 1 -T 60 --bootstrap-timeout 120 --master "node1:$port" >"$TMPDIR/rd.out" 2>&1 || rc=$?
+cat "$TMPDIR/rd.out"
+[ "$rc" = 0 ] || fail "mpirun vl_all_reduce_perf --algo rd exited $rc"
+grep -q "nranks 8 .* algo: rd$" "$TMPDIR/rd.out" || fail "--algo rd: the header does not say algo: rd"
+check_world "$TMPDIR/rd.out" "vl_all_reduce_perf --algo rd under mpirun" 8 2
 
 step "Open MPI's MPI_Allreduce on the same 4 x 2 ranks, UCX on its verbs transports over rxe0"
 rc=0

@@ -81,13 +81,11 @@ fn busbw_factor(coll: &str, n: u32) -> Result<f64> {
 /// The world size an output's header names (`nranks N`), if it names one. mpirun may print its
 /// own warnings before the header: every comment line is looked at.
 fn nranks(text: &str) -> Option<u32> {
-    text.lines()
-        .filter(|l| l.starts_with('#'))
-        .find_map(|l| {
-            let rest = &l[l.find("nranks ")? + "nranks ".len()..];
-            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-            digits.parse().ok()
-        })
+    text.lines().filter(|l| l.starts_with('#')).find_map(|l| {
+        let rest = &l[l.find("nranks ")? + "nranks ".len()..];
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    })
 }
 
 /// The busbw and time table (markdown) of collective `coll` over `rounds` rounds of the `.out`
@@ -269,7 +267,10 @@ mod tests {
         assert!(table(&outs, 1, "allgather").is_err());
         assert_eq!(nranks("# x: nranks 12, y\n 8 2"), Some(12));
         assert_eq!(nranks("no header\n"), None);
-        assert_eq!(nranks("[node1:00440] plm:rsh: Warning\n# t: nranks 4, -b 8\n"), Some(4));
+        assert_eq!(
+            nranks("[node1:00440] plm:rsh: Warning\n# t: nranks 4, -b 8\n"),
+            Some(4)
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use verbs_lab::coll::launch::LaunchArgs;
-use verbs_lab::coll::{DataType, RedOp};
+use verbs_lab::coll::{Algo, Coll, DataType, RedOp};
 
 /// The one size parser (`8`, `64K`, `1M`) and the longest wait, from the library.
 use verbs_lab::cli::{parse_size, MAX_WAIT_SECS};
@@ -117,6 +117,11 @@ pub struct Args {
     /// polling, idle); with --all-ranks, every rank's.
     #[arg(long)]
     pub profile: bool,
+    /// All-reduce algorithm: ring, rd (recursive doubling, log2 n steps: faster for small
+    /// messages) or auto (by size and world, the alpha-beta model's crossover; the default).
+    /// Else VL_ALGO, else NCCL_ALGO (Ring, Tree: here rd). The other tools have only the ring.
+    #[arg(long = "algo", value_name = "ALGO", value_parser = |s: &str| s.parse::<Algo>())]
+    pub algo: Option<Algo>,
     #[command(flatten)]
     pub nccl_only: NcclOnly,
 }
@@ -513,4 +518,40 @@ impl Args {
             source: format!("90 % of {NCCL_MIN_BW_ENV}={v}"),
         }))
     }
+
+    /// The all-reduce algorithm: `--algo`, else `VL_ALGO`, else `NCCL_ALGO` where it means one
+    /// of ours ([`Algo::from_nccl`]), else auto. A bad value is refused, naming where it came
+    /// from; so is a second algorithm for a tool that has only the ring (the variables are
+    /// ignored there: they may be set for the whole job).
+    pub fn algo_for(
+        &self,
+        coll: Coll,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Algo, String> {
+        if coll != Coll::AllReduce {
+            return match self.algo {
+                Some(Algo::Rd) => Err(format!(
+                    "--algo rd: {} has only the ring; recursive doubling is all_reduce's",
+                    coll.name()
+                )),
+                _ => Ok(Algo::Ring),
+            };
+        }
+        if let Some(a) = self.algo {
+            return Ok(a);
+        }
+        if let Some(v) = env(ALGO_ENV) {
+            return v
+                .parse::<Algo>()
+                .map_err(|e| format!("{ALGO_ENV}={v:?}: {e}; or unset it (the default is auto)"));
+        }
+        match env(NCCL_ALGO_ENV) {
+            Some(v) => Algo::from_nccl(&v),
+            None => Ok(Algo::Auto),
+        }
+    }
 }
+
+/// The variables that choose the all-reduce algorithm when `--algo` does not.
+pub const ALGO_ENV: &str = "VL_ALGO";
+pub const NCCL_ALGO_ENV: &str = "NCCL_ALGO";

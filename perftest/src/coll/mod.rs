@@ -27,7 +27,7 @@ use std::time::Duration;
 use crate::progress::Progress;
 use verbs_lab::coll::env::{self, Launcher, RankInfo};
 use verbs_lab::coll::launch::{self, NodeRanks};
-use verbs_lab::coll::{Coll, CollError, Comm, CommOpts, DataType, RankRecord, RedOp};
+use verbs_lab::coll::{Algo, Coll, CollError, Comm, CommOpts, DataType, RankRecord, RedOp};
 use verbs_lab::wire::{Reader, Writer};
 
 pub use args::{sizes, Args, BusbwGate, MAX_BYTES, MAX_ROWS};
@@ -92,6 +92,7 @@ fn launcher(np: u32, args: &Args, coll: Coll, tool: &str) -> ExitCode {
     let checked = node_plan(np, args).and_then(|(node, across)| {
         every_size(args, coll, node.world_size() as usize)
             .and_then(|_| args.busbw_gate(&env_var).map_err(usage))
+            .and_then(|_| args.algo_for(coll, &env_var).map_err(usage))
             // Rank 0 writes it, on node 0.
             .and_then(|_| match node.node_rank {
                 0 => check_json(args),
@@ -216,6 +217,7 @@ fn check_devices(args: &Args, np: u32) -> Result<(), Fail> {
 /// rank 0's verdict — which every rank exits with.
 fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
     let gate = args.busbw_gate(&env_var).map_err(usage)?;
+    let algo = args.algo_for(coll, &env_var).map_err(usage)?;
     let info = rank_info(args)?;
     let n = info.world_size as usize;
     let runs = every_size(args, coll, n)?;
@@ -227,7 +229,7 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
         .filter_map(|(_, sizes)| sizes.last().copied())
         .max()
         .expect("at least one size");
-    let opts = comm_opts(args, coll, &info, max);
+    let opts = comm_opts(args, coll, &info, max, algo);
     let launcher = info.launcher;
     let from = from_note(args, &info);
     let mut comm = Comm::init(info, &opts).map_err(failed)?;
@@ -245,7 +247,7 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
     let records = comm.table().to_vec();
     let mut out = Stdout::new();
     if rank == 0 {
-        out.line(&table.header(&records, &params_line(args, n, &from)))
+        out.line(&table.header(&records, &params_line(args, n, &from, coll, algo)))
             .map_err(stdout_failed)?;
     }
     let mut rows = Vec::new();
@@ -397,7 +399,7 @@ fn check_slots(slot_bytes: usize, nslots: usize) -> Result<(), Fail> {
 /// The communicator's options: buffers for the largest size, the rank pinned near its device
 /// (by its local rank, which the rendezvous may have to tell it) when the world has more than
 /// one rank, and the [`terms`] every rank must share.
-fn comm_opts(args: &Args, coll: Coll, info: &RankInfo, max: usize) -> CommOpts {
+fn comm_opts(args: &Args, coll: Coll, info: &RankInfo, max: usize, algo: Algo) -> CommOpts {
     let pin = if info.world_size > 1 {
         verbs_lab::coll::Pinning::ByLocalRank(near_device)
     } else {
@@ -414,9 +416,10 @@ fn comm_opts(args: &Args, coll: Coll, info: &RankInfo, max: usize) -> CommOpts {
         bootstrap_timeout: Duration::from_secs(args.launch.bootstrap_timeout),
         peer_timeout: Duration::from_secs(args.peer_timeout),
         ack_timeout: args.ack_timeout,
+        algo,
         pin,
         local_queues: args.launch.local_queues.clone(),
-        terms: terms(args, coll),
+        terms: terms(args, coll, algo),
     }
 }
 
@@ -434,10 +437,11 @@ fn near_device(dev: Option<&str>, local: u32) -> Option<usize> {
 /// (`-b`, `-e`, the step `-f` or `-i`), how many collectives per size (`-n`, `-w`, `-c`), the
 /// element type, and the operator and root where the collective uses them. A mismatch in any
 /// of them makes the ranks call different collectives or sizes, or check against other
-/// values. Not here: `--slot-size`/`--slots` (the communicator compares them itself), each
+/// values; and all-reduce's algorithm (`--algo`, `VL_ALGO`), which decides who talks to whom.
+/// Not here: `--slot-size`/`--slots` (the communicator compares them itself), each
 /// rank's own device, port, GID, QP timeout and timeouts, and what only rank 0 or each rank
 /// prints or writes (`--json`, `--min-busbw`, `--all-ranks`, `--profile`).
-fn terms(args: &Args, coll: Coll) -> Vec<(String, String)> {
+fn terms(args: &Args, coll: Coll, algo: Algo) -> Vec<(String, String)> {
     let step = match args.step_bytes {
         Some(i) => ("-i", i.to_string()),
         None => ("-f", args.step_factor.unwrap_or(2).to_string()),
@@ -458,6 +462,9 @@ fn terms(args: &Args, coll: Coll) -> Vec<(String, String)> {
     if let Some(root) = coll.root() {
         t.push(("-r", root.to_string()));
     }
+    if coll == Coll::AllReduce {
+        t.push(("--algo", algo.name().to_string()));
+    }
     t.into_iter().map(|(o, v)| (o.to_string(), v)).collect()
 }
 
@@ -474,9 +481,10 @@ fn from_note(args: &Args, info: &RankInfo) -> String {
     }
 }
 
-/// The header's parameter line; `from`: [`from_note`].
-fn params_line(args: &Args, n: usize, from: &str) -> String {
-    format!(
+/// The header's parameter line; `from`: [`from_note`]. All-reduce's ends with its algorithm
+/// ([`algo_note`]).
+fn params_line(args: &Args, n: usize, from: &str, coll: Coll, algo: Algo) -> String {
+    let line = format!(
         "nranks {n} (from {from}), minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} \
          validation: {} slots: {} x {} B",
         args.min_bytes,
@@ -490,7 +498,24 @@ fn params_line(args: &Args, n: usize, from: &str) -> String {
         args.check,
         args.nslots,
         args.slot_bytes
-    )
+    );
+    if coll == Coll::AllReduce {
+        format!("{line} algo: {}", algo_note(algo, n))
+    } else {
+        line
+    }
+}
+
+/// The algorithm asked for, and for `auto` where the model switches on `n` ranks.
+fn algo_note(algo: Algo, n: usize) -> String {
+    match algo {
+        Algo::Auto if n > 1 => format!(
+            "auto (rd below {} B per rank, ring from there)",
+            verbs_lab::coll::algo::AlphaBeta::SOFTROCE.crossover(n)
+        ),
+        Algo::Auto => "auto (one rank: nothing to move)".to_string(),
+        a => a.name().to_string(),
+    }
 }
 
 /// One size out of place (and in place, but for sendrecv); every rank's numbers go to rank 0,
@@ -506,6 +531,7 @@ fn one_size(
     // nccl-tests' rule: what moves is what the row says.
     let size = report::moved_size(coll, n, size, args.dtype);
     let count = size / args.dtype.size();
+    let (algo, has_algo) = (comm.algo_for(coll, size), coll == Coll::AllReduce);
     let mut measure = |in_place: bool| -> Result<(f64, Option<u64>), Fail> {
         bench_one(comm, coll, args, count, in_place)
     };
@@ -534,6 +560,7 @@ fn one_size(
             count: report::count_column(coll, n, size, args.dtype),
             out_of_place: mine(Some(&oop)).expect("measured"),
             in_place: mine(ip.as_ref()),
+            algo: has_algo.then_some(algo),
         };
         out.line(&format!("[rank {rank}] {}", table.row(&r)))
             .map_err(stdout_failed)?;
@@ -541,13 +568,14 @@ fn one_size(
     let Some(all) = all else {
         return Ok(None);
     };
-    let row = assemble(
+    let mut row = assemble(
         &all,
         size,
         report::count_column(coll, n, size, args.dtype),
         ip.is_some(),
     )
     .map_err(|e| (EXIT_FAILED, e))?;
+    row.algo = has_algo.then_some(algo);
     Ok(Some(row))
 }
 
@@ -564,10 +592,13 @@ struct JsonParams {
     launcher: &'static str,
     /// How many hosts the ranks ran on (their host hashes).
     hosts: u32,
+    /// All-reduce's algorithm as asked (`ring`, `rd`, `auto`); each row says which ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    algo: Option<&'static str>,
 }
 
 impl JsonParams {
-    fn new(args: &Args, launcher: Launcher, hosts: u32) -> JsonParams {
+    fn new(args: &Args, launcher: Launcher, hosts: u32, algo: Option<Algo>) -> JsonParams {
         JsonParams {
             min_bytes: args.min_bytes,
             max_bytes: args.max_bytes,
@@ -578,6 +609,7 @@ impl JsonParams {
             slots: args.nslots,
             launcher: launcher.name(),
             hosts,
+            algo: algo.map(Algo::name),
         }
     }
 }
@@ -600,7 +632,11 @@ fn verdict(
         .first()
         .map_or(1, |p| p.hosts);
     if let Some(path) = &args.json {
-        let doc = table.json(records, JsonParams::new(args, launcher, hosts), rows);
+        // As the run resolved it (checked before the run).
+        let algo = (table.coll == Coll::AllReduce)
+            .then(|| args.algo_for(table.coll, &env_var).ok())
+            .flatten();
+        let doc = table.json(records, JsonParams::new(args, launcher, hosts, algo), rows);
         std::fs::write(path, crate::report::pretty_json(&doc))
             .map_err(|e| (EXIT_FAILED, format!("cannot write --json {path}: {e}")))?;
     }
@@ -671,6 +707,7 @@ fn assemble(all: &[Vec<u8>], size: usize, count: usize, has_ip: bool) -> Result<
         count,
         out_of_place: it.next().expect("out of place"),
         in_place: it.next(),
+        algo: None,
     })
 }
 
@@ -680,7 +717,50 @@ mod tests {
     use clap::Parser;
 
     fn terms_of(line: &str, coll: Coll) -> Vec<(String, String)> {
-        terms(&Args::try_parse_from(line.split(' ')).unwrap(), coll)
+        terms(
+            &Args::try_parse_from(line.split(' ')).unwrap(),
+            coll,
+            Algo::Auto,
+        )
+    }
+
+    #[test]
+    fn the_algorithm_comes_from_the_flag_then_vl_algo_then_nccl_algo() {
+        let args = |line: &str| Args::try_parse_from(line.split(' ')).unwrap();
+        let env = |vl: Option<&'static str>, nccl: Option<&'static str>| {
+            move |name: &str| match name {
+                "VL_ALGO" => vl.map(String::from),
+                "NCCL_ALGO" => nccl.map(String::from),
+                _ => None,
+            }
+        };
+        let ar = Coll::AllReduce;
+        let plain = args("vl_all_reduce_perf");
+        assert_eq!(plain.algo_for(ar, &env(None, None)), Ok(Algo::Auto));
+        assert_eq!(plain.algo_for(ar, &env(None, Some("Tree"))), Ok(Algo::Rd));
+        assert_eq!(
+            plain.algo_for(ar, &env(Some("ring"), Some("Tree"))),
+            Ok(Algo::Ring)
+        );
+        let flag = args("vl_all_reduce_perf --algo rd");
+        assert_eq!(flag.algo_for(ar, &env(Some("ring"), None)), Ok(Algo::Rd));
+        let e = plain.algo_for(ar, &env(Some("tree"), None)).unwrap_err();
+        assert!(e.starts_with("VL_ALGO=\"tree\": unknown algorithm"), "{e}");
+        // The others have only the ring: the variables are ignored, the flag refused.
+        let b = Coll::Broadcast { root: 0 };
+        assert_eq!(plain.algo_for(b, &env(Some("rd"), None)), Ok(Algo::Ring));
+        assert!(flag
+            .algo_for(b, &env(None, None))
+            .unwrap_err()
+            .contains("only the ring"));
+        assert!(Args::try_parse_from(["vl_all_reduce_perf", "--algo", "tree"]).is_err());
+        // The header says which, and where auto switches.
+        let line = params_line(&plain, 4, "flags", ar, Algo::Auto);
+        assert!(
+            line.ends_with(" algo: auto (rd below 71111 B per rank, ring from there)"),
+            "{line}"
+        );
+        assert!(!params_line(&plain, 4, "flags", b, Algo::Ring).contains("algo"));
     }
 
     #[test]
@@ -699,6 +779,7 @@ mod tests {
             ("-c", "0"),
             ("-d", "int32"),
             ("-o", "max"),
+            ("--algo", "auto"),
         ];
         let want: Vec<(String, String)> = want
             .iter()
@@ -816,7 +897,7 @@ mod tests {
         let line = "vl_all_reduce_perf -b 64 -e 4K -n 7 -w 2 -c 0 --slot-size 1K --slots 3";
         let args = Args::try_parse_from(line.split(' ')).unwrap();
         assert_eq!(
-            serde_json::to_string(&JsonParams::new(&args, Launcher::Flags, 2)).unwrap(),
+            serde_json::to_string(&JsonParams::new(&args, Launcher::Flags, 2, None)).unwrap(),
             concat!(
                 r#"{"min_bytes":64,"max_bytes":4096,"iters":7,"warmup_iters":2,"check":0,"#,
                 r#""slot_bytes":1024,"slots":3,"launcher":"flags (--rank/--world-size)","#,

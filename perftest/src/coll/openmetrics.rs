@@ -146,6 +146,7 @@ mod tests {
             count: 250_000,
             out_of_place: m(1000.0, Some(vec![0, 2])),
             in_place: Some(m(2000.0, Some(vec![0, 0]))),
+            algo: None,
         }];
         let text = render(&t, &rows, 2, Some(("--min-busbw 5", false)));
         let base = "tool=\"vl_all_reduce_perf\",collective=\"all_reduce\",type=\"float\",\

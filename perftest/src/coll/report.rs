@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 use verbs_lab::coll::bootstrap::places;
-use verbs_lab::coll::{Coll, DataType, Place, RankRecord, RedOp};
+use verbs_lab::coll::{Algo, Coll, DataType, Place, RankRecord, RedOp};
 
 /// One placement's measurement of one size, over all ranks.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +35,8 @@ pub struct Row {
     pub out_of_place: Measure,
     /// `None` where the collective has no in-place form (sendrecv).
     pub in_place: Option<Measure>,
+    /// The algorithm that ran it, for the collectives that have a choice (all-reduce).
+    pub algo: Option<Algo>,
 }
 
 /// Algorithm bandwidth in GB/s (10^9 bytes) of `size` bytes in `time_us`.
@@ -234,6 +236,11 @@ impl Table<'_> {
                 head.push(format!("{p}_{c}"));
             }
         }
+        // The collectives with a choice of algorithm say which ran, last.
+        let algo = self.coll == Coll::AllReduce;
+        if algo {
+            head.push("algo".into());
+        }
         let _ = w.write_record(&head);
         let cols = |size: usize, m: Option<&Measure>| -> Vec<String> {
             match m {
@@ -259,6 +266,9 @@ impl Table<'_> {
             ];
             rec.extend(cols(r.size, Some(&r.out_of_place)));
             rec.extend(cols(r.size, r.in_place.as_ref()));
+            if algo {
+                rec.push(r.algo.map_or("", Algo::name).to_string());
+            }
             let _ = w.write_record(&rec);
         }
         String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
@@ -304,6 +314,7 @@ impl Table<'_> {
                     count: r.count,
                     out_of_place: meas(r.size, &r.out_of_place),
                     in_place: r.in_place.as_ref().map(|m| meas(r.size, m)),
+                    algo: r.algo.map(|a| a.name().to_string()),
                 })
                 .collect(),
             wrong: total_wrong(rows),
@@ -381,6 +392,10 @@ pub struct RowJson<M> {
     pub count: usize,
     pub out_of_place: M,
     pub in_place: Option<M>,
+    /// The algorithm that ran this size (`ring`, `rd`), for all-reduce; absent for the
+    /// collectives that have only the ring.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algo: Option<String>,
 }
 
 /// One placement of one size: the table's columns, then each rank's own figures.
@@ -527,6 +542,7 @@ mod tests {
             count: 250_000,
             out_of_place: m(1000.0, 0),
             in_place: Some(m(500.0, 2)),
+            algo: Some(Algo::Rd),
         }];
         let line = t.row(&rows[0]);
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -577,6 +593,11 @@ mod tests {
             ]
         );
         assert_eq!(doc["rows"][0]["in_place"]["time_us"], 500.0);
+        assert_eq!(doc["rows"][0]["algo"], "rd");
+        let csv = t.csv(&rows);
+        let mut lines = csv.lines();
+        assert!(lines.next().unwrap().ends_with(",ip_wrong,algo"), "{csv}");
+        assert!(lines.next().unwrap().ends_with(",2,rd"), "{csv}");
         assert_eq!(doc["version"], env!("CARGO_PKG_VERSION"));
         // The one layout reads back what it wrote, to the byte.
         let text = crate::report::pretty_json(&t.json(&[], serde_json::Map::new(), &rows));

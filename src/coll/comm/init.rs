@@ -35,7 +35,7 @@ impl Comm {
             &t[schedule::ring_offset(r, n, -1)],
             &t[schedule::ring_offset(r, n, 1)],
         );
-        let up = check_slots(rrec, opts).and_then(|_| local.connect(&record, lrec, rrec, opts));
+        let up = check_slots(rrec, opts).and_then(|_| local.connect(&record, lrec, rrec));
         if let Err(e) = up {
             star.abort(&e);
             return Err(e);
@@ -159,6 +159,9 @@ fn single(info: RankInfo, mut record: RankRecord, opts: &CommOpts) -> Result<Com
         info,
         star: Star::single(record),
         ring: None,
+        partners: None,
+        link_cfg: None,
+        algo: opts.algo,
         mem: Memory::Heap(heap),
         max_bytes: opts.max_bytes,
         scratch: false,
@@ -211,39 +214,49 @@ fn check_slots(rrec: &RankRecord, opts: &CommOpts) -> Result<()> {
 ///
 /// Fields drop in order, children before parents (each child also holds its parent alive).
 struct Local {
-    left: Qp,
-    right: Qp,
-    slots: Mr,
+    pair: Pair,
     data: Mr,
-    cq: Cq,
-    channel: CompChannel,
     pd: Pd,
     ctx: Context,
-    sq_depth: usize,
-    port: crate::verbs::PortAttr,
-    gid: crate::verbs::GidEntry,
+    port: PortCfg,
 }
 
-impl Local {
-    /// The device `dev` (`None`: the first), its port and GID; the PD, the CQ with its channel,
-    /// one QP to each neighbour, the receive slots and the data buffer.
-    fn open(dev: Option<&str>, opts: &CommOpts) -> Result<Local> {
-        // An ACTIVE port, or this rank fails here, saying so, not later at the QP connect.
-        let crate::verbs::ActivePort { ctx, port, gid } =
-            DeviceList::open_port(dev, opts.ib_port, opts.gid_index)
-                .map_err(verbs("opening the RDMA device, its port and GID"))?;
-        let gid = gid.entry;
-        let pd = ctx.alloc_pd().map_err(verbs("ibv_alloc_pd"))?;
-        let sq_depth = 2 * opts.nslots + 16;
+/// The verbs objects of a pair of links: a QP from a peer (`left`: its data arrives, our credits
+/// leave) and a QP to a peer (`right`), their CQ and channel, and the slots the peer writes. The
+/// ring's pair goes to two neighbours; a recursive-doubling partner's both go to the partner.
+pub(super) struct Pair {
+    pub(super) left: Qp,
+    pub(super) right: Qp,
+    pub(super) slots: Mr,
+    pub(super) cq: Cq,
+    pub(super) channel: CompChannel,
+    pub(super) sq_depth: usize,
+}
+
+/// What connecting one more QP of this rank needs (kept for the links made after the ring's).
+#[derive(Clone)]
+pub(super) struct PortCfg {
+    pub(super) attr: crate::verbs::PortAttr,
+    pub(super) gid: crate::verbs::GidEntry,
+    pub(super) ib_port: u8,
+    pub(super) ack_timeout: u8,
+    pub(super) slot_bytes: usize,
+    pub(super) nslots: usize,
+}
+
+impl Pair {
+    /// The CQ with its channel, one QP per direction and the receive slots, on `pd`.
+    pub(super) fn open(ctx: &Context, pd: &Pd, slot_bytes: usize, nslots: usize) -> Result<Pair> {
+        let sq_depth = 2 * nslots + 16;
         let channel = ctx
             .create_comp_channel()
             .map_err(verbs("ibv_create_comp_channel"))?;
         let cq = ctx
-            .create_cq((2 * sq_depth + 2 * opts.nslots + 8) as u32, Some(&channel))
+            .create_cq((2 * sq_depth + 2 * nslots + 8) as u32, Some(&channel))
             .map_err(verbs("ibv_create_cq"))?;
         let caps = QpCaps {
             max_send_wr: sq_depth as u32,
-            max_recv_wr: opts.nslots as u32 + 4,
+            max_recv_wr: nslots as u32 + 4,
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: 0,
@@ -260,44 +273,141 @@ impl Local {
         };
         let left = qp("left")?;
         let right = qp("right")?;
-        check_memlock(opts.nslots * opts.slot_bytes + opts.data_bytes())?;
         let slots = pd
             .reg_mr(
-                opts.nslots * opts.slot_bytes,
+                nslots * slot_bytes,
                 AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
             )
             .map_err(verbs("registering the receive slots"))?;
-        let data = pd
-            .reg_mr(opts.data_bytes(), AccessFlags::LOCAL_WRITE)
-            .map_err(verbs("registering the data buffer"))?;
-        Ok(Local {
-            ctx,
-            pd,
-            channel,
-            cq,
+        Ok(Pair {
             left,
             right,
             slots,
-            data,
+            cq,
+            channel,
             sq_depth,
+        })
+    }
+
+    /// Brings `left` up to the peer's QP `from` (QPN, PSN) and `right` to its QP `to`, then
+    /// posts every receive: receives need a QP past RESET, and every one must be posted before
+    /// the barrier after which the peers may write. `me` has our LID and GID; `psns` our first
+    /// PSNs (left, right).
+    pub(super) fn connect(
+        &self,
+        cfg: &PortCfg,
+        me: &RankRecord,
+        psns: (u32, u32),
+        from: (&RankRecord, u32, u32),
+        to: (&RankRecord, u32, u32),
+    ) -> Result<()> {
+        connect_qp(&self.left, cfg, me, psns.0, from)?;
+        connect_qp(&self.right, cfg, me, psns.1, to)?;
+        post_recvs(&self.left, WR_RECV_DATA, cfg.nslots)?;
+        post_recvs(&self.right, WR_RECV_CREDIT, cfg.nslots)
+    }
+
+    /// The link state over this pair, writing into `peer_slots`.
+    pub(super) fn into_ring(self, ctx: Context, cfg: &PortCfg, peer_slots: RemoteBuf) -> Ring {
+        Ring {
+            ctx,
+            port: cfg.ib_port,
+            channel: self.channel,
+            cq: self.cq,
+            left: self.left,
+            right: self.right,
+            slots: self.slots,
+            peer_slots,
+            slot_bytes: cfg.slot_bytes,
+            nslots: cfg.nslots,
+            sq_depth: self.sq_depth,
+            tx_seq: 0,
+            rx_seq: 0,
+            credits: cfg.nslots,
+            arrived: VecDeque::new(),
+            sq_right: 0,
+            sq_left: 0,
+        }
+    }
+}
+
+/// One QP of ours to the peer's QP `peer_qpn` (first PSN `peer_psn`), at the path MTU of our
+/// port and the peer's.
+fn connect_qp(
+    qp: &Qp,
+    cfg: &PortCfg,
+    me: &RankRecord,
+    my_psn: u32,
+    (peer, peer_qpn, peer_psn): (&RankRecord, u32, u32),
+) -> Result<()> {
+    let mtu = connect::path_mtu(&[cfg.attr.active_mtu, crate::verbs::Mtu::from_bytes(peer.mtu)]);
+    let o = ConnectOpts {
+        access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        timeout: cfg.ack_timeout,
+        ..ConnectOpts::for_gid(cfg.ib_port, &cfg.gid, mtu)
+            .map_err(verbs(format!("connecting to {}", peer.who())))?
+    };
+    let local = Endpoint {
+        lid: me.lid,
+        qpn: qp.qpn(),
+        psn: my_psn,
+        gid: me.gid,
+    };
+    let remote = Endpoint {
+        lid: peer.lid,
+        qpn: peer_qpn,
+        psn: peer_psn,
+        gid: peer.gid,
+    };
+    connect::bring_up(qp, &local, &remote, &o)
+        .map_err(verbs(format!("connecting to {}", peer.who())))
+}
+
+impl Local {
+    /// The device `dev` (`None`: the first), its port and GID; the PD, the CQ with its channel,
+    /// one QP to each neighbour, the receive slots and the data buffer.
+    fn open(dev: Option<&str>, opts: &CommOpts) -> Result<Local> {
+        // An ACTIVE port, or this rank fails here, saying so, not later at the QP connect.
+        let crate::verbs::ActivePort { ctx, port, gid } =
+            DeviceList::open_port(dev, opts.ib_port, opts.gid_index)
+                .map_err(verbs("opening the RDMA device, its port and GID"))?;
+        let pd = ctx.alloc_pd().map_err(verbs("ibv_alloc_pd"))?;
+        check_memlock(opts.nslots * opts.slot_bytes + opts.data_bytes())?;
+        let pair = Pair::open(&ctx, &pd, opts.slot_bytes, opts.nslots)?;
+        let data = pd
+            .reg_mr(opts.data_bytes(), AccessFlags::LOCAL_WRITE)
+            .map_err(verbs("registering the data buffer"))?;
+        let port = PortCfg {
+            attr: port,
+            gid: gid.entry,
+            ib_port: opts.ib_port,
+            ack_timeout: opts.ack_timeout,
+            slot_bytes: opts.slot_bytes,
+            nslots: opts.nslots,
+        };
+        Ok(Local {
+            pair,
+            data,
+            pd,
+            ctx,
             port,
-            gid,
         })
     }
 
     /// Fills in what the neighbours need: device, LID, GID, MTU, QPNs, first PSNs, the slots.
     fn describe(&self, record: &mut RankRecord, opts: &CommOpts) -> Result<()> {
         record.device = self.ctx.name().to_string();
-        record.lid = self.port.lid;
-        record.gid = self.gid.gid;
-        record.mtu = connect::port_mtu(self.port.active_mtu).bytes();
-        record.left_qpn = self.left.qpn();
+        record.lid = self.port.attr.lid;
+        record.gid = self.port.gid.gid;
+        record.mtu = connect::port_mtu(self.port.attr.active_mtu).bytes();
+        record.left_qpn = self.pair.left.qpn();
         record.left_psn = connect::random_psn();
-        record.right_qpn = self.right.qpn();
+        record.right_qpn = self.pair.right.qpn();
         record.right_psn = connect::random_psn();
         record.slots = self
+            .pair
             .slots
-            .remote(0..self.slots.len())
+            .remote(0..self.pair.slots.len())
             .map_err(verbs("the slots"))?;
         record.slot_bytes = opts.slot_bytes as u32;
         record.nslots = opts.nslots as u32;
@@ -305,73 +415,15 @@ impl Local {
     }
 
     /// Brings the left QP up to the left neighbour's right QP and the right QP to the right
-    /// neighbour's left QP, then posts every receive: receives need a QP past RESET, and every
-    /// one is posted before the barrier, after which the neighbours may write.
-    fn connect(
-        &self,
-        record: &RankRecord,
-        lrec: &RankRecord,
-        rrec: &RankRecord,
-        opts: &CommOpts,
-    ) -> Result<()> {
-        self.connect_qp(
-            &self.left,
+    /// neighbour's left QP, then posts every receive ([`Pair::connect`]).
+    fn connect(&self, record: &RankRecord, lrec: &RankRecord, rrec: &RankRecord) -> Result<()> {
+        self.pair.connect(
+            &self.port,
             record,
-            record.left_psn,
-            lrec,
-            lrec.right_qpn,
-            lrec.right_psn,
-            opts,
-        )?;
-        self.connect_qp(
-            &self.right,
-            record,
-            record.right_psn,
-            rrec,
-            rrec.left_qpn,
-            rrec.left_psn,
-            opts,
-        )?;
-        post_recvs(&self.left, WR_RECV_DATA, opts.nslots)?;
-        post_recvs(&self.right, WR_RECV_CREDIT, opts.nslots)
-    }
-
-    /// One QP of ours to the peer's QP `peer_qpn`, at the path MTU of our port and the peer's.
-    #[allow(clippy::too_many_arguments)]
-    fn connect_qp(
-        &self,
-        qp: &Qp,
-        record: &RankRecord,
-        my_psn: u32,
-        peer: &RankRecord,
-        peer_qpn: u32,
-        peer_psn: u32,
-        opts: &CommOpts,
-    ) -> Result<()> {
-        let mtu = connect::path_mtu(&[
-            self.port.active_mtu,
-            crate::verbs::Mtu::from_bytes(peer.mtu),
-        ]);
-        let o = ConnectOpts {
-            access: AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-            timeout: opts.ack_timeout,
-            ..ConnectOpts::for_gid(opts.ib_port, &self.gid, mtu)
-                .map_err(verbs(format!("connecting to {}", peer.who())))?
-        };
-        let local = Endpoint {
-            lid: record.lid,
-            qpn: qp.qpn(),
-            psn: my_psn,
-            gid: record.gid,
-        };
-        let remote = Endpoint {
-            lid: peer.lid,
-            qpn: peer_qpn,
-            psn: peer_psn,
-            gid: peer.gid,
-        };
-        connect::bring_up(qp, &local, &remote, &o)
-            .map_err(verbs(format!("connecting to {}", peer.who())))
+            (record.left_psn, record.right_psn),
+            (lrec, lrec.right_qpn, lrec.right_psn),
+            (rrec, rrec.left_qpn, rrec.left_psn),
+        )
     }
 
     /// The communicator over the connected ring.
@@ -379,25 +431,10 @@ impl Local {
         Comm {
             info,
             star,
-            ring: Some(Ring {
-                ctx: self.ctx,
-                port: opts.ib_port,
-                channel: self.channel,
-                cq: self.cq,
-                left: self.left,
-                right: self.right,
-                slots: self.slots,
-                peer_slots,
-                slot_bytes: opts.slot_bytes,
-                nslots: opts.nslots,
-                sq_depth: self.sq_depth,
-                tx_seq: 0,
-                rx_seq: 0,
-                credits: opts.nslots,
-                arrived: VecDeque::new(),
-                sq_right: 0,
-                sq_left: 0,
-            }),
+            ring: Some(self.pair.into_ring(self.ctx, &self.port, peer_slots)),
+            partners: None,
+            link_cfg: Some((self.pd.clone(), self.port)),
+            algo: opts.algo,
             mem: Memory::Registered(self.data),
             max_bytes: opts.max_bytes,
             scratch: opts.scratch,

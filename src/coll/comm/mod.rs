@@ -11,6 +11,11 @@
 //! receiver has not consumed. No payload byte goes over TCP; TCP (the [`Star`]) carries only the
 //! bootstrap, small control messages and liveness.
 //!
+//! **Recursive doubling** ([`crate::coll::algo`]) runs each of its steps as a plan on a pair of
+//! links of the same kind to its partner of the step, made the first time an all-reduce picks
+//! it (`partners`): every rank then exchanges the QP numbers and slots of its partner links
+//! through the star, connects them and waits for all; the ring's links are never touched.
+//!
 //! **Safety of the buffers.** The destination buffer is registered for local access only: only
 //! our own NIC reads it (for our writes), and the plan orders every overwrite of a range after the
 //! completion of every send reading it. Between collectives nothing is posted on it, so
@@ -22,6 +27,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use crate::affinity;
+use crate::coll::algo::{self, Algo};
 use crate::coll::bootstrap::{self, CollError, RankRecord, Result, Star, PROTOCOL_VERSION};
 use crate::coll::env::{pick_device, RankInfo};
 use crate::coll::kernels::{self, DataType, RedOp};
@@ -34,6 +40,8 @@ use crate::verbs::{
 
 mod init;
 pub use init::own_record;
+use init::{Pair, PortCfg};
+mod partners;
 mod pump;
 
 /// How to build a communicator.
@@ -58,6 +66,9 @@ pub struct CommOpts {
     pub peer_timeout: Duration,
     /// QP ack timeout exponent (`-u`): 4.096 µs × 2^n.
     pub ack_timeout: u8,
+    /// The all-reduce algorithm ([`Algo::Auto`]: by size and world). Every rank must be given
+    /// the same: the choice decides who talks to whom.
+    pub algo: Algo,
     /// Where to pin this rank's thread, once it knows its local rank.
     pub pin: Pinning,
 
@@ -91,6 +102,7 @@ impl Default for CommOpts {
             bootstrap_timeout: Duration::from_secs(60),
             peer_timeout: Duration::from_secs(30),
             ack_timeout: 20,
+            algo: Algo::Ring,
             pin: Pinning::None,
             local_queues: None,
             terms: Vec::new(),
@@ -166,7 +178,9 @@ const WR_CREDIT: u64 = 2;
 const WR_RECV_DATA: u64 = 3;
 const WR_RECV_CREDIT: u64 = 4;
 
-/// The ring's verbs objects and the state that persists between collectives.
+/// A pair of links — data from `left`, data to `right` — with their verbs objects and the state
+/// that persists between collectives: the ring's (to both neighbours), or a recursive-doubling
+/// partner's (both to the partner).
 struct Ring {
     ctx: Context,
     /// The port of `ctx` the QPs use: looked at when a work request fails.
@@ -272,6 +286,11 @@ pub struct Comm {
     info: RankInfo,
     star: Star,
     ring: Option<Ring>,
+    /// The links to the recursive-doubling partners, by rank, once an all-reduce used it.
+    partners: Option<std::collections::HashMap<usize, Ring>>,
+    /// The PD and the port's facts, for the links made after the ring's.
+    link_cfg: Option<(Pd, PortCfg)>,
+    algo: Algo,
     mem: Memory,
     max_bytes: usize,
     /// Whether `mem` has all-to-all's scratch.
@@ -324,6 +343,18 @@ impl Comm {
     /// Observes every message applied (narration); `None` stops.
     pub fn set_tracer(&mut self, t: Option<Tracer>) {
         self.tracer = t;
+    }
+    /// The all-reduce algorithm asked for (every rank must use the same).
+    pub fn set_algo(&mut self, algo: Algo) {
+        self.algo = algo;
+    }
+    /// The algorithm `coll` on `bytes` per rank runs: [`Algo::resolve`] for all-reduce, the
+    /// ring for every other collective.
+    pub fn algo_for(&self, coll: Coll, bytes: usize) -> Algo {
+        match coll {
+            Coll::AllReduce => self.algo.resolve(self.world_size(), bytes),
+            _ => Algo::Ring,
+        }
     }
     /// Where the time went since the last call (and starts counting afresh).
     pub fn take_phases(&mut self) -> Phases {
@@ -425,7 +456,11 @@ impl Comm {
         if !in_place {
             self.copy_in(0..bytes, 0);
         }
-        self.run_coll(coll, dtype, op, count)?;
+        if self.algo_for(coll, bytes) == Algo::Rd {
+            self.run_rd(dtype, op, count)?;
+        } else {
+            self.run_coll(coll, dtype, op, count)?;
+        }
         if op == RedOp::Avg {
             // The ring summed; the average is that sum over the ranks, where the result is.
             let n = self.world_size();
@@ -648,7 +683,13 @@ impl Comm {
 
     /// Runs a job on the ring; a failure breaks the communicator and is told to every rank.
     fn execute(&mut self, job: Job<'_>) -> Result<()> {
-        let r = self.pump(job);
+        self.execute_on(job, None)
+    }
+
+    /// Runs a job on the ring (`via` `None`) or on the links to partner `via`; a failure breaks
+    /// the communicator and is told to every rank.
+    fn execute_on(&mut self, job: Job<'_>, via: Option<usize>) -> Result<()> {
+        let r = self.pump(job, via);
         if let Err(e) = &r {
             self.broken = true;
             // Rank 0 may already know better who is gone (a closed socket): ask it briefly —

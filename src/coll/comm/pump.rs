@@ -44,9 +44,13 @@ fn lap(t: &mut Instant, slot: &mut Duration) {
 }
 
 impl Comm {
-    pub(super) fn pump(&mut self, job: Job<'_>) -> Result<()> {
+    /// Runs `job` on the ring, or with `via` on the links to that partner.
+    pub(super) fn pump(&mut self, job: Job<'_>, via: Option<usize>) -> Result<()> {
         let peer = |k| {
-            let r: &RankRecord = self.neighbour(k);
+            let r: &RankRecord = match via {
+                Some(p) => &self.star.table()[p],
+                None => self.neighbour(k),
+            };
             Peer {
                 who: r.who(),
                 rank: r.rank,
@@ -63,16 +67,22 @@ impl Comm {
         let mut idle = Idle::new(self.peer_timeout);
         let Comm {
             ring,
+            partners,
             mem,
             star,
             tracer,
             phases,
             ..
         } = self;
-        phases.collectives += 1;
-        let ring = ring
-            .as_mut()
-            .expect("a ring when the world has more than one rank");
+        // A recursive-doubling step is a part of one (counted by `run_rd`).
+        if via.is_none() {
+            phases.collectives += 1;
+        }
+        let ring = match via {
+            None => ring.as_mut(),
+            Some(p) => partners.as_mut().and_then(|l| l.get_mut(&p)),
+        }
+        .expect("a ring when the world has more than one rank, partner links once connected");
         let Memory::Registered(data) = mem else {
             unreachable!("a ring has registered memory")
         };
