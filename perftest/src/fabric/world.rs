@@ -63,7 +63,7 @@ impl World {
 
     /// Runs one round of `flows` (every flow between live ranks): each live rank gets its own,
     /// rank 0 runs its part, then waits for every other live rank's outcomes — at most
-    /// `--round-timeout`, and at most [`AFTER_PARTNER`] after the partner of a silent rank
+    /// `--round-timeout`, and at most [`AFTER_PARTNER_MARGIN`] after the partner of a silent rank
     /// reported a failure. `round` names the round in a gone rank's reason.
     pub fn round(&mut self, args: &Args, flows: &[Flow], round: &str) -> RoundOutcomes {
         let n = self.table.len();
