@@ -264,6 +264,20 @@ fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     std::fs::write(path, bytes)
 }
 
+/// [`check_generated`] for each `(exe, flag)` of a package's binaries, under
+/// `CARGO_TARGET_TMPDIR/docs-<package>` as `scratch`: every failure, one per line.
+pub fn check_every_generated(scratch: &Path, tools: &[(&str, &str)]) -> Result<(), String> {
+    let failed: Vec<String> = tools
+        .iter()
+        .filter_map(|(exe, flag)| check_generated(Path::new(exe), scratch, flag).err())
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("\n"))
+    }
+}
+
 /// Runs the binary `exe` as a generator into a fresh directory under `scratch` and checks that
 /// its man page and every completion mention `flag` (e.g. `--ib-dev`). Returns the files, or
 /// what is missing. Used by each package's tests to prove every binary documents itself.

@@ -27,16 +27,15 @@
 //!   reader has gone (`| head`), destructors run.
 //! - [`stderr`]: `eprintln_whole!`, a line on stderr in one `write(2)`, so the lines of processes
 //!   sharing one stderr never interleave.
-//! - [`coll`]: collectives over verbs — launcher bootstrap, the ring communicator, reductions.
 //!
-//! The lessons (`lessons/`) and the benchmarks (`perftest/`) are built on it.
+//! The lessons (`lessons/`), the point-to-point benchmarks (`perftest/`), the collectives and the
+//! fabric check (`coll/`) and the bench tooling (`bench/`) are built on it.
 
 #![forbid(unsafe_code)]
 
 pub mod affinity;
 pub mod background;
 pub mod cli;
-pub mod coll;
 pub mod connect;
 pub mod diag;
 pub mod json;

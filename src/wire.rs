@@ -1,7 +1,7 @@
 //! The one binary codec of the project: a [`Writer`] and a [`Reader`] for the big-endian
 //! records that processes exchange (the message queues of [`crate::mq`], the worker reports of
 //! the benchmarks' `--procs`, the benchmarks' out-of-band messages, the collectives' bootstrap
-//! records in [`crate::coll::bootstrap`]).
+//! records in `vl_coll::bootstrap`).
 //!
 //! The layout is deliberately plain: integers big-endian, `f64` as its IEEE-754 bits, a
 //! boolean as one byte 0 or 1, an optional value as a 0/1 tag byte and the value, a text as a

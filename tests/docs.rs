@@ -6,11 +6,12 @@ use std::path::Path;
 #[test]
 fn every_binary_documents_itself() {
     let scratch = Path::new(env!("CARGO_TARGET_TMPDIR")).join("docs-root");
-    for (exe, flag) in [
-        (env!("CARGO_BIN_EXE_vl_devinfo"), "--ib-dev"),
-        (env!("CARGO_BIN_EXE_vl_selftest"), "--dev-b"),
-    ] {
-        verbs_lab::cli::check_generated(Path::new(exe), &scratch, flag)
-            .unwrap_or_else(|e| panic!("{e}"));
-    }
+    verbs_lab::cli::check_every_generated(
+        &scratch,
+        &[
+            (env!("CARGO_BIN_EXE_vl_devinfo"), "--ib-dev"),
+            (env!("CARGO_BIN_EXE_vl_selftest"), "--dev-b"),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
 }

@@ -2,7 +2,7 @@
 //!
 //! Data-parallel training ends every step with an all-reduce: every GPU holds a gradient, every
 //! GPU needs their sum. NCCL does it on a ring, and so does this lesson — on the verbs of the
-//! lessons before it, in `verbs_lab::coll`:
+//! lessons before it, in `vl_coll`:
 //!
 //! 1. **Who am I?** Launchers hand each process its rank, the world size and rank 0's address
 //!    (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT` under torchrun). `--np N` plays the
@@ -41,11 +41,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
-use verbs_lab::coll::kernels::{load_value, store_value};
-use verbs_lab::coll::schedule::{chunk, ring_offset, Action};
-use verbs_lab::coll::{env, launch, Comm, CommOpts, DataType, RankFlags, RedOp};
 use verbs_lab::wire::{Reader, WireError, Writer};
 use verbs_lab_lessons::{outln, parse_args, until_stdout_closes, usage_error, Narrator};
+use vl_coll::kernels::{load_value, store_value};
+use vl_coll::schedule::{chunk, ring_offset, Action};
+use vl_coll::{env, launch, Comm, CommOpts, DataType, RankFlags, RedOp};
 
 #[derive(Parser, Debug)]
 #[command(about = "Lesson 15: a ring all-reduce over RDMA, every step shown")]

@@ -17,7 +17,7 @@
 //!
 //! There is no MPI here: the launcher's world is a TCP star around rank 0 at `--master` (or
 //! `MASTER_ADDR:MASTER_PORT`), which gives the same gather and broadcast. The communicator is
-//! lesson 15's, `verbs_lab::coll::Comm`, met at the unique id rank 0 made. Step 6 puts numbers
+//! lesson 15's, `vl_coll::Comm`, met at the unique id rank 0 made. Step 6 puts numbers
 //! on the choice every data-parallel job makes: a parameter server, or collectives.
 //!
 //! ```text
@@ -33,14 +33,14 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
-use verbs_lab::coll::bootstrap::{self, place, Star, Via};
-use verbs_lab::coll::comm::own_record;
-use verbs_lab::coll::kernels::{load_value, store_value};
-use verbs_lab::coll::schedule::ring_offset;
-use verbs_lab::coll::{env, launch, Comm, CommOpts, DataType, RankFlags, RankInfo, RedOp};
 use verbs_lab::verbs::Gid;
 use verbs_lab::wire::{Reader, Writer};
 use verbs_lab_lessons::{outln, parse_args, until_stdout_closes, usage_error, Narrator};
+use vl_coll::bootstrap::{self, place, Star, Via};
+use vl_coll::comm::own_record;
+use vl_coll::kernels::{load_value, store_value};
+use vl_coll::schedule::ring_offset;
+use vl_coll::{env, launch, Comm, CommOpts, DataType, RankFlags, RankInfo, RedOp};
 
 #[derive(Parser, Debug)]
 #[command(about = "Lesson 16: a job on many hosts, started as NCCL's MPI example starts it")]

@@ -5,9 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod aggregate;
-pub mod benchstat;
 pub mod bw;
-pub mod coll;
 pub mod compat;
 pub mod conn;
 pub mod counters;
@@ -16,10 +14,8 @@ pub mod device;
 pub mod engine;
 pub mod entry;
 pub mod events;
-pub mod fabric;
 pub mod gates;
 pub mod input;
-pub mod jsoncheck;
 pub mod lat;
 pub mod listen;
 pub mod output;

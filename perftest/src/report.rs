@@ -15,7 +15,7 @@
 //! | [`openmetrics::render`] | Prometheus, node_exporter's textfile collector | `--openmetrics`: rows, counter deltas, gate verdicts |
 //!
 //! The `--json` layout is declared once, in [`schema`]: [`render_json`] writes it, and
-//! [`crate::jsoncheck::check_report`] (`vl_jsoncheck`) reads a report back into it and checks it.
+//! `vl_bench::jsoncheck::check_report` (`vl_jsoncheck`) reads a report back into it and checks it.
 //!
 //! ## Multi-process runs (`--procs N`)
 //! Each format has a `render_*_procs` variant taking the processes
@@ -42,7 +42,7 @@ mod table;
 pub mod text;
 
 pub use csv::{render_csv, render_csv_procs};
-pub(crate) use json::pretty_json;
+pub use json::pretty_json;
 pub use json::{render_json, render_json_counters, render_json_procs, FORMAT_VERSION};
 pub use perftest_json::render_perftest_json;
 pub use table::{render_table, render_table_procs};

@@ -744,7 +744,7 @@ impl Reporter {
 
 /// Whether `path` can be opened for writing; a file this creates is removed again. (The
 /// collectives check their `--json` with it too.)
-pub(crate) fn can_write(path: &Path) -> io::Result<()> {
+pub fn can_write(path: &Path) -> io::Result<()> {
     let existed = fs::symlink_metadata(path).is_ok();
     fs::OpenOptions::new()
         .write(true)

@@ -74,7 +74,7 @@ pub fn render_json_counters(
 
 /// `doc` indented by two spaces per level, with a final newline: the layout of every JSON file
 /// perftest writes.
-pub(crate) fn pretty_json(doc: &impl Serialize) -> String {
+pub fn pretty_json(doc: &impl Serialize) -> String {
     let mut text = serde_json::to_string_pretty(doc).expect("a report always serializes");
     text.push('\n');
     text

@@ -26,14 +26,14 @@ use crate::counters::Snapshot;
 use crate::result::{Rows, RunResult};
 
 /// A label value with `\`, `"` and newlines escaped.
-pub(crate) fn esc(v: &str) -> String {
+pub fn esc(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
 }
 
 /// `{k="v",...}` from pairs.
-pub(crate) fn labels(pairs: &[(&str, String)]) -> String {
+pub fn labels(pairs: &[(&str, String)]) -> String {
     let inner: Vec<String> = pairs
         .iter()
         .map(|(k, v)| format!("{k}=\"{}\"", esc(v)))
@@ -42,13 +42,13 @@ pub(crate) fn labels(pairs: &[(&str, String)]) -> String {
 }
 
 /// `base`'s labels, then `extra`'s.
-pub(crate) fn labels_with(base: &[(&str, String)], extra: &[(&str, String)]) -> String {
+pub fn labels_with(base: &[(&str, String)], extra: &[(&str, String)]) -> String {
     let all: Vec<(&str, String)> = base.iter().chain(extra).cloned().collect();
     labels(&all)
 }
 
 /// A number as both formats read it (`+Inf`, `-Inf`, `NaN` spelled out).
-pub(crate) fn value(x: f64) -> String {
+pub fn value(x: f64) -> String {
     if x.is_nan() {
         "NaN".into()
     } else if x.is_infinite() {
@@ -59,24 +59,24 @@ pub(crate) fn value(x: f64) -> String {
 }
 
 /// Writes one family's head and samples into `out`.
-pub(crate) struct Family<'a> {
-    pub(crate) out: &'a mut String,
+pub struct Family<'a> {
+    pub out: &'a mut String,
 }
 
 impl Family<'_> {
-    pub(crate) fn head(&mut self, name: &str, help: &str, unit: Option<&str>) {
+    pub fn head(&mut self, name: &str, help: &str, unit: Option<&str>) {
         let _ = writeln!(self.out, "# TYPE {name} gauge");
         if let Some(u) = unit {
             let _ = writeln!(self.out, "# UNIT {name} {u}");
         }
         let _ = writeln!(self.out, "# HELP {name} {help}");
     }
-    pub(crate) fn sample(&mut self, name: &str, labels: &str, v: f64) {
+    pub fn sample(&mut self, name: &str, labels: &str, v: f64) {
         let _ = writeln!(self.out, "{name}{labels} {}", value(v));
     }
     /// `vl_gate_passed`: one sample per gate (`base`'s labels and `gate`, as typed), 1 when it
     /// held and 0 when it failed; nothing when no gate was given.
-    pub(crate) fn gates(&mut self, base: &[(&str, String)], gates: &[(String, bool)]) {
+    pub fn gates(&mut self, base: &[(&str, String)], gates: &[(String, bool)]) {
         if gates.is_empty() {
             return;
         }

@@ -1,6 +1,6 @@
 //! The `--json` document's layout, once: the writer (`report/json.rs`) fills these structs and
 //! serde_json writes them field by field in their order; `vl_jsoncheck`
-//! ([`crate::jsoncheck`]) reads a report back into the very same structs. A field added here is
+//! (`vl_bench::jsoncheck`) reads a report back into the very same structs. A field added here is
 //! written and read alike.
 //!
 //! Text is a [`Cow`]: the writer borrows it from the run, a reader owns it. A reader that reads

@@ -1,0 +1,213 @@
+//! Recursive doubling on the communicator: the links to the partners, made once, and the steps
+//! run on them ([`crate::algo`]).
+//!
+//! **Connecting the partners** is collective: the first all-reduce that picks recursive doubling
+//! runs it on every rank at once (the choice depends only on the size and the world, which all
+//! ranks share). Each rank opens one [`Pair`] per partner, sends rank 0 its partner list — per
+//! partner, big-endian: partner rank, left QPN, left PSN, right QPN, right PSN (u32 each), slot
+//! address u64, slot rkey and length (u32 each), after a u32 count — rank 0 broadcasts every
+//! rank's list (u32 length + bytes each), each rank brings its left QP up to its partner's right
+//! one and its right QP to the partner's left, and a barrier waits for every receive posted. The
+//! LID, GID and MTU come from the bootstrap table.
+
+use std::collections::HashMap;
+
+use super::*;
+use verbs_lab::wire::{Reader, Width, WireError, Writer};
+
+/// What a rank tells its partner of one pair of links to it.
+#[derive(Debug, Clone, Copy)]
+struct PairInfo {
+    partner: u32,
+    left_qpn: u32,
+    left_psn: u32,
+    right_qpn: u32,
+    right_psn: u32,
+    slots: RemoteBuf,
+}
+
+impl PairInfo {
+    fn write(&self, w: &mut Writer) {
+        let words = [self.left_qpn, self.left_psn, self.right_qpn, self.right_psn];
+        w.u32(self.partner);
+        words.into_iter().for_each(|v| w.u32(v));
+        w.u64(self.slots.addr);
+        w.u32(self.slots.rkey);
+        w.u32(self.slots.len);
+    }
+
+    fn read(r: &mut Reader<'_>) -> std::result::Result<PairInfo, WireError> {
+        let mut v = [0u32; 5];
+        let names = ["partner", "left QPN", "left PSN", "right QPN", "right PSN"];
+        for (x, what) in v.iter_mut().zip(names) {
+            *x = r.u32(what)?;
+        }
+        let [partner, left_qpn, left_psn, right_qpn, right_psn] = v;
+        let addr = r.u64("slot address")?;
+        let (rkey, len) = (r.u32("slot rkey")?, r.u32("slot length")?);
+        Ok(PairInfo {
+            partner,
+            left_qpn,
+            left_psn,
+            right_qpn,
+            right_psn,
+            slots: RemoteBuf { addr, rkey, len },
+        })
+    }
+}
+
+/// One rank's partner list, as sent to rank 0.
+fn encode(list: &[PairInfo]) -> Vec<u8> {
+    let mut w = Writer::new();
+    w.count(list.len()).expect("a few partners");
+    for p in list {
+        p.write(&mut w);
+    }
+    w.into_bytes()
+}
+
+fn decode(b: &[u8]) -> std::result::Result<Vec<PairInfo>, WireError> {
+    let mut r = Reader::new(b);
+    // A partner is 32 bytes.
+    let n = r.count("partner count", 32)?;
+    let list = (0..n)
+        .map(|_| PairInfo::read(&mut r))
+        .collect::<std::result::Result<_, _>>()?;
+    r.finish()?;
+    Ok(list)
+}
+
+impl Comm {
+    /// All-reduce by recursive doubling of the output's first `count` elements: the links to
+    /// the partners first (once), then each step on the link to its partner.
+    pub(super) fn run_rd(&mut self, dtype: DataType, op: RedOp, count: usize) -> Result<()> {
+        if self.world_size() == 1 {
+            return Ok(());
+        }
+        if self.partners.is_none() {
+            let up = self.connect_partners();
+            if let Err(e) = up {
+                self.broken = true;
+                self.star.abort(&e);
+                return Err(e);
+            }
+        }
+        let slot = self.ring.as_ref().map_or(usize::MAX, |r| r.slot_bytes);
+        let steps = algo::rd_steps(self.rank(), self.world_size(), count, dtype.size(), slot)
+            .map_err(CollError::Usage)?;
+        let m = self.max_bytes;
+        self.phases.collectives += 1;
+        for st in &steps {
+            self.execute_on(
+                Job {
+                    coll: Coll::AllReduce,
+                    plan: &st.plan,
+                    src_off: m,
+                    dst_off: m,
+                    dtype,
+                    op,
+                },
+                Some(st.partner),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Opens, describes, exchanges and connects one pair of links per partner (see the module
+    /// documentation); every rank calls it at the same collective.
+    fn connect_partners(&mut self) -> Result<()> {
+        let (rank, n) = (self.rank(), self.world_size());
+        let (pd, cfg) = self
+            .link_cfg
+            .clone()
+            .expect("a port to connect from when the world has more than one rank");
+        let ctx = self
+            .ring
+            .as_ref()
+            .expect("a ring when the world has more than one rank")
+            .ctx
+            .clone();
+        let partners = algo::rd_partners(rank, n);
+        let mut pairs = Vec::new();
+        let mut mine = Vec::new();
+        for &p in &partners {
+            let pair = Pair::open(&ctx, &pd, cfg.slot_bytes, cfg.nslots)?;
+            mine.push(PairInfo {
+                partner: p as u32,
+                left_qpn: pair.left.qpn(),
+                left_psn: connect::random_psn(),
+                right_qpn: pair.right.qpn(),
+                right_psn: connect::random_psn(),
+                slots: pair
+                    .slots
+                    .remote(0..pair.slots.len())
+                    .map_err(verbs("the slots"))?,
+            });
+            pairs.push(pair);
+        }
+        let lists = self.exchange_partner_lists(&mine)?;
+        let table = self.star.table().to_vec();
+        let mut links = HashMap::new();
+        for ((pair, me), &p) in pairs.into_iter().zip(&mine).zip(&partners) {
+            let theirs = lists[p]
+                .iter()
+                .find(|i| i.partner as usize == rank)
+                .ok_or_else(|| {
+                    CollError::Bootstrap(format!(
+                        "{} has no link to rank {rank} in its recursive-doubling partners: do \
+                         all ranks run the same build and world?",
+                        table[p].who()
+                    ))
+                })?;
+            pair.connect(
+                &cfg,
+                &table[rank],
+                (me.left_psn, me.right_psn),
+                (&table[p], theirs.right_qpn, theirs.right_psn),
+                (&table[p], theirs.left_qpn, theirs.left_psn),
+            )?;
+            links.insert(p, pair.into_ring(ctx.clone(), &cfg, theirs.slots));
+        }
+        // Nobody writes before every partner's QPs are ready to receive.
+        self.star.barrier()?;
+        self.partners = Some(links);
+        Ok(())
+    }
+
+    /// Every rank's partner list, through rank 0 (index = rank).
+    fn exchange_partner_lists(&mut self, mine: &[PairInfo]) -> Result<Vec<Vec<PairInfo>>> {
+        let gathered = self.star.gather(&encode(mine))?;
+        let all = match gathered {
+            Some(all) => {
+                let mut w = Writer::new();
+                w.count(all.len()).expect("a world fits");
+                for b in &all {
+                    w.blob(Width::U32, b).expect("a partner list fits 4 GiB");
+                }
+                self.star.broadcast(&w.into_bytes())?
+            }
+            None => self.star.broadcast(&[])?,
+        };
+        let garbled = |e: WireError| {
+            CollError::Bootstrap(format!("the partner lists from rank 0 are garbled: {e}"))
+        };
+        let mut r = Reader::new(&all);
+        let n = r.count("ranks", 4).map_err(garbled)?;
+        let lists = (0..n)
+            .map(|_| {
+                let b = r.blob(Width::U32, "a partner list", usize::MAX)?;
+                decode(b)
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(garbled)?;
+        r.finish().map_err(garbled)?;
+        if lists.len() != self.world_size() {
+            return Err(CollError::Bootstrap(format!(
+                "rank 0 sent {} partner lists for a world of {}",
+                lists.len(),
+                self.world_size()
+            )));
+        }
+        Ok(lists)
+    }
+}
