@@ -1,7 +1,10 @@
 //! Bringing a connected QP (RC or UC) up once both sides know each other's endpoint.
 //!
-//! Lesson 03 walks these transitions one by one with every attribute explained; later lessons
-//! and the benchmarks call [`bring_up`] to do the same thing in one step.
+//! Lesson 03 walks these transitions one by one with every attribute explained; later lessons,
+//! the tools and the collectives call [`bring_up`] to do the same thing in one step (or its two
+//! halves, [`to_init`] and [`to_rts`], to post receives in INIT between them), and
+//! [`bring_up_ud`] for a UD QP (lesson 11 walks that one). What differs between them is an
+//! option of [`ConnectOpts`], not another walk.
 
 use std::fmt;
 
@@ -22,6 +25,14 @@ pub struct Endpoint {
     pub psn: u32,
     /// The GID this side sends from.
     pub gid: Gid,
+}
+
+impl Endpoint {
+    /// Whether the path to this endpoint carries a GRH: when it has a GID (RoCE always;
+    /// InfiniBand when the peer sends from one).
+    pub fn needs_grh(&self) -> bool {
+        !self.gid.is_zero()
+    }
 }
 
 impl fmt::Display for Endpoint {
@@ -53,11 +64,18 @@ pub struct ConnectOpts {
     pub retry_cnt: u8,
     pub rnr_retry: u8,
     pub min_rnr_timer: u8,
-    /// Outstanding reads/atomics we initiate, and accept from the peer.
+    /// Outstanding reads/atomics we initiate (RTS), and accept from the peer (RTR) unless
+    /// `max_dest_rd_atomic` says otherwise.
     pub max_rd_atomic: u8,
+    /// RTR's `max_dest_rd_atomic` when it differs from `max_rd_atomic`: how many of the peer's
+    /// reads/atomics we answer at once (perftest: what our device allows, `max_qp_rd_atom`).
+    pub max_dest_rd_atomic: Option<u8>,
     pub sl: u8,
     pub hop_limit: u8,
     pub traffic_class: u8,
+    /// The GRH's flow label (20 bits; 0: none), on a path with a GRH. perftest's
+    /// `--flow_label`, one per QP.
+    pub flow_label: u32,
 }
 
 /// The retry count every verbs-lab QP connects with: 6, not the 7 that perftest and the
@@ -94,9 +112,11 @@ impl Default for ConnectOpts {
             rnr_retry: 7,
             min_rnr_timer: 12,
             max_rd_atomic: 16,
+            max_dest_rd_atomic: None,
             sl: 0,
             hop_limit: 64,
             traffic_class: 0,
+            flow_label: 0,
         }
     }
 }
@@ -111,20 +131,21 @@ pub fn init_attr(o: &ConnectOpts) -> InitAttr {
     }
 }
 
-/// The RTR attributes `bring_up` uses: the peer's QPN and PSN, the path to its GID.
+/// The RTR attributes `bring_up` uses: the peer's QPN and PSN, the path to it (through its GID
+/// when it has one, [`Endpoint::needs_grh`]).
 pub fn rtr_attr(o: &ConnectOpts, remote: &Endpoint) -> RtrAttr {
-    let grh = (!remote.gid.is_zero()).then_some(GlobalRoute {
+    let grh = remote.needs_grh().then_some(GlobalRoute {
         dgid: remote.gid,
         sgid_index: o.sgid_index,
         hop_limit: o.hop_limit,
         traffic_class: o.traffic_class,
-        flow_label: 0,
+        flow_label: o.flow_label,
     });
     RtrAttr {
         path_mtu: o.path_mtu,
         dest_qpn: remote.qpn,
         rq_psn: remote.psn,
-        max_dest_rd_atomic: o.max_rd_atomic,
+        max_dest_rd_atomic: o.max_dest_rd_atomic.unwrap_or(o.max_rd_atomic),
         min_rnr_timer: o.min_rnr_timer,
         ah: AhAttr {
             dlid: remote.lid,
@@ -137,8 +158,13 @@ pub fn rtr_attr(o: &ConnectOpts, remote: &Endpoint) -> RtrAttr {
 
 /// The RTS attributes `bring_up` uses.
 pub fn rts_attr(o: &ConnectOpts, local: &Endpoint) -> RtsAttr {
+    rts_from(o, local.psn)
+}
+
+/// The RTS attributes with our first PSN `psn`.
+fn rts_from(o: &ConnectOpts, psn: u32) -> RtsAttr {
     RtsAttr {
-        sq_psn: local.psn,
+        sq_psn: psn,
         timeout: o.timeout,
         retry_cnt: o.retry_cnt,
         rnr_retry: o.rnr_retry,
@@ -146,17 +172,53 @@ pub fn rts_attr(o: &ConnectOpts, local: &Endpoint) -> RtsAttr {
     }
 }
 
-/// RESET → INIT → RTR → RTS for an RC or UC QP, given both endpoints.
+/// RESET → INIT → RTR → RTS for an RC or UC QP, given both endpoints: [`to_init`], then
+/// [`to_rts`].
 pub fn bring_up(qp: &Qp, local: &Endpoint, remote: &Endpoint, o: &ConnectOpts) -> Result<()> {
+    to_init(qp, o)?;
+    to_rts(qp, local, remote, o)
+}
+
+/// RESET → INIT for an RC or UC QP ([`init_attr`]): bound to its port, granting `o.access`.
+/// From here on it accepts receive requests, before it is connected.
+pub fn to_init(qp: &Qp, o: &ConnectOpts) -> Result<()> {
+    connected_only(qp)?;
+    qp.modify_to_init(&init_attr(o))
+}
+
+/// INIT → RTR → RTS for an RC or UC QP towards `remote` ([`rtr_attr`], [`rts_attr`]).
+pub fn to_rts(qp: &Qp, local: &Endpoint, remote: &Endpoint, o: &ConnectOpts) -> Result<()> {
+    connected_only(qp)?;
+    qp.modify_to_rtr(Some(&rtr_attr(o, remote)))?;
+    qp.modify_to_rts(&rts_attr(o, local))
+}
+
+/// Refuses a UD QP: [`to_init`] and [`to_rts`] connect it to one peer, which UD has not.
+fn connected_only(qp: &Qp) -> Result<()> {
     if qp.qp_type() == QpType::Ud {
         return Err(VerbsError::InvalidArgument(
-            "bring_up connects RC/UC QPs; UD needs no peer".into(),
+            "bring_up connects RC/UC QPs; a UD QP needs no peer (bring_up_ud)".into(),
         ));
     }
-    qp.modify_to_init(&init_attr(o))?;
-    qp.modify_to_rtr(Some(&rtr_attr(o, remote)))?;
-    qp.modify_to_rts(&rts_attr(o, local))?;
     Ok(())
+}
+
+/// RESET → INIT → RTR → RTS for a UD QP, which has no peer: INIT takes the port and the Q_Key
+/// `qkey` that incoming datagrams must carry, RTR nothing, RTS only our first PSN `psn`; each
+/// send names its destination instead (an address handle). Lesson 11 walks these steps.
+pub fn bring_up_ud(qp: &Qp, psn: u32, qkey: u32, o: &ConnectOpts) -> Result<()> {
+    if qp.qp_type() != QpType::Ud {
+        return Err(VerbsError::InvalidArgument(
+            "bring_up_ud is for UD QPs; RC/UC QPs connect with bring_up".into(),
+        ));
+    }
+    qp.modify_to_init(&InitAttr {
+        qkey,
+        ..init_attr(o)
+    })?;
+    qp.modify_to_rtr(None)?;
+    // A UD QP takes only `sq_psn` at RTS: `modify_to_rts` passes no RC field on.
+    qp.modify_to_rts(&rts_from(o, psn))
 }
 
 /// This side's endpoint for `qp` on `port_num`, sending from the chosen GID.
@@ -324,18 +386,49 @@ mod tests {
         assert!(init_attr(&ConnectOpts::default()).access.is_empty());
     }
 
+    /// A RoCE peer: QPN 0x11, first PSN 5, a GID.
+    fn roce_peer() -> Endpoint {
+        Endpoint {
+            lid: 0,
+            qpn: 0x11,
+            psn: 5,
+            gid: "::ffff:10.0.0.2".parse().unwrap(),
+        }
+    }
+
+    #[test]
+    fn rtr_takes_the_responder_depth_and_flow_label_when_given() {
+        let remote = roce_peer();
+        let o = ConnectOpts {
+            max_rd_atomic: 4,
+            ..Default::default()
+        };
+        let a = rtr_attr(&o, &remote);
+        assert_eq!(a.max_dest_rd_atomic, 4);
+        assert_eq!(a.ah.grh.unwrap().flow_label, 0);
+        assert_eq!(rts_attr(&o, &remote).max_rd_atomic, 4);
+        let o = ConnectOpts {
+            max_dest_rd_atomic: Some(128),
+            flow_label: 0x12345,
+            ..o
+        };
+        let a = rtr_attr(&o, &remote);
+        assert_eq!(a.max_dest_rd_atomic, 128);
+        assert_eq!(a.ah.grh.unwrap().flow_label, 0x12345);
+        assert_eq!(
+            rts_attr(&o, &remote).max_rd_atomic,
+            4,
+            "RTS keeps max_rd_atomic"
+        );
+    }
+
     #[test]
     fn rtr_uses_grh_only_with_a_gid() {
         let o = ConnectOpts {
             sgid_index: 1,
             ..Default::default()
         };
-        let mut remote = Endpoint {
-            lid: 0,
-            qpn: 0x11,
-            psn: 5,
-            gid: "::ffff:10.0.0.2".parse().unwrap(),
-        };
+        let mut remote = roce_peer();
         let a = rtr_attr(&o, &remote);
         assert_eq!(a.dest_qpn, 0x11);
         assert_eq!(a.rq_psn, 5);

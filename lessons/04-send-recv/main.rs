@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context as _, Result};
 use clap::Parser;
 use verbs_lab::cli::SizeRange;
-use verbs_lab::connect::{local_endpoint, random_psn, rtr_attr, rts_attr, ConnectOpts, Endpoint};
+use verbs_lab::connect::{local_endpoint, random_psn, to_init, to_rts, ConnectOpts, Endpoint};
 use verbs_lab::oob::OobConn;
 use verbs_lab::sysfs::PortCounters;
 use verbs_lab::verbs::{
-    AccessFlags, Cq, InitAttr, Mtu, Payload, Qp, SendOp, SendWr, WcStatus, WorkCompletion,
+    AccessFlags, Cq, Mtu, Payload, Qp, SendOp, SendWr, WcStatus, WorkCompletion,
 };
 use verbs_lab_lessons::{
     create_rc_qp, encode_rc_pingpong, first_mismatch, lesson_main, oob_connect, open_device, outln,
@@ -133,13 +133,8 @@ fn run(args: &Args) -> Result<()> {
         hop_limit: 1,
         ..Default::default()
     };
-    qp.modify_to_init(&InitAttr {
-        port_num: a.ib_port,
-        pkey_index: 0,
-        access: opts.access,
-        qkey: 0,
-    })
-    .context("ibv_modify_qp(INIT)")?;
+    // Lesson 03's INIT (our port, partition 0, the access flags); RTR and RTS come later.
+    to_init(&qp, &opts).context("ibv_modify_qp(INIT)")?;
     if server && args.show_rnr {
         n.say("--show-rnr: posting NO receive on purpose");
     } else {
@@ -305,7 +300,7 @@ fn parse_record(rec: &[u8], dev: &verbs_lab_lessons::Device, n: &Narrator) -> Re
     Ok(remote)
 }
 
-/// INIT -> RTR -> RTS with the attributes lesson 03 explained.
+/// INIT -> RTR -> RTS with the attributes lesson 03 explained (`connect::to_rts`), narrated.
 fn connect_qp(
     qp: &Qp,
     opts: &ConnectOpts,
@@ -313,16 +308,13 @@ fn connect_qp(
     remote: &Endpoint,
     n: &Narrator,
 ) -> Result<()> {
-    qp.modify_to_rtr(Some(&rtr_attr(opts, remote)))
-        .context("ibv_modify_qp(RTR)")?;
-    let rts = rts_attr(opts, local);
-    qp.modify_to_rts(&rts).context("ibv_modify_qp(RTS)")?;
+    to_rts(qp, local, remote, opts).context("connecting the QP")?;
     n.say(format!(
         "QP {:#x} -> RTR -> RTS (path MTU {}, timeout {}, rnr_retry {}); qp.state() = {}",
         qp.qpn(),
         opts.path_mtu,
-        rts.timeout,
-        rts.rnr_retry,
+        opts.timeout,
+        opts.rnr_retry,
         qp.state()?
     ));
     Ok(())

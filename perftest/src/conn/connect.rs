@@ -4,10 +4,8 @@
 //! read back.
 
 use anyhow::{bail, Context as _, Result};
-use verbs_lab::connect::{
-    choose_mtu, init_attr, port_mtu, rtr_attr, rts_attr, ConnectOpts, Endpoint,
-};
-use verbs_lab::verbs::{Ah, AhAttr, GlobalRoute, InitAttr, LinkLayer, Mtu, QpType, RtsAttr};
+use verbs_lab::connect::{self, choose_mtu, port_mtu, ConnectOpts, Endpoint};
+use verbs_lab::verbs::{Ah, AhAttr, GlobalRoute, LinkLayer, Mtu, QpType};
 
 use super::{Agreed, Link, Resources, QKEY};
 use crate::device::LocalDev;
@@ -74,13 +72,15 @@ pub fn connect(
         } else {
             1
         },
+        // What our QPs accept: what the device allows, whatever we initiate.
+        max_dest_rd_atomic: Some(depth.ours_accept),
         sl: cfg.qos.sl,
         hop_limit: 64,
         traffic_class: cfg.qos.tclass.unwrap_or(0),
         ..ConnectOpts::for_gid(cfg.device.ib_port, &dev.gid.entry, path_mtu)
             .context("the GID (-x)")?
     };
-    let ahs = bring_up(cfg, &dev, &res, &local, &remote, &opts, depth.ours_accept)?;
+    let ahs = bring_up(cfg, &dev, &res, &local, &remote, &opts)?;
     let cm = match cfg.rdma_cm {
         None => None,
         Some(_) => {
@@ -214,8 +214,9 @@ impl ReadDepth {
     }
 }
 
-/// Walks every QP to RTS towards its peer QP of the same index (UD: and makes its address
-/// handle, returned); with `-R` leaves the QPs to rdma_cm.
+/// Walks every QP to RTS towards its peer QP of the same index with the one bring-up,
+/// `--flow_label` set per QP (UD: `bring_up_ud`, and makes its address handle, returned); with
+/// `-R` leaves the QPs to rdma_cm.
 fn bring_up(
     cfg: &Config,
     dev: &LocalDev,
@@ -223,53 +224,37 @@ fn bring_up(
     local: &Endpoints,
     remote: &Endpoints,
     opts: &ConnectOpts,
-    ours_accept: u8,
 ) -> Result<Vec<Ah>> {
     let mut ahs = Vec::new();
     for (q, qp) in res.qps.iter().enumerate() {
-        let r = &remote.qps[q];
-        let l = &local.qps[q];
+        let (l, r) = (&local.qps[q], &remote.qps[q]);
         let what = || format!("connecting QP {q} ({:#x} → peer QP {:#x})", l.qpn, r.qpn);
+        let opts = ConnectOpts {
+            flow_label: cfg.qos.flow_label(q),
+            ..*opts
+        };
         if cfg.conn == QpType::Ud {
-            qp.modify_to_init(&InitAttr {
-                qkey: QKEY,
-                ..init_attr(opts)
-            })
-            .with_context(what)?;
-            qp.modify_to_rtr(None).with_context(what)?;
-            qp.modify_to_rts(&RtsAttr {
-                sq_psn: l.psn,
-                ..rts_attr(opts, &endpoint(l))
-            })
-            .with_context(what)?;
-            ahs.push(ud_address(cfg, dev, res, opts, q, r)?);
+            connect::bring_up_ud(qp, l.psn, QKEY, &opts).with_context(what)?;
+            ahs.push(ud_address(cfg, dev, res, &opts, r)?);
         } else if cfg.rdma_cm.is_some() {
             // -R: the connection manager moves the QPs below, after this loop.
             check_grh(cfg, true)?;
         } else {
-            qp.modify_to_init(&init_attr(opts)).with_context(what)?;
-            let mut rtr = rtr_attr(opts, &endpoint(r));
-            rtr.max_dest_rd_atomic = ours_accept;
-            check_grh(cfg, rtr.ah.grh.is_some())?;
-            if let Some(g) = rtr.ah.grh.as_mut() {
-                g.flow_label = cfg.qos.flow_label(q);
-            }
-            qp.modify_to_rtr(Some(&rtr)).with_context(what)?;
-            qp.modify_to_rts(&rts_attr(opts, &endpoint(l)))
-                .with_context(what)?;
+            let (l, r) = (endpoint(l), endpoint(r));
+            check_grh(cfg, r.needs_grh())?;
+            connect::bring_up(qp, &l, &r, &opts).with_context(what)?;
         }
     }
     Ok(ahs)
 }
 
-/// UD: the address handle of QP `q` towards the peer's QP `r` (with a GRH on Ethernet, or when
-/// the peer has a GID).
+/// UD: the address handle towards the peer's QP `r` (with a GRH on Ethernet, or when the peer
+/// has a GID).
 fn ud_address(
     cfg: &Config,
     dev: &LocalDev,
     res: &Resources,
     opts: &ConnectOpts,
-    q: usize,
     r: &QpEndpoint,
 ) -> Result<Ah> {
     let grh =
@@ -278,7 +263,7 @@ fn ud_address(
             sgid_index: opts.sgid_index,
             hop_limit: opts.hop_limit,
             traffic_class: opts.traffic_class,
-            flow_label: cfg.qos.flow_label(q),
+            flow_label: opts.flow_label,
         });
     check_grh(cfg, grh.is_some())?;
     Ah::create(
