@@ -30,11 +30,11 @@ use crate::engine::{
     remote_op, send_tally, wc_error, wr_id, PeerWatch, Session, CHANNEL_CHECK, LOSSY_GRACE,
     MAX_RECV_PER_CALL, POLL_BATCH, QP_SHIFT, SEQ_MASK,
 };
+use crate::measure::result::{BwRow, TestKind};
 use crate::params::{Config, RunMode};
 use crate::pattern;
 use crate::proto::Endpoints;
 use crate::proto::{Channel, Msg, Phase, WireRow};
-use crate::result::{BwRow, TestKind};
 use verbs_lab::diag::{device_report, PortCounters};
 
 mod peak;

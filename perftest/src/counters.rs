@@ -78,8 +78,10 @@ pub struct CounterGate {
 impl FromStr for CounterGate {
     type Err = String;
     fn from_str(s: &str) -> Result<CounterGate, String> {
-        let (name, max) =
-            crate::gates::split_gate(s, "expected NAME=N, e.g. hw_counters/retrans_segs=0")?;
+        let (name, max) = crate::output::gates::split_gate(
+            s,
+            "expected NAME=N, e.g. hw_counters/retrans_segs=0",
+        )?;
         let name = name.trim();
         if name.is_empty() || name.contains("..") || name.starts_with('/') {
             return Err(format!("'{name}' is not a counter name"));

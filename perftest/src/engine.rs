@@ -11,9 +11,9 @@ use verbs_lab::verbs::{
 };
 
 use crate::conn::{Layout, Link};
+use crate::measure::result::TestKind;
 use crate::params::{AtomicType, Config, RunMode, UD_GRH};
 use crate::proto::{ChanError, Channel, Msg, Phase, QpEndpoint, Tally};
-use crate::result::TestKind;
 
 /// Completions taken per `ibv_poll_cq` call.
 pub const POLL_BATCH: usize = 32;

@@ -3,7 +3,7 @@
 //!
 //! Exit codes ([`EXIT_CODES`], printed by every tool's `--help`): 0 success; 1 the run failed
 //! (the error says which step, and the peer's reason when it reported one); 2 a bad command
-//! line (nothing was run); 3 ([`EXIT_GATE_FAILED`](crate::gates::EXIT_GATE_FAILED)) the run
+//! line (nothing was run); 3 ([`EXIT_GATE_FAILED`](crate::output::gates::EXIT_GATE_FAILED)) the run
 //! completed but missed a gate; 130 and 143 the run was stopped by SIGINT or SIGTERM (see
 //! [`crate::signals`]). A fatal event of the device (a port that went down, a QP in a fatal
 //! error, the device being removed) fails the run with 1, named: see [`crate::events`].
@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use verbs_lab::cli::failed;
 
+use crate::measure::result::{BwRow, LatRow, RunInfo};
 use crate::output::Reporter;
 use crate::params::{Config, Params, Tool};
-use crate::result::{BwRow, LatRow, RunInfo};
 use crate::run::{measures, run_tool, RowSink};
 
 pub use crate::params::EXIT_CODES;

@@ -4,20 +4,17 @@
 
 #![forbid(unsafe_code)]
 
-pub mod aggregate;
 pub mod bw;
 pub mod compat;
 pub mod conn;
 pub mod counters;
 pub mod cpu_util;
-pub mod device;
 pub mod engine;
 pub mod entry;
 pub mod events;
-pub mod gates;
 pub mod input;
 pub mod lat;
-pub mod listen;
+pub mod measure;
 pub mod output;
 pub mod params;
 pub mod pattern;
@@ -25,10 +22,7 @@ pub mod pin;
 pub mod procs;
 pub mod progress;
 pub mod proto;
-pub mod rdmacm;
 pub mod report;
-pub mod result;
 pub mod run;
 pub mod serve;
 pub mod signals;
-pub mod stats;

@@ -4,7 +4,7 @@
 use anyhow::{Context as _, Result};
 use verbs_lab::affinity::{self, CpuChoice, CpuList};
 
-use crate::device::LocalDev;
+use crate::conn::device::LocalDev;
 use crate::params::Config;
 
 /// Pins the thread: `--cpu`, else a CPU local to the NIC when sysfs tells.

@@ -1,4 +1,4 @@
-//! Turning a [`RunResult`](crate::result::RunResult) into text: perftest's layout, a table, JSON
+//! Turning a [`RunResult`](crate::measure::result::RunResult) into text: perftest's layout, a table, JSON
 //! and CSV.
 //!
 //! Every format is a pure function of the result (and the bandwidth unit), so each has a golden
@@ -19,7 +19,7 @@
 //!
 //! ## Multi-process runs (`--procs N`)
 //! Each format has a `render_*_procs` variant taking the processes
-//! ([`ProcessResult`](crate::result::ProcessResult)) beside the totals, which stay where a
+//! ([`ProcessResult`](crate::measure::result::ProcessResult)) beside the totals, which stay where a
 //! single-process run puts its rows. JSON: the top level `{"tool", "version", "format", "run",
 //! "results"}` gains `"processes": [{"process": N, "pid": .., "cpu": .., "results": [..]}, ..]`.
 //! CSV: the first column, `process`, is `all` for the totals and 0..N-1 for each process's line.
@@ -29,7 +29,7 @@
 
 use std::fmt::Write as _;
 
-use crate::result::{to_gbits, to_mib_per_sec};
+use crate::measure::result::{to_gbits, to_mib_per_sec};
 
 mod csv;
 pub mod cycles;

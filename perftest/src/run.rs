@@ -13,17 +13,19 @@ use verbs_lab::oob;
 use verbs_lab::sysfs::PortCounters;
 use verbs_lab::verbs::QpType;
 
+use crate::conn::device::{self, LocalDev};
+use crate::conn::listen::Notified;
 use crate::conn::{self, Link};
 use crate::counters;
-use crate::device::{self, LocalDev};
 use crate::engine::{Pacer, Session};
-use crate::listen::Notified;
+use crate::measure::result::{
+    BwRow, LatRow, Metric, QpSettings, Rows, RunInfo, RunResult, TestKind,
+};
 use crate::output::Reporter;
 use crate::params::{Config, RunMode, Sizes, Timing, Warmup};
 use crate::progress::Progress;
 use crate::proto::{ChanError, Channel, Hello, Msg, PeerFailed, Phase, ProtoError, VERSION};
 use crate::report::endpoint_line;
-use crate::result::{BwRow, LatRow, Metric, QpSettings, Rows, RunInfo, RunResult, TestKind};
 use crate::{bw, lat};
 
 /// Where a run's header and rows go as they are measured.
@@ -178,7 +180,7 @@ fn run_met(
             (&settled, ch, None)
         }
         (None, None) => {
-            let a = crate::listen::accept_client(cfg, &our_hello(cfg), peer_timeout, || {
+            let a = crate::conn::listen::accept_client(cfg, &our_hello(cfg), peer_timeout, || {
                 sink.listening()
             })?;
             settled = settle_with_client(cfg, &a.hello);
@@ -267,7 +269,7 @@ pub fn our_hello(cfg: &Config) -> Hello {
 }
 
 /// The client's HELLO and the server's answer. (The server takes the HELLO while accepting,
-/// in [`crate::listen`]: it checks every parameter and refuses a mismatch with an ERROR that
+/// in [`crate::conn::listen`]: it checks every parameter and refuses a mismatch with an ERROR that
 /// names each differing parameter with both values.)
 fn client_hello(cfg: &Config, ch: &mut Channel) -> Result<()> {
     ch.send(&Msg::Hello(our_hello(cfg)))?;
@@ -324,7 +326,7 @@ fn session(
     let res = conn::create_resources(cfg, &dev, max)?;
     let local = conn::local_endpoints(&dev, &res);
     // -R: the server's rdma_cm listener exists before the client learns our endpoints.
-    let cm_listen = crate::rdmacm::listen(cfg)?;
+    let cm_listen = crate::conn::rdmacm::listen(cfg)?;
     let remote = conn::exchange_endpoints(cfg, ch, &local)?;
     let link = conn::connect(cfg, dev, res, local, remote, cm_listen)?;
 

@@ -33,14 +33,14 @@ use verbs_lab::cli::failed;
 use verbs_lab::oob::{Listener, OobConn, OobError};
 use verbs_lab::workers::monotonic_ns_of;
 
+use crate::conn::listen::{server_hello, Greeting, HELLO_WAIT};
 use crate::engine::Pacer;
 use crate::entry::Served;
-use crate::listen::{server_hello, Greeting, HELLO_WAIT};
+use crate::measure::result::{BwRow, Metric, Rows, Span};
 use crate::output::{OutputArgs, Reporter};
 use crate::params::{Config, Params, Tool};
 use crate::proto::Channel;
 use crate::report::BwUnit;
-use crate::result::{BwRow, Metric, Rows, Span};
 use crate::run::{our_hello, run_for_client, NoSink};
 
 /// `--concurrent N` beside the other options: it needs `--serve`, a bandwidth tool, and a run
@@ -90,7 +90,7 @@ pub fn serve_concurrent(cfg: &Config, out: &OutputArgs) -> ExitCode {
     let name = cfg.tool.name();
     // The server's own faults first, as a single run meets them before it listens: the
     // device, its port and GID (each run opens its own context later), then the TCP port.
-    if let Err(e) = crate::device::open_device(cfg) {
+    if let Err(e) = crate::conn::device::open_device(cfg) {
         return failed(&name, &e);
     }
     let listener = match Listener::bind_on(cfg.peer.bind, cfg.peer.port)
@@ -385,7 +385,7 @@ pub fn incast_sum(clients: &[ClientRows]) -> Vec<IncastSum> {
             let spans: Vec<Span> = of_size.iter().filter_map(|(_, s)| s.copied()).collect();
             let messages = of_size
                 .iter()
-                .map(|(r, _)| crate::aggregate::row_messages(r))
+                .map(|(r, _)| crate::measure::aggregate::row_messages(r))
                 .fold(0u64, u64::saturating_add);
             let peaks: f64 = of_size.iter().map(|(r, _)| r.peak_bps).sum();
             let busy = union_len(&spans);

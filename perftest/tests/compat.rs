@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use vl_perftest::compat::{self, Status};
+use vl_perftest::measure::result::{Metric, TestKind};
 use vl_perftest::output::Verbosity;
 use vl_perftest::params::{Config, Params, Tool, Warmup};
-use vl_perftest::result::{Metric, TestKind};
 
 const KINDS: [TestKind; 4] = [
     TestKind::Write,

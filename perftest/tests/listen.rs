@@ -8,10 +8,10 @@ use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use verbs_lab::oob;
-use vl_perftest::listen::{accept_client, server_hello, Greeting, HELLO_WAIT};
+use vl_perftest::conn::listen::{accept_client, server_hello, Greeting, HELLO_WAIT};
+use vl_perftest::measure::result::{Metric, TestKind};
 use vl_perftest::params::{Config, Params, Tool};
 use vl_perftest::proto::{encode, ChanError, Channel, Msg};
-use vl_perftest::result::{Metric, TestKind};
 use vl_perftest::run::our_hello;
 
 const WRITE_BW: Tool = Tool::new(TestKind::Write, Metric::Bw);

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use verbs_lab::verbs::{Mtu, QpType};
+use vl_perftest::measure::result::{Metric, TestKind};
 use vl_perftest::params::{AtomicType, Config, Params, RunMode, Sizes, Tool, Warmup};
-use vl_perftest::result::{Metric, TestKind};
 
 const WRITE_BW: Tool = Tool::new(TestKind::Write, Metric::Bw);
 const WRITE_LAT: Tool = Tool::new(TestKind::Write, Metric::Lat);

@@ -13,7 +13,10 @@ use std::time::Duration;
 
 use verbs_lab::affinity::{CpuChoice, CpuList};
 use verbs_lab::mq::{WorkerMsg, MAX_MSG_LEN};
-use vl_perftest::aggregate::{aggregate, aggregate_info, row_messages, totals};
+use vl_perftest::measure::aggregate::{aggregate, aggregate_info, row_messages, totals};
+use vl_perftest::measure::result::{
+    BwRow, Metric, ProcessResult, QpSettings, Rows, RunInfo, RunResult, Span, TestKind,
+};
 use vl_perftest::output::{GateOutcome, OutputArgs, OutputFormat, Reporter};
 use vl_perftest::params::{Config, Params, Tool};
 use vl_perftest::procs::{
@@ -22,9 +25,6 @@ use vl_perftest::procs::{
 use vl_perftest::report::{
     endpoint_line, render_csv, render_csv_procs, render_json, render_json_procs, render_table,
     render_table_procs, render_text, render_text_procs,
-};
-use vl_perftest::result::{
-    BwRow, Metric, ProcessResult, QpSettings, Rows, RunInfo, RunResult, Span, TestKind,
 };
 
 const MIB: f64 = 1024.0 * 1024.0;

@@ -8,12 +8,12 @@ use std::time::Duration;
 use verbs_lab::oob;
 use verbs_lab::verbs::Gid;
 use verbs_lab::wire::{WireError, XorShift};
+use vl_perftest::measure::result::{Metric, TestKind};
 use vl_perftest::proto::{
     check_hello, decode, encode, Accept, Barrier, ChanError, Channel, Endpoints, Hello, Msg, Phase,
     ProtoError, QpEndpoint, Tally, WireRow, MAGIC, MAX_FRAME, MAX_KEY, MAX_NAME, MAX_PARAMS,
     MAX_QPS, MAX_TEXT, MAX_VALUE, VERSION,
 };
-use vl_perftest::result::{Metric, TestKind};
 
 fn hello(params: &[(&str, &str)]) -> Hello {
     Hello {

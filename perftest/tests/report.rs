@@ -13,15 +13,17 @@ use std::time::Duration;
 use clap::{CommandFactory, Parser};
 use serde_json::Value;
 use verbs_lab::json::from_str_strict;
-use vl_perftest::gates::EXIT_GATE_FAILED;
+use vl_perftest::measure::result::{
+    BwRow, LatRow, Metric, QpSettings, Rows, RunInfo, RunResult, TestKind,
+};
+use vl_perftest::measure::stats::LatStats;
 use vl_perftest::output::check_applicable;
+use vl_perftest::output::gates::EXIT_GATE_FAILED;
 use vl_perftest::output::{
     check_gates, render_csv, render_json, render_perftest_json, render_table, render_text,
     GateOutcome, OutputArgs, OutputFormat, Reporter, Verbosity,
 };
 use vl_perftest::report::{endpoint_line, text};
-use vl_perftest::result::{BwRow, LatRow, Metric, QpSettings, Rows, RunInfo, RunResult, TestKind};
-use vl_perftest::stats::LatStats;
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures

@@ -6,8 +6,8 @@
 
 use verbs_lab::verbs::AccessFlags;
 use vl_perftest::conn::{rights, Rights};
+use vl_perftest::measure::result::{Metric, TestKind};
 use vl_perftest::params::{Config, Params, Tool};
-use vl_perftest::result::{Metric, TestKind};
 
 fn config(tool: Tool, args: &str) -> Config {
     let argv = std::iter::once(tool.name()).chain(args.split_whitespace().map(String::from));

@@ -17,12 +17,12 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::Value;
 
+use vl_perftest::measure::result::{Metric, QpSettings, TestKind};
 use vl_perftest::params::Tool;
 use vl_perftest::report::schema::{
     AggregateRow, BwJson, Document, LatJson, Process, ReportParts, Run, SpanJson,
 };
 use vl_perftest::report::FORMAT_VERSION;
-use vl_perftest::result::{Metric, QpSettings, TestKind};
 
 /// `v` read as a `T`; on failure the message names the path of the field at fault: the key
 /// whose removal changes the error (a field of the wrong type or value), else `path` itself

@@ -11,8 +11,8 @@ use crate::RankRecord;
 use verbs_lab::wire::{Reader, Width, WireError, Writer};
 
 use super::args::{Args, Op};
+use vl_perftest::measure::result::{Metric, Rows, TestKind};
 use vl_perftest::params::{Config, Params, Tool};
-use vl_perftest::result::{Metric, Rows, TestKind};
 use vl_perftest::run::{run_tool, NoSink};
 
 /// What a flow measures.
@@ -212,7 +212,7 @@ fn run_one(args: &Args, table: &[RankRecord], me: u32, f: &Flow) -> Result<f64, 
             (false, _) => Ok(0.0),
             (true, Rows::Bw(rows)) => rows
                 .first()
-                .map(|r| vl_perftest::result::to_mib_per_sec(r.avg_bps))
+                .map(|r| vl_perftest::measure::result::to_mib_per_sec(r.avg_bps))
                 .ok_or_else(|| "the bandwidth test gave no row".to_string()),
             (true, Rows::Lat(rows)) => rows
                 .first()

@@ -108,7 +108,7 @@ pub struct Args {
     /// Fail with exit status 3 when the average bus bandwidth is below this (GB/s, above 0).
     /// Without it, nccl-tests' NCCL_TESTS_MIN_BW=GBS is honoured as nccl-tests does: the run
     /// fails when the average is below 90 % of it. Either way the footer says OK or FAILED.
-    #[arg(long = "min-busbw", value_parser = vl_perftest::gates::parse_min_busbw)]
+    #[arg(long = "min-busbw", value_parser = vl_perftest::output::gates::parse_min_busbw)]
     pub min_busbw: Option<f64>,
     /// Every rank prints its own rows too.
     #[arg(long = "all-ranks")]
@@ -510,7 +510,7 @@ impl Args {
         let Some(v) = env(NCCL_MIN_BW_ENV) else {
             return Ok(None);
         };
-        let gbs = vl_perftest::gates::parse_min_busbw(&v).map_err(|e| {
+        let gbs = vl_perftest::output::gates::parse_min_busbw(&v).map_err(|e| {
             format!("{NCCL_MIN_BW_ENV}={v:?}: {e}; set it to a number of GB/s, or unset it")
         })?;
         Ok(Some(BusbwGate {

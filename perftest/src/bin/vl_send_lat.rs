@@ -2,8 +2,8 @@
 
 #![forbid(unsafe_code)]
 
+use vl_perftest::measure::result::{Metric, TestKind};
 use vl_perftest::params::Tool;
-use vl_perftest::result::{Metric, TestKind};
 
 fn main() -> std::process::ExitCode {
     vl_perftest::entry::main(Tool::new(TestKind::Send, Metric::Lat))

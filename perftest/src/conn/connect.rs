@@ -8,10 +8,10 @@ use verbs_lab::connect::{self, choose_mtu, port_mtu, ConnectOpts, Endpoint};
 use verbs_lab::verbs::{Ah, AhAttr, GlobalRoute, LinkLayer, Mtu, QpType};
 
 use super::{Agreed, Link, Resources, QKEY};
-use crate::device::LocalDev;
+use crate::conn::device::LocalDev;
+use crate::measure::result::TestKind;
 use crate::params::Config;
 use crate::proto::{ChanError, Channel, Endpoints, Msg, QpEndpoint};
-use crate::result::TestKind;
 
 fn chan<T>(r: std::result::Result<T, ChanError>) -> Result<T> {
     r.map_err(anyhow::Error::new)
@@ -56,7 +56,7 @@ pub fn connect(
     res: Resources,
     local: Endpoints,
     remote: Endpoints,
-    cm_listen: Option<crate::rdmacm::CmListen>,
+    cm_listen: Option<crate::conn::rdmacm::CmListen>,
 ) -> Result<Link> {
     let path_mtu = path_mtu(cfg, &dev, &remote)?;
     let sizes = run_sizes(cfg, &dev, &remote, path_mtu)?;
@@ -84,13 +84,13 @@ pub fn connect(
     let cm = match cfg.rdma_cm {
         None => None,
         Some(_) => {
-            let setup = crate::rdmacm::Setup {
+            let setup = crate::conn::rdmacm::Setup {
                 access: res.rights.qp,
                 path_mtu,
                 accept_rd: depth.ours_accept,
                 init_rd: opts.max_rd_atomic,
             };
-            let p = crate::rdmacm::Parties {
+            let p = crate::conn::rdmacm::Parties {
                 cfg,
                 dev: &dev,
                 qps: &res.qps,
@@ -99,9 +99,9 @@ pub fn connect(
                 setup: &setup,
             };
             Some(match cm_listen {
-                Some(l) => crate::rdmacm::accept_all(&p, l)?,
+                Some(l) => crate::conn::rdmacm::accept_all(&p, l)?,
                 None if cfg.is_server() => bail!("internal: -R server without its listener"),
-                None => crate::rdmacm::connect_client(&p)?,
+                None => crate::conn::rdmacm::connect_client(&p)?,
             })
         }
     };

@@ -5,8 +5,8 @@ use std::ops::Range;
 
 use verbs_lab::verbs::{AccessFlags, QpType};
 
+use crate::measure::result::{Metric, TestKind};
 use crate::params::{Config, UD_GRH};
-use crate::result::{Metric, TestKind};
 
 /// With `--validate`, each region of a QP holds at most this many bytes of slots.
 pub const VALIDATE_BUDGET: usize = 32 << 20;

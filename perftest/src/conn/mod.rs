@@ -1,7 +1,7 @@
 //! Resources and connection: one protection domain, the registered buffers, one CQ (and its
 //! completion channel with `-e`), `-q` QPs ([`resources`], laid out as [`layout`] says); the
 //! exchange of endpoints and the QPs walked to RTS, or address handles made for UD
-//! ([`connect`](mod@connect)). The device itself is [`crate::device`].
+//! ([`connect`](mod@connect)). The device itself is [`crate::conn::device`].
 //!
 //! ## The buffers
 //! Two kinds of memory region ([`Buffers`]) hold `stride`-byte slots:
@@ -24,12 +24,15 @@ use std::time::Duration;
 
 use verbs_lab::verbs::{Ah, Mtu};
 
-use crate::device::LocalDev;
+use crate::conn::device::LocalDev;
 use crate::params::Config;
 use crate::proto::Endpoints;
 
 pub mod connect;
+pub mod device;
 pub mod layout;
+pub mod listen;
+pub mod rdmacm;
 pub mod resources;
 
 pub use connect::{check_remote_slots, connect, exchange_endpoints, qos_readback};
@@ -52,7 +55,7 @@ pub struct Link {
     /// The path MTU, sizes, inline limit and reads in flight the run uses.
     pub agreed: Agreed,
     /// `-R`: the rdma_cm connections of the QPs (dropped after them: declared last).
-    pub cm: Option<crate::rdmacm::CmLink>,
+    pub cm: Option<crate::conn::rdmacm::CmLink>,
 }
 
 /// What the run uses once both ports are known: what was asked (`-m`, `-s`/`-a`, `-I`, `-o`)

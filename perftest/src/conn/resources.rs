@@ -8,10 +8,10 @@ use verbs_lab::verbs::{CompChannel, Cq, Mr, Pd, Qp, QpCaps, QpInitAttr};
 
 use super::layout::{rights, Layout, Rights};
 use super::QKEY;
-use crate::device::LocalDev;
+use crate::conn::device::LocalDev;
+use crate::measure::result::TestKind;
 use crate::params::Config;
 use crate::proto::{Endpoints, QpEndpoint};
-use crate::result::TestKind;
 
 /// Everything this side created.
 pub struct Resources {

@@ -30,11 +30,11 @@ use anyhow::{bail, Context as _, Result};
 
 use crate::conn::Buffers;
 use crate::engine::{send_tally, PeerWatch, Session};
+use crate::measure::result::{LatRow, TestKind};
+use crate::measure::stats::{LatRecorder, LatStats};
 use crate::params::RunMode;
 use crate::pattern;
 use crate::proto::{Channel, Phase};
-use crate::result::{LatRow, TestKind};
-use crate::stats::{LatRecorder, LatStats};
 
 mod post;
 mod round;

@@ -14,10 +14,10 @@ use super::Record;
 use super::SendQueue;
 use crate::conn::{Layout, Link};
 use crate::engine::{check_imm, poll_or_sleep, remote_op, PeerWatch, Session, POLL_BATCH};
+use crate::measure::result::TestKind;
 use crate::params::Config;
 use crate::pattern;
 use crate::proto::Channel;
-use crate::result::TestKind;
 
 /// The pinger looks at the channel (one `recvfrom(2)`) at most once in this many rounds, and
 /// not more often than every `CHANNEL_CHECK`: a running peer sends nothing during a phase but an

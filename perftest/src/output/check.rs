@@ -2,9 +2,9 @@
 //! then every gate against every row of the result ([`check_gates`]).
 
 use super::OutputArgs;
-use crate::gates::{GateOutcome, PERFTEST_BW_LIMIT_ERROR, PERFTEST_MSGRATE_LIMIT_ERROR};
+use crate::measure::result::{Metric, Rows, RunResult};
+use crate::output::gates::{GateOutcome, PERFTEST_BW_LIMIT_ERROR, PERFTEST_MSGRATE_LIMIT_ERROR};
 use crate::report::BwUnit;
-use crate::result::{Metric, Rows, RunResult};
 
 /// The gates of `args` as the user typed them, or `None` without gates.
 pub(super) fn gate_summary(args: &OutputArgs) -> Option<String> {

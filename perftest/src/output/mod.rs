@@ -3,7 +3,7 @@
 //!
 //! ```no_run
 //! # use vl_perftest::output::{OutputArgs, Reporter};
-//! # use vl_perftest::result::{RunInfo, RunResult};
+//! # use vl_perftest::measure::result::{RunInfo, RunResult};
 //! # fn run(args: &OutputArgs, info: RunInfo, result: RunResult) -> anyhow::Result<std::process::ExitCode> {
 //! vl_perftest::output::check_applicable(args, info.metric).map_err(anyhow::Error::msg)?;
 //! let mut reporter = Reporter::new(args);
@@ -21,16 +21,17 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 
 use crate::cpu_util::CpuSample;
-pub use crate::gates::{GateOutcome, LatGate, EXIT_GATE_FAILED};
-use crate::gates::{PERFTEST_BW_LIMIT_ERROR, PERFTEST_MSGRATE_LIMIT_ERROR};
+use crate::measure::result::{BwRow, LatRow, ProcessResult, Rows, RunInfo, RunResult};
+pub use crate::output::gates::{GateOutcome, LatGate, EXIT_GATE_FAILED};
+use crate::output::gates::{PERFTEST_BW_LIMIT_ERROR, PERFTEST_MSGRATE_LIMIT_ERROR};
 pub use crate::report::Verbosity;
 pub use crate::report::{render_csv, render_json, render_perftest_json, render_table, render_text};
 use crate::report::{
     render_csv_procs, render_json_counters, render_json_procs, render_table_procs, text, BwUnit,
 };
-use crate::result::{BwRow, LatRow, ProcessResult, Rows, RunInfo, RunResult};
 
 mod check;
+pub mod gates;
 
 use check::gate_summary;
 pub use check::{check_applicable, check_gates};
@@ -109,12 +110,12 @@ pub struct OutputArgs {
 
     /// perftest's bandwidth floor: below N (MiB/s, or Gb/s with --report_gbits) at any size,
     /// print "Error: BW result is below bw limit" and exit 3. Checked on both sides.
-    #[arg(short = 'w', long = "limit_bw", value_name = "N", value_parser = crate::gates::parse_limit)]
+    #[arg(short = 'w', long = "limit_bw", value_name = "N", value_parser = crate::output::gates::parse_limit)]
     pub limit_bw: Option<f64>,
 
     /// perftest's message-rate floor in Mpps: below it at any size, print "Error: Msg rate  is
     /// below msg_rate limit" and exit 3.
-    #[arg(short = 'y', long = "limit_msgrate", value_name = "MPPS", value_parser = crate::gates::parse_limit)]
+    #[arg(short = 'y', long = "limit_msgrate", value_name = "MPPS", value_parser = crate::output::gates::parse_limit)]
     pub limit_msgrate: Option<f64>,
 
     /// perftest's CPU utilisation column (with -D): the user share of all CPUs during each
@@ -150,7 +151,7 @@ pub struct OutputArgs {
 
     /// Gate: fail (exit code 3) unless every row's average bandwidth is at least N, in the
     /// report's unit (MiB/s, or Gb/s with --report_gbits).
-    #[arg(long = "min-bw", value_name = "N", value_parser = crate::gates::parse_min_bw)]
+    #[arg(long = "min-bw", value_name = "N", value_parser = crate::output::gates::parse_min_bw)]
     pub min_bw: Option<f64>,
 
     /// Gate: fail (exit code 3) if a latency statistic exceeds USEC at any size. KEY is min,

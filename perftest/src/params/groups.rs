@@ -9,9 +9,9 @@ use verbs_lab::affinity::CpuList;
 use verbs_lab::verbs::Mtu;
 
 use super::RunMode;
-use crate::result::{Metric, TestKind};
+use crate::measure::result::{Metric, TestKind};
 
-/// Where the peer is and how long to wait for it: the exchange's TCP connection (`listen.rs`,
+/// Where the peer is and how long to wait for it: the exchange's TCP connection (`conn/listen.rs`,
 /// `run.rs`) and `-R`'s rdma_cm addresses start from here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {

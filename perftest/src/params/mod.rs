@@ -13,8 +13,8 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 use verbs_lab::affinity::CpuList;
 use verbs_lab::verbs::{Mtu, QpType};
 
+use crate::measure::result::{Metric, TestKind};
 use crate::output::{OutputArgs, Verbosity};
-use crate::result::{Metric, TestKind};
 
 mod checks;
 mod cli;

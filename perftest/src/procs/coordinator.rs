@@ -12,10 +12,10 @@ use verbs_lab::workers::{self, describe, GatherError, Roster, Worker};
 
 use super::report::{Assembler, WorkerReport};
 use super::{peer_timeout, QUEUES, SETUP_SLACK};
-use crate::aggregate::{aggregate_info, totals};
+use crate::measure::aggregate::{aggregate_info, totals};
+use crate::measure::result::{ProcessResult, Rows, RunInfo, RunResult};
 use crate::output::{OutputArgs, Reporter};
 use crate::params::{Config, RunMode};
-use crate::result::{ProcessResult, Rows, RunInfo, RunResult};
 
 /// One worker as the coordinator sees it.
 struct Proc {
@@ -103,7 +103,7 @@ pub fn coordinator_main(cfg: &Config, out: &OutputArgs) -> ExitCode {
     // The device, port and GID as a single run opens them, before any worker starts: a bad
     // `-d` fails here with the same words, and a server says it waits only with its device
     // usable (each worker then opens its own).
-    if let Err(e) = crate::device::open_device(cfg) {
+    if let Err(e) = crate::conn::device::open_device(cfg) {
         return verbs_lab::cli::failed(&name, &e);
     }
     if cfg.is_server() {

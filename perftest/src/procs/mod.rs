@@ -21,7 +21,7 @@
 //! Results come back as [`WorkerReport`]s — the worker's pid, its run header, its rows and
 //! when each row's measurement ran — cut into chunks that fit a `WorkerMsg::Result`. The
 //! coordinator reports each process, the aggregate over one interval (total bytes over latest end minus
-//! earliest start, see [`crate::aggregate`]) as the result row the gates check, and beside it
+//! earliest start, see [`crate::measure::aggregate`]) as the result row the gates check, and beside it
 //! the labelled sum of the per-process averages and the intervals' overlap.
 //!
 //! Faults: a worker that exits before it has sent everything, sends an `Error`, stays silent
@@ -48,7 +48,7 @@ pub mod coordinator;
 pub mod report;
 pub mod worker;
 
-pub use crate::aggregate::{aggregate, aggregate_info, totals};
+pub use crate::measure::aggregate::{aggregate, aggregate_info, totals};
 pub use crate::pin::{pick_worker_cpu, worker_cpu};
 pub use coordinator::coordinator_main;
 pub use report::{

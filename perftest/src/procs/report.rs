@@ -7,7 +7,7 @@ use std::time::Duration;
 use verbs_lab::mq;
 use verbs_lab::wire::{Reader, WireError, Writer};
 
-use crate::result::{BwRow, QpSettings, RunInfo, Span};
+use crate::measure::result::{BwRow, QpSettings, RunInfo, Span};
 
 /// The first bytes of an encoded [`WorkerReport`].
 pub const REPORT_MAGIC: [u8; 4] = *b"VLPR";

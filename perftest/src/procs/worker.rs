@@ -12,9 +12,9 @@ use verbs_lab::workers::{follow_queues, monotonic_ns_of};
 use super::report::{chunks, WorkerReport};
 use super::{peer_timeout, QUEUES, SETUP_SLACK};
 use crate::engine::{heartbeats, Pacer};
+use crate::measure::result::{BwRow, LatRow, Rows, RunInfo, Span};
 use crate::params::{Config, WorkerOf};
 use crate::proto::Channel;
-use crate::result::{BwRow, LatRow, Rows, RunInfo, Span};
 use crate::run::{run_tool_paced, RowSink};
 
 /// The worker's `main`: ties itself to the coordinator (it dies, and removes the

@@ -15,7 +15,7 @@ use std::time::Duration;
 use verbs_lab::verbs::{Gid, Mtu};
 use verbs_lab::wire::WireError;
 
-use crate::result::{BwRow, Metric, TestKind};
+use crate::measure::result::{BwRow, Metric, TestKind};
 
 mod agree;
 mod channel;

@@ -11,7 +11,7 @@
 use csv::Writer;
 
 use super::BwUnit;
-use crate::result::{BwRow, ProcessResult, Rows, RunResult};
+use crate::measure::result::{BwRow, ProcessResult, Rows, RunResult};
 
 /// The `--csv` document, with a final newline.
 pub fn render_csv(result: &RunResult, report_gbits: bool) -> String {
@@ -45,7 +45,7 @@ pub fn render_csv_procs(result: &RunResult, procs: &[ProcessResult], report_gbit
                     ],
                 );
             };
-            let sums = crate::aggregate::aggregate(procs).unwrap_or_default();
+            let sums = crate::measure::aggregate::aggregate(procs).unwrap_or_default();
             for (j, r) in rows.iter().enumerate() {
                 for p in procs {
                     if let Some(pr) = p.rows.get(j) {

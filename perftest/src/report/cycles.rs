@@ -6,7 +6,7 @@
 //! multiplies instead: nanoseconds × the frequency `/proc/cpuinfo` gives (`cpu MHz`, the value
 //! perftest calibrates its counter against) — the same unit, from another source.
 
-use crate::result::LatRow;
+use crate::measure::result::LatRow;
 
 /// The CPU frequency in MHz: the first `cpu MHz` line of `/proc/cpuinfo`.
 pub fn cpu_mhz() -> Result<f64, String> {

@@ -19,8 +19,10 @@ use super::schema::{
     SpanJson,
 };
 use super::{round_to, BwUnit};
-use crate::aggregate::SizeTotal;
-use crate::result::{BwRow, LatRow, Metric, ProcessResult, Rows, RunInfo, RunResult, Span};
+use crate::measure::aggregate::SizeTotal;
+use crate::measure::result::{
+    BwRow, LatRow, Metric, ProcessResult, Rows, RunInfo, RunResult, Span,
+};
 
 /// The version of this document's layout; raised only for changes that break readers.
 pub const FORMAT_VERSION: u32 = 1;
@@ -65,7 +67,7 @@ pub fn render_json_counters(
         cpu_util: cpu.map(CpuUtil::new),
         processes: (!procs.is_empty()).then(|| procs.iter().map(Process::new).collect()),
         aggregate: (!procs.is_empty()).then(|| {
-            let totals = crate::aggregate::aggregate(procs).unwrap_or_default();
+            let totals = crate::measure::aggregate::aggregate(procs).unwrap_or_default();
             totals.iter().map(AggregateRow::new).collect()
         }),
     };
@@ -252,7 +254,7 @@ mod tests {
         let row = serde_json::to_value(LatJson::from(&LatRow {
             bytes: 2,
             iterations: 1,
-            stats: crate::stats::LatStats {
+            stats: crate::measure::stats::LatStats {
                 samples: 1,
                 min_us: 0.0,
                 max_us: 0.0,

@@ -23,7 +23,7 @@
 use std::fmt::Write as _;
 
 use crate::counters::Snapshot;
-use crate::result::{Rows, RunResult};
+use crate::measure::result::{Rows, RunResult};
 
 /// A label value with `\`, `"` and newlines escaped.
 pub fn esc(v: &str) -> String {

@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 
 use super::Verbosity;
 use super::{round_to, BwUnit};
-use crate::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult, TestKind};
+use crate::measure::result::{BwRow, LatRow, Metric, Rows, RunInfo, RunResult, TestKind};
 
 /// perftest's default file name (`DEFAULT_JSON_FILE_NAME`).
 pub const DEFAULT_FILE: &str = "perftest_out.json";

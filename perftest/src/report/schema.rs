@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::result::QpSettings;
+use crate::measure::result::QpSettings;
 
 /// The JSON documents verbs-lab's readers meet, told apart by their keys, so that a reader
 /// given another's file says which it is and which tool reads it (instead of naming a key the
@@ -243,7 +243,7 @@ pub struct SpanJson {
     pub end_ns: u64,
 }
 
-/// One size of a `--procs` run (see `crate::aggregate`): the union of the processes'
+/// One size of a `--procs` run (see `crate::measure::aggregate`): the union of the processes'
 /// intervals, their overlap, the bytes and messages of all, the aggregate over the union and,
 /// labelled `sum_*`, the plain sum of the processes' own figures.
 #[derive(Serialize, Deserialize)]

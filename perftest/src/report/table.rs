@@ -5,7 +5,7 @@
 use comfy_table::{presets, CellAlignment, Table};
 
 use super::{cfix, BwUnit};
-use crate::result::{BwRow, Metric, ProcessResult, Rows, RunInfo, RunResult, TestKind};
+use crate::measure::result::{BwRow, Metric, ProcessResult, Rows, RunInfo, RunResult, TestKind};
 
 /// Both tables, each preceded by a title line, with a final newline.
 pub fn render_table(result: &RunResult, report_gbits: bool) -> String {
@@ -155,7 +155,7 @@ fn rows(result: &RunResult, procs: &[ProcessResult], unit: BwUnit) -> Table {
                 ]);
                 c
             };
-            let sums = crate::aggregate::aggregate(procs).unwrap_or_default();
+            let sums = crate::measure::aggregate::aggregate(procs).unwrap_or_default();
             for (j, r) in rows.iter().enumerate() {
                 for p in procs {
                     if let Some(pr) = p.rows.get(j) {

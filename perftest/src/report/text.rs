@@ -7,7 +7,7 @@
 //! `PCIe relax order` and `ibv_wr* API` without upstream's second columns), GID bytes in decimal
 //! as perftest prints them; our own lines (`CPU pinned`, `Processes`) come after perftest's last
 //! (`Data ex. method`). The numbers differ where perftest is wrong: t_max is the true maximum and
-//! t_stdev keeps its fraction (see `stats.rs`).
+//! t_stdev keeps its fraction (see `measure/stats.rs`).
 //! p99.99 and the median's neighbours live in the table, JSON and CSV, never here.
 
 use std::fmt::Write as _;
@@ -16,8 +16,10 @@ use std::str::FromStr;
 use verbs_lab::verbs::Gid;
 
 use super::{cfix, BwUnit};
-use crate::aggregate::SizeTotal;
-use crate::result::{BwRow, LatRow, Metric, ProcessResult, Rows, RunInfo, RunResult, TestKind};
+use crate::measure::aggregate::SizeTotal;
+use crate::measure::result::{
+    BwRow, LatRow, Metric, ProcessResult, Rows, RunInfo, RunResult, TestKind,
+};
 
 /// perftest's `RESULT_LINE`: 87 dashes.
 pub const SEPARATOR: &str =
@@ -65,7 +67,7 @@ pub fn render_text_procs(
 /// For each size: one [`proc_row`] per process that measured it, the [`sum_row`] (when the
 /// processes' intervals are known), then the total's [`bw_row`].
 pub fn procs_rows(totals: &[BwRow], procs: &[ProcessResult], unit: BwUnit) -> String {
-    let sums = crate::aggregate::aggregate(procs).unwrap_or_default();
+    let sums = crate::measure::aggregate::aggregate(procs).unwrap_or_default();
     let mut out = String::new();
     for (j, total) in totals.iter().enumerate() {
         for p in procs {

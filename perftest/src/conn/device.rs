@@ -1,5 +1,5 @@
 //! The opened device and the port a tool uses: `-d` (or the first device), `-i`, the GID of
-//! `-x`. What [`crate::conn`] builds on, and what `-R` ([`crate::rdmacm`]) checks its rdma_cm
+//! `-x`. What [`crate::conn`] builds on, and what `-R` ([`crate::conn::rdmacm`]) checks its rdma_cm
 //! device against.
 
 use anyhow::{bail, Context as _, Result};

@@ -27,7 +27,7 @@ use verbs_lab::verbs::{
 };
 use verbs_lab::wire::{Reader, Writer};
 
-use crate::device::LocalDev;
+use crate::conn::device::LocalDev;
 use crate::params::{Config, RdmaCm};
 use crate::proto::{Endpoints, QpEndpoint};
 

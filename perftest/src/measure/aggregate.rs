@@ -25,7 +25,7 @@
 
 use std::time::Duration;
 
-use crate::result::{BwRow, ProcessResult, RunInfo, Span};
+use crate::measure::result::{BwRow, ProcessResult, RunInfo, Span};
 
 /// One size of a `--procs` run.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::stats::LatStats;
+use crate::measure::stats::LatStats;
 
 verbs_lab::wire_codes! {
     /// Which operation a tool measures. Its code travels in the HELLO and in a `--procs`
@@ -203,7 +203,7 @@ pub struct ProcessResult {
 
 /// When one measurement ran: from its first post to its last completion, in nanoseconds on
 /// `CLOCK_MONOTONIC` — one clock for every process of a machine, so the spans of the processes
-/// of a `--procs` run can be compared and merged (see `crate::aggregate`).
+/// of a `--procs` run can be compared and merged (see `crate::measure::aggregate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Span {
     pub start_ns: u64,

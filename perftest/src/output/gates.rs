@@ -14,7 +14,7 @@ use std::fmt;
 use std::process::ExitCode;
 use std::str::FromStr;
 
-use crate::stats::LatStats;
+use crate::measure::stats::LatStats;
 
 /// The exit code of a run that completed but missed a gate.
 pub const EXIT_GATE_FAILED: u8 = 3;
