@@ -27,6 +27,8 @@
 //!   reader has gone (`| head`), destructors run.
 //! - [`stderr`]: `eprintln_whole!`, a line on stderr in one `write(2)`, so the lines of processes
 //!   sharing one stderr never interleave.
+//! - [`fail`]: [`fail::Fail`], the one application error of the tools: the error with its
+//!   causes and the exit code it ends the program with.
 //! - [`coll`]: collectives over verbs — launcher bootstrap, the ring communicator, reductions.
 //!
 //! The lessons (`lessons/`) and the benchmarks (`perftest/`) are built on it.
@@ -39,6 +41,7 @@ pub mod cli;
 pub mod coll;
 pub mod connect;
 pub mod diag;
+pub mod fail;
 pub mod json;
 pub mod mq;
 pub mod oob;
