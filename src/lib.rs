@@ -27,6 +27,8 @@
 //!   reader has gone (`| head`), destructors run.
 //! - [`stderr`]: `eprintln_whole!`, a line on stderr in one `write(2)`, so the lines of processes
 //!   sharing one stderr never interleave.
+//! - [`signals`]: the process's one signal thread (`sigwait(3)`), which hands each signal to
+//!   the code that registered for it.
 //! - [`fail`]: [`fail::Fail`], the one application error of the tools: the error with its
 //!   causes and the exit code it ends the program with.
 //! - [`coll`]: collectives over verbs — launcher bootstrap, the ring communicator, reductions.
@@ -45,6 +47,7 @@ pub mod fail;
 pub mod json;
 pub mod mq;
 pub mod oob;
+pub mod signals;
 pub mod stderr;
 pub mod stdout;
 pub mod wire;
