@@ -190,9 +190,9 @@ fn serve(cfg: &Config, out: &crate::output::OutputArgs) -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             Err(e) if !listened => return Fail::from(e).exit(&name),
-            // The device or its port failed (the event stays recorded for the process): the
+            // The device failed under the run (its error is the event, see run.rs): the
             // server's own failure, not the client's.
-            Err(e) if crate::events::fatal().is_some() => {
+            Err(e) if crate::events::in_chain(&e).is_some() => {
                 served.failed += 1;
                 verbs_lab::eprintln_whole!("{name}: --serve: {}", served.summary());
                 return Fail::from(e).exit(&name);

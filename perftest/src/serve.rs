@@ -289,7 +289,7 @@ fn serve_one(cfg: &Config, conn: OobConn, out: &OutputArgs, board: &Mutex<Board>
         }
         Err(e) => {
             b.served.failed += 1;
-            match crate::events::fatal().filter(|ev| ev.ends_server()) {
+            match crate::events::in_chain(&e).filter(|ev| ev.ends_server()) {
                 Some(ev) => drop(b.server_fatal.get_or_insert(ev.to_string())),
                 None if crate::signals::received().is_some() => {}
                 None => verbs_lab::eprintln_whole!(
