@@ -131,13 +131,10 @@ impl DevicePortFilter {
 /// A tool's failure: prints `NAME: error: ` and the error with its chain of causes to stderr,
 /// and returns exit status 1, or 2 when the command line asked for what this machine does not
 /// have ([`CommandLine`]).
+/// ([`crate::fail::code_of`]; [`crate::fail::Fail`] is the same end for an owned error).
 pub fn failed(name: &str, e: &anyhow::Error) -> ExitCode {
     crate::eprintln_whole!("{name}: error: {e:#}");
-    if e.downcast_ref::<CommandLine>().is_some() {
-        ExitCode::from(2)
-    } else {
-        ExitCode::FAILURE
-    }
+    ExitCode::from(crate::fail::code_of(e))
 }
 
 /// The context of a step that acts on the command line, e.g. "opening the RDMA device, its
@@ -166,10 +163,7 @@ impl CommandLine {
 
 /// A tool's exit status: 0 for `Ok`, else [`failed`].
 pub fn exit_code(name: &str, result: anyhow::Result<()>) -> ExitCode {
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => failed(name, &e),
-    }
+    crate::fail::exit(name, result.map(|()| 0).map_err(Into::into))
 }
 
 /// How to get an RDMA device on a machine without one, with this project's scripts; every "no

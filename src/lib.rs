@@ -27,6 +27,10 @@
 //!   reader has gone (`| head`), destructors run.
 //! - [`stderr`]: `eprintln_whole!`, a line on stderr in one `write(2)`, so the lines of processes
 //!   sharing one stderr never interleave.
+//! - [`signals`]: the process's one signal thread (`sigwait(3)`), which hands each signal to
+//!   the code that registered for it.
+//! - [`fail`]: [`fail::Fail`], the one application error of the tools: the error with its
+//!   causes and the exit code it ends the program with.
 //!
 //! The lessons (`lessons/`), the point-to-point benchmarks (`perftest/`), the collectives and the
 //! fabric check (`coll/`) and the bench tooling (`bench/`) are built on it.
@@ -38,9 +42,11 @@ pub mod background;
 pub mod cli;
 pub mod connect;
 pub mod diag;
+pub mod fail;
 pub mod json;
 pub mod mq;
 pub mod oob;
+pub mod signals;
 pub mod stderr;
 pub mod stdout;
 pub mod wire;

@@ -190,7 +190,7 @@ impl Session<'_> {
 pub fn heartbeats(ch: &mut Channel) -> impl FnMut() -> Result<()> + '_ {
     let mut last = Instant::now();
     move || {
-        crate::signals::check().map_err(anyhow::Error::new)?;
+        ch.check_stop()?;
         if last.elapsed() >= HEARTBEAT {
             last = Instant::now();
             ch.send(&Msg::Heartbeat).map_err(anyhow::Error::new)?;
@@ -353,8 +353,7 @@ impl PeerWatch {
             return Ok(false);
         }
         self.last_check = now;
-        crate::signals::check().map_err(anyhow::Error::new)?;
-        crate::events::check().map_err(anyhow::Error::new)?;
+        ch.check_stop()?;
         // Up to this phase's TALLY: what follows it (a RESULT, the next SYNC) belongs to the
         // steps after the loop. Whole messages only: half a frame stays for the next look
         // (bounded by the channel's timeout), the loop never blocks on it.

@@ -11,7 +11,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use verbs_lab::cli::failed;
+use verbs_lab::fail::{self, Fail};
 
 use crate::measure::result::{BwRow, LatRow, RunInfo};
 use crate::output::Reporter;
@@ -21,23 +21,20 @@ use crate::run::{measures, run_tool, RowSink};
 pub use crate::params::EXIT_CODES;
 
 /// The whole tool: parses the command line for `tool`, runs, reports, and returns the exit
-/// code. Errors are printed as `vl_write_bw: error: ...` on stderr.
+/// code. Errors are printed as `vl_write_bw: error: ...` on stderr ([`Fail::exit`]).
 pub fn main(tool: Tool) -> ExitCode {
     let name = tool.name();
     if let Err(e) = crate::signals::install(&name) {
-        verbs_lab::eprintln_whole!(
-            "{name}: error: cannot set up the handling of SIGINT and SIGTERM: {e}"
-        );
-        return ExitCode::FAILURE;
+        return Fail::failed(format!(
+            "cannot set up the handling of SIGINT and SIGTERM: {e}"
+        ))
+        .exit(&name);
     }
     verbs_lab::cli::generate_if_asked(|| Params::command_for(tool));
     let params = Params::parse_for(tool);
     let cfg = match Config::new(tool, &params) {
         Ok(c) => c,
-        Err(e) => {
-            verbs_lab::eprintln_whole!("{name}: error: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return Fail::usage(e).exit(&name),
     };
     if cfg.procs.worker.is_some() {
         return crate::procs::worker_main(&cfg);
@@ -45,16 +42,35 @@ pub fn main(tool: Tool) -> ExitCode {
     for note in &cfg.notes {
         verbs_lab::eprintln_whole!("{name}: note: {note}");
     }
-    if let Err(e) = crate::output::check_applicable(&params.output, tool.metric) {
-        verbs_lab::eprintln_whole!("{name}: error: {e}");
-        return ExitCode::from(2);
+    let out = match checked_output(&cfg, &params) {
+        Ok(out) => out,
+        Err(fail) => return fail.exit(&name),
+    };
+    if cfg.procs.count.is_some() {
+        return crate::procs::coordinator_main(&cfg, &out);
     }
-    if let Err(e) = crate::output::check_cycles(&params.output) {
-        verbs_lab::eprintln_whole!("{name}: error: {e}");
-        return ExitCode::from(2);
+    if cfg.serve && cfg.concurrent > 1 {
+        return crate::serve::serve_concurrent(&cfg, &out);
     }
+    if cfg.serve {
+        return serve(&cfg, &out);
+    }
+    let mut reporter = Reporter::new(&out);
+    let ran = run_tool(&cfg, &mut reporter).map_err(ended);
+    fail::exit(
+        &name,
+        ran.and_then(|result| Ok(reporter.finish(&result)?.code())),
+    )
+}
+
+/// The output flags, checked before anything runs (each refusal a usage error, exit 2); the
+/// gates dropped on a side that measures nothing.
+fn checked_output(cfg: &Config, params: &Params) -> Result<crate::output::OutputArgs, Fail> {
+    let name = cfg.tool.name();
+    crate::output::check_applicable(&params.output, cfg.tool.metric).map_err(Fail::usage)?;
+    crate::output::check_cycles(&params.output).map_err(Fail::usage)?;
     let mut out = params.output.clone();
-    if !measures(&cfg) && out.has_gates() {
+    if !measures(cfg) && out.has_gates() {
         // Symmetric command lines are the habit: the gates are the measuring side's business
         // (perftest's server, too, prints the client's row without checking -w/-y).
         let (this, peer) = match cfg.is_server() {
@@ -67,32 +83,19 @@ pub fn main(tool: Tool) -> ExitCode {
         );
         out.clear_gates();
     }
-    if let Err(e) = out.check_writable(measures(&cfg)) {
-        verbs_lab::eprintln_whole!("{name}: error: {e}");
-        return ExitCode::from(2);
-    }
-    if cfg.procs.count.is_some() {
-        return crate::procs::coordinator_main(&cfg, &out);
-    }
-    if cfg.serve && cfg.concurrent > 1 {
-        return crate::serve::serve_concurrent(&cfg, &out);
-    }
-    if cfg.serve {
-        return serve(&cfg, &out);
-    }
-    let mut reporter = Reporter::new(&out);
-    match run_tool(&cfg, &mut reporter) {
-        Ok(result) => match reporter.finish(&result) {
-            Ok(outcome) => outcome.exit_code(),
-            Err(e) => failed(&name, &e),
-        },
-        Err(e) => match crate::signals::received() {
-            Some(i) => {
-                verbs_lab::eprintln_whole!("{name}: {i}: the peer was told, the run torn down");
-                ExitCode::from(i.exit_code())
-            }
-            None => failed(&name, &e),
-        },
+    out.check_writable(measures(cfg)).map_err(Fail::usage)?;
+    Ok(out)
+}
+
+/// How a run that failed ends the tool: stopped by a signal, `NAME: interrupted by SIGINT: the
+/// peer was told, the run torn down` and 130 or 143; otherwise its error ([`Fail`]'s code).
+pub fn ended(e: anyhow::Error) -> Fail {
+    match crate::signals::received() {
+        Some(i) => Fail::stopped(
+            i.exit_code(),
+            anyhow::anyhow!("{i}: the peer was told, the run torn down"),
+        ),
+        None => Fail::from(e),
     }
 }
 
@@ -186,13 +189,13 @@ fn serve(cfg: &Config, out: &crate::output::OutputArgs) -> ExitCode {
                 );
                 return ExitCode::SUCCESS;
             }
-            Err(e) if !listened => return failed(&name, &e),
-            // The device or its port failed (the event stays recorded for the process): the
+            Err(e) if !listened => return Fail::from(e).exit(&name),
+            // The device failed under the run (its error is the event, see run.rs): the
             // server's own failure, not the client's.
-            Err(e) if crate::events::fatal().is_some() => {
+            Err(e) if crate::events::in_chain(&e).is_some() => {
                 served.failed += 1;
                 verbs_lab::eprintln_whole!("{name}: --serve: {}", served.summary());
-                return failed(&name, &e);
+                return Fail::from(e).exit(&name);
             }
             Err(e) if waited_in_vain(&e) => {}
             Err(e) => {

@@ -8,15 +8,16 @@
 //! announce the removal of the device's user-verbs node ([`removal_of`]; rxe sends no event
 //! then, and `rdma link delete` would wait for the run to end). It sleeps until one of them has
 //! news or the run ends: no timer wakes it. An event that ends the run ([`ends_run`]) is
-//! recorded for the thread that runs it (a `--serve --concurrent` server runs several at once),
-//! and that run's out-of-band socket is woken ([`crate::signals::wake_reader_of`]), so a loop
-//! blocked on the peer returns at once and one that spins sees [`check`] fail within
+//! recorded for the run that started the watch ([`RunFault`], its own: a `--serve --concurrent`
+//! server runs several at once), and that run's out-of-band socket is woken
+//! ([`crate::signals::wake_reader_of`]), so a loop blocked on the peer returns at once and one
+//! that spins sees [`RunFault::check`] fail within
 //! [`crate::engine::CHANNEL_CHECK`]. The run's error path then sends the peer an ERROR naming the
 //! event (before the QPs are torn down) and the tool exits 1 with the event as its error: "port
 //! 1 of rxe1 went down (IBV_EVENT_PORT_ERR) …".
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::Duration;
 
@@ -30,10 +31,46 @@ use verbs_lab::verbs::{AsyncEvent, AsyncEventKind, Context};
 /// kernel announce it (see [`watch`]).
 pub const SLICE: Duration = Duration::from_millis(100);
 
-/// The first event that ended each run, keyed by the thread that runs it (the one that
-/// called [`watch`]): a `--serve --concurrent` server runs several at once, and one client's
-/// QP in error must not stop the others.
-static FATAL: Mutex<Vec<(ThreadId, DeviceEvent)>> = Mutex::new(Vec::new());
+/// The first event that ended one run: written by the thread that reads its device's events
+/// ([`watch`]), read by the run ([`EventWatch::fault`]). Each run has its own — a
+/// `--serve --concurrent` server runs several at once, and one client's QP in error must not
+/// stop the others.
+#[derive(Debug, Clone, Default)]
+pub struct RunFault(Arc<Mutex<Option<DeviceEvent>>>);
+
+impl RunFault {
+    /// The event that ended the run, if one came.
+    pub fn fatal(&self) -> Option<DeviceEvent> {
+        self.0.lock().ok().and_then(|f| f.clone())
+    }
+
+    /// Fails with the event that ended the run, once one came: loops call it as they look at
+    /// the peer (through [`crate::proto::Channel::check_stop`]).
+    pub fn check(&self) -> Result<(), DeviceEvent> {
+        match self.fatal() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Records `ev` (the run's first only) and wakes the blocked reads of the run on thread
+    /// `run`.
+    fn record(&self, run: ThreadId, ev: DeviceEvent) {
+        if let Ok(mut f) = self.0.lock() {
+            if f.is_some() {
+                return;
+            }
+            *f = Some(ev);
+        }
+        crate::signals::wake_reader_of(run);
+    }
+}
+
+/// The device event among `e`'s causes, if a device event ended the run that failed with `e`
+/// (the run's error path makes the event its error, see [`crate::run`]).
+pub fn in_chain(e: &anyhow::Error) -> Option<&DeviceEvent> {
+    e.chain().find_map(|c| c.downcast_ref::<DeviceEvent>())
+}
 
 /// What the device did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,36 +185,6 @@ pub fn ends_run(ev: &AsyncEvent, port: u8) -> bool {
     }
 }
 
-/// The event that ended the run of this thread, if one came.
-pub fn fatal() -> Option<DeviceEvent> {
-    let me = std::thread::current().id();
-    FATAL
-        .lock()
-        .ok()
-        .and_then(|f| f.iter().find(|(t, _)| *t == me).map(|(_, e)| e.clone()))
-}
-
-/// Fails with the event that ended the run, once one came: loops call it as they look at the
-/// peer (with [`crate::signals::check`]).
-pub fn check() -> Result<(), DeviceEvent> {
-    match fatal() {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
-}
-
-/// Records `ev` for the run on thread `run` (its first one only) and wakes that run's blocked
-/// reads.
-fn record(run: ThreadId, ev: DeviceEvent) {
-    if let Ok(mut f) = FATAL.lock() {
-        if f.iter().any(|(t, _)| *t == run) {
-            return;
-        }
-        f.push((run, ev));
-    }
-    crate::signals::wake_reader_of(run);
-}
-
 /// Reads `ctx`'s asynchronous events on a thread of its own until the returned guard is
 /// dropped; events that end a run on `port` ([`ends_run`]) stop it (see the module's text).
 ///
@@ -189,6 +196,8 @@ fn record(run: ThreadId, ev: DeviceEvent) {
 pub fn watch(ctx: &Context, port: u8) -> std::io::Result<EventWatch> {
     let ctx = ctx.clone();
     let run = std::thread::current().id();
+    let fault = RunFault::default();
+    let ours = fault.clone();
     let thread = Background::spawn("async-events", move |stopped| {
         let device = ctx.name().to_string();
         // Only a node that was there can go away (no sysfs in a container: no look).
@@ -210,7 +219,7 @@ pub fn watch(ctx: &Context, port: u8) -> std::io::Result<EventWatch> {
             _ => PollTimeout::NONE,
         };
         let removed = || {
-            record(
+            ours.record(
                 run,
                 DeviceEvent {
                     device: device.clone(),
@@ -256,7 +265,7 @@ pub fn watch(ctx: &Context, port: u8) -> std::io::Result<EventWatch> {
                 continue;
             }
             match ctx.get_async_event(Duration::ZERO) {
-                Ok(Some(ev)) if ends_run(&ev, port) => record(
+                Ok(Some(ev)) if ends_run(&ev, port) => ours.record(
                     run,
                     DeviceEvent {
                         device: device.clone(),
@@ -275,7 +284,10 @@ pub fn watch(ctx: &Context, port: u8) -> std::io::Result<EventWatch> {
             }
         }
     })?;
-    Ok(EventWatch { _thread: thread })
+    Ok(EventWatch {
+        fault,
+        _thread: thread,
+    })
 }
 
 /// A socket that hears the kernel's device announcements (uevents), non-blocking.
@@ -326,7 +338,15 @@ pub fn removal_of(msg: &[u8], node: &str) -> bool {
 
 /// See [`watch`]: dropping it wakes the thread at once and waits for it.
 pub struct EventWatch {
+    fault: RunFault,
     _thread: Background,
+}
+
+impl EventWatch {
+    /// The event that ends the run, once the thread has read one: the run's own.
+    pub fn fault(&self) -> RunFault {
+        self.fault.clone()
+    }
 }
 
 #[cfg(test)]

@@ -162,7 +162,7 @@ fn run_met(
     let dev = device::open_device(cfg)?;
     // The device's asynchronous events (a port going down, a fatal QP or device error) end
     // the run within a moment, named (see events.rs); the watch outlives the channel below.
-    let _events = crate::events::watch(&dev.ctx, cfg.device.ib_port).with_context(|| {
+    let events = crate::events::watch(&dev.ctx, cfg.device.ib_port).with_context(|| {
         format!(
             "starting the thread that reads {}'s asynchronous events",
             dev.ctx.name()
@@ -196,6 +196,7 @@ fn run_met(
         }
     };
     ch.set_phase_limit(crate::engine::phase_limit(cfg, cq_timeout));
+    ch.watch_device(events.fault());
     // From here a signal stops the run through its error path (and tells the peer); the watch
     // ends before the channel is closed.
     let _watch = crate::signals::watch_socket(ch.raw_fd());
@@ -236,7 +237,7 @@ fn tell_peer(ch: &mut Channel, e: anyhow::Error) -> anyhow::Error {
     }
     // A fatal device event explains whatever the loop met after it (failed completions, the
     // socket woken to stop a blocked read): the event is the error, and the peer hears it.
-    if let Some(ev) = crate::events::fatal() {
+    if let Some(ev) = ch.device_fault() {
         if !ch.error_sent() {
             ch.send_error(&ev.to_string());
         }

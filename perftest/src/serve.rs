@@ -29,7 +29,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use verbs_lab::cli::failed;
+use verbs_lab::fail::Fail;
 use verbs_lab::oob::{Listener, OobConn, OobError};
 use verbs_lab::workers::monotonic_ns_of;
 
@@ -91,13 +91,13 @@ pub fn serve_concurrent(cfg: &Config, out: &OutputArgs) -> ExitCode {
     // The server's own faults first, as a single run meets them before it listens: the
     // device, its port and GID (each run opens its own context later), then the TCP port.
     if let Err(e) = crate::conn::device::open_device(cfg) {
-        return failed(&name, &e);
+        return Fail::from(e).exit(&name);
     }
     let listener = match Listener::bind_on(cfg.peer.bind, cfg.peer.port)
         .with_context(|| format!("listening for clients on TCP port {}", cfg.peer.port))
     {
         Ok(l) => l,
-        Err(e) => return failed(&name, &e),
+        Err(e) => return Fail::from(e).exit(&name),
     };
     Reporter::new(out).waiting_banner();
     let board = Arc::new(Mutex::new(Board::default()));
@@ -121,7 +121,7 @@ pub fn serve_concurrent(cfg: &Config, out: &OutputArgs) -> ExitCode {
             threads.into_iter().for_each(|t| drop(t.join()));
             let b = lock(&board);
             verbs_lab::eprintln_whole!("{name}: --serve: {}", b.served.summary());
-            return failed(&name, &anyhow::anyhow!("{why}"));
+            return Fail::failed(why).exit(&name);
         }
         let conn = match listener.accept_conn(TICK, HELLO_WAIT) {
             Ok(c) => c,
@@ -289,7 +289,7 @@ fn serve_one(cfg: &Config, conn: OobConn, out: &OutputArgs, board: &Mutex<Board>
         }
         Err(e) => {
             b.served.failed += 1;
-            match crate::events::fatal().filter(|ev| ev.ends_server()) {
+            match crate::events::in_chain(&e).filter(|ev| ev.ends_server()) {
                 Some(ev) => drop(b.server_fatal.get_or_insert(ev.to_string())),
                 None if crate::signals::received().is_some() => {}
                 None => verbs_lab::eprintln_whole!(

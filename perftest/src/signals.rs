@@ -1,7 +1,8 @@
 //! SIGINT and SIGTERM for the `vl_*` tools: a clean stop the peer hears about.
 //!
 //! [`install`] blocks both signals in the main thread (and so in every thread it starts) and
-//! takes them in one thread of its own with `sigwait(2)` — no async-signal handler, no unsafe.
+//! takes them on the process's one signal thread ([`verbs_lab::signals`], `sigwait(2)`) — no
+//! async-signal handler, no unsafe.
 //! Before a peer is connected there is nothing to tell anyone: the tool exits at once with
 //! 128 + the signal (130 for SIGINT, 143 for SIGTERM). Once connected, the signal is recorded,
 //! the out-of-band socket's reading side is shut down (which wakes a blocking read at once), and
@@ -20,7 +21,7 @@ use std::sync::Mutex;
 use std::thread::ThreadId;
 use std::time::Duration;
 
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::Signal;
 
 /// The signal received, 0 while none.
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
@@ -76,29 +77,22 @@ impl Interrupted {
     }
 }
 
-/// Takes SIGINT and SIGTERM on a thread of their own from now on. Call first thing in `main`,
-/// before any other thread is started (they inherit the blocked mask).
-pub fn install(tool: &str) -> nix::Result<()> {
+/// Takes SIGINT and SIGTERM on the process's signal thread ([`verbs_lab::signals`]) from now on.
+/// Call first thing in `main`, before any other thread is started (they inherit the blocked
+/// mask).
+pub fn install(tool: &str) -> std::io::Result<()> {
     if let Ok(mut t) = TOOL.lock() {
         *t = tool.to_string();
     }
-    let mut set = SigSet::empty();
-    set.add(Signal::SIGINT);
-    set.add(Signal::SIGTERM);
-    // The parent-death signal of `--procs` workers (verbs_lab::workers) is taken by the worker's
-    // own thread; blocked here first, so that this thread — started before it — cannot receive
-    // it and die of its default action without the workers' cleanup.
-    let mut blocked = set;
-    blocked.add(verbs_lab::workers::PARENT_DEATH_SIGNAL);
-    blocked.thread_block()?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || loop {
-            if let Ok(sig) = set.wait() {
-                on_signal(sig);
-            }
-        })
-        .map_err(|_| nix::errno::Errno::EAGAIN)?;
+    // The parent-death signal of `--procs` workers (verbs_lab::workers) is taken there too: its
+    // handler, registered when the worker follows its coordinator, removes the coordinator's
+    // queues.
+    verbs_lab::signals::install(&[
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        verbs_lab::workers::PARENT_DEATH_SIGNAL,
+    ])?;
+    verbs_lab::signals::on(&[Signal::SIGINT, Signal::SIGTERM], on_signal);
     Ok(())
 }
 

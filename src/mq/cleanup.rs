@@ -2,13 +2,12 @@
 //! the removal of queues that a coordinator killed outright (SIGKILL) left behind.
 
 use std::fs;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use nix::mqueue::mq_unlink;
-use nix::sys::signal::{raise, SigSet, Signal};
+use nix::sys::signal::Signal;
 
-use super::limits::{call_error, status_mask, MqError, Result};
+use super::limits::{status_mask, MqError, Result};
 
 static REGISTRY: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
@@ -48,66 +47,49 @@ pub fn unlink_all_registered() -> usize {
     n
 }
 
-static SIGNALS_INSTALLED: AtomicBool = AtomicBool::new(false);
-
 /// The signals [`install_cleanup_on_signals`] handles.
 pub const CLEANUP_SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
 
 /// On SIGINT, SIGTERM or SIGHUP: remove every registered queue, then die of that signal (the
 /// shell sees 130 for Ctrl-C, as without the cleanup).
 ///
-/// **Call it first in `main`, before any thread starts.** It works without a signal handler:
-/// it blocks the three signals in the calling thread (`pthread_sigmask(2)`), which every thread
-/// created afterwards inherits, and starts one thread that takes them with `sigwait(3)`. That
-/// thread runs ordinary code — it may lock the registry and format a message — so there is no
-/// async-signal-safety to get wrong and no `unsafe`. (A thread started *before* this call keeps
-/// its mask; a signal delivered to it would kill the process without cleanup.) After the
-/// cleanup the thread unblocks the signal for itself and raises it: the default action ends the
-/// process, so a parent sees "killed by SIGINT". Child processes started with
-/// `std::process::Command` get an empty signal mask (the standard library resets it), so
-/// workers still die of Ctrl-C normally.
+/// **Call it first in `main`, before any thread starts.** It works without a signal handler,
+/// on the process's one signal thread ([`crate::signals`]), which it starts when no one did:
+/// the three signals are blocked in the calling thread (`pthread_sigmask(2)`), which every
+/// thread created afterwards inherits, and taken there with `sigwait(3)`. (A thread started
+/// *before* this call keeps its mask; a signal delivered to it would kill the process without
+/// cleanup.) After the cleanup the thread unblocks the signal for itself and raises it: the
+/// default action ends the process, so a parent sees "killed by SIGINT". Child processes
+/// started with `std::process::Command` get an empty signal mask (the standard library resets
+/// it), so workers still die of Ctrl-C normally. A program that handles these signals itself
+/// (perftest's tools stop their run and tell the peer) registers with the signal thread after
+/// this, and removes the queues on its own way out.
 ///
 /// A signal the process inherited as ignored (`SIG_IGN`, e.g. SIGINT in a shell's background
-/// job) is left alone. Idempotent: later calls do nothing.
+/// job) is left alone. Idempotent: later calls do nothing more.
 pub fn install_cleanup_on_signals() -> Result<()> {
-    if SIGNALS_INSTALLED.swap(true, Ordering::SeqCst) {
-        return Ok(());
-    }
     // A signal this process inherited as ignored (a shell's background job ignores SIGINT) stays
     // ignored: Linux queues even an ignored signal while it is blocked, so taking it with
     // sigwait would change what the parent asked for.
     let ignored = ignored_signals();
-    let mut set = SigSet::empty();
-    for s in CLEANUP_SIGNALS {
-        if ignored & (1u64 << (s as i32 - 1)) == 0 {
-            set.add(s);
-        }
-    }
-    if set.iter().next().is_none() {
+    let wanted: Vec<Signal> = CLEANUP_SIGNALS
+        .into_iter()
+        .filter(|&s| ignored & (1u64 << (s as i32 - 1)) == 0)
+        .collect();
+    if wanted.is_empty() {
         return Ok(()); // every one of them is ignored: nothing to take
     }
-    set.thread_block().map_err(|e| {
-        SIGNALS_INSTALLED.store(false, Ordering::SeqCst);
-        call_error("pthread_sigmask", "(signals)", e, "")
+    let taken = crate::signals::install(&wanted).map_err(|e| {
+        MqError::Invalid(format!(
+            "cannot start the signal thread: {e} (the signals stay as they were)"
+        ))
     })?;
-    std::thread::Builder::new()
-        .name("vl-mq-signals".into())
-        .spawn(move || loop {
-            let Ok(sig) = set.wait() else { continue };
-            let n = unlink_all_registered();
-            crate::eprintln_whole!("{}", removed_on_signal(sig, n));
-            let mut one = SigSet::empty();
-            one.add(sig);
-            let _ = one.thread_unblock();
-            let _ = raise(sig);
-            // Reached only if someone installed a handler that returned.
-            std::process::exit(128 + sig as i32);
-        })
-        .map_err(|e| {
-            MqError::Invalid(format!(
-                "cannot start the signal-cleanup thread: {e} (the signals stay blocked)"
-            ))
-        })?;
+    let ours: Vec<Signal> = wanted.into_iter().filter(|s| taken.contains(s)).collect();
+    crate::signals::on(&ours, |sig| {
+        let n = unlink_all_registered();
+        crate::eprintln_whole!("{}", removed_on_signal(sig, n));
+        crate::signals::die_of(sig)
+    });
     Ok(())
 }
 
@@ -147,39 +129,31 @@ fn ignored_signals() -> u64 {
 /// cannot remove its queues; its workers, told by the kernel, do it for it. The line starts
 /// with `who` ("vl_write_bw worker 1") and does not name `sig`, an internal arrangement.
 ///
-/// Like [`install_cleanup_on_signals`], it blocks `sig` in the calling thread and takes it in a
-/// thread of its own with `sigwait(3)`: **call it before any other thread starts.**
+/// Like [`install_cleanup_on_signals`], it takes `sig` on the process's one signal thread
+/// ([`crate::signals`]), started here if no one did: **call it before any other thread starts.**
 pub fn remove_on_signal(sig: Signal, who: String, owner: u32, names: Vec<String>) -> Result<()> {
-    let mut set = SigSet::empty();
-    set.add(sig);
-    set.thread_block()
-        .map_err(|e| call_error("pthread_sigmask", "(signals)", e, ""))?;
-    std::thread::Builder::new()
-        .name("vl-mq-orphans".into())
-        .spawn(move || loop {
-            let Ok(got) = set.wait() else { continue };
-            let n = names
-                .iter()
-                .filter(|name| mq_unlink(name.as_str()).is_ok())
-                .count();
-            let gone = format!("{who}: the coordinator (pid {owner}) is gone");
-            let total = names.len();
-            let s = if total == 1 { "" } else { "s" };
-            match total {
-                0 => crate::eprintln_whole!("{gone}; exiting"),
-                _ if n == total => {
-                    crate::eprintln_whole!("{gone}; removed its {n} message queue{s}; exiting")
-                }
-                _ => crate::eprintln_whole!(
-                    "{gone}; removed {n} of its {total} message queue{s} (the rest were \
-                     already gone); exiting"
-                ),
+    crate::signals::install(&[sig])
+        .map_err(|e| MqError::Invalid(format!("cannot start the signal thread: {e}")))?;
+    crate::signals::on(&[sig], move |got| {
+        let n = names
+            .iter()
+            .filter(|name| mq_unlink(name.as_str()).is_ok())
+            .count();
+        let gone = format!("{who}: the coordinator (pid {owner}) is gone");
+        let total = names.len();
+        let s = if total == 1 { "" } else { "s" };
+        match total {
+            0 => crate::eprintln_whole!("{gone}; exiting"),
+            _ if n == total => {
+                crate::eprintln_whole!("{gone}; removed its {n} message queue{s}; exiting")
             }
-            let _ = set.thread_unblock();
-            let _ = raise(got);
-            std::process::exit(128 + got as i32);
-        })
-        .map_err(|e| MqError::Invalid(format!("cannot start the queue-cleanup thread: {e}")))?;
+            _ => crate::eprintln_whole!(
+                "{gone}; removed {n} of its {total} message queue{s} (the rest were \
+                 already gone); exiting"
+            ),
+        }
+        crate::signals::die_of(got)
+    });
     Ok(())
 }
 

@@ -22,19 +22,18 @@ use crate::bootstrap::{self, Via};
 use crate::env::RankInfo;
 use crate::launch;
 use crate::{CommOpts, RankRecord};
+use verbs_lab::fail::{self, Fail};
 
 pub use args::Args;
 use report::TOOL;
 
-/// Exit codes, as for the other tools.
-pub const EXIT_FAILED: u8 = 1;
-pub const EXIT_USAGE: u8 = 2;
+/// Exit codes, as for the other tools ([`Fail`]'s).
+pub const EXIT_FAILED: u8 = Fail::FAILED;
+pub const EXIT_USAGE: u8 = Fail::USAGE;
 pub const EXIT_SUSPECT: u8 = 3;
 
-type Fail = (u8, String);
-
 fn usage(s: impl Into<String>) -> Fail {
-    (EXIT_USAGE, s.into())
+    Fail::usage(s.into())
 }
 
 /// The binary's `main`.
@@ -51,13 +50,7 @@ pub fn main() -> ExitCode {
         Some(np) => return launcher(np, &args),
         None => run(&args),
     };
-    match run {
-        Ok(code) => ExitCode::from(code),
-        Err((code, msg)) => {
-            verbs_lab::eprintln_whole!("{TOOL}: error: {msg}");
-            ExitCode::from(code)
-        }
-    }
+    fail::exit(TOOL, run)
 }
 
 /// `--np N`: N ranks on this machine, meeting over TCP on the loopback (each rank's tests
@@ -77,10 +70,7 @@ fn launcher(np: u32, args: &Args) -> ExitCode {
         .and_then(|plan| check_files(args).map(|()| plan));
     let (node, across) = match checked {
         Ok(plan) => plan,
-        Err((code, msg)) => {
-            verbs_lab::eprintln_whole!("{TOOL}: error: {msg}");
-            return ExitCode::from(code);
-        }
+        Err(fail) => return fail.exit(TOOL),
     };
     let own: Vec<OsString> = std::env::args_os().skip(1).collect();
     let run = launch::LocalRun {
@@ -135,7 +125,7 @@ fn run(args: &Args) -> Result<u8, Fail> {
         Via::Tcp((&host, port)),
         Duration::from_secs(args.launch.bootstrap_timeout),
     )
-    .map_err(|e| (EXIT_FAILED, e.to_string()))?;
+    .map_err(|e| Fail::new(EXIT_FAILED, e))?;
     let (link, table) = star.into_parts();
     // This rank's device: its local rank's of --ib-dev (the launcher's local rank, else counted
     // from the host names in the table, as the collectives count it).
@@ -145,7 +135,7 @@ fn run(args: &Args) -> Result<u8, Fail> {
         ..args.clone()
     };
     if info.rank != 0 {
-        return world::follow(args, link, &table, info.rank).map_err(|e| (EXIT_FAILED, e));
+        return world::follow(args, link, &table, info.rank).map_err(Fail::failed);
     }
     let mut world = world::World::new(link, table);
     let checked = check::run(args, &mut world);
@@ -165,12 +155,12 @@ fn write_outputs(args: &Args, doc: &report::FabricJson) -> Result<(), Fail> {
     verbs_lab::outln!("{}", report::text(doc).trim_end());
     if let Some(p) = &args.json {
         std::fs::write(p, vl_perftest::report::pretty_json(doc))
-            .map_err(|e| (EXIT_FAILED, format!("cannot write --json {p}: {e}")))?;
+            .map_err(|e| Fail::failed(format!("cannot write --json {p}: {e}")))?;
     }
     if let Some(p) = &args.plot {
-        let svg = report::svg(doc).map_err(|e| (EXIT_FAILED, e))?;
+        let svg = report::svg(doc).map_err(Fail::failed)?;
         std::fs::write(p, svg)
-            .map_err(|e| (EXIT_FAILED, format!("cannot write --plot {p}: {e}")))?;
+            .map_err(|e| Fail::failed(format!("cannot write --plot {p}: {e}")))?;
     }
     Ok(())
 }

@@ -27,6 +27,7 @@ use std::time::Duration;
 use crate::env::{self, Launcher, RankInfo};
 use crate::launch::{self, NodeRanks};
 use crate::{Algo, Coll, CollError, Comm, CommOpts, DataType, RankRecord, RedOp};
+use verbs_lab::fail::{self, Fail};
 use verbs_lab::wire::{Reader, Writer};
 use vl_perftest::progress::Progress;
 
@@ -35,9 +36,9 @@ use bench::bench_one;
 use report::{Measure, Row, Table};
 use stdout::Stdout;
 
-/// Exit codes, as for the other tools.
-pub const EXIT_FAILED: u8 = 1;
-pub const EXIT_USAGE: u8 = 2;
+/// Exit codes, as for the other tools ([`Fail`]'s).
+pub const EXIT_FAILED: u8 = Fail::FAILED;
+pub const EXIT_USAGE: u8 = Fail::USAGE;
 pub const EXIT_GATE: u8 = 3;
 
 /// Entry point of the nine tools.
@@ -70,19 +71,10 @@ pub fn main(coll_of: fn(usize) -> Coll, tool: &'static str) -> ExitCode {
         (Some(np), None) => return launcher(np, &args, coll, tool),
         (None, _) => run(&args, coll, tool),
     };
-    match run {
-        Ok(code) => ExitCode::from(code),
-        // Rank 0 left at a closed `| head`: this failure is its echo, and --np ends quietly —
-        // unless the run owed a report file or a verdict, which then did not come.
-        Err((code, _)) if launch::output_unread() && !owes_the_end(&args) => ExitCode::from(code),
-        Err(fail) => fail_with(tool, fail),
-    }
-}
-
-/// How a tool ends on a failure: `NAME: error: ...` on stderr, as every `vl_*` tool.
-fn fail_with(tool: &str, (code, msg): Fail) -> ExitCode {
-    verbs_lab::eprintln_whole!("{tool}: error: {msg}");
-    ExitCode::from(code)
+    // Rank 0 left at a closed `| head`: a failure is its echo, and --np ends quietly — unless
+    // the run owed a report file or a verdict, which then did not come.
+    let echo = launch::output_unread() && !owes_the_end(&args);
+    fail::exit(tool, run.map_err(|f| if echo { f.quiet() } else { f }))
 }
 
 /// `--np N` (with `--nnodes M --node-rank K`: this node's share of a job across nodes):
@@ -103,7 +95,7 @@ fn launcher(np: u32, args: &Args, coll: Coll, tool: &str) -> ExitCode {
     });
     let (node, across) = match checked {
         Ok(plan) => plan,
-        Err(fail) => return fail_with(tool, fail),
+        Err(fail) => return fail.exit(tool),
     };
     let own: Vec<OsString> = std::env::args_os().skip(1).collect();
     // The others' peer timeout, rank 0's verdict at its longest, and a margin.
@@ -164,15 +156,13 @@ fn check_json(args: &Args) -> Result<(), Fail> {
     Ok(())
 }
 
-type Fail = (u8, String);
-
 /// The process's environment, as the gate and the launchers read it.
 fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
 fn usage(s: impl Into<String>) -> Fail {
-    (EXIT_USAGE, s.into())
+    Fail::usage(s.into())
 }
 
 /// A failure's exit code: 2 for a usage error, including a `-d`, `--ib-port` or GID index
@@ -183,7 +173,7 @@ fn failed(e: CollError) -> Fail {
         CollError::Verbs { err, .. } if err.is_bad_argument() => EXIT_USAGE,
         _ => EXIT_FAILED,
     };
-    (code, e.to_string())
+    Fail::new(code, e)
 }
 
 /// The devices the ranks of `--np np` will use (round-robin over `-d`, or the first device),
@@ -300,7 +290,10 @@ fn rank_info(args: &Args) -> Result<RankInfo, Fail> {
 
 /// A write to stdout that failed for another reason than a closed pipe.
 fn stdout_failed(e: std::io::Error) -> Fail {
-    (EXIT_FAILED, format!("cannot write to stdout: {e}"))
+    Fail::new(
+        EXIT_FAILED,
+        anyhow::Error::new(e).context("cannot write to stdout"),
+    )
 }
 
 /// The flags and sizes of each pass of the run: one per type and operator of `-d` and `-o`
@@ -573,7 +566,7 @@ fn one_size(
         report::count_column(coll, n, size, args.dtype),
         ip.is_some(),
     )
-    .map_err(|e| (EXIT_FAILED, e))?;
+    .map_err(Fail::failed)?;
     row.algo = has_algo.then_some(algo);
     Ok(Some(row))
 }
@@ -637,22 +630,18 @@ fn verdict(
             .flatten();
         let doc = table.json(records, JsonParams::new(args, launcher, hosts, algo), rows);
         std::fs::write(path, vl_perftest::report::pretty_json(&doc))
-            .map_err(|e| (EXIT_FAILED, format!("cannot write --json {path}: {e}")))?;
+            .map_err(|e| Fail::failed(format!("cannot write --json {path}: {e}")))?;
     }
     if let Some(path) = &args.csv {
         std::fs::write(path, table.csv(rows))
-            .map_err(|e| (EXIT_FAILED, format!("cannot write --csv {path}: {e}")))?;
+            .map_err(|e| Fail::failed(format!("cannot write --csv {path}: {e}")))?;
     }
     let wrong = report::total_wrong(rows);
     let avg = table.avg_busbw(rows);
     if let Some(path) = &args.openmetrics {
         let held = gate.map(|g| (g.source.as_str(), avg >= g.floor));
-        std::fs::write(path, openmetrics::render(table, rows, hosts, held)).map_err(|e| {
-            (
-                EXIT_FAILED,
-                format!("cannot write --openmetrics {path}: {e}"),
-            )
-        })?;
+        std::fs::write(path, openmetrics::render(table, rows, hosts, held))
+            .map_err(|e| Fail::failed(format!("cannot write --openmetrics {path}: {e}")))?;
     }
     Ok(if wrong > 0 {
         verbs_lab::eprintln_whole!("{tool}: error: {wrong} wrong values (see #wrong)");
@@ -854,8 +843,9 @@ mod tests {
                 .split_whitespace(),
         )
         .unwrap();
+        let refused = rank_info(&args).unwrap_err();
         assert_eq!(
-            rank_info(&args).unwrap_err(),
+            (refused.code(), refused.to_string()),
             (
                 EXIT_USAGE,
                 "--np 2 on 2 node(s) but a world size of 2".to_string()

@@ -136,9 +136,14 @@ impl GateOutcome {
 
     /// `ExitCode::SUCCESS`, or [`EXIT_GATE_FAILED`].
     pub fn exit_code(&self) -> ExitCode {
+        ExitCode::from(self.code())
+    }
+
+    /// 0, or [`EXIT_GATE_FAILED`].
+    pub fn code(&self) -> u8 {
         match self {
-            GateOutcome::Passed => ExitCode::SUCCESS,
-            GateOutcome::Failed(_) => ExitCode::from(EXIT_GATE_FAILED),
+            GateOutcome::Passed => 0,
+            GateOutcome::Failed(_) => EXIT_GATE_FAILED,
         }
     }
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context as _, Result};
 use verbs_lab::affinity;
+use verbs_lab::fail::{self, Fail};
 use verbs_lab::mq::{self, Queue, WorkerMsg};
 use verbs_lab::workers::{self, describe, GatherError, Roster, Worker};
 
@@ -97,14 +98,13 @@ pub fn coordinator_main(cfg: &Config, out: &OutputArgs) -> ExitCode {
     // SIGINT and SIGTERM are the tool's signal thread's (`crate::signals`): it passes them on
     // to the workers, and removes the queues only if they do not stop in time.
     if let Err(e) = check_cpus(cfg) {
-        verbs_lab::eprintln_whole!("{name}: error: {e}; nothing was run");
-        return ExitCode::from(2);
+        return Fail::usage(format!("{e}; nothing was run")).exit(&name);
     }
     // The device, port and GID as a single run opens them, before any worker starts: a bad
     // `-d` fails here with the same words, and a server says it waits only with its device
     // usable (each worker then opens its own).
     if let Err(e) = crate::conn::device::open_device(cfg) {
-        return verbs_lab::cli::failed(&name, &e);
+        return Fail::from(e).exit(&name);
     }
     if cfg.is_server() {
         Reporter::new(out).waiting_banner();
@@ -117,15 +117,12 @@ pub fn coordinator_main(cfg: &Config, out: &OutputArgs) -> ExitCode {
             .finish_procs(&total, &procs)
             .map_err(|e| anyhow!("{e:#}"))
     });
-    match (outcome, crate::signals::received()) {
-        (Ok(outcome), _) => outcome.exit_code(),
-        (Err(e), Some(i)) => {
-            // What `coordinate` says of a run interrupted (see there).
-            verbs_lab::eprintln_whole!("{name}: {e:#}");
-            ExitCode::from(i.exit_code())
-        }
-        (Err(e), None) => verbs_lab::cli::failed(&name, &e),
-    }
+    let ended = |e: anyhow::Error| match crate::signals::received() {
+        // What `coordinate` says of a run interrupted (see there).
+        Some(i) => Fail::stopped(i.exit_code(), e),
+        None => Fail::from(e),
+    };
+    fail::exit(&name, outcome.map(|o| o.code()).map_err(ended))
 }
 
 /// `--cpu` names at least one CPU this process may use: else every worker would fail to pin

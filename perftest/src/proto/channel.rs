@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use verbs_lab::oob::{OobConn, OobError};
 
+use crate::events::{DeviceEvent, RunFault};
+
 use super::*;
 
 // ---- the channel ---------------------------------------------------------------------------
@@ -85,6 +87,8 @@ pub struct Channel {
     phase_limit: Duration,
     /// An ERROR went out: the peer knows why this side stops.
     error_sent: bool,
+    /// The event of the run's device that ends the run, once one came ([`Channel::watch_device`]).
+    fault: RunFault,
 }
 
 impl Channel {
@@ -95,7 +99,26 @@ impl Channel {
             peer,
             phase_limit,
             error_sent: false,
+            fault: RunFault::default(),
         }
+    }
+
+    /// From now on the run on this channel also stops when its device reports a fatal event
+    /// ([`crate::events::watch`]): [`Channel::check_stop`] fails with it.
+    pub fn watch_device(&mut self, fault: RunFault) {
+        self.fault = fault;
+    }
+
+    /// The fatal event of the run's device, if one came.
+    pub fn device_fault(&self) -> Option<DeviceEvent> {
+        self.fault.fatal()
+    }
+
+    /// Fails once the run must stop: a signal came ([`crate::signals::check`]), or its
+    /// device reported a fatal event. The loops call it as they look at the peer.
+    pub fn check_stop(&self) -> anyhow::Result<()> {
+        crate::signals::check().map_err(anyhow::Error::new)?;
+        self.fault.check().map_err(anyhow::Error::new)
     }
 
     /// The longest a wait for one message (a tally, a barrier, endpoints) may last while the
