@@ -37,6 +37,11 @@
 //! which step s−1's sends must have finished reading (the overwrite rule below says so).
 //! Unlike the others, its ranges are absolute in the memory `[input | output | scratch]`
 //! laid out `stride` bytes apart (see [`plan_in`]).
+//!
+//! **Channels** ([`plan_channel`]): with K channels (K QPs per neighbour), channel k runs the
+//! same plan on its share of every chunk, block or range ([`Channel::share`]: the k-th of K
+//! consecutive parts of its elements); the K plans together move every byte the one-channel
+//! plan moves, as often, and no byte is on two channels.
 
 use std::ops::Range;
 

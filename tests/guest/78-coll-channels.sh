@@ -39,7 +39,7 @@ coll() {
     _rc=0
     # shellcheck disable=SC2086 # $_ch is a flag and its value
     run_timeout 90 env "$@" "vl_${_t}_perf" --np "$_np" --ib-dev "$VL_DEV0,$VL_DEV1" $_ch \
-        -b 4 -e 40K -f 7 --slot-size 1K --slots 2 -n 2 -w 1 -c 1 --timeout 30 >"$_out" 2>&1 || _rc=$?
+        -b 4 -e 10K -f 7 --slot-size 1K --slots 2 -n 1 -w 0 -c 1 --timeout 30 >"$_out" 2>&1 || _rc=$?
     cat "$_out"
     [ "$_rc" = 0 ] || fail "vl_${_t}_perf --np $_np $_ch exited $_rc"
     ok_rows "vl_${_t}_perf --np $_np $_ch" "$_out"
@@ -48,8 +48,8 @@ coll() {
 
 step "--np 3 all_reduce --algo ring --channels 4: the QPs while it runs"
 out=$TMPDIR/qps.out
-vl_all_reduce_perf --np 3 --ib-dev "$VL_DEV0,$VL_DEV1" --algo ring --channels 4 -b 4 -e 40K -f 7 \
-    --slot-size 1K --slots 2 -n 40 -w 2 -c 1 --timeout 30 --csv "$TMPDIR/qps.csv" \
+vl_all_reduce_perf --np 3 --ib-dev "$VL_DEV0,$VL_DEV1" --algo ring --channels 4 -b 4 -e 10K -f 7 \
+    --slot-size 1K --slots 2 -n 8 -w 1 -c 1 --timeout 30 --csv "$TMPDIR/qps.csv" \
     --json "$TMPDIR/qps.json" >"$out" 2>&1 </dev/null &
 launcher=$!
 # The QPs of the ranks (their command names start with vl_all_reduce), at the most seen.
