@@ -10,6 +10,7 @@
 #   channels; all_reduce by auto (rd, one channel, beside a ring of four) and by the ring with
 #   NCCL_MIN_NCHANNELS x NCCL_IB_QPS_PER_CONNECTION = 4 (no --channels);
 # - a bad NCCL_IB_QPS_PER_CONNECTION and --channels 17 are usage errors (exit 2).
+# Took 32 s (TCG guest, host load 6-8 on 2 cores; 61 s at load 11 with longer runs).
 # timeout: 200
 # slow: eleven runs of three or four ranks
 set -eu

@@ -1,5 +1,5 @@
-//! The communicator: this rank's place in the ring, its two RC QPs (one to each neighbour), its
-//! registered buffers, and the engine that runs a [`Plan`] on them.
+//! The communicator: this rank's place in the ring, its RC QPs (one to each neighbour per
+//! channel), its registered buffers, and the engine that runs a [`Plan`] on them.
 //!
 //! **Data path.** Every rank registers `nslots` receive slots of `slot_bytes` each and tells its
 //! left neighbour where they are (in the bootstrap table). Message number m from the left lands in
