@@ -37,6 +37,11 @@
 //! which step s−1's sends must have finished reading (the overwrite rule below says so).
 //! Unlike the others, its ranges are absolute in the memory `[input | output | scratch]`
 //! laid out `stride` bytes apart (see [`plan_in`]).
+//!
+//! **Channels** ([`plan_channel`]): with K channels (K QPs per neighbour), channel k runs the
+//! same plan on its share of every chunk, block or range ([`Channel::share`]: the k-th of K
+//! consecutive parts of its elements); the K plans together move every byte the one-channel
+//! plan moves, as often, and no byte is on two channels.
 
 use std::ops::Range;
 
@@ -236,6 +241,61 @@ pub fn plan_in(
     slot_bytes: usize,
     stride: usize,
 ) -> Result<Plan, String> {
+    plan_channel(
+        coll,
+        rank,
+        n,
+        count,
+        elem,
+        slot_bytes,
+        stride,
+        Channel::ONLY,
+    )
+}
+
+/// One of the channels a collective's bytes are split over (see [`plan_channel`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Channel {
+    /// 0-based.
+    pub index: usize,
+    /// How many channels there are.
+    pub of: usize,
+}
+
+impl Channel {
+    /// The one channel of a communicator without more.
+    pub const ONLY: Channel = Channel { index: 0, of: 1 };
+
+    /// This channel's share of the byte range `r` of whole `elem`-byte elements: its elements
+    /// cut into [`Channel::of`] consecutive parts as [`chunk`] cuts a buffer, the
+    /// [`Channel::index`]th. The shares of all channels cover `r` once; a range of fewer
+    /// elements than channels leaves the last channels empty shares.
+    pub fn share(self, r: Range<usize>, elem: usize) -> Range<usize> {
+        let c = chunk(r.len() / elem.max(1), self.of.max(1), self.index);
+        r.start + c.start * elem..r.start + c.end * elem
+    }
+}
+
+/// [`plan_in`] for channel `ch`: the same plan over the channel's share ([`Channel::share`]) of
+/// every chunk, block or range the collective moves, so that the channels' plans together move
+/// every byte the one-channel plan moves, once, and each channel runs as a ring of its own (its
+/// own QPs and slots; RC orders messages per QP only, and no channel's message waits for
+/// another channel's). Splitting each chunk rather than the buffer keeps every result where the
+/// collective puts it (rank r's reduce-scatter chunk is still [`chunk`] r).
+#[allow(clippy::too_many_arguments)]
+pub fn plan_channel(
+    coll: Coll,
+    rank: usize,
+    n: usize,
+    count: usize,
+    elem: usize,
+    slot_bytes: usize,
+    stride: usize,
+    ch: Channel,
+) -> Result<Plan, String> {
+    if ch.of == 0 || ch.index >= ch.of {
+        return Err(format!("channel {} of {}", ch.index, ch.of));
+    }
     if n == 0 || rank >= n {
         return Err(format!("rank {rank} of a world of {n}"));
     }
@@ -253,15 +313,18 @@ pub fn plan_in(
         ));
     }
     let piece_bytes = slot_bytes / elem * elem;
+    // This channel's share of a range.
+    let cut = |r: Range<usize>| ch.share(r, elem);
     let bytes = |c: usize| {
         let r = chunk(count, n, c);
-        r.start * elem..r.end * elem
+        cut(r.start * elem..r.end * elem)
     };
     // Block j's bytes (gather, scatter).
     let blk = |j: usize| {
         let r = block(count, n, j);
-        r.start * elem..r.end * elem
+        cut(r.start * elem..r.end * elem)
     };
+    let all = cut(0..count * elem);
     if n == 1 {
         return Ok(Plan::default());
     }
@@ -269,13 +332,13 @@ pub fn plan_in(
         Coll::ReduceScatter | Coll::AllGather | Coll::AllReduce => {
             ring_plan(&ring_steps(coll, rank, n), bytes, piece_bytes)?
         }
-        Coll::Broadcast { root } => chain_plan(root, rank, n, 0..count * elem, piece_bytes)?,
+        Coll::Broadcast { root } => chain_plan(root, rank, n, all, piece_bytes)?,
         // Source and destination are different buffers: nothing to order.
-        Coll::SendRecv => return Ok(sendrecv_plan(0..count * elem, piece_bytes)),
+        Coll::SendRecv => return Ok(sendrecv_plan(all, piece_bytes)),
         Coll::Reduce { root } => {
             // The chain ends at the root: it starts one place to its right.
             let start = ring_offset(root, n, 1);
-            let mut p = chain_plan(start, rank, n, 0..count * elem, piece_bytes)?;
+            let mut p = chain_plan(start, rank, n, all, piece_bytes)?;
             for m in &mut p.recvs {
                 m.action = Action::Reduce;
             }
@@ -283,7 +346,7 @@ pub fn plan_in(
         }
         Coll::Gather { root } => gather_plan(root, rank, n, blk, piece_bytes),
         Coll::Scatter { root } => scatter_plan(root, rank, n, blk, piece_bytes),
-        Coll::AllToAll => alltoall_plan(rank, n, (count / n) * elem, stride, piece_bytes),
+        Coll::AllToAll => alltoall_plan(rank, n, (count / n) * elem, stride, piece_bytes, cut),
     };
     link_overwrites(&mut p);
     Ok(p)
@@ -522,14 +585,21 @@ fn scatter_plan(
 }
 
 /// All-to-all on the ring (see the module documentation): blocks of `b` bytes in the memory
-/// `[input | output | scratch]`, `stride` bytes apart.
-fn alltoall_plan(rank: usize, n: usize, b: usize, stride: usize, piece_bytes: usize) -> Plan {
-    let input = |j: usize| j * b..(j + 1) * b;
-    let output = |j: usize| stride + j * b..stride + (j + 1) * b;
+/// `[input | output | scratch]`, `stride` bytes apart, each cut to the channel's share by `cut`.
+fn alltoall_plan(
+    rank: usize,
+    n: usize,
+    b: usize,
+    stride: usize,
+    piece_bytes: usize,
+    cut: impl Fn(Range<usize>) -> Range<usize>,
+) -> Plan {
+    let input = |j: usize| cut(j * b..(j + 1) * b);
+    let output = |j: usize| cut(stride + j * b..stride + (j + 1) * b);
     // Transit block m (1..=n−2, how far it still has to go) received at step s.
     let scratch = |s: usize, m: usize| {
         let at = 2 * stride + ((s % 2) * (n - 2) + m - 1) * b;
-        at..at + b
+        cut(at..at + b)
     };
     let mut p = Plan::default();
     // Receive index of each piece of the transit blocks of the step before, by distance m.

@@ -5,7 +5,9 @@
 use std::collections::VecDeque;
 
 use vl_coll::kernels::{self, DataType, RedOp};
-use vl_coll::schedule::{block, chunk, plan, plan_in, scratch_bytes, Action, Coll, Plan};
+use vl_coll::schedule::{
+    block, chunk, plan, plan_channel, plan_in, scratch_bytes, Action, Channel, Coll, Plan,
+};
 
 /// A small deterministic generator (no rand crate).
 struct Lcg(u64);
@@ -44,6 +46,20 @@ fn simulate(
     nslots: usize,
     seed: u64,
 ) -> Vec<Vec<u8>> {
+    simulate_channels(coll, inputs, dtype, op, (slot, nslots), seed, 1)
+}
+
+/// [`simulate`] over `channels` channels: each channel's plans run as a ring of their own.
+/// Channels share no byte, so running them one after the other ends as running them at once.
+fn simulate_channels(
+    coll: Coll,
+    inputs: &[Vec<u8>],
+    dtype: DataType,
+    op: RedOp,
+    (slot, nslots): (usize, usize),
+    seed: u64,
+    channels: usize,
+) -> Vec<Vec<u8>> {
     let n = inputs.len();
     let len = inputs[0].len();
     let count = len / dtype.size();
@@ -61,20 +77,25 @@ fn simulate(
             [i.clone(), out].concat()
         })
         .collect();
-    let plans = (0..n)
-        .map(|r| plan(coll, r, n, count, dtype.size(), slot).unwrap())
-        .collect();
-    let what = format!("{coll:?} n={n} count={count}");
+    let what = format!("{coll:?} n={n} count={count} channels={channels}");
     let ring = Ring {
         dtype,
         op,
         nslots,
         seed,
     };
-    ring.run(plans, mems, src_off, len, &what)
-        .into_iter()
-        .map(|m| m[len..2 * len].to_vec())
-        .collect()
+    let s = dtype.size();
+    let mems = (0..channels).fold(mems, |mems, index| {
+        let ch = Channel {
+            index,
+            of: channels,
+        };
+        let plans = (0..n)
+            .map(|r| plan_channel(coll, r, n, count, s, slot, count * s, ch).unwrap())
+            .collect();
+        ring.run(plans, mems, src_off, len, &what)
+    });
+    mems.into_iter().map(|m| m[len..2 * len].to_vec()).collect()
 }
 
 /// The engine's rules, for every rank of a ring.
@@ -206,18 +227,15 @@ fn value(dtype: DataType, b: &[u8], i: usize) -> Option<i64> {
 }
 
 fn check(coll: Coll, n: usize, count: usize, slot: usize, nslots: usize) {
+    check_channels(coll, n, count, (slot, nslots), 1)
+}
+
+fn check_channels(coll: Coll, n: usize, count: usize, slots: (usize, usize), channels: usize) {
     let (dtype, op) = (DataType::I32, RedOp::Sum);
     let ins = inputs(dtype, op, n, count);
-    let outs = simulate(
-        coll,
-        &ins,
-        dtype,
-        op,
-        slot,
-        nslots,
-        (n * 1000 + count) as u64,
-    );
-    let what = format!("{coll:?} n={n} count={count} slot={slot} nslots={nslots}");
+    let seed = (n * 1000 + count) as u64;
+    let outs = simulate_channels(coll, &ins, dtype, op, slots, seed, channels);
+    let what = format!("{coll:?} n={n} count={count} slots={slots:?} channels={channels}");
     for (r, out) in outs.iter().enumerate() {
         for i in 0..count {
             let want = match coll {
@@ -231,7 +249,7 @@ fn check(coll: Coll, n: usize, count: usize, slot: usize, nslots: usize) {
                 }
                 Coll::Broadcast { root } => value(dtype, &ins[root], i),
                 Coll::SendRecv => value(dtype, &ins[(r + n - 1) % n], i),
-                _ => unreachable!("see run_blocks"),
+                _ => unreachable!("see run_blocks_channels"),
             };
             if let Some(w) = want {
                 assert_eq!(
@@ -423,14 +441,16 @@ fn val(r: usize, i: usize) -> i64 {
 }
 
 /// Runs `coll` on `n` ranks, out of place or in place, with `count` int32 elements of input
-/// (and `op` for reduce); returns every rank's output.
-fn run_blocks(
+/// (and `op` for reduce), over `channels` channels one after the other (as
+/// [`simulate_channels`]); returns every rank's output.
+fn run_blocks_channels(
     coll: Coll,
     n: usize,
     count: usize,
     op: RedOp,
     in_place: bool,
     (slot, nslots): (usize, usize),
+    channels: usize,
 ) -> Vec<Vec<u8>> {
     let (dtype, s) = (DataType::I32, 4);
     let stride = count * s;
@@ -487,9 +507,6 @@ fn run_blocks(
             [inp, out, scratch].concat()
         })
         .collect();
-    let plans: Vec<Plan> = (0..n)
-        .map(|r| plan_in(coll, r, n, count, s, slot, stride).unwrap())
-        .collect();
     let off = if coll == Coll::AllToAll { 0 } else { stride };
     let ring = Ring {
         dtype,
@@ -497,9 +514,18 @@ fn run_blocks(
         nslots,
         seed: (n * 7919 + count) as u64,
     };
-    let what = format!("{coll:?} n={n} count={count} in_place={in_place} slot={slot}");
-    ring.run(plans, mems, off, off, &what)
-        .into_iter()
+    let what = format!("{coll:?} n={n} count={count} in_place={in_place} slot={slot} x{channels}");
+    let mems = (0..channels).fold(mems, |mems, index| {
+        let ch = Channel {
+            index,
+            of: channels,
+        };
+        let plans: Vec<Plan> = (0..n)
+            .map(|r| plan_channel(coll, r, n, count, s, slot, stride, ch).unwrap())
+            .collect();
+        ring.run(plans, mems, off, off, &what)
+    });
+    mems.into_iter()
         .map(|m| {
             let mut out = m[stride..2 * stride].to_vec();
             // The average: the ring sums, `Comm` divides the result by the ranks.
@@ -528,16 +554,27 @@ fn reference(coll: Coll, n: usize, count: usize, op: RedOp, r: usize, i: usize) 
 }
 
 fn check_blocks(coll: Coll, n: usize, count: usize, op: RedOp, slots: (usize, usize)) {
+    check_blocks_channels(coll, n, count, op, slots, 1)
+}
+
+fn check_blocks_channels(
+    coll: Coll,
+    n: usize,
+    count: usize,
+    op: RedOp,
+    slots: (usize, usize),
+    channels: usize,
+) {
     for in_place in [false, true] {
-        let outs = run_blocks(coll, n, count, op, in_place, slots);
+        let outs = run_blocks_channels(coll, n, count, op, in_place, slots, channels);
         for (r, out) in outs.iter().enumerate() {
             for i in 0..count {
                 if let Some(want) = reference(coll, n, count, op, r, i) {
                     assert_eq!(
                         value(DataType::I32, out, i),
                         Some(want),
-                        "{coll:?} n={n} count={count} in_place={in_place} slots={slots:?}: \
-                         rank {r} element {i}"
+                        "{coll:?} n={n} count={count} in_place={in_place} slots={slots:?} \
+                         channels={channels}: rank {r} element {i}"
                     );
                 }
             }
@@ -920,4 +957,147 @@ fn the_crossover_table_in_algos_documentation_is_the_models() {
     }
     // The header's figure for 4 ranks.
     assert_eq!(AlphaBeta::SOFTROCE.crossover(4), 71111);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Channels: every chunk split over K QPs per neighbour.
+
+/// A channel's share of a range: the shares of all K channels are consecutive whole elements
+/// that cover the range once, for sizes not divisible by K and fewer elements than channels.
+#[test]
+fn channel_shares_cover_every_byte_once() {
+    for elem in [1, 4, 8] {
+        for len in 0..40 {
+            for of in 1..=17 {
+                let r = 3 * elem..(3 + len) * elem;
+                let shares: Vec<_> = (0..of)
+                    .map(|index| Channel { index, of }.share(r.clone(), elem))
+                    .collect();
+                let mut seen = vec![0u8; r.end];
+                for s in &shares {
+                    assert_eq!(s.len() % elem, 0, "whole elements");
+                    s.clone().for_each(|b| seen[b] += 1);
+                }
+                assert!(seen[..r.start].iter().all(|&c| c == 0));
+                assert!(
+                    seen[r.clone()].iter().all(|&c| c == 1),
+                    "elem {elem} len {len} of {of}: {shares:?}"
+                );
+                let sizes: Vec<_> = shares.iter().map(|s| s.len() / elem).collect();
+                let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+                assert!(hi - lo <= 1, "elem {elem} len {len} of {of}: {sizes:?}");
+            }
+        }
+    }
+}
+
+/// Per byte of a rank's memory, how many of `plans`' receives (or sends) cover it.
+fn coverage(plans: &[Plan], len: usize, sends: bool) -> Vec<u32> {
+    let mut c = vec![0u32; len];
+    for p in plans {
+        let ranges: Vec<_> = if sends {
+            p.sends.iter().map(|m| m.piece.range.clone()).collect()
+        } else {
+            p.recvs.iter().map(|m| m.piece.range.clone()).collect()
+        };
+        for r in ranges {
+            r.for_each(|b| c[b] += 1);
+        }
+    }
+    c
+}
+
+/// The K channels' plans of a rank move, together, every byte the one-channel plan moves, as
+/// often as it moves it (once per ring step), and no byte is on two channels.
+#[test]
+fn channel_plans_together_move_each_byte_as_one_channel_does_and_share_none() {
+    let every = |n: usize| {
+        let mut c = vec![
+            Coll::AllReduce,
+            Coll::ReduceScatter,
+            Coll::AllGather,
+            Coll::SendRecv,
+            Coll::AllToAll,
+        ];
+        for root in [0, n - 1] {
+            c.extend([
+                Coll::Broadcast { root },
+                Coll::Reduce { root },
+                Coll::Gather { root },
+                Coll::Scatter { root },
+            ]);
+        }
+        c
+    };
+    for n in 1..=6 {
+        for coll in every(n) {
+            for of in [1, 2, 3, 4, 5, 16] {
+                for count in [0, 1, 2, of - 1, n + 1, 3 * n + 2, 37, 100] {
+                    let stride = count * 4;
+                    let len = 2 * stride + scratch_bytes(n, count, 4);
+                    for r in 0..n {
+                        let one = plan_in(coll, r, n, count, 4, 12, stride).unwrap();
+                        let ch: Vec<Plan> = (0..of)
+                            .map(|index| {
+                                let c = Channel { index, of };
+                                plan_channel(coll, r, n, count, 4, 12, stride, c).unwrap()
+                            })
+                            .collect();
+                        let what = format!("{coll:?} n={n} count={count} of={of} rank {r}");
+                        for sends in [false, true] {
+                            let whole = coverage(std::slice::from_ref(&one), len, sends);
+                            assert_eq!(coverage(&ch, len, sends), whole, "{what}");
+                            // A byte is on one channel only.
+                            let each: Vec<_> = ch
+                                .iter()
+                                .map(|p| coverage(std::slice::from_ref(p), len, sends))
+                                .collect();
+                            for b in 0..len {
+                                let on = each.iter().filter(|c| c[b] > 0).count();
+                                assert!(on <= 1, "{what}: byte {b} on {on} channels");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Every collective, run over K channels, ends as the reference says: sizes not divisible by
+/// K, fewer elements than channels, and K larger than the ranks.
+#[test]
+fn every_collective_over_channels_matches_the_reference() {
+    for n in [2, 3, 4, 5] {
+        for of in [2, 3, 4, 7] {
+            for count in [1, 2, of - 1, of + 1, 3 * n + 2, 37] {
+                let slots = (8, 2);
+                for coll in [
+                    Coll::AllReduce,
+                    Coll::ReduceScatter,
+                    Coll::AllGather,
+                    Coll::SendRecv,
+                    Coll::Broadcast { root: n - 1 },
+                ] {
+                    check_channels(coll, n, count, slots, of);
+                }
+                check_blocks_channels(Coll::AllToAll, n, count, RedOp::Sum, slots, of);
+                for coll in [
+                    Coll::Reduce { root: 1 },
+                    Coll::Gather { root: 0 },
+                    Coll::Scatter { root: n - 1 },
+                ] {
+                    check_blocks_channels(coll, n, count, RedOp::Sum, slots, of);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_channel_outside_its_count_is_refused() {
+    let bad = |index, of| plan_channel(Coll::AllReduce, 0, 2, 10, 4, 64, 40, Channel { index, of });
+    assert!(bad(0, 0).unwrap_err().contains("channel 0 of 0"));
+    assert!(bad(3, 3).is_err());
+    assert!(bad(2, 3).is_ok());
 }

@@ -35,14 +35,22 @@ impl Comm {
             &t[schedule::ring_offset(r, n, -1)],
             &t[schedule::ring_offset(r, n, 1)],
         );
-        let up = check_slots(rrec, opts).and_then(|_| local.connect(&record, lrec, rrec));
-        if let Err(e) = up {
-            star.abort(&e);
-            return Err(e);
-        }
+        let up = check_slots(rrec, opts)
+            .and_then(|_| local.connect(&record, lrec, rrec))
+            .and_then(|_| {
+                let (pair, port) = (&local.pair, &local.port);
+                super::channels::connect_more(&mut star, pair, port, (&record, lrec, rrec))
+            });
+        let peer_slots = match up {
+            Ok(more) => std::iter::once(rrec.slots).chain(more).collect(),
+            Err(e) => {
+                star.abort(&e);
+                return Err(e);
+            }
+        };
         // Nobody writes before every QP is ready to receive.
         star.barrier()?;
-        Ok(local.into_comm(info, star, rrec.slots, opts))
+        Ok(local.into_comm(info, star, peer_slots, opts))
     }
 }
 
@@ -61,6 +69,7 @@ fn settle(record: &mut RankRecord, place: Place, opts: &CommOpts) -> Result<Loca
 
 /// Sizes the communicator cannot work with.
 fn check_opts(opts: &CommOpts) -> Result<()> {
+    super::channels::check(opts.channels)?;
     if opts.max_bytes == 0 || opts.slot_bytes < 8 || opts.nslots == 0 {
         return Err(CollError::Usage(format!(
             "buffers of {} bytes, slots of {} bytes, {} slots: each must be at least 1 \
@@ -84,7 +93,7 @@ fn check_memlock(bytes: usize) -> Result<()> {
     }
     Err(CollError::Usage(format!(
         "the buffers to register are {bytes} bytes (input and output of -e bytes each, plus \
-         --slots x --slot-size), more than the locked-memory limit of {} KiB (ulimit -l): give \
+         --slots x --slot-size per channel), more than the locked-memory limit of {} KiB (ulimit -l): give \
          a smaller -e or fewer or smaller slots, or raise the limit (`ulimit -l unlimited`, or \
          memlock in /etc/security/limits.conf)",
         soft / 1024
@@ -128,7 +137,7 @@ pub fn own_record(info: &RankInfo, opts: &CommOpts) -> RankRecord {
         slots: RemoteBuf::default(),
         slot_bytes: 0,
         nslots: 0,
-        terms: opts.terms.clone(),
+        terms: super::channels::with_term(&opts.terms, opts.channels),
     }
 }
 
@@ -221,16 +230,22 @@ struct Local {
     port: PortCfg,
 }
 
-/// The verbs objects of a pair of links: a QP from a peer (`left`: its data arrives, our credits
-/// leave) and a QP to a peer (`right`), their CQ and channel, and the slots the peer writes. The
-/// ring's pair goes to two neighbours; a recursive-doubling partner's both go to the partner.
+/// The verbs objects of a pair of links: per channel a QP from a peer (`left`: its data arrives,
+/// our credits leave), a QP to a peer (`right`) and the slots the peer writes; one CQ and
+/// completion channel for all. The ring's pair goes to two neighbours; a recursive-doubling
+/// partner's both go to the partner (one channel).
 pub(super) struct Pair {
-    pub(super) left: Qp,
-    pub(super) right: Qp,
-    pub(super) slots: Mr,
+    pub(super) lanes: Vec<LaneQps>,
     pub(super) cq: Cq,
     pub(super) channel: CompChannel,
     pub(super) sq_depth: usize,
+}
+
+/// One channel's QPs and slots, before they are connected.
+pub(super) struct LaneQps {
+    pub(super) left: Qp,
+    pub(super) right: Qp,
+    pub(super) slots: Mr,
 }
 
 /// What connecting one more QP of this rank needs (kept for the links made after the ring's).
@@ -245,14 +260,24 @@ pub(super) struct PortCfg {
 }
 
 impl Pair {
-    /// The CQ with its channel, one QP per direction and the receive slots, on `pd`.
-    pub(super) fn open(ctx: &Context, pd: &Pd, slot_bytes: usize, nslots: usize) -> Result<Pair> {
+    /// The CQ with its channel and, for each of `lanes` channels, one QP per direction and the
+    /// receive slots, on `pd`.
+    pub(super) fn open(
+        ctx: &Context,
+        pd: &Pd,
+        slot_bytes: usize,
+        nslots: usize,
+        lanes: usize,
+    ) -> Result<Pair> {
         let sq_depth = 2 * nslots + 16;
         let channel = ctx
             .create_comp_channel()
             .map_err(verbs("ibv_create_comp_channel"))?;
         let cq = ctx
-            .create_cq((2 * sq_depth + 2 * nslots + 8) as u32, Some(&channel))
+            .create_cq(
+                (lanes * (2 * sq_depth + 2 * nslots + 8)) as u32,
+                Some(&channel),
+            )
             .map_err(verbs("ibv_create_cq"))?;
         let caps = QpCaps {
             max_send_wr: sq_depth as u32,
@@ -271,62 +296,75 @@ impl Pair {
             })
             .map_err(verbs(format!("creating the QP to the {side} neighbour")))
         };
-        let left = qp("left")?;
-        let right = qp("right")?;
-        let slots = pd
-            .reg_mr(
-                nslots * slot_bytes,
-                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-            )
-            .map_err(verbs("registering the receive slots"))?;
+        let lanes = (0..lanes)
+            .map(|_| {
+                let left = qp("left")?;
+                let right = qp("right")?;
+                let slots = pd
+                    .reg_mr(
+                        nslots * slot_bytes,
+                        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+                    )
+                    .map_err(verbs("registering the receive slots"))?;
+                Ok(LaneQps { left, right, slots })
+            })
+            .collect::<Result<_>>()?;
         Ok(Pair {
-            left,
-            right,
-            slots,
+            lanes,
             cq,
             channel,
             sq_depth,
         })
     }
 
-    /// Brings `left` up to the peer's QP `from` (QPN, PSN) and `right` to its QP `to`, then
-    /// posts every receive: receives need a QP past RESET, and every one must be posted before
-    /// the barrier after which the peers may write. `me` has our LID and GID; `psns` our first
-    /// PSNs (left, right).
+    /// Brings channel `lane`'s `left` up to the peer's QP `from` (QPN, PSN) and its `right` to
+    /// the peer's QP `to`, then posts every receive: receives need a QP past RESET, and every
+    /// one must be posted before the barrier after which the peers may write. `me` has our LID
+    /// and GID; `psns` our first PSNs (left, right).
     pub(super) fn connect(
         &self,
+        lane: usize,
         cfg: &PortCfg,
         me: &RankRecord,
         psns: (u32, u32),
         from: (&RankRecord, u32, u32),
         to: (&RankRecord, u32, u32),
     ) -> Result<()> {
-        connect_qp(&self.left, cfg, me, psns.0, from)?;
-        connect_qp(&self.right, cfg, me, psns.1, to)?;
-        post_recvs(&self.left, WR_RECV_DATA, cfg.nslots)?;
-        post_recvs(&self.right, WR_RECV_CREDIT, cfg.nslots)
+        let l = &self.lanes[lane];
+        connect_qp(&l.left, cfg, me, psns.0, from)?;
+        connect_qp(&l.right, cfg, me, psns.1, to)?;
+        post_recvs(&l.left, wr_id(WR_RECV_DATA, lane), cfg.nslots)?;
+        post_recvs(&l.right, wr_id(WR_RECV_CREDIT, lane), cfg.nslots)
     }
 
-    /// The link state over this pair, writing into `peer_slots`.
-    pub(super) fn into_ring(self, ctx: Context, cfg: &PortCfg, peer_slots: RemoteBuf) -> Ring {
+    /// The link state over this pair, channel k writing into `peer_slots[k]`.
+    pub(super) fn into_ring(self, ctx: Context, cfg: &PortCfg, peer_slots: Vec<RemoteBuf>) -> Ring {
+        assert_eq!(peer_slots.len(), self.lanes.len(), "peer slots per channel");
         Ring {
             ctx,
             port: cfg.ib_port,
             channel: self.channel,
             cq: self.cq,
-            left: self.left,
-            right: self.right,
-            slots: self.slots,
-            peer_slots,
+            lanes: self
+                .lanes
+                .into_iter()
+                .zip(peer_slots)
+                .map(|(l, peer_slots)| Lane {
+                    left: l.left,
+                    right: l.right,
+                    slots: l.slots,
+                    peer_slots,
+                    tx_seq: 0,
+                    rx_seq: 0,
+                    credits: cfg.nslots,
+                    arrived: VecDeque::new(),
+                    sq_right: 0,
+                    sq_left: 0,
+                })
+                .collect(),
             slot_bytes: cfg.slot_bytes,
             nslots: cfg.nslots,
             sq_depth: self.sq_depth,
-            tx_seq: 0,
-            rx_seq: 0,
-            credits: cfg.nslots,
-            arrived: VecDeque::new(),
-            sq_right: 0,
-            sq_left: 0,
         }
     }
 }
@@ -375,8 +413,8 @@ impl Local {
             DeviceList::open_port(dev, opts.ib_port, opts.gid_index)
                 .map_err(verbs("opening the RDMA device, its port and GID"))?;
         let pd = ctx.alloc_pd().map_err(verbs("ibv_alloc_pd"))?;
-        check_memlock(opts.nslots * opts.slot_bytes + opts.data_bytes())?;
-        let pair = Pair::open(&ctx, &pd, opts.slot_bytes, opts.nslots)?;
+        check_memlock(opts.channels * opts.nslots * opts.slot_bytes + opts.data_bytes())?;
+        let pair = Pair::open(&ctx, &pd, opts.slot_bytes, opts.nslots, opts.channels)?;
         let data = pd
             .reg_mr(opts.data_bytes(), AccessFlags::LOCAL_WRITE)
             .map_err(verbs("registering the data buffer"))?;
@@ -403,24 +441,26 @@ impl Local {
         record.lid = self.port.attr.lid;
         record.gid = self.port.gid.gid;
         record.mtu = connect::port_mtu(self.port.attr.active_mtu).bytes();
-        record.left_qpn = self.pair.left.qpn();
+        // Channel 0's; the others' go round after the rendezvous (`channels`).
+        let lane = &self.pair.lanes[0];
+        record.left_qpn = lane.left.qpn();
         record.left_psn = connect::random_psn();
-        record.right_qpn = self.pair.right.qpn();
+        record.right_qpn = lane.right.qpn();
         record.right_psn = connect::random_psn();
-        record.slots = self
-            .pair
+        record.slots = lane
             .slots
-            .remote(0..self.pair.slots.len())
+            .remote(0..lane.slots.len())
             .map_err(verbs("the slots"))?;
         record.slot_bytes = opts.slot_bytes as u32;
         record.nslots = opts.nslots as u32;
         Ok(())
     }
 
-    /// Brings the left QP up to the left neighbour's right QP and the right QP to the right
-    /// neighbour's left QP, then posts every receive ([`Pair::connect`]).
+    /// Brings channel 0's left QP up to the left neighbour's right QP and its right QP to the
+    /// right neighbour's left QP, then posts every receive ([`Pair::connect`]).
     fn connect(&self, record: &RankRecord, lrec: &RankRecord, rrec: &RankRecord) -> Result<()> {
         self.pair.connect(
+            0,
             &self.port,
             record,
             (record.left_psn, record.right_psn),
@@ -430,7 +470,13 @@ impl Local {
     }
 
     /// The communicator over the connected ring.
-    fn into_comm(self, info: RankInfo, star: Star, peer_slots: RemoteBuf, opts: &CommOpts) -> Comm {
+    fn into_comm(
+        self,
+        info: RankInfo,
+        star: Star,
+        peer_slots: Vec<RemoteBuf>,
+        opts: &CommOpts,
+    ) -> Comm {
         Comm {
             info,
             star,

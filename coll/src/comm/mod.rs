@@ -1,5 +1,5 @@
-//! The communicator: this rank's place in the ring, its two RC QPs (one to each neighbour), its
-//! registered buffers, and the engine that runs a [`Plan`] on them.
+//! The communicator: this rank's place in the ring, its RC QPs (one to each neighbour per
+//! channel), its registered buffers, and the engine that runs a [`Plan`] on them.
 //!
 //! **Data path.** Every rank registers `nslots` receive slots of `slot_bytes` each and tells its
 //! left neighbour where they are (in the bootstrap table). Message number m from the left lands in
@@ -10,6 +10,13 @@
 //! starts with `nslots` credits and spends one per message, so it can never overwrite a slot the
 //! receiver has not consumed. No payload byte goes over TCP; TCP (the [`Star`]) carries only the
 //! bootstrap, small control messages and liveness.
+//!
+//! **Channels** ([`CommOpts::channels`], `channels`): the ring can have K channels, each its own
+//! QP to the left and to the right and its own slots, credits and message numbers; every chunk
+//! is split over them ([`schedule::plan_channel`]) and one loop drives all K plans. Each QP is a
+//! RoCE v2 flow with its own UDP source port, so an ECMP fabric's hash may put each channel on
+//! another path (NCCL's channels and `NCCL_IB_QPS_PER_CONNECTION`). All channels share one CQ:
+//! a work request's id carries its channel.
 //!
 //! **Recursive doubling** ([`crate::algo`]) runs each of its steps as a plan on a pair of
 //! links of the same kind to its partner of the step, made the first time an all-reduce picks
@@ -38,7 +45,9 @@ use verbs_lab::verbs::{
     QpInitAttr, QpType, RecvWr, RemoteBuf, SendOp, SendWr, VerbsError, WorkCompletion,
 };
 
+mod channels;
 mod init;
+pub use channels::MAX_CHANNELS;
 pub use init::own_record;
 use init::{Pair, PortCfg};
 mod partners;
@@ -60,6 +69,10 @@ pub struct CommOpts {
     pub slot_bytes: usize,
     /// Receive slots (= credits, = pieces in flight per link).
     pub nslots: usize,
+    /// QPs per ring neighbour, 1..=[`MAX_CHANNELS`]: each message is split over them, each
+    /// channel with its own `nslots` slots. Every rank must be given the same (a term of the
+    /// rendezvous). Recursive doubling's partner links keep one.
+    pub channels: usize,
     /// How long the rendezvous may take.
     pub bootstrap_timeout: Duration,
     /// How long a rank waits without any progress before it declares its neighbour gone.
@@ -99,6 +112,7 @@ impl Default for CommOpts {
             scratch: false,
             slot_bytes: 128 << 10,
             nslots: 8,
+            channels: 1,
             bootstrap_timeout: Duration::from_secs(60),
             peer_timeout: Duration::from_secs(30),
             ack_timeout: 20,
@@ -173,30 +187,48 @@ const SPINS_BEFORE_SLEEP: u32 = 64;
 /// The longest sleep: the star (liveness) and the peer timeout are looked at between sleeps.
 const SLEEP_SLICE: Duration = Duration::from_millis(10);
 
+/// Work request kinds: the low byte of a work request's id; the bytes above it are its channel
+/// ([`wr_id`]).
 const WR_DATA: u64 = 1;
 const WR_CREDIT: u64 = 2;
 const WR_RECV_DATA: u64 = 3;
 const WR_RECV_CREDIT: u64 = 4;
 
-/// A pair of links — data from `left`, data to `right` — with their verbs objects and the state
-/// that persists between collectives: the ring's (to both neighbours), or a recursive-doubling
-/// partner's (both to the partner).
+/// The id of a work request of `kind` on channel `lane`.
+fn wr_id(kind: u64, lane: usize) -> u64 {
+    (lane as u64) << 8 | kind
+}
+
+/// A work request id's kind and channel.
+fn wr_kind(id: u64) -> (u64, usize) {
+    (id & 0xff, (id >> 8) as usize)
+}
+
+/// A pair of links — data from the left, data to the right — with their verbs objects and the
+/// state that persists between collectives: the ring's (to both neighbours, one [`Lane`] per
+/// channel), or a recursive-doubling partner's (both to the partner, one lane).
 struct Ring {
     ctx: Context,
     /// The port of `ctx` the QPs use: looked at when a work request fails.
     port: u8,
     /// Idle ranks sleep on it instead of spinning (see `pump`).
     channel: CompChannel,
+    /// Every lane's completions.
     cq: Cq,
-    left: Qp,
-    right: Qp,
-    slots: Mr,
-    /// The right neighbour's slots: where our writes go.
-    peer_slots: RemoteBuf,
+    lanes: Vec<Lane>,
     slot_bytes: usize,
     nslots: usize,
     sq_depth: usize,
-    /// Messages sent to the right / received from the left since the ring was built.
+}
+
+/// One channel of a [`Ring`]: its QPs, slots and flow control.
+struct Lane {
+    left: Qp,
+    right: Qp,
+    slots: Mr,
+    /// The right neighbour's slots of this channel: where our writes go.
+    peer_slots: RemoteBuf,
+    /// Messages sent to the right / received from the left on this channel since it was built.
     tx_seq: u64,
     rx_seq: u64,
     credits: usize,
@@ -270,11 +302,11 @@ impl Ring {
 /// [`Ring::port_down_settled`]); only failures pay it.
 const PORT_SETTLE: Duration = Duration::from_millis(1500);
 
-/// One collective on the ring: its plan, where its sends read (`src_off + range`) and its
-/// receives land (`dst_off + range`), and how arrivals are reduced.
+/// One collective on the ring: its plans (one per channel), where its sends read
+/// (`src_off + range`) and its receives land (`dst_off + range`), and how arrivals are reduced.
 struct Job<'p> {
     coll: Coll,
-    plan: &'p Plan,
+    plans: &'p [Plan],
     src_off: usize,
     dst_off: usize,
     dtype: DataType,
@@ -336,9 +368,15 @@ impl Comm {
     pub fn device(&self) -> Option<&str> {
         self.ring.as_ref().map(|r| r.ctx.name())
     }
-    /// QPNs of the QPs to the left and right neighbour.
+    /// QPNs of the QPs to the left and right neighbour (channel 0's).
     pub fn qpns(&self) -> Option<(u32, u32)> {
-        self.ring.as_ref().map(|r| (r.left.qpn(), r.right.qpn()))
+        self.ring
+            .as_ref()
+            .map(|r| (r.lanes[0].left.qpn(), r.lanes[0].right.qpn()))
+    }
+    /// The ring's channels: QPs per neighbour (1 for a single rank, which has no ring).
+    pub fn channels(&self) -> usize {
+        self.ring.as_ref().map_or(1, |r| r.lanes.len())
     }
     /// Observes every message applied (narration); `None` stops.
     pub fn set_tracer(&mut self, t: Option<Tracer>) {
@@ -588,12 +626,10 @@ impl Comm {
         if n == 1 {
             return Ok(());
         }
-        let slot = self.ring.as_ref().map_or(usize::MAX, |r| r.slot_bytes);
-        let plan = schedule::plan_in(Coll::AllToAll, rank, n, count, s, slot, m)
-            .map_err(CollError::Usage)?;
+        let plans = self.plans(Coll::AllToAll, dtype, count, m)?;
         self.execute(Job {
             coll: Coll::AllToAll,
-            plan: &plan,
+            plans: &plans,
             src_off: 0,
             dst_off: 0,
             dtype,
@@ -624,10 +660,10 @@ impl Comm {
             self.copy_in(0..bytes, 0);
             return Ok(());
         }
-        let plan = self.plan(Coll::SendRecv, dtype, count)?;
+        let plans = self.plans(Coll::SendRecv, dtype, count, bytes)?;
         self.execute(Job {
             coll: Coll::SendRecv,
-            plan: &plan,
+            plans: &plans,
             src_off: 0,
             dst_off: self.max_bytes,
             dtype,
@@ -652,28 +688,31 @@ impl Comm {
         self.mem.write(m + to, &bytes);
     }
 
-    fn plan(&self, coll: Coll, dtype: DataType, count: usize) -> Result<Plan> {
-        let slot = self.ring.as_ref().map_or(usize::MAX, |r| r.slot_bytes);
-        schedule::plan(
-            coll,
-            self.rank(),
-            self.world_size(),
-            count,
-            dtype.size(),
-            slot,
-        )
-        .map_err(CollError::Usage)
+    /// The plan of each channel of the ring for `coll` on `count` elements (all-to-all's
+    /// regions `stride` bytes apart, see [`schedule::plan_in`]).
+    fn plans(&self, coll: Coll, dtype: DataType, count: usize, stride: usize) -> Result<Vec<Plan>> {
+        let ring = self.ring.as_ref();
+        let slot = ring.map_or(usize::MAX, |r| r.slot_bytes);
+        let of = self.channels();
+        (0..of)
+            .map(|index| {
+                let ch = schedule::Channel { index, of };
+                let (rank, n, s) = (self.rank(), self.world_size(), dtype.size());
+                schedule::plan_channel(coll, rank, n, count, s, slot, stride, ch)
+                    .map_err(CollError::Usage)
+            })
+            .collect()
     }
 
     fn run_coll(&mut self, coll: Coll, dtype: DataType, op: RedOp, count: usize) -> Result<()> {
         if self.world_size() == 1 {
             return Ok(());
         }
-        let plan = self.plan(coll, dtype, count)?;
+        let plans = self.plans(coll, dtype, count, count * dtype.size())?;
         let m = self.max_bytes;
         self.execute(Job {
             coll,
-            plan: &plan,
+            plans: &plans,
             src_off: m,
             dst_off: m,
             dtype,
@@ -713,12 +752,16 @@ impl Comm {
     }
 }
 
-/// The extent of the destination a plan touches (for tracing).
-fn self_len(plan: &Plan) -> usize {
-    plan.recvs
+/// The extent of the destination the plans touch (for tracing).
+fn self_len(plans: &[Plan]) -> usize {
+    plans
         .iter()
-        .map(|m| m.piece.range.end)
-        .chain(plan.sends.iter().map(|m| m.piece.range.end))
+        .flat_map(|p| {
+            p.recvs
+                .iter()
+                .map(|m| m.piece.range.end)
+                .chain(p.sends.iter().map(|m| m.piece.range.end))
+        })
         .max()
         .unwrap_or(0)
 }

@@ -8,22 +8,24 @@
 //! address u64, slot rkey and length (u32 each), after a u32 count — rank 0 broadcasts every
 //! rank's list (u32 length + bytes each), each rank brings its left QP up to its partner's right
 //! one and its right QP to the partner's left, and a barrier waits for every receive posted. The
-//! LID, GID and MTU come from the bootstrap table.
+//! LID, GID and MTU come from the bootstrap table. The ring's channels after the first go round
+//! the same way ([`exchange_lists`], the channel's index in the partner's place).
 
 use std::collections::HashMap;
 
 use super::*;
 use verbs_lab::wire::{Reader, Width, WireError, Writer};
 
-/// What a rank tells its partner of one pair of links to it.
+/// What a rank tells its partner of one pair of links to it (or its neighbours of one channel).
 #[derive(Debug, Clone, Copy)]
-struct PairInfo {
-    partner: u32,
-    left_qpn: u32,
-    left_psn: u32,
-    right_qpn: u32,
-    right_psn: u32,
-    slots: RemoteBuf,
+pub(super) struct PairInfo {
+    /// The partner's rank, or the channel's index.
+    pub(super) partner: u32,
+    pub(super) left_qpn: u32,
+    pub(super) left_psn: u32,
+    pub(super) right_qpn: u32,
+    pub(super) right_psn: u32,
+    pub(super) slots: RemoteBuf,
 }
 
 impl PairInfo {
@@ -101,7 +103,7 @@ impl Comm {
             self.execute_on(
                 Job {
                     coll: Coll::AllReduce,
-                    plan: &st.plan,
+                    plans: std::slice::from_ref(&st.plan),
                     src_off: m,
                     dst_off: m,
                     dtype,
@@ -131,21 +133,11 @@ impl Comm {
         let mut pairs = Vec::new();
         let mut mine = Vec::new();
         for &p in &partners {
-            let pair = Pair::open(&ctx, &pd, cfg.slot_bytes, cfg.nslots)?;
-            mine.push(PairInfo {
-                partner: p as u32,
-                left_qpn: pair.left.qpn(),
-                left_psn: connect::random_psn(),
-                right_qpn: pair.right.qpn(),
-                right_psn: connect::random_psn(),
-                slots: pair
-                    .slots
-                    .remote(0..pair.slots.len())
-                    .map_err(verbs("the slots"))?,
-            });
+            let pair = Pair::open(&ctx, &pd, cfg.slot_bytes, cfg.nslots, 1)?;
+            mine.push(PairInfo::of(&pair.lanes[0], p)?);
             pairs.push(pair);
         }
-        let lists = self.exchange_partner_lists(&mine)?;
+        let lists = exchange_lists(&mut self.star, &mine, "partner lists")?;
         let table = self.star.table().to_vec();
         let mut links = HashMap::new();
         for ((pair, me), &p) in pairs.into_iter().zip(&mine).zip(&partners) {
@@ -160,54 +152,76 @@ impl Comm {
                     ))
                 })?;
             pair.connect(
+                0,
                 &cfg,
                 &table[rank],
                 (me.left_psn, me.right_psn),
                 (&table[p], theirs.right_qpn, theirs.right_psn),
                 (&table[p], theirs.left_qpn, theirs.left_psn),
             )?;
-            links.insert(p, pair.into_ring(ctx.clone(), &cfg, theirs.slots));
+            links.insert(p, pair.into_ring(ctx.clone(), &cfg, vec![theirs.slots]));
         }
         // Nobody writes before every partner's QPs are ready to receive.
         self.star.barrier()?;
         self.partners = Some(links);
         Ok(())
     }
+}
 
-    /// Every rank's partner list, through rank 0 (index = rank).
-    fn exchange_partner_lists(&mut self, mine: &[PairInfo]) -> Result<Vec<Vec<PairInfo>>> {
-        let gathered = self.star.gather(&encode(mine))?;
-        let all = match gathered {
-            Some(all) => {
-                let mut w = Writer::new();
-                w.count(all.len()).expect("a world fits");
-                for b in &all {
-                    w.blob(Width::U32, b).expect("a partner list fits 4 GiB");
-                }
-                self.star.broadcast(&w.into_bytes())?
-            }
-            None => self.star.broadcast(&[])?,
-        };
-        let garbled = |e: WireError| {
-            CollError::Bootstrap(format!("the partner lists from rank 0 are garbled: {e}"))
-        };
-        let mut r = Reader::new(&all);
-        let n = r.count("ranks", 4).map_err(garbled)?;
-        let lists = (0..n)
-            .map(|_| {
-                let b = r.blob(Width::U32, "a partner list", usize::MAX)?;
-                decode(b)
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(garbled)?;
-        r.finish().map_err(garbled)?;
-        if lists.len() != self.world_size() {
-            return Err(CollError::Bootstrap(format!(
-                "rank 0 sent {} partner lists for a world of {}",
-                lists.len(),
-                self.world_size()
-            )));
-        }
-        Ok(lists)
+impl PairInfo {
+    /// What the peers need of `lane`, keyed by `partner` (a rank, or a channel), with fresh
+    /// first PSNs.
+    pub(super) fn of(lane: &init::LaneQps, partner: usize) -> Result<PairInfo> {
+        Ok(PairInfo {
+            partner: partner as u32,
+            left_qpn: lane.left.qpn(),
+            left_psn: connect::random_psn(),
+            right_qpn: lane.right.qpn(),
+            right_psn: connect::random_psn(),
+            slots: lane
+                .slots
+                .remote(0..lane.slots.len())
+                .map_err(verbs("the slots"))?,
+        })
     }
+}
+
+/// Every rank's list (`what`, for the errors), through rank 0 over the star (index = rank).
+pub(super) fn exchange_lists(
+    star: &mut Star,
+    mine: &[PairInfo],
+    what: &str,
+) -> Result<Vec<Vec<PairInfo>>> {
+    let world = star.table().len();
+    let gathered = star.gather(&encode(mine))?;
+    let all = match gathered {
+        Some(all) => {
+            let mut w = Writer::new();
+            w.count(all.len()).expect("a world fits");
+            for b in &all {
+                w.blob(Width::U32, b).expect("a partner list fits 4 GiB");
+            }
+            star.broadcast(&w.into_bytes())?
+        }
+        None => star.broadcast(&[])?,
+    };
+    let garbled =
+        |e: WireError| CollError::Bootstrap(format!("the {what} from rank 0 are garbled: {e}"));
+    let mut r = Reader::new(&all);
+    let n = r.count("ranks", 4).map_err(garbled)?;
+    let lists = (0..n)
+        .map(|_| {
+            let b = r.blob(Width::U32, "a partner list", usize::MAX)?;
+            decode(b)
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(garbled)?;
+    r.finish().map_err(garbled)?;
+    if lists.len() != world {
+        return Err(CollError::Bootstrap(format!(
+            "rank 0 sent {} {what} for a world of {world}",
+            lists.len(),
+        )));
+    }
+    Ok(lists)
 }

@@ -4,7 +4,9 @@
 //! One turn of the loop in [`Comm::pump`] is four named steps, in this order: post what the
 //! credits allow ([`Run::post_ready`]), apply what has arrived ([`Run::apply_arrived`]), reap
 //! completions ([`Run::reap`]), and — only when none of them moved — wait, bounded
-//! ([`Idle::wait`]). The per-piece work is [`Run::write_piece`] and [`Run::apply_piece`].
+//! ([`Idle::wait`]). The per-piece work is [`Run::write_piece`] and [`Run::apply_piece`]. Each
+//! step serves every channel ([`Lane`]) in turn: each has its own plan, credits and message
+//! numbers, and none waits for another.
 
 use super::*;
 
@@ -14,12 +16,18 @@ struct Peer {
     rank: u32,
 }
 
-/// One run of a plan: what it reads and writes, who its neighbours are, and how far it has got.
+/// One run of a job: what it reads and writes, who its neighbours are, and how far each
+/// channel's plan has got.
 struct Run<'p> {
     job: Job<'p>,
     left: Peer,
     right: Peer,
-    /// Sends posted, sends completed, receives applied.
+    lanes: Vec<Progress>,
+}
+
+/// How far one channel's plan has got: sends posted, sends completed, receives applied.
+#[derive(Debug, Clone, Copy, Default)]
+struct Progress {
     posted: usize,
     completed: usize,
     processed: usize,
@@ -57,12 +65,10 @@ impl Comm {
             }
         };
         let mut run = Run {
+            lanes: vec![Progress::default(); job.plans.len()],
             job,
             left: peer(-1),
             right: peer(1),
-            posted: 0,
-            completed: 0,
-            processed: 0,
         };
         let mut idle = Idle::new(self.peer_timeout);
         let Comm {
@@ -83,6 +89,7 @@ impl Comm {
             Some(p) => partners.as_mut().and_then(|l| l.get_mut(&p)),
         }
         .expect("a ring when the world has more than one rank, partner links once connected");
+        assert_eq!(run.lanes.len(), ring.lanes.len(), "a plan per channel");
         let Memory::Registered(data) = mem else {
             unreachable!("a ring has registered memory")
         };
@@ -111,63 +118,86 @@ impl Comm {
 }
 
 impl Run<'_> {
-    /// Every receive applied and every send completed.
+    /// Every channel's receives applied and sends completed.
     #[inline]
     fn done(&self) -> bool {
-        self.processed >= self.job.plan.recvs.len() && self.completed >= self.job.plan.sends.len()
+        self.job
+            .plans
+            .iter()
+            .zip(&self.lanes)
+            .all(|(plan, p)| p.processed >= plan.recvs.len() && p.completed >= plan.sends.len())
     }
 
-    /// Step 1: posts the next sends while a credit, send-queue room and the plan's dependencies
-    /// allow. True if any was posted.
+    /// Step 1: posts each channel's next sends while a credit, send-queue room and the plan's
+    /// dependencies allow. True if any was posted.
     #[inline]
     fn post_ready(&mut self, ring: &mut Ring, data: &Mr, phases: &mut Phases) -> Result<bool> {
-        let plan = self.job.plan;
         let mut progress = false;
-        while self.posted < plan.sends.len() && ring.credits > 0 && ring.sq_right < ring.sq_depth {
-            let m = &plan.sends[self.posted];
-            if m.after_recv.is_some_and(|r| r >= self.processed) {
-                break;
+        let (slot_bytes, nslots, sq_depth) = (ring.slot_bytes, ring.nslots, ring.sq_depth);
+        for (k, lane) in ring.lanes.iter_mut().enumerate() {
+            let plan = &self.job.plans[k];
+            while lane.credits > 0 && lane.sq_right < sq_depth {
+                let p = self.lanes[k];
+                let Some(m) = plan.sends.get(p.posted) else {
+                    break;
+                };
+                if m.after_recv.is_some_and(|r| r >= p.processed) {
+                    break;
+                }
+                let slot = (lane.tx_seq % nslots as u64) as u32 * slot_bytes as u32;
+                self.write_piece(lane, k, slot, data, m.piece.range.clone())?;
+                lane.tx_seq += 1;
+                lane.credits -= 1;
+                lane.sq_right += 1;
+                self.lanes[k].posted += 1;
+                phases.writes += 1;
+                progress = true;
             }
-            self.write_piece(ring, data, m.piece.range.clone())?;
-            ring.tx_seq += 1;
-            ring.credits -= 1;
-            ring.sq_right += 1;
-            self.posted += 1;
-            phases.writes += 1;
-            progress = true;
         }
         Ok(progress)
     }
 
-    /// One piece: an RDMA WRITE WITH IMM of `range` of the source into the right neighbour's
-    /// next slot, the immediate carrying the message number.
+    /// One piece: an RDMA WRITE WITH IMM of `range` of the source into channel `k`'s next slot
+    /// of the right neighbour (at byte `slot`), the immediate carrying the message number.
     #[inline]
-    fn write_piece(&self, ring: &Ring, data: &Mr, range: std::ops::Range<usize>) -> Result<()> {
-        let slot = (ring.tx_seq % ring.nslots as u64) as u32;
+    fn write_piece(
+        &self,
+        lane: &Lane,
+        k: usize,
+        slot: u32,
+        data: &Mr,
+        range: std::ops::Range<usize>,
+    ) -> Result<()> {
         let len = range.len() as u32;
-        let remote = ring
-            .peer_slots
-            .slice(slot * ring.slot_bytes as u32, len)
-            .ok_or_else(|| {
-                CollError::Failed(format!("a piece of {len} bytes does not fit a slot"))
-            })?;
+        let remote = lane.peer_slots.slice(slot, len).ok_or_else(|| {
+            CollError::Failed(format!("a piece of {len} bytes does not fit a slot"))
+        })?;
         let sge = data
             .sge(self.job.src_off + range.start..self.job.src_off + range.end)
             .map_err(verbs("the source of a write"))?;
         let sges = [sge];
         let wr = SendWr::new(
-            WR_DATA,
-            SendOp::WriteWithImm(remote, ring.tx_seq as u32),
+            wr_id(WR_DATA, k),
+            SendOp::WriteWithImm(remote, lane.tx_seq as u32),
             Payload::Sges(&sges),
         );
-        ring.right.post_send(&[wr]).map_err(verbs(format!(
-            "posting the RDMA WRITE WITH IMM to {}",
-            self.right.who
+        lane.right.post_send(&[wr]).map_err(verbs(format!(
+            "posting the RDMA WRITE WITH IMM to {}{}",
+            self.right.who,
+            self.on_channel(k)
         )))
     }
 
-    /// Step 2: applies the arrived messages in order while the plan allows, returning each slot
-    /// with a credit. True if any was applied.
+    /// How the errors name channel `k`: nothing when there is only one.
+    fn on_channel(&self, k: usize) -> String {
+        match self.lanes.len() {
+            1 => String::new(),
+            of => format!(" on channel {k} of {of}"),
+        }
+    }
+
+    /// Step 2: applies each channel's arrived messages in order while its plan allows, returning
+    /// each slot with a credit. True if any was applied.
     #[inline]
     fn apply_arrived(
         &mut self,
@@ -176,59 +206,77 @@ impl Run<'_> {
         phases: &mut Phases,
         tracer: &mut Option<Tracer>,
     ) -> Result<bool> {
-        let plan = self.job.plan;
         let mut progress = false;
-        while self.processed < plan.recvs.len() && ring.sq_left < ring.sq_depth {
-            let Some(&(imm, len)) = ring.arrived.front() else {
-                break;
-            };
-            let m = &plan.recvs[self.processed];
-            if m.after_send.is_some_and(|s| s >= self.completed) {
-                break;
-            }
-            ring.arrived.pop_front();
-            self.apply_piece(ring, data, m, imm, len)?;
-            ring.rx_seq += 1;
-            self.processed += 1;
-            phases.applied_bytes += u64::from(len);
-            let credit = SendWr::new(
-                WR_CREDIT,
-                SendOp::SendWithImm(ring.rx_seq as u32),
-                Payload::None,
-            );
-            ring.left
-                .post_send(&[credit])
-                .map_err(verbs(format!("posting a credit to {}", self.left.who)))?;
-            ring.sq_left += 1;
-            progress = true;
-            if let Some(t) = tracer.as_mut() {
-                t(&TraceEvent {
-                    coll: self.job.coll,
-                    msg: m,
-                    buffer: &data
-                        .to_vec(self.job.dst_off..self.job.dst_off + self_len(plan))
-                        .map_err(verbs("reading the destination"))?,
-                });
+        let (slot_bytes, nslots, sq_depth) = (ring.slot_bytes, ring.nslots, ring.sq_depth);
+        for (k, lane) in ring.lanes.iter_mut().enumerate() {
+            let plan = &self.job.plans[k];
+            while self.lanes[k].processed < plan.recvs.len() && lane.sq_left < sq_depth {
+                let Some(&(imm, len)) = lane.arrived.front() else {
+                    break;
+                };
+                let p = self.lanes[k];
+                let m = &plan.recvs[p.processed];
+                if m.after_send.is_some_and(|s| s >= p.completed) {
+                    break;
+                }
+                lane.arrived.pop_front();
+                let at = (lane.rx_seq % nslots as u64) as usize * slot_bytes;
+                self.apply_piece(lane, k, at, data, m, imm, len)?;
+                lane.rx_seq += 1;
+                self.lanes[k].processed += 1;
+                phases.applied_bytes += u64::from(len);
+                let credit = SendWr::new(
+                    wr_id(WR_CREDIT, k),
+                    SendOp::SendWithImm(lane.rx_seq as u32),
+                    Payload::None,
+                );
+                lane.left.post_send(&[credit]).map_err(verbs(format!(
+                    "posting a credit to {}{}",
+                    self.left.who,
+                    self.on_channel(k)
+                )))?;
+                lane.sq_left += 1;
+                progress = true;
+                if let Some(t) = tracer.as_mut() {
+                    let end = self.job.dst_off + self_len(self.job.plans);
+                    t(&TraceEvent {
+                        coll: self.job.coll,
+                        msg: m,
+                        buffer: &data
+                            .to_vec(self.job.dst_off..end)
+                            .map_err(verbs("reading the destination"))?,
+                    });
+                }
             }
         }
         Ok(progress)
     }
 
-    /// One arrived message: checks it is the one due, then reduces or copies its slot into the
-    /// destination.
+    /// One arrived message on channel `k`: checks it is the one due, then reduces or copies its
+    /// slot (at byte `at` of the channel's slots) into the destination.
     #[inline]
-    fn apply_piece(&self, ring: &Ring, data: &Mr, m: &RecvMsg, imm: u32, len: u32) -> Result<()> {
-        if imm != ring.rx_seq as u32 || len as usize != m.piece.range.len() {
+    #[allow(clippy::too_many_arguments)]
+    fn apply_piece(
+        &self,
+        lane: &Lane,
+        k: usize,
+        at: usize,
+        data: &Mr,
+        m: &RecvMsg,
+        imm: u32,
+        len: u32,
+    ) -> Result<()> {
+        if imm != lane.rx_seq as u32 || len as usize != m.piece.range.len() {
             return Err(CollError::Failed(format!(
-                "{} sent message {imm} of {len} bytes where message {} of {} bytes was due: do \
-                 all ranks run the same collectives with the same sizes?",
+                "{} sent message {imm} of {len} bytes{} where message {} of {} bytes was due: \
+                 do all ranks run the same collectives with the same sizes?",
                 self.left.who,
-                ring.rx_seq as u32,
+                self.on_channel(k),
+                lane.rx_seq as u32,
                 m.piece.range.len()
             )));
         }
-        let at = (ring.rx_seq % ring.nslots as u64) as usize * ring.slot_bytes;
-        let src = ring
+        let src = lane
             .slots
             .to_vec(at..at + len as usize)
             .map_err(verbs("reading a slot"))?;
@@ -249,54 +297,42 @@ impl Run<'_> {
         }
     }
 
-    /// Step 3: polls the CQ once and accounts each completion (re-posting receives). Returns
-    /// how many it reaped; a failed completion names the neighbour whose QP it was on.
+    /// Step 3: polls the CQ once and accounts each completion to its channel (re-posting
+    /// receives). Returns how many it reaped; a failed completion names the neighbour whose QP
+    /// it was on, and the channel when there are several.
     #[inline]
     fn reap(&mut self, ring: &mut Ring, wcs: &mut [WorkCompletion]) -> Result<usize> {
         let n = ring.cq.poll(wcs).map_err(verbs("ibv_poll_cq"))?;
         for wc in &wcs[..n] {
+            let (kind, k) = wr_kind(wc.wr_id());
             if !wc.is_success() {
-                let peer = if wc.qp_num() == ring.left.qpn() {
-                    &self.left
-                } else {
-                    &self.right
-                };
-                if let Some(down) = ring.port_down_settled() {
-                    // Only the status: its usual explanation (a malformed request, for rxe's
-                    // IBV_WC_LOC_QP_OP_ERR) does not hold for a request that met a dead link.
-                    return Err(CollError::Failed(format!(
-                        "{down} (work request {} on the QP to {} completed with {})",
-                        wc.wr_id(),
-                        peer.who,
-                        wc.status().name()
-                    )));
-                }
-                let err = wc.ok().expect_err("a failed completion");
-                return Err(CollError::RankGone {
-                    rank: peer.rank,
-                    who: peer.who.clone(),
-                    detail: format!("a work request on the QP to it failed: {err}"),
-                });
+                return Err(self.failed(ring, wc));
             }
-            match wc.wr_id() {
+            let Some(lane) = ring.lanes.get_mut(k) else {
+                return Err(CollError::Failed(format!(
+                    "a completion of channel {k}, which this ring does not have"
+                )));
+            };
+            match kind {
                 WR_DATA => {
-                    self.completed += 1;
-                    ring.sq_right -= 1;
+                    self.lanes[k].completed += 1;
+                    lane.sq_right -= 1;
                 }
-                WR_CREDIT => ring.sq_left -= 1,
+                WR_CREDIT => lane.sq_left -= 1,
                 WR_RECV_DATA => {
                     let imm = wc.imm_data().ok_or_else(|| {
                         CollError::Failed(format!(
-                            "{} sent data without an immediate",
-                            self.left.who
+                            "{} sent data without an immediate{}",
+                            self.left.who,
+                            self.on_channel(k)
                         ))
                     })?;
-                    ring.arrived.push_back((imm, wc.byte_len()));
-                    post_recvs(&ring.left, WR_RECV_DATA, 1)?;
+                    lane.arrived.push_back((imm, wc.byte_len()));
+                    post_recvs(&lane.left, wr_id(WR_RECV_DATA, k), 1)?;
                 }
                 WR_RECV_CREDIT => {
-                    ring.credits += 1;
-                    post_recvs(&ring.right, WR_RECV_CREDIT, 1)?;
+                    lane.credits += 1;
+                    post_recvs(&lane.right, wr_id(WR_RECV_CREDIT, k), 1)?;
                 }
                 other => return Err(CollError::Failed(format!("unknown completion {other}"))),
             }
@@ -304,10 +340,49 @@ impl Run<'_> {
         Ok(n)
     }
 
-    /// Who we wait for when nothing moves: the left neighbour if data is due and none has
-    /// arrived, else the right one (credits or acknowledgements).
+    /// The error of a failed completion: our own port down, or the neighbour whose QP (of any
+    /// channel) it was on.
+    fn failed(&self, ring: &Ring, wc: &WorkCompletion) -> CollError {
+        let from_left = ring.lanes.iter().position(|l| l.left.qpn() == wc.qp_num());
+        let k = from_left.unwrap_or_else(|| {
+            let to_right = ring.lanes.iter().position(|l| l.right.qpn() == wc.qp_num());
+            to_right.unwrap_or(0)
+        });
+        let peer = if from_left.is_some() {
+            &self.left
+        } else {
+            &self.right
+        };
+        let channel = self.on_channel(k);
+        if let Some(down) = ring.port_down_settled() {
+            // Only the status: its usual explanation (a malformed request, for rxe's
+            // IBV_WC_LOC_QP_OP_ERR) does not hold for a request that met a dead link.
+            return CollError::Failed(format!(
+                "{down} (work request {} on the QP to {}{channel} completed with {})",
+                wr_kind(wc.wr_id()).0,
+                peer.who,
+                wc.status().name()
+            ));
+        }
+        let err = wc.ok().expect_err("a failed completion");
+        CollError::RankGone {
+            rank: peer.rank,
+            who: peer.who.clone(),
+            detail: format!("a work request on the QP to it{channel} failed: {err}"),
+        }
+    }
+
+    /// Who we wait for when nothing moves: the left neighbour if a channel's data is due and
+    /// none has arrived, else the right one (credits or acknowledgements).
     fn waiting_for(&self, ring: &Ring) -> (&Peer, &'static str) {
-        if self.processed < self.job.plan.recvs.len() && ring.arrived.is_empty() {
+        let starved = self
+            .job
+            .plans
+            .iter()
+            .zip(&self.lanes)
+            .zip(&ring.lanes)
+            .any(|((plan, p), lane)| p.processed < plan.recvs.len() && lane.arrived.is_empty());
+        if starved {
             (&self.left, "data")
         } else {
             (&self.right, "credits or acknowledgements")

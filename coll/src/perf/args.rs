@@ -1,6 +1,7 @@
 //! The flags of the collective benchmarks (nccl-tests' names where they have one) and the sizes
 //! of the rows they ask for.
 
+use crate::comm::MAX_CHANNELS;
 use crate::launch::LaunchArgs;
 use crate::{Algo, Coll, DataType, RedOp};
 use clap::Parser;
@@ -94,6 +95,14 @@ pub struct Args {
     /// Receive slots per link (pieces in flight).
     #[arg(long = "slots", default_value_t = 8)]
     pub nslots: usize,
+    /// QPs per ring neighbour, 1 to 16: each message is split over K channels, each its own QP
+    /// (a RoCE v2 flow with its own UDP source port, which an ECMP fabric's hash may put on its
+    /// own path) and its own --slots. Else NCCL_MIN_NCHANNELS x NCCL_IB_QPS_PER_CONNECTION
+    /// (NCCL opens that many QPs to each ring neighbour; either unset counts 1), else 1.
+    /// Every collective on the ring uses them; recursive doubling (--algo rd) keeps one.
+    #[arg(long = "channels", value_name = "K",
+          value_parser = clap::value_parser!(u64).range(1..=MAX_CHANNELS as u64))]
+    pub channels: Option<u64>,
     /// Write every size, every rank, as JSON to FILE (rank 0).
     #[arg(long)]
     pub json: Option<String>,
@@ -555,3 +564,48 @@ impl Args {
 /// The variables that choose the all-reduce algorithm when `--algo` does not.
 pub const ALGO_ENV: &str = "VL_ALGO";
 pub const NCCL_ALGO_ENV: &str = "NCCL_ALGO";
+
+/// NCCL's variables whose product is the QPs to each ring neighbour when `--channels` is not
+/// given: the channels (rings) and the QPs of each connection.
+pub const NCCL_CHANNELS_ENV: &str = "NCCL_MIN_NCHANNELS";
+pub const NCCL_QPS_ENV: &str = "NCCL_IB_QPS_PER_CONNECTION";
+
+impl Args {
+    /// The channels (QPs per ring neighbour) and where they came from: `--channels`, else
+    /// `NCCL_MIN_NCHANNELS` × `NCCL_IB_QPS_PER_CONNECTION` from `env` (either unset counts 1),
+    /// else 1. A variable that is not a whole number from 1, or a product above
+    /// [`MAX_CHANNELS`], is refused, naming the variables.
+    pub fn channels_for(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(usize, String), String> {
+        if let Some(k) = self.channels {
+            return Ok((k as usize, "--channels".into()));
+        }
+        let mut k = 1usize;
+        let mut from = Vec::new();
+        for name in [NCCL_CHANNELS_ENV, NCCL_QPS_ENV] {
+            let Some(v) = env(name) else { continue };
+            let n = v.trim().parse::<usize>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                format!("{name}={v:?}: not a whole number from 1; set it to 1..{MAX_CHANNELS}, or unset it")
+            })?;
+            k = k.saturating_mul(n);
+            from.push(format!("{name}={n}"));
+        }
+        if k > MAX_CHANNELS {
+            return Err(format!(
+                "{}: {k} QPs per ring neighbour, more than the {MAX_CHANNELS} offered; lower \
+                 them, or give --channels",
+                from.join(" x ")
+            ));
+        }
+        Ok((
+            k,
+            if from.is_empty() {
+                "default".into()
+            } else {
+                from.join(" x ")
+            },
+        ))
+    }
+}

@@ -85,6 +85,7 @@ fn launcher(np: u32, args: &Args, coll: Coll, tool: &str) -> ExitCode {
         every_size(args, coll, node.world_size() as usize)
             .and_then(|_| args.busbw_gate(&env_var).map_err(usage))
             .and_then(|_| args.algo_for(coll, &env_var).map_err(usage))
+            .and_then(|_| args.channels_for(&env_var).map_err(usage))
             // Rank 0 writes it, on node 0.
             .and_then(|_| match node.node_rank {
                 0 => check_json(args),
@@ -207,6 +208,7 @@ fn check_devices(args: &Args, np: u32) -> Result<(), Fail> {
 fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
     let gate = args.busbw_gate(&env_var).map_err(usage)?;
     let algo = args.algo_for(coll, &env_var).map_err(usage)?;
+    let (channels, channels_from) = args.channels_for(&env_var).map_err(usage)?;
     let info = rank_info(args)?;
     let n = info.world_size as usize;
     let runs = every_size(args, coll, n)?;
@@ -218,7 +220,7 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
         .filter_map(|(_, sizes)| sizes.last().copied())
         .max()
         .expect("at least one size");
-    let opts = comm_opts(args, coll, &info, max, algo);
+    let opts = comm_opts(args, coll, &info, max, (algo, channels));
     let launcher = info.launcher;
     let from = from_note(args, &info);
     let mut comm = Comm::init(info, &opts).map_err(failed)?;
@@ -231,13 +233,18 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
         n,
         dtype: a.dtype,
         op: coll.reduces().then_some(a.op),
+        channels,
     };
     let table = table_of(args);
     let records = comm.table().to_vec();
     let mut out = Stdout::new();
     if rank == 0 {
-        out.line(&table.header(&records, &params_line(args, n, &from, coll, algo)))
-            .map_err(stdout_failed)?;
+        let channels = channels_note(channels, &channels_from, coll);
+        out.line(&table.header(
+            &records,
+            &params_line(args, n, &from, (coll, algo), &channels),
+        ))
+        .map_err(stdout_failed)?;
     }
     let mut rows = Vec::new();
     let total = runs.iter().map(|(_, sizes)| sizes.len()).sum();
@@ -391,7 +398,13 @@ fn check_slots(slot_bytes: usize, nslots: usize) -> Result<(), Fail> {
 /// The communicator's options: buffers for the largest size, the rank pinned near its device
 /// (by its local rank, which the rendezvous may have to tell it) when the world has more than
 /// one rank, and the [`terms`] every rank must share.
-fn comm_opts(args: &Args, coll: Coll, info: &RankInfo, max: usize, algo: Algo) -> CommOpts {
+fn comm_opts(
+    args: &Args,
+    coll: Coll,
+    info: &RankInfo,
+    max: usize,
+    (algo, channels): (Algo, usize),
+) -> CommOpts {
     let pin = if info.world_size > 1 {
         crate::Pinning::ByLocalRank(near_device)
     } else {
@@ -405,6 +418,7 @@ fn comm_opts(args: &Args, coll: Coll, info: &RankInfo, max: usize, algo: Algo) -
         scratch: coll == Coll::AllToAll,
         slot_bytes: args.slot_bytes,
         nslots: args.nslots,
+        channels,
         bootstrap_timeout: Duration::from_secs(args.launch.bootstrap_timeout),
         peer_timeout: Duration::from_secs(args.peer_timeout),
         ack_timeout: args.ack_timeout,
@@ -473,12 +487,18 @@ fn from_note(args: &Args, info: &RankInfo) -> String {
     }
 }
 
-/// The header's parameter line; `from`: [`from_note`]. All-reduce's ends with its algorithm
-/// ([`algo_note`]).
-fn params_line(args: &Args, n: usize, from: &str, coll: Coll, algo: Algo) -> String {
+/// The header's parameter line; `from`: [`from_note`], `channels`: [`channels_note`].
+/// All-reduce's ends with its algorithm ([`algo_note`]).
+fn params_line(
+    args: &Args,
+    n: usize,
+    from: &str,
+    (coll, algo): (Coll, Algo),
+    channels: &str,
+) -> String {
     let line = format!(
         "nranks {n} (from {from}), minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} \
-         validation: {} slots: {} x {} B",
+         validation: {} slots: {} x {} B {channels}",
         args.min_bytes,
         args.max_bytes,
         match (args.step_factor, args.step_bytes) {
@@ -495,6 +515,19 @@ fn params_line(args: &Args, n: usize, from: &str, coll: Coll, algo: Algo) -> Str
         format!("{line} algo: {}", algo_note(algo, n))
     } else {
         line
+    }
+}
+
+/// The header's channel count: where it came from, and that recursive doubling keeps one.
+fn channels_note(k: usize, from: &str, coll: Coll) -> String {
+    let rd = if coll == Coll::AllReduce && k > 1 {
+        ", rd keeps 1"
+    } else {
+        ""
+    };
+    match from {
+        "default" => format!("channels: {k} (QPs per ring neighbour{rd})"),
+        _ => format!("channels: {k} (QPs per ring neighbour, from {from}{rd})"),
     }
 }
 
@@ -587,10 +620,18 @@ struct JsonParams {
     /// All-reduce's algorithm as asked (`ring`, `rd`, `auto`); each row says which ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     algo: Option<&'static str>,
+    /// QPs per ring neighbour (`--channels`); recursive doubling's steps use one.
+    channels: usize,
 }
 
 impl JsonParams {
-    fn new(args: &Args, launcher: Launcher, hosts: u32, algo: Option<Algo>) -> JsonParams {
+    fn new(
+        args: &Args,
+        launcher: Launcher,
+        hosts: u32,
+        algo: Option<Algo>,
+        channels: usize,
+    ) -> JsonParams {
         JsonParams {
             min_bytes: args.min_bytes,
             max_bytes: args.max_bytes,
@@ -602,6 +643,7 @@ impl JsonParams {
             launcher: launcher.name(),
             hosts,
             algo: algo.map(Algo::name),
+            channels,
         }
     }
 }
@@ -628,7 +670,8 @@ fn verdict(
         let algo = (table.coll == Coll::AllReduce)
             .then(|| args.algo_for(table.coll, &env_var).ok())
             .flatten();
-        let doc = table.json(records, JsonParams::new(args, launcher, hosts, algo), rows);
+        let params = JsonParams::new(args, launcher, hosts, algo, table.channels);
+        let doc = table.json(records, params, rows);
         std::fs::write(path, vl_perftest::report::pretty_json(&doc))
             .map_err(|e| Fail::failed(format!("cannot write --json {path}: {e}")))?;
     }
@@ -743,12 +786,13 @@ mod tests {
             .contains("only the ring"));
         assert!(Args::try_parse_from(["vl_all_reduce_perf", "--algo", "tree"]).is_err());
         // The header says which, and where auto switches.
-        let line = params_line(&plain, 4, "flags", ar, Algo::Auto);
+        let line = params_line(&plain, 4, "flags", (ar, Algo::Auto), "channels: 1");
         assert!(
             line.ends_with(" algo: auto (rd below 71111 B per rank, ring from there)"),
             "{line}"
         );
-        assert!(!params_line(&plain, 4, "flags", b, Algo::Ring).contains("algo"));
+        assert!(line.contains(" B channels: 1 algo: auto"), "{line}");
+        assert!(!params_line(&plain, 4, "flags", (b, Algo::Ring), "").contains("algo"));
     }
 
     #[test]
@@ -886,12 +930,61 @@ mod tests {
         let line = "vl_all_reduce_perf -b 64 -e 4K -n 7 -w 2 -c 0 --slot-size 1K --slots 3";
         let args = Args::try_parse_from(line.split(' ')).unwrap();
         assert_eq!(
-            serde_json::to_string(&JsonParams::new(&args, Launcher::Flags, 2, None)).unwrap(),
+            serde_json::to_string(&JsonParams::new(&args, Launcher::Flags, 2, None, 3)).unwrap(),
             concat!(
                 r#"{"min_bytes":64,"max_bytes":4096,"iters":7,"warmup_iters":2,"check":0,"#,
                 r#""slot_bytes":1024,"slots":3,"launcher":"flags (--rank/--world-size)","#,
-                r#""hosts":2}"#
+                r#""hosts":2,"channels":3}"#
             )
+        );
+    }
+
+    #[test]
+    fn the_channels_come_from_the_flag_then_nccls_product() {
+        let args = |line: &str| Args::try_parse_from(line.split(' ')).unwrap();
+        let env = |ch: Option<&'static str>, qps: Option<&'static str>| {
+            move |name: &str| match name {
+                "NCCL_MIN_NCHANNELS" => ch.map(String::from),
+                "NCCL_IB_QPS_PER_CONNECTION" => qps.map(String::from),
+                _ => None,
+            }
+        };
+        let plain = args("vl_all_reduce_perf");
+        assert_eq!(plain.channels_for(&env(None, None)).unwrap().0, 1);
+        assert_eq!(
+            plain.channels_for(&env(Some("2"), Some("4"))).unwrap(),
+            (
+                8,
+                "NCCL_MIN_NCHANNELS=2 x NCCL_IB_QPS_PER_CONNECTION=4".into()
+            )
+        );
+        assert_eq!(plain.channels_for(&env(None, Some("3"))).unwrap().0, 3);
+        let flag = args("vl_all_gather_perf --channels 4");
+        assert_eq!(
+            flag.channels_for(&env(Some("8"), Some("8"))).unwrap(),
+            (4, "--channels".into())
+        );
+        let e = plain.channels_for(&env(Some("0"), None)).unwrap_err();
+        assert!(
+            e.starts_with("NCCL_MIN_NCHANNELS=\"0\": not a whole number"),
+            "{e}"
+        );
+        let e = plain.channels_for(&env(Some("4"), Some("8"))).unwrap_err();
+        assert!(
+            e.contains("32 QPs per ring neighbour, more than the 16 offered"),
+            "{e}"
+        );
+        for bad in ["0", "17", "x"] {
+            assert!(Args::try_parse_from(["vl_all_reduce_perf", "--channels", bad]).is_err());
+        }
+        let note = channels_note(4, "--channels", Coll::AllReduce);
+        assert_eq!(
+            note,
+            "channels: 4 (QPs per ring neighbour, from --channels, rd keeps 1)"
+        );
+        assert_eq!(
+            channels_note(1, "default", Coll::AllGather),
+            "channels: 1 (QPs per ring neighbour)"
         );
     }
 }

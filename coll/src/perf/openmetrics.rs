@@ -136,6 +136,7 @@ mod tests {
             n: 4,
             dtype: DataType::F32,
             op: Some(RedOp::Sum),
+            channels: 1,
         };
         let m = |us: f64, wrong: Option<Vec<u64>>| Measure {
             per_rank_us: vec![us / 2.0, us],

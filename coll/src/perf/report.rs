@@ -107,6 +107,8 @@ pub struct Table<'a> {
     pub n: usize,
     pub dtype: DataType,
     pub op: Option<RedOp>,
+    /// QPs per ring neighbour (`--channels`): a CSV column, before all-reduce's algorithm.
+    pub channels: usize,
 }
 
 impl Table<'_> {
@@ -236,6 +238,7 @@ impl Table<'_> {
                 head.push(format!("{p}_{c}"));
             }
         }
+        head.push("channels".into());
         // The collectives with a choice of algorithm say which ran, last.
         let algo = self.coll == Coll::AllReduce;
         if algo {
@@ -266,6 +269,7 @@ impl Table<'_> {
             ];
             rec.extend(cols(r.size, Some(&r.out_of_place)));
             rec.extend(cols(r.size, r.in_place.as_ref()));
+            rec.push(self.channels.to_string());
             if algo {
                 rec.push(r.algo.map_or("", Algo::name).to_string());
             }
@@ -491,6 +495,7 @@ mod tests {
             n: 4,
             dtype: DataType::F32,
             op: Some(RedOp::Sum),
+            channels: 1,
         };
         let hosts = ["node1", "node2", "node1", "node2"];
         let ranks: Vec<RankRecord> = (0..4)
@@ -532,6 +537,7 @@ mod tests {
             n: 4,
             dtype: DataType::F32,
             op: Some(RedOp::Sum),
+            channels: 1,
         };
         let m = |us: f64, w: u64| Measure {
             per_rank_us: vec![us / 2.0, us],
@@ -596,8 +602,11 @@ mod tests {
         assert_eq!(doc["rows"][0]["algo"], "rd");
         let csv = t.csv(&rows);
         let mut lines = csv.lines();
-        assert!(lines.next().unwrap().ends_with(",ip_wrong,algo"), "{csv}");
-        assert!(lines.next().unwrap().ends_with(",2,rd"), "{csv}");
+        assert!(
+            lines.next().unwrap().ends_with(",ip_wrong,channels,algo"),
+            "{csv}"
+        );
+        assert!(lines.next().unwrap().ends_with(",2,1,rd"), "{csv}");
         assert_eq!(doc["version"], env!("CARGO_PKG_VERSION"));
         // The one layout reads back what it wrote, to the byte.
         let text = vl_perftest::report::pretty_json(&t.json(&[], serde_json::Map::new(), &rows));

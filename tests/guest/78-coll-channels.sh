@@ -1,0 +1,101 @@
+#!/bin/sh
+# Channels (issue 40, item 3: --channels K splits each message over K QPs per ring neighbour)
+# over rxe0/rxe1, every element checked (-c 1), sizes of odd element counts and fewer elements
+# than channels (-b 4: one float), pieces smaller than a channel's share (--slot-size 1K,
+# --slots 2):
+# - --np 3 all_reduce --algo ring --channels 4: while it runs, `rdma resource show qp` counts
+#   24 QPs of the ranks (3 ranks x 4 channels x 2 neighbours; 6 with one channel); the header,
+#   the --csv column and the --json params say 4, and vl_jsoncheck accepts the document;
+# - --np 3 and --np 4: reduce_scatter, all_gather, alltoall and broadcast with 1, 3 or 4
+#   channels; all_reduce by auto (rd, one channel, beside a ring of four) and by the ring with
+#   NCCL_MIN_NCHANNELS x NCCL_IB_QPS_PER_CONNECTION = 4 (no --channels);
+# - a bad NCCL_IB_QPS_PER_CONNECTION and --channels 17 are usage errors (exit 2).
+# Took 32 s (TCG guest, host load 6-8 on 2 cores; 61 s at load 11 with longer runs).
+# timeout: 200
+# slow: eleven runs of three or four ranks
+set -eu
+# shellcheck source=tests/guest/lib.sh
+. "$VL_TESTS/lib.sh"
+
+for t in all_reduce reduce_scatter all_gather alltoall broadcast; do require_bin "vl_${t}_perf"; done
+require_bin vl_jsoncheck
+mqueue_ready
+
+# ok_rows NAME FILE: the run's footer OK and 0 wrong in every row (both placements).
+ok_rows() {
+    expect_contains "$2" "# Out of bounds values : 0 OK"
+    grep -E '^ +[0-9]+ ' "$2" | awk '$9 != "0" || ($13 != "0" && $13 != "N/A") { bad = 1; print "wrong: " $0 } END { exit bad }' \
+        || fail "$1: a row has wrong values"
+    [ "$(grep -cE '^ +[0-9]+ ' "$2")" -ge 3 ] || fail "$1: fewer than 3 rows"
+}
+
+# coll NP K TOOL [ENV...]: vl_TOOL_perf --np NP (--channels K unless K is -), -c 1, odd sizes.
+coll() {
+    _np=$1 _k=$2 _t=$3
+    shift 3
+    _out=$TMPDIR/$_t-$_np-$_k.out
+    _ch="--channels $_k"
+    [ "$_k" = - ] && _ch=
+    step "vl_${_t}_perf --np $_np $_ch $*"
+    _rc=0
+    # shellcheck disable=SC2086 # $_ch is a flag and its value
+    run_timeout 90 env "$@" "vl_${_t}_perf" --np "$_np" --ib-dev "$VL_DEV0,$VL_DEV1" $_ch \
+        -b 4 -e 10K -f 7 --slot-size 1K --slots 2 -n 1 -w 0 -c 1 --timeout 30 >"$_out" 2>&1 || _rc=$?
+    cat "$_out"
+    [ "$_rc" = 0 ] || fail "vl_${_t}_perf --np $_np $_ch exited $_rc"
+    ok_rows "vl_${_t}_perf --np $_np $_ch" "$_out"
+    no_queues "vl_${_t}_perf --np $_np $_ch"
+}
+
+step "--np 3 all_reduce --algo ring --channels 4: the QPs while it runs"
+out=$TMPDIR/qps.out
+vl_all_reduce_perf --np 3 --ib-dev "$VL_DEV0,$VL_DEV1" --algo ring --channels 4 -b 4 -e 10K -f 7 \
+    --slot-size 1K --slots 2 -n 8 -w 1 -c 1 --timeout 30 --csv "$TMPDIR/qps.csv" \
+    --json "$TMPDIR/qps.json" >"$out" 2>&1 </dev/null &
+launcher=$!
+# The QPs of the ranks (their command names start with vl_all_reduce), at the most seen.
+most=0
+while _vl_alive "$launcher"; do
+    qps=$(rdma resource show qp 2>/dev/null | grep -c ' comm vl_all_reduce' || true)
+    [ "$qps" -gt "$most" ] && most=$qps
+    [ "$most" -ge 24 ] && break
+    sleep 0.1
+done
+rc=0
+_vl_watch "$launcher" 90 || rc=$?
+cat "$out" "$TMPDIR/qps.csv"
+[ "$rc" = 0 ] || fail "--channels 4 exited $rc"
+echo "QPs of the ranks seen at once: $most"
+[ "$most" = 24 ] || { rdma resource show qp; fail "$most QPs of the ranks, expected 24 (3 ranks x 4 channels x 2)"; }
+ok_rows "--channels 4" "$out"
+expect_contains "$out" "channels: 4 (QPs per ring neighbour, from --channels, rd keeps 1) algo: ring"
+tail -n +2 "$TMPDIR/qps.csv" | awk -F, '$(NF-1) != 4 { bad = 1 } END { exit bad }' \
+    || fail "--csv: the channels column is not 4 on every row"
+grep -q '"channels": 4' "$TMPDIR/qps.json" || fail "--json: no \"channels\": 4 in the params"
+vl_jsoncheck "$TMPDIR/qps.json" || fail "vl_jsoncheck refused the --json of --channels 4"
+no_queues "--channels 4"
+
+coll 3 3 reduce_scatter
+coll 3 4 all_gather
+coll 3 3 alltoall
+coll 3 4 broadcast
+# auto: every row here is below the crossover (71111 B), so rd runs them beside a ring of four.
+coll 4 4 all_reduce
+expect_contains "$TMPDIR/all_reduce-4-4.out" "channels: 4 (QPs per ring neighbour, from --channels, rd keeps 1) algo: auto"
+# No --channels: NCCL's channels x QPs per connection; the ring (VL_ALGO) uses them.
+coll 4 - all_reduce NCCL_MIN_NCHANNELS=2 NCCL_IB_QPS_PER_CONNECTION=2 VL_ALGO=ring
+expect_contains "$TMPDIR/all_reduce-4--.out" \
+    "channels: 4 (QPs per ring neighbour, from NCCL_MIN_NCHANNELS=2 x NCCL_IB_QPS_PER_CONNECTION=2, rd keeps 1) algo: ring"
+coll 4 4 reduce_scatter
+coll 4 3 all_gather
+coll 4 4 alltoall
+coll 4 1 broadcast
+
+step "bad values are usage errors"
+out=$TMPDIR/bad.out
+expect_fail_within 10 "NCCL_IB_QPS_PER_CONNECTION=0" env NCCL_IB_QPS_PER_CONNECTION=0 vl_all_gather_perf --np 2 -e 64
+[ "$FAIL_RC" = 2 ] || fail "NCCL_IB_QPS_PER_CONNECTION=0: exit $FAIL_RC, expected 2"
+expect_contains "$out" 'NCCL_IB_QPS_PER_CONNECTION="0": not a whole number from 1'
+expect_fail_within 10 "--channels 17" vl_all_gather_perf --np 2 --channels 17 -e 64
+[ "$FAIL_RC" = 2 ] || fail "--channels 17: exit $FAIL_RC, expected 2"
+echo "0 wrong on every run; 24 QPs for 3 ranks x 4 channels; the bad values refused"
