@@ -538,7 +538,8 @@ impl HugePool {
             + need as u64;
         format!(
             "this buffer needs {need} huge page(s) of {kib} KiB and {pool}; reserve them as root \
-             with `sysctl vm.nr_hugepages={want}` (or more), or run without huge pages"
+             with `sysctl vm.nr_hugepages=N`, N at least {want} (more for the process's other \
+             huge-page buffers), or run without huge pages"
         )
     }
 }
@@ -609,13 +610,13 @@ mod tests {
         let a = p.advice(3 << 20);
         assert!(a.contains("2 huge page(s) of 2048 KiB"), "{a}");
         assert!(a.contains("no huge pages are reserved"), "{a}");
-        assert!(a.contains("sysctl vm.nr_hugepages=2"), "{a}");
+        assert!(a.contains("sysctl vm.nr_hugepages=N`, N at least 2"), "{a}");
         let p =
             HugePool::parse("HugePages_Total: 8\nHugePages_Free: 1\nHugepagesize: 1048576 kB\n");
         assert_eq!(p.page, 1 << 30);
         let a = p.advice(1);
         assert!(a.contains("1 of the 8 huge pages reserved are free"), "{a}");
-        assert!(a.contains("vm.nr_hugepages=8"), "{a}");
+        assert!(a.contains("N at least 8"), "{a}");
         assert_eq!(HugePool::parse("").page, 2 << 20);
     }
 

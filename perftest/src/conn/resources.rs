@@ -232,8 +232,8 @@ fn huge_pages(layout: &Layout, qps: usize) -> String {
     let src = layout.src_mrs(qps) * layout.src_total(qps).div_ceil(page);
     let dst = qps * layout.dst_total().div_ceil(page);
     format!(
-        "--use_hugepages: this side maps its {} buffer(s) from huge pages, {} page(s) of {} KiB \
-         in all (a peer on the same host needs its own)",
+        "--use_hugepages: this side maps {} buffer(s) from huge pages, {} page(s) of {} KiB in \
+         all (a peer on the same host as many again)",
         layout.src_mrs(qps) + qps,
         src + dst,
         page / 1024
