@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use verbs_lab::verbs::{
-    Ah, Mr, Payload, Qp, RemoteBuf, SendOp, SendWr, Sge, UdDest, WcOpcode, WorkCompletion,
+    Ah, Mr, Payload, Qp, RemoteBuf, SendOp, SendWr, Sge, Srq, UdDest, WcOpcode, WorkCompletion,
 };
 
-use crate::conn::{Agreed, Buffers, Layout, Link, Resources};
+use crate::conn::{src_mr, Agreed, Buffers, Layout, Link, RecvQueue, Resources};
 use crate::engine::{
     backoff, check_imm, check_tally, completed_through, poll_or_sleep, post_receive_lists,
     remote_op, send_tally, wc_error, wr_id, PeerWatch, Session, CHANNEL_CHECK, LOSSY_GRACE,
@@ -188,6 +188,8 @@ struct PhaseCtx<'a> {
     rx_off: usize,
     layout: Layout,
     qps: &'a [Qp],
+    /// `--use-srq`: the shared receive queue the receives are posted to.
+    srq: Option<&'a Srq>,
     nq: usize,
     sends: bool,
     receives: bool,
@@ -200,6 +202,16 @@ struct PhaseCtx<'a> {
     t_phase: Instant,
     /// The smallest window of the peak.
     win0: u64,
+}
+
+impl PhaseCtx<'_> {
+    /// The index of the QP numbered `qpn` (a receive from the shared queue names its QP so).
+    fn qp_index(&self, qpn: u32) -> Result<usize> {
+        self.qps
+            .iter()
+            .position(|qp| qp.qpn() == qpn)
+            .with_context(|| format!("a receive completion on QP number {qpn}, not one of ours"))
+    }
 }
 
 /// Send-side progress of a phase (each QP's own is in its `TxQp`).
@@ -255,12 +267,9 @@ fn phase(
         ..
     } = link;
     let Resources {
-        bufs: Buffers {
-            src: mr,
-            dst,
-            layout,
-        },
+        bufs: Buffers { src, dst, layout },
         qps,
+        srq,
         cq,
         channel,
         ..
@@ -275,6 +284,7 @@ fn phase(
         rx_off,
         layout: *layout,
         qps,
+        srq: srq.as_ref(),
         nq,
         sends,
         receives,
@@ -288,7 +298,7 @@ fn phase(
     };
 
     // Requests, built once per phase.
-    let src_sges = source_sges(cfg, mr, &k.layout, k.n)?;
+    let src_sges = source_sges(cfg, src, &k.layout, k.n)?;
     let c = tx_cfg(cfg, &k.layout, k.n, remote, *inline_limit, seq_base);
     let txs = if sends {
         senders(cfg, qps, remote, ahs, &src_sges, &c, mode)
@@ -308,7 +318,7 @@ fn phase(
     let mut sleep = false;
 
     loop {
-        let posted_now = st.post_window(&c, mr, &k.layout)?;
+        let posted_now = st.post_window(&c, src, &k.layout)?;
         // With -e, a loop that found nothing to do last time sleeps on the channel.
         let got = poll_or_sleep(cq, channel.as_ref(), &mut wcs, sleep && posted_now == 0)?;
         sleep = false;
@@ -348,12 +358,12 @@ impl Sides<'_> {
     /// Tops up every sending QP's window (nothing once the sending is done). Returns how many
     /// requests were posted.
     #[inline]
-    fn post_window(&mut self, c: &TxCfg, mr: &Mr, layout: &Layout) -> Result<u64> {
+    fn post_window(&mut self, c: &TxCfg, src: &[Mr], layout: &Layout) -> Result<u64> {
         let mut posted = 0;
         if self.tx.posting {
             self.tx.first_post.get_or_insert_with(Instant::now);
             for (q, t) in self.txs.iter_mut().enumerate() {
-                posted += post_some(t, q, c, mr, layout)?;
+                posted += post_some(t, q, c, src_mr(src, q), layout)?;
             }
         }
         Ok(posted)

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use verbs_lab::verbs::{
-    CompChannel, Cq, Mr, Qp, RecvWr, RemoteBuf, SendOp, Sge, VerbsError, WorkCompletion,
+    CompChannel, Cq, Mr, RecvWr, RemoteBuf, SendOp, Sge, VerbsError, WorkCompletion,
 };
 
-use crate::conn::{Layout, Link};
+use crate::conn::{Layout, Link, RecvQueue};
 use crate::measure::result::TestKind;
 use crate::params::{AtomicType, Config, RunMode, UD_GRH};
 use crate::proto::{ChanError, Channel, Msg, Phase, QpEndpoint, Tally};
@@ -130,9 +130,10 @@ impl Session<'_> {
     pub fn bw_peer_sends(&self) -> bool {
         !self.cfg.is_requester() || self.cfg.bidirectional
     }
-    /// Whether this side consumes receives in a bandwidth test (send tools, peer sending).
+    /// Whether this side consumes receives in a bandwidth test (send tools, write tools with
+    /// `--write_with_imm`; the peer sending).
     pub fn bw_receives(&self) -> bool {
-        self.cfg.tool.kind == TestKind::Send && self.bw_peer_sends()
+        self.cfg.posts_receives() && self.bw_peer_sends()
     }
     /// Bytes in front of a received message (the GRH on UD).
     pub fn rx_offset(&self) -> usize {
@@ -179,7 +180,13 @@ impl Session<'_> {
     /// Posts `wr_ids` (slot numbers) as receives on QP `q`, in chunks, without allocating.
     pub fn post_receives(&self, q: usize, slots: impl Iterator<Item = usize>) -> Result<()> {
         let res = &self.link.res;
-        post_receives(&res.qps[q], &res.bufs.dst[q], &res.bufs.layout, q, slots)
+        post_receives(
+            res.recv_queue(q),
+            &res.bufs.dst[q],
+            &res.bufs.layout,
+            q,
+            slots,
+        )
     }
 }
 
@@ -204,8 +211,8 @@ pub const MAX_RECV_PER_CALL: usize = 256;
 
 /// Posts receives for `slots` of QP `q`, 32 per call: one SGE each, a whole destination slot
 /// (`stride` bytes, so that one posted receive fits every size of a sweep).
-pub fn post_receives(
-    qp: &Qp,
+pub fn post_receives<'q>(
+    qp: impl Into<RecvQueue<'q>>,
     mr: &Mr,
     layout: &Layout,
     q: usize,
@@ -215,9 +222,10 @@ pub fn post_receives(
 }
 
 /// [`post_receives`], `per_call` (at most [`MAX_RECV_PER_CALL`]) per `ibv_post_recv` call:
-/// perftest's `--recv_post_list`.
-pub fn post_receive_lists(
-    qp: &Qp,
+/// perftest's `--recv_post_list`. `qp` is a QP's receive queue or the shared one
+/// (`--use-srq`); the `wr_id` names QP `q` and the slot either way (the slot is QP `q`'s).
+pub fn post_receive_lists<'q>(
+    qp: impl Into<RecvQueue<'q>>,
     mr: &Mr,
     layout: &Layout,
     q: usize,
@@ -225,6 +233,7 @@ pub fn post_receive_lists(
     per_call: usize,
 ) -> Result<()> {
     const CHUNK: usize = MAX_RECV_PER_CALL;
+    let qp = qp.into();
     let per_call = per_call.clamp(1, CHUNK);
     let slot_sge = |slot: usize| -> Result<Sge<'_>> {
         let off = layout.dst(q, slot);
@@ -255,7 +264,7 @@ pub fn post_receive_lists(
                 sges: std::slice::from_ref(&sges[k]),
             };
         }
-        qp.post_recv(&wrs[..n])
+        qp.post(&wrs[..n])
             .with_context(|| format!("re-posting {n} receive(s) on QP {q}"))?;
     }
 }
@@ -495,18 +504,19 @@ pub fn check_tally(t: &Tally, qps: usize) -> Result<()> {
     Ok(())
 }
 
-/// `--send_with_imm`: a receive must carry the immediate data the peer's Sends carry.
+/// `--send_with_imm`, `--write_with_imm`: a receive must carry the immediate data the peer's
+/// Sends or RDMA Writes carry.
 pub fn check_imm(got: Option<u32>) -> Result<()> {
     let want = crate::params::IMM_DATA;
     match got {
         Some(imm) if imm == want => Ok(()),
         Some(imm) => bail!(
-            "--send_with_imm: a receive carried the immediate data {imm:#010x}, expected \
-             {want:#010x}"
+            "a receive carried the immediate data {imm:#010x}, expected {want:#010x} \
+             (--send_with_imm / --write_with_imm)"
         ),
         None => bail!(
-            "--send_with_imm: a receive without immediate data (IBV_WC_WITH_IMM not set): the \
-             peer sent a plain Send"
+            "a receive without immediate data (IBV_WC_WITH_IMM not set): the peer sent a plain \
+             Send (--send_with_imm / --write_with_imm)"
         ),
     }
 }
@@ -524,6 +534,7 @@ pub fn remote_op(cfg: &Config, r: &QpEndpoint, n: usize) -> (RemoteBuf, SendOp) 
         },
     };
     let op = match cfg.tool.kind {
+        TestKind::Write if cfg.write_with_imm => SendOp::WriteWithImm(rb, crate::params::IMM_DATA),
         TestKind::Write => SendOp::Write(rb),
         TestKind::Read => SendOp::Read(rb),
         TestKind::Send if cfg.send_with_imm => SendOp::SendWithImm(crate::params::IMM_DATA),

@@ -368,7 +368,7 @@ fn measure<'c>(
     sink: &mut dyn RowSink,
 ) -> Result<RunResult> {
     let cfg = s.cfg;
-    if cfg.tool.kind == TestKind::Send {
+    if cfg.posts_receives() {
         let posted = s.link.res.rx_posted as usize;
         for q in 0..cfg.qps as usize {
             s.post_receives(q, 0..posted)
@@ -553,7 +553,7 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
             mtu: link.agreed.path_mtu.bytes(),
             qps: cfg.qps,
             tx_depth: cfg.queues.tx_depth,
-            rx_depth: if kind == TestKind::Send {
+            rx_depth: if cfg.posts_receives() {
                 link.res.rx_posted
             } else {
                 cfg.queues.rx_depth
@@ -567,7 +567,7 @@ fn run_info(cfg: &Config, link: &Link, cpu: Option<(usize, String)>) -> RunInfo 
         atomic_type: cfg.atomic.map(|a| a.name().to_string()),
         bidirectional: cfg.bidirectional,
         reversed: cfg.reversed,
-        send_with_imm: cfg.send_with_imm,
+        with_imm: cfg.send_with_imm || cfg.write_with_imm,
         use_events: cfg.events,
         duration,
         iterations,

@@ -458,6 +458,16 @@ fn latency_sample_reports() {
     }
 }
 
+/// The value of `key` in the HELLO `c` sends.
+fn hello(c: &Config, key: &str) -> String {
+    let (_, v) = c
+        .wire_params()
+        .into_iter()
+        .find(|(k, _)| *k == key)
+        .unwrap_or_else(|| panic!("{key} is not in the HELLO"));
+    v
+}
+
 #[test]
 fn send_with_immediate() {
     let sbw = Tool::new(TestKind::Send, Metric::Bw);
@@ -465,12 +475,7 @@ fn send_with_immediate() {
     for t in [sbw, slat] {
         let c = cfg(t, "--send_with_imm").unwrap();
         assert!(c.send_with_imm);
-        let (_, v) = c
-            .wire_params()
-            .into_iter()
-            .find(|(k, _)| *k == "send_with_imm")
-            .expect("in the HELLO");
-        assert_eq!(v, "on");
+        assert_eq!(hello(&c, "send_with_imm"), "on");
     }
     for t in [
         Tool::new(TestKind::Write, Metric::Bw),
@@ -515,5 +520,54 @@ fn receive_post_lists() {
             e.contains("--recv_post_list") && e.contains(says),
             "{args}: {e}"
         );
+    }
+}
+
+#[test]
+fn write_with_imm_srq_mr_per_qp_hugepages() {
+    use vl_perftest::conn::Layout;
+    let wbw = Tool::new(TestKind::Write, Metric::Bw);
+    let wlat = Tool::new(TestKind::Write, Metric::Lat);
+    let sbw = Tool::new(TestKind::Send, Metric::Bw);
+    let slat = Tool::new(TestKind::Send, Metric::Lat);
+    // --write_with_imm: the write tools post receives (512 by default, as the send tools) and
+    // both sides must say it.
+    for t in [wbw, wlat] {
+        let c = cfg(t, "--write_with_imm").unwrap();
+        assert!(c.write_with_imm && c.posts_receives());
+        assert_eq!(c.queues.rx_depth, 512);
+        assert_eq!(hello(&c, "write_with_imm"), "on");
+    }
+    assert!(!cfg(wbw, "").unwrap().posts_receives());
+    assert_eq!(cfg(wbw, "").unwrap().queues.rx_depth, 1);
+    for t in [sbw, Tool::new(TestKind::Read, Metric::Bw)] {
+        let e = cfg(t, "--write_with_imm").unwrap_err();
+        assert!(
+            e.contains("--write_with_imm") && e.contains("writes none"),
+            "{e}"
+        );
+    }
+    // --use-srq: the send tools only.
+    for t in [sbw, slat] {
+        assert!(cfg(t, "--use-srq").unwrap().use_srq);
+    }
+    for t in [wbw, Tool::new(TestKind::Atomic, Metric::Bw)] {
+        let e = cfg(t, "--use-srq").unwrap_err();
+        assert!(
+            e.contains("--use-srq") && e.contains("posts no receives"),
+            "{e}"
+        );
+    }
+    // --mr_per_qp: each QP's source slots start at 0 of a region of their own.
+    let shared = Layout::new(&cfg(wbw, "-q 3 --validate").unwrap(), 4096);
+    let own = Layout::new(&cfg(wbw, "-q 3 --validate --mr_per_qp").unwrap(), 4096);
+    assert_eq!((shared.src_mrs(3), own.src_mrs(3)), (1, 3));
+    assert_eq!(shared.src_total(3), 3 * own.src_total(3));
+    assert_eq!(own.src(2, 1), own.src(0, 1));
+    assert_eq!(shared.src(2, 0), 2 * shared.src_total(1));
+    assert_eq!(own.src_region(2), 0..own.src_total(1));
+    // --use_hugepages: accepted by every tool, the buffers' matter alone.
+    for t in [wbw, wlat, sbw, slat] {
+        assert!(cfg(t, "--use_hugepages").unwrap().use_hugepages);
     }
 }

@@ -61,7 +61,7 @@ fn info(process: u32) -> RunInfo {
         atomic_type: None,
         bidirectional: false,
         reversed: false,
-        send_with_imm: false,
+        with_imm: false,
         use_events: false,
         duration: None,
         iterations: 1000,

@@ -58,7 +58,7 @@ fn bw_info() -> RunInfo {
         atomic_type: None,
         bidirectional: false,
         reversed: false,
-        send_with_imm: false,
+        with_imm: false,
         use_events: false,
         duration: None,
         iterations: 5000,

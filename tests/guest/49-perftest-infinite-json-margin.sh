@@ -166,7 +166,7 @@ echo "$u" | grep -Eq '^[0-9]+\.[0-9]{2}$' || { cat "$CLIENT_OUT"; fail "no CPU_U
 echo "CPU_Util: $u %"
 
 step "perftest's options we do not support are refused by name"
-for o in "--use-srq" "-z" "--write_with_imm" "--mr_per_qp" "-H" "--run_infinitely -n 5"; do
+for o in "--odp" "-z" "--write_with_imm" "--use_ooo" "-H" "--run_infinitely -n 5"; do
     rc=0
     # shellcheck disable=SC2086
     vl_send_bw $o >"$TMPDIR/r.out" 2>&1 || rc=$?

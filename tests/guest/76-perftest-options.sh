@@ -23,40 +23,6 @@ set -eu
 require_bin ib_write_bw
 require_bin ib_send_bw
 
-# ib_pair TOOL "OPTIONS": perftest's pair as vl_pair runs ours (-x 1: perftest picks no RoCE v2
-# GID by itself; -F: its cycle-counter check fails on an emulated CPU).
-ib_pair() {
-    next_port
-    server_client "$PORT" \
-        "$1 -d $VL_DEV0 -x 1 -F $VL_PT_COMMON -p $PORT $2" \
-        "$1 -d $VL_DEV1 -x 1 -F $VL_PT_COMMON -p $PORT $2 $VL_ADDR0" \
-        || fail "$1 $2: perftest's pair failed (outputs above)"
-}
-
-# shape FILE: the lines from the first column header on, each as its kind (SEP, HDR, ROW, a
-# title such as "Local results:", BLANK, "LIST UNIT" for a sample list's head, SAMPLES for its
-# lines, however many); other lines (notes, warnings) are left out.
-shape() {
-    awk '/#bytes/ { on = 1 }
-         !on { next }
-         /^-{87}$/ { print "SEP"; next }
-         /#bytes/ { print "HDR"; next }
-         /^ [0-9]+ / { print "ROW"; next }
-         /results:/ { sub(/^ +/, ""); sub(/ +$/, ""); print; next }
-         /^#, / { print "LIST " $2; next }
-         /^[0-9]+, / { print "SAMPLES"; next }
-         /^ *$/ { print "BLANK"; next }' "$1" | awk '$0 != prev || $0 != "SAMPLES" { print } { prev = $0 }'
-}
-
-# same_shape WHAT VL_FILE IB_FILE
-same_shape() {
-    if [ "$(shape "$2")" != "$(shape "$3")" ]; then
-        echo "--- ours ($2):"; shape "$2"; echo "--- perftest's ($3):"; shape "$3"
-        fail "$1: our output's shape differs from perftest's"
-    fi
-    echo "$1: the same shape as perftest's ($(shape "$2" | tr '\n' ' '))"
-}
-
 # block FILE TITLE: the rows under TITLE ("Local" or "Remote").
 block() {
     awk -v t="$2 results:" 'index($0, t) { on = 1; next }

@@ -48,7 +48,56 @@ pub struct Mr {
     /// touches lies inside it (the padding is allocated but not registered).
     alloc_len: usize,
     access: AccessFlags,
+    /// Where the buffer came from, so that it is given back the same way.
+    backing: Backing,
     _pd: Arc<PdInner>,
+}
+
+/// How an [`Mr`]'s buffer was allocated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backing {
+    /// The global allocator, `alloc_len` bytes aligned to [`ALIGN`].
+    Heap,
+    /// An anonymous `mmap(2)` of huge pages (`MAP_HUGETLB`), `alloc_len` bytes (whole huge
+    /// pages), given back with `munmap(2)`.
+    HugePages,
+}
+
+impl Backing {
+    /// Gives a buffer back the way it was allocated.
+    ///
+    /// # Safety
+    /// `buf` was allocated this way with `alloc_len` bytes, and nothing — the CPU or a NIC (it
+    /// was never registered, or its registration is gone) — accesses it any more.
+    unsafe fn release(self, buf: *mut u8, alloc_len: usize) {
+        match self {
+            // SAFETY: allocated with this layout (the caller's promise).
+            Backing::Heap => unsafe {
+                dealloc(buf, Layout::from_size_align_unchecked(alloc_len, ALIGN))
+            },
+            // SAFETY: mapped with this length (the caller's promise).
+            Backing::HugePages => unsafe {
+                nix::libc::munmap(buf.cast(), alloc_len);
+            },
+        }
+    }
+}
+
+/// What every registration checks first: a length, and rights that `ibv_reg_mr(3)` accepts.
+fn check_request(len: usize, access: AccessFlags) -> Result<()> {
+    if len == 0 {
+        return Err(VerbsError::InvalidArgument(
+            "a memory region needs at least 1 byte".into(),
+        ));
+    }
+    if (access.contains(AccessFlags::REMOTE_WRITE) || access.contains(AccessFlags::REMOTE_ATOMIC))
+        && !access.contains(AccessFlags::LOCAL_WRITE)
+    {
+        return Err(VerbsError::InvalidArgument(format!(
+            "access {access}: REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE (ibv_reg_mr(3))"
+        )));
+    }
+    Ok(())
 }
 
 // SAFETY: the MR handle is thread-safe in libibverbs; the CPU reaches the buffer only through
@@ -60,19 +109,7 @@ unsafe impl Sync for Mr {}
 
 impl Mr {
     pub(crate) fn register(pd: &Pd, len: usize, access: AccessFlags) -> Result<Mr> {
-        if len == 0 {
-            return Err(VerbsError::InvalidArgument(
-                "a memory region needs at least 1 byte".into(),
-            ));
-        }
-        if (access.contains(AccessFlags::REMOTE_WRITE)
-            || access.contains(AccessFlags::REMOTE_ATOMIC))
-            && !access.contains(AccessFlags::LOCAL_WRITE)
-        {
-            return Err(VerbsError::InvalidArgument(format!(
-                "access {access}: REMOTE_WRITE and REMOTE_ATOMIC require LOCAL_WRITE (ibv_reg_mr(3))"
-            )));
-        }
+        check_request(len, access)?;
         let too_large =
             || VerbsError::InvalidArgument(format!("buffer of {len} bytes is too large"));
         let alloc_len = len.checked_next_multiple_of(WORD).ok_or_else(too_large)?;
@@ -90,13 +127,31 @@ impl Mr {
                 )),
             });
         }
-        // SAFETY: the PD is live (we hold it); buf..buf+len lies in a live allocation we own and
-        // free only after ibv_dereg_mr.
+        // SAFETY: allocated above with alloc_len bytes, ours alone.
+        unsafe { Mr::registered(pd, buf, len, alloc_len, access, Backing::Heap) }
+    }
+
+    /// Registers `len` bytes at `buf` (`ibv_reg_mr(3)`) as an MR that owns the buffer; when the
+    /// registration fails, the buffer is given back.
+    ///
+    /// # Safety
+    /// `buf` is a buffer of `alloc_len >= len` bytes, page-aligned, allocated as `backing` says
+    /// and owned by nothing else.
+    unsafe fn registered(
+        pd: &Pd,
+        buf: *mut u8,
+        len: usize,
+        alloc_len: usize,
+        access: AccessFlags,
+        backing: Backing,
+    ) -> Result<Mr> {
+        // SAFETY: the PD is live (we hold it); buf..buf+len lies in a live allocation we own
+        // (the caller's promise) and free only after ibv_dereg_mr.
         let ptr = unsafe { ibv_reg_mr(pd.inner.ptr, buf.cast(), len, access.0 as i32) };
         if ptr.is_null() {
             let err = VerbsError::last("ibv_reg_mr");
-            // SAFETY: allocated above with this layout, never registered.
-            unsafe { dealloc(buf, layout) };
+            // SAFETY: allocated as `backing` says with alloc_len bytes, never registered.
+            unsafe { backing.release(buf, alloc_len) };
             return Err(err);
         }
         Ok(Mr {
@@ -105,8 +160,61 @@ impl Mr {
             len,
             alloc_len,
             access,
+            backing,
             _pd: pd.inner.clone(),
         })
+    }
+
+    /// [`Mr::register`] with the buffer taken from huge pages: an anonymous private
+    /// `mmap(2)` with `MAP_HUGETLB` of `len` rounded up to whole huge pages (the system's default
+    /// size, `Hugepagesize` in `/proc/meminfo`). Huge pages come only from the pool the
+    /// administrator reserved (`vm.nr_hugepages`); when it is empty or too small the error says
+    /// how many pages are free and what to run.
+    pub(crate) fn register_huge(pd: &Pd, len: usize, access: AccessFlags) -> Result<Mr> {
+        check_request(len, access)?;
+        let pool = HugePool::read();
+        let too_large =
+            || VerbsError::InvalidArgument(format!("buffer of {len} bytes is too large"));
+        let alloc_len = len
+            .checked_next_multiple_of(pool.page)
+            .ok_or_else(too_large)?;
+        // SAFETY: an anonymous private mapping at an address of the kernel's choice: it
+        // aliases no memory of ours; the result is checked against MAP_FAILED below.
+        let buf = unsafe {
+            nix::libc::mmap(
+                std::ptr::null_mut(),
+                alloc_len,
+                nix::libc::PROT_READ | nix::libc::PROT_WRITE,
+                nix::libc::MAP_PRIVATE | nix::libc::MAP_ANONYMOUS | nix::libc::MAP_HUGETLB,
+                -1,
+                0,
+            )
+        };
+        if buf == nix::libc::MAP_FAILED {
+            let errno = nix::errno::Errno::last();
+            return Err(VerbsError::Call {
+                verb: "mmap(MAP_HUGETLB) of the buffer to register",
+                errno,
+                hint: Some(pool.advice(alloc_len)),
+            });
+        }
+        // SAFETY: mapped above with alloc_len bytes (page-aligned, zero-filled by the kernel),
+        // ours alone.
+        unsafe {
+            Mr::registered(
+                pd,
+                buf.cast::<u8>(),
+                len,
+                alloc_len,
+                access,
+                Backing::HugePages,
+            )
+        }
+    }
+
+    /// Whether the buffer lies in huge pages ([`Pd::reg_mr_huge`]).
+    pub fn is_huge(&self) -> bool {
+        self.backing == Backing::HugePages
     }
 
     /// The local key: what this side's work requests use to name the memory.
@@ -377,6 +485,65 @@ impl Mr {
     }
 }
 
+/// The size of a huge page, as [`Pd::reg_mr_huge`] rounds buffers up to: the system's default
+/// (`Hugepagesize` in `/proc/meminfo`), 2 MiB when that cannot be read.
+pub fn huge_page_size() -> usize {
+    HugePool::read().page
+}
+
+/// The huge-page pool as `/proc/meminfo` tells it: the page size and the pages reserved and free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HugePool {
+    /// Bytes per huge page (2 MiB when `/proc/meminfo` cannot be read).
+    page: usize,
+    total: Option<u64>,
+    free: Option<u64>,
+}
+
+impl HugePool {
+    fn read() -> HugePool {
+        HugePool::parse(&std::fs::read_to_string("/proc/meminfo").unwrap_or_default())
+    }
+
+    fn parse(meminfo: &str) -> HugePool {
+        let field = |name: &str| {
+            meminfo.lines().find_map(|l| {
+                let rest = l.strip_prefix(name)?.strip_prefix(':')?;
+                rest.split_whitespace().next()?.parse::<u64>().ok()
+            })
+        };
+        HugePool {
+            page: field("Hugepagesize")
+                .and_then(|kib| usize::try_from(kib * 1024).ok())
+                .filter(|&b| b > 0)
+                .unwrap_or(2 << 20),
+            total: field("HugePages_Total"),
+            free: field("HugePages_Free"),
+        }
+    }
+
+    /// What to do when `bytes` of huge pages could not be mapped.
+    fn advice(&self, bytes: usize) -> String {
+        let need = bytes.div_ceil(self.page);
+        let kib = self.page / 1024;
+        let pool = match (self.total, self.free) {
+            (Some(0), _) => "no huge pages are reserved (HugePages_Total: 0)".to_string(),
+            (Some(t), Some(f)) => format!("{f} of the {t} huge pages reserved are free"),
+            _ => "/proc/meminfo does not say how many huge pages are reserved".to_string(),
+        };
+        let want = self
+            .total
+            .unwrap_or(0)
+            .saturating_sub(self.free.unwrap_or(0))
+            + need as u64;
+        format!(
+            "this buffer needs {need} huge page(s) of {kib} KiB and {pool}; reserve them as root \
+             with `sysctl vm.nr_hugepages=N`, N at least {want} (more for the process's other \
+             huge-page buffers), or run without huge pages"
+        )
+    }
+}
+
 /// The bytes `bytes` (within 0..8) of word `word`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Part {
@@ -420,13 +587,9 @@ impl Drop for Mr {
         // SAFETY: ptr is our registration; the PD outlives us through `_pd`.
         let ret = unsafe { ibv_dereg_mr(self.ptr) };
         if ret == 0 {
-            // SAFETY: deregistered, so the NIC no longer accesses buf; allocated with this layout.
-            unsafe {
-                dealloc(
-                    self.buf,
-                    Layout::from_size_align_unchecked(self.alloc_len, ALIGN),
-                )
-            };
+            // SAFETY: deregistered, so the NIC no longer accesses buf, and no reference into it
+            // outlives &mut self; allocated as `backing` says with alloc_len bytes.
+            unsafe { self.backing.release(self.buf, self.alloc_len) };
         }
         // If deregistration failed the NIC may still reach the buffer: leak it rather than free
         // memory a device can write to.
@@ -436,6 +599,26 @@ impl Drop for Mr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_huge_page_pool_is_read_from_meminfo_and_the_advice_names_the_sysctl() {
+        let p = HugePool::parse(
+            "MemTotal:  2000000 kB\nHugePages_Total:       0\nHugePages_Free:        0\n\
+             Hugepagesize:       2048 kB\n",
+        );
+        assert_eq!((p.page, p.total, p.free), (2 << 20, Some(0), Some(0)));
+        let a = p.advice(3 << 20);
+        assert!(a.contains("2 huge page(s) of 2048 KiB"), "{a}");
+        assert!(a.contains("no huge pages are reserved"), "{a}");
+        assert!(a.contains("sysctl vm.nr_hugepages=N`, N at least 2"), "{a}");
+        let p =
+            HugePool::parse("HugePages_Total: 8\nHugePages_Free: 1\nHugepagesize: 1048576 kB\n");
+        assert_eq!(p.page, 1 << 30);
+        let a = p.advice(1);
+        assert!(a.contains("1 of the 8 huge pages reserved are free"), "{a}");
+        assert!(a.contains("N at least 8"), "{a}");
+        assert_eq!(HugePool::parse("").page, 2 << 20);
+    }
 
     /// Every byte of every range over three words is named exactly once, in order, and every
     /// part stays inside its word.

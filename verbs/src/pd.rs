@@ -56,6 +56,13 @@ impl Pd {
         Mr::register(self, len, access)
     }
 
+    /// [`Pd::reg_mr`] with the buffer in huge pages (`mmap(2)` with `MAP_HUGETLB`), from the
+    /// pool reserved with `vm.nr_hugepages`. An empty or too small pool fails with `ENOMEM`
+    /// and a hint that says how many pages to reserve.
+    pub fn reg_mr_huge(&self, len: usize, access: AccessFlags) -> Result<Mr> {
+        Mr::register_huge(self, len, access)
+    }
+
     /// A queue pair (`ibv_create_qp(3)`); the granted capabilities are read back.
     /// Allocates a type 2 memory window (`ibv_alloc_mw(3)`); bind it with
     /// [`Qp::post_bind_mw`](super::qp::Qp::post_bind_mw).

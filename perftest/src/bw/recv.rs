@@ -55,22 +55,31 @@ impl Rx {
         dst: &[Mr],
     ) -> Result<()> {
         let slot = (wc.wr_id() & SEQ_MASK) as usize;
+        // The receive names QP `q`'s slot; with a shared receive queue another QP may have
+        // consumed it: the message counts (and is checked) as that QP's.
+        let from = match k.srq {
+            Some(_) => k.qp_index(wc.qp_num())?,
+            None => q,
+        };
         let want = k.n + k.rx_off;
         if wc.byte_len() as usize != want {
             bail!(
-                "QP {q} received {} bytes, expected {want}: the peer sent another size",
+                "QP {from} received {} bytes, expected {want}: the peer sent another size",
                 wc.byte_len()
             );
         }
-        if k.cfg.send_with_imm {
+        if k.cfg.send_with_imm || k.cfg.write_with_imm {
             check_imm(wc.imm_data())?;
         }
-        if k.cfg.validate {
+        // A write's bytes landed where the writer aimed, not in this receive's slot (and may
+        // be overwritten by the time this completion is polled): they are checked after the
+        // phase (`validate`).
+        if k.cfg.validate && k.cfg.tool.kind == TestKind::Send {
             let off = k.layout.dst(q, slot) + k.rx_off;
             let msg = dst[q].to_vec(off..off + k.n)?;
-            check_received(&msg, q, &mut self.next_seq[q], k.lossy, k.ph, k.size)?;
+            check_received(&msg, from, &mut self.next_seq[from], k.lossy, k.ph, k.size)?;
         }
-        self.received[q] += 1;
+        self.received[from] += 1;
         self.total += 1;
         self.pending[q].push(slot);
         Ok(())
@@ -85,7 +94,8 @@ impl Rx {
             let ready = self.pending[q].len() / list * list;
             if ready > 0 {
                 let slots = self.pending[q].drain(..ready);
-                post_receive_lists(qp, &dst[q], &k.layout, q, slots, list)?;
+                let rq = RecvQueue::of(qp, k.srq);
+                post_receive_lists(rq, &dst[q], &k.layout, q, slots, list)?;
             }
         }
         Ok(())
@@ -97,7 +107,8 @@ impl Rx {
         for (q, qp) in k.qps.iter().enumerate().take(self.pending.len()) {
             if !self.pending[q].is_empty() {
                 let slots = self.pending[q].drain(..);
-                post_receive_lists(qp, &dst[q], &k.layout, q, slots, MAX_RECV_PER_CALL)?;
+                let rq = RecvQueue::of(qp, k.srq);
+                post_receive_lists(rq, &dst[q], &k.layout, q, slots, MAX_RECV_PER_CALL)?;
             }
         }
         Ok(())

@@ -89,6 +89,7 @@ fn post_list(
             };
             wr.op = match wr.op {
                 SendOp::Write(_) => SendOp::Write(remote),
+                SendOp::WriteWithImm(_, imm) => SendOp::WriteWithImm(remote, imm),
                 SendOp::Read(_) => SendOp::Read(remote),
                 other => other,
             };
@@ -115,7 +116,7 @@ fn post_list(
 /// The source SGEs of every QP's slots (an atomic reads or writes 8 bytes).
 pub(super) fn source_sges<'m>(
     cfg: &Config,
-    mr: &'m Mr,
+    src: &'m [Mr],
     layout: &Layout,
     n: usize,
 ) -> Result<Vec<Vec<Sge<'m>>>> {
@@ -130,7 +131,7 @@ pub(super) fn source_sges<'m>(
                     } else {
                         n
                     };
-                    mr.sge(off..off + len)
+                    src_mr(src, q).sge(off..off + len)
                 })
                 .collect::<std::result::Result<Vec<_>, _>>()
         })

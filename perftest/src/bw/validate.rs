@@ -18,7 +18,7 @@ pub(super) fn prepare(s: &Session<'_>, size: u64) -> Result<()> {
                 let d = layout.dst(q, 0);
                 pattern::fill_body_mr(rx, d..d + n, q)?;
                 pattern::stamp_mr(rx, d, n, 0, false)?;
-                src.fill(layout.src_region(q), 0)?;
+                src_mr(src, q).fill(layout.src_region(q), 0)?;
             }
             TestKind::Send | TestKind::Atomic => {}
         }
@@ -99,7 +99,8 @@ pub(super) fn validate(
         TestKind::Read if s.bw_sends() => {
             for q in 0..s.cfg.qps as usize {
                 let off = layout.src(q, 0);
-                if let Err(m) = pattern::check(&src.to_vec(off..off + n)?, q, 0, false) {
+                let got = src_mr(src, q).to_vec(off..off + n)?;
+                if let Err(m) = pattern::check(&got, q, 0, false) {
                     bail!(
                         "--validate: what QP {q} read ({size} bytes) differs from the peer's \
                          buffer: {m}"

@@ -45,10 +45,6 @@ const HISTOGRAM: Status = Same(
 );
 const TPH: Status = Refused("PCIe TPH hints are not supported");
 const MMAP: Status = Refused("buffers from an mmap'd file are not supported");
-const WRITE_IMM: Status = Refused(
-    "RDMA Write with immediate is not implemented yet: its receiver must post and reap a receive \
-     for every write, which the write tools' loops do not do (vl_write_lat polls memory)",
-);
 const RATE: Status =
     Refused("rate limiting is not supported: the vl_* tools always send as fast as the QP allows");
 
@@ -303,9 +299,11 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "use-srq",
         false,
-        Refused(
-            "not implemented yet: the send tools give each QP a receive queue of its own; a \
-             shared receive queue is not built",
+        Same(
+            "send tools: one SRQ (ibv_create_srq) of -r receives per QP that every QP draws \
+             from, reposted as consumed; a receive counts for the QP that consumed it \
+             (wc.qp_num) and --validate checks it as that QP's message; the receiver's choice \
+             (not compared in the HELLO); refused by the other tools",
         ),
     ),
     long(
@@ -351,9 +349,9 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "mr_per_qp",
         false,
-        Refused(
-            "not implemented yet: one source region serves every QP (each QP already has a \
-             destination region of its own)",
+        Same(
+            "each QP's source slots get a buffer and MR of their own (the destination is one \
+             MR per QP with or without it); the header is unchanged, as perftest's",
         ),
     ),
     long("odp", false, Refused("on-demand paging is not supported")),
@@ -462,9 +460,10 @@ pub const OPTIONS: &[PerftestOption] = &[
     long(
         "use_hugepages",
         false,
-        Refused(
-            "not implemented yet: the verbs layer allocates the registered buffers with the \
-             ordinary allocator; huge pages need an allocation of their own there",
+        Same(
+            "every registered buffer is an mmap of huge pages (MAP_HUGETLB, the default huge \
+             page size); with too few reserved the run fails (exit 1) naming the pages needed \
+             and `sysctl vm.nr_hugepages=N`",
         ),
     ),
     long(
@@ -488,7 +487,17 @@ pub const OPTIONS: &[PerftestOption] = &[
         false,
         Refused("out-of-order placement (mlx5) is not supported"),
     ),
-    long("write_with_imm", false, WRITE_IMM),
+    long(
+        "write_with_imm",
+        false,
+        Same(
+            "IBV_WR_RDMA_WRITE_WITH_IMM (write tools, on both sides: checked in the HELLO); the \
+             responder posts receives (-r, default 512 as the send tools), reaps one per write \
+             and checks its immediate data (0x564c5054, \"VLPT\"); vl_write_lat then waits for \
+             the receive instead of polling memory; the title reads RDMA_Write_imm. Not in \
+             Debian 12's perftest 6.06",
+        ),
+    ),
     long(
         "unsolicited_write",
         false,

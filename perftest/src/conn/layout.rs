@@ -80,6 +80,9 @@ pub struct Layout {
     pub stride: usize,
     pub src_slots: usize,
     pub dst_slots: usize,
+    /// `--mr_per_qp`: each QP's source slots are a region of their own (offsets start at 0 in
+    /// each); otherwise one region holds every QP's, one after the other.
+    pub src_per_qp: bool,
 }
 
 impl Layout {
@@ -107,12 +110,22 @@ impl Layout {
             stride,
             src_slots,
             dst_slots,
+            src_per_qp: cfg.mr_per_qp,
         }
     }
 
-    /// Bytes of the source MR for `qps` QPs.
+    /// Bytes of one source MR for `qps` QPs (one QP's slots with `--mr_per_qp`).
     pub fn src_total(&self, qps: usize) -> usize {
-        self.src_slots * self.stride * qps
+        self.src_slots * self.stride * if self.src_per_qp { 1 } else { qps }
+    }
+
+    /// How many source MRs `qps` QPs have: one per QP with `--mr_per_qp`, else one.
+    pub fn src_mrs(&self, qps: usize) -> usize {
+        if self.src_per_qp {
+            qps
+        } else {
+            1
+        }
     }
 
     /// Bytes of one QP's destination MR.
@@ -120,9 +133,14 @@ impl Layout {
         self.dst_slots * self.stride
     }
 
-    /// Offset of a source slot in the source MR.
+    /// Offset of a source slot in its source MR (QP `qp`'s own with `--mr_per_qp`).
     pub fn src(&self, qp: usize, slot: usize) -> usize {
-        (qp * self.src_slots + slot % self.src_slots) * self.stride
+        let first = if self.src_per_qp {
+            0
+        } else {
+            qp * self.src_slots
+        };
+        (first + slot % self.src_slots) * self.stride
     }
 
     /// Offset of a destination slot in QP `qp`'s destination MR (the same for every QP).

@@ -5,8 +5,8 @@
 //!
 //! ## The buffers
 //! Two kinds of memory region ([`Buffers`]) hold `stride`-byte slots:
-//! - `src` (one MR for all QPs): what this side sends (write, send) or where its reads and
-//!   atomics land;
+//! - `src` (one MR for all QPs; one per QP with `--mr_per_qp`): what this side sends (write,
+//!   send) or where its reads and atomics land;
 //! - `dst` (one MR per QP): what the peer accesses (the target of its writes, the source of its
 //!   reads, the word of its atomics) or where its sends arrive (our receive buffers).
 //!
@@ -37,7 +37,9 @@ pub mod resources;
 
 pub use connect::{check_remote_slots, connect, exchange_endpoints, qos_readback};
 pub use layout::{rights, Layout, Rights, VALIDATE_BUDGET};
-pub use resources::{create_resources, local_endpoints, qp_caps, Buffers, Resources};
+pub use resources::{
+    create_resources, local_endpoints, qp_caps, src_mr, Buffers, RecvQueue, Resources,
+};
 
 /// The Q_Key of our UD QPs.
 pub const QKEY: u32 = 0x1111_1111;

@@ -4,12 +4,11 @@
 
 use anyhow::{bail, Context as _, Result};
 use verbs_lab::connect::{port_mtu, random_psn};
-use verbs_lab::verbs::{CompChannel, Cq, Mr, Pd, Qp, QpCaps, QpInitAttr};
+use verbs_lab::verbs::{AccessFlags, CompChannel, Cq, Mr, Pd, Qp, QpCaps, QpInitAttr, RecvWr, Srq};
 
 use super::layout::{rights, Layout, Rights};
 use super::QKEY;
 use crate::conn::device::LocalDev;
-use crate::measure::result::TestKind;
 use crate::params::Config;
 use crate::proto::{Endpoints, QpEndpoint};
 
@@ -22,18 +21,65 @@ pub struct Resources {
     pub bufs: Buffers,
     pub rights: Rights,
     pub qps: Vec<Qp>,
-    /// Receives posted per QP (send tools): `-r`, or fewer with `--validate` (one slot each).
+    /// `--use-srq`: the shared receive queue every QP's receives come from.
+    pub srq: Option<Srq>,
+    /// Receives posted per QP (send tools, and write tools with `--write_with_imm`): `-r`, or
+    /// fewer with `--validate` (one slot each). With `--use-srq` the shared queue holds this
+    /// many per QP, each naming that QP's slots.
     pub rx_posted: u32,
+}
+
+impl Resources {
+    /// Where QP `q`'s receives are posted: its own receive queue, or the shared one.
+    pub fn recv_queue(&self, q: usize) -> RecvQueue<'_> {
+        RecvQueue::of(&self.qps[q], self.srq.as_ref())
+    }
+}
+
+/// A queue receives are posted to: a QP's own, or a shared receive queue (`--use-srq`).
+#[derive(Clone, Copy)]
+pub enum RecvQueue<'a> {
+    Qp(&'a Qp),
+    Srq(&'a Srq),
+}
+
+impl<'a> RecvQueue<'a> {
+    /// `qp`'s receive queue, or `srq` when its receives come from there.
+    pub fn of(qp: &'a Qp, srq: Option<&'a Srq>) -> RecvQueue<'a> {
+        match srq {
+            Some(s) => RecvQueue::Srq(s),
+            None => RecvQueue::Qp(qp),
+        }
+    }
+
+    /// `ibv_post_recv(3)` or `ibv_post_srq_recv(3)`.
+    pub fn post(&self, wrs: &[RecvWr<'_>]) -> verbs_lab::verbs::Result<()> {
+        match self {
+            RecvQueue::Qp(qp) => qp.post_recv(wrs),
+            RecvQueue::Srq(srq) => srq.post_recv(wrs),
+        }
+    }
+}
+
+impl<'a> From<&'a Qp> for RecvQueue<'a> {
+    fn from(qp: &'a Qp) -> RecvQueue<'a> {
+        RecvQueue::Qp(qp)
+    }
 }
 
 /// The run's memory: the source and destination regions and where each QP's slots lie in them
 /// (see [the module](super)). The measuring loops read the three together.
 pub struct Buffers {
-    /// Every QP's source slots.
-    pub src: Mr,
+    /// Every QP's source slots: one MR, or one per QP with `--mr_per_qp` (see [`src_mr`]).
+    pub src: Vec<Mr>,
     /// Each QP's destination slots, one MR per QP.
     pub dst: Vec<Mr>,
     pub layout: Layout,
+}
+
+/// The source MR that holds QP `q`'s slots, of `src` ([`Buffers::src`]).
+pub fn src_mr(src: &[Mr], q: usize) -> &Mr {
+    &src[if src.len() == 1 { 0 } else { q }]
 }
 
 impl Drop for Resources {
@@ -64,7 +110,18 @@ pub fn create_resources(cfg: &Config, dev: &LocalDev, max_size: u64) -> Result<R
     let cq = create_cq(cfg, dev, rx_posted, channel.as_ref())?;
     let rights = rights(cfg);
     let bufs = register_slots(cfg, &pd, layout, &rights)?;
-    let qps = create_qps(cfg, &pd, &cq, rx_posted)?;
+    let srq = if cfg.use_srq {
+        let max_wr = rx_posted.max(1).saturating_mul(cfg.qps);
+        Some(pd.create_srq(max_wr, 1).with_context(|| {
+            format!(
+                "ibv_create_srq (--use-srq) of {max_wr} receives ({} QP(s) x {rx_posted})",
+                cfg.qps
+            )
+        })?)
+    } else {
+        None
+    };
+    let qps = create_qps(cfg, &pd, &cq, srq.as_ref(), rx_posted)?;
     Ok(Resources {
         pd,
         cq,
@@ -72,6 +129,7 @@ pub fn create_resources(cfg: &Config, dev: &LocalDev, max_size: u64) -> Result<R
         bufs,
         rights,
         qps,
+        srq,
         rx_posted,
     })
 }
@@ -79,7 +137,7 @@ pub fn create_resources(cfg: &Config, dev: &LocalDev, max_size: u64) -> Result<R
 /// Receives posted per QP: none but for the send tools; `-r`, or with `--validate` no more than
 /// the slots (one each).
 fn rx_posted(cfg: &Config, layout: &Layout) -> u32 {
-    if cfg.tool.kind != TestKind::Send {
+    if !cfg.posts_receives() {
         0
     } else if cfg.validate {
         cfg.queues.rx_depth.min(layout.dst_slots as u32)
@@ -115,21 +173,35 @@ fn create_cq(
         .with_context(|| format!("ibv_create_cq with {cqe} entries"))
 }
 
-/// Registers the source slots (one MR) and each QP's destination slots (one MR per QP) with
-/// their least rights, and fills the source with a payload.
+/// Registers the source slots (one MR, or one per QP with `--mr_per_qp`) and each QP's
+/// destination slots (one MR per QP) with their least rights, and fills the source with a
+/// payload. With `--use_hugepages` every buffer is mapped from huge pages.
 fn register_slots(cfg: &Config, pd: &Pd, layout: Layout, rights: &Rights) -> Result<Buffers> {
     let qps = cfg.qps as usize;
+    let huge = cfg.use_hugepages.then(|| huge_pages(&layout, qps));
+    let reg = |len: usize, access: AccessFlags| {
+        if let Some(h) = &huge {
+            pd.reg_mr_huge(len, access).context(h.clone())
+        } else {
+            pd.reg_mr(len, access).map_err(anyhow::Error::new)
+        }
+    };
     let bytes = layout.src_total(qps);
-    let src = pd.reg_mr(bytes, rights.src).with_context(|| {
-        format!(
-            "ibv_reg_mr of the source slots, {bytes} bytes ({qps} QP(s) x {} slot(s) of {} \
-             bytes), access {}",
-            layout.src_slots, layout.stride, rights.src
-        )
-    })?;
+    let per = if layout.src_per_qp { 1 } else { qps };
+    let src = (0..layout.src_mrs(qps))
+        .map(|_| {
+            reg(bytes, rights.src).with_context(|| {
+                format!(
+                    "ibv_reg_mr of the source slots, {bytes} bytes ({per} QP(s) x {} slot(s) \
+                     of {} bytes), access {}",
+                    layout.src_slots, layout.stride, rights.src
+                )
+            })
+        })
+        .collect::<Result<Vec<Mr>>>()?;
     let dst = (0..qps)
         .map(|q| {
-            pd.reg_mr(layout.dst_total(), rights.dst).with_context(|| {
+            reg(layout.dst_total(), rights.dst).with_context(|| {
                 format!(
                     "ibv_reg_mr of QP {q}'s destination slots, {} bytes ({} slot(s) of {} \
                      bytes), access {}",
@@ -146,11 +218,26 @@ fn register_slots(cfg: &Config, pd: &Pd, layout: Layout, rights: &Rights) -> Res
     for q in 0..qps {
         for s in 0..layout.src_slots {
             let off = layout.src(q, s);
-            crate::pattern::fill_body_mr(&src, off..off + layout.stride, q)
+            crate::pattern::fill_body_mr(src_mr(&src, q), off..off + layout.stride, q)
                 .context("filling the send buffers")?;
         }
     }
     Ok(Buffers { src, dst, layout })
+}
+
+/// `--use_hugepages`: what this side's buffers take from the pool, for the error that says how
+/// many pages to reserve.
+fn huge_pages(layout: &Layout, qps: usize) -> String {
+    let page = verbs_lab::verbs::mr::huge_page_size();
+    let src = layout.src_mrs(qps) * layout.src_total(qps).div_ceil(page);
+    let dst = qps * layout.dst_total().div_ceil(page);
+    format!(
+        "--use_hugepages: this side maps {} buffer(s) from huge pages, {} page(s) of {} KiB in \
+         all (a peer on the same host as many again)",
+        layout.src_mrs(qps) + qps,
+        src + dst,
+        page / 1024
+    )
 }
 
 /// What each QP is created with. The send queue holds the tx depth (`-t`) and no more, as
@@ -162,7 +249,7 @@ fn register_slots(cfg: &Config, pd: &Pd, layout: Layout, rights: &Rights) -> Res
 pub fn qp_caps(cfg: &Config, rx_posted: u32, inline: u32) -> QpCaps {
     QpCaps {
         max_send_wr: cfg.queues.tx_depth,
-        max_recv_wr: if cfg.tool.kind == TestKind::Send {
+        max_recv_wr: if cfg.posts_receives() {
             rx_posted.max(1)
         } else {
             1
@@ -175,7 +262,13 @@ pub fn qp_caps(cfg: &Config, rx_posted: u32, inline: u32) -> QpCaps {
 
 /// The `-q` QPs on `cq`. The default inline request of the latency tools is a wish: a device
 /// that cannot inline that much gets QPs without inline.
-fn create_qps(cfg: &Config, pd: &Pd, cq: &Cq, rx_posted: u32) -> Result<Vec<Qp>> {
+fn create_qps(
+    cfg: &Config,
+    pd: &Pd,
+    cq: &Cq,
+    srq: Option<&Srq>,
+    rx_posted: u32,
+) -> Result<Vec<Qp>> {
     let inline_req = cfg.inline_request();
     let attr = |inline| QpInitAttr {
         send_cq: cq,
@@ -184,16 +277,18 @@ fn create_qps(cfg: &Config, pd: &Pd, cq: &Cq, rx_posted: u32) -> Result<Vec<Qp>>
         caps: qp_caps(cfg, rx_posted, inline),
         sq_sig_all: false,
     };
+    let create = |a: &QpInitAttr<'_>| match srq {
+        Some(s) => pd.create_qp_with_srq(a, s),
+        None => pd.create_qp(a),
+    };
     let mut qp_list = Vec::with_capacity(cfg.qps as usize);
     for q in 0..cfg.qps as usize {
-        let qp = match pd.create_qp(&attr(inline_req)) {
+        let qp = match create(&attr(inline_req)) {
             Ok(qp) => qp,
             // The default inline request is a wish, not a requirement: a device that cannot
             // inline that much still runs the test, without inline.
-            Err(e) if cfg.asked.inline_size.is_none() && inline_req > 0 => {
-                pd.create_qp(&attr(0))
-                    .with_context(|| format!("ibv_create_qp (QP {q}; first attempt: {e})"))?
-            }
+            Err(e) if cfg.asked.inline_size.is_none() && inline_req > 0 => create(&attr(0))
+                .with_context(|| format!("ibv_create_qp (QP {q}; first attempt: {e})"))?,
             Err(e) => {
                 return Err(e).with_context(|| {
                     format!(

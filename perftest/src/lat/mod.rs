@@ -224,10 +224,7 @@ fn one_phase(
     }
 
     let Session { link, ch, .. } = s;
-    let sges = [link
-        .res
-        .bufs
-        .src
+    let sges = [crate::conn::src_mr(&link.res.bufs.src, 0)
         .sge(f.src..f.src + f.local_len)
         .context("building the SGE")?];
     let mut r = Rounds::new(cfg, f, link, ch, watch, &sges);

@@ -6,13 +6,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use verbs_lab::diag::PortCounters;
-use verbs_lab::verbs::{CompChannel, Cq, Mr, Payload, Qp, SendWr, Sge, UdDest, WorkCompletion};
+use verbs_lab::verbs::{
+    CompChannel, Cq, Mr, Payload, Qp, SendWr, Sge, Srq, UdDest, WorkCompletion,
+};
 
 use super::post::{reap, take, Post, Recv};
 use super::wait::{WaitLimits, Waited, Waiter};
 use super::Record;
 use super::SendQueue;
-use crate::conn::{Layout, Link};
+use crate::conn::{src_mr, Layout, Link, RecvQueue};
 use crate::engine::{check_imm, poll_or_sleep, remote_op, PeerWatch, Session, POLL_BATCH};
 use crate::measure::result::TestKind;
 use crate::params::Config;
@@ -43,8 +45,11 @@ pub(super) struct Facts {
     size: u64,
     /// `--validate`: every message stamped and checked.
     stamp_all: bool,
-    /// `--send_with_imm`: every receive carries the immediate data.
+    /// `--send_with_imm`, `--write_with_imm`: every receive carries the immediate data.
     imm: bool,
+    /// A message is announced by a receive completion: send latency, and write latency with
+    /// `--write_with_imm` (otherwise the write's last byte is polled in memory).
+    by_recv: bool,
     /// The source slot's offset, and how many of its bytes a request names.
     pub(super) src: usize,
     pub(super) local_len: usize,
@@ -69,7 +74,8 @@ impl Facts {
             n,
             size,
             stamp_all: cfg.validate,
-            imm: cfg.send_with_imm,
+            imm: cfg.send_with_imm || cfg.write_with_imm,
+            by_recv: cfg.posts_receives(),
             src: layout.src(0, 0),
             local_len: if kind == TestKind::Atomic { 8 } else { n },
             poll_off: layout.dst(0, 0) + n.saturating_sub(1),
@@ -91,6 +97,8 @@ pub(super) struct Rounds<'a> {
     /// QP 0's destination slots (where the peer's writes and sends land).
     rx: &'a Mr,
     qp: &'a Qp,
+    /// `--use-srq`: where the receives are posted instead of the QP.
+    srq: Option<&'a Srq>,
     cq: &'a Cq,
     channel: Option<&'a CompChannel>,
     layout: Layout,
@@ -154,9 +162,10 @@ impl<'a> Rounds<'a> {
         );
         Rounds {
             f,
-            mr: &res.bufs.src,
+            mr: src_mr(&res.bufs.src, 0),
             rx: &res.bufs.dst[0],
             qp,
+            srq: res.srq.as_ref(),
             cq,
             channel,
             layout: res.bufs.layout,
@@ -246,14 +255,14 @@ impl<'a> Rounds<'a> {
     fn wait_answer(&mut self, since: Instant, seq: u64, sq: &mut SendQueue) -> Result<Instant> {
         let size = self.f.size;
         match self.f.kind {
-            TestKind::Write => {
+            TestKind::Write if !self.f.by_recv => {
                 let want = pattern::poll_byte(seq);
                 self.waiter.what = "the server's RDMA write (its last byte)";
                 let (m, off): (&Mr, usize) = (self.rx, self.f.poll_off);
                 self.waiter
                     .wait(since, || Ok(m.read_volatile(off) == want))?;
             }
-            TestKind::Send => {
+            TestKind::Send | TestKind::Write => {
                 self.waiter.what = "the server's answer (a receive completion)";
                 let (cq, channel) = (self.cq, self.channel);
                 wait_recv(
@@ -328,7 +337,7 @@ impl<'a> Rounds<'a> {
     #[inline]
     fn wait_message(&mut self, since: Instant, seq: u64, sq: &mut SendQueue) -> Result<Waited> {
         match self.f.kind {
-            TestKind::Write => {
+            TestKind::Write if !self.f.by_recv => {
                 let want = pattern::poll_byte(seq);
                 self.waiter.what = "the client's RDMA write (its last byte)";
                 let (m, off): (&Mr, usize) = (self.rx, self.f.poll_off);
@@ -361,14 +370,14 @@ impl<'a> Rounds<'a> {
             }
             after_recv(
                 self.rx,
-                self.qp,
+                RecvQueue::of(self.qp, self.srq),
                 self.layout,
                 (slot, bytes),
                 f.rx_off,
                 f.n,
                 seq,
                 f.lossy,
-                f.stamp_all,
+                f.stamp_all.then_some(f.kind == TestKind::Write),
             )?;
         }
         if f.pingpong {
@@ -409,18 +418,20 @@ fn stamp(mr: &Mr, src: usize, n: usize, seq: u64, kind: TestKind, all: bool) -> 
     Ok(())
 }
 
-/// After a receive: check its length and (with `--validate`) its bytes, then post it again.
+/// After a receive: check its length and (with `--validate`, `Some(write)`: the stamps of an
+/// RDMA Write with immediate, which landed in slot 0, or of a Send) its bytes, then post it
+/// again.
 #[allow(clippy::too_many_arguments)]
 fn after_recv(
     mr: &Mr,
-    qp: &Qp,
+    rq: RecvQueue<'_>,
     layout: crate::conn::Layout,
     (slot, bytes): (usize, u32),
     rx_off: usize,
     n: usize,
     seq: u64,
     lossy: bool,
-    validate: bool,
+    validate: Option<bool>,
 ) -> Result<()> {
     if bytes as usize != n + rx_off {
         bail!(
@@ -428,19 +439,19 @@ fn after_recv(
             n + rx_off
         );
     }
-    if validate {
+    if let Some(write) = validate {
         let off = layout.dst(0, slot) + rx_off;
         let msg = mr.to_vec(off..off + n)?;
         let r = if lossy {
             pattern::check_body(&msg, 0).map(|_| ())
         } else {
-            pattern::check(&msg, 0, seq, false)
+            pattern::check(&msg, 0, seq, write)
         };
         if let Err(m) = r {
             bail!("--validate: received message {seq} ({n} bytes) is wrong: {m}");
         }
     }
-    crate::engine::post_receives(qp, mr, &layout, 0, std::iter::once(slot))
+    crate::engine::post_receives(rq, mr, &layout, 0, std::iter::once(slot))
 }
 
 /// Waits for one receive completion (taking send completions on the way).

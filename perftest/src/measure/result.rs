@@ -65,8 +65,9 @@ pub struct RunInfo {
     pub bidirectional: bool,
     /// `--reversed`: the server posts the requests of the one-way test, the client receives.
     pub reversed: bool,
-    /// `--send_with_imm`: the Sends carry immediate data (perftest's `Send_imm` tests).
-    pub send_with_imm: bool,
+    /// `--send_with_imm`, `--write_with_imm`: the Sends or RDMA Writes carry immediate data
+    /// (perftest's `Send_imm` and `RDMA_Write_imm` tests).
+    pub with_imm: bool,
     pub use_events: bool,
     pub duration: Option<Duration>,
     pub iterations: u64,

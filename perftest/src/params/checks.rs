@@ -206,7 +206,11 @@ pub(super) fn resolve_queues(
             "-t {tx_depth}: the tx depth must be 1..={MAX_DEPTH}"
         ));
     }
-    let rx_default = if tool.kind == TestKind::Send { 512 } else { 1 };
+    // The send tools, and the write tools with --write_with_imm (a receive per write), post
+    // receives.
+    let receives =
+        tool.kind == TestKind::Send || (tool.kind == TestKind::Write && p.write_with_imm);
+    let rx_default = if receives { 512 } else { 1 };
     let rx_depth = p.rx_depth.unwrap_or(rx_default);
     if rx_depth == 0 || rx_depth > MAX_DEPTH {
         return Err(format!(
@@ -245,7 +249,7 @@ pub(super) fn resolve_queues(
         post_list: p.post_list,
         recv_post_list: p.recv_post_list,
     }
-    .fitted_to(mode, tool.kind == TestKind::Send);
+    .fitted_to(mode, receives);
     check_recv_post_list(tool, p, &queues)?;
     let depth_origin = |flag: &str, typed: Option<u32>, default: u32, used: u32| match typed {
         Some(t) if t == used => None,
@@ -354,6 +358,18 @@ pub(super) fn check_tool_options(tool: Tool, p: &Params) -> Result<(), String> {
              send_lat and send_bw only)"
         ));
     }
+    if p.write_with_imm && !is(TestKind::Write) {
+        return Err(format!(
+            "--write_with_imm changes the opcode of an RDMA Write; {name} writes none \
+             (perftest: write_lat and write_bw only)"
+        ));
+    }
+    if p.use_srq && !is(TestKind::Send) {
+        return Err(format!(
+            "--use-srq shares the receive queue of the QPs; {name} posts no receives (perftest: \
+             the send tools only)"
+        ));
+    }
     if p.reversed && lat {
         return Err(format!(
             "--reversed turns a bandwidth test round (the server sends); {name} is a latency \
@@ -416,8 +432,8 @@ pub const MAX_KEPT_SAMPLES: u64 = 1 << 24;
 pub const MAX_RECV_POST_LIST: u32 = crate::engine::MAX_RECV_PER_CALL as u32;
 
 /// `--recv_post_list N`: a bandwidth option (perftest: "Receive post list is supported in BW
-/// tests only"); with `-n`, the iterations a multiple of N (perftest's rule); for the send tools,
-/// a list that fits the receive queue.
+/// tests only"); with `-n`, the iterations a multiple of N (perftest's rule); for the send tools
+/// (and the write tools with `--write_with_imm`), a list that fits the receive queue.
 fn check_recv_post_list(tool: Tool, p: &Params, queues: &QueueShape) -> Result<(), String> {
     let n = p.recv_post_list;
     if n == 0 || n > MAX_RECV_POST_LIST {
@@ -440,7 +456,9 @@ fn check_recv_post_list(tool: Tool, p: &Params, queues: &QueueShape) -> Result<(
              perftest requires"
         ));
     }
-    if tool.kind == TestKind::Send && n > queues.rx_depth {
+    let receives =
+        tool.kind == TestKind::Send || (tool.kind == TestKind::Write && p.write_with_imm);
+    if receives && n > queues.rx_depth {
         return Err(format!(
             "--recv_post_list {n} is larger than the rx depth {}: a list must fit the receive \
              queue (raise -r)",

@@ -64,8 +64,9 @@ pub struct Params {
     #[arg(short = 'l', long = "post_list", value_name = "N", default_value_t = 1)]
     pub post_list: u32,
 
-    /// perftest's receive post list (bandwidth tools; receives are the send tools'): a consumed
-    /// receive is posted again once N are, N per ibv_post_recv call.
+    /// perftest's receive post list (bandwidth tools; receives are the send tools', and the
+    /// write tools' with --write_with_imm): a consumed receive is posted again once N are, N per
+    /// ibv_post_recv call.
     #[arg(long = "recv_post_list", value_name = "N", default_value_t = 1)]
     pub recv_post_list: u32,
 
@@ -91,6 +92,26 @@ pub struct Params {
     /// IBV_WR_SEND; every receive must carry the immediate data.
     #[arg(long = "send_with_imm")]
     pub send_with_imm: bool,
+
+    /// perftest's --write_with_imm (write tools, on both sides): IBV_WR_RDMA_WRITE_WITH_IMM;
+    /// the responder consumes a receive per write and checks its immediate data.
+    #[arg(long = "write_with_imm")]
+    pub write_with_imm: bool,
+
+    /// perftest's --use-srq (send tools): the receives come from one shared receive queue
+    /// (ibv_create_srq) that every QP draws from.
+    #[arg(long = "use-srq")]
+    pub use_srq: bool,
+
+    /// perftest's --mr_per_qp: every QP gets memory regions (and buffers) of its own, the
+    /// source too (the destination is per QP always).
+    #[arg(long = "mr_per_qp")]
+    pub mr_per_qp: bool,
+
+    /// perftest's --use_hugepages: the registered buffers come from huge pages (mmap with
+    /// MAP_HUGETLB); the system must have some reserved (sysctl vm.nr_hugepages=N).
+    #[arg(long = "use_hugepages")]
+    pub use_hugepages: bool,
 
     /// Inline size to ask the QP for; messages up to what the QP grants go inline
     /// (default: 64 for send/write latency, none asked for otherwise; 0 turns inline off).

@@ -205,6 +205,15 @@ pub struct Config {
     pub bidirectional: bool,
     /// `--send_with_imm`: Sends carry immediate data ([`IMM_DATA`]), which every receive checks.
     pub send_with_imm: bool,
+    /// `--write_with_imm`: RDMA Writes carry immediate data ([`IMM_DATA`]); the responder
+    /// consumes a receive per write and checks it.
+    pub write_with_imm: bool,
+    /// `--use-srq`: the receives of every QP come from one shared receive queue.
+    pub use_srq: bool,
+    /// `--mr_per_qp`: each QP's source slots are a memory region of their own.
+    pub mr_per_qp: bool,
+    /// `--use_hugepages`: the registered buffers are mapped from huge pages.
+    pub use_hugepages: bool,
     /// `-H`/`-U` in a latency test with `-n`: every sample is kept for the report (perftest
     /// prints none with `-D`).
     pub keep_samples: bool,
@@ -242,6 +251,15 @@ pub struct Config {
 
 /// The immediate data of `--send_with_imm` ("VLPT"): a receive must carry exactly this.
 pub const IMM_DATA: u32 = u32::from_be_bytes(*b"VLPT");
+
+impl Config {
+    /// Whether this side's QPs consume receives: the send tools', and the write tools' with
+    /// `--write_with_imm` (a receive per write).
+    pub fn posts_receives(&self) -> bool {
+        self.tool.kind == TestKind::Send
+            || (self.tool.kind == TestKind::Write && self.write_with_imm)
+    }
+}
 
 /// `--procs` above this is refused (each worker costs a core, a queue and a TCP port).
 pub const MAX_PROCS: u32 = 64;
@@ -308,6 +326,10 @@ impl Config {
             bidirectional: p.bidirectional,
             reversed: p.reversed,
             send_with_imm: p.send_with_imm,
+            write_with_imm: p.write_with_imm,
+            use_srq: p.use_srq,
+            mr_per_qp: p.mr_per_qp,
+            use_hugepages: p.use_hugepages,
             keep_samples: tool.metric == Metric::Lat
                 && (p.output.report_histogram || p.output.report_unsorted)
                 && matches!(mode, RunMode::Iters(_)),
@@ -403,6 +425,7 @@ impl Config {
             ("bidirectional", on_off(self.bidirectional)),
             ("reversed", on_off(self.reversed)),
             ("send_with_imm", on_off(self.send_with_imm)),
+            ("write_with_imm", on_off(self.write_with_imm)),
             ("inline", opt(self.asked.inline_size.map(|i| i.to_string()))),
             ("events", on_off(self.events)),
             ("mtu", opt(self.asked.mtu.map(|m| m.to_string()))),
@@ -445,6 +468,7 @@ pub fn describe_param(key: &str) -> &'static str {
         "bidirectional" => "bidirectional (-b)",
         "reversed" => "direction (--reversed)",
         "send_with_imm" => "Send with immediate (--send_with_imm)",
+        "write_with_imm" => "RDMA Write with immediate (--write_with_imm)",
         "inline" => "inline size (-I)",
         "events" => "events (-e)",
         "mtu" => "MTU (-m)",

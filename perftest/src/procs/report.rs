@@ -132,7 +132,7 @@ fn encode_info(w: &mut Writer, i: &RunInfo) -> Result<(), WireError> {
         w.str(a)?;
     }
     w.bool(i.bidirectional);
-    w.bool(i.send_with_imm);
+    w.bool(i.with_imm);
     w.bool(i.use_events);
     w.bool(i.duration.is_some());
     if let Some(d) = i.duration {
@@ -174,7 +174,7 @@ fn decode_info(r: &mut Reader<'_>) -> Result<RunInfo, WireError> {
         None
     };
     let bidirectional = r.bool("bidirectional")?;
-    let send_with_imm = r.bool("send with immediate")?;
+    let with_imm = r.bool("with immediate")?;
     let use_events = r.bool("events")?;
     let duration = if r.tag("duration")? {
         Some(Duration::from_nanos(r.u64("duration")?))
@@ -206,7 +206,7 @@ fn decode_info(r: &mut Reader<'_>) -> Result<RunInfo, WireError> {
         bidirectional,
         // --reversed is refused with --procs.
         reversed: false,
-        send_with_imm,
+        with_imm,
         use_events,
         duration,
         iterations,

@@ -117,9 +117,9 @@ pub fn proc_row(p: &ProcessResult, row: &BwRow, unit: BwUnit) -> String {
 /// perftest's test title: `RDMA_Write BW Test`, `Atomic FETCH_AND_ADD Bidirectional BW Test`,
 /// `Send Latency Test`.
 pub fn title(info: &RunInfo) -> String {
-    let mut t = match info.send_with_imm {
-        // perftest's name of the test with --send_with_imm.
-        true => "Send_imm ".to_string(),
+    let mut t = match info.with_imm {
+        // perftest's names of the tests with --send_with_imm and --write_with_imm.
+        true => format!("{}_imm ", info.test.perftest_name()),
         false => format!("{} ", info.test.perftest_name()),
     };
     if info.test == TestKind::Atomic {
