@@ -65,7 +65,7 @@ pub fn main(tool: Tool) -> ExitCode {
 
 /// The output flags, checked before anything runs (each refusal a usage error, exit 2); the
 /// gates dropped on a side that measures nothing.
-fn checked_output(cfg: &Config, params: &Params) -> Result<crate::output::OutputArgs, Fail> {
+fn checked_output(cfg: &Config, params: &Params) -> Result<crate::params::OutputArgs, Fail> {
     let name = cfg.tool.name();
     crate::output::check_applicable(&params.output, cfg.tool.metric).map_err(Fail::usage)?;
     crate::output::check_cycles(&params.output).map_err(Fail::usage)?;
@@ -160,7 +160,7 @@ impl RowSink for Listened<'_> {
 /// the server listens again. A failure before listening (the device, the port), or a fatal
 /// event of the device or its port during a run, ends the server (exit 1). Stopped by a
 /// signal: the summary, exit 0.
-fn serve(cfg: &Config, out: &crate::output::OutputArgs) -> ExitCode {
+fn serve(cfg: &Config, out: &crate::params::OutputArgs) -> ExitCode {
     let name = cfg.tool.name();
     let mut cfg = cfg.clone();
     cfg.peer.wait = SERVE_WAIT;

@@ -5,7 +5,6 @@
 #![forbid(unsafe_code)]
 
 pub mod bw;
-pub mod compat;
 pub mod conn;
 pub mod counters;
 pub mod cpu_util;

@@ -7,9 +7,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use vl_perftest::compat::{self, Status};
 use vl_perftest::measure::result::{Metric, TestKind};
 use vl_perftest::output::Verbosity;
+use vl_perftest::params::compat::{self, Status};
 use vl_perftest::params::{Config, Params, Tool, Warmup};
 
 const KINDS: [TestKind; 4] = [
@@ -265,7 +265,7 @@ fn expected_table() -> String {
 
 #[test]
 fn the_compatibility_page_shows_the_parsers_table() {
-    const BEGIN: &str = "<!-- options: generated from perftest/src/compat/table.rs, checked by perftest/tests/compat.rs -->\n";
+    const BEGIN: &str = "<!-- options: generated from perftest/src/params/compat/table.rs, checked by perftest/tests/compat.rs -->\n";
     const END: &str = "<!-- /options -->";
     let path = repo().join("docs/perftest-compat.md");
     let page = std::fs::read_to_string(&path).expect("docs/perftest-compat.md");

@@ -1,8 +1,9 @@
-//! The output options every `vl_*` tool shares, and the [`Reporter`] that prints a run as it
+//! The output options every `vl_*` tool shares (their flags: `params::OutputArgs`), and the [`Reporter`] that prints a run as it
 //! happens and writes the files and checks the gates at the end.
 //!
 //! ```no_run
-//! # use vl_perftest::output::{OutputArgs, Reporter};
+//! # use vl_perftest::output::Reporter;
+//! # use vl_perftest::params::OutputArgs;
 //! # use vl_perftest::measure::result::{RunInfo, RunResult};
 //! # fn run(args: &OutputArgs, info: RunInfo, result: RunResult) -> anyhow::Result<std::process::ExitCode> {
 //! vl_perftest::output::check_applicable(args, info.metric).map_err(anyhow::Error::msg)?;
@@ -20,6 +21,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
+pub use crate::params::{OutputArgs, OutputFormat};
+
 use crate::cpu_util::CpuSample;
 use crate::measure::result::{BwRow, LatRow, ProcessResult, Rows, RunInfo, RunResult};
 pub use crate::output::gates::{GateOutcome, LatGate, EXIT_GATE_FAILED};
@@ -35,131 +38,6 @@ pub mod gates;
 
 use check::gate_summary;
 pub use check::{check_applicable, check_gates};
-
-/// How the run is shown on stdout.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OutputFormat {
-    /// perftest's layout, streamed row by row (existing parsers keep working).
-    #[default]
-    Text,
-    /// a parameter table and a results table with every percentile, at the end.
-    Table,
-}
-
-/// Output, file and gate options (flatten into a tool's parser with `#[command(flatten)]`).
-#[derive(clap::Args, Debug, Clone, Default)]
-#[command(next_help_heading = "Output and gates")]
-pub struct OutputArgs {
-    /// Report bandwidth in Gb/s (10^9 bits) instead of MiB/s (2^20 bytes).
-    #[arg(long = "report_gbits", visible_alias = "report-gbits")]
-    pub report_gbits: bool,
-
-    /// perftest's --report-both (bandwidth tools): with -b, after the rows (the sum of both
-    /// directions), each direction on its own: "Local results" (this side's sends) and "Remote
-    /// results" (the peer's).
-    #[arg(long = "report-both")]
-    pub report_both: bool,
-
-    /// perftest's -H (latency tools, not with -D): after each size's measurement, every sample
-    /// sorted ("#, usec", then "N, value" lines), then the column header and the row again.
-    #[arg(short = 'H', long = "report-histogram", alias = "report-histogrm")]
-    pub report_histogram: bool,
-
-    /// perftest's -U (latency tools, not with -D): every sample in the order taken, then the
-    /// column header and the row again.
-    #[arg(short = 'U', long = "report-unsorted")]
-    pub report_unsorted: bool,
-
-    /// perftest's -C (latency tools): the times of the rows and of -H/-U in CPU cycles, from
-    /// the monotonic clock's nanoseconds and the CPU frequency in /proc/cpuinfo.
-    #[arg(short = 'C', long = "report-cycles")]
-    pub report_cycles: bool,
-
-    /// Output layout: `text` is perftest's; `table` adds the median, p99.99 and the run
-    /// parameters.
-    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = OutputFormat::Text)]
-    pub format: OutputFormat,
-
-    /// perftest's verbosity: print only BW average (`bandwidth`), MsgRate (`message_rate`) or
-    /// t_avg (`latency`) of each size, one number a line.
-    #[arg(long = "output", value_enum, value_name = "UNITS")]
-    pub verbosity: Option<Verbosity>,
-
-    /// Write the run as one JSON document: parameters, device, GID, CPU, version, every row.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-
-    /// perftest's JSON file (perftest's keys: "test_info", "results"; every size under
-    /// "all_results"), to --out_json_file or perftest_out.json.
-    #[arg(long = "out_json")]
-    pub out_json: bool,
-
-    /// The file of --out_json (implies --out_json).
-    #[arg(long = "out_json_file", value_name = "FILE")]
-    pub out_json_file: Option<PathBuf>,
-
-    /// Write the rows as CSV, one line per message size.
-    #[arg(long, value_name = "FILE")]
-    pub csv: Option<PathBuf>,
-
-    /// Write the run in the OpenMetrics text format (node_exporter's textfile collector reads
-    /// it): every row, the port's counter deltas, and each gate's verdict, labelled by tool,
-    /// role, device and size.
-    #[arg(long, value_name = "FILE")]
-    pub openmetrics: Option<PathBuf>,
-
-    /// perftest's bandwidth floor: below N (MiB/s, or Gb/s with --report_gbits) at any size,
-    /// print "Error: BW result is below bw limit" and exit 3. Checked on both sides.
-    #[arg(short = 'w', long = "limit_bw", value_name = "N", value_parser = crate::output::gates::parse_limit)]
-    pub limit_bw: Option<f64>,
-
-    /// perftest's message-rate floor in Mpps: below it at any size, print "Error: Msg rate  is
-    /// below msg_rate limit" and exit 3.
-    #[arg(short = 'y', long = "limit_msgrate", value_name = "MPPS", value_parser = crate::output::gates::parse_limit)]
-    pub limit_msgrate: Option<f64>,
-
-    /// perftest's CPU utilisation column (with -D): the user share of all CPUs during each
-    /// size, perftest's formula; the JSON files also get this process's CPU time.
-    #[arg(long = "cpu_util")]
-    pub cpu_util: bool,
-
-    /// Print the port's NIC counters that changed during the run (counters/ and hw_counters/
-    /// deltas: packets, retransmissions, out-of-sequence, RNR NAKs, CNPs, whatever the device
-    /// has) after the rows; --json and --out_json always hold every delta.
-    #[arg(long = "counters")]
-    pub counters: bool,
-
-    /// perftest's counter report: the delta of each listed counter over the run, as
-    /// "\tNAME=DELTA" lines after the rows (e.g. hw_counters/sent_pkts,hw_counters/rcvd_pkts).
-    #[arg(
-        short = 'W',
-        long = "report-counters",
-        value_name = "LIST",
-        value_delimiter = ','
-    )]
-    pub report_counters: Vec<String>,
-
-    /// Gate: fail (exit code 3) if the NIC counter NAME rose by more than N during the run, e.g.
-    /// --max-counter hw_counters/retry_exceeded_err=0. Repeatable.
-    #[arg(long = "max-counter", value_name = "NAME=N")]
-    pub max_counter: Vec<crate::counters::CounterGate>,
-
-    /// Draw the sweep as an SVG chart: bandwidth and message rate, or latency percentiles, vs
-    /// message size.
-    #[arg(long, value_name = "FILE.svg")]
-    pub plot: Option<PathBuf>,
-
-    /// Gate: fail (exit code 3) unless every row's average bandwidth is at least N, in the
-    /// report's unit (MiB/s, or Gb/s with --report_gbits).
-    #[arg(long = "min-bw", value_name = "N", value_parser = crate::output::gates::parse_min_bw)]
-    pub min_bw: Option<f64>,
-
-    /// Gate: fail (exit code 3) if a latency statistic exceeds USEC at any size. KEY is min,
-    /// max, avg, median (p50), p99, p99.9 or p99.99. Repeatable: --max-lat p99=50 --max-lat
-    /// max=200.
-    #[arg(long = "max-lat", value_name = "KEY=USEC")]
-    pub max_lat: Vec<LatGate>,
-}
 
 /// `-C` needs the CPU's frequency to turn nanoseconds into cycles: refused (exit 2) where
 /// `/proc/cpuinfo` does not give it, rather than printing another unit.

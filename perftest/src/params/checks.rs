@@ -498,7 +498,7 @@ pub(super) fn check_output_options(tool: Tool, p: &Params) -> Result<(), String>
         }
     }
     if o.report_histogram || o.report_unsorted {
-        if o.format == crate::output::OutputFormat::Table {
+        if o.format == crate::params::OutputFormat::Table {
             return Err(
                 "-H/-U print every sample in perftest's text layout; leave out --format table"
                     .into(),
@@ -538,7 +538,7 @@ pub(super) fn check_output_options(tool: Tool, p: &Params) -> Result<(), String>
             return Err("--cpu_util: not with --procs (each worker shares the CPUs)".into());
         }
     }
-    if o.verbosity.is_some() && o.format == crate::output::OutputFormat::Table {
+    if o.verbosity.is_some() && o.format == crate::params::OutputFormat::Table {
         return Err("--output=UNITS prints bare numbers; leave out --format table".into());
     }
     match (o.verbosity, tool.metric) {

@@ -1,6 +1,13 @@
-//! [`Params`]: the command line as clap parses it, before any check.
+//! [`Params`]: the command line as clap parses it, before any check — every flag a `vl_*` tool
+//! implements is declared in this file, with the groups it flattens ([`DeviceChoice`], [`Qos`],
+//! [`OutputArgs`]); perftest's options it accepts as no-ops or refuses by name are the table of
+//! [`compat`](super::compat).
 
+use std::path::PathBuf;
+
+use super::groups::parse_flow_label;
 use super::*;
+use crate::output::gates::LatGate;
 use verbs_lab::cli::parse_size;
 
 /// The command line (perftest's flags; long forms as perftest spells them).
@@ -291,7 +298,7 @@ impl Params {
     /// perftest's other options are registered hidden (see `compat/`), and long options may be
     /// abbreviated to any unambiguous prefix, as perftest's getopt_long allows.
     pub fn command_for(tool: Tool) -> clap::Command {
-        crate::compat::register(
+        crate::params::compat::register(
             verbs_lab::cli::negative_numbers_are_values(Params::command())
                 .name(tool.static_name())
                 .about(tool.about())
@@ -315,7 +322,7 @@ impl Params {
             .try_get_matches_from_mut(args)
             .map_err(|e| verbs_lab::cli::explain_number_error(e, &mut cmd))
             .map_err(|e| explain_ambiguous_prefix(e, &cmd))?;
-        if let Some(why) = crate::compat::refusal(&matches) {
+        if let Some(why) = crate::params::compat::refusal(&matches) {
             return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, why));
         }
         Params::from_arg_matches(&matches)
@@ -362,4 +369,173 @@ fn explain_ambiguous_prefix(e: clap::Error, cmd: &clap::Command) -> clap::Error 
             verbs_lab::names::one_of(&list.iter().map(String::as_str).collect::<Vec<_>>())
         ),
     )
+}
+
+/// Where the QPs live: the device (`-d`), its port (`-i`) and the GID of their address vectors
+/// (`-x`). Parsed as given ([`Params`] flattens it) and used as such.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct DeviceChoice {
+    /// RDMA device (default: the first one).
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV",
+          value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub ib_dev: Option<String>,
+
+    /// Port of the device.
+    #[arg(
+        short = 'i',
+        long = "ib-port",
+        value_name = "PORT",
+        default_value_t = 1,
+        value_parser = verbs_lab::cli::ib_port()
+    )]
+    pub ib_port: u8,
+
+    /// GID index (default: both sides pick the first RoCE v2 GID with an IPv4 address, else the
+    /// first populated one).
+    #[arg(short = 'x', long = "gid-index", value_name = "IDX")]
+    pub gid_index: Option<u32>,
+}
+
+/// The quality of service every QP's address vector asks for: `-S`, `--tclass` (`None`: 0, or
+/// the CM's from `-T`) and `--flow_label` (see [`Qos::flow_label`]). Parsed as given
+/// ([`Params`] flattens it; `check_qos` checks it) and used as such.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct Qos {
+    /// Service level of the QPs' address vectors (0..=15; RoCE maps it to a priority).
+    #[arg(short = 'S', long = "sl", value_name = "SL", default_value_t = 0)]
+    pub sl: u8,
+
+    /// Traffic class of the GRH (0..=255; on RoCE v2 the IP header's DSCP and ECN bits).
+    #[arg(long = "tclass", value_name = "N")]
+    pub tclass: Option<u8>,
+
+    /// Flow label of the GRH, per QP in turn from a comma list (each 0..=0xFFFFF; decimal or
+    /// 0x hex).
+    #[arg(long = "flow_label", value_name = "FL[,FL...]", value_delimiter = ',', value_parser = parse_flow_label)]
+    pub flow_labels: Vec<u32>,
+}
+
+/// How the run is shown on stdout.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputFormat {
+    /// perftest's layout, streamed row by row (existing parsers keep working).
+    #[default]
+    Text,
+    /// a parameter table and a results table with every percentile, at the end.
+    Table,
+}
+
+/// Output, file and gate options (flatten into a tool's parser with `#[command(flatten)]`).
+#[derive(clap::Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Output and gates")]
+pub struct OutputArgs {
+    /// Report bandwidth in Gb/s (10^9 bits) instead of MiB/s (2^20 bytes).
+    #[arg(long = "report_gbits", visible_alias = "report-gbits")]
+    pub report_gbits: bool,
+
+    /// perftest's --report-both (bandwidth tools): with -b, after the rows (the sum of both
+    /// directions), each direction on its own: "Local results" (this side's sends) and "Remote
+    /// results" (the peer's).
+    #[arg(long = "report-both")]
+    pub report_both: bool,
+
+    /// perftest's -H (latency tools, not with -D): after each size's measurement, every sample
+    /// sorted ("#, usec", then "N, value" lines), then the column header and the row again.
+    #[arg(short = 'H', long = "report-histogram", alias = "report-histogrm")]
+    pub report_histogram: bool,
+
+    /// perftest's -U (latency tools, not with -D): every sample in the order taken, then the
+    /// column header and the row again.
+    #[arg(short = 'U', long = "report-unsorted")]
+    pub report_unsorted: bool,
+
+    /// perftest's -C (latency tools): the times of the rows and of -H/-U in CPU cycles, from
+    /// the monotonic clock's nanoseconds and the CPU frequency in /proc/cpuinfo.
+    #[arg(short = 'C', long = "report-cycles")]
+    pub report_cycles: bool,
+
+    /// Output layout: `text` is perftest's; `table` adds the median, p99.99 and the run
+    /// parameters.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+
+    /// perftest's verbosity: print only BW average (`bandwidth`), MsgRate (`message_rate`) or
+    /// t_avg (`latency`) of each size, one number a line.
+    #[arg(long = "output", value_enum, value_name = "UNITS")]
+    pub verbosity: Option<Verbosity>,
+
+    /// Write the run as one JSON document: parameters, device, GID, CPU, version, every row.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// perftest's JSON file (perftest's keys: "test_info", "results"; every size under
+    /// "all_results"), to --out_json_file or perftest_out.json.
+    #[arg(long = "out_json")]
+    pub out_json: bool,
+
+    /// The file of --out_json (implies --out_json).
+    #[arg(long = "out_json_file", value_name = "FILE")]
+    pub out_json_file: Option<PathBuf>,
+
+    /// Write the rows as CSV, one line per message size.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+
+    /// Write the run in the OpenMetrics text format (node_exporter's textfile collector reads
+    /// it): every row, the port's counter deltas, and each gate's verdict, labelled by tool,
+    /// role, device and size.
+    #[arg(long, value_name = "FILE")]
+    pub openmetrics: Option<PathBuf>,
+
+    /// perftest's bandwidth floor: below N (MiB/s, or Gb/s with --report_gbits) at any size,
+    /// print "Error: BW result is below bw limit" and exit 3. Checked on both sides.
+    #[arg(short = 'w', long = "limit_bw", value_name = "N", value_parser = crate::output::gates::parse_limit)]
+    pub limit_bw: Option<f64>,
+
+    /// perftest's message-rate floor in Mpps: below it at any size, print "Error: Msg rate  is
+    /// below msg_rate limit" and exit 3.
+    #[arg(short = 'y', long = "limit_msgrate", value_name = "MPPS", value_parser = crate::output::gates::parse_limit)]
+    pub limit_msgrate: Option<f64>,
+
+    /// perftest's CPU utilisation column (with -D): the user share of all CPUs during each
+    /// size, perftest's formula; the JSON files also get this process's CPU time.
+    #[arg(long = "cpu_util")]
+    pub cpu_util: bool,
+
+    /// Print the port's NIC counters that changed during the run (counters/ and hw_counters/
+    /// deltas: packets, retransmissions, out-of-sequence, RNR NAKs, CNPs, whatever the device
+    /// has) after the rows; --json and --out_json always hold every delta.
+    #[arg(long = "counters")]
+    pub counters: bool,
+
+    /// perftest's counter report: the delta of each listed counter over the run, as
+    /// "\tNAME=DELTA" lines after the rows (e.g. hw_counters/sent_pkts,hw_counters/rcvd_pkts).
+    #[arg(
+        short = 'W',
+        long = "report-counters",
+        value_name = "LIST",
+        value_delimiter = ','
+    )]
+    pub report_counters: Vec<String>,
+
+    /// Gate: fail (exit code 3) if the NIC counter NAME rose by more than N during the run, e.g.
+    /// --max-counter hw_counters/retry_exceeded_err=0. Repeatable.
+    #[arg(long = "max-counter", value_name = "NAME=N")]
+    pub max_counter: Vec<crate::counters::CounterGate>,
+
+    /// Draw the sweep as an SVG chart: bandwidth and message rate, or latency percentiles, vs
+    /// message size.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+
+    /// Gate: fail (exit code 3) unless every row's average bandwidth is at least N, in the
+    /// report's unit (MiB/s, or Gb/s with --report_gbits).
+    #[arg(long = "min-bw", value_name = "N", value_parser = crate::output::gates::parse_min_bw)]
+    pub min_bw: Option<f64>,
+
+    /// Gate: fail (exit code 3) if a latency statistic exceeds USEC at any size. KEY is min,
+    /// max, avg, median (p50), p99, p99.9 or p99.99. Repeatable: --max-lat p99=50 --max-lat
+    /// max=200.
+    #[arg(long = "max-lat", value_name = "KEY=USEC")]
+    pub max_lat: Vec<LatGate>,
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use verbs_lab::affinity::CpuList;
 use verbs_lab::verbs::Mtu;
 
-use super::RunMode;
+use super::{Qos, RunMode};
 use crate::measure::result::{Metric, TestKind};
 
 /// Where the peer is and how long to wait for it: the exchange's TCP connection (`conn/listen.rs`,
@@ -23,31 +23,6 @@ pub struct Peer {
     pub bind: IpAddr,
     /// `--wait`: how long to wait for the peer to connect or accept.
     pub wait: Duration,
-}
-
-/// Where the QPs live: the device (`-d`), its port (`-i`) and the GID of their address vectors
-/// (`-x`). Parsed as given ([`Params`](super::Params) flattens it) and used as such.
-#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
-pub struct DeviceChoice {
-    /// RDMA device (default: the first one).
-    #[arg(short = 'd', long = "ib-dev", value_name = "DEV",
-          value_parser = clap::builder::NonEmptyStringValueParser::new())]
-    pub ib_dev: Option<String>,
-
-    /// Port of the device.
-    #[arg(
-        short = 'i',
-        long = "ib-port",
-        value_name = "PORT",
-        default_value_t = 1,
-        value_parser = verbs_lab::cli::ib_port()
-    )]
-    pub ib_port: u8,
-
-    /// GID index (default: both sides pick the first RoCE v2 GID with an IPv4 address, else the
-    /// first populated one).
-    #[arg(short = 'x', long = "gid-index", value_name = "IDX")]
-    pub gid_index: Option<u32>,
 }
 
 /// How long each size runs (`-n`, `-D`, `-f`, `--run_infinitely`) and the warm-up before it:
@@ -192,25 +167,6 @@ impl QueueShape {
     }
 }
 
-/// The quality of service every QP's address vector asks for: `-S`, `--tclass` (`None`: 0, or
-/// the CM's from `-T`) and `--flow_label` (see [`Qos::flow_label`]). Parsed as given
-/// ([`Params`](super::Params) flattens it; `check_qos` checks it) and used as such.
-#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
-pub struct Qos {
-    /// Service level of the QPs' address vectors (0..=15; RoCE maps it to a priority).
-    #[arg(short = 'S', long = "sl", value_name = "SL", default_value_t = 0)]
-    pub sl: u8,
-
-    /// Traffic class of the GRH (0..=255; on RoCE v2 the IP header's DSCP and ECN bits).
-    #[arg(long = "tclass", value_name = "N")]
-    pub tclass: Option<u8>,
-
-    /// Flow label of the GRH, per QP in turn from a comma list (each 0..=0xFFFFF; decimal or
-    /// 0x hex).
-    #[arg(long = "flow_label", value_name = "FL[,FL...]", value_delimiter = ',', value_parser = parse_flow_label)]
-    pub flow_labels: Vec<u32>,
-}
-
 impl Qos {
     /// Whether `--tclass` or `--flow_label` was given: fields of the GRH.
     pub fn grh_given(&self) -> bool {
@@ -245,7 +201,7 @@ pub struct RdmaCm {
 pub const MAX_FLOW_LABEL: u32 = 0xF_FFFF;
 
 /// One `--flow_label` value: decimal or `0x` hex (perftest reads it with strtol base 0), 20 bits.
-fn parse_flow_label(s: &str) -> Result<u32, String> {
+pub(super) fn parse_flow_label(s: &str) -> Result<u32, String> {
     let s = s.trim();
     let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(h) => u32::from_str_radix(h, 16),

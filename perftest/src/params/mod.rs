@@ -14,18 +14,19 @@ use verbs_lab::affinity::CpuList;
 use verbs_lab::verbs::{Mtu, QpType};
 
 use crate::measure::result::{Metric, TestKind};
-use crate::output::{OutputArgs, Verbosity};
+use crate::output::Verbosity;
 
 mod checks;
 mod cli;
+pub mod compat;
 mod groups;
 
 pub use checks::INFINITE_PERIOD_SECS;
 use checks::*;
-pub use cli::Params;
+pub use cli::{DeviceChoice, OutputArgs, OutputFormat, Params, Qos};
 pub use groups::{
-    with_origin, Asked, DeviceChoice, Peer, Pinning, ProcsPlan, Qos, QueueOrigins, QueueShape,
-    RdmaCm, Timing, Warmup, WorkerOf, MAX_FLOW_LABEL, WARMUP_BYTES, WARMUP_MOST,
+    with_origin, Asked, Peer, Pinning, ProcsPlan, QueueOrigins, QueueShape, RdmaCm, Timing, Warmup,
+    WorkerOf, MAX_FLOW_LABEL, WARMUP_BYTES, WARMUP_MOST,
 };
 
 /// Which tool is running: the operation and what is measured.
