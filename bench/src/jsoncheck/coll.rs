@@ -136,6 +136,63 @@ pub(crate) fn check_coll(doc: &Value) -> Result<Vec<u64>, String> {
         );
     }
     let rep: CollJson<BTreeMap<String, Value>, Value, Value> = typed(doc, "")?;
+    let coll = check_identity(&rep)?;
+    let n = rep.nranks;
+    if n == 0 {
+        return Err("nranks: 0".into());
+    }
+    let dtype = check_type(&rep, coll)?;
+    computed(
+        "busbw_factor",
+        rep.busbw_factor,
+        coll.busbw_factor(n),
+        &format!("{}'s on {n} rank(s)", coll.name()),
+    )?;
+    check_ranks(&rep.ranks, n)?;
+    if rep.rows.is_empty() {
+        return Err("rows: empty: the run measured nothing".into());
+    }
+    let rows: Vec<RowJson<Value>> = typed_rows(&rep.rows, "rows")?;
+    let sizes: Vec<u64> = rows.iter().map(|r| r.size as u64).collect();
+    // Where nccl-tests rounds the count down to a multiple of the ranks, two requested sizes
+    // may move the same bytes, and a small one none at all.
+    let rounds = per_rank_parts(coll);
+    match sizes.windows(2).position(|w| w[1] < w[0]) {
+        Some(i) if rounds => {
+            return Err(format!(
+                "rows[{}].size: {} after {}: the sizes must not decrease",
+                i + 1,
+                sizes[i + 1],
+                sizes[i]
+            ))
+        }
+        _ if rounds => {}
+        _ => increasing("rows", "size", &sizes, false)?,
+    }
+    let (wrong, busbws) = check_rows(&rows, Run { coll, nranks: n }, dtype, rounds)?;
+    if wrong != rep.wrong {
+        return Err(format!(
+            "wrong: {} is not the sum of the rows' ({wrong})",
+            rep.wrong
+        ));
+    }
+    if wrong > 0 {
+        return Err(format!(
+            "wrong: {wrong} element(s) held a wrong value after the collective (-c 1): the \
+             report is of a run that FAILED its check"
+        ));
+    }
+    computed(
+        "avg_busbw_gbs",
+        rep.avg_busbw_gbs,
+        busbws.iter().sum::<f64>() / busbws.len() as f64,
+        "the average of the rows' bus bandwidths",
+    )?;
+    Ok(sizes)
+}
+
+/// The tool the report names, one of ours, and the collective it runs; the version present.
+fn check_identity(rep: &CollJson<BTreeMap<String, Value>, Value, Value>) -> Result<Coll, String> {
     let colls = [
         Coll::AllReduce,
         Coll::ReduceScatter,
@@ -163,18 +220,12 @@ pub(crate) fn check_coll(doc: &Value) -> Result<Vec<u64>, String> {
             coll.name()
         ));
     }
-    let n = rep.nranks;
-    if n == 0 {
-        return Err("nranks: 0".into());
-    }
-    let dtype = check_type(&rep, coll)?;
-    computed(
-        "busbw_factor",
-        rep.busbw_factor,
-        coll.busbw_factor(n),
-        &format!("{}'s on {n} rank(s)", coll.name()),
-    )?;
-    let ranks: Vec<RankJson> = typed_rows(&rep.ranks, "ranks")?;
+    Ok(coll)
+}
+
+/// One record per rank, each of 0..n once.
+fn check_ranks(ranks: &[Value], n: usize) -> Result<(), String> {
+    let ranks: Vec<RankJson> = typed_rows(ranks, "ranks")?;
     if ranks.len() != n {
         return Err(format!("ranks: {} record(s) for nranks {n}", ranks.len()));
     }
@@ -186,27 +237,18 @@ pub(crate) fn check_coll(doc: &Value) -> Result<Vec<u64>, String> {
             n - 1
         ));
     }
-    if rep.rows.is_empty() {
-        return Err("rows: empty: the run measured nothing".into());
-    }
-    let rows: Vec<RowJson<Value>> = typed_rows(&rep.rows, "rows")?;
-    let sizes: Vec<u64> = rows.iter().map(|r| r.size as u64).collect();
-    // Where nccl-tests rounds the count down to a multiple of the ranks, two requested sizes
-    // may move the same bytes, and a small one none at all.
-    let rounds = per_rank_parts(coll);
-    match sizes.windows(2).position(|w| w[1] < w[0]) {
-        Some(i) if rounds => {
-            return Err(format!(
-                "rows[{}].size: {} after {}: the sizes must not decrease",
-                i + 1,
-                sizes[i + 1],
-                sizes[i]
-            ))
-        }
-        _ if rounds => {}
-        _ => increasing("rows", "size", &sizes, false)?,
-    }
-    let run = Run { coll, nranks: n };
+    Ok(())
+}
+
+/// Each row's size and count, and each measurement's numbers: the wrong elements of all of them
+/// and every bus bandwidth, in order.
+fn check_rows(
+    rows: &[RowJson<Value>],
+    run: Run,
+    dtype: DataType,
+    rounds: bool,
+) -> Result<(u64, Vec<f64>), String> {
+    let (coll, n) = (run.coll, run.nranks);
     let (mut wrong, mut busbws) = (0, Vec::new());
     for (i, r) in rows.iter().enumerate() {
         let path = format!("rows[{i}]");
@@ -234,23 +276,5 @@ pub(crate) fn check_coll(doc: &Value) -> Result<Vec<u64>, String> {
             }
         }
     }
-    if wrong != rep.wrong {
-        return Err(format!(
-            "wrong: {} is not the sum of the rows' ({wrong})",
-            rep.wrong
-        ));
-    }
-    if wrong > 0 {
-        return Err(format!(
-            "wrong: {wrong} element(s) held a wrong value after the collective (-c 1): the \
-             report is of a run that FAILED its check"
-        ));
-    }
-    computed(
-        "avg_busbw_gbs",
-        rep.avg_busbw_gbs,
-        busbws.iter().sum::<f64>() / busbws.len() as f64,
-        "the average of the rows' bus bandwidths",
-    )?;
-    Ok(sizes)
+    Ok((wrong, busbws))
 }

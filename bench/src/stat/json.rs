@@ -228,95 +228,107 @@ fn int(s: &str) -> i64 {
     num(s).map_or(0, |x| x as i64)
 }
 
+impl Row {
+    /// The row of test `t`: its statistics, costs, commands and every run.
+    fn of(rec: &Records, t: &Test) -> Row {
+        let st = row_stats(rec, t);
+        let cmd = |tpl: &str, tool: &str| command(tpl, tool, None);
+        let out_dir = rec.env("out_dir");
+        let runs = rec
+            .runs_of(&t.name)
+            .map(|k| RunJson {
+                seq: int(&k.seq),
+                round: k.round,
+                position: int(&k.slot),
+                side: k.side(),
+                tool: k.tool.clone(),
+                port: int(&k.port),
+                valid: k.ok,
+                problem: (!k.ok).then(|| k.reason.clone()),
+                server_exit: jnum(&k.server_rc),
+                client_exit: jnum(&k.client_rc),
+                seconds: jnum(&k.secs),
+                columns: columns(t.kind, k),
+                calibration_warning: (k.calibration != "-").then(|| k.calibration.clone()),
+                server_command: command(&t.server_cmd, &k.tool, Some(&k.port)),
+                client_command: command(&t.client_cmd, &k.tool, Some(&k.port)),
+                raw: format!("{out_dir}/{}", k.raw),
+            })
+            .collect();
+        Row {
+            name: t.name.clone(),
+            family: t.family().to_string(),
+            bytes: t.bytes(),
+            kind: t.kind.name(),
+            ours: t.ours.clone(),
+            perftest: t.perftest.clone(),
+            parameters: t.params.clone(),
+            cost: Sides {
+                ours: Cost::of(rec, t, true),
+                perftest: Cost::of(rec, t, false),
+            },
+            commands: Commands {
+                ours_server: cmd(&t.server_cmd, &t.ours),
+                ours_client: cmd(&t.client_cmd, &t.ours),
+                perftest_server: cmd(&t.server_cmd, &t.perftest),
+                perftest_client: cmd(&t.client_cmd, &t.perftest),
+            },
+            metric: t.kind.metric(),
+            unit: t.kind.unit(),
+            better: t.kind.better(),
+            ours_stats: Stats::of(st.ours),
+            perftest_stats: Stats::of(st.perftest),
+            ratio_median_of_rounds: round(st.ratios.map(|s| s.median), 4),
+            ratio_of_medians: round(st.of_medians, 4),
+            rounds_compared: st.compared(),
+            rounds_meeting_goal: st.won,
+            goal_met: st.verdict == Verdict::Meets,
+            verdict: st.verdict.name(),
+            ratios_disagree: st.disagree,
+            settings_agree: row_settings(rec, t).diff.is_empty(),
+            runs,
+        }
+    }
+}
+
+impl Environment {
+    /// What the records say about the machines, the guest and the versions.
+    fn of(rec: &Records) -> Environment {
+        let env = |k: &str| rec.env(k).to_string();
+        Environment {
+            verbs_lab_commit: env("git_commit"),
+            verbs_lab_uncommitted_changes: rec.env_int("git_dirty"),
+            verbs_lab_version: env("verbs_lab_version"),
+            perftest_version: env("perftest_version"),
+            perftest_package: env("perftest_package"),
+            host_cpu: env("host_cpu"),
+            host_cpus: jnum(rec.env("host_cpus")),
+            host_kernel: env("host_kernel"),
+            host_load_start: env("host_load_start"),
+            host_load_end: env("host_load_end"),
+            accelerator: env("accelerator"),
+            qemu: env("qemu"),
+            guest_kernel: env("guest_kernel"),
+            guest_cpu: env("guest_cpu"),
+            guest_vcpus: jnum(rec.env("guest_vcpus")),
+            guest_clocksource: env("guest_clocksource"),
+            rxe_active_mtu: jnum(rec.env("rxe0_mtu")),
+        }
+    }
+}
+
 impl Report {
     /// The report of `rec`.
     pub fn build(rec: &Records) -> Report {
         let env = |k: &str| rec.env(k).to_string();
-        let mut rows = Vec::new();
-        for t in &rec.tests {
-            let st = row_stats(rec, t);
-            let cmd = |tpl: &str, tool: &str| command(tpl, tool, None);
-            let out_dir = rec.env("out_dir");
-            let runs = rec
-                .runs_of(&t.name)
-                .map(|k| RunJson {
-                    seq: int(&k.seq),
-                    round: k.round,
-                    position: int(&k.slot),
-                    side: k.side(),
-                    tool: k.tool.clone(),
-                    port: int(&k.port),
-                    valid: k.ok,
-                    problem: (!k.ok).then(|| k.reason.clone()),
-                    server_exit: jnum(&k.server_rc),
-                    client_exit: jnum(&k.client_rc),
-                    seconds: jnum(&k.secs),
-                    columns: columns(t.kind, k),
-                    calibration_warning: (k.calibration != "-").then(|| k.calibration.clone()),
-                    server_command: command(&t.server_cmd, &k.tool, Some(&k.port)),
-                    client_command: command(&t.client_cmd, &k.tool, Some(&k.port)),
-                    raw: format!("{out_dir}/{}", k.raw),
-                })
-                .collect();
-            rows.push(Row {
-                name: t.name.clone(),
-                family: t.family().to_string(),
-                bytes: t.bytes(),
-                kind: t.kind.name(),
-                ours: t.ours.clone(),
-                perftest: t.perftest.clone(),
-                parameters: t.params.clone(),
-                cost: Sides {
-                    ours: Cost::of(rec, t, true),
-                    perftest: Cost::of(rec, t, false),
-                },
-                commands: Commands {
-                    ours_server: cmd(&t.server_cmd, &t.ours),
-                    ours_client: cmd(&t.client_cmd, &t.ours),
-                    perftest_server: cmd(&t.server_cmd, &t.perftest),
-                    perftest_client: cmd(&t.client_cmd, &t.perftest),
-                },
-                metric: t.kind.metric(),
-                unit: t.kind.unit(),
-                better: t.kind.better(),
-                ours_stats: Stats::of(st.ours),
-                perftest_stats: Stats::of(st.perftest),
-                ratio_median_of_rounds: round(st.ratios.map(|s| s.median), 4),
-                ratio_of_medians: round(st.of_medians, 4),
-                rounds_compared: st.compared(),
-                rounds_meeting_goal: st.won,
-                goal_met: st.verdict == Verdict::Meets,
-                verdict: st.verdict.name(),
-                ratios_disagree: st.disagree,
-                settings_agree: row_settings(rec, t).diff.is_empty(),
-                runs,
-            });
-        }
+        let rows: Vec<Row> = rec.tests.iter().map(|t| Row::of(rec, t)).collect();
         Report {
             generated_by: "scripts/bench-vs-perftest",
             mode: mode(rec).0,
             date_utc: env("date_utc"),
             command: env("command"),
             raw_dir: env("out_dir"),
-            environment: Environment {
-                verbs_lab_commit: env("git_commit"),
-                verbs_lab_uncommitted_changes: rec.env_int("git_dirty"),
-                verbs_lab_version: env("verbs_lab_version"),
-                perftest_version: env("perftest_version"),
-                perftest_package: env("perftest_package"),
-                host_cpu: env("host_cpu"),
-                host_cpus: jnum(rec.env("host_cpus")),
-                host_kernel: env("host_kernel"),
-                host_load_start: env("host_load_start"),
-                host_load_end: env("host_load_end"),
-                accelerator: env("accelerator"),
-                qemu: env("qemu"),
-                guest_kernel: env("guest_kernel"),
-                guest_cpu: env("guest_cpu"),
-                guest_vcpus: jnum(rec.env("guest_vcpus")),
-                guest_clocksource: env("guest_clocksource"),
-                rxe_active_mtu: jnum(rec.env("rxe0_mtu")),
-            },
+            environment: Environment::of(rec),
             method: Method {
                 sweep: rec.env("sweep") == "1",
                 rounds_planned: rec.env_int("runs"),
