@@ -207,3 +207,46 @@ fn the_average_is_the_wrapped_sum_divided_and_truncated() {
         }
     }
 }
+
+/// Half precision goes a block at a time through f32 (the CPU's conversions): over several
+/// blocks and a partial one, with values that round, the same bits as element by element
+/// through the type's own arithmetic, for every operator.
+#[test]
+fn half_in_blocks_is_bit_for_bit_the_element_arithmetic() {
+    use half::f16;
+    let n = 1500; // two whole blocks of 512 and a partial one
+    let x: Vec<f16> = (0..n)
+        .map(|i| f16::from_f32((i as f32 * 0.37).sin() * 300.0))
+        .collect();
+    let y: Vec<f16> = (0..n)
+        .map(|i| f16::from_f32((i as f32 * 1.13).cos() * 7.5))
+        .collect();
+    let as_bytes = |v: &[f16]| -> Vec<u8> { v.iter().flat_map(|h| h.to_ne_bytes()).collect() };
+    for op in RedOp::ALL {
+        let mut d = as_bytes(&x);
+        reduce(DataType::F16, op, &mut d, &as_bytes(&y)).unwrap();
+        let want: Vec<f16> = x
+            .iter()
+            .zip(&y)
+            .map(|(&a, &b)| match op {
+                RedOp::Sum | RedOp::Avg => a + b,
+                RedOp::Prod => a * b,
+                RedOp::Min => {
+                    if b < a {
+                        b
+                    } else {
+                        a
+                    }
+                }
+                RedOp::Max => {
+                    if b > a {
+                        b
+                    } else {
+                        a
+                    }
+                }
+            })
+            .collect();
+        assert_eq!(d, as_bytes(&want), "half/{op}");
+    }
+}

@@ -19,6 +19,7 @@ fn every_binary_documents_itself() {
             (env!("CARGO_BIN_EXE_vl_gather_perf"), "--root"),
             (env!("CARGO_BIN_EXE_vl_scatter_perf"), "--root"),
             (env!("CARGO_BIN_EXE_vl_sendrecv_perf"), "--check"),
+            (env!("CARGO_BIN_EXE_vl_reduce_kernels"), "--rounds"),
         ],
     )
     .unwrap_or_else(|e| panic!("{e}"));
