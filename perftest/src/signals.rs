@@ -116,10 +116,7 @@ impl Default for State {
 /// and returns the [`Control`] its handler drives. Call first thing in `main`, before any other
 /// thread is started (they inherit the blocked mask), and once.
 pub fn install(tool: &str) -> std::io::Result<Control> {
-    let ctl = Control(Arc::new(State {
-        tool: tool.to_string(),
-        ..State::default()
-    }));
+    let ctl = Control::new(tool);
     // The parent-death signal of `--procs` workers (verbs_lab::workers) is taken there too: its
     // handler, registered when the worker follows its coordinator, removes the coordinator's
     // queues.
@@ -136,6 +133,15 @@ pub fn install(tool: &str) -> std::io::Result<Control> {
 }
 
 impl Control {
+    /// A control for `tool` (its name starts the lines printed on the signal thread), not yet
+    /// driven by any signal: [`install`] registers it.
+    fn new(tool: &str) -> Control {
+        Control(Arc::new(State {
+            tool: tool.to_string(),
+            ..State::default()
+        }))
+    }
+
     /// Sets what a signal prints, and ends with 0, while no client is connected (`--serve`).
     pub fn set_serve_summary(&self, summary: String) {
         if let Ok(mut s) = self.0.serve_summary.lock() {
@@ -351,6 +357,43 @@ mod tests {
             Interrupted(Signal::SIGTERM).to_string(),
             "interrupted by SIGTERM"
         );
+    }
+
+    #[test]
+    fn a_soft_stop_is_asked_once_and_stops_nothing_else() {
+        let ctl = Control::new("vl_test");
+        ctl.stop_softly();
+        ctl.on_signal(Signal::SIGINT);
+        assert!(ctl.soft_stop_requested());
+        assert_eq!(
+            ctl.received(),
+            None,
+            "the first signal only asks for a clean stop"
+        );
+        assert!(ctl.check().is_ok());
+        // Another process's control (another tool in a test) is untouched: no shared state.
+        assert!(!Control::default().soft_stop_requested());
+    }
+
+    #[test]
+    fn waking_a_run_wakes_its_socket_only_while_watched() {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        use std::os::unix::net::UnixStream;
+        let ctl = Control::default();
+        let (mut ours, _peer) = UnixStream::pair().unwrap();
+        assert!(!ctl.wake_reader(), "nothing is watched yet");
+        let watch = ctl.watch_socket(ours.as_raw_fd());
+        assert!(!ctl.wake_reader_of(
+            std::thread::spawn(|| std::thread::current().id())
+                .join()
+                .unwrap()
+        ));
+        assert!(ctl.wake_reader_of(std::thread::current().id()));
+        // The reading side is shut down: a read returns at once with nothing, the peer alive.
+        assert_eq!(ours.read(&mut [0u8; 8]).unwrap(), 0);
+        drop(watch);
+        assert!(!ctl.wake_reader(), "the watch ended with its guard");
     }
 
     #[test]
