@@ -10,8 +10,8 @@
 //! news or the run ends: no timer wakes it. An event that ends the run ([`ends_run`]) is
 //! recorded for the run that started the watch ([`RunFault`], its own: a `--serve --concurrent`
 //! server runs several at once), and that run's out-of-band socket is woken
-//! ([`crate::signals::Control::wake_reader_of`]), so a loop blocked on the peer returns at once and one
-//! that spins sees [`RunFault::check`] fail within
+//! through the tool's run control ([`crate::signals::Control::wake_reader_of`]), so a loop
+//! blocked on the peer returns at once and one that spins sees [`RunFault::check`] fail within
 //! [`crate::engine::CHANNEL_CHECK`]. The run's error path then sends the peer an ERROR naming the
 //! event (before the QPs are torn down) and the tool exits 1 with the event as its error: "port
 //! 1 of rxe1 went down (IBV_EVENT_PORT_ERR) …".

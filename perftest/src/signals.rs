@@ -13,9 +13,9 @@
 //! QPs are torn down, and the tool exits 130 or 143. A second signal, or a stop that takes
 //! longer than [`GRACE`], exits at once.
 //!
-//! A `--procs` coordinator has no peer of its own: while its workers run ([`Control::pass_on_to`]) it
-//! passes the signal on to them, and each stops its run and tells its peer as a single run
-//! does; the coordinator sees them end and reports the interruption.
+//! A `--procs` coordinator has no peer of its own: while its workers run
+//! ([`Control::pass_on_to`]) it passes the signal on to them, and each stops its run and tells
+//! its peer as a single run does; the coordinator sees them end and reports the interruption.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
