@@ -17,6 +17,7 @@ use crate::measure::result::{BwRow, LatRow, RunInfo};
 use crate::output::Reporter;
 use crate::params::{Config, Params, Tool};
 use crate::run::{measures, run_tool, RowSink};
+use crate::signals::Control;
 
 pub use crate::params::EXIT_CODES;
 
@@ -24,12 +25,17 @@ pub use crate::params::EXIT_CODES;
 /// code. Errors are printed as `vl_write_bw: error: ...` on stderr ([`Fail::exit`]).
 pub fn main(tool: Tool) -> ExitCode {
     let name = tool.name();
-    if let Err(e) = crate::signals::install(&name) {
-        return Fail::failed(format!(
-            "cannot set up the handling of SIGINT and SIGTERM: {e}"
-        ))
-        .exit(&name);
-    }
+    // The one run control of this process: the signal thread's handler holds it, every run
+    // below is handed it.
+    let control = match crate::signals::install(&name) {
+        Ok(c) => c,
+        Err(e) => {
+            return Fail::failed(format!(
+                "cannot set up the handling of SIGINT and SIGTERM: {e}"
+            ))
+            .exit(&name)
+        }
+    };
     verbs_lab::cli::generate_if_asked(|| Params::command_for(tool));
     let params = Params::parse_for(tool);
     let cfg = match Config::new(tool, &params) {
@@ -37,7 +43,7 @@ pub fn main(tool: Tool) -> ExitCode {
         Err(e) => return Fail::usage(e).exit(&name),
     };
     if cfg.procs.worker.is_some() {
-        return crate::procs::worker_main(&cfg);
+        return crate::procs::worker_main(&cfg, &control);
     }
     for note in &cfg.notes {
         verbs_lab::eprintln_whole!("{name}: note: {note}");
@@ -47,16 +53,16 @@ pub fn main(tool: Tool) -> ExitCode {
         Err(fail) => return fail.exit(&name),
     };
     if cfg.procs.count.is_some() {
-        return crate::procs::coordinator_main(&cfg, &out);
+        return crate::procs::coordinator_main(&cfg, &control, &out);
     }
     if cfg.serve && cfg.concurrent > 1 {
-        return crate::serve::serve_concurrent(&cfg, &out);
+        return crate::serve::serve_concurrent(&cfg, &control, &out);
     }
     if cfg.serve {
-        return serve(&cfg, &out);
+        return serve(&cfg, &control, &out);
     }
     let mut reporter = Reporter::new(&out);
-    let ran = run_tool(&cfg, &mut reporter).map_err(ended);
+    let ran = run_tool(&cfg, &control, &mut reporter).map_err(|e| ended(&control, e));
     fail::exit(
         &name,
         ran.and_then(|result| Ok(reporter.finish(&result)?.code())),
@@ -89,8 +95,8 @@ fn checked_output(cfg: &Config, params: &Params) -> Result<crate::params::Output
 
 /// How a run that failed ends the tool: stopped by a signal, `NAME: interrupted by SIGINT: the
 /// peer was told, the run torn down` and 130 or 143; otherwise its error ([`Fail`]'s code).
-pub fn ended(e: anyhow::Error) -> Fail {
-    match crate::signals::received() {
+pub fn ended(control: &Control, e: anyhow::Error) -> Fail {
+    match control.received() {
         Some(i) => Fail::stopped(
             i.exit_code(),
             anyhow::anyhow!("{i}: the peer was told, the run torn down"),
@@ -160,19 +166,19 @@ impl RowSink for Listened<'_> {
 /// the server listens again. A failure before listening (the device, the port), or a fatal
 /// event of the device or its port during a run, ends the server (exit 1). Stopped by a
 /// signal: the summary, exit 0.
-fn serve(cfg: &Config, out: &crate::params::OutputArgs) -> ExitCode {
+fn serve(cfg: &Config, control: &Control, out: &crate::params::OutputArgs) -> ExitCode {
     let name = cfg.tool.name();
     let mut cfg = cfg.clone();
     cfg.peer.wait = SERVE_WAIT;
     let mut served = Served::default();
     loop {
-        crate::signals::set_serve_summary(served.summary());
+        control.set_serve_summary(served.summary());
         let mut reporter = Reporter::new(out);
         let mut sink = Listened {
             reporter: &mut reporter,
             listening: false,
         };
-        let run = run_tool(&cfg, &mut sink);
+        let run = run_tool(&cfg, control, &mut sink);
         let listened = sink.listening;
         let client = served.completed + served.failed + 1;
         match run.and_then(|result| reporter.finish(&result)) {
@@ -180,9 +186,9 @@ fn serve(cfg: &Config, out: &crate::params::OutputArgs) -> ExitCode {
                 served.completed += 1;
                 verbs_lab::eprintln_whole!("{name}: --serve: client {client} completed");
             }
-            Err(e) if crate::signals::received().is_some() => {
+            Err(e) if control.received().is_some() => {
                 served.failed += 1;
-                let i = crate::signals::received().expect("checked");
+                let i = control.received().expect("checked");
                 verbs_lab::eprintln_whole!(
                     "{name}: --serve: {i} during the run of client {client} ({e:#}): {}",
                     served.summary()

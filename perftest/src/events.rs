@@ -10,8 +10,8 @@
 //! news or the run ends: no timer wakes it. An event that ends the run ([`ends_run`]) is
 //! recorded for the run that started the watch ([`RunFault`], its own: a `--serve --concurrent`
 //! server runs several at once), and that run's out-of-band socket is woken
-//! ([`crate::signals::wake_reader_of`]), so a loop blocked on the peer returns at once and one
-//! that spins sees [`RunFault::check`] fail within
+//! through the tool's run control ([`crate::signals::Control::wake_reader_of`]), so a loop
+//! blocked on the peer returns at once and one that spins sees [`RunFault::check`] fail within
 //! [`crate::engine::CHANNEL_CHECK`]. The run's error path then sends the peer an ERROR naming the
 //! event (before the QPs are torn down) and the tool exits 1 with the event as its error: "port
 //! 1 of rxe1 went down (IBV_EVENT_PORT_ERR) …".
@@ -26,6 +26,8 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use verbs_lab::background::Background;
 use verbs_lab::verbs::{AsyncEvent, AsyncEventKind, Context};
+
+use crate::signals::Control;
 
 /// How often the watcher looks at sysfs for the device's removal where it cannot hear the
 /// kernel announce it (see [`watch`]).
@@ -54,15 +56,15 @@ impl RunFault {
     }
 
     /// Records `ev` (the run's first only) and wakes the blocked reads of the run on thread
-    /// `run`.
-    fn record(&self, run: ThreadId, ev: DeviceEvent) {
+    /// `run` (its socket, as watched by the tool's `control`).
+    fn record(&self, control: &Control, run: ThreadId, ev: DeviceEvent) {
         if let Ok(mut f) = self.0.lock() {
             if f.is_some() {
                 return;
             }
             *f = Some(ev);
         }
-        crate::signals::wake_reader_of(run);
+        control.wake_reader_of(run);
     }
 }
 
@@ -193,8 +195,9 @@ pub fn ends_run(ev: &AsyncEvent, port: u8) -> bool {
 /// socket: removing a device announces its user-verbs node, see [`removal_of`]) and the
 /// guard's end of a socket pair, which dropping the guard closes. Where the announcements
 /// cannot be heard (no netlink in a container), it looks at sysfs every [`SLICE`] instead.
-pub fn watch(ctx: &Context, port: u8) -> std::io::Result<EventWatch> {
+pub fn watch(ctx: &Context, port: u8, control: &Control) -> std::io::Result<EventWatch> {
     let ctx = ctx.clone();
+    let control = control.clone();
     let run = std::thread::current().id();
     let fault = RunFault::default();
     let ours = fault.clone();
@@ -220,6 +223,7 @@ pub fn watch(ctx: &Context, port: u8) -> std::io::Result<EventWatch> {
         };
         let removed = || {
             ours.record(
+                &control,
                 run,
                 DeviceEvent {
                     device: device.clone(),
@@ -266,6 +270,7 @@ pub fn watch(ctx: &Context, port: u8) -> std::io::Result<EventWatch> {
             }
             match ctx.get_async_event(Duration::ZERO) {
                 Ok(Some(ev)) if ends_run(&ev, port) => ours.record(
+                    &control,
                     run,
                     DeviceEvent {
                         device: device.clone(),

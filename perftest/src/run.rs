@@ -26,6 +26,7 @@ use crate::params::{Config, RunMode, Sizes, Timing, Warmup};
 use crate::progress::Progress;
 use crate::proto::{ChanError, Channel, Hello, Msg, PeerFailed, Phase, ProtoError, VERSION};
 use crate::report::endpoint_line;
+use crate::signals::Control;
 use crate::{bw, lat};
 
 /// Where a run's header and rows go as they are measured.
@@ -128,33 +129,37 @@ fn peer_knows(e: &anyhow::Error) -> bool {
 /// Runs `cfg` to the end: opens the device, pins the thread, connects to the peer, agrees on
 /// the parameters, measures every size and returns the result. Hands the header and each row to
 /// `sink` as they come; prints nothing itself and never exits. On a failure after the peer is
-/// connected, the peer is sent the reason (it prints it too).
-pub fn run_tool(cfg: &Config, sink: &mut dyn RowSink) -> Result<RunResult> {
-    run_tool_paced(cfg, sink, None)
+/// connected, the peer is sent the reason (it prints it too). A stop signal that `control`
+/// receives ([`crate::signals::install`]) stops the run the same way.
+pub fn run_tool(cfg: &Config, control: &Control, sink: &mut dyn RowSink) -> Result<RunResult> {
+    run_tool_paced(cfg, control, sink, None)
 }
 
 /// [`run_tool`] with a [`Pacer`] hooked into every size (a `--procs` worker's barrier).
 pub fn run_tool_paced(
     cfg: &Config,
+    control: &Control,
     sink: &mut dyn RowSink,
     pacer: Option<&mut dyn Pacer>,
 ) -> Result<RunResult> {
-    run_met(cfg, sink, pacer, None)
+    run_met(cfg, control, sink, pacer, None)
 }
 
 /// [`run_tool_paced`] for a server whose client is already met: its channel, whose HELLO was
 /// checked and accepted (a `--serve --concurrent` server, see [`crate::serve`]).
 pub fn run_for_client(
     cfg: &Config,
+    control: &Control,
     client: (Channel, Hello),
     sink: &mut dyn RowSink,
     pacer: Option<&mut dyn Pacer>,
 ) -> Result<RunResult> {
-    run_met(cfg, sink, pacer, Some(client))
+    run_met(cfg, control, sink, pacer, Some(client))
 }
 
 fn run_met(
     cfg: &Config,
+    control: &Control,
     sink: &mut dyn RowSink,
     pacer: Option<&mut dyn Pacer>,
     met: Option<(Channel, Hello)>,
@@ -162,12 +167,13 @@ fn run_met(
     let dev = device::open_device(cfg)?;
     // The device's asynchronous events (a port going down, a fatal QP or device error) end
     // the run within a moment, named (see events.rs); the watch outlives the channel below.
-    let events = crate::events::watch(&dev.ctx, cfg.device.ib_port).with_context(|| {
-        format!(
-            "starting the thread that reads {}'s asynchronous events",
-            dev.ctx.name()
-        )
-    })?;
+    let events =
+        crate::events::watch(&dev.ctx, cfg.device.ib_port, control).with_context(|| {
+            format!(
+                "starting the thread that reads {}'s asynchronous events",
+                dev.ctx.name()
+            )
+        })?;
     let cpu = crate::pin::pin(cfg, &dev)?;
     let cq_timeout = conn::completion_timeout(cfg);
     let peer_timeout = cq_timeout.max(Duration::from_secs(15));
@@ -199,7 +205,8 @@ fn run_met(
     ch.watch_device(events.fault());
     // From here a signal stops the run through its error path (and tells the peer); the watch
     // ends before the channel is closed.
-    let _watch = crate::signals::watch_socket(ch.raw_fd());
+    ch.stop_on_signals(control);
+    let _watch = control.watch_socket(ch.raw_fd());
 
     session(
         cfg,
@@ -229,7 +236,7 @@ fn settle_with_client(cfg: &Config, client: &Hello) -> Config {
 /// its HELLO, or this error was sent before). The peer may have failed first and said why (a
 /// refused validation makes our completions fail): its reason is preferred.
 fn tell_peer(ch: &mut Channel, e: anyhow::Error) -> anyhow::Error {
-    if let Some(i) = crate::signals::received() {
+    if let Some(i) = ch.control().received() {
         if !ch.error_sent() {
             ch.send_error(&i.for_the_peer());
         }
@@ -463,13 +470,13 @@ fn run_infinitely<'c>(
     // server stops when the client says so.
     let client = !s.cfg.is_server();
     if client {
-        crate::signals::stop_softly();
+        s.ch.control().stop_softly();
     }
     let mut rows = Vec::new();
     for period in 0u64.. {
         let go = match client {
             true => {
-                let go = !crate::signals::soft_stop_requested() && !sink.unread();
+                let go = !s.ch.control().soft_stop_requested() && !sink.unread();
                 let ph = if go { Phase::Period } else { Phase::Finish };
                 s.ch.sync(ph, if go { period } else { 0 })?;
                 go

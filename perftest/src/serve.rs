@@ -42,6 +42,7 @@ use crate::params::{Config, Params, Tool};
 use crate::proto::Channel;
 use crate::report::BwUnit;
 use crate::run::{our_hello, run_for_client, NoSink};
+use crate::signals::Control;
 
 /// `--concurrent N` beside the other options: it needs `--serve`, a bandwidth tool, and a run
 /// that each client ends by itself with one rdma_cm port per run.
@@ -86,7 +87,7 @@ const TICK: Duration = Duration::from_millis(200);
 const MAX_GREETING: usize = 16;
 
 /// The server: the port, the board the runs report to, and their threads.
-pub fn serve_concurrent(cfg: &Config, out: &OutputArgs) -> ExitCode {
+pub fn serve_concurrent(cfg: &Config, control: &Control, out: &OutputArgs) -> ExitCode {
     let name = cfg.tool.name();
     // The server's own faults first, as a single run meets them before it listens: the
     // device, its port and GID (each run opens its own context later), then the TCP port.
@@ -104,9 +105,9 @@ pub fn serve_concurrent(cfg: &Config, out: &OutputArgs) -> ExitCode {
     let mut threads: Vec<JoinHandle<()>> = Vec::new();
     loop {
         let summary = lock(&board).served.summary();
-        crate::signals::set_serve_summary(summary);
+        control.set_serve_summary(summary);
         threads.retain(|t| !t.is_finished());
-        if let Some(i) = crate::signals::received() {
+        if let Some(i) = control.received() {
             // Every run was woken and tells its peer; wait for them, then the summary.
             threads.into_iter().for_each(|t| drop(t.join()));
             let b = lock(&board);
@@ -142,9 +143,10 @@ pub fn serve_concurrent(cfg: &Config, out: &OutputArgs) -> ExitCode {
             continue;
         }
         let (cfg, out, board) = (cfg.clone(), out.clone(), Arc::clone(&board));
+        let control = control.clone();
         match std::thread::Builder::new()
             .name("client".into())
-            .spawn(move || serve_one(&cfg, conn, &out, &board))
+            .spawn(move || serve_one(&cfg, &control, conn, &out, &board))
         {
             Ok(t) => threads.push(t),
             Err(e) => verbs_lab::eprintln_whole!(
@@ -208,7 +210,13 @@ impl Pacer for Intervals {
 }
 
 /// One connection, on its own thread: its HELLO, then its run, then its report.
-fn serve_one(cfg: &Config, conn: OobConn, out: &OutputArgs, board: &Mutex<Board>) {
+fn serve_one(
+    cfg: &Config,
+    control: &Control,
+    conn: OobConn,
+    out: &OutputArgs,
+    board: &Mutex<Board>,
+) {
     let name = cfg.tool.name();
     let peer: SocketAddr = conn.peer();
     // A signal wakes this connection for as long as its thread lives, report included (the run
@@ -218,7 +226,7 @@ fn serve_one(cfg: &Config, conn: OobConn, out: &OutputArgs, board: &Mutex<Board>
     let _signals = held
         .as_ref()
         .ok()
-        .map(|fd| crate::signals::watch_socket(fd.as_raw_fd()));
+        .map(|fd| control.watch_socket(fd.as_raw_fd()));
     let mut ch = Channel::new(conn, "client");
     let (mut index, mut admitted) = (0, false);
     // Numbered once its HELLO is one of ours; let in while fewer than N run.
@@ -251,12 +259,12 @@ fn serve_one(cfg: &Config, conn: OobConn, out: &OutputArgs, board: &Mutex<Board>
                 index = b.numbered;
             }
             b.served.failed += 1;
-            crate::signals::set_serve_summary(b.served.summary());
+            control.set_serve_summary(b.served.summary());
             verbs_lab::eprintln_whole!("{name}: --serve: client {index} ({peer}): {e:#}");
             if admitted {
                 // Let in, then the ACCEPT could not be sent: its run ends here.
                 b.running -= 1;
-                end_of_run(&mut b, cfg);
+                end_of_run(&mut b, cfg, control);
             }
             return;
         }
@@ -266,7 +274,7 @@ fn serve_one(cfg: &Config, conn: OobConn, out: &OutputArgs, board: &Mutex<Board>
     // A bug that panics in one client's run (its resources unwound) fails that client alone;
     // its slot is given back like any other.
     let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run_for_client(cfg, (ch, hello), &mut NoSink, Some(&mut spans))
+        run_for_client(cfg, control, (ch, hello), &mut NoSink, Some(&mut spans))
     }))
     .unwrap_or_else(|_| Err(anyhow::anyhow!("its run panicked (the message is above)")));
     let mut b = lock(board);
@@ -291,7 +299,7 @@ fn serve_one(cfg: &Config, conn: OobConn, out: &OutputArgs, board: &Mutex<Board>
             b.served.failed += 1;
             match crate::events::in_chain(&e).filter(|ev| ev.ends_server()) {
                 Some(ev) => drop(b.server_fatal.get_or_insert(ev.to_string())),
-                None if crate::signals::received().is_some() => {}
+                None if control.received().is_some() => {}
                 None => verbs_lab::eprintln_whole!(
                     "{name}: --serve: client {index} ({peer}) failed: {e:#}; the other clients \
                      go on"
@@ -299,12 +307,12 @@ fn serve_one(cfg: &Config, conn: OobConn, out: &OutputArgs, board: &Mutex<Board>
             }
         }
     }
-    end_of_run(&mut b, cfg);
+    end_of_run(&mut b, cfg, control);
 }
 
 /// After a run ended: when none is left running, the wave's `#total` rows, and a new wave.
-fn end_of_run(b: &mut Board, cfg: &Config) {
-    crate::signals::set_serve_summary(b.served.summary());
+fn end_of_run(b: &mut Board, cfg: &Config, control: &Control) {
+    control.set_serve_summary(b.served.summary());
     if b.running == 0 {
         let wave = std::mem::take(&mut b.wave);
         stdout(&wave_report(&wave, BwUnit::new(cfg.report_gbits)));

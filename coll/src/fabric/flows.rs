@@ -14,6 +14,7 @@ use super::args::{Args, Op};
 use vl_perftest::measure::result::{Metric, Rows, TestKind};
 use vl_perftest::params::{Config, Params, Tool};
 use vl_perftest::run::{run_tool, NoSink};
+use vl_perftest::signals::Control;
 
 /// What a flow measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,7 +208,12 @@ fn run_one(args: &Args, table: &[RankRecord], me: u32, f: &Flow) -> Result<f64, 
     let peer = f.peer_of(me);
     let host = peer_address(&table[me as usize], &table[peer as usize]);
     let result = config(args, f, client.then_some(host.as_str()))
-        .and_then(|cfg| run_tool(&cfg, &mut NoSink).map_err(|e| format!("{e:#}")))
+        .and_then(|cfg| {
+            // The check's signals are the launcher's (a rank dies of them, its queues removed):
+            // no signal reaches the flow's run, so its control is one that none is sent to.
+            let unsignalled = Control::default();
+            run_tool(&cfg, &unsignalled, &mut NoSink).map_err(|e| format!("{e:#}"))
+        })
         .and_then(|r| match (client, r.rows) {
             (false, _) => Ok(0.0),
             (true, Rows::Bw(rows)) => rows

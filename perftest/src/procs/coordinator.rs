@@ -17,6 +17,7 @@ use crate::measure::aggregate::{aggregate_info, totals};
 use crate::measure::result::{ProcessResult, Rows, RunInfo, RunResult};
 use crate::output::{OutputArgs, Reporter};
 use crate::params::{Config, RunMode};
+use crate::signals::Control;
 
 /// One worker as the coordinator sees it.
 struct Proc {
@@ -81,6 +82,8 @@ struct Run<'a> {
     /// it ends before the workers are reaped.
     _pass_on: crate::signals::Watch,
     cfg: &'a Config,
+    /// The tool's run control: whether a signal came.
+    control: &'a Control,
     inbox: &'a Queue,
     ps: Vec<Proc>,
     /// When the last barrier (or Go) released the workers.
@@ -93,9 +96,9 @@ struct Run<'a> {
 
 /// The coordinator of `--procs N`: starts the workers, runs the barriers, collects and
 /// reports. Exit codes as [`crate::entry::main`].
-pub fn coordinator_main(cfg: &Config, out: &OutputArgs) -> ExitCode {
+pub fn coordinator_main(cfg: &Config, control: &Control, out: &OutputArgs) -> ExitCode {
     let name = cfg.tool.name();
-    // SIGINT and SIGTERM are the tool's signal thread's (`crate::signals`): it passes them on
+    // SIGINT and SIGTERM are the tool's signal thread's (`control`): it passes them on
     // to the workers, and removes the queues only if they do not stop in time.
     if let Err(e) = check_cpus(cfg) {
         return Fail::usage(format!("{e}; nothing was run")).exit(&name);
@@ -112,12 +115,12 @@ pub fn coordinator_main(cfg: &Config, out: &OutputArgs) -> ExitCode {
     for note in QUEUES.remove_orphans() {
         verbs_lab::eprintln_whole!("{name}: note: {note}");
     }
-    let outcome = coordinate(cfg).and_then(|(total, procs)| {
+    let outcome = coordinate(cfg, control).and_then(|(total, procs)| {
         Reporter::new(out)
             .finish_procs(&total, &procs)
             .map_err(|e| anyhow!("{e:#}"))
     });
-    let ended = |e: anyhow::Error| match crate::signals::received() {
+    let ended = |e: anyhow::Error| match control.received() {
         // What `coordinate` says of a run interrupted (see there).
         Some(i) => Fail::stopped(i.exit_code(), e),
         None => Fail::from(e),
@@ -143,7 +146,7 @@ fn check_cpus(cfg: &Config) -> Result<()> {
         .map_err(|e| anyhow!("--cpu {req}: {e}"))
 }
 
-fn coordinate(cfg: &Config) -> Result<(RunResult, Vec<ProcessResult>)> {
+fn coordinate(cfg: &Config, control: &Control) -> Result<(RunResult, Vec<ProcessResult>)> {
     let n = cfg.procs.count.context("coordinate() needs --procs")?;
     let base = QUEUES.base(std::process::id());
     // The inbox carries every message, a full Result included; 10 is the default msg_max.
@@ -163,8 +166,9 @@ fn coordinate(cfg: &Config) -> Result<(RunResult, Vec<ProcessResult>)> {
         workers.push(Worker::spawn(i, a, false).map_err(anyhow::Error::msg)?);
     }
     let mut run = Run {
-        _pass_on: crate::signals::pass_on_to(workers.iter().map(Worker::pid).collect()),
+        _pass_on: control.pass_on_to(workers.iter().map(Worker::pid).collect()),
         cfg,
+        control,
         inbox: &inbox,
         ps: workers
             .into_iter()
@@ -188,7 +192,7 @@ fn coordinate(cfg: &Config) -> Result<(RunResult, Vec<ProcessResult>)> {
     let outcome = run.conduct();
     if let Err(e) = &outcome {
         run.stop(&format!("{e:#}"));
-        if let Some(i) = crate::signals::received() {
+        if let Some(i) = control.received() {
             // The workers failed because the signal was passed on to them: that is the news.
             let n = run.ps.len();
             if run.ps.iter().any(|p| p.ready) {
@@ -480,7 +484,7 @@ impl Run<'_> {
         let name = self.cfg.tool.name();
         // Workers stopped by a signal passed on are telling their peers: give them the time
         // a single run has.
-        let grace = if crate::signals::received().is_some() {
+        let grace = if self.control.received().is_some() {
             crate::signals::GRACE
         } else {
             Duration::from_millis(500)

@@ -16,11 +16,12 @@ use crate::measure::result::{BwRow, LatRow, Rows, RunInfo, Span};
 use crate::params::{Config, WorkerOf};
 use crate::proto::Channel;
 use crate::run::{run_tool_paced, RowSink};
+use crate::signals::Control;
 
 /// The worker's `main`: ties itself to the coordinator (it dies, and removes the
 /// coordinator's queues, when the coordinator dies), runs, and sends its report and Done. A
 /// failure is sent to the coordinator as an `Error` (printed there); the exit status is 1.
-pub fn worker_main(cfg: &Config) -> ExitCode {
+pub fn worker_main(cfg: &Config, control: &Control) -> ExitCode {
     let w = cfg
         .procs
         .worker
@@ -41,7 +42,7 @@ pub fn worker_main(cfg: &Config) -> ExitCode {
         Ok(q) => q,
         Err(e) => return fail(&format!("the coordinator's queue: {e}")),
     };
-    match worker(cfg, w, &coord) {
+    match worker(cfg, control, w, &coord) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             if let Err(qe) = coord.send(&WorkerMsg::error(w.index, format!("{e:#}")), 1) {
@@ -54,7 +55,7 @@ pub fn worker_main(cfg: &Config) -> ExitCode {
     }
 }
 
-fn worker(cfg: &Config, w: &WorkerOf, coord: &Queue) -> Result<()> {
+fn worker(cfg: &Config, control: &Control, w: &WorkerOf, coord: &Queue) -> Result<()> {
     let inbox = Queue::open(&QUEUES.member(&w.queue, w.index)).context("opening our queue")?;
     let link = CoordLink {
         index: w.index,
@@ -71,7 +72,7 @@ fn worker(cfg: &Config, w: &WorkerOf, coord: &Queue) -> Result<()> {
         released: Instant::now(),
         spans: Vec::new(),
     };
-    let result = run_tool_paced(cfg, &mut sink, Some(&mut pacer))?;
+    let result = run_tool_paced(cfg, control, &mut sink, Some(&mut pacer))?;
     let rows = match result.rows {
         Rows::Bw(rows) => rows,
         Rows::Lat(_) => bail!("a latency run in a --procs worker"),

@@ -7,6 +7,7 @@ use std::time::Duration;
 use verbs_lab::oob::{OobConn, OobError};
 
 use crate::events::{DeviceEvent, RunFault};
+use crate::signals::Control;
 
 use super::*;
 
@@ -89,6 +90,8 @@ pub struct Channel {
     error_sent: bool,
     /// The event of the run's device that ends the run, once one came ([`Channel::watch_device`]).
     fault: RunFault,
+    /// The tool's signals ([`Channel::stop_on_signals`]); none reach a channel until then.
+    control: Control,
 }
 
 impl Channel {
@@ -100,6 +103,7 @@ impl Channel {
             phase_limit,
             error_sent: false,
             fault: RunFault::default(),
+            control: Control::default(),
         }
     }
 
@@ -109,15 +113,26 @@ impl Channel {
         self.fault = fault;
     }
 
+    /// From now on the run on this channel also stops when the tool's `control` receives a
+    /// stop signal: [`Channel::check_stop`] fails with [`crate::signals::Interrupted`].
+    pub fn stop_on_signals(&mut self, control: &Control) {
+        self.control = control.clone();
+    }
+
+    /// The tool's run control this channel stops on (see [`Channel::stop_on_signals`]).
+    pub fn control(&self) -> &Control {
+        &self.control
+    }
+
     /// The fatal event of the run's device, if one came.
     pub fn device_fault(&self) -> Option<DeviceEvent> {
         self.fault.fatal()
     }
 
-    /// Fails once the run must stop: a signal came ([`crate::signals::check`]), or its
-    /// device reported a fatal event. The loops call it as they look at the peer.
+    /// Fails once the run must stop: a signal came ([`Control::check`]), or its device
+    /// reported a fatal event. The loops call it as they look at the peer.
     pub fn check_stop(&self) -> anyhow::Result<()> {
-        crate::signals::check().map_err(anyhow::Error::new)?;
+        self.control.check().map_err(anyhow::Error::new)?;
         self.fault.check().map_err(anyhow::Error::new)
     }
 
@@ -136,7 +151,7 @@ impl Channel {
         self.peer
     }
 
-    /// The socket (see [`crate::signals::watch_socket`]).
+    /// The socket (see [`Control::watch_socket`]).
     pub fn raw_fd(&self) -> std::os::fd::RawFd {
         std::os::fd::AsRawFd::as_raw_fd(&self.conn)
     }
