@@ -39,7 +39,7 @@ use verbs_lab::verbs::{
 use verbs_lab_lessons::{
     check_range, connect_qp, create_rc_qp, exchange_endpoints, first_mismatch, lesson_main, meet,
     open_device, outln, pattern, peer_rts_barrier, same_as_client, say_mr, CommonArgs, Device,
-    PeerInfo, Side, Terms,
+    Narrator, PeerInfo, Side, Terms,
 };
 
 const PROGRAM: &str = "lesson05_rdma_write";
@@ -260,6 +260,13 @@ fn run(args: &Args, asked: Test) -> Result<()> {
         opts.path_mtu,
         opts.access
     ));
+    if server && test.notify == Notify::Imm {
+        // The first receive goes in before the barrier releases the writer. A WRITE_WITH_IMM
+        // that found none would wait out RNR retries; one the QP refuses (exercise 2,
+        // --no-write-access=qp) moves it to the error state, which flushes only receives
+        // already posted, so a receive posted after that would never complete.
+        post_imm_recv(&qp, &n, 0)?;
+    }
     peer_rts_barrier(&mut conn)?;
 
     let who = if server { "target" } else { "writer" };
@@ -399,22 +406,7 @@ fn post_write(s: &Side, t: &Test, i: u32, target: RemoteBuf) -> Result<()> {
 
 /// The server: wait for each write the chosen way, then check every byte.
 fn target(s: Side, t: &Test) -> Result<()> {
-    let post_recv = |i: u32| -> Result<()> {
-        // A WRITE_WITH_IMM consumes a receive but writes nothing into it: no SGE is needed.
-        s.qp.post_recv(&[RecvWr {
-            wr_id: i as u64,
-            sges: &[],
-        }])
-        .with_context(|| format!("posting the receive for iteration {i}"))?;
-        s.n.say(format!(
-            "iteration {i}: ibv_post_recv (wr_id {i}, no SGE) ready for the WRITE_WITH_IMM"
-        ));
-        Ok(())
-    };
-    if t.notify == Notify::Imm {
-        // Posted before the writer may start (it waited for our barrier above).
-        post_recv(0)?;
-    }
+    // With --notify imm, iteration 0's receive was posted before the writer was released.
     for i in 0..t.iters {
         let t0 = Instant::now();
         let how = match t.notify {
@@ -441,7 +433,7 @@ fn target(s: Side, t: &Test) -> Result<()> {
             t.notify.name()
         );
         if t.notify == Notify::Imm && i + 1 < t.iters {
-            post_recv(i + 1)?;
+            post_imm_recv(s.qp, s.n, i + 1)?;
         }
         s.conn
             .barrier(&format!("the client after our check of iteration {i}"))
@@ -453,6 +445,20 @@ fn target(s: Side, t: &Test) -> Result<()> {
         t.size,
         t.notify.name()
     );
+    Ok(())
+}
+
+/// Posts the receive iteration `i`'s WRITE_WITH_IMM consumes. It writes nothing into it: no SGE
+/// is needed.
+fn post_imm_recv(qp: &Qp, n: &Narrator, i: u32) -> Result<()> {
+    qp.post_recv(&[RecvWr {
+        wr_id: i as u64,
+        sges: &[],
+    }])
+    .with_context(|| format!("posting the receive for iteration {i}"))?;
+    n.say(format!(
+        "iteration {i}: ibv_post_recv (wr_id {i}, no SGE) ready for the WRITE_WITH_IMM"
+    ));
     Ok(())
 }
 
