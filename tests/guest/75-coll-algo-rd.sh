@@ -95,11 +95,7 @@ step "--np 3 --algo rd: rank 1 killed mid-run, the rank whose partner waits on i
 vl_all_reduce_perf --np 3 --ib-dev "$VL_DEV0,$VL_DEV1" --algo rd -b 1K -e 1K -n 1000000 -w 0 -c 0 \
     --timeout 20 >"$TMPDIR/kill.out" 2>&1 </dev/null &
 launcher=$!
-wait_for 60 - grep -q -F -e "#  Rank  2" "$TMPDIR/kill.out" 2>/dev/null \
-    || { cat "$TMPDIR/kill.out"; fail "the ranks did not start"; }
-sleep 2
-victim=$(pids_with_args "*vl_all_reduce_perf*--rank 1 *" | tail -n 1)
-kill -KILL "${victim:?no rank 1 process found}"
+kill_rank_mid_run "$TMPDIR/kill.out" 2 vl_all_reduce_perf 1
 rc=0
 _vl_watch "$launcher" 60 || rc=$?
 cat "$TMPDIR/kill.out"

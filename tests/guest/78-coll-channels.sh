@@ -9,10 +9,17 @@
 # - --np 3 and --np 4: reduce_scatter, all_gather, alltoall and broadcast with 1, 3 or 4
 #   channels; all_reduce by auto (rd, one channel, beside a ring of four) and by the ring with
 #   NCCL_MIN_NCHANNELS x NCCL_IB_QPS_PER_CONNECTION = 4 (no --channels);
-# - a bad NCCL_IB_QPS_PER_CONNECTION and --channels 17 are usage errors (exit 2).
-# Took 32 s (TCG guest, host load 6-8 on 2 cores; 61 s at load 11 with longer runs).
+# - a bad NCCL_IB_QPS_PER_CONNECTION and --channels 17 are usage errors (exit 2);
+# - the CQ: all channels of a rank complete into one CQ of 6 x --slots + 40 entries per channel;
+#   with 16 channels the first --slots past the device's max_cqe (335 on rxe, 32767 entries) is
+#   refused before ibv_create_cq, exit 2, naming the entries, the limit and the largest --slots
+#   and --channels that fit, and one slot fewer runs (0 wrong);
+# - --np 4 --channels 4, rank 2 killed (SIGKILL) mid-run: the launcher names it, every survivor
+#   names it and exits 1 by itself (status 1: a run that failed), within its peer timeout.
+# Took 32 s (TCG guest, host load 6-8 on 2 cores; 61 s at load 11 with longer runs); 38 s with
+# the CQ and killed-rank steps (host load 5, the vCPUs waiting 60 % of their time for a CPU).
 # timeout: 200
-# slow: eleven runs of three or four ranks
+# slow: fourteen runs of two to four ranks
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
@@ -47,7 +54,16 @@ coll() {
     no_queues "vl_${_t}_perf --np $_np $_ch"
 }
 
+# rank_qps: how many QPs of vl_all_reduce_perf processes `rdma resource show qp` lists.
+rank_qps() { rdma resource show qp 2>/dev/null | grep -c ' comm vl_all_reduce' || true; }
+no_rank_qps() { [ "$(rank_qps)" = 0 ]; }
+
 step "--np 3 all_reduce --algo ring --channels 4: the QPs while it runs"
+# Start from no QP of an earlier run, so that the count below is this run's alone: 36 were
+# counted once when this step ran right after other runs in the same boot (cause not found;
+# below, a 64-QP run leaves none listed once it has ended).
+echo "QPs of earlier runs still listed: $(rank_qps)"
+wait_for 30 - no_rank_qps || { rdma resource show qp; fail "QPs of ended runs still listed after $(scaled 30) s"; }
 out=$TMPDIR/qps.out
 vl_all_reduce_perf --np 3 --ib-dev "$VL_DEV0,$VL_DEV1" --algo ring --channels 4 -b 4 -e 10K -f 7 \
     --slot-size 1K --slots 2 -n 8 -w 1 -c 1 --timeout 30 --csv "$TMPDIR/qps.csv" \
@@ -56,7 +72,7 @@ launcher=$!
 # The QPs of the ranks (their command names start with vl_all_reduce), at the most seen.
 most=0
 while _vl_alive "$launcher"; do
-    qps=$(rdma resource show qp 2>/dev/null | grep -c ' comm vl_all_reduce' || true)
+    qps=$(rank_qps)
     [ "$qps" -gt "$most" ] && most=$qps
     [ "$most" -ge 24 ] && break
     sleep 0.1
@@ -98,4 +114,54 @@ expect_fail_within 10 "NCCL_IB_QPS_PER_CONNECTION=0" env NCCL_IB_QPS_PER_CONNECT
 expect_contains "$out" 'NCCL_IB_QPS_PER_CONNECTION="0": not a whole number from 1'
 expect_fail_within 10 "--channels 17" vl_all_gather_perf --np 2 --channels 17 -e 64
 [ "$FAIL_RC" = 2 ] || fail "--channels 17: exit $FAIL_RC, expected 2"
-echo "0 wrong on every run; 24 QPs for 3 ranks x 4 channels; the bad values refused"
+
+# The CQ's depth: per channel each of the two QPs has a send queue of 2 x slots + 16 and
+# slots + 4 receives, all completing into the one CQ. The most slots for 16 channels, from the
+# device's own max_cqe (32767 on rxe: 334 slots).
+max_cqe=$(ibv_devinfo -v -d "$VL_DEV0" | awk '$1 == "max_cqe:" { print $2 }')
+[ -n "$max_cqe" ] || fail "ibv_devinfo -v -d $VL_DEV0 lists no max_cqe"
+fits=$(((max_cqe / 16 - 40) / 6))
+over=$((fits + 1))
+fewer=$((max_cqe / (6 * over + 40)))
+step "--channels 16 --slots $over: a CQ deeper than max_cqe $max_cqe is refused, naming what fits"
+expect_fail_within 30 "--channels 16 --slots $over" vl_all_reduce_perf --np 2 --ib-dev "$VL_DEV0,$VL_DEV1" \
+    --channels 16 --slots "$over" --slot-size 1K -b 8 -e 64 -n 1 -w 0
+[ "$FAIL_RC" = 2 ] || fail "--channels 16 --slots $over: exit $FAIL_RC, expected 2 (usage)"
+expect_contains "$out" "--channels 16 x --slots $over: the completion queue would need $((16 * (6 * over + 40))) entries"
+expect_contains "$out" "more than $VL_DEV0's max_cqe of $max_cqe (vl_devinfo): give --slots $fits or fewer, or --channels $fewer or fewer"
+expect_not_contains "$out" "ibv_create_cq"
+step "--channels 16 --slots $fits: the deepest that fits runs"
+rc=0
+run_timeout 90 vl_all_reduce_perf --np 2 --ib-dev "$VL_DEV0,$VL_DEV1" --algo ring --channels 16 --slots "$fits" \
+    --slot-size 1K -b 8 -e 64K -f 64 -n 1 -w 0 -c 1 --timeout 30 >"$TMPDIR/deep.out" 2>&1 || rc=$?
+cat "$TMPDIR/deep.out"
+[ "$rc" = 0 ] || fail "--channels 16 --slots $fits exited $rc"
+expect_contains "$TMPDIR/deep.out" "# Out of bounds values : 0 OK"
+no_queues "--channels 16 --slots $fits"
+echo "QPs of the run (64) still listed after it ended: $(rank_qps)"
+
+step "--np 4 --channels 4: rank 2 killed mid-run, every survivor names it within its peer timeout"
+vl_all_reduce_perf --np 4 --ib-dev "$VL_DEV0,$VL_DEV1" --algo ring --channels 4 -b 64K -e 64K \
+    --slot-size 4K --slots 4 -n 1000000 -w 0 -c 0 --timeout 10 >"$TMPDIR/kill.out" 2>&1 </dev/null &
+launcher=$!
+kill_rank_mid_run "$TMPDIR/kill.out" 3 vl_all_reduce_perf 2
+t0=$(_vl_now)
+rc=0
+_vl_watch "$launcher" 60 || rc=$?
+elapsed=$((($(_vl_now) - t0) / 100))
+cat "$TMPDIR/kill.out"
+[ "$rc" = 1 ] || fail "the launcher exited $rc, expected 1 (a rank failed)"
+expect_contains "$TMPDIR/kill.out" "rank 2 (pid $victim) was killed by SIGKILL"
+# Each survivor ended by itself with status 1 (one still running at the launcher's grace, the
+# peer timeout and a margin, would have been killed and said so instead), naming rank 2 alone.
+for r in 0 1 3; do
+    grep -q "error: rank $r (pid [0-9]*) exited with status 1$" "$TMPDIR/kill.out" \
+        || fail "rank $r did not exit with status 1 by itself"
+done
+[ "$(grep -c "error: rank 2 (host .*) is gone" "$TMPDIR/kill.out")" -eq 3 ] \
+    || fail "not every survivor named rank 2"
+if grep "is gone" "$TMPDIR/kill.out" | grep -v -q "rank 2 (host "; then fail "a survivor named another rank"; fi
+echo "every survivor named rank 2 and exited 1, ${elapsed}s after the kill (peer timeout 10 s)"
+[ "$elapsed" -le "$(scaled 10)" ] || fail "the survivors took ${elapsed}s, more than the peer timeout"
+no_queues "--channels 4 with a killed rank"
+echo "0 wrong on every run; 24 QPs for 3 ranks x 4 channels; the bad values and a CQ past max_cqe refused; a killed rank named by all"

@@ -321,6 +321,18 @@ no_workers() {
     echo "no worker process left"
 }
 
+# kill_rank_mid_run OUT LAST PROG VICTIM: once the --np run of PROG writing OUT lists its last
+# rank LAST (the header's "#  Rank  LAST" line, printed when every rank is connected) and has run
+# 2 s more, SIGKILLs its rank VICTIM; the pid in $victim. Fails the scenario when the ranks do
+# not start within 60 s (scaled).
+kill_rank_mid_run() {
+    wait_for 60 - grep -q -F -e "#  Rank  $2" "$1" 2>/dev/null \
+        || { cat "$1"; fail "the ranks did not start"; }
+    sleep 2
+    victim=$(pids_with_args "*$3*--rank $4 *" | tail -n 1)
+    kill -KILL "${victim:?no rank $4 process found}"
+}
+
 # ---- assertions -------------------------------------------------------------------------------
 
 # expect_fail_within SECS NAME CMD...: CMD must exit non-zero (not by our timeout) within SECS

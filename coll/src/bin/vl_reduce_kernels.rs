@@ -9,7 +9,8 @@
 //! vl_reduce_kernels                     # every type and operator, 64 MiB buffers, 5 rounds
 //! vl_reduce_kernels -d float -o sum -s 256M -r 9
 //! ```
-//! Exit status 0, 2 for a bad command line. Times are the median of the rounds, each round one
+//! Exit status 0 (also when stdout is closed early: `| head` ends the run quietly), 1 when stdout
+//! cannot be written, 2 for a bad command line. Times are the median of the rounds, each round one
 //! pass over the buffers after one untimed pass (pages touched, caches in their steady state).
 
 #![forbid(unsafe_code)]
@@ -22,12 +23,14 @@ use clap::Parser;
 use verbs_lab::cli::parse_size;
 use vl_coll::kernels::{reduce, DataType, RedOp};
 
-/// Bytes reduced per second per core by each kernel, beside one core's copy bandwidth.
+/// Bytes reduced per second per core by each kernel, beside one core's memory pass (xor) and copy.
 #[derive(Parser)]
 #[command(
     name = "vl_reduce_kernels",
     version,
-    after_help = "Exit codes:\n  0  measured\n  2  bad command line"
+    after_help = "A closed stdout (| head) ends the run quietly.\n\
+                  Exit codes:\n  0  measured (or stdout closed)\n  1  stdout could not be \
+                  written (> /dev/full)\n  2  bad command line, nothing measured"
 )]
 struct Args {
     /// Bytes of each of the two buffers (K/M/G suffixes), larger than the last-level cache to
@@ -105,11 +108,11 @@ fn run(args: &Args) -> ExitCode {
     };
     let types = match chosen(&args.datatype, &DataType::ALL) {
         Ok(t) => t,
-        Err(e) => return usage(format!("-d {}: {e}", args.datatype)),
+        Err(e) => return usage(format!("-d {}: {e}, or all", args.datatype)),
     };
     let ops = match chosen(&args.op, &RedOp::ALL) {
         Ok(o) => o,
-        Err(e) => return usage(format!("-o {}: {e}", args.op)),
+        Err(e) => return usage(format!("-o {}: {e}, or all", args.op)),
     };
     if args.size > MAX_SIZE || args.size < 8 {
         return usage(format!(

@@ -33,6 +33,89 @@ pub(super) fn check(channels: usize) -> Result<()> {
     )))
 }
 
+/// The queue depths of a [`Pair`] of `lanes` channels of `nslots` slots each, as
+/// [`Pair::open`] asks the device for them. Each QP's send queue holds a piece per credit (or a
+/// credit per slot, to the left) twice over with room to spare, its receive queue a message per
+/// slot; every QP of every channel completes into the one CQ, which is therefore as deep as
+/// all of their queues together: `lanes × 2 × (sq + rq)`, 6 × `nslots` + 40 per channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Depths {
+    /// Work requests of each QP's send queue.
+    pub(super) sq: usize,
+    /// Work requests of each QP's receive queue.
+    pub(super) rq: usize,
+    /// Entries of the CQ.
+    pub(super) cqe: usize,
+}
+
+impl Depths {
+    pub(super) fn of(nslots: usize, lanes: usize) -> Depths {
+        let sq = nslots.saturating_mul(2).saturating_add(16);
+        let rq = nslots.saturating_add(4);
+        Depths {
+            sq,
+            rq,
+            cqe: lanes
+                .saturating_mul(2)
+                .saturating_mul(sq.saturating_add(rq)),
+        }
+    }
+}
+
+/// `lanes` channels of `nslots` slots fit the queues device `dev` grants (its `max_cqe` and
+/// `max_qp_wr`, from `ibv_query_device`, as `ibv_devinfo -v` lists them): checked before the CQ and the QPs
+/// are created, so that a deep pipeline over many channels is refused naming the numbers and
+/// the largest --slots (and --channels) that fit, rather than failing in `ibv_create_cq`.
+/// rxe grants 32767 CQ entries: 16 channels fit 334 slots, one channel 5454.
+pub(super) fn check_depths(
+    dev: &str,
+    (lanes, nslots): (usize, usize),
+    (max_cqe, max_qp_wr): (i32, i32),
+) -> Result<()> {
+    let d = Depths::of(nslots, lanes);
+    let max_cqe = usize::try_from(max_cqe).unwrap_or(0);
+    let max_wr = usize::try_from(max_qp_wr).unwrap_or(0);
+    if d.cqe <= max_cqe && d.sq <= max_wr {
+        return Ok(());
+    }
+    let devinfo = verbs_lab::verbs::error::advice().devinfo;
+    // What fits: the most slots with these channels (6 n + 40 entries per channel, a send
+    // queue of 2 n + 16), and the most channels of these slots.
+    let most_slots =
+        ((max_cqe / lanes.max(1)).saturating_sub(40) / 6).min(max_wr.saturating_sub(16) / 2);
+    let most_channels = max_cqe / Depths::of(nslots, 1).cqe.max(1);
+    let mut fixes = Vec::new();
+    if most_slots > 0 {
+        fixes.push(format!("give --slots {most_slots} or fewer"));
+    }
+    if lanes > 1 && most_channels > 0 && d.sq <= max_wr {
+        fixes.push(format!("--channels {most_channels} or fewer"));
+    }
+    let fix = if fixes.is_empty() {
+        "its queues cannot hold one slot".to_string()
+    } else {
+        fixes.join(", or ")
+    };
+    let asked = match lanes {
+        1 => format!("--slots {nslots}"),
+        k => format!("--channels {k} x --slots {nslots}"),
+    };
+    Err(CollError::Usage(if d.cqe > max_cqe {
+        format!(
+            "{asked}: the completion queue would need {} entries ({lanes} channel(s) x 2 QPs x \
+             (send queue 2 x {nslots} + 16 + receive queue {nslots} + 4)), more than {dev}'s \
+             max_cqe of {max_cqe} ({devinfo}): {fix}",
+            d.cqe
+        )
+    } else {
+        format!(
+            "{asked}: each QP's send queue would hold 2 x {nslots} + 16 = {} work requests, \
+             more than {dev}'s max_qp_wr of {max_wr} ({devinfo}): {fix}",
+            d.sq
+        )
+    }))
+}
+
 /// `terms` with the channel count when there is more than one (one channel adds nothing, so
 /// a record is what it was before channels).
 pub(super) fn with_term(terms: &[(String, String)], channels: usize) -> Vec<(String, String)> {
@@ -92,6 +175,67 @@ pub(super) fn connect_more(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// rxe's limits (`ibv_devinfo -v` in the guest).
+    const RXE: (i32, i32) = (32767, 1 << 20);
+
+    #[test]
+    fn the_depths_are_what_pair_open_asked_for_before_they_had_a_name() {
+        // 2 × (2 n + 16) + 2 n + 8 per channel, the CQ's size before `Depths`.
+        for (n, k) in [(1, 1), (8, 1), (8, 16), (334, 16), (5454, 1)] {
+            let d = Depths::of(n, k);
+            assert_eq!(
+                d.cqe,
+                k * (2 * (2 * n + 16) + 2 * n + 8),
+                "{n} slots, {k} channels"
+            );
+            assert_eq!((d.sq, d.rq), (2 * n + 16, n + 4));
+        }
+    }
+
+    #[test]
+    fn queues_deeper_than_the_device_grants_are_refused_naming_what_fits() {
+        // The largest that fit, and one slot more.
+        assert!(check_depths("rxe0", (16, 334), RXE).is_ok());
+        assert!(check_depths("rxe0", (1, 5454), RXE).is_ok());
+        let e = check_depths("rxe0", (16, 335), RXE).unwrap_err();
+        assert!(matches!(e, CollError::Usage(_)), "{e:?}");
+        let devinfo = verbs_lab::verbs::error::advice().devinfo;
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "--channels 16 x --slots 335: the completion queue would need 32800 entries (16 \
+                 channel(s) x 2 QPs x (send queue 2 x 335 + 16 + receive queue 335 + 4)), more \
+                 than rxe0's max_cqe of 32767 ({devinfo}): give --slots 334 or fewer, or \
+                 --channels 15 or fewer"
+            )
+        );
+        let e = check_depths("rxe0", (1, 5455), RXE)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("--slots 5455: the completion queue would need 32770 entries"),
+            "{e}"
+        );
+        assert!(e.ends_with(": give --slots 5454 or fewer"), "{e}");
+        // A device whose work requests run out first.
+        let e = check_depths("mlx5_0", (2, 600), (1 << 22, 1024))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "each QP's send queue would hold 2 x 600 + 16 = 1216 work requests, more \
+                        than mlx5_0's max_qp_wr of 1024"
+            ),
+            "{e}"
+        );
+        assert!(e.ends_with(": give --slots 504 or fewer"), "{e}");
+        // A device that cannot hold one slot.
+        let e = check_depths("tiny", (1, 1), (40, 1024))
+            .unwrap_err()
+            .to_string();
+        assert!(e.ends_with(": its queues cannot hold one slot"), "{e}");
+    }
 
     #[test]
     fn the_bound_is_said_and_one_channel_adds_no_term() {

@@ -261,7 +261,8 @@ pub(super) struct PortCfg {
 
 impl Pair {
     /// The CQ with its channel and, for each of `lanes` channels, one QP per direction and the
-    /// receive slots, on `pd`.
+    /// receive slots, on `pd`; queues deeper than the device grants are refused first, naming
+    /// what fits ([`super::channels::check_depths`]).
     pub(super) fn open(
         ctx: &Context,
         pd: &Pd,
@@ -269,19 +270,20 @@ impl Pair {
         nslots: usize,
         lanes: usize,
     ) -> Result<Pair> {
-        let sq_depth = 2 * nslots + 16;
+        let attr = ctx.query_device().map_err(verbs("ibv_query_device"))?;
+        let limits = (attr.max_cqe, attr.max_qp_wr);
+        super::channels::check_depths(ctx.name(), (lanes, nslots), limits)?;
+        let depths = super::channels::Depths::of(nslots, lanes);
+        let sq_depth = depths.sq;
         let channel = ctx
             .create_comp_channel()
             .map_err(verbs("ibv_create_comp_channel"))?;
         let cq = ctx
-            .create_cq(
-                (lanes * (2 * sq_depth + 2 * nslots + 8)) as u32,
-                Some(&channel),
-            )
+            .create_cq(depths.cqe as u32, Some(&channel))
             .map_err(verbs("ibv_create_cq"))?;
         let caps = QpCaps {
             max_send_wr: sq_depth as u32,
-            max_recv_wr: nslots as u32 + 4,
+            max_recv_wr: depths.rq as u32,
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: 0,
