@@ -92,7 +92,8 @@ pub struct Args {
     /// Bytes per receive slot (pipeline piece).
     #[arg(long = "slot-size", default_value = "128K", value_parser = parse_size::<usize>)]
     pub slot_bytes: usize,
-    /// Receive slots per link (pieces in flight).
+    /// Receive slots per link (pieces in flight). The completion queue holds about 6 x slots
+    /// per channel: past the device's max_cqe the run is refused before it starts.
     #[arg(long = "slots", default_value_t = 8)]
     pub nslots: usize,
     /// QPs per ring neighbour, 1 to 16: each message is split over K channels, each its own QP
