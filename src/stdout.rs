@@ -135,7 +135,8 @@ type FirstEnd = Arc<OnceLock<Ended>>;
 /// stopped by the end of stdout ([`StdoutClosed`], [`StdoutFailed`]) is not a panic of the
 /// scope. Once every thread has been joined, the first such end that a thread (or `f`) met is
 /// raised again here, so [`until_stdout_closes`] ends the program as that thread would have; a
-/// thread's other panic stays a panic, as with `std::thread::scope`.
+/// thread's other panic stays a panic, as with `std::thread::scope`. Unlike std's, the scope is
+/// lent to `f` alone: a thread of it cannot start another (none of ours needs to).
 pub fn scope<'env, F, T>(f: F) -> T
 where
     F: for<'scope> FnOnce(&Scope<'scope, 'env>) -> T,
