@@ -24,7 +24,7 @@
 //! - [`names`] (from `vl_verbs`): enums printed and parsed by name (`display_by_name!`,
 //!   `name_table!`).
 //! - [`stdout`]: `outln!`, a line on stdout that ends the program quietly (exit 0) once its
-//!   reader has gone (`| head`), destructors run.
+//!   reader has gone (`| head`), destructors run; `stdout::scope` for threads that print.
 //! - [`stderr`]: `eprintln_whole!`, a line on stderr in one `write(2)`, so the lines of processes
 //!   sharing one stderr never interleave.
 //! - [`signals`]: the process's one signal thread (`sigwait(3)`), which hands each signal to

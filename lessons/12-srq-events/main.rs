@@ -146,7 +146,9 @@ fn run(args: &Args) -> Result<()> {
         dev.ctx.name()
     ));
     let events = Events::default();
-    std::thread::scope(|scope| {
+    // The thread prints, so it runs in verbs_lab's scope: a closed stdout (`| head`) that stops
+    // it ends the lesson as quietly as a line of the main thread would (at the join).
+    verbs_lab::stdout::scope(|scope| {
         let watcher = scope.spawn(|| events.watch(&dev.ctx, &srq, limit));
         // Stops the thread however this closure ends (a panic too), so the scope can join it.
         let stop = StopOnDrop(&events.stop);

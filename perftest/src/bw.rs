@@ -266,12 +266,11 @@ fn phase(
         agreed: Agreed { inline_limit, .. },
         ..
     } = link;
+    let res: &Resources = res;
     let Resources {
         bufs: Buffers { src, dst, layout },
         qps,
         srq,
-        cq,
-        channel,
         ..
     } = res;
     let t_phase = Instant::now();
@@ -311,14 +310,38 @@ fn phase(
         rx: Rx::new(&k, rx_seq_base),
         watch: PeerWatch::new(ph, size),
     };
+    run_to_the_end(&k, &mut st, &c, res, ch, software)?;
+    if k.receives {
+        st.rx.flush(&k, dst)?;
+    }
+    phase_out(&k, &mut st, ch)
+}
+
+/// The phase's loop: tops up the send windows, polls (or, with `-e` and nothing to do, sleeps
+/// on the channel), accounts what completed; now and then settles the tallies with the peer and
+/// watches for stalls; until both directions are done.
+fn run_to_the_end(
+    k: &PhaseCtx<'_>,
+    st: &mut Sides<'_>,
+    c: &TxCfg,
+    res: &Resources,
+    ch: &mut Channel,
+    software: bool,
+) -> Result<()> {
+    let Resources {
+        bufs: Buffers { src, dst, layout },
+        cq,
+        channel,
+        ..
+    } = res;
     let mut wcs = WorkCompletion::array::<POLL_BATCH>();
-    let mut last_progress = t_phase;
-    let mut last_housekeeping = t_phase;
+    let mut last_progress = k.t_phase;
+    let mut last_housekeeping = k.t_phase;
     let mut turns = 0u32;
     let mut sleep = false;
 
     loop {
-        let posted_now = st.post_window(&c, src, &k.layout)?;
+        let posted_now = st.post_window(c, src, layout)?;
         // With -e, a loop that found nothing to do last time sleeps on the channel.
         let got = poll_or_sleep(cq, channel.as_ref(), &mut wcs, sleep && posted_now == 0)?;
         sleep = false;
@@ -327,7 +350,7 @@ fn phase(
         if got > 0 {
             let now = Instant::now();
             overdue = now.duration_since(last_housekeeping) >= CHANNEL_CHECK;
-            st.account(&wcs[..got], &k, dst, now)?;
+            st.account(&wcs[..got], k, dst, now)?;
             last_progress = now;
         }
 
@@ -337,21 +360,17 @@ fn phase(
         }
         let now = Instant::now();
         last_housekeeping = now;
-        settle(&k, &mut st, ch, now)?;
+        settle(k, st, ch, now)?;
         if st.tx.done && st.rx.done {
-            break;
+            return Ok(());
         }
         let stalled_for = now.duration_since(last_progress);
-        keep_watch(&k, &mut st, ch, (now, stalled_for))?;
+        keep_watch(k, st, ch, (now, stalled_for))?;
         if idle && software && channel.is_none() {
             let _ = backoff(stalled_for);
         }
         sleep = idle;
     }
-    if k.receives {
-        st.rx.flush(&k, dst)?;
-    }
-    phase_out(&k, &mut st, ch)
 }
 
 impl Sides<'_> {

@@ -7,7 +7,7 @@ use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use super::args::Args;
-use super::check::{Checked, FlowResult, Found, RoundLog};
+use super::check::{Checked, FlowResult, Found, PairsOutcome, RoundLog};
 use super::verdict::{PairResult, Rules, SlowPair};
 
 /// The `--json` layout's version.
@@ -124,54 +124,13 @@ pub fn document(args: &Args, hosts: &[String], gone: &[Option<String>], c: &Chec
         unmeasured: Vec::new(),
         exit: 0,
     };
-    let gone_host = |h: usize| gone.get(h).is_some_and(Option::is_some);
     match &c.found {
-        Found::Pairs(o) => {
-            doc.pairs = o
-                .pairs
-                .iter()
-                .zip(&o.first)
-                .map(|(p, f)| PairJson {
-                    result: p.clone(),
-                    first: o.retested.contains(&(p.a, p.b)).then(|| f.clone()),
-                })
-                .collect();
-            doc.ref_bw_mib_s = o.verdict.ref_bw_mib_s;
-            doc.ref_lat_us = o.verdict.ref_lat_us;
-            doc.slow = o.verdict.slow.clone();
-            doc.widespread = o.verdict.widespread;
-            doc.unmeasured = o
-                .pairs
-                .iter()
-                .filter(|p| !p.complete() && (gone_host(p.a) || gone_host(p.b)))
-                .map(|p| (p.a, p.b))
-                .collect();
-            for &h in &o.verdict.suspects {
-                let t = o.verdict.tallies[h];
-                let evidence: Vec<String> = o
-                    .verdict
-                    .slow
-                    .iter()
-                    .filter(|s| s.a == h || s.b == h)
-                    .flat_map(|s| s.reasons.iter().take(1).cloned())
-                    .collect();
-                doc.suspects.push(SuspectJson {
-                    rank: h,
-                    host: hosts[h].clone(),
-                    why: format!(
-                        "{} of its {} measured pairs slow: {}",
-                        t.slow,
-                        t.measured,
-                        evidence.join("; ")
-                    ),
-                });
-            }
-        }
+        Found::Pairs(o) => pairs_found(&mut doc, o, hosts, gone),
         Found::Flows(f) => {
             doc.flows = f.clone();
             doc.unmeasured = f
                 .iter()
-                .filter(|x| x.bw_mib_s.is_none() && (gone_host(x.src) || gone_host(x.dst)))
+                .filter(|x| x.bw_mib_s.is_none() && (is_gone(gone, x.src) || is_gone(gone, x.dst)))
                 .map(|x| (x.src, x.dst))
                 .collect();
         }
@@ -187,6 +146,56 @@ pub fn document(args: &Args, hosts: &[String], gone: &[Option<String>], c: &Chec
     }
     doc.exit = exit_code(&doc);
     doc
+}
+
+/// Whether host `h` left the check (`gone`, index = rank).
+fn is_gone(gone: &[Option<String>], h: usize) -> bool {
+    gone.get(h).is_some_and(Option::is_some)
+}
+
+/// What a pairs check found, into `doc`: each pair (with its first try when it was retested),
+/// the verdict, the pairs a host that left kept from being measured, and each suspect host with
+/// the evidence against it.
+fn pairs_found(doc: &mut FabricJson, o: &PairsOutcome, hosts: &[String], gone: &[Option<String>]) {
+    doc.pairs = o
+        .pairs
+        .iter()
+        .zip(&o.first)
+        .map(|(p, f)| PairJson {
+            result: p.clone(),
+            first: o.retested.contains(&(p.a, p.b)).then(|| f.clone()),
+        })
+        .collect();
+    doc.ref_bw_mib_s = o.verdict.ref_bw_mib_s;
+    doc.ref_lat_us = o.verdict.ref_lat_us;
+    doc.slow = o.verdict.slow.clone();
+    doc.widespread = o.verdict.widespread;
+    doc.unmeasured = o
+        .pairs
+        .iter()
+        .filter(|p| !p.complete() && (is_gone(gone, p.a) || is_gone(gone, p.b)))
+        .map(|p| (p.a, p.b))
+        .collect();
+    for &h in &o.verdict.suspects {
+        let t = o.verdict.tallies[h];
+        let evidence: Vec<String> = o
+            .verdict
+            .slow
+            .iter()
+            .filter(|s| s.a == h || s.b == h)
+            .flat_map(|s| s.reasons.iter().take(1).cloned())
+            .collect();
+        doc.suspects.push(SuspectJson {
+            rank: h,
+            host: hosts[h].clone(),
+            why: format!(
+                "{} of its {} measured pairs slow: {}",
+                t.slow,
+                t.measured,
+                evidence.join("; ")
+            ),
+        });
+    }
 }
 
 /// 0 when nothing is suspect; 3 when a pair is slow, a host suspect or gone, a pair or flow

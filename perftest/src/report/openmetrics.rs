@@ -23,7 +23,7 @@
 use std::fmt::Write as _;
 
 use crate::counters::Snapshot;
-use crate::measure::result::{Rows, RunResult};
+use crate::measure::result::{BwRow, LatRow, Rows, RunResult};
 
 /// A label value with `\`, `"` and newlines escaped.
 pub fn esc(v: &str) -> String {
@@ -126,62 +126,9 @@ pub fn render(result: &RunResult, counters: Option<&Snapshot>, gates: &GateVerdi
     ]);
     f.sample("vl_run_info", &info_labels, 1.0);
 
-    let size = |bytes: u64| with(&[("bytes", bytes.to_string())]);
     match &result.rows {
-        Rows::Bw(rows) => {
-            let name = "vl_bandwidth_average_bytes_per_second";
-            f.head(
-                name,
-                "BW average: bytes moved from the first post to the last completion.",
-                Some("bytes_per_second"),
-            );
-            rows.iter()
-                .for_each(|r| f.sample(name, &size(r.bytes), r.avg_bps));
-            let name = "vl_bandwidth_peak_bytes_per_second";
-            f.head(
-                name,
-                "BW peak: the highest bandwidth over any window of the run.",
-                Some("bytes_per_second"),
-            );
-            rows.iter()
-                .for_each(|r| f.sample(name, &size(r.bytes), r.peak_bps));
-            let name = "vl_message_rate_per_second";
-            f.head(name, "MsgRate: messages completed per second.", None);
-            rows.iter()
-                .for_each(|r| f.sample(name, &size(r.bytes), r.msg_rate_mpps * 1e6));
-            let name = "vl_iterations";
-            f.head(name, "Iterations measured at each size.", None);
-            rows.iter()
-                .for_each(|r| f.sample(name, &size(r.bytes), r.iterations as f64));
-        }
-        Rows::Lat(rows) => {
-            let name = "vl_latency_seconds";
-            f.head(
-                name,
-                "Latency statistics of each size (median is perftest's t_typical).",
-                Some("seconds"),
-            );
-            for r in rows {
-                let s = &r.stats;
-                for (stat, us) in [
-                    ("min", s.min_us),
-                    ("median", s.median_us),
-                    ("avg", s.avg_us),
-                    ("max", s.max_us),
-                    ("p99", s.p99_us),
-                    ("p99.9", s.p999_us),
-                    ("p99.99", s.p9999_us),
-                    ("stdev", s.stdev_us),
-                ] {
-                    let l = with(&[("bytes", r.bytes.to_string()), ("stat", stat.to_string())]);
-                    f.sample(name, &l, us / 1e6);
-                }
-            }
-            let name = "vl_iterations";
-            f.head(name, "Iterations measured at each size.", None);
-            rows.iter()
-                .for_each(|r| f.sample(name, &size(r.bytes), r.iterations as f64));
-        }
+        Rows::Bw(rows) => bw_families(&mut f, &base, rows),
+        Rows::Lat(rows) => lat_families(&mut f, &base, rows),
     }
 
     if let Some(d) = counters {
@@ -198,6 +145,73 @@ pub fn render(result: &RunResult, counters: Option<&Snapshot>, gates: &GateVerdi
     f.gates(&base, gates);
     out.push_str("# EOF\n");
     out
+}
+
+/// `base` and the row's size (`bytes`) as labels.
+fn size_labels(base: &[(&str, String)], bytes: u64) -> String {
+    labels_with(base, &[("bytes", bytes.to_string())])
+}
+
+/// The families of a bandwidth run: BW average, BW peak, MsgRate and iterations of each size.
+fn bw_families(f: &mut Family<'_>, base: &[(&str, String)], rows: &[BwRow]) {
+    let size = |bytes: u64| size_labels(base, bytes);
+    let name = "vl_bandwidth_average_bytes_per_second";
+    f.head(
+        name,
+        "BW average: bytes moved from the first post to the last completion.",
+        Some("bytes_per_second"),
+    );
+    rows.iter()
+        .for_each(|r| f.sample(name, &size(r.bytes), r.avg_bps));
+    let name = "vl_bandwidth_peak_bytes_per_second";
+    f.head(
+        name,
+        "BW peak: the highest bandwidth over any window of the run.",
+        Some("bytes_per_second"),
+    );
+    rows.iter()
+        .for_each(|r| f.sample(name, &size(r.bytes), r.peak_bps));
+    let name = "vl_message_rate_per_second";
+    f.head(name, "MsgRate: messages completed per second.", None);
+    rows.iter()
+        .for_each(|r| f.sample(name, &size(r.bytes), r.msg_rate_mpps * 1e6));
+    let name = "vl_iterations";
+    f.head(name, "Iterations measured at each size.", None);
+    rows.iter()
+        .for_each(|r| f.sample(name, &size(r.bytes), r.iterations as f64));
+}
+
+/// The families of a latency run: each size's statistics (label `stat`) and iterations.
+fn lat_families(f: &mut Family<'_>, base: &[(&str, String)], rows: &[LatRow]) {
+    let name = "vl_latency_seconds";
+    f.head(
+        name,
+        "Latency statistics of each size (median is perftest's t_typical).",
+        Some("seconds"),
+    );
+    for r in rows {
+        let s = &r.stats;
+        for (stat, us) in [
+            ("min", s.min_us),
+            ("median", s.median_us),
+            ("avg", s.avg_us),
+            ("max", s.max_us),
+            ("p99", s.p99_us),
+            ("p99.9", s.p999_us),
+            ("p99.99", s.p9999_us),
+            ("stdev", s.stdev_us),
+        ] {
+            let l = labels_with(
+                base,
+                &[("bytes", r.bytes.to_string()), ("stat", stat.to_string())],
+            );
+            f.sample(name, &l, us / 1e6);
+        }
+    }
+    let name = "vl_iterations";
+    f.head(name, "Iterations measured at each size.", None);
+    rows.iter()
+        .for_each(|r| f.sample(name, &size_labels(base, r.bytes), r.iterations as f64));
 }
 
 #[cfg(test)]

@@ -329,57 +329,11 @@ pub fn comparisons(doc: &Value) -> Result<Vec<Comparison>, String> {
             Some("lat") => "t_typical / perftest median (lower is better)",
             other => return Err(format!("rows[{i}].kind is {other:?}")),
         };
-        let side = |k: &str| -> Result<Option<Spread>, String> {
-            let st = field(k)?;
-            let num = |n: &str| -> Result<Option<f64>, String> {
-                let v = st.get(n);
-                match v.and_then(Value::as_f64) {
-                    Some(x) if x < 0.0 => Err(format!(
-                        "rows[{i}].{k}.{n}: {} is negative",
-                        v.unwrap_or(&Value::Null)
-                    )),
-                    x => Ok(x),
-                }
-            };
-            Ok(match (num("median")?, num("min")?, num("max")?) {
-                (Some(median), Some(min), Some(max)) => Some(Spread {
-                    bytes,
-                    median,
-                    min,
-                    max,
-                }),
-                _ => None,
-            })
-        };
-        let (ours, theirs) = (side("ours_stats")?, side("perftest_stats")?);
+        let ours = side_spread(r, i, "ours_stats", bytes)?;
+        let theirs = side_spread(r, i, "perftest_stats", bytes)?;
         let base = theirs.map(|t| t.median).filter(|m| *m > 0.0);
-        // A value over a tiny median can outgrow any axis (1e307 / 0.01 is infinite).
-        let rel = |k: &str, v: Option<Spread>| -> Result<Option<Spread>, String> {
-            let (Some(v), Some(b)) = (v, base) else {
-                return Ok(None);
-            };
-            let over = |n: &str, x: f64| {
-                let r = x / b;
-                if fits_axis(r) {
-                    Ok(r)
-                } else {
-                    Err(format!(
-                        "rows[{i}].{k}.{n}: {} over perftest's median {} is {}: too large for a \
-                         chart's axis",
-                        number(x),
-                        number(b),
-                        number(r)
-                    ))
-                }
-            };
-            Ok(Some(Spread {
-                bytes,
-                median: over("median", v.median)?,
-                min: over("min", v.min)?,
-                max: over("max", v.max)?,
-            }))
-        };
-        let (ours, theirs) = (rel("ours_stats", ours)?, rel("perftest_stats", theirs)?);
+        let ours = over_median(i, "ours_stats", ours, base)?;
+        let theirs = over_median(i, "perftest_stats", theirs, base)?;
         let idx = match out.iter().position(|c| c.family == family) {
             Some(k) => k,
             None => {
@@ -403,6 +357,65 @@ pub fn comparisons(doc: &Value) -> Result<Vec<Comparison>, String> {
         c.perftest.sort_by(|a, b| a.bytes.total_cmp(&b.bytes));
     }
     Ok(out)
+}
+
+/// One side of `rows[i]` (`k`: `ours_stats` or `perftest_stats`) at `bytes`: its median and
+/// range, or none when a statistic is missing (the side has no valid run); an error names a
+/// negative one.
+fn side_spread(r: &Value, i: usize, k: &str, bytes: f64) -> Result<Option<Spread>, String> {
+    let st = r.get(k).ok_or(format!("rows[{i}] has no \"{k}\""))?;
+    let num = |n: &str| -> Result<Option<f64>, String> {
+        let v = st.get(n);
+        match v.and_then(Value::as_f64) {
+            Some(x) if x < 0.0 => Err(format!(
+                "rows[{i}].{k}.{n}: {} is negative",
+                v.unwrap_or(&Value::Null)
+            )),
+            x => Ok(x),
+        }
+    };
+    Ok(match (num("median")?, num("min")?, num("max")?) {
+        (Some(median), Some(min), Some(max)) => Some(Spread {
+            bytes,
+            median,
+            min,
+            max,
+        }),
+        _ => None,
+    })
+}
+
+/// A side of `rows[i]` (`k`) over perftest's median `base` at its size: none without either.
+/// A value over a tiny median can outgrow any axis (1e307 / 0.01 is infinite): an error then.
+fn over_median(
+    i: usize,
+    k: &str,
+    v: Option<Spread>,
+    base: Option<f64>,
+) -> Result<Option<Spread>, String> {
+    let (Some(v), Some(b)) = (v, base) else {
+        return Ok(None);
+    };
+    let over = |n: &str, x: f64| {
+        let r = x / b;
+        if fits_axis(r) {
+            Ok(r)
+        } else {
+            Err(format!(
+                "rows[{i}].{k}.{n}: {} over perftest's median {} is {}: too large for a \
+                 chart's axis",
+                number(x),
+                number(b),
+                number(r)
+            ))
+        }
+    };
+    Ok(Some(Spread {
+        bytes: v.bytes,
+        median: over("median", v.median)?,
+        min: over("min", v.min)?,
+        max: over("max", v.max)?,
+    }))
 }
 
 /// The panel of a comparison: ours in blue, perftest in orange, each with its spread.
