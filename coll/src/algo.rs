@@ -1,4 +1,5 @@
-//! The second all-reduce algorithm, recursive doubling, and the choice between it and the ring.
+//! The second all-reduce algorithm, recursive doubling, all-to-all's direct exchange, and the
+//! choice between each and the ring.
 //!
 //! **Recursive doubling** on p = 2^k ranks: at step s (0..k) rank r exchanges its whole buffer
 //! with rank r XOR 2^s and reduces what it receives into its own; after k steps every rank holds
@@ -11,6 +12,14 @@
 //! 2e on) run recursive doubling among themselves; each odd rank of the first 2e then sends the
 //! result back to its even partner (*fold out*, one step). Latency steps: log2 p, plus 2 when
 //! n is not a power of two — against the ring's 2(n−1).
+//!
+//! **All-to-all** has a second algorithm too, the direct exchange ([`Algo::Direct`]): every
+//! rank writes each block straight to its owner over a QP to each other rank, all n−1 at once.
+//! In the model below, with S the bytes per rank, the ring's relay costs (n−1)·α +
+//! (n−1)/2 · S·β (each link carries (n−1)/2 of the buffer, every block waits for the ones
+//! before it), the direct exchange α + (n−1)/n · S·β (its n−1 flows share the rank's link): it
+//! wins at every size from three ranks on, so `auto` always takes it there. It costs n−1 pairs
+//! of QPs and their slots per rank, made the first time an all-to-all runs.
 //!
 //! **The α–β model** (Hockney; Thakur, Rabenseifner and Gropp, "Optimization of collective
 //! communication operations in MPICH", 2005): a message of S bytes costs α + S·β, and reducing
@@ -53,13 +62,19 @@
 use crate::schedule::{self, Action, Piece, Plan, RecvMsg, SendMsg};
 
 verbs_lab::name_table! {
-    /// An all-reduce algorithm, or the choice by size and world ([`Algo::Auto`]).
+    /// A collective's algorithm, or the choice by size and world ([`Algo::Auto`]): all-reduce
+    /// chooses between the ring and recursive doubling, all-to-all between the ring and the
+    /// direct exchange.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum Algo {
         /// Reduce-scatter then all-gather around the ring (see [`schedule`]).
         Ring => "ring",
         /// Recursive doubling with the fold for other world sizes (the module documentation).
         Rd => "rd" | "recursive-doubling" | "recursive_doubling",
+        /// All-to-all only: each block straight to its owner over a QP to every other rank,
+        /// all at once ([`schedule::alltoall_direct`]) — one latency step and each byte sent
+        /// once, against the ring's n−1 steps and (n−1)/2 of the buffer on every link.
+        Direct => "direct" | "pairwise",
         /// [`Algo::resolve`]: recursive doubling below the model's crossover, else the ring.
         Auto => "auto",
     }
@@ -74,6 +89,17 @@ impl Algo {
     pub fn resolve(self, n: usize, bytes: usize) -> Algo {
         match self {
             Algo::Auto if AlphaBeta::SOFTROCE.rd_wins(n, bytes) => Algo::Rd,
+            Algo::Auto => Algo::Ring,
+            fixed => fixed,
+        }
+    }
+
+    /// The algorithm an all-to-all on `n` ranks runs: `self`, or for [`Algo::Auto`] the direct
+    /// exchange from three ranks on (at every size: it sends each byte once, in one step; with
+    /// two the ring is the same exchange on the ring's own QPs). Never returns `Auto`.
+    pub fn resolve_alltoall(self, n: usize) -> Algo {
+        match self {
+            Algo::Auto if n > 2 => Algo::Direct,
             Algo::Auto => Algo::Ring,
             fixed => fixed,
         }
@@ -264,18 +290,10 @@ pub fn rd_steps(
     elem: usize,
     slot_bytes: usize,
 ) -> Result<Vec<RdStep>, String> {
-    if n == 0 || rank >= n {
-        return Err(format!("rank {rank} of a world of {n}"));
-    }
-    if elem == 0 || slot_bytes < elem {
-        return Err(format!(
-            "slots of {slot_bytes} bytes cannot hold one {elem}-byte element"
-        ));
-    }
+    let piece_bytes = schedule::piece_bytes(rank, n, elem, slot_bytes)?;
     if count == 0 {
         return Ok(Vec::new());
     }
-    let piece_bytes = slot_bytes / elem * elem;
     let all = 0..count * elem;
     let steps = rd_order(rank, n)
         .into_iter()

@@ -36,7 +36,10 @@
 //! blocks in transit wait in a *scratch* area in two halves: step s receives into half s mod 2,
 //! which step s−1's sends must have finished reading (the overwrite rule below says so).
 //! Unlike the others, its ranges are absolute in the memory `[input | output | scratch]`
-//! laid out `stride` bytes apart (see [`plan_in`]).
+//! laid out `stride` bytes apart (see [`plan_in`]). The **direct** all-to-all
+//! ([`alltoall_direct`]) needs links beyond the ring — to every rank at distance d, and from
+//! every rank at distance −d, d = 1..n−1 — and then sends each block once, straight to its
+//! owner, all n−1 exchanges at once: the communicator's default beyond two ranks.
 //!
 //! **Channels** ([`plan_channel`]): with K channels (K QPs per neighbour), channel k runs the
 //! same plan on its share of every chunk, block or range ([`Channel::share`]: the k-th of K
@@ -202,6 +205,25 @@ pub fn scratch_bytes(n: usize, count: usize, elem: usize) -> usize {
     2 * n.saturating_sub(2) * (count / n.max(1)) * elem
 }
 
+/// The largest piece of whole `elem`-byte elements a slot of `slot_bytes` holds, after checking
+/// that `rank` is one of `n` and that a slot holds an element.
+pub(crate) fn piece_bytes(
+    rank: usize,
+    n: usize,
+    elem: usize,
+    slot_bytes: usize,
+) -> Result<usize, String> {
+    if n == 0 || rank >= n {
+        return Err(format!("rank {rank} of a world of {n}"));
+    }
+    if elem == 0 || slot_bytes < elem {
+        return Err(format!(
+            "slots of {slot_bytes} bytes cannot hold one {elem}-byte element"
+        ));
+    }
+    Ok(slot_bytes / elem * elem)
+}
+
 /// The pieces of a byte range: consecutive sub-ranges of at most `piece_bytes` bytes.
 pub(crate) fn pieces(r: Range<usize>, piece_bytes: usize) -> impl Iterator<Item = Range<usize>> {
     (r.start..r.end)
@@ -296,9 +318,7 @@ pub fn plan_channel(
     if ch.of == 0 || ch.index >= ch.of {
         return Err(format!("channel {} of {}", ch.index, ch.of));
     }
-    if n == 0 || rank >= n {
-        return Err(format!("rank {rank} of a world of {n}"));
-    }
+    let piece_bytes = piece_bytes(rank, n, elem, slot_bytes)?;
     if let Some(root) = coll.root().filter(|&r| r >= n) {
         return Err(format!("root {root} is not a rank of a world of {n}"));
     }
@@ -307,12 +327,6 @@ pub fn plan_channel(
             "regions {stride} bytes apart cannot hold {count} elements of {elem} bytes"
         ));
     }
-    if elem == 0 || slot_bytes < elem {
-        return Err(format!(
-            "slots of {slot_bytes} bytes cannot hold one {elem}-byte element"
-        ));
-    }
-    let piece_bytes = slot_bytes / elem * elem;
     // This channel's share of a range.
     let cut = |r: Range<usize>| ch.share(r, elem);
     let bytes = |c: usize| {
@@ -661,6 +675,60 @@ fn alltoall_plan(
         }
     }
     p
+}
+
+/// All-to-all straight to each block's owner (the direct algorithm, [`crate::algo::Algo::Direct`]):
+/// one plan per distance d = 1..n−1, run on the links from the rank d places to the left and
+/// to the rank d places to the right. Plan d−1 sends our block for rank + d, read from the
+/// input (`[0, stride)`, blocks of `count / n` elements of `elem` bytes), and receives rank − d's
+/// block for us into the output (`stride` bytes on) at rank − d's place, in pieces of at most
+/// `slot_bytes` rounded down to whole elements. No byte moves twice and no plan waits for
+/// another: the n−1 exchanges run at once. Our own block is not in any plan (the caller copies
+/// it).
+pub fn alltoall_direct(
+    rank: usize,
+    n: usize,
+    count: usize,
+    elem: usize,
+    slot_bytes: usize,
+    stride: usize,
+) -> Result<Vec<Plan>, String> {
+    let piece_bytes = piece_bytes(rank, n, elem, slot_bytes)?;
+    let b = count / n * elem;
+    if stride < count / n * n * elem {
+        return Err(format!(
+            "the output {stride} bytes after the input overlaps its {n} blocks of {b} bytes"
+        ));
+    }
+    let plans = (1..n)
+        .map(|d| {
+            let (to, from) = (
+                ring_offset(rank, n, d as isize),
+                ring_offset(rank, n, -(d as isize)),
+            );
+            let piece = |chunk, range| Piece {
+                step: 0,
+                chunk,
+                range,
+            };
+            Plan {
+                sends: pieces(to * b..(to + 1) * b, piece_bytes)
+                    .map(|r| SendMsg {
+                        piece: piece(to, r),
+                        after_recv: None,
+                    })
+                    .collect(),
+                recvs: pieces(stride + from * b..stride + (from + 1) * b, piece_bytes)
+                    .map(|r| RecvMsg {
+                        piece: piece(from, r),
+                        action: Action::Copy,
+                        after_send: None,
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    Ok(plans)
 }
 
 /// Whether two byte ranges share a byte.

@@ -6,7 +6,8 @@ use std::collections::VecDeque;
 
 use vl_coll::kernels::{self, DataType, RedOp};
 use vl_coll::schedule::{
-    block, chunk, plan, plan_channel, plan_in, scratch_bytes, Action, Channel, Coll, Plan,
+    alltoall_direct, block, chunk, plan, plan_channel, plan_in, scratch_bytes, Action, Channel,
+    Coll, Plan,
 };
 
 /// A small deterministic generator (no rand crate).
@@ -603,6 +604,107 @@ fn all_to_all_and_the_rooted_collectives_match_the_reference_for_1_to_17_ranks()
     }
 }
 
+/// The direct all-to-all's plans run on a mesh: lane d−1 of rank r sends to lane d−1 of rank
+/// r + d, in order; pieces of the lanes interleave at random (no plan waits for another). Every
+/// piece fits a slot and matches its receive in length; every byte of the other ranks' blocks
+/// in the output is written exactly once, and the output is the reference's.
+fn check_direct(n: usize, count: usize, slot: usize, seed: u64) {
+    let s = 4;
+    let stride = count * s;
+    let what = format!("direct n={n} count={count} slot={slot}");
+    let plans: Vec<Vec<Plan>> = (0..n)
+        .map(|r| alltoall_direct(r, n, count, s, slot, stride).unwrap())
+        .collect();
+    let mut mems: Vec<Vec<u8>> = (0..n)
+        .map(|r| {
+            let mut input = vec![0u8; stride];
+            kernels::fill_input(DataType::I32, RedOp::Sum, r, 0, &mut input);
+            let mut out = vec![0xee; stride];
+            // Our own block, as the communicator copies it before the exchange.
+            let b = block(count, n, r);
+            out[b.start * s..b.end * s].copy_from_slice(&input[b.start * s..b.end * s]);
+            [input, out].concat()
+        })
+        .collect();
+    let mut written = vec![vec![0u8; stride]; n];
+    // Per (sender, lane): the next send; the receiver's next receive on the same lane.
+    let mut next = vec![vec![0usize; n.saturating_sub(1)]; n];
+    let mut rng = Lcg(seed);
+    loop {
+        let open: Vec<(usize, usize)> = (0..n)
+            .flat_map(|r| (0..n - 1).map(move |l| (r, l)))
+            .filter(|&(r, l)| next[r][l] < plans[r][l].sends.len())
+            .collect();
+        let Some(&(r, l)) = open.get(rng.next() as usize % open.len().max(1)) else {
+            break;
+        };
+        let to = (r + l + 1) % n;
+        let i = next[r][l];
+        let send = &plans[r][l].sends[i];
+        let recv = &plans[to][l].recvs[i];
+        assert!(
+            send.after_recv.is_none() && recv.after_send.is_none(),
+            "{what}"
+        );
+        assert!(
+            send.piece.range.len() <= slot,
+            "{what}: a piece larger than a slot"
+        );
+        assert_eq!(
+            send.piece.range.len(),
+            recv.piece.range.len(),
+            "{what}: {r}->{to}"
+        );
+        assert_eq!(recv.action, Action::Copy, "{what}");
+        assert!(send.piece.range.end <= stride && recv.piece.range.start >= stride);
+        let bytes = mems[r][send.piece.range.clone()].to_vec();
+        mems[to][recv.piece.range.clone()].copy_from_slice(&bytes);
+        for b in recv.piece.range.clone() {
+            written[to][b - stride] += 1;
+        }
+        next[r][l] += 1;
+    }
+    let b = count / n * s;
+    for r in 0..n {
+        for (l, mine) in plans[r].iter().enumerate() {
+            let to = (r + l + 1) % n;
+            assert_eq!(plans[to][l].recvs.len(), mine.sends.len(), "{what}");
+        }
+        for (j, w) in written[r][..b * n].chunks(b.max(1)).enumerate() {
+            let want = u8::from(j != r);
+            assert!(w.iter().all(|&x| x == want), "{what}: rank {r} block {j}");
+        }
+        let out = &mems[r][stride..];
+        for i in 0..count {
+            if let Some(want) = reference(Coll::AllToAll, n, count, RedOp::Sum, r, i) {
+                assert_eq!(
+                    value(DataType::I32, out, i),
+                    Some(want),
+                    "{what}: rank {r} element {i}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn direct_all_to_all_matches_the_reference_for_1_to_17_ranks() {
+    for n in 1usize..=17 {
+        let counts = [0, 1, n.saturating_sub(1), n, n + 1, 3 * n + 2, 5 * n, 101];
+        for count in counts {
+            for slot in [4, 12, 4096] {
+                check_direct(n, count, slot, (n * 131 + count * 7 + slot) as u64);
+            }
+        }
+    }
+    // Each rank sends (n−1)/n of the blocks, once: n/2 times less than the ring for n even.
+    let plans = alltoall_direct(2, 8, 80, 4, 1 << 20, 320).unwrap();
+    assert_eq!(plans.len(), 7);
+    assert!(plans.iter().all(|p| p.bytes_sent() == 40));
+    assert!(alltoall_direct(0, 4, 80, 4, 2, 320).is_err());
+    assert!(alltoall_direct(0, 4, 80, 4, 64, 100).is_err());
+}
+
 #[test]
 fn reduce_applies_every_operator() {
     for op in RedOp::ALL {
@@ -920,7 +1022,7 @@ fn algorithm_names_and_nccls() {
     assert!("tree"
         .parse::<Algo>()
         .unwrap_err()
-        .contains("ring, rd or auto"));
+        .contains("ring, rd, direct or auto"));
     assert_eq!(Algo::from_nccl("Ring"), Ok(Algo::Ring));
     assert_eq!(Algo::from_nccl("Tree"), Ok(Algo::Rd));
     assert_eq!(Algo::from_nccl("Tree,Ring"), Ok(Algo::Auto));

@@ -7,9 +7,11 @@
 # sizes not divisible by 3 (rounded down as nccl-tests does). Then nccl-tests' fidelity (issue
 # 40, item 5): reduce-scatter and all-gather print and compute from what moves, half and
 # bfloat16 reduce exactly, -d all runs each type in turn, -o avg divides where the result is,
-# the time column keeps to nccl-tests' 7 characters.
+# the time column keeps to nccl-tests' 7 characters. All-to-all's two algorithms on 5 ranks
+# (direct, the default, and --algo ring), the algorithms it does not have refused, and a rank
+# killed mid-all-to-all named by every survivor.
 # Took 34-62 s on a 2-core host shared with builds (TCG guest); 157 s at load average 10.
-# timeout: 400
+# timeout: 500
 # slow: four collectives of four ranks up to 4 MiB with every element checked, and an mpirun job, under emulation
 set -eu
 # shellcheck source=tests/guest/lib.sh
@@ -53,6 +55,40 @@ for t in alltoall reduce gather scatter; do
     head -n 1 "$TMPDIR/$t.csv" | grep -q '^size_bytes,count,type,redop,root,oop_time_us,' \
         || fail "vl_${t}_perf: --csv header"
 done
+
+step "all-to-all's algorithms: direct by default from 3 ranks, --algo ring relays; the same bytes"
+expect_contains "$TMPDIR/alltoall.out" "algo: auto (direct: a QP pair to each rank)"
+grep -q '"algo": "direct"' "$TMPDIR/alltoall.json" || fail "vl_alltoall_perf: the rows' algo is not direct"
+# Five ranks (four lanes each, an odd world), sizes not divisible by 5, both algorithms.
+for algo in ring direct; do
+    rc=0
+    run_timeout 150 vl_alltoall_perf --np 5 --ib-dev "$VL_DEV0,$VL_DEV1" --algo "$algo" -d int32 \
+        -b 44 -e 1M -f 24 -n 2 -w 1 -c 1 --timeout 60 --json "$TMPDIR/a2a-$algo.json" \
+        >"$TMPDIR/a2a-$algo.out" 2>&1 || rc=$?
+    cat "$TMPDIR/a2a-$algo.out"
+    [ "$rc" = 0 ] || fail "vl_alltoall_perf --np 5 --algo $algo exited $rc"
+    expect_contains "$TMPDIR/a2a-$algo.out" "algo: $algo"
+    # 11, 264, 6336, 152064 int32 rounded down to a multiple of 5.
+    check_rows "$TMPDIR/a2a-$algo.out" "vl_alltoall_perf --algo $algo" "40 1040 25340 608240"
+    grep -q "\"algo\": \"$algo\"" "$TMPDIR/a2a-$algo.json" || fail "--algo $algo: not in the --json rows"
+done
+no_queues "vl_alltoall_perf --np 5"
+out=$TMPDIR/rd.out
+expect_fail_within 10 "vl_alltoall_perf --algo rd" vl_alltoall_perf --np 3 --algo rd -e 64
+[ "$FAIL_RC" = 2 ] || fail "vl_alltoall_perf --algo rd: exit $FAIL_RC, expected 2"
+expect_contains "$out" "--algo rd: alltoall does not have it; rd is all_reduce's"
+expect_fail_within 10 "vl_gather_perf --algo direct" vl_gather_perf --np 3 --algo direct -e 64
+[ "$FAIL_RC" = 2 ] || fail "vl_gather_perf --algo direct: exit $FAIL_RC, expected 2"
+expect_contains "$out" "--algo direct: gather has only the ring; direct is alltoall's"
+
+step "a rank killed mid-all-to-all (direct, --np 4): the launcher and every survivor name it"
+vl_alltoall_perf --np 4 --ib-dev "$VL_DEV0,$VL_DEV1" -b 64K -e 64K -n 1000000 -w 0 -c 0 \
+    --timeout 20 >"$TMPDIR/kill.out" 2>&1 </dev/null &
+launcher=$!
+kill_rank_mid_run "$TMPDIR/kill.out" 3 vl_alltoall_perf 2
+survivors_name_victim "$TMPDIR/kill.out" "$launcher" 2 0 1 3
+[ "$elapsed" -le "$(scaled 20)" ] || fail "the survivors took ${elapsed}s, more than the peer timeout"
+no_queues "the all-to-all with a killed rank"
 
 step "the bus factors: alltoall, gather, scatter (n-1)/n = 0.75, reduce 1"
 for t in alltoall gather scatter; do

@@ -84,7 +84,7 @@ step "bad values are usage errors"
 out=$TMPDIR/bad.out
 expect_fail_within 10 "--algo tree" vl_all_reduce_perf --np 2 --algo tree -e 64
 [ "$FAIL_RC" = 2 ] || fail "--algo tree: exit $FAIL_RC, expected 2"
-expect_contains "$out" "unknown algorithm 'tree': use ring, rd or auto"
+expect_contains "$out" "unknown algorithm 'tree': use ring, rd, direct or auto"
 expect_fail_within 10 "VL_ALGO=bogus" env VL_ALGO=bogus vl_all_reduce_perf --np 2 -e 64
 [ "$FAIL_RC" = 2 ] || fail "VL_ALGO=bogus: exit $FAIL_RC, expected 2"
 [ "$(wc -l <"$out")" -eq 1 ] || fail "VL_ALGO=bogus: not one line"

@@ -333,6 +333,33 @@ kill_rank_mid_run() {
     kill -KILL "${victim:?no rank $4 process found}"
 }
 
+# survivors_name_victim OUT LAUNCHER VICTIM SURVIVORS...: after kill_rank_mid_run, the --np
+# launcher (pid LAUNCHER, output OUT) ends with status 1 within 60 s (scaled), saying rank VICTIM
+# (pid $victim) was killed; each of SURVIVORS exited with status 1 by itself (one still running
+# at the launcher's grace would have been killed and said so instead), and every one of them
+# named rank VICTIM, and no other rank, as gone. The seconds it took are left in $elapsed.
+survivors_name_victim() {
+    _sv_out=$1 _sv_launcher=$2 _sv_victim=$3
+    shift 3
+    _sv_t0=$(_vl_now)
+    _sv_rc=0
+    _vl_watch "$_sv_launcher" 60 || _sv_rc=$?
+    elapsed=$((($(_vl_now) - _sv_t0) / 100))
+    cat "$_sv_out"
+    [ "$_sv_rc" = 1 ] || fail "the launcher exited $_sv_rc, expected 1 (a rank failed)"
+    expect_contains "$_sv_out" "rank $_sv_victim (pid $victim) was killed by SIGKILL"
+    for _sv_r in "$@"; do
+        grep -q "error: rank $_sv_r (pid [0-9]*) exited with status 1$" "$_sv_out" \
+            || fail "rank $_sv_r did not exit with status 1 by itself"
+    done
+    [ "$(grep -c "error: rank $_sv_victim (host .*) is gone" "$_sv_out")" -eq $# ] \
+        || fail "not every survivor named rank $_sv_victim"
+    if grep "is gone" "$_sv_out" | grep -v -q "rank $_sv_victim (host "; then
+        fail "a survivor named another rank"
+    fi
+    echo "every survivor named rank $_sv_victim and exited 1, ${elapsed}s after the kill"
+}
+
 # ---- assertions -------------------------------------------------------------------------------
 
 # expect_fail_within SECS NAME CMD...: CMD must exit non-zero (not by our timeout) within SECS

@@ -83,7 +83,7 @@ fn check_opts(opts: &CommOpts) -> Result<()> {
 /// Registered memory is pinned and counts against RLIMIT_MEMLOCK, unless the process may lock
 /// any amount (`CAP_IPC_LOCK`, which root has): a run whose `bytes` cannot fit is refused before
 /// registering, naming the limit and what to change, rather than failing in `ibv_reg_mr`.
-fn check_memlock(bytes: usize) -> Result<()> {
+pub(super) fn check_memlock(bytes: usize) -> Result<()> {
     use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
     let Ok((soft, _)) = getrlimit(Resource::RLIMIT_MEMLOCK) else {
         return Ok(());
@@ -169,6 +169,7 @@ fn single(info: RankInfo, mut record: RankRecord, opts: &CommOpts) -> Result<Com
         star: Star::single(record),
         ring: None,
         partners: None,
+        mesh: None,
         link_cfg: None,
         algo: opts.algo,
         mem: Memory::Heap(heap),
@@ -484,6 +485,7 @@ impl Local {
             star,
             ring: Some(self.pair.into_ring(self.ctx, &self.port, peer_slots)),
             partners: None,
+            mesh: None,
             link_cfg: Some((self.pd.clone(), self.port)),
             algo: opts.algo,
             mem: Memory::Registered(self.data),

@@ -50,6 +50,7 @@ mod init;
 pub use channels::MAX_CHANNELS;
 pub use init::own_record;
 use init::{Pair, PortCfg};
+mod mesh;
 mod partners;
 mod pump;
 
@@ -302,6 +303,18 @@ impl Ring {
 /// [`Ring::port_down_settled`]); only failures pay it.
 const PORT_SETTLE: Duration = Duration::from_millis(1500);
 
+/// Which links a [`Job`] runs on, and so who each lane's peers are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Links {
+    /// The ring: every channel from the left neighbour, to the right one.
+    Ring,
+    /// The pair of links to a recursive-doubling partner (this rank), both ways.
+    Partner(usize),
+    /// The direct all-to-all's: lane i from the rank i+1 places to the left, to the rank i+1
+    /// places to the right.
+    Mesh,
+}
+
 /// One collective on the ring: its plans (one per channel), where its sends read
 /// (`src_off + range`) and its receives land (`dst_off + range`), and how arrivals are reduced.
 struct Job<'p> {
@@ -320,6 +333,8 @@ pub struct Comm {
     ring: Option<Ring>,
     /// The links to the recursive-doubling partners, by rank, once an all-reduce used it.
     partners: Option<std::collections::HashMap<usize, Ring>>,
+    /// The direct all-to-all's links, one lane per distance, once an all-to-all used it.
+    mesh: Option<Ring>,
     /// The PD and the port's facts, for the links made after the ring's.
     link_cfg: Option<(Pd, PortCfg)>,
     algo: Algo,
@@ -386,11 +401,12 @@ impl Comm {
     pub fn set_algo(&mut self, algo: Algo) {
         self.algo = algo;
     }
-    /// The algorithm `coll` on `bytes` per rank runs: [`Algo::resolve`] for all-reduce, the
-    /// ring for every other collective.
+    /// The algorithm `coll` on `bytes` per rank runs: [`Algo::resolve`] for all-reduce,
+    /// [`Algo::resolve_alltoall`] for all-to-all, the ring for every other collective.
     pub fn algo_for(&self, coll: Coll, bytes: usize) -> Algo {
         match coll {
             Coll::AllReduce => self.algo.resolve(self.world_size(), bytes),
+            Coll::AllToAll => self.algo.resolve_alltoall(self.world_size()),
             _ => Algo::Ring,
         }
     }
@@ -605,15 +621,20 @@ impl Comm {
     }
 
     /// Block j of rank i's input ends as block i of rank j's output, blocks of `count / n`
-    /// elements. In place, the output's blocks are sent: the ring reads them from a copy in the
-    /// input buffer (blocks in transit need somewhere to wait, see [`schedule`]). Needs
-    /// [`CommOpts::scratch`].
+    /// elements. In place, the output's blocks are sent from a copy in the input buffer. The
+    /// direct exchange ([`Algo::Direct`], the default from three ranks on) writes each block to
+    /// its owner over links to every rank, made by the first all-to-all (every rank calls it at
+    /// the same time); the ring relays them, which needs [`CommOpts::scratch`] for the blocks in
+    /// transit (see [`schedule`]).
     pub fn all_to_all(&mut self, dtype: DataType, count: usize, in_place: bool) -> Result<()> {
         let bytes = self.check(count, dtype, 0)?;
         let (n, rank, s, m) = (self.world_size(), self.rank(), dtype.size(), self.max_bytes);
-        if n > 2 && !self.scratch {
+        let direct = self.algo_for(Coll::AllToAll, bytes) == Algo::Direct;
+        if n > 2 && !direct && !self.scratch {
             return Err(CollError::Usage(
-                "all-to-all needs the communicator's scratch area (CommOpts::scratch)".into(),
+                "all-to-all on the ring needs the communicator's scratch area \
+                 (CommOpts::scratch)"
+                    .into(),
             ));
         }
         if in_place {
@@ -626,15 +647,22 @@ impl Comm {
         if n == 1 {
             return Ok(());
         }
-        let plans = self.plans(Coll::AllToAll, dtype, count, m)?;
-        self.execute(Job {
-            coll: Coll::AllToAll,
-            plans: &plans,
-            src_off: 0,
-            dst_off: 0,
-            dtype,
-            op: RedOp::Sum,
-        })
+        let (plans, via) = if direct {
+            (self.direct_plans(dtype, count)?, Links::Mesh)
+        } else {
+            (self.plans(Coll::AllToAll, dtype, count, m)?, Links::Ring)
+        };
+        self.execute_on(
+            Job {
+                coll: Coll::AllToAll,
+                plans: &plans,
+                src_off: 0,
+                dst_off: 0,
+                dtype,
+                op: RedOp::Sum,
+            },
+            via,
+        )
     }
 
     /// The element range of block `j` of `count` elements (gather, scatter, all-to-all).
@@ -722,12 +750,12 @@ impl Comm {
 
     /// Runs a job on the ring; a failure breaks the communicator and is told to every rank.
     fn execute(&mut self, job: Job<'_>) -> Result<()> {
-        self.execute_on(job, None)
+        self.execute_on(job, Links::Ring)
     }
 
-    /// Runs a job on the ring (`via` `None`) or on the links to partner `via`; a failure breaks
-    /// the communicator and is told to every rank.
-    fn execute_on(&mut self, job: Job<'_>, via: Option<usize>) -> Result<()> {
+    /// Runs a job on the links `via`; a failure breaks the communicator and is told to every
+    /// rank.
+    fn execute_on(&mut self, job: Job<'_>, via: Links) -> Result<()> {
         let r = self.pump(job, via);
         if let Err(e) = &r {
             self.broken = true;

@@ -109,7 +109,7 @@ impl Comm {
                     dtype,
                     op,
                 },
-                Some(st.partner),
+                Links::Partner(st.partner),
             )?;
         }
         Ok(())
@@ -119,16 +119,7 @@ impl Comm {
     /// documentation); every rank calls it at the same collective.
     fn connect_partners(&mut self) -> Result<()> {
         let (rank, n) = (self.rank(), self.world_size());
-        let (pd, cfg) = self
-            .link_cfg
-            .clone()
-            .expect("a port to connect from when the world has more than one rank");
-        let ctx = self
-            .ring
-            .as_ref()
-            .expect("a ring when the world has more than one rank")
-            .ctx
-            .clone();
+        let (ctx, pd, cfg) = self.link_base();
         let partners = algo::rd_partners(rank, n);
         let mut pairs = Vec::new();
         let mut mine = Vec::new();
@@ -165,6 +156,22 @@ impl Comm {
         self.star.barrier()?;
         self.partners = Some(links);
         Ok(())
+    }
+}
+
+impl Comm {
+    /// What links made after the ring's are made with: the ring's device context, the PD and
+    /// the port's facts.
+    pub(super) fn link_base(&self) -> (Context, Pd, PortCfg) {
+        let (pd, cfg) = self
+            .link_cfg
+            .clone()
+            .expect("a port to connect from when the world has more than one rank");
+        let ring = self
+            .ring
+            .as_ref()
+            .expect("a ring when the world has more than one rank");
+        (ring.ctx.clone(), pd, cfg)
     }
 }
 

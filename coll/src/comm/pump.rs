@@ -16,12 +16,13 @@ struct Peer {
     rank: u32,
 }
 
-/// One run of a job: what it reads and writes, who its neighbours are, and how far each
-/// channel's plan has got.
+/// One run of a job: what it reads and writes, who each lane's peers are (from the left, to
+/// the right), and how far each lane's plan has got.
 struct Run<'p> {
     job: Job<'p>,
-    left: Peer,
-    right: Peer,
+    peers: Vec<(Peer, Peer)>,
+    /// Whether the lanes are the ring's channels (the errors name them when there are several).
+    channels: bool,
     lanes: Vec<Progress>,
 }
 
@@ -52,12 +53,13 @@ fn lap(t: &mut Instant, slot: &mut Duration) {
 }
 
 impl Comm {
-    /// Runs `job` on the ring, or with `via` on the links to that partner.
-    pub(super) fn pump(&mut self, job: Job<'_>, via: Option<usize>) -> Result<()> {
-        let peer = |k| {
+    /// Runs `job` on the links `via`: the ring, a partner's, or the direct all-to-all's.
+    pub(super) fn pump(&mut self, job: Job<'_>, via: Links) -> Result<()> {
+        let peer = |lane: usize, k: isize| {
             let r: &RankRecord = match via {
-                Some(p) => &self.star.table()[p],
-                None => self.neighbour(k),
+                Links::Partner(p) => &self.star.table()[p],
+                Links::Ring => self.neighbour(k),
+                Links::Mesh => self.neighbour(k * (lane as isize + 1)),
             };
             Peer {
                 who: r.who(),
@@ -65,15 +67,18 @@ impl Comm {
             }
         };
         let mut run = Run {
+            peers: (0..job.plans.len())
+                .map(|l| (peer(l, -1), peer(l, 1)))
+                .collect(),
+            channels: via == Links::Ring,
             lanes: vec![Progress::default(); job.plans.len()],
             job,
-            left: peer(-1),
-            right: peer(1),
         };
         let mut idle = Idle::new(self.peer_timeout);
         let Comm {
             ring,
             partners,
+            mesh,
             mem,
             star,
             tracer,
@@ -81,15 +86,16 @@ impl Comm {
             ..
         } = self;
         // A recursive-doubling step is a part of one (counted by `run_rd`).
-        if via.is_none() {
+        if !matches!(via, Links::Partner(_)) {
             phases.collectives += 1;
         }
         let ring = match via {
-            None => ring.as_mut(),
-            Some(p) => partners.as_mut().and_then(|l| l.get_mut(&p)),
+            Links::Ring => ring.as_mut(),
+            Links::Partner(p) => partners.as_mut().and_then(|l| l.get_mut(&p)),
+            Links::Mesh => mesh.as_mut(),
         }
-        .expect("a ring when the world has more than one rank, partner links once connected");
-        assert_eq!(run.lanes.len(), ring.lanes.len(), "a plan per channel");
+        .expect("a ring when the world has more than one rank, other links once connected");
+        assert_eq!(run.lanes.len(), ring.lanes.len(), "a plan per lane");
         let Memory::Registered(data) = mem else {
             unreachable!("a ring has registered memory")
         };
@@ -183,16 +189,27 @@ impl Run<'_> {
         );
         lane.right.post_send(&[wr]).map_err(verbs(format!(
             "posting the RDMA WRITE WITH IMM to {}{}",
-            self.right.who,
+            self.right(k).who,
             self.on_channel(k)
         )))
     }
 
-    /// How the errors name channel `k`: nothing when there is only one.
+    /// Lane `k`'s peer on the left (its data arrives, our credits leave).
+    fn left(&self, k: usize) -> &Peer {
+        &self.peers[k].0
+    }
+
+    /// Lane `k`'s peer on the right (our data leaves, its credits arrive).
+    fn right(&self, k: usize) -> &Peer {
+        &self.peers[k].1
+    }
+
+    /// How the errors name channel `k`: nothing when there is only one, or when the lanes
+    /// are not the ring's channels (their peers name them).
     fn on_channel(&self, k: usize) -> String {
         match self.lanes.len() {
-            1 => String::new(),
-            of => format!(" on channel {k} of {of}"),
+            of if of > 1 && self.channels => format!(" on channel {k} of {of}"),
+            _ => String::new(),
         }
     }
 
@@ -232,7 +249,7 @@ impl Run<'_> {
                 );
                 lane.left.post_send(&[credit]).map_err(verbs(format!(
                     "posting a credit to {}{}",
-                    self.left.who,
+                    self.left(k).who,
                     self.on_channel(k)
                 )))?;
                 lane.sq_left += 1;
@@ -270,7 +287,7 @@ impl Run<'_> {
             return Err(CollError::Failed(format!(
                 "{} sent message {imm} of {len} bytes{} where message {} of {} bytes was due: \
                  do all ranks run the same collectives with the same sizes?",
-                self.left.who,
+                self.left(k).who,
                 self.on_channel(k),
                 lane.rx_seq as u32,
                 m.piece.range.len()
@@ -323,7 +340,7 @@ impl Run<'_> {
                     let imm = wc.imm_data().ok_or_else(|| {
                         CollError::Failed(format!(
                             "{} sent data without an immediate{}",
-                            self.left.who,
+                            self.left(k).who,
                             self.on_channel(k)
                         ))
                     })?;
@@ -349,9 +366,9 @@ impl Run<'_> {
             to_right.unwrap_or(0)
         });
         let peer = if from_left.is_some() {
-            &self.left
+            self.left(k)
         } else {
-            &self.right
+            self.right(k)
         };
         let channel = self.on_channel(k);
         if let Some(down) = ring.port_down_settled() {
@@ -372,21 +389,21 @@ impl Run<'_> {
         }
     }
 
-    /// Who we wait for when nothing moves: the left neighbour if a channel's data is due and
-    /// none has arrived, else the right one (credits or acknowledgements).
+    /// Who we wait for when nothing moves: the left peer of the first lane whose data is due
+    /// and none has arrived, else the right peer of the first lane with sends outstanding
+    /// (credits or acknowledgements).
     fn waiting_for(&self, ring: &Ring) -> (&Peer, &'static str) {
-        let starved = self
-            .job
-            .plans
-            .iter()
-            .zip(&self.lanes)
-            .zip(&ring.lanes)
-            .any(|((plan, p), lane)| p.processed < plan.recvs.len() && lane.arrived.is_empty());
-        if starved {
-            (&self.left, "data")
-        } else {
-            (&self.right, "credits or acknowledgements")
+        let lanes = || self.job.plans.iter().zip(&self.lanes).zip(&ring.lanes);
+        let starved = lanes().position(|((plan, p), lane)| {
+            p.processed < plan.recvs.len() && lane.arrived.is_empty()
+        });
+        if let Some(k) = starved {
+            return (self.left(k), "data");
         }
+        let owing = lanes()
+            .position(|((plan, p), _)| p.completed < plan.sends.len())
+            .unwrap_or(0);
+        (self.right(owing), "credits or acknowledgements")
     }
 }
 

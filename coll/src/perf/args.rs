@@ -100,7 +100,8 @@ pub struct Args {
     /// (a RoCE v2 flow with its own UDP source port, which an ECMP fabric's hash may put on its
     /// own path) and its own --slots. Else NCCL_MIN_NCHANNELS x NCCL_IB_QPS_PER_CONNECTION
     /// (NCCL opens that many QPs to each ring neighbour; either unset counts 1), else 1.
-    /// Every collective on the ring uses them; recursive doubling (--algo rd) keeps one.
+    /// Every collective on the ring uses them; recursive doubling (--algo rd) keeps one, and
+    /// so does the direct all-to-all per rank it writes to.
     #[arg(long = "channels", value_name = "K",
           value_parser = clap::value_parser!(u64).range(1..=MAX_CHANNELS as u64))]
     pub channels: Option<u64>,
@@ -127,9 +128,11 @@ pub struct Args {
     /// polling, idle); with --all-ranks, every rank's.
     #[arg(long)]
     pub profile: bool,
-    /// All-reduce algorithm: ring, rd (recursive doubling, log2 n steps: faster for small
-    /// messages) or auto (by size and world, the alpha-beta model's crossover; the default).
-    /// Else VL_ALGO, else NCCL_ALGO (Ring, Tree: here rd). The other tools have only the ring.
+    /// All-reduce's algorithm: ring, rd (recursive doubling, log2 n steps: faster for small
+    /// messages) or auto (by size and world, the alpha-beta model's crossover; the default);
+    /// else VL_ALGO, else NCCL_ALGO (Ring, Tree: here rd). All-to-all's: direct (each block
+    /// straight to its owner over a QP to every rank, at once), ring (relayed around the ring)
+    /// or auto (direct from 3 ranks on; the default). The other tools have only the ring.
     #[arg(long = "algo", value_name = "ALGO", value_parser = |s: &str| s.parse::<Algo>())]
     pub algo: Option<Algo>,
     #[command(flatten)]
@@ -529,31 +532,60 @@ impl Args {
         }))
     }
 
-    /// The all-reduce algorithm: `--algo`, else `VL_ALGO`, else `NCCL_ALGO` where it means one
-    /// of ours ([`Algo::from_nccl`]), else auto. A bad value is refused, naming where it came
-    /// from; so is a second algorithm for a tool that has only the ring (the variables are
-    /// ignored there: they may be set for the whole job).
+    /// The algorithm: for all-reduce `--algo`, else `VL_ALGO`, else `NCCL_ALGO` where it
+    /// means one of ours ([`Algo::from_nccl`]), else auto; for all-to-all `--algo`, else auto.
+    /// A bad value is refused, naming where it came from; so is an algorithm the tool does not
+    /// have (the variables are ignored by the other tools: they may be set for the whole job,
+    /// and they name all-reduce's algorithms).
     pub fn algo_for(
         &self,
         coll: Coll,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Algo, String> {
-        if coll != Coll::AllReduce {
-            return match self.algo {
-                Some(Algo::Rd) => Err(format!(
-                    "--algo rd: {} has only the ring; recursive doubling is all_reduce's",
-                    coll.name()
-                )),
-                _ => Ok(Algo::Ring),
-            };
+        let not_ours = |a: Algo, whose: &str| {
+            format!(
+                "--algo {}: {} does not have it; {} is {whose}'s",
+                a.name(),
+                coll.name(),
+                a.name()
+            )
+        };
+        match (coll, self.algo) {
+            (Coll::AllToAll, Some(Algo::Rd)) => return Err(not_ours(Algo::Rd, "all_reduce")),
+            (Coll::AllToAll, a) => return Ok(a.unwrap_or(Algo::Auto)),
+            (Coll::AllReduce, Some(Algo::Direct)) => {
+                return Err(not_ours(Algo::Direct, "alltoall"))
+            }
+            (Coll::AllReduce, _) => {}
+            (_, Some(a @ (Algo::Rd | Algo::Direct))) => {
+                let whose = if a == Algo::Rd {
+                    "all_reduce"
+                } else {
+                    "alltoall"
+                };
+                return Err(format!(
+                    "--algo {}: {} has only the ring; {} is {whose}'s",
+                    a.name(),
+                    coll.name(),
+                    a.name()
+                ));
+            }
+            (_, _) => return Ok(Algo::Ring),
         }
         if let Some(a) = self.algo {
             return Ok(a);
         }
         if let Some(v) = env(ALGO_ENV) {
-            return v
-                .parse::<Algo>()
-                .map_err(|e| format!("{ALGO_ENV}={v:?}: {e}; or unset it (the default is auto)"));
+            return match v.parse::<Algo>() {
+                Ok(Algo::Direct) => Err(format!(
+                    "{ALGO_ENV}={v:?}: direct is alltoall's; give ring, rd or auto here, or \
+                     unset it (the default is auto)"
+                )),
+                Ok(a) => Ok(a),
+                Err(e) => Err(format!(
+                    "{ALGO_ENV}={v:?}: {e}; or unset it (the default is auto)"
+                )),
+            };
         }
         match env(NCCL_ALGO_ENV) {
             Some(v) => Algo::from_nccl(&v),

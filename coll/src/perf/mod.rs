@@ -415,7 +415,10 @@ fn comm_opts(
         ib_port: args.launch.ib_port,
         gid_index: args.launch.gid_index,
         max_bytes: max,
-        scratch: coll == Coll::AllToAll,
+        // The ring relays all-to-all's blocks through a scratch area; the direct exchange
+        // writes them in place.
+        scratch: coll == Coll::AllToAll
+            && algo.resolve_alltoall(info.world_size as usize) == Algo::Ring,
         slot_bytes: args.slot_bytes,
         nslots: args.nslots,
         channels,
@@ -468,7 +471,7 @@ fn terms(args: &Args, coll: Coll, algo: Algo) -> Vec<(String, String)> {
     if let Some(root) = coll.root() {
         t.push(("-r", root.to_string()));
     }
-    if coll == Coll::AllReduce {
+    if matches!(coll, Coll::AllReduce | Coll::AllToAll) {
         t.push(("--algo", algo.name().to_string()));
     }
     t.into_iter().map(|(o, v)| (o.to_string(), v)).collect()
@@ -511,23 +514,34 @@ fn params_line(
         args.nslots,
         args.slot_bytes
     );
-    if coll == Coll::AllReduce {
-        format!("{line} algo: {}", algo_note(algo, n))
-    } else {
-        line
+    match coll {
+        Coll::AllReduce => format!("{line} algo: {}", algo_note(algo, n)),
+        Coll::AllToAll => format!("{line} algo: {}", alltoall_note(algo, n)),
+        _ => line,
     }
 }
 
-/// The header's channel count: where it came from, and that recursive doubling keeps one.
+/// The header's channel count: where it came from, and that recursive doubling and the direct
+/// all-to-all keep one.
 fn channels_note(k: usize, from: &str, coll: Coll) -> String {
-    let rd = if coll == Coll::AllReduce && k > 1 {
-        ", rd keeps 1"
-    } else {
-        ""
+    let rd = match coll {
+        Coll::AllReduce if k > 1 => ", rd keeps 1",
+        Coll::AllToAll if k > 1 => ", direct keeps 1 per rank",
+        _ => "",
     };
     match from {
         "default" => format!("channels: {k} (QPs per ring neighbour{rd})"),
         _ => format!("channels: {k} (QPs per ring neighbour, from {from}{rd})"),
+    }
+}
+
+/// All-to-all's algorithm as asked, and what `auto` takes on `n` ranks.
+fn alltoall_note(algo: Algo, n: usize) -> String {
+    match (algo, algo.resolve_alltoall(n)) {
+        (Algo::Auto, Algo::Direct) => "auto (direct: a QP pair to each rank)".to_string(),
+        (Algo::Auto, _) => format!("auto (ring: {n} rank(s), the ring is the exchange)"),
+        (Algo::Direct, _) => "direct (a QP pair to each rank)".to_string(),
+        (a, _) => a.name().to_string(),
     }
 }
 
@@ -556,7 +570,8 @@ fn one_size(
     // nccl-tests' rule: what moves is what the row says.
     let size = report::moved_size(coll, n, size, args.dtype);
     let count = size / args.dtype.size();
-    let (algo, has_algo) = (comm.algo_for(coll, size), coll == Coll::AllReduce);
+    let has_algo = matches!(coll, Coll::AllReduce | Coll::AllToAll);
+    let algo = comm.algo_for(coll, size);
     let mut measure = |in_place: bool| -> Result<(f64, Option<u64>), Fail> {
         bench_one(comm, coll, args, count, in_place)
     };
@@ -617,7 +632,8 @@ struct JsonParams {
     launcher: &'static str,
     /// How many hosts the ranks ran on (their host hashes).
     hosts: u32,
-    /// All-reduce's algorithm as asked (`ring`, `rd`, `auto`); each row says which ran.
+    /// All-reduce's or all-to-all's algorithm as asked (`ring`, `rd`, `direct`, `auto`); each
+    /// row says which ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     algo: Option<&'static str>,
     /// QPs per ring neighbour (`--channels`); recursive doubling's steps use one.
@@ -667,7 +683,7 @@ fn verdict(
         .map_or(1, |p| p.hosts);
     if let Some(path) = &args.json {
         // As the run resolved it (checked before the run).
-        let algo = (table.coll == Coll::AllReduce)
+        let algo = matches!(table.coll, Coll::AllReduce | Coll::AllToAll)
             .then(|| args.algo_for(table.coll, &env_var).ok())
             .flatten();
         let params = JsonParams::new(args, launcher, hosts, algo, table.channels);
@@ -793,6 +809,34 @@ mod tests {
         );
         assert!(line.contains(" B channels: 1 algo: auto"), "{line}");
         assert!(!params_line(&plain, 4, "flags", (b, Algo::Ring), "").contains("algo"));
+        // All-to-all: the flag alone (ring, direct, auto), all-reduce's variables ignored.
+        let a2a = Coll::AllToAll;
+        assert_eq!(
+            plain.algo_for(a2a, &env(Some("rd"), Some("Tree"))),
+            Ok(Algo::Auto)
+        );
+        let direct = args("vl_alltoall_perf --algo direct");
+        assert_eq!(direct.algo_for(a2a, &env(None, None)), Ok(Algo::Direct));
+        let e = flag.algo_for(a2a, &env(None, None)).unwrap_err();
+        assert_eq!(
+            e,
+            "--algo rd: alltoall does not have it; rd is all_reduce's"
+        );
+        let e = direct.algo_for(ar, &env(None, None)).unwrap_err();
+        assert!(e.contains("direct is alltoall's"), "{e}");
+        let e = direct.algo_for(b, &env(None, None)).unwrap_err();
+        assert!(e.contains("broadcast has only the ring"), "{e}");
+        let e = plain
+            .algo_for(ar, &env(Some("pairwise"), None))
+            .unwrap_err();
+        assert!(e.contains("direct is alltoall's"), "{e}");
+        let line = params_line(&plain, 4, "flags", (a2a, Algo::Auto), "channels: 1");
+        assert!(
+            line.ends_with(" algo: auto (direct: a QP pair to each rank)"),
+            "{line}"
+        );
+        let line = params_line(&plain, 2, "flags", (a2a, Algo::Auto), "channels: 1");
+        assert!(line.ends_with(" algo: auto (ring: 2 rank(s), the ring is the exchange)"));
     }
 
     #[test]
