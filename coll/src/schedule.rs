@@ -101,6 +101,12 @@ impl Coll {
         }
     }
 
+    /// Whether the collective has a choice of algorithm ([`crate::algo::Algo`]): all-reduce
+    /// (ring or recursive doubling) and all-to-all (ring or direct); the others have the ring.
+    pub fn chooses_algorithm(self) -> bool {
+        matches!(self, Coll::AllReduce | Coll::AllToAll)
+    }
+
     /// Whether received data is reduced (rather than stored).
     pub fn reduces(self) -> bool {
         matches!(

@@ -59,6 +59,8 @@ done
 step "all-to-all's algorithms: direct by default from 3 ranks, --algo ring relays; the same bytes"
 expect_contains "$TMPDIR/alltoall.out" "algo: auto (direct: a QP pair to each rank)"
 grep -q '"algo": "direct"' "$TMPDIR/alltoall.json" || fail "vl_alltoall_perf: the rows' algo is not direct"
+head -n 1 "$TMPDIR/alltoall.csv" | grep -q ',channels,algo$' || fail "vl_alltoall_perf: no algo column in --csv"
+[ "$(grep -c ',1,direct$' "$TMPDIR/alltoall.csv")" -eq 2 ] || fail "vl_alltoall_perf: --csv rows do not say direct"
 # Five ranks (four lanes each, an odd world), sizes not divisible by 5, both algorithms.
 for algo in ring direct; do
     rc=0

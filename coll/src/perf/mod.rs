@@ -471,7 +471,7 @@ fn terms(args: &Args, coll: Coll, algo: Algo) -> Vec<(String, String)> {
     if let Some(root) = coll.root() {
         t.push(("-r", root.to_string()));
     }
-    if matches!(coll, Coll::AllReduce | Coll::AllToAll) {
+    if coll.chooses_algorithm() {
         t.push(("--algo", algo.name().to_string()));
     }
     t.into_iter().map(|(o, v)| (o.to_string(), v)).collect()
@@ -570,7 +570,7 @@ fn one_size(
     // nccl-tests' rule: what moves is what the row says.
     let size = report::moved_size(coll, n, size, args.dtype);
     let count = size / args.dtype.size();
-    let has_algo = matches!(coll, Coll::AllReduce | Coll::AllToAll);
+    let has_algo = coll.chooses_algorithm();
     let algo = comm.algo_for(coll, size);
     let mut measure = |in_place: bool| -> Result<(f64, Option<u64>), Fail> {
         bench_one(comm, coll, args, count, in_place)
@@ -683,7 +683,9 @@ fn verdict(
         .map_or(1, |p| p.hosts);
     if let Some(path) = &args.json {
         // As the run resolved it (checked before the run).
-        let algo = matches!(table.coll, Coll::AllReduce | Coll::AllToAll)
+        let algo = table
+            .coll
+            .chooses_algorithm()
             .then(|| args.algo_for(table.coll, &env_var).ok())
             .flatten();
         let params = JsonParams::new(args, launcher, hosts, algo, table.channels);

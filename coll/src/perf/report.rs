@@ -35,7 +35,8 @@ pub struct Row {
     pub out_of_place: Measure,
     /// `None` where the collective has no in-place form (sendrecv).
     pub in_place: Option<Measure>,
-    /// The algorithm that ran it, for the collectives that have a choice (all-reduce).
+    /// The algorithm that ran it, for the collectives that have a choice (all-reduce,
+    /// all-to-all).
     pub algo: Option<Algo>,
 }
 
@@ -107,7 +108,8 @@ pub struct Table<'a> {
     pub n: usize,
     pub dtype: DataType,
     pub op: Option<RedOp>,
-    /// QPs per ring neighbour (`--channels`): a CSV column, before all-reduce's algorithm.
+    /// QPs per ring neighbour (`--channels`): a CSV column, before the algorithm (all-reduce's,
+    /// all-to-all's).
     pub channels: usize,
 }
 
@@ -240,7 +242,7 @@ impl Table<'_> {
         }
         head.push("channels".into());
         // The collectives with a choice of algorithm say which ran, last.
-        let algo = self.coll == Coll::AllReduce;
+        let algo = self.coll.chooses_algorithm();
         if algo {
             head.push("algo".into());
         }
@@ -396,8 +398,8 @@ pub struct RowJson<M> {
     pub count: usize,
     pub out_of_place: M,
     pub in_place: Option<M>,
-    /// The algorithm that ran this size (`ring`, `rd`), for all-reduce; absent for the
-    /// collectives that have only the ring.
+    /// The algorithm that ran this size (`ring`, `rd`, `direct`), for all-reduce and
+    /// all-to-all; absent for the collectives that have only the ring.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub algo: Option<String>,
 }
