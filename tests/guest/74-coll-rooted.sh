@@ -82,6 +82,12 @@ expect_contains "$out" "--algo rd: alltoall does not have it; rd is all_reduce's
 expect_fail_within 10 "vl_gather_perf --algo direct" vl_gather_perf --np 3 --algo direct -e 64
 [ "$FAIL_RC" = 2 ] || fail "vl_gather_perf --algo direct: exit $FAIL_RC, expected 2"
 expect_contains "$out" "--algo direct: gather has only the ring; direct is alltoall's"
+# The mesh's queues are checked before they are made: 2 peers x 3000 slots pass rxe's max_cqe.
+expect_fail_within 60 "the mesh past max_cqe" vl_alltoall_perf --np 3 --ib-dev "$VL_DEV0,$VL_DEV1" \
+    --slots 3000 --slot-size 4K -b 8 -e 8 -n 1 -w 0
+expect_contains "$out" "the direct all-to-all needs a pair of QPs and --slots x --slot-size to each of the 2 other ranks: 2 peer(s) x --slots 3000"
+expect_contains "$out" "give --slots 2723 or fewer; or give --algo ring"
+no_queues "the refused mesh"
 
 step "a rank killed mid-all-to-all (direct, --np 4): the launcher and every survivor name it"
 vl_alltoall_perf --np 4 --ib-dev "$VL_DEV0,$VL_DEV1" -b 64K -e 64K -n 1000000 -w 0 -c 0 \

@@ -62,14 +62,25 @@ impl Depths {
     }
 }
 
+/// What the lanes of a [`Pair`] are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LaneKind {
+    /// The ring's channels (`--channels`), or a recursive-doubling partner's one lane.
+    Channel,
+    /// The direct all-to-all's: one per rank it writes to, as many as the world has others.
+    Peer,
+}
+
 /// `lanes` channels of `nslots` slots fit the queues device `dev` grants (its `max_cqe` and
 /// `max_qp_wr`, from `ibv_query_device`, as `ibv_devinfo -v` lists them): checked before the CQ and the QPs
 /// are created, so that a deep pipeline over many channels is refused naming the numbers and
 /// the largest --slots (and --channels) that fit, rather than failing in `ibv_create_cq`.
-/// rxe grants 32767 CQ entries: 16 channels fit 334 slots, one channel 5454.
+/// rxe grants 32767 CQ entries: 16 channels fit 334 slots, one channel 5454. The lanes are
+/// the ring's channels, or the direct all-to-all's peers ([`LaneKind`]), which the refusal
+/// names as what they are.
 pub(super) fn check_depths(
     dev: &str,
-    (lanes, nslots): (usize, usize),
+    (lanes, nslots, kind): (usize, usize, LaneKind),
     (max_cqe, max_qp_wr): (i32, i32),
 ) -> Result<()> {
     let d = Depths::of(nslots, lanes);
@@ -88,7 +99,7 @@ pub(super) fn check_depths(
     if most_slots > 0 {
         fixes.push(format!("give --slots {most_slots} or fewer"));
     }
-    if lanes > 1 && most_channels > 0 && d.sq <= max_wr {
+    if kind == LaneKind::Channel && lanes > 1 && most_channels > 0 && d.sq <= max_wr {
         fixes.push(format!("--channels {most_channels} or fewer"));
     }
     let fix = if fixes.is_empty() {
@@ -96,13 +107,18 @@ pub(super) fn check_depths(
     } else {
         fixes.join(", or ")
     };
-    let asked = match lanes {
-        1 => format!("--slots {nslots}"),
-        k => format!("--channels {k} x --slots {nslots}"),
+    let asked = match (kind, lanes) {
+        (LaneKind::Channel, 1) => format!("--slots {nslots}"),
+        (LaneKind::Channel, k) => format!("--channels {k} x --slots {nslots}"),
+        (LaneKind::Peer, k) => format!("{k} peer(s) x --slots {nslots}"),
+    };
+    let what = match kind {
+        LaneKind::Channel => "channel(s)",
+        LaneKind::Peer => "peer(s)",
     };
     Err(CollError::Usage(if d.cqe > max_cqe {
         format!(
-            "{asked}: the completion queue would need {} entries ({lanes} channel(s) x 2 QPs x \
+            "{asked}: the completion queue would need {} entries ({lanes} {what} x 2 QPs x \
              (send queue 2 x {nslots} + 16 + receive queue {nslots} + 4)), more than {dev}'s \
              max_cqe of {max_cqe} ({devinfo}): {fix}",
             d.cqe
@@ -180,6 +196,21 @@ mod tests {
     const RXE: (i32, i32) = (32767, 1 << 20);
 
     #[test]
+    fn the_direct_all_to_alls_lanes_are_named_as_peers_without_a_channels_fix() {
+        let e = check_depths("rxe0", (2, 3000, LaneKind::Peer), RXE)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(
+                "2 peer(s) x --slots 3000: the completion queue would need 36080 entries (2 \
+                 peer(s) x 2 QPs"
+            ),
+            "{e}"
+        );
+        assert!(e.ends_with(": give --slots 2723 or fewer"), "{e}");
+    }
+
+    #[test]
     fn the_depths_are_what_pair_open_asked_for_before_they_had_a_name() {
         // 2 × (2 n + 16) + 2 n + 8 per channel, the CQ's size before `Depths`.
         for (n, k) in [(1, 1), (8, 1), (8, 16), (334, 16), (5454, 1)] {
@@ -196,9 +227,9 @@ mod tests {
     #[test]
     fn queues_deeper_than_the_device_grants_are_refused_naming_what_fits() {
         // The largest that fit, and one slot more.
-        assert!(check_depths("rxe0", (16, 334), RXE).is_ok());
-        assert!(check_depths("rxe0", (1, 5454), RXE).is_ok());
-        let e = check_depths("rxe0", (16, 335), RXE).unwrap_err();
+        assert!(check_depths("rxe0", (16, 334, LaneKind::Channel), RXE).is_ok());
+        assert!(check_depths("rxe0", (1, 5454, LaneKind::Channel), RXE).is_ok());
+        let e = check_depths("rxe0", (16, 335, LaneKind::Channel), RXE).unwrap_err();
         assert!(matches!(e, CollError::Usage(_)), "{e:?}");
         let devinfo = verbs_lab::verbs::error::advice().devinfo;
         assert_eq!(
@@ -210,7 +241,7 @@ mod tests {
                  --channels 15 or fewer"
             )
         );
-        let e = check_depths("rxe0", (1, 5455), RXE)
+        let e = check_depths("rxe0", (1, 5455, LaneKind::Channel), RXE)
             .unwrap_err()
             .to_string();
         assert!(
@@ -219,7 +250,7 @@ mod tests {
         );
         assert!(e.ends_with(": give --slots 5454 or fewer"), "{e}");
         // A device whose work requests run out first.
-        let e = check_depths("mlx5_0", (2, 600), (1 << 22, 1024))
+        let e = check_depths("mlx5_0", (2, 600, LaneKind::Channel), (1 << 22, 1024))
             .unwrap_err()
             .to_string();
         assert!(
@@ -231,7 +262,7 @@ mod tests {
         );
         assert!(e.ends_with(": give --slots 504 or fewer"), "{e}");
         // A device that cannot hold one slot.
-        let e = check_depths("tiny", (1, 1), (40, 1024))
+        let e = check_depths("tiny", (1, 1, LaneKind::Channel), (40, 1024))
             .unwrap_err()
             .to_string();
         assert!(e.ends_with(": its queues cannot hold one slot"), "{e}");

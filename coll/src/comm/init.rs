@@ -1,5 +1,6 @@
 //! [`Comm::init`]: a rank's device, QPs and slots, the rendezvous, the connections.
 
+use super::channels::LaneKind;
 use super::*;
 use crate::bootstrap::{place, Place, Via, NO_DEVICE};
 
@@ -269,11 +270,11 @@ impl Pair {
         pd: &Pd,
         slot_bytes: usize,
         nslots: usize,
-        lanes: usize,
+        (lanes, kind): (usize, LaneKind),
     ) -> Result<Pair> {
         let attr = ctx.query_device().map_err(verbs("ibv_query_device"))?;
         let limits = (attr.max_cqe, attr.max_qp_wr);
-        super::channels::check_depths(ctx.name(), (lanes, nslots), limits)?;
+        super::channels::check_depths(ctx.name(), (lanes, nslots, kind), limits)?;
         let depths = super::channels::Depths::of(nslots, lanes);
         let sq_depth = depths.sq;
         let channel = ctx
@@ -417,7 +418,8 @@ impl Local {
                 .map_err(verbs("opening the RDMA device, its port and GID"))?;
         let pd = ctx.alloc_pd().map_err(verbs("ibv_alloc_pd"))?;
         check_memlock(opts.channels * opts.nslots * opts.slot_bytes + opts.data_bytes())?;
-        let pair = Pair::open(&ctx, &pd, opts.slot_bytes, opts.nslots, opts.channels)?;
+        let lanes = (opts.channels, LaneKind::Channel);
+        let pair = Pair::open(&ctx, &pd, opts.slot_bytes, opts.nslots, lanes)?;
         let data = pd
             .reg_mr(opts.data_bytes(), AccessFlags::LOCAL_WRITE)
             .map_err(verbs("registering the data buffer"))?;

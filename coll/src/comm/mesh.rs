@@ -15,6 +15,7 @@
 //! right QP of lane d of the rank d to its left and its right QP to the left QP of lane d of
 //! the rank d to its right, and a barrier waits for every receive posted.
 
+use super::channels::LaneKind;
 use super::init::check_memlock;
 use super::partners::{exchange_lists, PairInfo};
 use super::*;
@@ -49,8 +50,14 @@ impl Comm {
         let mr_bytes = self.max_bytes * (2 + 2 * usize::from(self.scratch));
         check_memlock(mr_bytes + (ring_lanes + rd_lanes + lanes) * slots)
             .map_err(|e| direct_needs(n, e))?;
-        let pair = Pair::open(&ctx, &pd, cfg.slot_bytes, cfg.nslots, lanes)
-            .map_err(|e| direct_needs(n, e))?;
+        let pair = Pair::open(
+            &ctx,
+            &pd,
+            cfg.slot_bytes,
+            cfg.nslots,
+            (lanes, LaneKind::Peer),
+        )
+        .map_err(|e| direct_needs(n, e))?;
         let mine = pair
             .lanes
             .iter()

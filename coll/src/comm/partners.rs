@@ -124,7 +124,8 @@ impl Comm {
         let mut pairs = Vec::new();
         let mut mine = Vec::new();
         for &p in &partners {
-            let pair = Pair::open(&ctx, &pd, cfg.slot_bytes, cfg.nslots, 1)?;
+            let one = (1, super::channels::LaneKind::Channel);
+            let pair = Pair::open(&ctx, &pd, cfg.slot_bytes, cfg.nslots, one)?;
             mine.push(PairInfo::of(&pair.lanes[0], p)?);
             pairs.push(pair);
         }
