@@ -74,7 +74,7 @@ verbs_lab::name_table! {
         /// All-to-all only: each block straight to its owner over a QP to every other rank,
         /// all at once ([`schedule::alltoall_direct`]) — one latency step and each byte sent
         /// once, against the ring's n−1 steps and (n−1)/2 of the buffer on every link.
-        Direct => "direct" | "pairwise",
+        Direct => "direct",
         /// [`Algo::resolve`]: recursive doubling below the model's crossover, else the ring.
         Auto => "auto",
     }

@@ -9,11 +9,14 @@
 //!   (torchrun, DeepSpeed, Open MPI, MPICH, Slurm);
 //! - [`bootstrap`]: rank 0's rendezvous (the endpoint table) and the TCP star kept for control
 //!   and liveness;
-//! - [`schedule`]: the ring schedules — which piece goes where, and what waits for what;
+//! - [`schedule`]: the schedules — which piece goes where, and what waits for what — on the
+//!   ring, and all-to-all's direct exchange;
 //! - [`algo`]: recursive doubling, the latency-bound all-reduce beside the ring, and the
-//!   choice between the two by the α–β model (`--algo`, `VL_ALGO`, `NCCL_ALGO`);
+//!   choice between the two by the α–β model (`--algo`, `VL_ALGO`, `NCCL_ALGO`); all-to-all's
+//!   choice between the ring and the direct exchange;
 //! - [`kernels`]: element types, reduction operators and the tight reduction loops;
-//! - [`comm`]: the communicator — RC QPs to both neighbours, receive slots with credits, and the
+//! - [`comm`]: the communicator — RC QPs to both neighbours (and, once an algorithm needs them,
+//!   to recursive-doubling partners or to every rank), receive slots with credits, and the
 //!   engine that runs a schedule with RDMA WRITE WITH IMM;
 //! - [`launch`]: `--np N`, N ranks on this machine as child processes; with `--nnodes`, one
 //!   launcher per node, torchrun's way.

@@ -1,5 +1,6 @@
-//! The ring schedules: which byte range each rank sends to its right neighbour, in which order,
-//! which range each message from its left neighbour lands in, and what waits for what.
+//! The schedules: which byte range each rank sends to its right neighbour, in which order,
+//! which range each message from its left neighbour lands in, and what waits for what — on the
+//! ring, and for all-to-all's direct exchange on links to every rank ([`alltoall_direct`]).
 //!
 //! A collective on `count` elements over `n` ranks cuts the buffer into `n` chunks whose sizes
 //! differ by at most one element ([`chunk`]); each chunk is cut into *pieces* of at most one
@@ -28,7 +29,7 @@
 //! load of the root's incoming link, (n−1)/n of the buffer. **Scatter** is the reverse: the root
 //! sends the block of the farthest rank first, and each rank forwards what is not its own.
 //!
-//! **All-to-all** on a ring (the communicator has QPs to its two neighbours only): at step 0
+//! **All-to-all** on a ring (with QPs to its two neighbours only, `--algo ring`): at step 0
 //! every rank sends its blocks for the ranks 1..n−1 places to its right, farthest first; at
 //! step s each rank keeps the block that has arrived at its destination and forwards the others
 //! at step s+1. A block travels as many hops as its destination is far, so each link carries
@@ -39,7 +40,8 @@
 //! laid out `stride` bytes apart (see [`plan_in`]). The **direct** all-to-all
 //! ([`alltoall_direct`]) needs links beyond the ring — to every rank at distance d, and from
 //! every rank at distance −d, d = 1..n−1 — and then sends each block once, straight to its
-//! owner, all n−1 exchanges at once: the communicator's default beyond two ranks.
+//! owner, all n−1 exchanges at once: what [`crate::algo::Algo::Auto`] takes beyond two ranks
+//! (the tools' default).
 //!
 //! **Channels** ([`plan_channel`]): with K channels (K QPs per neighbour), channel k runs the
 //! same plan on its share of every chunk, block or range ([`Channel::share`]: the k-th of K

@@ -6,8 +6,8 @@
 # - --np 3 all_reduce --algo ring --channels 4: while it runs, `rdma resource show qp` counts
 #   24 QPs of the ranks (3 ranks x 4 channels x 2 neighbours; 6 with one channel); the header,
 #   the --csv column and the --json params say 4, and vl_jsoncheck accepts the document;
-# - --np 3 and --np 4: reduce_scatter, all_gather, alltoall and broadcast with 1, 3 or 4
-#   channels; all_reduce by auto (rd, one channel, beside a ring of four) and by the ring with
+# - --np 3 and --np 4: reduce_scatter, all_gather, alltoall (--algo ring) and broadcast with 1,
+#   3 or 4 channels; all_reduce by auto (rd, one channel, beside a ring of four) and by the ring with
 #   NCCL_MIN_NCHANNELS x NCCL_IB_QPS_PER_CONNECTION = 4 (no --channels);
 # - a bad NCCL_IB_QPS_PER_CONNECTION and --channels 17 are usage errors (exit 2);
 # - the CQ: all channels of a rank complete into one CQ of 6 x --slots + 40 entries per channel;
@@ -43,9 +43,11 @@ coll() {
     _out=$TMPDIR/$_t-$_np-$_k.out
     _ch="--channels $_k"
     [ "$_k" = - ] && _ch=
+    # All-to-all over the ring's channels: its direct exchange has lanes of its own (scenario 74).
+    [ "$_t" = alltoall ] && _ch="$_ch --algo ring"
     step "vl_${_t}_perf --np $_np $_ch $*"
     _rc=0
-    # shellcheck disable=SC2086 # $_ch is a flag and its value
+    # shellcheck disable=SC2086 # $_ch is flags and their values
     run_timeout 90 env "$@" "vl_${_t}_perf" --np "$_np" --ib-dev "$VL_DEV0,$VL_DEV1" $_ch \
         -b 4 -e 10K -f 7 --slot-size 1K --slots 2 -n 1 -w 0 -c 1 --timeout 30 >"$_out" 2>&1 || _rc=$?
     cat "$_out"
@@ -94,6 +96,7 @@ no_queues "--channels 4"
 coll 3 3 reduce_scatter
 coll 3 4 all_gather
 coll 3 3 alltoall
+expect_contains "$TMPDIR/alltoall-3-3.out" "channels: 3 (QPs per ring neighbour, from --channels) algo: ring"
 coll 3 4 broadcast
 # auto: every row here is below the crossover (71111 B), so rd runs them beside a ring of four.
 coll 4 4 all_reduce

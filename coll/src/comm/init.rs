@@ -235,7 +235,8 @@ struct Local {
 /// The verbs objects of a pair of links: per channel a QP from a peer (`left`: its data arrives,
 /// our credits leave), a QP to a peer (`right`) and the slots the peer writes; one CQ and
 /// completion channel for all. The ring's pair goes to two neighbours; a recursive-doubling
-/// partner's both go to the partner (one channel).
+/// partner's both go to the partner (one channel); the direct all-to-all's lane d−1 to the ranks
+/// d to the left and d to the right.
 pub(super) struct Pair {
     pub(super) lanes: Vec<LaneQps>,
     pub(super) cq: Cq,
@@ -298,7 +299,7 @@ impl Pair {
                 caps,
                 sq_sig_all: false,
             })
-            .map_err(verbs(format!("creating the QP to the {side} neighbour")))
+            .map_err(verbs(format!("creating the QP to the {side} peer")))
         };
         let lanes = (0..lanes)
             .map(|_| {

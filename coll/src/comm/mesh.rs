@@ -48,8 +48,10 @@ impl Comm {
         let ring_lanes = self.ring.as_ref().map_or(0, |r| r.lanes.len());
         let rd_lanes = self.partners.as_ref().map_or(0, |p| p.len());
         let mr_bytes = self.max_bytes * (2 + 2 * usize::from(self.scratch));
+        // The ring's scratch is 2 x -e, more than the lanes' slots when -e is large: only a
+        // refusal of the lanes' queues says the ring would do.
         check_memlock(mr_bytes + (ring_lanes + rd_lanes + lanes) * slots)
-            .map_err(|e| direct_needs(n, e))?;
+            .map_err(|e| direct_needs(n, e, false))?;
         let pair = Pair::open(
             &ctx,
             &pd,
@@ -57,7 +59,7 @@ impl Comm {
             cfg.nslots,
             (lanes, LaneKind::Peer),
         )
-        .map_err(|e| direct_needs(n, e))?;
+        .map_err(|e| direct_needs(n, e, true))?;
         let mine = pair
             .lanes
             .iter()
@@ -104,13 +106,18 @@ impl Comm {
     }
 }
 
-/// A refusal of the mesh's queues or memory, saying what the direct exchange needs and how to
-/// do without it.
-fn direct_needs(n: usize, e: CollError) -> CollError {
+/// A refusal of the mesh's queues or memory, saying what the direct exchange needs and, when
+/// `ring_helps`, that the ring does without it.
+fn direct_needs(n: usize, e: CollError, ring_helps: bool) -> CollError {
+    let or_ring = if ring_helps {
+        "; or give --algo ring (the blocks relayed around the ring)"
+    } else {
+        ""
+    };
     match e {
         CollError::Usage(why) => CollError::Usage(format!(
             "the direct all-to-all needs a pair of QPs and --slots x --slot-size to each of the \
-             {} other ranks: {why}; or give --algo ring (the blocks relayed around the ring)",
+             {} other ranks: {why}{or_ring}",
             n - 1
         )),
         other => other,

@@ -22,6 +22,9 @@
 //! links of the same kind to its partner of the step, made the first time an all-reduce picks
 //! it (`partners`): every rank then exchanges the QP numbers and slots of its partner links
 //! through the star, connects them and waits for all; the ring's links are never touched.
+//! **All-to-all's direct exchange** makes its links the same way, at its first run: a lane per
+//! distance d = 1..n−1, from the rank d to the left and to the rank d to the right (`mesh`),
+//! all driven by one job.
 //!
 //! **Safety of the buffers.** The destination buffer is registered for local access only: only
 //! our own NIC reads it (for our writes), and the plan orders every overwrite of a range after the
@@ -80,8 +83,10 @@ pub struct CommOpts {
     pub peer_timeout: Duration,
     /// QP ack timeout exponent (`-u`): 4.096 µs × 2^n.
     pub ack_timeout: u8,
-    /// The all-reduce algorithm ([`Algo::Auto`]: by size and world). Every rank must be given
-    /// the same: the choice decides who talks to whom.
+    /// The algorithm of all-reduce and all-to-all ([`Algo::Auto`]: all-reduce's by size and
+    /// world, all-to-all's direct from three ranks; the default here is the ring, the tools'
+    /// is auto). Every rank must be given the same: the choice decides who talks to whom, and
+    /// a rank that differs leaves the others waiting for it until the peer timeout.
     pub algo: Algo,
     /// Where to pin this rank's thread, once it knows its local rank.
     pub pin: Pinning,
@@ -205,9 +210,10 @@ fn wr_kind(id: u64) -> (u64, usize) {
     (id & 0xff, (id >> 8) as usize)
 }
 
-/// A pair of links — data from the left, data to the right — with their verbs objects and the
-/// state that persists between collectives: the ring's (to both neighbours, one [`Lane`] per
-/// channel), or a recursive-doubling partner's (both to the partner, one lane).
+/// Lanes of pairs of links — data from the left, data to the right — with their verbs objects
+/// and the state that persists between collectives: the ring's (to both neighbours, one
+/// [`Lane`] per channel), a recursive-doubling partner's (both to the partner, one lane), or
+/// the direct all-to-all's (lane d−1 from the rank d to the left, to the rank d to the right).
 struct Ring {
     ctx: Context,
     /// The port of `ctx` the QPs use: looked at when a work request fails.
@@ -397,7 +403,8 @@ impl Comm {
     pub fn set_tracer(&mut self, t: Option<Tracer>) {
         self.tracer = t;
     }
-    /// The all-reduce algorithm asked for (every rank must use the same).
+    /// The algorithm of all-reduce and all-to-all ([`CommOpts::algo`]; every rank must use the
+    /// same).
     pub fn set_algo(&mut self, algo: Algo) {
         self.algo = algo;
     }
@@ -622,7 +629,7 @@ impl Comm {
 
     /// Block j of rank i's input ends as block i of rank j's output, blocks of `count / n`
     /// elements. In place, the output's blocks are sent from a copy in the input buffer. The
-    /// direct exchange ([`Algo::Direct`], the default from three ranks on) writes each block to
+    /// direct exchange ([`Algo::Direct`], or [`Algo::Auto`] from three ranks) writes each block to
     /// its owner over links to every rank, made by the first all-to-all (every rank calls it at
     /// the same time); the ring relays them, which needs [`CommOpts::scratch`] for the blocks in
     /// transit (see [`schedule`]).

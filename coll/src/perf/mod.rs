@@ -239,7 +239,7 @@ fn run(args: &Args, coll: Coll, tool: &'static str) -> Result<u8, Fail> {
     let records = comm.table().to_vec();
     let mut out = Stdout::new();
     if rank == 0 {
-        let channels = channels_note(channels, &channels_from, coll);
+        let channels = channels_note(channels, &channels_from, coll, (algo, n));
         out.line(&table.header(
             &records,
             &params_line(args, n, &from, (coll, algo), &channels),
@@ -446,7 +446,8 @@ fn near_device(dev: Option<&str>, local: u32) -> Option<usize> {
 /// (`-b`, `-e`, the step `-f` or `-i`), how many collectives per size (`-n`, `-w`, `-c`), the
 /// element type, and the operator and root where the collective uses them. A mismatch in any
 /// of them makes the ranks call different collectives or sizes, or check against other
-/// values; and all-reduce's algorithm (`--algo`, `VL_ALGO`), which decides who talks to whom.
+/// values; and all-reduce's and all-to-all's algorithm (`--algo`, `VL_ALGO`), which decides who
+/// talks to whom.
 /// Not here: `--slot-size`/`--slots` (the communicator compares them itself), each
 /// rank's own device, port, GID, QP timeout and timeouts, and what only rank 0 or each rank
 /// prints or writes (`--json`, `--min-busbw`, `--all-ranks`, `--profile`).
@@ -522,11 +523,12 @@ fn params_line(
 }
 
 /// The header's channel count: where it came from, and that recursive doubling and the direct
-/// all-to-all keep one.
-fn channels_note(k: usize, from: &str, coll: Coll) -> String {
+/// all-to-all (when `algo` on `n` ranks takes it) keep one.
+fn channels_note(k: usize, from: &str, coll: Coll, (algo, n): (Algo, usize)) -> String {
+    let direct = algo.resolve_alltoall(n) == Algo::Direct;
     let rd = match coll {
         Coll::AllReduce if k > 1 => ", rd keeps 1",
-        Coll::AllToAll if k > 1 => ", direct keeps 1 per rank",
+        Coll::AllToAll if k > 1 && direct => ", the direct exchange keeps 1 pair per rank",
         _ => "",
     };
     match from {
@@ -828,9 +830,7 @@ mod tests {
         assert!(e.contains("direct is alltoall's"), "{e}");
         let e = direct.algo_for(b, &env(None, None)).unwrap_err();
         assert!(e.contains("broadcast has only the ring"), "{e}");
-        let e = plain
-            .algo_for(ar, &env(Some("pairwise"), None))
-            .unwrap_err();
+        let e = plain.algo_for(ar, &env(Some("direct"), None)).unwrap_err();
         assert!(e.contains("direct is alltoall's"), "{e}");
         let line = params_line(&plain, 4, "flags", (a2a, Algo::Auto), "channels: 1");
         assert!(
@@ -1023,14 +1023,19 @@ mod tests {
         for bad in ["0", "17", "x"] {
             assert!(Args::try_parse_from(["vl_all_reduce_perf", "--channels", bad]).is_err());
         }
-        let note = channels_note(4, "--channels", Coll::AllReduce);
+        let note = channels_note(4, "--channels", Coll::AllReduce, (Algo::Auto, 4));
         assert_eq!(
             note,
             "channels: 4 (QPs per ring neighbour, from --channels, rd keeps 1)"
         );
         assert_eq!(
-            channels_note(1, "default", Coll::AllGather),
+            channels_note(1, "default", Coll::AllGather, (Algo::Ring, 4)),
             "channels: 1 (QPs per ring neighbour)"
         );
+        // All-to-all keeps one pair per rank only where it takes the direct exchange.
+        let a2a = |algo, n| channels_note(4, "--channels", Coll::AllToAll, (algo, n));
+        assert!(a2a(Algo::Auto, 4).ends_with(", the direct exchange keeps 1 pair per rank)"));
+        assert!(a2a(Algo::Ring, 4).ends_with("from --channels)"));
+        assert!(a2a(Algo::Auto, 2).ends_with("from --channels)"));
     }
 }
