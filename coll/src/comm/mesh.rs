@@ -22,16 +22,9 @@ use super::*;
 
 impl Comm {
     /// The direct exchange's plans for `count` elements, one per lane of the mesh, which is
-    /// connected first if it is not yet (a failure there breaks the communicator and is told
-    /// to every rank).
+    /// connected first if it is not yet ([`Comm::links_for`]).
     pub(super) fn direct_plans(&mut self, dtype: DataType, count: usize) -> Result<Vec<Plan>> {
-        if self.mesh.is_none() {
-            if let Err(e) = self.connect_mesh() {
-                self.broken = true;
-                self.star.abort(&e);
-                return Err(e);
-            }
-        }
+        self.links_for(Algo::Direct)?;
         let slot = self.ring.as_ref().map_or(usize::MAX, |r| r.slot_bytes);
         let (rank, n, m) = (self.rank(), self.world_size(), self.max_bytes);
         schedule::alltoall_direct(rank, n, count, dtype.size(), slot, m).map_err(CollError::Usage)
@@ -39,7 +32,7 @@ impl Comm {
 
     /// Opens, describes, exchanges and connects the mesh's n−1 lanes (see the module
     /// documentation); every rank calls it at the same collective.
-    fn connect_mesh(&mut self) -> Result<()> {
+    pub(super) fn connect_mesh(&mut self) -> Result<()> {
         let (rank, n) = (self.rank(), self.world_size());
         let (ctx, pd, cfg) = self.link_base();
         let lanes = n - 1;

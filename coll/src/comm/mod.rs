@@ -417,6 +417,17 @@ impl Comm {
             _ => Algo::Ring,
         }
     }
+    /// Makes now the links that `coll` on `bytes` per rank will run on beyond the ring
+    /// (recursive doubling's partners, the direct all-to-all's mesh), which its first run
+    /// would otherwise make: a timed loop then measures the collective alone. Every rank must
+    /// call it with the same collective and size, as the collective itself; a second call does
+    /// nothing.
+    pub fn prepare(&mut self, coll: Coll, bytes: usize) -> Result<()> {
+        self.usable()?;
+        let algo = self.algo_for(coll, bytes);
+        self.links_for(algo)
+    }
+
     /// Where the time went since the last call (and starts counting afresh).
     pub fn take_phases(&mut self) -> Phases {
         std::mem::take(&mut self.phases)
@@ -454,12 +465,18 @@ impl Comm {
         self.mem.read(m + range.start..m + range.end)
     }
 
-    fn check(&self, count: usize, dtype: DataType, in_bytes: usize) -> Result<usize> {
+    /// Refuses a communicator that an earlier failure broke.
+    fn usable(&self) -> Result<()> {
         if self.broken {
             return Err(CollError::Failed(
                 "an earlier collective failed: the communicator can no longer be used".into(),
             ));
         }
+        Ok(())
+    }
+
+    fn check(&self, count: usize, dtype: DataType, in_bytes: usize) -> Result<usize> {
+        self.usable()?;
         let bytes = count
             .checked_mul(dtype.size())
             .filter(|b| *b <= self.max_bytes && in_bytes <= self.max_bytes)

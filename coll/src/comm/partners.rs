@@ -86,14 +86,7 @@ impl Comm {
         if self.world_size() == 1 {
             return Ok(());
         }
-        if self.partners.is_none() {
-            let up = self.connect_partners();
-            if let Err(e) = up {
-                self.broken = true;
-                self.star.abort(&e);
-                return Err(e);
-            }
-        }
+        self.links_for(Algo::Rd)?;
         let slot = self.ring.as_ref().map_or(usize::MAX, |r| r.slot_bytes);
         let steps = algo::rd_steps(self.rank(), self.world_size(), count, dtype.size(), slot)
             .map_err(CollError::Usage)?;
@@ -111,6 +104,26 @@ impl Comm {
                 },
                 Links::Partner(st.partner),
             )?;
+        }
+        Ok(())
+    }
+
+    /// Makes the links `algo` runs on beyond the ring — recursive doubling's partners, the
+    /// direct all-to-all's mesh — unless they are made (or the world has one rank). A failure
+    /// breaks the communicator and is told to every rank. Collective, like the collectives.
+    pub(super) fn links_for(&mut self, algo: Algo) -> Result<()> {
+        if self.world_size() == 1 {
+            return Ok(());
+        }
+        let up = match algo {
+            Algo::Rd if self.partners.is_none() => self.connect_partners(),
+            Algo::Direct if self.mesh.is_none() => self.connect_mesh(),
+            _ => return Ok(()),
+        };
+        if let Err(e) = up {
+            self.broken = true;
+            self.star.abort(&e);
+            return Err(e);
         }
         Ok(())
     }

@@ -28,7 +28,9 @@ pub(super) fn call(
     }
 }
 
-/// Warm-up, the timed loop (average µs per collective), and with `-c 1` one checked run.
+/// Warm-up, the timed loop (average µs per collective), and with `-c 1` one checked run. The
+/// links the algorithm needs beyond the ring are made before either ([`Comm::prepare`]), so
+/// that even `-w 0` times the collective alone.
 pub(super) fn bench_one(
     comm: &mut Comm,
     coll: Coll,
@@ -36,6 +38,8 @@ pub(super) fn bench_one(
     count: usize,
     in_place: bool,
 ) -> Result<(f64, Option<u64>), Fail> {
+    comm.prepare(coll, count * args.dtype.size())
+        .map_err(failed)?;
     for _ in 0..args.warmup {
         call(comm, coll, args, count, in_place).map_err(failed)?;
     }
