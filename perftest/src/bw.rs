@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use verbs_lab::verbs::{
-    Ah, Mr, Payload, Qp, RemoteBuf, SendOp, SendWr, Sge, Srq, UdDest, WcOpcode, WorkCompletion,
+    Ah, Mr, Payload, Qp, RemoteBuf, SendList, SendOp, SendWr, Sge, Srq, UdDest, WcOpcode,
+    WorkCompletion,
 };
 
 use crate::conn::{src_mr, Agreed, Buffers, Layout, Link, RecvQueue, Resources};
@@ -79,19 +80,30 @@ pub fn run_size_both(s: &mut Session<'_>, size: u64) -> Result<SizeRows> {
 
     let warmup = cfg.timing.warmup.iters(size);
     let warm = if warmup > 0 {
-        phase(s, Phase::WarmUp, size, RunMode::Iters(warmup), &[], &[])
-            .with_context(|| format!("warm-up of size {size}"))?
+        let counters = port_counters(s);
+        phase(
+            s,
+            Phase::WarmUp,
+            size,
+            RunMode::Iters(warmup),
+            counters,
+            [&[], &[]],
+        )
+        .with_context(|| format!("warm-up of size {size}"))?
     } else {
         PhaseOut::default()
     };
+    // Before the barrier: reading the counters (sysfs) takes the guest's one vCPU for a while,
+    // which a server doing it after the barrier took from its client's measured run.
+    let counters = port_counters(s);
     s.enter_measure(size)?;
     let out = phase(
         s,
         Phase::Measure,
         size,
         cfg.timing.mode,
-        &warm.sent,
-        &warm.peer_sent,
+        counters,
+        [&warm.sent, &warm.peer_sent],
     )
     .with_context(|| format!("measurement of size {size}"))?;
 
@@ -238,16 +250,22 @@ struct Sides<'a> {
     watch: PeerWatch,
 }
 
+/// The port's counters now, for a phase's stall message: taken before the phase's barrier.
+fn port_counters(s: &Session<'_>) -> PortCounters {
+    PortCounters::snapshot(s.link.dev.ctx.name(), s.cfg.device.ib_port)
+}
+
 /// Runs one phase of one size: posts (if this side sends), receives (if it receives), exchanges
-/// tallies. `sent_before` / `peer_sent_before` count the messages of the earlier phases of this
-/// size per QP, sent by this side and by the peer: sequence numbers continue across phases.
+/// tallies. `counters` are the port's as the phase starts. `[sent_before, peer_sent_before]`
+/// count the messages of the earlier phases of this size per QP, sent by this side and by the
+/// peer: sequence numbers continue across phases.
 fn phase(
     s: &mut Session<'_>,
     ph: Phase,
     size: u64,
     mode: RunMode,
-    sent_before: &[u64],
-    peer_sent_before: &[u64],
+    counters: PortCounters,
+    [sent_before, peer_sent_before]: [&[u64]; 2],
 ) -> Result<PhaseOut> {
     let cfg = s.cfg;
     let nq = cfg.qps as usize;
@@ -291,16 +309,20 @@ fn phase(
         lossy,
         cq_timeout,
         peer_timeout,
-        counters: PortCounters::snapshot(link.dev.ctx.name(), cfg.device.ib_port),
+        counters,
         t_phase,
         win0: u64::from(cfg.queues.tx_depth.max(cfg.queues.effective_cq_mod())) * nq as u64,
     };
 
-    // Requests, built once per phase.
-    let src_sges = source_sges(cfg, src, &k.layout, k.n)?;
+    // Requests, built once per phase (by a side that sends).
+    let src_sges = if sends {
+        source_sges(cfg, src, &k.layout, k.n)?
+    } else {
+        Vec::new()
+    };
     let c = tx_cfg(cfg, &k.layout, k.n, remote, *inline_limit, seq_base);
     let txs = if sends {
-        senders(cfg, qps, remote, ahs, &src_sges, &c, mode)
+        senders(cfg, qps, remote, ahs, src, &src_sges, &c, mode)?
     } else {
         Vec::new()
     };
@@ -310,7 +332,12 @@ fn phase(
         rx: Rx::new(&k, rx_seq_base),
         watch: PeerWatch::new(ph, size),
     };
-    run_to_the_end(&k, &mut st, &c, res, ch, software)?;
+    // A passive side (the server of a WRITE, READ or atomic test) has no completions to wait
+    // for: it goes straight to the peer's tally, asleep on the channel (as perftest's server
+    // sleeps in read(2)), and leaves the CPU to the side that is measuring.
+    if sends || receives {
+        run_to_the_end(&k, &mut st, &c, res, ch, software)?;
+    }
     if k.receives {
         st.rx.flush(&k, dst)?;
     }

@@ -1,7 +1,8 @@
 //! vl_selftest — prove that RDMA works between two local devices (or one device and itself).
 //!
 //! Connects an RC QP on device A to one on device B inside one process and checks, byte for
-//! byte, a SEND, an RDMA WRITE, an RDMA READ and both atomics; then checks that a wrong rkey
+//! byte, a SEND, an RDMA WRITE, an RDMA READ, both atomics and a list of WRITEs converted once
+//! and posted twice (a `SendList`, the benchmarks' hot path); then checks that a wrong rkey
 //! fails the way the verbs spec says (`IBV_WC_REM_ACCESS_ERR`). Exit status 0 only when every
 //! check passed.
 
@@ -142,6 +143,7 @@ fn run(args: &Args) -> Result<()> {
     let remote = check_write(&a, &b, n, wait)?;
     check_read(&a, &b, n, wait, remote)?;
     check_atomics(&a, &b, wait)?;
+    check_send_list(&a, &b, wait)?;
     check_wrong_rkey(&a, &b, n, wait, remote)?;
     verbs_lab::outln!("all checks passed between {} and {}", a.name, b.name);
     Ok(())
@@ -301,6 +303,74 @@ fn check_atomics(a: &Side, b: &Side, wait: Duration) -> Result<()> {
         "CMP_AND_SWP",
         old == 115 && now == 7,
         format!("old {old}, final {now} (expected 115, 7)"),
+    )?;
+    Ok(())
+}
+
+/// A [`verbs_lab::verbs::SendList`] of three RDMA WRITEs, converted once: pointed at three
+/// slots of A and of B and posted whole (one signaled, the last), then its first request pointed
+/// at a fourth slot and posted alone; B holds each slot's bytes. Then what a list refuses: a
+/// remote buffer for a SEND, an inline payload beyond the QP's `max_inline_data`.
+fn check_send_list(a: &Side, b: &Side, wait: Duration) -> Result<()> {
+    const M: usize = 64;
+    const AT: usize = BUF / 4;
+    let data = pattern(9, 4 * M);
+    a.mr.write(0, &data)?;
+    b.mr.fill(AT..AT + 4 * M, 0)?;
+    let region = b.mr.remote(AT..AT + 4 * M)?;
+    let slot = |k: usize| -> Result<RemoteBuf> {
+        region
+            .slice((k * M) as u32, M as u32)
+            .context("a slot of B's region")
+    };
+    let first = [a.mr.sge(0..M)?];
+    let wr = SendWr::new(0, SendOp::Write(slot(0)?), Payload::Sges(&first));
+    let mut list = a.qp.send_list(&[wr; 3], None)?;
+    for k in 0..3 {
+        list.retarget(k, a.mr.sge(k * M..(k + 1) * M)?, Some(slot(k)?))?;
+        list.set(k, 40 + k as u64, k == 2);
+    }
+    list.post(3)?;
+    let wc =
+        a.cq.poll_one(wait, "A's last listed RDMA WRITE completion")?;
+    ensure!(
+        wc.wr_id() == 42,
+        "expected the completion of request 42, got {}",
+        wc.wr_id()
+    );
+    list.retarget(0, a.mr.sge(3 * M..4 * M)?, Some(slot(3)?))?;
+    list.set(0, 50, true);
+    list.post(1)?;
+    let wc = a.cq.poll_one(wait, "A's re-posted RDMA WRITE completion")?;
+    ensure!(
+        wc.wr_id() == 50,
+        "expected the completion of request 50, got {}",
+        wc.wr_id()
+    );
+    let mm = first_mismatch(&b.mr.to_vec(AT..AT + 4 * M)?, &data);
+    check(
+        "send list",
+        mm.is_none(),
+        format!(
+            "3 + 1 WRITEs of {M} bytes from one list into 4 slots of {}, first mismatch {mm:?}",
+            b.name
+        ),
+    )?;
+    let send = SendWr::new(0, SendOp::Send, Payload::Sges(&first));
+    let no_remote =
+        a.qp.send_list(&[send], None)?
+            .retarget(0, first[0], Some(slot(0)?));
+    let inline = a.qp.send_list(&[wr], Some(&a.mr)).err();
+    check(
+        "send list refusals",
+        no_remote.is_err() && inline.is_some(),
+        format!(
+            "a SEND's remote: {}; {M} bytes inline on a QP granting 0: {}",
+            no_remote
+                .err()
+                .map_or("accepted (!)".into(), |e| e.to_string()),
+            inline.map_or("accepted (!)".into(), |e| e.to_string())
+        ),
     )?;
     Ok(())
 }

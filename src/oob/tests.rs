@@ -284,6 +284,26 @@ fn try_recv_keeps_half_a_frame_without_blocking() {
 }
 
 #[test]
+fn try_recv_takes_a_frame_longer_than_its_read_buffer_whole() {
+    let body: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    let sent = body.clone();
+    let (mut c, t) = served(Duration::from_secs(10), move |mut c| {
+        c.send_msg(&sent, "long").unwrap();
+        c.send_msg(b"after", "after").unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        c.try_recv_msg(20_000, "m").unwrap().as_deref(),
+        Some(&body[..])
+    );
+    assert_eq!(
+        c.try_recv_msg(20_000, "m").unwrap().as_deref(),
+        Some(&b"after"[..])
+    );
+    t.join().unwrap();
+}
+
+#[test]
 fn half_a_frame_left_too_long_is_an_error() {
     let (mut c, t) = served(Duration::from_secs(10), move |mut c| {
         c.send_raw(&[0, 0], "half a length").unwrap();

@@ -54,7 +54,7 @@ pub use gid::{Gid, GidChoice, GidEntry, GidType};
 pub use mr::Mr;
 pub use mw::Mw;
 pub use pd::Pd;
-pub use qp::{InitAttr, Qp, QpCaps, QpInitAttr, RtrAttr, RtsAttr};
+pub use qp::{InitAttr, Qp, QpCaps, QpInitAttr, RtrAttr, RtsAttr, SendList};
 pub use srq::{Srq, SrqAttr};
 pub use wc::{WcOpcode, WcStatus, WorkCompletion};
 pub use wr::{Payload, RecvWr, RemoteBuf, SendOp, SendWr, Sge, UdDest};

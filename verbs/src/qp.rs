@@ -24,6 +24,9 @@ use super::srq::SrqInner;
 use super::ud_sends::UdSends;
 use super::wr::{Payload, RecvWr, SendOp, SendWr, Sge};
 
+mod send_list;
+pub use send_list::SendList;
+
 /// Work-queue sizes of a QP: what is asked for at creation, and what was granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct QpCaps {

@@ -1,14 +1,18 @@
-//! The sending side of a phase: one [`TxQp`] per QP with its post list built once, and the
-//! posting that keeps each send queue full.
+//! The sending side of a phase: one [`TxQp`] per QP with its post list checked and converted
+//! once (a [`SendList`]: between posts only the request id, the signaled flag and, where slots
+//! rotate, the addresses are written), and the posting that keeps each send queue full.
 
 use super::*;
 
 /// One QP's sending state within a phase.
 pub(super) struct TxQp<'a> {
-    pub(super) qp: &'a Qp,
-    pub(super) batch: Vec<SendWr<'a>>,
+    /// The post list, converted once; the last post of a run may use a prefix of it.
+    pub(super) list: SendList<'a, 'a>,
     pub(super) sges: &'a [Sge<'a>],
     pub(super) remote: RemoteBuf,
+    /// Whether the requests name a remote buffer whose slot rotates (RDMA WRITE and READ; not
+    /// a SEND, not an atomic, which always hits the same word).
+    pub(super) remote_slots_rotate: bool,
     pub(super) remote_slots: u64,
     pub(super) remote_stride: u64,
     pub(super) posted: u64,
@@ -68,46 +72,39 @@ fn post_list(
     mr: &Mr,
     layout: &Layout,
 ) -> Result<()> {
+    let mut last_signaled = false;
     for k in 0..n {
         let count = tx.posted + k;
-        let wr = &mut tx.batch[k as usize];
-        wr.wr_id = wr_id(q, count);
         // One signaled request every `cq_mod` (a countdown, not a division per request), and
         // the last one always.
-        wr.signaled = count + 1 == tx.next_signal || count + 1 == tx.target;
+        let signaled = count + 1 == tx.next_signal || count + 1 == tx.target;
         if count + 1 == tx.next_signal {
             tx.next_signal += c.cq_mod;
         }
+        tx.list.set(k as usize, wr_id(q, count), signaled);
+        last_signaled = signaled;
         if c.per_post {
             let seq = c.seq_base[q] + count;
             let slot = (seq % tx.sges.len() as u64) as usize;
-            wr.payload = Payload::Sges(&tx.sges[slot..slot + 1]);
-            let rslot = seq % tx.remote_slots;
-            let remote = RemoteBuf {
-                addr: tx.remote.addr + rslot * tx.remote_stride,
+            // A SEND has no remote buffer: only its local slot rotates.
+            let remote = tx.remote_slots_rotate.then(|| RemoteBuf {
+                addr: tx.remote.addr + (seq % tx.remote_slots) * tx.remote_stride,
                 ..tx.remote
-            };
-            wr.op = match wr.op {
-                SendOp::Write(_) => SendOp::Write(remote),
-                SendOp::WriteWithImm(_, imm) => SendOp::WriteWithImm(remote, imm),
-                SendOp::Read(_) => SendOp::Read(remote),
-                other => other,
-            };
+            });
+            tx.list
+                .retarget(k as usize, tx.sges[slot], remote)
+                .with_context(|| format!("pointing request {k} of QP {q} at slot {slot}"))?;
             if c.stamp {
                 let off = layout.src(q, slot);
                 pattern::stamp_mr(mr, off, c.size, seq, false)?;
             }
         }
     }
-    let list = &tx.batch[..n as usize];
-    let r = if c.inline {
-        tx.qp.post_send_inline(list, mr)
-    } else {
-        tx.qp.post_send(list)
-    };
-    r.with_context(|| format!("ibv_post_send on QP {q}"))?;
+    tx.list
+        .post(n as usize)
+        .with_context(|| format!("ibv_post_send on QP {q}"))?;
     tx.posted += n;
-    if tx.batch[n as usize - 1].signaled {
+    if last_signaled {
         tx.signaled_upto = tx.posted;
     }
     Ok(())
@@ -170,17 +167,20 @@ pub(super) fn tx_cfg(
     }
 }
 
-/// One sender per QP: its post list of requests aimed at the peer's buffer, built once per phase
-/// (only `wr_id`, the signaled flag and the slots change before a post).
+/// One sender per QP: its post list of requests aimed at the peer's buffer, checked and
+/// converted once per phase (only `wr_id`, the signaled flag and the slots change before a
+/// post). Inline requests copy out of the QP's source region (`src`).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn senders<'a>(
     cfg: &Config,
     qps: &'a [Qp],
     remote: &Endpoints,
     ahs: &'a [Ah],
+    src: &'a [Mr],
     src_sges: &'a [Vec<Sge<'a>>],
     c: &TxCfg,
     mode: RunMode,
-) -> Vec<TxQp<'a>> {
+) -> Result<Vec<TxQp<'a>>> {
     let (nq, n) = (cfg.qps as usize, c.size);
     let mut txs: Vec<TxQp<'a>> = Vec::with_capacity(nq);
     for q in 0..nq {
@@ -195,11 +195,18 @@ pub(super) fn senders<'a>(
                 remote_qkey: remote.qkey,
             });
         }
+        let inline_from = c.inline.then(|| src_mr(src, q));
+        let list = qps[q]
+            .send_list(&vec![wr; c.post_list as usize], inline_from)
+            .with_context(|| format!("building the send requests of QP {q}"))?;
         txs.push(TxQp {
-            qp: &qps[q],
-            batch: vec![wr; cfg.queues.post_list as usize],
+            list,
             sges,
             remote: rb,
+            remote_slots_rotate: matches!(
+                op,
+                SendOp::Write(_) | SendOp::WriteWithImm(..) | SendOp::Read(_)
+            ),
             remote_slots: u64::from(r.slots),
             remote_stride: u64::from(r.slot_stride),
             posted: 0,
@@ -212,5 +219,5 @@ pub(super) fn senders<'a>(
             next_signal: c.cq_mod,
         });
     }
-    txs
+    Ok(txs)
 }

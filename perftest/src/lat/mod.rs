@@ -227,7 +227,7 @@ fn one_phase(
     let sges = [crate::conn::src_mr(&link.res.bufs.src, 0)
         .sge(f.src..f.src + f.local_len)
         .context("building the SGE")?];
-    let mut r = Rounds::new(cfg, f, link, ch, watch, &sges);
+    let mut r = Rounds::new(cfg, f, link, ch, watch, &sges)?;
     let target = match mode {
         RunMode::Iters(k) => k,
         RunMode::Duration(_) => u64::MAX,

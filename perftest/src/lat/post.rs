@@ -2,7 +2,7 @@
 //! completions taken.
 
 use anyhow::{bail, Context as _, Result};
-use verbs_lab::verbs::{CompChannel, Cq, Mr, Qp, SendWr, WcOpcode, WorkCompletion};
+use verbs_lab::verbs::{CompChannel, Cq, SendList, WcOpcode, WorkCompletion};
 
 use super::wait::{Waited, Waiter};
 use super::SendQueue;
@@ -55,13 +55,13 @@ pub(super) fn reap(
 
 /// The requests of the one QP, built once per phase.
 pub(super) struct Post<'a> {
-    pub(super) qp: &'a Qp,
     pub(super) cq: &'a Cq,
     pub(super) channel: Option<&'a CompChannel>,
     /// The message size (for errors).
     pub(super) size: u64,
-    pub(super) wr: SendWr<'a>,
-    pub(super) inline: bool,
+    /// The one request, checked and converted once (inline or not): a post rewrites only its
+    /// id and signaled flag.
+    pub(super) list: SendList<'a, 'a>,
     /// One request in this many is signaled ([`QueueShape::signal_period`]: every SEND at the
     /// default depth of 1, every write, read and atomic): never more than `depth`, so a full
     /// send queue always holds a signaled request whose completion frees it.
@@ -105,8 +105,7 @@ impl Post<'_> {
 
     /// Posts one request (the caller made room).
     #[inline]
-    pub(super) fn post(&mut self, mr: &Mr, sq: &mut SendQueue) -> Result<()> {
-        self.wr.wr_id = sq.posted & SEQ_MASK;
+    pub(super) fn post(&mut self, sq: &mut SendQueue) -> Result<()> {
         // One signaled request every `cq_mod` (a countdown, no division per post).
         if sq.next_signal == 0 {
             sq.next_signal = self.cq_mod;
@@ -115,13 +114,8 @@ impl Post<'_> {
         if every {
             sq.next_signal += self.cq_mod;
         }
-        self.wr.signaled = every;
-        let r = if self.inline {
-            self.qp.post_send_inline(std::slice::from_ref(&self.wr), mr)
-        } else {
-            self.qp.post_send(std::slice::from_ref(&self.wr))
-        };
-        r.context("ibv_post_send")?;
+        self.list.set(0, sq.posted & SEQ_MASK, every);
+        self.list.post(1).context("ibv_post_send")?;
         sq.posted += 1;
         Ok(())
     }

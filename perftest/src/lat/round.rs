@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 use verbs_lab::diag::PortCounters;
 use verbs_lab::verbs::{
     CompChannel, Cq, Mr, Payload, Qp, SendWr, Sge, Srq, UdDest, WorkCompletion,
@@ -129,7 +129,7 @@ impl<'a> Rounds<'a> {
         ch: &'a mut Channel,
         watch: PeerWatch,
         sges: &'a [Sge<'a>],
-    ) -> Rounds<'a> {
+    ) -> Result<Rounds<'a>> {
         let (res, remote, inline_limit) = (&link.res, &link.remote, link.agreed.inline_limit);
         let (cq, channel) = (&res.cq, res.channel.as_ref());
         let qp = &res.qps[0];
@@ -143,13 +143,16 @@ impl<'a> Rounds<'a> {
                 remote_qkey: remote.qkey,
             });
         }
+        let inline = f.pingpong && inline_limit > 0 && f.n as u64 <= u64::from(inline_limit);
+        let mr = src_mr(&res.bufs.src, 0);
+        let list = qp
+            .send_list(&[wr], inline.then_some(mr))
+            .context("building the send request")?;
         let post = Post {
-            qp,
             cq,
             channel,
             size: f.size,
-            wr,
-            inline: f.pingpong && inline_limit > 0 && f.n as u64 <= u64::from(inline_limit),
+            list,
             cq_mod: u64::from(cfg.queues.signal_period(cfg.tool)),
             depth: u64::from(cfg.queues.tx_depth),
         };
@@ -160,9 +163,9 @@ impl<'a> Rounds<'a> {
             qp,
             PortCounters::snapshot(link.dev.ctx.name(), cfg.device.ib_port),
         );
-        Rounds {
+        Ok(Rounds {
             f,
-            mr: src_mr(&res.bufs.src, 0),
+            mr,
             rx: &res.bufs.dst[0],
             qp,
             srq: res.srq.as_ref(),
@@ -178,7 +181,7 @@ impl<'a> Rounds<'a> {
             prev_end: None,
             answers: Answers::default(),
             unlooked: 0,
-        }
+        })
     }
 
     /// The pinger's round `seq`: stamp the message, make room, read the clock (or take the
@@ -207,7 +210,7 @@ impl<'a> Rounds<'a> {
             return Ok(false);
         }
         self.first.get_or_insert(t0);
-        self.post.post(self.mr, sq)?;
+        self.post.post(sq)?;
         // A look inside the wait (a wait over CHANNEL_CHECK) stays in this sample, an outlier
         // of the wait already.
         let t1 = self.wait_answer(t0, seq, sq)?;
@@ -316,7 +319,7 @@ impl<'a> Rounds<'a> {
         // for room (at -t 1, the completion of the previous answer) delay this answer, so they
         // are in the client's round trip as much as in ours.
         let made_room = self.prepare(seq, sq)?;
-        self.post.post(self.mr, sq)?;
+        self.post.post(sq)?;
         let t1 = Instant::now();
         if let Some(round) = self.answers.answer(t1) {
             if let Some(r) = rec {
