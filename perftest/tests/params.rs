@@ -72,7 +72,7 @@ fn defaults_are_perftests() {
     );
     assert_eq!(c.conn, QpType::Rc);
     assert_eq!(
-        c.inline_request(),
+        c.inline_request(false),
         0,
         "bandwidth tools ask for no inline data"
     );
@@ -90,9 +90,13 @@ fn defaults_are_perftests() {
         assert_eq!(c.queues.tx_depth, 1);
         assert_eq!(c.timing.mode, RunMode::Iters(1000));
     }
-    assert_eq!(ok(WRITE_LAT, "").inline_request(), 64);
-    assert_eq!(ok(SEND_LAT, "").inline_request(), 64);
-    assert_eq!(ok(READ_LAT, "").inline_request(), 0);
+    assert_eq!(ok(WRITE_LAT, "").inline_request(false), 64);
+    assert_eq!(ok(SEND_LAT, "").inline_request(false), 64);
+    assert_eq!(ok(READ_LAT, "").inline_request(false), 0);
+    // On rxe or siw inline is one more copy: none unless asked for.
+    assert_eq!(ok(WRITE_LAT, "").inline_request(true), 0);
+    assert_eq!(ok(SEND_LAT, "").inline_request(true), 0);
+    assert_eq!(ok(WRITE_LAT, "-I 32").inline_request(true), 32);
 
     let c = ok(ATOMIC_BW, "");
     assert_eq!(c.sizes, Sizes::Single(8));

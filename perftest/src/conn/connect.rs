@@ -108,9 +108,13 @@ pub fn connect(
 
     let granted_inline = res.qps.first().map_or(0, |qp| qp.caps().max_inline_data);
     let inline_ok = matches!(cfg.tool.kind, TestKind::Write | TestKind::Send);
+    // Unasked, what the QP grants goes inline — except on a software device, which grants some
+    // (rxe: 16 bytes for none asked) but where inline is one more copy (Config::inline_request).
+    let software = dev.attr.software_driver().is_some();
     let inline_limit = match (inline_ok, cfg.asked.inline_size) {
         (false, _) => 0,
         (true, Some(i)) => i.min(granted_inline),
+        (true, None) if software => 0,
         (true, None) => granted_inline,
     };
     let link = Link {

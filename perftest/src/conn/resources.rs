@@ -121,7 +121,8 @@ pub fn create_resources(cfg: &Config, dev: &LocalDev, max_size: u64) -> Result<R
     } else {
         None
     };
-    let qps = create_qps(cfg, &pd, &cq, srq.as_ref(), rx_posted)?;
+    let software = dev.attr.software_driver().is_some();
+    let qps = create_qps(cfg, &pd, &cq, srq.as_ref(), rx_posted, software)?;
     Ok(Resources {
         pd,
         cq,
@@ -260,16 +261,17 @@ pub fn qp_caps(cfg: &Config, rx_posted: u32, inline: u32) -> QpCaps {
     }
 }
 
-/// The `-q` QPs on `cq`. The default inline request of the latency tools is a wish: a device
-/// that cannot inline that much gets QPs without inline.
+/// The `-q` QPs on `cq` of a device that is `software` or not. The default inline request of
+/// the latency tools is a wish: a device that cannot inline that much gets QPs without inline.
 fn create_qps(
     cfg: &Config,
     pd: &Pd,
     cq: &Cq,
     srq: Option<&Srq>,
     rx_posted: u32,
+    software: bool,
 ) -> Result<Vec<Qp>> {
-    let inline_req = cfg.inline_request();
+    let inline_req = cfg.inline_request(software);
     let attr = |inline| QpInitAttr {
         send_cq: cq,
         recv_cq: cq,
