@@ -115,7 +115,7 @@ pub const OPTIONS: &[PerftestOption] = &[
         'I',
         "inline_size",
         true,
-        Same("the size granted by the QP is read back and shown"),
+        Same("the size granted by the QP is read back and shown; unlike perftest, honoured on rxe and siw (where the default is none)"),
     ),
     opt('l', "post_list", true, Same("")),
     long(
