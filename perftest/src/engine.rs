@@ -224,41 +224,61 @@ pub fn post_receives<'q>(
 /// [`post_receives`], `per_call` (at most [`MAX_RECV_PER_CALL`]) per `ibv_post_recv` call:
 /// perftest's `--recv_post_list`. `qp` is a QP's receive queue or the shared one
 /// (`--use-srq`); the `wr_id` names QP `q` and the slot either way (the slot is QP `q`'s).
+///
+/// The requests are built on the stack in arrays as long as one list (1, 32 or
+/// [`MAX_RECV_PER_CALL`]): re-posting the one receive of a latency round or of a bandwidth
+/// poll then writes one request, not room for 256 (which cost ~1,700 instructions a call).
 pub fn post_receive_lists<'q>(
     qp: impl Into<RecvQueue<'q>>,
+    mr: &Mr,
+    layout: &Layout,
+    q: usize,
+    slots: impl Iterator<Item = usize>,
+    per_call: usize,
+) -> Result<()> {
+    let qp = qp.into();
+    match per_call {
+        0 | 1 => post_lists::<1>(qp, mr, layout, q, slots, 1),
+        2..=32 => post_lists::<32>(qp, mr, layout, q, slots, per_call),
+        _ => post_lists::<MAX_RECV_PER_CALL>(qp, mr, layout, q, slots, per_call),
+    }
+}
+
+/// [`post_receive_lists`] with lists of at most `per_call` (≤ `C`) requests in arrays of `C`.
+#[inline]
+fn post_lists<const C: usize>(
+    qp: RecvQueue<'_>,
     mr: &Mr,
     layout: &Layout,
     q: usize,
     mut slots: impl Iterator<Item = usize>,
     per_call: usize,
 ) -> Result<()> {
-    const CHUNK: usize = MAX_RECV_PER_CALL;
-    let qp = qp.into();
-    let per_call = per_call.clamp(1, CHUNK);
+    let per_call = per_call.clamp(1, C);
     let slot_sge = |slot: usize| -> Result<Sge<'_>> {
         let off = layout.dst(q, slot);
         mr.sge(off..off + layout.stride)
             .with_context(|| format!("the receive SGE of QP {q}'s slot {slot}"))
     };
-    let first = slot_sge(0)?;
-    let mut sges = [first; CHUNK];
-    let mut ids = [0u64; CHUNK];
+    let wrap = |slot: usize| slot % layout.dst_slots.max(1);
     loop {
-        let mut n = 0;
-        for slot in slots.by_ref().take(per_call) {
-            let slot = slot % layout.dst_slots.max(1);
+        // The list's first request fills the arrays (no placeholder SGE to build).
+        let Some(slot) = slots.next().map(wrap) else {
+            return Ok(());
+        };
+        let mut sges = [slot_sge(slot)?; C];
+        let mut ids = [wr_id(q, slot as u64); C];
+        let mut n = 1;
+        for slot in slots.by_ref().take(per_call - 1).map(wrap) {
             sges[n] = slot_sge(slot)?;
             ids[n] = wr_id(q, slot as u64);
             n += 1;
         }
-        if n == 0 {
-            return Ok(());
-        }
         let mut wrs = [RecvWr {
-            wr_id: 0,
+            wr_id: ids[0],
             sges: std::slice::from_ref(&sges[0]),
-        }; CHUNK];
-        for (k, wr) in wrs[..n].iter_mut().enumerate() {
+        }; C];
+        for (k, wr) in wrs[..n].iter_mut().enumerate().skip(1) {
             *wr = RecvWr {
                 wr_id: ids[k],
                 sges: std::slice::from_ref(&sges[k]),
@@ -330,8 +350,10 @@ pub fn poll_or_sleep(
 pub struct PeerWatch {
     /// When the phase began: waits that heartbeats keep alive end at the channel's phase limit.
     started: Instant,
-    last_check: Instant,
-    last_beat_sent: Instant,
+    /// When the next look at the channel and the next HEARTBEAT are due: the loops compare
+    /// their clock reading with these (no duration to compute in an ordinary round).
+    next_check: Instant,
+    next_beat: Instant,
     /// The last HEARTBEAT, TALLY or data from the peer.
     pub last_sign: Instant,
     pub tally: Option<Tally>,
@@ -344,8 +366,8 @@ impl PeerWatch {
         let now = Instant::now();
         PeerWatch {
             started: now,
-            last_check: now,
-            last_beat_sent: now,
+            next_check: now + CHANNEL_CHECK,
+            next_beat: now + HEARTBEAT,
             last_sign: now,
             tally: None,
             phase,
@@ -358,10 +380,10 @@ impl PeerWatch {
     /// whether it looked (at most every [`CHANNEL_CHECK`]): a latency loop then restarts its
     /// clock, so that the look is in no sample.
     pub fn check(&mut self, ch: &mut Channel, now: Instant) -> Result<bool> {
-        if now.duration_since(self.last_check) < CHANNEL_CHECK {
+        if now < self.next_check {
             return Ok(false);
         }
-        self.last_check = now;
+        self.next_check = now + CHANNEL_CHECK;
         ch.check_stop()?;
         // Up to this phase's TALLY: what follows it (a RESULT, the next SYNC) belongs to the
         // steps after the loop. Whole messages only: half a frame stays for the next look
@@ -417,10 +439,10 @@ impl PeerWatch {
 
     /// Sends a HEARTBEAT when the last one is [`HEARTBEAT`] old; returns whether it sent one.
     pub fn beat(&mut self, ch: &mut Channel, now: Instant) -> Result<bool> {
-        if now.duration_since(self.last_beat_sent) < HEARTBEAT {
+        if now < self.next_beat {
             return Ok(false);
         }
-        self.last_beat_sent = now;
+        self.next_beat = now + HEARTBEAT;
         ch.send(&Msg::Heartbeat).map_err(anyhow::Error::new)?;
         Ok(true)
     }

@@ -144,6 +144,7 @@ fn run(args: &Args) -> Result<()> {
     check_read(&a, &b, n, wait, remote)?;
     check_atomics(&a, &b, wait)?;
     check_send_list(&a, &b, wait)?;
+    check_byte_writes(&b)?;
     check_wrong_rkey(&a, &b, n, wait, remote)?;
     verbs_lab::outln!("all checks passed between {} and {}", a.name, b.name);
     Ok(())
@@ -305,6 +306,35 @@ fn check_atomics(a: &Side, b: &Side, wait: Duration) -> Result<()> {
         format!("old {old}, final {now} (expected 115, 7)"),
     )?;
     Ok(())
+}
+
+/// `Mr::write_byte` (a latency loop's poll byte) changes its one byte and none beside it, at
+/// every offset of a word and across the word boundaries, and refuses a byte past the end.
+fn check_byte_writes(s: &Side) -> Result<()> {
+    const AT: usize = BUF / 8;
+    const N: usize = 24;
+    let mut want = pattern(5, N);
+    s.mr.write(AT, &want)?;
+    for (i, b) in want.iter_mut().enumerate() {
+        *b = !*b ^ (i as u8);
+        s.mr.write_byte(AT + i, *b)?;
+    }
+    let got = s.mr.to_vec(AT..AT + N)?;
+    let mm = first_mismatch(&got, &want);
+    check(
+        "byte writes",
+        mm.is_none(),
+        format!(
+            "{N} bytes of {}'s buffer one at a time, first mismatch {mm:?}",
+            s.name
+        ),
+    )?;
+    let past = s.mr.write_byte(s.mr.len(), 1);
+    check(
+        "byte write refusal",
+        past.is_err(),
+        format!("a byte at offset {} (the length): {past:?}", s.mr.len()),
+    )
 }
 
 /// A [`verbs_lab::verbs::SendList`] of three RDMA WRITEs, converted once: pointed at three

@@ -13,7 +13,7 @@ check_run() {
     echo "$out"
     [ "$rc" -eq 0 ] || { echo "FAIL: $label exited $rc"; exit 1; }
     for want in "ok    SEND bytes" "ok    RDMA WRITE" "ok    RDMA READ" "ok    FETCH_AND_ADD" \
-                "ok    CMP_AND_SWP" "ok    send list:" "ok    send list refusals" "ok    wrong rkey" \
+                "ok    CMP_AND_SWP" "ok    send list:" "ok    send list refusals" "ok    byte writes:" "ok    byte write refusal:" "ok    wrong rkey" \
                 "all checks passed"; do
         echo "$out" | grep -q "$want" || { echo "FAIL: $label: missing '$want'"; exit 1; }
     done

@@ -302,6 +302,24 @@ impl Mr {
         Ok(())
     }
 
+    /// Writes one byte at `offset` (as [`Mr::write`] of one byte, without its general split): a
+    /// latency loop's poll byte, once per round.
+    #[inline]
+    pub fn write_byte(&self, offset: usize, value: u8) -> Result<()> {
+        self.span(offset, 1)?;
+        let b = offset % WORD;
+        let (mut mask, mut val) = ([0u8; WORD], [0u8; WORD]);
+        (mask[b], val[b]) = (0xff, value);
+        let (mask, val) = (u64::from_ne_bytes(mask), u64::from_ne_bytes(val));
+        // The closure always returns Some, so fetch_update cannot fail.
+        let _ =
+            self.word(offset / WORD)
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+                    Some(old & !mask | val)
+                });
+        Ok(())
+    }
+
     /// Sets every byte of `range` to `value` (stores as in [`Mr::write`]).
     pub fn fill(&self, range: Range<usize>, value: u8) -> Result<()> {
         self.bounds(&range)?;

@@ -10,10 +10,11 @@
 //!
 //! Samples are taken between consecutive rounds with one read of the monotonic clock
 //! (`Instant`) per round trip — the end of one sample starts the next, as perftest samples
-//! between consecutive posts — and recorded in nanoseconds into a [`LatRecorder`]. Only the round
-//! trip and its own steps (reaping, re-posting the receive, the next poll byte) are inside a
-//! sample: when bookkeeping runs between an answer and the next post (a heartbeat, a look at the
-//! channel, `--validate`, a full send queue), the next sample starts from a fresh clock read.
+//! between consecutive posts — and kept in nanoseconds in an array made beforehand, for a
+//! [`LatRecorder`] after the phase (`Record`). Only the round trip and its own steps (reaping,
+//! re-posting the receive, the next poll byte) are inside a sample: when bookkeeping runs
+//! between an answer and the next post (a heartbeat, a look at the channel, `--validate`, a
+//! full send queue, a full sample array), the next sample starts from a fresh clock read.
 //! The waits read no clock in an ordinary round (`wait.rs`), and `-D`'s deadline is compared
 //! with the sample's start: one clock read per round trip.
 //! Both sides of a ping-pong report: the server answers first and reads the clock after; its
@@ -68,10 +69,11 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Si
     }
     s.ch.sync(Phase::Measure, size)
         .map_err(anyhow::Error::new)?;
-    let mut rec = match (cfg.keep_samples, cfg.timing.mode) {
-        (true, RunMode::Iters(n)) => Record::keeping(n),
-        _ => Record::default(),
+    let expected = match cfg.timing.mode {
+        RunMode::Iters(n) => Some(n),
+        RunMode::Duration(_) => None,
     };
+    let mut rec = Record::new(expected, cfg.keep_samples);
     let m = one_phase(
         s,
         Phase::Measure,
@@ -99,7 +101,8 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Si
     // A ping-pong server's first answer only starts a sample (its samples run from one answer
     // to the next): with `-n 1` it has none, and its row still prints, saying so.
     let ponger = Facts::of(s, size).pingpong && cfg.is_server();
-    let stats = match rec.stats.stats() {
+    let (stats, samples) = rec.finish();
+    let stats = match stats.stats() {
         Some(st) => Some(st),
         None if ponger && m.count > 0 => Some(LatStats::none()),
         None => None,
@@ -114,7 +117,7 @@ pub fn run_size(s: &mut Session<'_>, size: u64, sq: &mut SendQueue) -> Result<Si
         },
     });
     Ok(SizeOut {
-        samples: rec.samples.filter(|_| row.is_some()),
+        samples: samples.filter(|_| row.is_some()),
         row,
     })
 }
@@ -129,30 +132,76 @@ fn prepare(s: &Session<'_>, size: u64) -> Result<()> {
     Ok(())
 }
 
+/// How many samples the timed loop holds before they go into the statistics: a fold of this
+/// many takes a few milliseconds, which the pinger keeps out of its samples (it reads the clock
+/// afresh) and which lands in one of a ponger's (as a look at the channel does).
+const HELD: usize = 1 << 16;
+
 /// The measured phase's record: the statistics, and with `-H`/`-U` every sample in the order
 /// taken (nanoseconds; half the round trip in a ping-pong, as the statistics).
-#[derive(Default)]
-pub struct Record {
+///
+/// The timed loop only appends a sample to an array made beforehand, as perftest stores its
+/// cycle counts: the statistics (a histogram, Welford's floating-point mean) are computed
+/// from the array between rounds of [`HELD`] samples and at the end ([`Record::finish`]), not
+/// once per round trip (about 110 instructions a sample, several of them floating-point, which
+/// under QEMU's TCG are calls into its software FPU).
+pub(crate) struct Record {
     stats: LatRecorder,
-    samples: Option<Vec<u64>>,
+    /// The samples not yet in `stats`, or with `keep` every sample of the phase.
+    held: Vec<u64>,
+    /// How many of `held` are already in `stats` (with `keep`).
+    folded: usize,
+    keep: bool,
 }
 
 impl Record {
-    /// A record that keeps every sample too, room for `expected` of them made now so that the
-    /// timed loop does not allocate.
-    fn keeping(expected: u64) -> Record {
+    /// A record of a phase of `expected` samples (`None`: `-D`), keeping every sample too
+    /// when `keep` (`-H`/`-U` with `-n`): room for them made now so that the timed loop does
+    /// not allocate.
+    fn new(expected: Option<u64>, keep: bool) -> Record {
+        let keep = keep && expected.is_some();
+        let room = match expected {
+            Some(n) if keep => n as usize,
+            Some(n) => (n as usize).min(HELD),
+            None => HELD,
+        };
         Record {
             stats: LatRecorder::new(),
-            samples: Some(Vec::with_capacity(expected as usize)),
+            held: Vec::with_capacity(room),
+            folded: 0,
+            keep,
         }
     }
 
+    /// Adds one sample. Returns true when the samples held went into the statistics just now
+    /// (the array was full): work the pinger keeps out of its next sample.
     #[inline]
-    pub(super) fn record(&mut self, ns: u64) {
-        self.stats.record(ns);
-        if let Some(v) = &mut self.samples {
-            v.push(ns);
+    pub(super) fn record(&mut self, ns: u64) -> bool {
+        self.held.push(ns);
+        if !self.keep && self.held.len() == self.held.capacity() {
+            self.fold();
+            return true;
         }
+        false
+    }
+
+    /// Puts the samples held into the statistics.
+    fn fold(&mut self) {
+        for &ns in &self.held[self.folded..] {
+            self.stats.record(ns);
+        }
+        if self.keep {
+            self.folded = self.held.len();
+        } else {
+            self.held.clear();
+        }
+    }
+
+    /// The phase's statistics, and with `keep` every sample in order.
+    fn finish(mut self) -> (LatRecorder, Option<Vec<u64>>) {
+        self.fold();
+        let samples = self.keep.then_some(self.held);
+        (self.stats, samples)
     }
 }
 
@@ -262,4 +311,34 @@ fn one_phase(
         count,
         elapsed: last.saturating_duration_since(first.unwrap_or(last)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_folds_when_its_array_fills_and_loses_no_sample() {
+        // -n 3: room for all three, one fold at the end.
+        let mut r = Record::new(Some(3), false);
+        assert!(!r.record(1000) && !r.record(3000));
+        assert!(r.record(2000), "the third sample fills the array");
+        assert!(!r.record(4000), "the array was emptied: a fourth fits");
+        let (stats, samples) = r.finish();
+        let st = stats.stats().unwrap();
+        assert_eq!((st.samples, st.min_us, st.max_us), (4, 1.0, 4.0));
+        assert_eq!(samples, None);
+    }
+
+    #[test]
+    fn a_record_that_keeps_samples_never_folds_them_twice() {
+        let mut r = Record::new(Some(2), true);
+        assert!(!r.record(5000) && !r.record(7000) && !r.record(6000));
+        let (stats, samples) = r.finish();
+        assert_eq!(stats.stats().unwrap().samples, 3);
+        assert_eq!(samples, Some(vec![5000, 7000, 6000]));
+        // -D keeps none (its length is not known), and holds at most HELD at a time.
+        let r = Record::new(None, true);
+        assert!(!r.keep && r.held.capacity() >= HELD);
+    }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _, Result};
 use verbs_lab::diag::PortCounters;
 use verbs_lab::verbs::{
-    CompChannel, Cq, Mr, Payload, Qp, SendWr, Sge, Srq, UdDest, WorkCompletion,
+    CompChannel, Cq, Mr, Payload, Qp, RecvWr, SendWr, Sge, Srq, UdDest, WorkCompletion,
 };
 
 use super::post::{reap, take, Post, Recv};
@@ -102,6 +102,9 @@ pub(super) struct Rounds<'a> {
     cq: &'a Cq,
     channel: Option<&'a CompChannel>,
     layout: Layout,
+    /// The receive SGE of each of QP 0's destination slots, made once: re-posting a receive
+    /// then converts one request, nothing more.
+    recv_sges: Vec<Sge<'a>>,
     post: Post<'a>,
     pub(super) waiter: Waiter<'a>,
     wcs: [WorkCompletion; POLL_BATCH],
@@ -163,15 +166,25 @@ impl<'a> Rounds<'a> {
             qp,
             PortCounters::snapshot(link.dev.ctx.name(), cfg.device.ib_port),
         );
+        let layout = res.bufs.layout;
+        let rx = &res.bufs.dst[0];
+        let recv_sges = (0..layout.dst_slots.max(1))
+            .map(|slot| {
+                let off = layout.dst(0, slot);
+                rx.sge(off..off + layout.stride)
+                    .with_context(|| format!("the receive SGE of slot {slot}"))
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(Rounds {
             f,
             mr,
-            rx: &res.bufs.dst[0],
+            rx,
             qp,
             srq: res.srq.as_ref(),
             cq,
             channel,
-            layout: res.bufs.layout,
+            layout,
+            recv_sges,
             post,
             waiter,
             wcs: WorkCompletion::array::<POLL_BATCH>(),
@@ -216,9 +229,7 @@ impl<'a> Rounds<'a> {
         let t1 = self.wait_answer(t0, seq, sq)?;
         let round = t1.saturating_duration_since(t0);
         let rtt = round.as_nanos() as u64;
-        if let Some(r) = rec {
-            r.record(if self.f.pingpong { rtt / 2 } else { rtt });
-        }
+        let folded = rec.is_some_and(|r| r.record(if self.f.pingpong { rtt / 2 } else { rtt }));
         self.waiter.learn(round);
         self.last = t1;
         self.prev_end = Some(t1);
@@ -235,7 +246,7 @@ impl<'a> Rounds<'a> {
         if looked {
             self.unlooked = 0;
         }
-        if self.f.stamp_all || beat || looked {
+        if self.f.stamp_all || beat || looked || folded {
             self.prev_end = None;
         }
         Ok(true)
@@ -375,6 +386,7 @@ impl<'a> Rounds<'a> {
                 self.rx,
                 RecvQueue::of(self.qp, self.srq),
                 self.layout,
+                &self.recv_sges,
                 (slot, bytes),
                 f.rx_off,
                 f.n,
@@ -414,7 +426,7 @@ impl Answers {
 fn stamp(mr: &Mr, src: usize, n: usize, seq: u64, kind: TestKind, all: bool) -> Result<()> {
     match kind {
         TestKind::Write if all => pattern::stamp_mr(mr, src, n, seq, true)?,
-        TestKind::Write => mr.write(src + n - 1, &[pattern::poll_byte(seq)])?,
+        TestKind::Write => mr.write_byte(src + n - 1, pattern::poll_byte(seq))?,
         TestKind::Send if all => pattern::stamp_mr(mr, src, n, seq, false)?,
         _ => {}
     }
@@ -429,6 +441,7 @@ fn after_recv(
     mr: &Mr,
     rq: RecvQueue<'_>,
     layout: crate::conn::Layout,
+    sges: &[Sge<'_>],
     (slot, bytes): (usize, u32),
     rx_off: usize,
     n: usize,
@@ -454,7 +467,14 @@ fn after_recv(
             bail!("--validate: received message {seq} ({n} bytes) is wrong: {m}");
         }
     }
-    crate::engine::post_receives(rq, mr, &layout, 0, std::iter::once(slot))
+    let sge = sges
+        .get(slot)
+        .with_context(|| format!("a receive completion for slot {slot}, which does not exist"))?;
+    rq.post(&[RecvWr {
+        wr_id: crate::engine::wr_id(0, slot as u64),
+        sges: std::slice::from_ref(sge),
+    }])
+    .context("re-posting the receive")
 }
 
 /// Waits for one receive completion (taking send completions on the way).
