@@ -114,6 +114,8 @@ atomic_bw|rate|pair|vl_atomic_bw|ib_atomic_bw|-n $n
 write_lat|lat|pair|vl_write_lat|ib_write_lat|-s 2 -n $n -I 0
 read_lat|lat|pair|vl_read_lat|ib_read_lat|-s 2 -n $n
 send_lat|lat|pair|vl_send_lat|ib_send_lat|-s 2 -n $n -I 0
+send_lat_ev|lat|pair|vl_send_lat|ib_send_lat|-s 2 -n $n -I 0 -e
+read_lat_ev|lat|pair|vl_read_lat|ib_read_lat|-s 2 -n $n -e
 EOF
     # ==== ADDITIONAL ROWS GO HERE ===============================================================
     # The multi-process row: ours `vl_write_bw --procs 2` against two ib_write_bw pairs running at
@@ -222,6 +224,17 @@ sweep_rows() {
         done
     done
     echo "atomic_lat_8|lat|pair|vl_atomic_lat|ib_atomic_lat|-n $n"
+    # Event mode (-e): each side sleeps until its completion event instead of spinning, so the
+    # round trip is the work on its path and nothing else; the latency rows of the deterministic
+    # mode (docs/measurement.md). Write latency has no event mode (it polls memory), in either
+    # tool.
+    for _t in send read; do
+        for _s in 2 4096; do
+            case $_t in read) _i='' ;; *) _i=' -I 0' ;; esac
+            echo "${_t}_lat_ev_$_s|lat|pair|vl_${_t}_lat|ib_${_t}_lat|-s $_s -n $n$_i -e"
+        done
+    done
+    echo "atomic_lat_ev_8|lat|pair|vl_atomic_lat|ib_atomic_lat|-n $n -e"
 }
 
 if [ -n "$LIST" ]; then

@@ -190,7 +190,7 @@ fn bad_command_lines_exit_2_and_say_why() {
             "bench-vs-perftest",
             &["--deterministic", "--only", "write_lat"],
             &[],
-            "--deterministic: row 'write_lat' is not a bandwidth or message-rate row",
+            "--deterministic: row 'write_lat' is not a bandwidth, message-rate or event-mode latency row",
         ),
         (
             "bench-vs-perftest",
