@@ -308,15 +308,13 @@ impl Mr {
     pub fn write_byte(&self, offset: usize, value: u8) -> Result<()> {
         self.span(offset, 1)?;
         let b = offset % WORD;
-        let (mut mask, mut val) = ([0u8; WORD], [0u8; WORD]);
-        (mask[b], val[b]) = (0xff, value);
-        let (mask, val) = (u64::from_ne_bytes(mask), u64::from_ne_bytes(val));
-        // The closure always returns Some, so fetch_update cannot fail.
-        let _ =
-            self.word(offset / WORD)
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-                    Some(old & !mask | val)
-                });
+        self.write_part(
+            Part {
+                word: offset / WORD,
+                bytes: b..b + 1,
+            },
+            |_| value,
+        );
         Ok(())
     }
 
