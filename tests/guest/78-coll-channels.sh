@@ -4,8 +4,9 @@
 # than channels (-b 4: one float), pieces smaller than a channel's share (--slot-size 1K,
 # --slots 2):
 # - --np 3 all_reduce --algo ring --channels 4: while it runs, `rdma resource show qp` counts
-#   24 QPs of the ranks (3 ranks x 4 channels x 2 neighbours; 6 with one channel); the header,
-#   the --csv column and the --json params say 4, and vl_jsoncheck accepts the document;
+#   24 QPs of the ranks (3 ranks x 4 channels x 2 neighbours; 6 with one channel), SIGTERM then
+#   ends it (143) and no QP of it stays listed; in a sweep the header, the --csv column and the
+#   --json params say 4, and vl_jsoncheck accepts the document;
 # - --np 3 and --np 4: reduce_scatter, all_gather, alltoall (--algo ring) and broadcast with 1,
 #   3 or 4 channels; all_reduce by auto (rd, one channel, beside a ring of four) and by the ring with
 #   NCCL_MIN_NCHANNELS x NCCL_IB_QPS_PER_CONNECTION = 4 (no --channels);
@@ -66,25 +67,41 @@ step "--np 3 all_reduce --algo ring --channels 4: the QPs while it runs"
 # below, a 64-QP run leaves none listed once it has ended).
 echo "QPs of earlier runs still listed: $(rank_qps)"
 wait_for 30 - no_rank_qps || { rdma resource show qp; fail "QPs of ended runs still listed after $(scaled 30) s"; }
-out=$TMPDIR/qps.out
-vl_all_reduce_perf --np 3 --ib-dev "$VL_DEV0,$VL_DEV1" --algo ring --channels 4 -b 4 -e 10K -f 7 \
-    --slot-size 1K --slots 2 -n 8 -w 1 -c 1 --timeout 30 --csv "$TMPDIR/qps.csv" \
-    --json "$TMPDIR/qps.json" >"$out" 2>&1 </dev/null &
+# The count needs a run that lasts until it is seen: a sweep of -n 8 ended within 0.9 s in one
+# CI run, between two listings, and 24 was never seen. This one runs until SIGTERM (a background
+# job of sh ignores SIGINT, and the launcher keeps what it inherited), which ends the launcher
+# (143) and its ranks with it; the kernel then frees every QP.
+vl_all_reduce_perf --np 3 --ib-dev "$VL_DEV0,$VL_DEV1" --algo ring --channels 4 -b 4 -e 4 \
+    --slot-size 1K --slots 2 -n 100000000 -w 0 -c 0 --timeout 30 >"$TMPDIR/count.out" 2>&1 </dev/null &
 launcher=$!
 # The QPs of the ranks (their command names start with vl_all_reduce), at the most seen.
 most=0
-while _vl_alive "$launcher"; do
+all_qps() {
     qps=$(rank_qps)
     [ "$qps" -gt "$most" ] && most=$qps
-    [ "$most" -ge 24 ] && break
-    sleep 0.1
-done
+    [ "$most" -ge 24 ]
+}
+wr=0
+wait_for 60 "$launcher" all_qps || wr=$?
+kill -TERM "$launcher" 2>/dev/null || true
 rc=0
-_vl_watch "$launcher" 90 || rc=$?
+_vl_watch "$launcher" 30 || rc=$?
+cat "$TMPDIR/count.out"
+echo "QPs of the ranks seen at once: $most"
+[ "$wr" = 2 ] && fail "the run of --channels 4 ended by itself (exit $rc) before SIGTERM"
+[ "$most" = 24 ] || { rdma resource show qp; fail "$most QPs of the ranks, expected 24 (3 ranks x 4 channels x 2)"; }
+[ "$rc" = 143 ] || fail "SIGTERM to the launcher of --channels 4: exit $rc, expected 143"
+wait_for 30 - no_rank_qps || { rdma resource show qp; fail "QPs of the ranks still listed $(scaled 30) s after SIGTERM"; }
+no_queues "--channels 4, stopped by SIGTERM"
+
+step "--np 3 all_reduce --algo ring --channels 4: the header, --csv and --json say 4"
+out=$TMPDIR/qps.out
+rc=0
+run_timeout 90 vl_all_reduce_perf --np 3 --ib-dev "$VL_DEV0,$VL_DEV1" --algo ring --channels 4 -b 4 -e 10K -f 7 \
+    --slot-size 1K --slots 2 -n 8 -w 1 -c 1 --timeout 30 --csv "$TMPDIR/qps.csv" \
+    --json "$TMPDIR/qps.json" >"$out" 2>&1 </dev/null || rc=$?
 cat "$out" "$TMPDIR/qps.csv"
 [ "$rc" = 0 ] || fail "--channels 4 exited $rc"
-echo "QPs of the ranks seen at once: $most"
-[ "$most" = 24 ] || { rdma resource show qp; fail "$most QPs of the ranks, expected 24 (3 ranks x 4 channels x 2)"; }
 ok_rows "--channels 4" "$out"
 expect_contains "$out" "channels: 4 (QPs per ring neighbour, from --channels, rd keeps 1) algo: ring"
 tail -n +2 "$TMPDIR/qps.csv" | awk -F, '$(NF-1) != 4 { bad = 1 } END { exit bad }' \
