@@ -4,7 +4,7 @@
 //! once and returns, and the drop waits for it.
 //!
 //! Used by the listener that turns away further clients during a run
-//! ([`crate::oob::Refuser`]) and by the benchmarks' reader of asynchronous device events.
+//! ([`crate::oob::Refuser`]).
 
 use std::io;
 use std::os::unix::net::UnixStream;

@@ -27,7 +27,8 @@
 //!   reader has gone (`| head`), destructors run; `stdout::scope` for threads that print.
 //! - [`stderr`]: `eprintln_whole!`, a line on stderr in one `write(2)`, so the lines of processes
 //!   sharing one stderr never interleave.
-//! - [`signals`]: the process's one signal thread (`sigwait(3)`), which hands each signal to
+//! - [`signals`]: the signals a program takes, blocked and read from one `signalfd(2)` by the
+//!   program's own waits (or a signal thread, for programs that block elsewhere), each handed to
 //!   the code that registered for it.
 //! - [`fail`]: [`fail::Fail`], the one application error of the tools: the error with its
 //!   causes and the exit code it ends the program with.

@@ -25,8 +25,8 @@ pub use crate::params::EXIT_CODES;
 /// code. Errors are printed as `vl_write_bw: error: ...` on stderr ([`Fail::exit`]).
 pub fn main(tool: Tool) -> ExitCode {
     let name = tool.name();
-    // The one run control of this process: the signal thread's handler holds it, every run
-    // below is handed it.
+    // The one run control of this process: the signals' handler holds it, every run below is
+    // handed it.
     let control = match crate::signals::install(&name) {
         Ok(c) => c,
         Err(e) => {
@@ -42,6 +42,18 @@ pub fn main(tool: Tool) -> ExitCode {
         Ok(c) => c,
         Err(e) => return Fail::usage(e).exit(&name),
     };
+    // A run is one thread, which takes the signals as it waits and looks at its peer
+    // (verbs_lab::signals). The modes that block where they cannot look — a worker waiting for
+    // its coordinator's word, a coordinator for its workers, a server's runs on threads of
+    // their own — take them on the signal thread.
+    let blocks_elsewhere = cfg.procs.worker.is_some()
+        || cfg.procs.count.is_some()
+        || (cfg.serve && cfg.concurrent > 1);
+    if blocks_elsewhere {
+        if let Err(e) = verbs_lab::signals::on_thread() {
+            return Fail::failed(format!("cannot start the signal thread: {e}")).exit(&name);
+        }
+    }
     if cfg.procs.worker.is_some() {
         return crate::procs::worker_main(&cfg, &control);
     }

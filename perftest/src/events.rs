@@ -3,68 +3,182 @@
 //!
 //! Without this, such a fault is noticed only through its consequences — completions that fail
 //! after every retry (seconds to minutes with a long `-u`), or a peer that falls silent. [`watch`]
-//! starts one thread per device context that reads the context's event queue
-//! ([`Context::get_async_event`], which acknowledges each event at once) and hears the kernel
-//! announce the removal of the device's user-verbs node ([`removal_of`]; rxe sends no event
-//! then, and `rdma link delete` would wait for the run to end). It sleeps until one of them has
-//! news or the run ends: no timer wakes it. An event that ends the run ([`ends_run`]) is
-//! recorded for the run that started the watch ([`RunFault`], its own: a `--serve --concurrent`
-//! server runs several at once), and that run's out-of-band socket is woken
-//! through the tool's run control ([`crate::signals::Control::wake_reader_of`]), so a loop
-//! blocked on the peer returns at once and one that spins sees [`RunFault::check`] fail within
-//! [`crate::engine::CHANNEL_CHECK`]. The run's error path then sends the peer an ERROR naming the
+//! makes the run look, on its own thread, at the context's event queue
+//! ([`Context::get_async_event`], which acknowledges each event at once) and at the kernel's
+//! announcement of the removal of the device's user-verbs node ([`removal_of`]; rxe sends no
+//! event then, and `rdma link delete` would wait for the run to end): a loop that spins looks as
+//! it looks at its peer ([`RunFault::check`], every [`crate::engine::CHANNEL_CHECK`]), a wait
+//! on the peer every [`verbs_lab::signals::WAIT_SLICE`]. No thread of its own: a second thread
+//! would cost every post of the run (see [`verbs_lab::signals`]). An event that ends the run
+//! ([`ends_run`]) is recorded for the run that started the watch ([`RunFault`], its own: a
+//! `--serve --concurrent` server runs several at once), and that run's out-of-band socket is
+//! woken through the tool's run control ([`crate::signals::Control::wake_reader_of`]), so a
+//! wait on the peer returns at once. The run's error path then sends the peer an ERROR naming the
 //! event (before the QPs are torn down) and the tool exits 1 with the event as its error: "port
 //! 1 of rxe1 went down (IBV_EVENT_PORT_ERR) …".
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use verbs_lab::background::Background;
+use verbs_lab::signals::Looking;
 use verbs_lab::verbs::{AsyncEvent, AsyncEventKind, Context};
 
 use crate::signals::Control;
 
-/// How often the watcher looks at sysfs for the device's removal where it cannot hear the
-/// kernel announce it (see [`watch`]).
+/// How often the run looks at sysfs for the device's removal where it cannot hear the kernel
+/// announce it (see [`watch`]).
 pub const SLICE: Duration = Duration::from_millis(100);
 
-/// The first event that ended one run: written by the thread that reads its device's events
-/// ([`watch`]), read by the run ([`EventWatch::fault`]). Each run has its own — a
-/// `--serve --concurrent` server runs several at once, and one client's QP in error must not
-/// stop the others.
-#[derive(Debug, Clone, Default)]
-pub struct RunFault(Arc<Mutex<Option<DeviceEvent>>>);
+/// The first event that ended one run, and what the run looks at to find it ([`watch`]); read
+/// by the run ([`EventWatch::fault`]). Each run has its own — a `--serve --concurrent` server
+/// runs several at once, and one client's QP in error must not stop the others.
+#[derive(Clone, Default)]
+pub struct RunFault(Arc<Watched>);
+
+#[derive(Default)]
+struct Watched {
+    fault: Mutex<Option<DeviceEvent>>,
+    /// The device's queues, while the [`EventWatch`] lives.
+    source: Mutex<Option<Source>>,
+}
+
+impl std::fmt::Debug for RunFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("RunFault").field(&self.fatal()).finish()
+    }
+}
 
 impl RunFault {
     /// The event that ended the run, if one came.
     pub fn fatal(&self) -> Option<DeviceEvent> {
-        self.0.lock().ok().and_then(|f| f.clone())
+        self.0.fault.lock().ok().and_then(|f| f.clone())
     }
 
-    /// Fails with the event that ended the run, once one came: loops call it as they look at
-    /// the peer (through [`crate::proto::Channel::check_stop`]).
+    /// Looks at the device's queues (without waiting), then fails with the event that ended
+    /// the run, once one came: loops call it as they look at the peer (through
+    /// [`crate::proto::Channel::check_stop`]).
     pub fn check(&self) -> Result<(), DeviceEvent> {
+        self.look();
         match self.fatal() {
             Some(e) => Err(e),
             None => Ok(()),
         }
     }
 
+    /// Takes what the device's queues hold, without waiting; records an event that ends the
+    /// run. Quiet while no [`EventWatch`] lives, or after its queue failed.
+    fn look(&self) {
+        let Ok(mut source) = self.0.source.lock() else {
+            return;
+        };
+        let Some(src) = source.as_mut() else { return };
+        let found = src.take();
+        if let Some(Err(())) = found {
+            *source = None; // the queue failed and was named once; the completions tell the rest
+            return;
+        }
+        let (control, run) = (src.control.clone(), src.run);
+        drop(source);
+        if let Some(Ok(ev)) = found {
+            self.record(&control, run, ev);
+        }
+    }
+
     /// Records `ev` (the run's first only) and wakes the blocked reads of the run on thread
     /// `run` (its socket, as watched by the tool's `control`).
     fn record(&self, control: &Control, run: ThreadId, ev: DeviceEvent) {
-        if let Ok(mut f) = self.0.lock() {
+        if let Ok(mut f) = self.0.fault.lock() {
             if f.is_some() {
                 return;
             }
             *f = Some(ev);
         }
         control.wake_reader_of(run);
+    }
+}
+
+/// What a run looks at for its device's events (see [`watch`]).
+struct Source {
+    ctx: Context,
+    port: u8,
+    device: String,
+    /// The device's user-verbs node (`uverbs1`), whose removal the kernel announces.
+    node: String,
+    /// Whether the node was there (no sysfs in a container: nothing can go away).
+    removable: bool,
+    /// The kernel's announcements, where they can be heard.
+    uevents: Option<OwnedFd>,
+    /// Where they cannot: when sysfs is looked at next.
+    next_look: Instant,
+    control: Control,
+    run: ThreadId,
+}
+
+impl Source {
+    /// The first event that ends the run among what waits now (`Err` once the queue itself
+    /// failed, said on stderr).
+    fn take(&mut self) -> Option<Result<DeviceEvent, ()>> {
+        let removed = || {
+            Some(Ok(DeviceEvent {
+                device: self.device.clone(),
+                cause: Cause::Removed,
+            }))
+        };
+        let mut fds = vec![PollFd::new(self.ctx.async_event_fd(), PollFlags::POLLIN)];
+        if let Some(u) = &self.uevents {
+            fds.push(PollFd::new(u.as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, PollTimeout::ZERO) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => {
+                verbs_lab::eprintln_whole!(
+                    "warning: cannot look at the asynchronous events of {}: {e}",
+                    self.device
+                );
+                return Some(Err(()));
+            }
+        }
+        let woke = |i: usize| {
+            fds.get(i)
+                .and_then(|f| f.revents())
+                .is_some_and(|r| !r.is_empty())
+        };
+        let (queue, news) = (woke(0), woke(1));
+        drop(fds);
+        if news && drain_removals(self.uevents.as_ref(), &self.node) {
+            return removed();
+        }
+        if self.removable && self.uevents.is_none() && Instant::now() >= self.next_look {
+            self.next_look = Instant::now() + SLICE;
+            if self.ctx.being_removed() {
+                return removed();
+            }
+        }
+        if !queue {
+            return None;
+        }
+        match self.ctx.get_async_event(Duration::ZERO) {
+            Ok(Some(ev)) if ends_run(&ev, self.port) => Some(Ok(DeviceEvent {
+                device: self.device.clone(),
+                cause: Cause::Event(ev),
+            })),
+            Ok(_) => None,
+            Err(e) => {
+                // The queue itself failed (a device removed under us): say so once, the run
+                // goes on and meets the fault through its completions.
+                verbs_lab::eprintln_whole!(
+                    "warning: cannot read the asynchronous events of {}: {e}",
+                    self.device
+                );
+                Some(Err(()))
+            }
+        }
     }
 }
 
@@ -187,111 +301,45 @@ pub fn ends_run(ev: &AsyncEvent, port: u8) -> bool {
     }
 }
 
-/// Reads `ctx`'s asynchronous events on a thread of its own until the returned guard is
-/// dropped; events that end a run on `port` ([`ends_run`]) stop it (see the module's text).
+/// Makes the run on this thread look at `ctx`'s asynchronous events until the returned guard
+/// is dropped; events that end a run on `port` ([`ends_run`]) stop it (see the module's text).
 ///
-/// The thread sleeps in one `poll(2)` on three descriptors and wakes only when one has news:
-/// the context's event queue, the kernel's device announcements (a `NETLINK_KOBJECT_UEVENT`
-/// socket: removing a device announces its user-verbs node, see [`removal_of`]) and the
-/// guard's end of a socket pair, which dropping the guard closes. Where the announcements
-/// cannot be heard (no netlink in a container), it looks at sysfs every [`SLICE`] instead.
+/// The run looks at three things without waiting on them: the context's event queue, the
+/// kernel's device announcements (a `NETLINK_KOBJECT_UEVENT` socket: removing a device
+/// announces its user-verbs node, see [`removal_of`]) and, where the announcements cannot be
+/// heard (no netlink in a container), sysfs at most every [`SLICE`]. A spinning loop looks
+/// through [`RunFault::check`]; a wait on the peer through the looks of the thread's waits
+/// ([`verbs_lab::signals::look_while_waiting`]), every [`verbs_lab::signals::WAIT_SLICE`].
 pub fn watch(ctx: &Context, port: u8, control: &Control) -> std::io::Result<EventWatch> {
-    let ctx = ctx.clone();
-    let control = control.clone();
-    let run = std::thread::current().id();
+    let removable = !ctx.being_removed();
+    let node = ctx
+        .uverbs_sysfs_path()
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let uevents = match removable {
+        true => uevent_socket().ok(),
+        false => None,
+    };
     let fault = RunFault::default();
-    let ours = fault.clone();
-    let thread = Background::spawn("async-events", move |stopped| {
-        let device = ctx.name().to_string();
-        // Only a node that was there can go away (no sysfs in a container: no look).
-        let removable = !ctx.being_removed();
-        let node = ctx
-            .uverbs_sysfs_path()
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let uevents = if removable {
-            uevent_socket().ok()
-        } else {
-            None
-        };
-        let timeout = match uevents {
-            None if removable => {
-                PollTimeout::try_from(SLICE.as_millis() as i32).unwrap_or(PollTimeout::MAX)
-            }
-            _ => PollTimeout::NONE,
-        };
-        let removed = || {
-            ours.record(
-                &control,
-                run,
-                DeviceEvent {
-                    device: device.clone(),
-                    cause: Cause::Removed,
-                },
-            )
-        };
-        loop {
-            if removable && ctx.being_removed() {
-                removed();
-            }
-            let mut fds = vec![
-                PollFd::new(stopped.as_fd(), PollFlags::POLLIN),
-                PollFd::new(ctx.async_event_fd(), PollFlags::POLLIN),
-            ];
-            if let Some(u) = &uevents {
-                fds.push(PollFd::new(u.as_fd(), PollFlags::POLLIN));
-            }
-            match poll(&mut fds, timeout) {
-                Ok(_) => {}
-                Err(Errno::EINTR) => continue,
-                Err(e) => {
-                    verbs_lab::eprintln_whole!(
-                        "warning: cannot wait for the asynchronous events of {device}: {e}"
-                    );
-                    return;
-                }
-            }
-            let woke = |i: usize| {
-                fds.get(i)
-                    .and_then(|f| f.revents())
-                    .is_some_and(|r| !r.is_empty())
-            };
-            if woke(0) {
-                return;
-            }
-            let (queue, news) = (woke(1), woke(2));
-            drop(fds);
-            if news && drain_removals(uevents.as_ref(), &node) {
-                removed();
-            }
-            if !queue {
-                continue;
-            }
-            match ctx.get_async_event(Duration::ZERO) {
-                Ok(Some(ev)) if ends_run(&ev, port) => ours.record(
-                    &control,
-                    run,
-                    DeviceEvent {
-                        device: device.clone(),
-                        cause: Cause::Event(ev),
-                    },
-                ),
-                Ok(_) => {}
-                Err(e) => {
-                    // The queue itself failed (a device removed under us): say so once,
-                    // the run goes on and meets the fault through its completions.
-                    verbs_lab::eprintln_whole!(
-                        "warning: cannot read the asynchronous events of {device}: {e}"
-                    );
-                    return;
-                }
-            }
-        }
-    })?;
+    if let Ok(mut s) = fault.0.source.lock() {
+        *s = Some(Source {
+            ctx: ctx.clone(),
+            port,
+            device: ctx.name().to_string(),
+            node,
+            removable,
+            uevents,
+            next_look: Instant::now(),
+            control: control.clone(),
+            run: std::thread::current().id(),
+        });
+    }
+    let looked = fault.clone();
+    let looking = verbs_lab::signals::look_while_waiting(Rc::new(move || looked.look()));
     Ok(EventWatch {
         fault,
-        _thread: thread,
+        _looking: looking,
     })
 }
 
@@ -341,16 +389,25 @@ pub fn removal_of(msg: &[u8], node: &str) -> bool {
         && path[path.len() - node.len() - 1] == b'/'
 }
 
-/// See [`watch`]: dropping it wakes the thread at once and waits for it.
+/// See [`watch`]: dropping it ends the looks (on the thread that made it).
 pub struct EventWatch {
     fault: RunFault,
-    _thread: Background,
+    _looking: Looking,
 }
 
 impl EventWatch {
-    /// The event that ends the run, once the thread has read one: the run's own.
+    /// The event that ends the run, once one was seen: the run's own.
     pub fn fault(&self) -> RunFault {
         self.fault.clone()
+    }
+}
+
+impl Drop for EventWatch {
+    fn drop(&mut self) {
+        // The run's channel may keep a clone of the fault: the device's queues are let go now.
+        if let Ok(mut s) = self.fault.0.source.lock() {
+            *s = None;
+        }
     }
 }
 

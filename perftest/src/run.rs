@@ -167,13 +167,8 @@ fn run_met(
     let dev = device::open_device(cfg)?;
     // The device's asynchronous events (a port going down, a fatal QP or device error) end
     // the run within a moment, named (see events.rs); the watch outlives the channel below.
-    let events =
-        crate::events::watch(&dev.ctx, cfg.device.ib_port, control).with_context(|| {
-            format!(
-                "starting the thread that reads {}'s asynchronous events",
-                dev.ctx.name()
-            )
-        })?;
+    let events = crate::events::watch(&dev.ctx, cfg.device.ib_port, control)
+        .with_context(|| format!("watching {}'s asynchronous events", dev.ctx.name()))?;
     let cpu = crate::pin::pin(cfg, &dev)?;
     let cq_timeout = conn::completion_timeout(cfg);
     let peer_timeout = cq_timeout.max(Duration::from_secs(15));
@@ -440,7 +435,7 @@ fn measure<'c>(
     if let Some(d) = cfg.wait_destroy {
         // perftest's --wait_destroy: keep the QPs, CQs and memory a while (for a look with
         // rdma-tool or the counters) before they are destroyed.
-        std::thread::sleep(d);
+        verbs_lab::signals::sleep(d);
     }
     Ok(RunResult { info, rows })
 }

@@ -1,17 +1,19 @@
 //! SIGINT and SIGTERM for the `vl_*` tools: a clean stop the peer hears about.
 //!
-//! [`install`] blocks both signals in the main thread (and so in every thread it starts) and
-//! takes them on the process's one signal thread ([`verbs_lab::signals`], `sigwait(2)`) — no
-//! async-signal handler, no unsafe. What the signals change lives in the [`Control`] it
-//! returns, one per process: the handler holds a clone and the tool passes it down to the code
-//! that cares (each run's channel, a `--serve` loop, a `--procs` coordinator) — no statics.
+//! [`install`] blocks both signals in the main thread (and so in every thread it starts); they
+//! are taken where the tool waits or looks at its peer ([`verbs_lab::signals`]: a `signalfd(2)`
+//! among the descriptors of every wait, and read by [`Control::check`]), so that a run is one
+//! thread — no async-signal handler, no unsafe. What the signals change lives in the
+//! [`Control`] it returns, one per process: the handler holds a clone and the tool passes it
+//! down to the code that cares (each run's channel, a `--serve` loop, a `--procs` coordinator)
+//! — no statics.
 //! Before a peer is connected there is nothing to tell anyone: the tool exits at once with
 //! 128 + the signal (130 for SIGINT, 143 for SIGTERM). Once connected, the signal is recorded,
 //! the out-of-band socket's reading side is shut down (which wakes a blocking read at once), and
 //! the running loop — which looks at [`Control::check`] every few milliseconds — stops with
 //! [`Interrupted`]. The error path then sends the peer an ERROR naming the signal *before* the
 //! QPs are torn down, and the tool exits 130 or 143. A second signal, or a stop that takes
-//! longer than [`GRACE`], exits at once.
+//! longer than [`GRACE`] (a watchdog thread started by the first signal), exits at once.
 //!
 //! A `--procs` coordinator has no peer of its own: while its workers run
 //! ([`Control::pass_on_to`]) it passes the signal on to them, and each stops its run and tells
@@ -76,7 +78,7 @@ impl Interrupted {
 /// A tool's run control: whether a stop signal came (and which), the soft-stop state of
 /// `--run_infinitely`, what a signal stops (the runs' sockets, a coordinator's workers), and a
 /// `--serve` server's summary. [`install`] makes the process's one and hands a clone to the
-/// signal thread's handler; the tool passes it down to every run (a run's channel carries it,
+/// signals' handler; the tool passes it down to every run (a run's channel carries it,
 /// [`crate::proto::Channel::check_stop`]). Cloning shares the state.
 ///
 /// A control that was not installed ([`Control::default`]) is never signalled: what a library
@@ -85,7 +87,7 @@ impl Interrupted {
 pub struct Control(Arc<State>);
 
 struct State {
-    /// The tool's name, for the lines printed on the signal thread.
+    /// The tool's name, for the lines the signals' handler prints.
     tool: String,
     /// The signal received, 0 while none.
     received: AtomicI32,
@@ -112,9 +114,11 @@ impl Default for State {
     }
 }
 
-/// Takes SIGINT and SIGTERM on the process's signal thread ([`verbs_lab::signals`]) from now on,
-/// and returns the [`Control`] its handler drives. Call first thing in `main`, before any other
-/// thread is started (they inherit the blocked mask), and once.
+/// Takes SIGINT and SIGTERM from now on ([`verbs_lab::signals`]), and returns the [`Control`]
+/// their handler drives. Call first thing in `main`, before any other thread is started (they
+/// inherit the blocked mask), and once. A mode that blocks where it cannot look (a `--procs`
+/// coordinator, a `--serve --concurrent` server) starts the signal thread
+/// ([`verbs_lab::signals::on_thread`]).
 pub fn install(tool: &str) -> std::io::Result<Control> {
     let ctl = Control::new(tool);
     // The parent-death signal of `--procs` workers (verbs_lab::workers) is taken there too: its
@@ -133,7 +137,7 @@ pub fn install(tool: &str) -> std::io::Result<Control> {
 }
 
 impl Control {
-    /// A control for `tool` (its name starts the lines printed on the signal thread), not yet
+    /// A control for `tool` (its name starts the lines the signals' handler prints), not yet
     /// driven by any signal: [`install`] registers it.
     fn new(tool: &str) -> Control {
         Control(Arc::new(State {
@@ -170,15 +174,17 @@ impl Control {
     }
 
     /// Fails with [`Interrupted`] once a signal has come: loops call it as they look at the
-    /// peer.
+    /// peer. It first takes the signals that have arrived ([`verbs_lab::signals::take_pending`]),
+    /// so a loop that never sleeps hears them here.
     pub fn check(&self) -> Result<(), Interrupted> {
+        verbs_lab::signals::take_pending();
         match self.received() {
             Some(i) => Err(i),
             None => Ok(()),
         }
     }
 
-    /// What the signal thread does with SIGINT or SIGTERM (see [the module](self)).
+    /// What SIGINT or SIGTERM does, on the thread that took it (see [the module](self)).
     fn on_signal(&self, sig: Signal) {
         let tool = &self.0.tool;
         if self.0.soft.load(Ordering::SeqCst) && !self.0.soft_received.swap(true, Ordering::SeqCst)
@@ -208,13 +214,28 @@ impl Control {
             );
             exit_now(sig, code);
         }
+        // The run stops on its own thread; a watchdog ends the process should it not.
+        let late = self.clone();
+        let watchdog = std::thread::Builder::new()
+            .name("stop-grace".into())
+            .spawn(move || late.too_late(sig, code));
+        if watchdog.is_err() {
+            verbs_lab::eprintln_whole!("{tool}: {}: exiting now", sig.as_str());
+            self.tell_peer(&Interrupted(sig).for_the_peer());
+            exit_now(sig, code);
+        }
+    }
+
+    /// The end of a run that did not stop within [`GRACE`] of `sig`: says so, tells the peer
+    /// and exits with `code`.
+    fn too_late(&self, sig: Signal, code: u8) -> ! {
         std::thread::sleep(GRACE);
         let why = format!(
             "interrupted by {}: the run did not stop within {} s; exiting",
             sig.as_str(),
             GRACE.as_secs()
         );
-        verbs_lab::eprintln_whole!("{tool}: {why}");
+        verbs_lab::eprintln_whole!("{}: {why}", self.0.tool);
         self.tell_peer(&why);
         exit_now(sig, code);
     }

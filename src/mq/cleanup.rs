@@ -54,9 +54,9 @@ pub const CLEANUP_SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signa
 /// shell sees 130 for Ctrl-C, as without the cleanup).
 ///
 /// **Call it first in `main`, before any thread starts.** It works without a signal handler,
-/// on the process's one signal thread ([`crate::signals`]), which it starts when no one did:
-/// the three signals are blocked in the calling thread (`pthread_sigmask(2)`), which every
-/// thread created afterwards inherits, and taken there with `sigwait(3)`. (A thread started
+/// on the process's signal thread ([`crate::signals::on_thread`]), which it starts when no one
+/// did: the three signals are blocked in the calling thread (`pthread_sigmask(2)`), which every
+/// thread created afterwards inherits, and read there from a `signalfd(2)`. (A thread started
 /// *before* this call keeps its mask; a signal delivered to it would kill the process without
 /// cleanup.) After the cleanup the thread unblocks the signal for itself and raises it: the
 /// default action ends the process, so a parent sees "killed by SIGINT". Child processes
@@ -80,6 +80,13 @@ pub fn install_cleanup_on_signals() -> Result<()> {
         return Ok(()); // every one of them is ignored: nothing to take
     }
     let taken = crate::signals::install(&wanted).map_err(|e| {
+        MqError::Invalid(format!(
+            "cannot start the signal thread: {e} (the signals stay as they were)"
+        ))
+    })?;
+    // The programs that remove their queues on a signal block where they cannot look for it
+    // (waiting for children, several threads): they take signals on the signal thread.
+    crate::signals::on_thread().map_err(|e| {
         MqError::Invalid(format!(
             "cannot start the signal thread: {e} (the signals stay as they were)"
         ))
@@ -133,6 +140,7 @@ fn ignored_signals() -> u64 {
 /// ([`crate::signals`]), started here if no one did: **call it before any other thread starts.**
 pub fn remove_on_signal(sig: Signal, who: String, owner: u32, names: Vec<String>) -> Result<()> {
     crate::signals::install(&[sig])
+        .and_then(|_| crate::signals::on_thread())
         .map_err(|e| MqError::Invalid(format!("cannot start the signal thread: {e}")))?;
     crate::signals::on(&[sig], move |got| {
         let n = names

@@ -89,7 +89,7 @@ impl Queue {
             msgsize as mq_attr_member_t,
             0,
         );
-        // Hold the registry while creating: the signal thread then sees either no queue or a
+        // Hold the registry while creating: a signal's cleanup then sees either no queue or a
         // registered one, never a created but unregistered one.
         let mut reg = registry();
         let mqd = mq_open(
@@ -336,7 +336,7 @@ impl Drop for Queue {
             let _ = mq_close(mqd);
         }
         if self.owner {
-            // Under the registry lock, so the signal thread never unlinks a name that this
+            // Under the registry lock, so a signal's cleanup never unlinks a name that this
             // drop already removed (and someone else may have created again since).
             let mut reg = registry();
             let _ = mq_unlink(self.name.as_str());

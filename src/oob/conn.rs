@@ -7,7 +7,7 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use super::{OobError, Result, POLL_STEP};
-use crate::fdwait::{deadline_after, deadline_from, poll_until};
+use crate::fdwait::{deadline_after, deadline_from};
 
 /// An established out-of-band connection.
 pub struct OobConn {
@@ -23,6 +23,11 @@ pub struct OobConn {
 
 /// How long [`connect_noting`] lets a server refuse (or not answer) before it says so.
 pub const NOTE_AFTER: Duration = Duration::from_secs(2);
+
+/// The longest one connection attempt waits for the server's answer: between attempts the
+/// client takes the signals that came ([`crate::signals::sleep`]), so a Ctrl-C while a server
+/// does not answer ends it within this.
+const CONNECT_TRY: Duration = Duration::from_secs(1);
 
 /// Connects to a server at `host:port`, retrying while it is not listening yet, at most
 /// `timeout` in all.
@@ -55,7 +60,7 @@ pub fn connect_noting(
             let left = timeout
                 .saturating_sub(start.elapsed())
                 .max(Duration::from_millis(10));
-            match TcpStream::connect_timeout(addr, left.min(Duration::from_secs(5))) {
+            match TcpStream::connect_timeout(addr, left.min(CONNECT_TRY)) {
                 Ok(stream) => return OobConn::new(stream, *addr, timeout),
                 Err(e) => last_err = Some(e),
             }
@@ -69,7 +74,7 @@ pub fn connect_noting(
                 ));
             }
         }
-        std::thread::sleep(POLL_STEP * 2);
+        crate::signals::sleep(POLL_STEP * 2);
     }
     let detail = last_err
         .map(|e| format!(" (last error: {e})"))
@@ -81,7 +86,7 @@ pub fn connect_noting(
 }
 
 impl std::os::fd::AsRawFd for OobConn {
-    /// The socket, e.g. for a signal thread that shuts down its reading side to wake a reader.
+    /// The socket, e.g. for a signal's handler that shuts down its reading side to wake a reader.
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
         self.stream.as_raw_fd()
     }
@@ -183,6 +188,13 @@ impl OobConn {
         while self.pending.len() < need {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
+                return Err(self.timed_out(what));
+            }
+            // The wait takes the signals that arrive meanwhile (a stop shuts our reading side,
+            // which ends it): a blocking read would not.
+            let readable = crate::signals::wait_readable(self.stream.as_fd(), Some(deadline))
+                .map_err(|e| self.classify(io::Error::from(e), what))?;
+            if !readable {
                 return Err(self.timed_out(what));
             }
             self.stream
@@ -349,7 +361,7 @@ impl OobConn {
             return Ok(true);
         }
         let mut fds = [PollFd::new(self.stream.as_fd(), PollFlags::POLLIN)];
-        poll_until(&mut fds, Some(deadline_after(wait))).map_err(|e| OobError::Io {
+        crate::signals::poll_until(&mut fds, Some(deadline_after(wait))).map_err(|e| OobError::Io {
             what: "polling the out-of-band socket".into(),
             err: io::Error::from(e),
         })

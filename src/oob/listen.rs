@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::{OobConn, OobError, Result, DEFAULT_BIND};
 use crate::background::Background;
-use crate::fdwait::{deadline_after, poll_until};
+use crate::fdwait::deadline_after;
 
 /// Waits for one client on `port` ([`DEFAULT_BIND`]), at most `timeout`.
 pub fn accept(port: u16, timeout: Duration) -> Result<OobConn> {
@@ -149,14 +149,15 @@ impl Listener {
 }
 
 /// Sleeps in `poll(2)` until one of `fds` is readable (or hung up), at most `timeout` (`None`:
-/// until then); says which were ([`poll_until`]: a signal does not end the wait early).
+/// until then); says which were ([`crate::signals::poll_until`]: it takes the signals that
+/// arrive meanwhile).
 fn wait_any(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
     use nix::poll::{PollFd, PollFlags};
     let mut p: Vec<PollFd> = fds
         .iter()
         .map(|f| PollFd::new(*f, PollFlags::POLLIN))
         .collect();
-    poll_until(&mut p, timeout.map(deadline_after))?;
+    crate::signals::poll_until(&mut p, timeout.map(deadline_after))?;
     Ok(p.iter()
         .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
         .collect())

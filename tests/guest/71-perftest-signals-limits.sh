@@ -2,7 +2,8 @@
 # shellcheck disable=SC2086 # $VL_PT_COMMON holds several options, split on purpose
 # Stopping on request, and a limit that is too small, end cleanly and say why on both sides.
 # SIGINT to a client in the middle of a run: it exits 130 and the server (exit 1) names the
-# interruption. SIGTERM to a server mid-run: it exits 143 and the client names it. SIGINT to a
+# interruption; the client ran as one thread (its signals and its device's events are taken by
+# the run itself, verbs_lab::signals), and so does the client of vl_send_lat. SIGTERM to a server mid-run: it exits 143 and the client names it. SIGINT to a
 # server still waiting for its client: 130 at once. A client whose locked-memory limit
 # (ulimit -l, for a user without CAP_IPC_LOCK) cannot hold its buffers: exit 1 with the
 # memlock hint, the server told the same cause, and no process left behind.
@@ -17,7 +18,8 @@ srv=$TMPDIR/srv.out
 cli=$TMPDIR/cli.out
 
 # stop_one SIGNAL VICTIM-ROLE TOOL: a -D 60 pair; SIGNAL goes to VICTIM-ROLE (server or client)
-# once the run is under way. Sets VICTIM_RC, OTHER_RC, VICTIM_OUT, OTHER_OUT.
+# once the run is under way. Sets VICTIM_RC, OTHER_RC, VICTIM_OUT, OTHER_OUT and CLIENT_THREADS
+# (the client's threads while it ran).
 stop_one() {
     next_port
     "$3" -d "$VL_DEV0" $VL_PT_COMMON -p "$PORT" -D 60 >"$srv" 2>&1 &
@@ -27,6 +29,7 @@ stop_one() {
     _cpid=$!
     wait_header "$cli" "$_cpid"
     sleep 2
+    CLIENT_THREADS=$(awk '$1 == "Threads:" { print $2 }' "/proc/$_cpid/status" 2>/dev/null || echo gone)
     if [ "$2" = server ]; then
         _v=$_spid _o=$_cpid VICTIM_OUT=$srv OTHER_OUT=$cli
     else
@@ -41,6 +44,7 @@ stop_one() {
     _t1=$(_vl_now)
     echo "--- $2, sent $1 (exit $VICTIM_RC)"
     cat "$VICTIM_OUT"
+    echo "--- the client ran $CLIENT_THREADS thread(s)"
     echo "--- its peer (exit $OTHER_RC)"
     cat "$OTHER_OUT"
     within "seconds until both sides ended" $(((_t1 - _t0) / 100)) 0 20
@@ -52,12 +56,14 @@ stop_one INT client vl_write_bw
 [ "$OTHER_RC" = 1 ] || fail "the server exited $OTHER_RC, expected 1"
 expect_contains "$VICTIM_OUT" "interrupted by SIGINT"
 expect_contains "$OTHER_OUT" "the client reported: interrupted by SIGINT"
+[ "$CLIENT_THREADS" = 1 ] || fail "the client of vl_write_bw ran $CLIENT_THREADS threads, expected 1"
 
 step "SIGTERM to the server of vl_send_lat mid-run: 143; the client names the interruption"
 stop_one TERM server vl_send_lat
 [ "$VICTIM_RC" = 143 ] || fail "the server exited $VICTIM_RC, expected 143"
 [ "$OTHER_RC" = 1 ] || fail "the client exited $OTHER_RC, expected 1"
 expect_contains "$OTHER_OUT" "the server reported: interrupted by SIGTERM"
+[ "$CLIENT_THREADS" = 1 ] || fail "the client of vl_send_lat ran $CLIENT_THREADS threads, expected 1"
 
 step "SIGINT to a server still waiting for its client: 130 at once"
 next_port

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _, Result};
 use verbs_lab::verbs::{
     CmEvent, CmEventKind, CmId, CmQpOverrides, ConnParam, EventChannel, PortSpace, Qp, QpState,
+    VerbsError,
 };
 use verbs_lab::wire::{Reader, Writer};
 
@@ -185,10 +186,22 @@ fn param(rc: &RdmaCm, s: &Setup, qp: &Qp, private_data: Vec<u8>) -> ConnParam {
     }
 }
 
-/// The next event within `wait`, named in the error if none comes.
+/// The next event within `wait`, named in the error if none comes. Waits in slices of
+/// [`verbs_lab::signals::WAIT_SLICE`], taking the signals that arrive between them (the tool
+/// is one thread: nothing else would take them while it waits here).
 fn next_event(ch: &EventChannel, wait: Duration, step: &str) -> Result<CmEvent> {
-    ch.get_event(wait)
-        .with_context(|| format!("-R: waiting for the peer's connection manager ({step})"))
+    let deadline = verbs_lab::fdwait::deadline_after(wait);
+    loop {
+        verbs_lab::signals::take_pending();
+        let left = deadline.saturating_duration_since(Instant::now());
+        let got = match ch.get_event(left.min(verbs_lab::signals::WAIT_SLICE)) {
+            Err(VerbsError::Timeout { .. }) if !left.is_zero() => continue,
+            Err(VerbsError::Timeout { what, .. }) => Err(VerbsError::Timeout { what, after: wait }),
+            got => got,
+        };
+        return got
+            .with_context(|| format!("-R: waiting for the peer's connection manager ({step})"));
+    }
 }
 
 /// The peer's reason in a REJECTED's private data, if it is text.
