@@ -31,8 +31,8 @@ use verbs_lab::verbs::{AsyncEvent, AsyncEventKind, Context};
 
 use crate::signals::Control;
 
-/// How often the run looks at sysfs for the device's removal where it cannot hear the kernel
-/// announce it (see [`watch`]).
+/// How often the run looks at its device's queues, and at sysfs for the device's removal where
+/// it cannot hear the kernel announce it (see [`watch`]).
 pub const SLICE: Duration = Duration::from_millis(100);
 
 /// The first event that ended one run, and what the run looks at to find it ([`watch`]); read
@@ -60,9 +60,22 @@ impl RunFault {
         self.0.fault.lock().ok().and_then(|f| f.clone())
     }
 
-    /// Looks at the device's queues (without waiting), then fails with the event that ended
-    /// the run, once one came: loops call it as they look at the peer (through
-    /// [`crate::proto::Channel::check_stop`]).
+    /// Looks at the device's queues now, whenever they were looked at last, and returns the
+    /// event that ended the run, if one came: what a run that failed asks before it names its
+    /// error, so that its own port going down is named rather than the peer's report of its own.
+    pub fn fatal_now(&self) -> Option<DeviceEvent> {
+        if let Ok(mut source) = self.0.source.lock() {
+            if let Some(src) = source.as_mut() {
+                src.next_look = Instant::now();
+            }
+        }
+        self.look();
+        self.fatal()
+    }
+
+    /// Looks at the device's queues (without waiting; at most every [`SLICE`]), then fails
+    /// with the event that ended the run, once one came: loops call it as they look at the
+    /// peer (through [`crate::proto::Channel::check_stop`]).
     pub fn check(&self) -> Result<(), DeviceEvent> {
         self.look();
         match self.fatal() {
@@ -114,7 +127,8 @@ struct Source {
     removable: bool,
     /// The kernel's announcements, where they can be heard.
     uevents: Option<OwnedFd>,
-    /// Where they cannot: when sysfs is looked at next.
+    /// When the queues are looked at next: at most every [`SLICE`], so that a loop's looks at
+    /// its peer (every 10 ms) cost it a `poll(2)` only each tenth time.
     next_look: Instant,
     control: Control,
     run: ThreadId,
@@ -122,8 +136,13 @@ struct Source {
 
 impl Source {
     /// The first event that ends the run among what waits now (`Err` once the queue itself
-    /// failed, said on stderr).
+    /// failed, said on stderr); nothing before [`Source::next_look`].
     fn take(&mut self) -> Option<Result<DeviceEvent, ()>> {
+        let now = Instant::now();
+        if now < self.next_look {
+            return None;
+        }
+        self.next_look = now + SLICE;
         let removed = || {
             Some(Ok(DeviceEvent {
                 device: self.device.clone(),
@@ -154,11 +173,8 @@ impl Source {
         if news && drain_removals(self.uevents.as_ref(), &self.node) {
             return removed();
         }
-        if self.removable && self.uevents.is_none() && Instant::now() >= self.next_look {
-            self.next_look = Instant::now() + SLICE;
-            if self.ctx.being_removed() {
-                return removed();
-            }
+        if self.removable && self.uevents.is_none() && self.ctx.being_removed() {
+            return removed();
         }
         if !queue {
             return None;
@@ -307,7 +323,7 @@ pub fn ends_run(ev: &AsyncEvent, port: u8) -> bool {
 /// The run looks at three things without waiting on them: the context's event queue, the
 /// kernel's device announcements (a `NETLINK_KOBJECT_UEVENT` socket: removing a device
 /// announces its user-verbs node, see [`removal_of`]) and, where the announcements cannot be
-/// heard (no netlink in a container), sysfs at most every [`SLICE`]. A spinning loop looks
+/// heard (no netlink in a container), sysfs; at most every [`SLICE`]. A spinning loop looks
 /// through [`RunFault::check`]; a wait on the peer through the looks of the thread's waits
 /// ([`verbs_lab::signals::look_while_waiting`]), every [`verbs_lab::signals::WAIT_SLICE`].
 pub fn watch(ctx: &Context, port: u8, control: &Control) -> std::io::Result<EventWatch> {

@@ -124,9 +124,10 @@ impl Channel {
         &self.control
     }
 
-    /// The fatal event of the run's device, if one came.
+    /// The fatal event of the run's device, if one came (looked at now: see
+    /// [`crate::events::RunFault::fatal_now`]).
     pub fn device_fault(&self) -> Option<DeviceEvent> {
-        self.fault.fatal()
+        self.fault.fatal_now()
     }
 
     /// Fails once the run must stop: a signal came ([`Control::check`]), or its device
