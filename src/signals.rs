@@ -28,7 +28,7 @@
 //! queues this process created are removed ([`crate::mq::unlink_all_registered`]).
 
 use std::cell::RefCell;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -62,10 +62,6 @@ static ARRIVALS: OnceLock<SignalFd> = OnceLock::new();
 
 /// Whether the signal thread runs ([`on_thread`]).
 static THREAD: AtomicBool = AtomicBool::new(false);
-
-/// How often a wait that is also watching something without a descriptor of its own
-/// ([`look_while_waiting`]) wakes to look at it.
-pub const WAIT_SLICE: Duration = Duration::from_millis(100);
 
 /// Takes `signals` from now on: the first call blocks them in the calling thread (and so in
 /// every thread it starts later) and opens the descriptor they arrive on; a later call does
@@ -126,21 +122,34 @@ pub fn take_pending() {
     }
 }
 
-/// Something a thread's waits look at ([`look_while_waiting`]).
-type Look = Rc<dyn Fn()>;
-
-thread_local! {
-    /// What this thread's waits look at every [`WAIT_SLICE`], each with its guard's number.
-    static LOOKS: RefCell<Vec<(u64, Look)>> = const { RefCell::new(Vec::new()) };
+/// What a thread's waits watch besides their own descriptors (see [`look_while_waiting`]).
+pub struct Watch {
+    /// Descriptors whose readiness calls for a look. Owned here (a duplicate does: readiness
+    /// belongs to the open file, not to the number), so they live as long as the watch.
+    pub fds: Vec<OwnedFd>,
+    /// Also look this often, for what has no descriptor to wait on (sysfs); `None`: only when
+    /// one of `fds` is ready.
+    pub every: Option<Duration>,
+    /// The look. It must take what made its descriptors ready (or they wake the wait again at
+    /// once), and it returns whether to keep watching: `false` once its source failed, so that
+    /// a descriptor left ready for good does not wake every wait again.
+    pub look: Rc<dyn Fn() -> bool>,
 }
 
-/// While the returned guard lives, every wait of this thread ([`poll_until`]) wakes at least
-/// each [`WAIT_SLICE`] and calls `look` (a run's device events, which end the wait by waking the
-/// descriptor it waits on).
-pub fn look_while_waiting(look: Look) -> Looking {
+thread_local! {
+    /// What this thread's waits watch, each with its guard's number.
+    static WATCHES: RefCell<Vec<(u64, Rc<Watch>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// While the returned guard lives, every wait of this thread ([`poll_until`]) also waits on the
+/// watch's descriptors and calls its look when one is ready, or every `every` (a run's device
+/// events, which end the wait by waking the descriptor it waits on). A wait with nothing to look
+/// at sleeps until it is woken: a wait that a clock woke would cost a peer sharing the CPU the
+/// time of each wake-up (docs/benchmarks-deterministic.md).
+pub fn look_while_waiting(watch: Watch) -> Looking {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let id = NEXT.fetch_add(1, Ordering::Relaxed);
-    LOOKS.with(|l| l.borrow_mut().push((id, look)));
+    WATCHES.with(|l| l.borrow_mut().push((id, Rc::new(watch))));
     Looking { id }
 }
 
@@ -151,38 +160,63 @@ pub struct Looking {
 
 impl Drop for Looking {
     fn drop(&mut self) {
-        LOOKS.with(|l| l.borrow_mut().retain(|(i, _)| *i != self.id));
+        forget_watch(self.id);
     }
 }
 
+fn forget_watch(id: u64) {
+    WATCHES.with(|l| l.borrow_mut().retain(|(i, _)| *i != id));
+}
+
 /// Sleeps in `poll(2)` as [`crate::fdwait::poll_until`] does, until one of `fds` is ready or
-/// `deadline` passes, and takes the signals that arrive meanwhile ([`take_pending`]; a handler
-/// that stops a run wakes the descriptor it waits on). Returns whether one of `fds` is ready.
+/// `deadline` passes; takes the signals that arrive meanwhile ([`take_pending`]; a handler that
+/// stops a run wakes the descriptor it waits on) and looks at what the thread watches
+/// ([`look_while_waiting`]) when it calls for it. Returns whether one of `fds` is ready.
 pub fn poll_until(fds: &mut [PollFd<'_>], deadline: Option<Instant>) -> nix::Result<bool> {
-    let mut all = fds.to_vec();
-    if let Some(fd) = ARRIVALS.get() {
-        all.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
-    }
     let ready = |p: &PollFd<'_>| p.revents().is_some_and(|r| !r.is_empty());
     loop {
-        let looks: Vec<Look> =
-            LOOKS.with(|l| l.borrow().iter().map(|(_, f)| Rc::clone(f)).collect());
-        let slice = match looks.is_empty() {
-            true => deadline,
-            false => Some(crate::fdwait::deadline_after(WAIT_SLICE)),
-        };
+        let watches: Vec<(u64, Rc<Watch>)> = WATCHES.with(|l| l.borrow().clone());
+        let mut all = fds.to_vec();
+        let signals_at = all.len();
+        if let Some(fd) = ARRIVALS.get() {
+            all.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+        }
+        let watched_at = all.len();
+        for (_, w) in &watches {
+            all.extend(
+                w.fds
+                    .iter()
+                    .map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN)),
+            );
+        }
+        let slice = watches
+            .iter()
+            .filter_map(|(_, w)| w.every)
+            .min()
+            .map(crate::fdwait::deadline_after);
         let until = match (slice, deadline) {
             (Some(s), Some(d)) => Some(s.min(d)),
             (s, d) => s.or(d),
         };
         crate::fdwait::poll_until(&mut all, until)?;
-        looks.iter().for_each(|look| look());
-        if all.len() > fds.len() && ready(&all[fds.len()]) {
+        let due = all[watched_at..].iter().any(ready) || slice.is_some_and(|s| Instant::now() >= s);
+        if due {
+            for (id, w) in &watches {
+                if !(w.look)() {
+                    forget_watch(*id);
+                }
+            }
+        }
+        if all[signals_at..watched_at].iter().any(ready) {
             take_pending();
         }
-        if all[..fds.len()].iter().any(ready) {
-            fds.clone_from_slice(&all[..fds.len()]);
-            return Ok(true);
+        if all[..signals_at].iter().any(ready) {
+            drop(all);
+            // The caller's own descriptors, for their `revents` (one more poll(2), only when
+            // one is ready).
+            if crate::fdwait::poll_until(fds, Some(Instant::now()))? {
+                return Ok(true);
+            }
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(false);

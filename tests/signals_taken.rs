@@ -3,7 +3,7 @@
 //! descriptor are the process's, so the steps run in order on the main thread, which blocks the
 //! signal before any thread starts — as a program's `main` does.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::rc::Rc;
@@ -59,12 +59,25 @@ fn main() {
     );
     assert_eq!(got.load(Ordering::SeqCst), 2);
 
-    // A wait with nothing to take ends at its deadline, and calls the thread's looks meanwhile.
+    // A wait with nothing to take ends at its deadline. What the thread watches wakes it only
+    // when its descriptor is ready (or on its clock, if it has one): the look takes what
+    // arrived, and the wait goes on until its own descriptor or deadline.
+    let (quiet, _peer) = UnixStream::pair().unwrap();
+    let (watched, mut poke) = UnixStream::pair().unwrap();
+    watched.set_nonblocking(true).unwrap();
     let looks = Rc::new(std::cell::Cell::new(0u32));
     let counted = looks.clone();
-    let looking = signals::look_while_waiting(Rc::new(move || counted.set(counted.get() + 1)));
-    let (quiet, _peer) = UnixStream::pair().unwrap();
-    let wait = signals::WAIT_SLICE * 3;
+    let reader = watched.try_clone().unwrap();
+    let looking = signals::look_while_waiting(signals::Watch {
+        fds: vec![watched.as_fd().try_clone_to_owned().unwrap()],
+        every: None,
+        look: Rc::new(move || {
+            counted.set(counted.get() + 1);
+            let _ = (&reader).read(&mut [0u8; 16]);
+            true
+        }),
+    });
+    let wait = Duration::from_millis(300);
     let start = Instant::now();
     let ready = signals::wait_readable(quiet.as_fd(), Some(start + wait)).unwrap();
     assert!(!ready);
@@ -73,14 +86,45 @@ fn main() {
         "ended {:?} early",
         wait - start.elapsed()
     );
-    assert!(looks.get() >= 2, "looked {} times in {wait:?}", looks.get());
+    assert_eq!(looks.get(), 0, "looked with nothing to look at");
+    poke.write_all(b"x").unwrap();
+    let ready = signals::wait_readable(quiet.as_fd(), Some(Instant::now() + wait)).unwrap();
+    assert!(!ready, "the watch's descriptor ended the wait");
+    assert_eq!(looks.get(), 1, "looked {} times at one byte", looks.get());
     drop(looking);
-    let n = looks.get();
-    let _ = signals::wait_readable(
-        quiet.as_fd(),
-        Some(Instant::now() + signals::WAIT_SLICE * 2),
+    poke.write_all(b"y").unwrap();
+    let _ = signals::wait_readable(quiet.as_fd(), Some(Instant::now() + wait));
+    assert_eq!(looks.get(), 1, "looked after the guard was dropped");
+
+    // A watch on the clock looks every `every`; one whose look gives up is not looked at again,
+    // though its descriptor stays ready.
+    let ticks = Rc::new(std::cell::Cell::new(0u32));
+    let counted = ticks.clone();
+    let _clock = signals::look_while_waiting(signals::Watch {
+        fds: Vec::new(),
+        every: Some(Duration::from_millis(50)),
+        look: Rc::new(move || {
+            counted.set(counted.get() + 1);
+            true
+        }),
+    });
+    let gave_up = Rc::new(std::cell::Cell::new(0u32));
+    let counted = gave_up.clone();
+    let _failed = signals::look_while_waiting(signals::Watch {
+        fds: vec![watched.as_fd().try_clone_to_owned().unwrap()],
+        every: None,
+        look: Rc::new(move || {
+            counted.set(counted.get() + 1);
+            false
+        }),
+    });
+    let _ = signals::wait_readable(quiet.as_fd(), Some(Instant::now() + wait));
+    assert!(
+        ticks.get() >= 3,
+        "looked {} times in {wait:?} on a 50 ms clock",
+        ticks.get()
     );
-    assert_eq!(looks.get(), n, "looked after the guard was dropped");
+    assert_eq!(gave_up.get(), 1, "a watch that gave up was looked at again");
 
     // The signal thread, when asked for, takes them with no one waiting.
     signals::on_thread().unwrap();

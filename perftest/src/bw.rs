@@ -8,7 +8,9 @@
 //! only their `wr_id`, signaled flag and (with `--validate`) slot are rewritten before a post.
 //! Every so often (every 64 turns of the loop, every 8 when idle, and at least every
 //! [`CHANNEL_CHECK`] of the clock read a turn with completions takes anyway) the loop watches
-//! the clock (`-D`, stalls) and the peer (its tally, heartbeats, an ERROR). The clock bound
+//! the clock (`-D`, stalls) and the peer (its tally, heartbeats, an ERROR): the peer at most
+//! every [`BUSY_CHECK`](crate::engine::BUSY_CHECK) while completions flow, every [`CHANNEL_CHECK`] once they stopped for
+//! [`YIELD_AFTER`] (a receiver waiting for the tally that ends its phase). The clock bound
 //! matters where a turn is slow: on rxe a post runs the requester in the posting thread, and
 //! under emulation on a busy host 64 turns of 64 KiB writes took half a minute, too long
 //! between heartbeats for the peer waiting for this side's tally.
@@ -29,7 +31,7 @@ use crate::conn::{src_mr, Agreed, Buffers, Layout, Link, RecvQueue, Resources};
 use crate::engine::{
     backoff, check_imm, check_tally, completed_through, poll_or_sleep, post_receive_lists,
     remote_op, send_tally, wc_error, wr_id, PeerWatch, Session, CHANNEL_CHECK, LOSSY_GRACE,
-    MAX_RECV_PER_CALL, POLL_BATCH, QP_SHIFT, SEQ_MASK,
+    MAX_RECV_PER_CALL, POLL_BATCH, QP_SHIFT, SEQ_MASK, YIELD_AFTER,
 };
 use crate::measure::result::{BwRow, TestKind};
 use crate::params::{Config, RunMode};
@@ -544,7 +546,7 @@ fn keep_watch(
     (now, stalled_for): (Instant, Duration),
 ) -> Result<()> {
     let Sides { txs, tx, rx, watch } = st;
-    watch.check(ch, now)?;
+    watch.check_paced(ch, now, stalled_for < YIELD_AFTER)?;
     if k.sends && !tx.done {
         watch.beat(ch, now)?;
         let outstanding = txs.iter().any(|t| t.posted > t.completed);

@@ -17,8 +17,17 @@ use crate::proto::{ChanError, Channel, Msg, Phase, QpEndpoint, Tally};
 
 /// Completions taken per `ibv_poll_cq` call.
 pub const POLL_BATCH: usize = 32;
-/// How often a running loop looks at the out-of-band channel.
+/// How often a running loop that waits (a latency round, a bandwidth loop without progress)
+/// looks at the out-of-band channel.
 pub const CHANNEL_CHECK: Duration = Duration::from_millis(10);
+/// How often a bandwidth loop looks while its completions flow. A look is two or three system
+/// calls (the signals' descriptor, the socket, the device's queues) that perftest does not
+/// make; every 10 ms they kept write and read bandwidth from 4 KiB up a few hundredths of a
+/// percent behind perftest in deterministic time (`docs/benchmarks-deterministic.md`,
+/// "Looks"). A loop that stops making
+/// progress looks every [`CHANNEL_CHECK`] again, so a receiver still hears the tally that ends
+/// its phase within 10 ms.
+pub const BUSY_CHECK: Duration = Duration::from_millis(100);
 /// How often a sending side tells a waiting peer it is alive.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);
 /// A lossy transport (UC, UD) is done receiving when nothing arrived for this long after the
@@ -345,14 +354,17 @@ pub fn poll_or_sleep(
     cq.poll(wcs).context("ibv_poll_cq")
 }
 
-/// The peer as a running loop sees it: the channel (looked at every [`CHANNEL_CHECK`]),
+/// The peer as a running loop sees it: the channel (looked at every [`CHANNEL_CHECK`], or
+/// [`BUSY_CHECK`]),
 /// heartbeats, the peer's tally, and when it last showed signs of life.
 pub struct PeerWatch {
     /// When the phase began: waits that heartbeats keep alive end at the channel's phase limit.
     started: Instant,
-    /// When the next look at the channel and the next HEARTBEAT are due: the loops compare
-    /// their clock reading with these (no duration to compute in an ordinary round).
+    /// When the next look at the channel is due, for a loop that waits and for one whose
+    /// completions flow, and when the next HEARTBEAT is: the loops compare their clock reading
+    /// with these (no duration to compute in an ordinary round).
     next_check: Instant,
+    next_busy_check: Instant,
     next_beat: Instant,
     /// The last HEARTBEAT, TALLY or data from the peer.
     pub last_sign: Instant,
@@ -367,6 +379,7 @@ impl PeerWatch {
         PeerWatch {
             started: now,
             next_check: now + CHANNEL_CHECK,
+            next_busy_check: now + BUSY_CHECK,
             next_beat: now + HEARTBEAT,
             last_sign: now,
             tally: None,
@@ -380,10 +393,21 @@ impl PeerWatch {
     /// whether it looked (at most every [`CHANNEL_CHECK`]): a latency loop then restarts its
     /// clock, so that the look is in no sample.
     pub fn check(&mut self, ch: &mut Channel, now: Instant) -> Result<bool> {
-        if now < self.next_check {
+        self.check_paced(ch, now, false)
+    }
+
+    /// [`PeerWatch::check`], at most every [`BUSY_CHECK`] when `busy` (a bandwidth loop whose
+    /// completions flow).
+    pub fn check_paced(&mut self, ch: &mut Channel, now: Instant, busy: bool) -> Result<bool> {
+        let due = match busy {
+            true => self.next_busy_check,
+            false => self.next_check,
+        };
+        if now < due {
             return Ok(false);
         }
         self.next_check = now + CHANNEL_CHECK;
+        self.next_busy_check = now + BUSY_CHECK;
         ch.check_stop()?;
         // Up to this phase's TALLY: what follows it (a RESULT, the next SYNC) belongs to the
         // steps after the loop. Whole messages only: half a frame stays for the next look

@@ -7,8 +7,9 @@
 //! ([`Context::get_async_event`], which acknowledges each event at once) and at the kernel's
 //! announcement of the removal of the device's user-verbs node ([`removal_of`]; rxe sends no
 //! event then, and `rdma link delete` would wait for the run to end): a loop that spins looks as
-//! it looks at its peer ([`RunFault::check`], every [`crate::engine::CHANNEL_CHECK`]), a wait
-//! on the peer every [`verbs_lab::signals::WAIT_SLICE`]. No thread of its own: a second thread
+//! it looks at its peer ([`RunFault::check`], at most every [`LOOK_AT_MOST`]); a wait on the peer waits
+//! on the event queue's and the announcements' descriptors too and looks when one is ready
+//! ([`verbs_lab::signals::look_while_waiting`]). No thread of its own: a second thread
 //! would cost every post of the run (see [`verbs_lab::signals`]). An event that ends the run
 //! ([`ends_run`]) is recorded for the run that started the watch ([`RunFault`], its own: a
 //! `--serve --concurrent` server runs several at once), and that run's out-of-band socket is
@@ -31,9 +32,13 @@ use verbs_lab::verbs::{AsyncEvent, AsyncEventKind, Context};
 
 use crate::signals::Control;
 
-/// How often the run looks at its device's queues, and at sysfs for the device's removal where
-/// it cannot hear the kernel announce it (see [`watch`]).
+/// How often a wait reads sysfs for the device's removal where it cannot hear the kernel
+/// announce it (see [`watch`]).
 pub const SLICE: Duration = Duration::from_millis(100);
+/// A spinning loop looks at its device's queues at most this often: every fifth of its looks at
+/// a waiting peer (10 ms), and each of those of a bandwidth loop whose completions flow
+/// (100 ms; half of it, so that timers set a few microseconds apart never skip one).
+pub const LOOK_AT_MOST: Duration = Duration::from_millis(50);
 
 /// The first event that ended one run, and what the run looks at to find it ([`watch`]); read
 /// by the run ([`EventWatch::fault`]). Each run has its own — a `--serve --concurrent` server
@@ -64,20 +69,15 @@ impl RunFault {
     /// event that ended the run, if one came: what a run that failed asks before it names its
     /// error, so that its own port going down is named rather than the peer's report of its own.
     pub fn fatal_now(&self) -> Option<DeviceEvent> {
-        if let Ok(mut source) = self.0.source.lock() {
-            if let Some(src) = source.as_mut() {
-                src.next_look = Instant::now();
-            }
-        }
-        self.look();
+        self.look_now();
         self.fatal()
     }
 
-    /// Looks at the device's queues (without waiting; at most every [`SLICE`]), then fails
+    /// Looks at the device's queues (without waiting; at most every [`LOOK_AT_MOST`]), then fails
     /// with the event that ended the run, once one came: loops call it as they look at the
     /// peer (through [`crate::proto::Channel::check_stop`]).
     pub fn check(&self) -> Result<(), DeviceEvent> {
-        self.look();
+        let _ = self.look();
         match self.fatal() {
             Some(e) => Err(e),
             None => Ok(()),
@@ -85,22 +85,36 @@ impl RunFault {
     }
 
     /// Takes what the device's queues hold, without waiting; records an event that ends the
-    /// run. Quiet while no [`EventWatch`] lives, or after its queue failed.
-    fn look(&self) {
+    /// run. Quiet while no [`EventWatch`] lives, or after its queue failed. Returns whether
+    /// there is still something to look at.
+    fn look(&self) -> bool {
         let Ok(mut source) = self.0.source.lock() else {
-            return;
+            return false;
         };
-        let Some(src) = source.as_mut() else { return };
+        let Some(src) = source.as_mut() else {
+            return false;
+        };
         let found = src.take();
         if let Some(Err(())) = found {
             *source = None; // the queue failed and was named once; the completions tell the rest
-            return;
+            return false;
         }
         let (control, run) = (src.control.clone(), src.run);
         drop(source);
         if let Some(Ok(ev)) = found {
             self.record(&control, run, ev);
         }
+        true
+    }
+
+    /// [`RunFault::look`] whenever it was looked last: a wait woken by the queues' descriptors.
+    fn look_now(&self) -> bool {
+        if let Ok(mut source) = self.0.source.lock() {
+            if let Some(src) = source.as_mut() {
+                src.next_look = Instant::now();
+            }
+        }
+        self.look()
     }
 
     /// Records `ev` (the run's first only) and wakes the blocked reads of the run on thread
@@ -127,8 +141,7 @@ struct Source {
     removable: bool,
     /// The kernel's announcements, where they can be heard.
     uevents: Option<OwnedFd>,
-    /// When the queues are looked at next: at most every [`SLICE`], so that a loop's looks at
-    /// its peer (every 10 ms) cost it a `poll(2)` only each tenth time.
+    /// When the queues are looked at next by a spinning loop ([`LOOK_AT_MOST`]).
     next_look: Instant,
     control: Control,
     run: ThreadId,
@@ -142,7 +155,7 @@ impl Source {
         if now < self.next_look {
             return None;
         }
-        self.next_look = now + SLICE;
+        self.next_look = now + LOOK_AT_MOST;
         let removed = || {
             Some(Ok(DeviceEvent {
                 device: self.device.clone(),
@@ -170,8 +183,12 @@ impl Source {
         };
         let (queue, news) = (woke(0), woke(1));
         drop(fds);
-        if news && drain_removals(self.uevents.as_ref(), &self.node) {
-            return removed();
+        if news {
+            let (hit, lost) = drain_removals(self.uevents.as_ref(), &self.node);
+            // Announcements were lost: sysfs says whether ours was among them.
+            if hit || (lost && self.removable && self.ctx.being_removed()) {
+                return removed();
+            }
         }
         if self.removable && self.uevents.is_none() && self.ctx.being_removed() {
             return removed();
@@ -323,9 +340,11 @@ pub fn ends_run(ev: &AsyncEvent, port: u8) -> bool {
 /// The run looks at three things without waiting on them: the context's event queue, the
 /// kernel's device announcements (a `NETLINK_KOBJECT_UEVENT` socket: removing a device
 /// announces its user-verbs node, see [`removal_of`]) and, where the announcements cannot be
-/// heard (no netlink in a container), sysfs; at most every [`SLICE`]. A spinning loop looks
-/// through [`RunFault::check`]; a wait on the peer through the looks of the thread's waits
-/// ([`verbs_lab::signals::look_while_waiting`]), every [`verbs_lab::signals::WAIT_SLICE`].
+/// heard (no netlink in a container), sysfs. A spinning loop looks through [`RunFault::check`],
+/// at most every [`LOOK_AT_MOST`]. The thread's waits ([`verbs_lab::signals::look_while_waiting`])
+/// wait on duplicates of the queue's and the socket's descriptors and look when one is ready,
+/// and every [`SLICE`] only where sysfs must be read: a waiting server that a clock woke takes
+/// that time from a client sharing its CPU (docs/benchmarks-deterministic.md, "Looks").
 pub fn watch(ctx: &Context, port: u8, control: &Control) -> std::io::Result<EventWatch> {
     let removable = !ctx.being_removed();
     let node = ctx
@@ -351,8 +370,29 @@ pub fn watch(ctx: &Context, port: u8, control: &Control) -> std::io::Result<Even
             run: std::thread::current().id(),
         });
     }
+    let mut every = None;
+    let mut fds = Vec::new();
+    if let Ok(source) = fault.0.source.lock() {
+        if let Some(src) = source.as_ref() {
+            let dups = std::iter::once(src.ctx.async_event_fd().try_clone_to_owned())
+                .chain(src.uevents.as_ref().map(|u| u.try_clone()))
+                .collect::<std::io::Result<Vec<OwnedFd>>>();
+            match dups {
+                Ok(d) => fds = d,
+                // No descriptor to spare: look on the clock instead.
+                Err(_) => every = Some(SLICE),
+            }
+            if src.removable && src.uevents.is_none() {
+                every = Some(SLICE);
+            }
+        }
+    }
     let looked = fault.clone();
-    let looking = verbs_lab::signals::look_while_waiting(Rc::new(move || looked.look()));
+    let looking = verbs_lab::signals::look_while_waiting(verbs_lab::signals::Watch {
+        fds,
+        every,
+        look: Rc::new(move || looked.look_now()),
+    });
     Ok(EventWatch {
         fault,
         _looking: looking,
@@ -375,18 +415,23 @@ fn uevent_socket() -> nix::Result<OwnedFd> {
     Ok(fd)
 }
 
-/// Reads every announcement waiting on `sock`; whether one was the removal of `node`.
-fn drain_removals(sock: Option<&OwnedFd>, node: &str) -> bool {
+/// Reads every announcement waiting on `sock`: whether one was the removal of `node`, and
+/// whether some were lost (`ENOBUFS`: the socket overflowed, so the removal may have been
+/// among them).
+fn drain_removals(sock: Option<&OwnedFd>, node: &str) -> (bool, bool) {
     use nix::sys::socket::{recv, MsgFlags};
-    let Some(sock) = sock else { return false };
+    let Some(sock) = sock else {
+        return (false, false);
+    };
     let mut buf = [0u8; 8192];
-    let mut hit = false;
+    let (mut hit, mut lost) = (false, false);
     loop {
         match recv(sock.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
             Ok(n) => hit |= removal_of(&buf[..n.min(buf.len())], node),
             Err(Errno::EINTR) => continue,
-            // Drained (EAGAIN), or announcements were lost (ENOBUFS): sysfs is looked at next.
-            Err(_) => return hit,
+            // The overflow is reported once; what arrived after it is still to read.
+            Err(Errno::ENOBUFS) if !lost => lost = true,
+            Err(_) => return (hit, lost),
         }
     }
 }

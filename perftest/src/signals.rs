@@ -10,7 +10,8 @@
 //! Before a peer is connected there is nothing to tell anyone: the tool exits at once with
 //! 128 + the signal (130 for SIGINT, 143 for SIGTERM). Once connected, the signal is recorded,
 //! the out-of-band socket's reading side is shut down (which wakes a blocking read at once), and
-//! the running loop — which looks at [`Control::check`] every few milliseconds — stops with
+//! the running loop — which looks at [`Control::check`] every 10 ms (100 ms in a bandwidth loop
+//! whose completions flow) — stops with
 //! [`Interrupted`]. The error path then sends the peer an ERROR naming the signal *before* the
 //! QPs are torn down, and the tool exits 130 or 143. A second signal, or a stop that takes
 //! longer than [`GRACE`] (a watchdog thread started by the first signal), exits at once.

@@ -186,15 +186,19 @@ fn param(rc: &RdmaCm, s: &Setup, qp: &Qp, private_data: Vec<u8>) -> ConnParam {
     }
 }
 
+/// How long one slice of a wait for an rdma_cm event lasts (see [`next_event`]): how late a
+/// signal that comes while connecting may be taken.
+const CM_SLICE: Duration = Duration::from_millis(100);
+
 /// The next event within `wait`, named in the error if none comes. Waits in slices of
-/// [`verbs_lab::signals::WAIT_SLICE`], taking the signals that arrive between them (the tool
-/// is one thread: nothing else would take them while it waits here).
+/// [`CM_SLICE`], taking the signals that arrive between them (the tool is one thread: nothing
+/// else would take them while it waits here).
 fn next_event(ch: &EventChannel, wait: Duration, step: &str) -> Result<CmEvent> {
     let deadline = verbs_lab::fdwait::deadline_after(wait);
     loop {
         verbs_lab::signals::take_pending();
         let left = deadline.saturating_duration_since(Instant::now());
-        let got = match ch.get_event(left.min(verbs_lab::signals::WAIT_SLICE)) {
+        let got = match ch.get_event(left.min(CM_SLICE)) {
             Err(VerbsError::Timeout { .. }) if !left.is_zero() => continue,
             Err(VerbsError::Timeout { what, .. }) => Err(VerbsError::Timeout { what, after: wait }),
             got => got,
