@@ -14,6 +14,31 @@ fn f(v: Option<f64>, decimals: usize) -> String {
     v.map_or("–".into(), |x| format!("{x:.decimals$}"))
 }
 
+/// A signed difference in percent: one decimal, two below 0.1 % (a deterministic row's miss of
+/// -0.03 % must not print as -0.0 %).
+fn pct(x: f64) -> String {
+    if x != 0.0 && x.abs() < 0.1 {
+        format!("{x:+.2}%")
+    } else {
+        format!("{x:+.1}%")
+    }
+}
+
+/// A ratio with three decimals, four where three would round it to 1.000 and it is not 1.
+fn ratio_text(r: f64) -> String {
+    let three = format!("{r:.3}");
+    if three == "1.000" && r != 1.0 {
+        format!("{r:.4}")
+    } else {
+        three
+    }
+}
+
+/// [`ratio_text`] of a ratio that may be missing ("–").
+fn r(v: Option<f64>) -> String {
+    v.map_or("–".into(), ratio_text)
+}
+
 /// The decimals a row's values are printed with.
 fn places(kind: Kind) -> usize {
     if kind == Kind::Rate {
@@ -103,11 +128,11 @@ fn results(rec: &Records, stats: &[(&Test, RowStats)], md: &mut String) {
     for (t, st) in stats {
         let p = places(t.kind);
         let rmed = st.ratios.map(|s| s.median);
-        let pct = || format!("{:+.1}%", (rmed.unwrap_or(0.0) - 1.0) * 100.0);
+        let diff = || pct((rmed.unwrap_or(0.0) - 1.0) * 100.0);
         let mut v = match st.verdict {
-            Verdict::Misses => format!("**MISSES** ({})", pct()),
+            Verdict::Misses => format!("**MISSES** ({})", diff()),
             Verdict::NoData => "**NO DATA**".into(),
-            Verdict::Meets => format!("meets ({})", pct()),
+            Verdict::Meets => format!("meets ({})", diff()),
         };
         if st.disagree {
             v.push_str("; ratio of medians disagrees");
@@ -130,10 +155,10 @@ fn results(rec: &Records, stats: &[(&Test, RowStats)], md: &mut String) {
             label(t.kind),
             side(st.ours),
             side(st.perftest),
-            f(rmed, 3),
-            f(st.ratios.map(|s| s.min), 3),
-            f(st.ratios.map(|s| s.max), 3),
-            f(st.of_medians, 3),
+            r(rmed),
+            r(st.ratios.map(|s| s.min)),
+            r(st.ratios.map(|s| s.max)),
+            r(st.of_medians),
             st.won,
             st.compared(),
             v
@@ -214,18 +239,19 @@ fn miss(t: &Test, st: &RowStats, md: &mut String) {
             if t.kind == Kind::Lat {
                 let _ = writeln!(
                     md,
-                    "- **{} misses**: our t_typical is {:.1}% above perftest's (median of \
-                     rounds {med:.3}; medians {o:.2} vs {q:.2} µs, ratio {:.3}); ours was at \
+                    "- **{} misses**: our t_typical is {} above perftest's (median of \
+                     rounds {}; medians {o:.2} vs {q:.2} µs, ratio {}); ours was at \
                      least as fast in {won} of {n} rounds.",
                     t.name,
-                    (med - 1.0) * 100.0,
-                    ratio_of_medians(st)
+                    pct((med - 1.0) * 100.0).trim_start_matches('+'),
+                    ratio_text(med),
+                    ratio_text(ratio_of_medians(st))
                 );
             } else {
                 let _ = writeln!(
                     md,
-                    "- **{} misses**: our {} is {:.1}% below perftest's (median of rounds \
-                     {med:.3}; medians {o:.p$} vs {q:.p$} {}, ratio {:.3}); ours was at least \
+                    "- **{} misses**: our {} is {} below perftest's (median of rounds \
+                     {}; medians {o:.p$} vs {q:.p$} {}, ratio {}); ours was at least \
                      as fast in {won} of {n} rounds.",
                     t.name,
                     if t.kind == Kind::Bw {
@@ -233,9 +259,10 @@ fn miss(t: &Test, st: &RowStats, md: &mut String) {
                     } else {
                         "MsgRate"
                     },
-                    (1.0 - med) * 100.0,
+                    pct((1.0 - med) * 100.0).trim_start_matches('+'),
+                    ratio_text(med),
                     t.kind.unit(),
-                    ratio_of_medians(st)
+                    ratio_text(ratio_of_medians(st))
                 );
             }
         }
@@ -590,4 +617,22 @@ fn summary(rec: &Records, stats: &[(&Test, RowStats)]) -> String {
         rec.tests.len()
     );
     sm
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{pct, ratio_text};
+
+    #[test]
+    fn small_differences_stay_visible() {
+        assert_eq!(pct(-0.03), "-0.03%");
+        assert_eq!(pct(0.0), "+0.0%");
+        assert_eq!(pct(-0.1), "-0.1%");
+        assert_eq!(pct(18.3), "+18.3%");
+        assert_eq!(ratio_text(0.99972), "0.9997");
+        assert_eq!(ratio_text(1.0), "1.000");
+        assert_eq!(ratio_text(1.00049), "1.0005");
+        assert_eq!(ratio_text(0.9994), "0.999");
+        assert_eq!(ratio_text(1.183), "1.183");
+    }
 }
