@@ -181,16 +181,28 @@ fn run_met(
             (&settled, ch, None)
         }
         (None, None) => {
-            let a = crate::conn::listen::accept_client(cfg, &our_hello(cfg), peer_timeout, || {
-                sink.listening()
-            })?;
+            let a = crate::conn::listen::accept_client(
+                cfg,
+                &our_hello(cfg),
+                peer_timeout,
+                || sink.listening(),
+                &events.fault(),
+            )?;
             settled = settle_with_client(cfg, &a.hello);
             (&settled, a.ch, Some(a.refuser))
         }
         (None, Some(h)) => {
             let note = |text: String| sink.note(&cfg.tool.name(), &text);
-            let conn = oob::connect_noting(h, cfg.peer.port, cfg.peer.wait, note)
-                .with_context(|| format!("connecting to the server {h}:{}", cfg.peer.port))?;
+            // A device event while the server does not answer yet ends the wait, named.
+            let fault = events.fault();
+            let conn = oob::connect_unless(h, cfg.peer.port, cfg.peer.wait, note, || {
+                fault.fatal_now().is_some()
+            })
+            .with_context(|| format!("connecting to the server {h}:{}", cfg.peer.port))?;
+            let Some(conn) = conn else {
+                fault.check()?;
+                bail!("the wait for the server was stopped");
+            };
             let mut ch = Channel::new(conn, "server");
             ch.set_timeout(peer_timeout)?;
             (cfg, ch, None)

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use verbs_lab::oob;
 use vl_perftest::conn::listen::{accept_client, server_hello, Greeting, HELLO_WAIT};
+use vl_perftest::events::RunFault;
 use vl_perftest::measure::result::{Metric, TestKind};
 use vl_perftest::params::{Config, Params, Tool};
 use vl_perftest::proto::{encode, ChanError, Channel, Msg};
@@ -84,6 +85,7 @@ fn strays_are_dropped_and_the_real_client_is_served() {
         &our_hello(&server_cfg),
         Duration::from_secs(10),
         || listened = true,
+        &RunFault::default(),
     )
     .expect("the real client is accepted after the strays");
     assert!(listened, "the server never said it listens (the banner)");
@@ -108,10 +110,18 @@ fn nothing_but_strays_ends_at_wait() {
         drop(std::net::TcpStream::connect(("127.0.0.1", port)).unwrap());
     });
     let start = Instant::now();
-    let e = accept_client(&cfg, &our_hello(&cfg), Duration::from_secs(5), || {})
-        .err()
-        .expect("no client");
+    let e = accept_client(
+        &cfg,
+        &our_hello(&cfg),
+        Duration::from_secs(5),
+        || {},
+        &RunFault::default(),
+    )
+    .err()
+    .expect("no client");
     assert!(format!("{e:#}").contains("a client to connect"), "{e:#}");
+    // The whole --wait, not the slice after which the server looks at its device.
+    assert!(format!("{e:#}").contains("timed out after 2 s"), "{e:#}");
     assert!(start.elapsed() < Duration::from_secs(4));
     t.join().unwrap();
 }

@@ -45,6 +45,22 @@ pub fn connect_noting(
     timeout: Duration,
     note: impl FnOnce(String),
 ) -> Result<OobConn> {
+    match connect_unless(host, port, timeout, note, || false)? {
+        Some(conn) => Ok(conn),
+        None => unreachable!("a connect that nothing stops returns a connection or an error"),
+    }
+}
+
+/// As [`connect_noting`], but between attempts asks `stop` whether to give up (a client whose
+/// device went away while its server did not answer yet): `Ok(None)` when it did, and the
+/// caller names why.
+pub fn connect_unless(
+    host: &str,
+    port: u16,
+    timeout: Duration,
+    note: impl FnOnce(String),
+    mut stop: impl FnMut() -> bool,
+) -> Result<Option<OobConn>> {
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .map_err(|e| OobError::Io {
@@ -61,9 +77,12 @@ pub fn connect_noting(
                 .saturating_sub(start.elapsed())
                 .max(Duration::from_millis(10));
             match TcpStream::connect_timeout(addr, left.min(CONNECT_TRY)) {
-                Ok(stream) => return OobConn::new(stream, *addr, timeout),
+                Ok(stream) => return OobConn::new(stream, *addr, timeout).map(Some),
                 Err(e) => last_err = Some(e),
             }
+        }
+        if stop() {
+            return Ok(None);
         }
         if start.elapsed() >= NOTE_AFTER {
             if let (Some(note), Some(e)) = (note.take(), &last_err) {

@@ -22,7 +22,7 @@ mod listen;
 #[cfg(test)]
 mod tests;
 
-pub use conn::{connect, connect_noting, OobConn, NOTE_AFTER};
+pub use conn::{connect, connect_noting, connect_unless, OobConn, NOTE_AFTER};
 pub use listen::{accept, Listener, Refuser};
 
 /// Where a server listens unless told otherwise: every address, IPv6 and IPv4 (`[::]` with

@@ -216,6 +216,29 @@ fn a_client_left_waiting_is_told_once() {
     assert!(!told, "a connection within {NOTE_AFTER:?} says nothing");
 }
 
+/// A client told to stop while no server answers gives up at once (`Ok(None)`), long before
+/// its timeout, and asks only between attempts.
+#[test]
+fn a_client_told_to_stop_gives_up_between_attempts() {
+    let port = free_port();
+    let t0 = Instant::now();
+    let mut asked = 0;
+    let got = connect_unless(
+        "127.0.0.1",
+        port,
+        Duration::from_secs(30),
+        |_| {},
+        || {
+            asked += 1;
+            asked == 3
+        },
+    )
+    .unwrap();
+    assert!(got.is_none());
+    assert_eq!(asked, 3);
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+}
+
 #[test]
 fn a_trickling_peer_is_cut_off_by_the_frame_deadline() {
     let (mut c, t) = served(Duration::from_secs(10), move |mut c| {

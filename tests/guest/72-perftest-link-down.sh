@@ -10,10 +10,13 @@
 #    the delete, which on rxe waits for every process to close the device, then returns.
 # 3. The same under vl_all_reduce_perf --np 2: the ranks end, exit 1, a rank naming its own
 #    port that went down (not its neighbour as gone, nor its request as malformed).
+# 4. `rdma link delete rxe1` while a server on rxe1 still waits for its client: the server ends
+#    (exit 1, naming the removal) instead of holding the device for a client that never comes,
+#    and the delete returns. 5. The same for a client on rxe1 whose server does not answer yet.
 # After each: veth1 up (or rxe1 re-created on veth1), both ports ACTIVE with their GIDs, and a
 # short vl_send_bw pair proves traffic flows again.
-# timeout: 420
-# slow: four faulted runs under TCG, each followed by a restore and a vl_send_bw pair that proves the devices work again (33-67 s)
+# timeout: 540
+# slow: six faulted runs under TCG, each followed by a restore and a vl_send_bw pair that proves the devices work again (33-67 s)
 set -eu
 # shellcheck source=tests/guest/lib.sh
 . "$VL_TESTS/lib.sh"
@@ -23,6 +26,7 @@ set -eu
 IP=/usr/sbin/ip
 srv=$TMPDIR/srv.out
 cli=$TMPDIR/cli.out
+del=$TMPDIR/delete.out
 
 trap 'restore_link || fail "the devices are not restored for the next scenario (above)"' EXIT
 
@@ -53,6 +57,24 @@ end_pair() {
     cat "$srv"
     echo "--- client (exit $CRC)"
     cat "$cli"
+}
+
+# delete_returned: waits (at most $lim) for the `rdma link delete` begun at T0 (pid DPID, output
+# in $del); sets DRC and DCS (hundredths of a second from T0) and prints what it said.
+delete_returned() {
+    DRC=0
+    _vl_watch "$DPID" "$lim" || DRC=$?
+    DCS=$(($(_vl_now) - T0))
+    echo "--- rdma link delete rxe1 (exit $DRC, returned $((DCS / 100)).$((DCS % 100 / 10)) s after it began)"
+    cat "$del"
+}
+
+# rxe1_deleted: the delete succeeded within $lim and rxe1 is gone; then the devices are restored.
+rxe1_deleted() {
+    [ "$DRC" = 0 ] || fail "rdma link delete rxe1 exited $DRC"
+    within "seconds until rdma link delete returned" $((DCS / 100)) 0 "$lim"
+    [ ! -e /sys/class/infiniband/rxe1 ] || fail "rxe1 still exists after rdma link delete returned"
+    traffic_again
 }
 
 # traffic_again: both devices as /init left them, and a short send_bw pair carries traffic.
@@ -121,15 +143,10 @@ step "rdma link delete rxe1 in the middle of vl_write_bw -D 40"
 lim=$(scaled 45)
 start_pair vl_write_bw
 T0=$(_vl_now)
-del=$TMPDIR/delete.out
 rdma link delete rxe1 >"$del" 2>&1 &
 DPID=$!
 end_pair "$lim"
-DRC=0
-_vl_watch "$DPID" "$lim" || DRC=$?
-DCS=$(($(_vl_now) - T0))
-echo "--- rdma link delete rxe1 (exit $DRC, returned $((DCS / 100)).$((DCS % 100 / 10)) s after it began)"
-cat "$del"
+delete_returned
 # 45 s: both sides ended 0.7-1.7 s after the delete began in three runs, 11 s and 16 s in two more
 # (the kernel removes the device's uverbs directory, which the tools watch, only partway through).
 within "seconds until both sides ended after the delete began" "$SECS" 0 "$lim"
@@ -137,8 +154,43 @@ within "seconds until both sides ended after the delete began" "$SECS" 0 "$lim"
 [ "$SRC" = 1 ] || fail "the server exited $SRC, expected 1"
 expect_contains "$cli" "rxe1 is being removed (rdma link delete"
 expect_contains "$srv" "the client reported: rxe1 is being removed"
-[ "$DRC" = 0 ] || fail "rdma link delete rxe1 exited $DRC"
-within "seconds until rdma link delete returned" $((DCS / 100)) 0 "$lim"
-[ ! -e /sys/class/infiniband/rxe1 ] || fail "rxe1 still exists after rdma link delete returned"
-traffic_again
-echo "link-down and device-delete runs end on both sides, named; the devices are restored"
+rxe1_deleted
+
+# delete_under_waiter WHO PID OUT: rdma link delete rxe1 while process PID (a WHO, its output in
+# OUT) holds rxe1 open waiting for its peer; it ends within the bound, exit 1, naming the
+# removal (not a timeout), and the delete returns; then the devices are restored.
+delete_under_waiter() {
+    lim=$(scaled 45)
+    T0=$(_vl_now)
+    rdma link delete rxe1 >"$del" 2>&1 &
+    DPID=$!
+    WRC=0
+    _vl_watch "$2" "$lim" || WRC=$?
+    WCS=$(($(_vl_now) - T0))
+    echo "--- the waiting $1 (exit $WRC, ended $((WCS / 100)).$((WCS % 100 / 10)) s after the delete began)"
+    cat "$3"
+    delete_returned
+    [ "$WRC" = 1 ] || fail "the waiting $1 exited $WRC, expected 1"
+    expect_contains "$3" "rxe1 is being removed (rdma link delete"
+    expect_not_contains "$3" "timed out"
+    rxe1_deleted
+}
+
+step "rdma link delete rxe1 while a vl_read_bw server on it waits for its client"
+# No client comes: the server holds rxe1 open, and the delete waits for it. The server looks at
+# its device's watch every 250 ms while it waits, so the removal ends it, named.
+next_port
+vl_read_bw -d "$VL_DEV1" $VL_PT_COMMON -p "$PORT" >"$srv" 2>&1 &
+SPID=$!
+wait_port "$PORT" 60 "$SPID"
+delete_under_waiter server "$SPID" "$srv"
+
+step "rdma link delete rxe1 while a vl_write_bw client on it waits for a server that is not there"
+# The client retries its connection (--wait 300) and looks at its device between attempts.
+next_port
+vl_write_bw -d "$VL_DEV1" $VL_PT_COMMON -p "$PORT" --wait 300 "$VL_ADDR0" >"$cli" 2>&1 &
+CPID=$!
+sleep 3
+kill -0 "$CPID" 2>/dev/null || { cat "$cli"; fail "the client did not wait for its server"; }
+delete_under_waiter client "$CPID" "$cli"
+echo "link-down and device-delete runs end on both sides, named, as do a server still waiting for its client and a client still waiting for its server; the devices are restored"

@@ -16,6 +16,7 @@ use anyhow::{Context as _, Result};
 use verbs_lab::oob::{Listener, OobError, Refuser};
 use verbs_lab::wire::WireError;
 
+use crate::events::RunFault;
 use crate::params::Config;
 use crate::proto::{
     check_hello, encode, Accept, ChanError, Channel, Hello, Msg, ProtoError, VERSION,
@@ -23,6 +24,12 @@ use crate::proto::{
 
 /// How long a new connection has to deliver its whole HELLO.
 pub const HELLO_WAIT: Duration = Duration::from_secs(5);
+
+/// While no client has come, the server looks this often at whether its device's watch saw an
+/// event that ends the run ([`RunFault`]): a device being removed (`rdma link delete` waits
+/// for every process to close it) or a port gone down ends the wait, named, instead of keeping
+/// the device open for a client that may never come. No measurement runs in this process then.
+const FAULT_LOOK: Duration = Duration::from_millis(250);
 
 /// An error this side already sent to the peer (a refused HELLO): not to be sent again.
 #[derive(Debug)]
@@ -57,23 +64,38 @@ pub struct Accepted {
 /// Listens on `cfg.peer.bind`, port `cfg.peer.port`, and returns the first connection that
 /// opens with a valid HELLO, within `cfg.peer.wait` in all. `listening` is called once the
 /// port is bound, as the wait begins (perftest's banner). Strays are logged on stderr
-/// (`tool: ignored ...`).
+/// (`tool: ignored ...`). An event of the device that ends the run (`fault`, looked at every
+/// 250 ms while no client is there) ends the wait with that event as the error.
 pub fn accept_client(
     cfg: &Config,
     ours: &Hello,
     timeout: Duration,
     listening: impl FnOnce(),
+    fault: &RunFault,
 ) -> Result<Accepted> {
     let listener = Listener::bind_on(cfg.peer.bind, cfg.peer.port)
         .with_context(|| format!("listening for a client on TCP port {}", cfg.peer.port))?;
     listening();
     let tool = cfg.tool.name();
+    let port = cfg.peer.port;
     let start = Instant::now();
     loop {
+        fault.check()?;
         let left = cfg.peer.wait.saturating_sub(start.elapsed());
-        let conn = listener
-            .accept_conn(left, HELLO_WAIT)
-            .with_context(|| format!("waiting for a client on TCP port {}", cfg.peer.port))?;
+        let conn = match listener.accept_conn(left.min(FAULT_LOOK), HELLO_WAIT) {
+            Ok(conn) => conn,
+            Err(OobError::Timeout { .. }) if left > FAULT_LOOK => continue,
+            Err(OobError::Timeout { what, .. }) => {
+                return Err(OobError::Timeout {
+                    what,
+                    after: cfg.peer.wait,
+                })
+                .with_context(|| format!("waiting for a client on TCP port {port}"))
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("waiting for a client on TCP port {port}"))
+            }
+        };
         let peer = conn.peer();
         let mut ch = Channel::new(conn, "client");
         match server_hello(ours, &mut ch, || Ok(()))? {
