@@ -9,8 +9,9 @@
 //! Every so often (every 64 turns of the loop, every 8 when idle, and at least every
 //! [`CHANNEL_CHECK`] of the clock read a turn with completions takes anyway) the loop watches
 //! the clock (`-D`, stalls) and the peer (its tally, heartbeats, an ERROR): the peer at most
-//! every [`BUSY_CHECK`](crate::engine::BUSY_CHECK) while completions flow, every [`CHANNEL_CHECK`] once they stopped for
-//! [`YIELD_AFTER`] (a receiver waiting for the tally that ends its phase). The clock bound
+//! every [`BUSY_CHECK`](crate::engine::BUSY_CHECK) while completions flow, every
+//! [`CHANNEL_CHECK`] once they stopped for [`YIELD_AFTER`] (a receiver waiting for the tally
+//! that ends its phase). The clock bound
 //! matters where a turn is slow: on rxe a post runs the requester in the posting thread, and
 //! under emulation on a busy host 64 turns of 64 KiB writes took half a minute, too long
 //! between heartbeats for the peer waiting for this side's tally.

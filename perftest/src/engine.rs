@@ -24,9 +24,8 @@ pub const CHANNEL_CHECK: Duration = Duration::from_millis(10);
 /// calls (the signals' descriptor, the socket, the device's queues) that perftest does not
 /// make; every 10 ms they kept write and read bandwidth from 4 KiB up a few hundredths of a
 /// percent behind perftest in deterministic time (`docs/benchmarks-deterministic.md`,
-/// "Looks"). A loop that stops making
-/// progress looks every [`CHANNEL_CHECK`] again, so a receiver still hears the tally that ends
-/// its phase within 10 ms.
+/// "Looks"). A loop that stops making progress looks every [`CHANNEL_CHECK`] again, so a
+/// receiver still hears the tally that ends its phase within 10 ms.
 pub const BUSY_CHECK: Duration = Duration::from_millis(100);
 /// How often a sending side tells a waiting peer it is alive.
 pub const HEARTBEAT: Duration = Duration::from_secs(1);

@@ -7,9 +7,10 @@
 //! ([`Context::get_async_event`], which acknowledges each event at once) and at the kernel's
 //! announcement of the removal of the device's user-verbs node ([`removal_of`]; rxe sends no
 //! event then, and `rdma link delete` would wait for the run to end): a loop that spins looks as
-//! it looks at its peer ([`RunFault::check`], at most every [`LOOK_AT_MOST`]); a wait on the peer waits
-//! on the event queue's and the announcements' descriptors too and looks when one is ready
-//! ([`verbs_lab::signals::look_while_waiting`]). No thread of its own: a second thread
+//! it looks at its peer ([`RunFault::check`], at most every [`LOOK_AT_MOST`]); a wait on the
+//! peer waits on the event queue's and the announcements' descriptors too and looks when one is
+//! ready ([`verbs_lab::signals::look_while_waiting`]); a server waiting for its client, and a
+//! client for its server, look between their waits (`crate::conn::listen`, `crate::run`). No thread of its own: a second thread
 //! would cost every post of the run (see [`verbs_lab::signals`]). An event that ends the run
 //! ([`ends_run`]) is recorded for the run that started the watch ([`RunFault`], its own: a
 //! `--serve --concurrent` server runs several at once), and that run's out-of-band socket is
