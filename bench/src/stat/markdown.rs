@@ -35,7 +35,7 @@ fn ratio_text(r: f64) -> String {
 }
 
 /// [`ratio_text`] of a ratio that may be missing ("–").
-fn r(v: Option<f64>) -> String {
+fn ratio_or_dash(v: Option<f64>) -> String {
     v.map_or("–".into(), ratio_text)
 }
 
@@ -155,10 +155,10 @@ fn results(rec: &Records, stats: &[(&Test, RowStats)], md: &mut String) {
             label(t.kind),
             side(st.ours),
             side(st.perftest),
-            r(rmed),
-            r(st.ratios.map(|s| s.min)),
-            r(st.ratios.map(|s| s.max)),
-            r(st.of_medians),
+            ratio_or_dash(rmed),
+            ratio_or_dash(st.ratios.map(|s| s.min)),
+            ratio_or_dash(st.ratios.map(|s| s.max)),
+            ratio_or_dash(st.of_medians),
             st.won,
             st.compared(),
             v
@@ -428,7 +428,7 @@ fn rounds(rec: &Records, stats: &[(&Test, RowStats)], md: &mut String) {
                 } else {
                     ""
                 },
-                f(ratio, 3)
+                ratio_or_dash(ratio)
             );
         }
     }
