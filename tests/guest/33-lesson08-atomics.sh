@@ -13,28 +13,30 @@ require_bin lesson08_atomics
 L=lesson08_atomics
 srv=$TMPDIR/server.out c1=$TMPDIR/client1.out c2=$TMPDIR/client2.out
 
-step "two concurrent clients, 150 fetch-and-adds + 150 CAS increments each, on one word"
+step "two concurrent clients, 1000 fetch-and-adds + 1000 CAS increments each, on one word"
+# 1000 of each, not fewer: the server starts its clients one after the other, and 150 of each
+# (36 ms on rxe) let a client finish before the second one was scheduled, once in a CI run.
 $L -d "$VL_DEV0" -p 18330 --clients 2 --initial 5000 >"$srv" 2>&1 &
 spid=$!
 wait_port 18330 30 "$spid"
-$L -d "$VL_DEV1" -p 18330 -n 150 "$VL_ADDR0" >"$c1" 2>&1 &
+$L -d "$VL_DEV1" -p 18330 -n 1000 "$VL_ADDR0" >"$c1" 2>&1 &
 p1=$!
-$L -d "$VL_DEV1" -p 18330 -n 150 "$VL_ADDR0" >"$c2" 2>&1 &
+$L -d "$VL_DEV1" -p 18330 -n 1000 "$VL_ADDR0" >"$c2" 2>&1 &
 p2=$!
 rc1=0 rc2=0 rcs=0
 _vl_watch "$p1" 120 || rc1=$?
 _vl_watch "$p2" 120 || rc2=$?
 _vl_watch "$spid" 60 || rcs=$?
 _vl_show server "$rcs" "$L --clients 2" "$srv"
-_vl_show "client 1" "$rc1" "$L -n 150" "$c1"
-_vl_show "client 2" "$rc2" "$L -n 150" "$c2"
+_vl_show "client 1" "$rc1" "$L -n 1000" "$c1"
+_vl_show "client 2" "$rc2" "$L -n 1000" "$c2"
 if [ "$rcs" -ne 0 ] || [ "$rc1" -ne 0 ] || [ "$rc2" -ne 0 ]; then
     fail "exit statuses: server $rcs, clients $rc1 $rc2"
 fi
-expect_contains "$srv" "client 1/2: done: 150 fetch-and-adds + 150 compare-and-swap increments"
-expect_contains "$srv" "client 2/2: done: 150 fetch-and-adds + 150 compare-and-swap increments"
-expect_contains "$srv" "final value 5600 == initial 5000 + 600 increments from 2 client(s): correct"
-expect_contains "$srv" "every value from 5000 to 5599 was returned exactly once"
+expect_contains "$srv" "client 1/2: done: 1000 fetch-and-adds + 1000 compare-and-swap increments"
+expect_contains "$srv" "client 2/2: done: 1000 fetch-and-adds + 1000 compare-and-swap increments"
+expect_contains "$srv" "final value 9000 == initial 5000 + 4000 increments from 2 client(s): correct"
+expect_contains "$srv" "every value from 5000 to 8999 was returned exactly once"
 expect_contains "$c1" "IBV_WR_ATOMIC_FETCH_AND_ADD: remote 0x"
 # The byte order of atomic results is the device's: each client learns it from a fetch-and-add
 # of 0 on the probe word (0x0102030405060708), and rxe answers in host order (README exercise 1).
