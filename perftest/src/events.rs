@@ -10,8 +10,9 @@
 //! it looks at its peer ([`RunFault::check`], at most every [`LOOK_AT_MOST`]); a wait on the
 //! peer waits on the event queue's and the announcements' descriptors too and looks when one is
 //! ready ([`verbs_lab::signals::look_while_waiting`]); a server waiting for its client, and a
-//! client for its server, look between their waits (`crate::conn::listen`, `crate::run`). No thread of its own: a second thread
-//! would cost every post of the run (see [`verbs_lab::signals`]). An event that ends the run
+//! client for its server, look between their waits (`crate::conn::listen`, `crate::run`). No
+//! thread of its own: a second thread would cost every post of the run (see
+//! [`verbs_lab::signals`]). An event that ends the run
 //! ([`ends_run`]) is recorded for the run that started the watch ([`RunFault`], its own: a
 //! `--serve --concurrent` server runs several at once), and that run's out-of-band socket is
 //! woken through the tool's run control ([`crate::signals::Control::wake_reader_of`]), so a
