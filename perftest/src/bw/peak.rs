@@ -92,6 +92,12 @@ impl PeakLog {
         }
     }
 
+    /// Whether [`PeakLog::record`] of `total` would log a boundary (and so needs the time).
+    #[inline]
+    pub fn due(&self, total: u64) -> bool {
+        total >= self.next
+    }
+
     /// Notes that `total` completions were seen by `now`.
     #[inline]
     pub fn record(&mut self, total: u64, now: Instant) {

@@ -14,6 +14,13 @@ use std::sync::Arc;
 use rdma_sys::{ibv_send_flags, ibv_send_wr, ibv_sge};
 
 use super::{op_fields, refused, Qp};
+
+/// The provider's `post_send` (`ibv_context_ops::post_send`).
+type PostSend = unsafe extern "C" fn(
+    *mut rdma_sys::ibv_qp,
+    *mut ibv_send_wr,
+    *mut *mut ibv_send_wr,
+) -> std::os::raw::c_int;
 use crate::ah::AhInner;
 use crate::error::{Result, VerbsError};
 use crate::mr::Mr;
@@ -38,6 +45,11 @@ pub struct SendList<'q, 'a> {
     ahs: Box<[Option<Arc<AhInner>>]>,
     /// The region inline SGEs must lie in (`Qp::post_send_inline`'s `from`), if inline.
     inline_from: Option<&'a Mr>,
+    /// The provider's post function (`ibv_post_send` reads it from the context's operations on
+    /// every call), read once: the context outlives the QP the list borrows.
+    post_send: PostSend,
+    /// Whether posts need nothing but the call: no UD address handle to hold.
+    plain: bool,
     _borrows: std::marker::PhantomData<&'a Mr>,
 }
 
@@ -92,6 +104,11 @@ impl Qp {
                 bind_mw_tso_union: unsafe { std::mem::zeroed() },
             });
         }
+        // SAFETY: the QP is live (we hold it) and so is its context, which the provider filled in
+        // when it was opened.
+        let post_send = unsafe { (*(*self.inner.ptr).context).ops.post_send }.ok_or_else(|| {
+            VerbsError::InvalidArgument("the provider has no post_send".to_string())
+        })?;
         let mut sges = sges.into_boxed_slice();
         let mut raw = raw.into_boxed_slice();
         // The boxes are never reallocated from here on: link the requests and point them at
@@ -118,6 +135,8 @@ impl Qp {
                 .map(|wr| wr.ud.map(|d| d.ah.inner.clone()))
                 .collect(),
             inline_from,
+            post_send,
+            plain: self.inner.parent.ud_sends.is_none(),
             _borrows: std::marker::PhantomData,
         })
     }
@@ -212,8 +231,29 @@ impl<'a> SendList<'_, 'a> {
     ///
     /// # Panics
     /// When `n` is 0 or more than [`SendList::len`].
-    #[inline]
+    #[inline(always)]
     pub fn post(&mut self, n: usize) -> Result<()> {
+        if self.plain && n != 0 && n == self.raw.len() {
+            // The whole list, nothing to hold: one call, no link to cut (a benchmark's loop).
+            let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+            // SAFETY: the requests are initialised and linked in order, the last one's link
+            // null; their SGE pointers point into `self.sges`, which names registered memory or
+            // inline bytes borrowed for 'a (checked at `send_list`/`retarget`); no address
+            // handle to hold (not UD); the QP is live (borrowed for 'q).
+            let ret =
+                unsafe { (self.post_send)(self.qp.inner.ptr, self.raw.as_mut_ptr(), &mut bad) };
+            return if ret == 0 {
+                Ok(())
+            } else {
+                Err(self.refused_at(ret, bad))
+            };
+        }
+        self.post_part(n)
+    }
+
+    /// [`SendList::post`] of a part of the list, or on a UD QP.
+    #[inline(never)]
+    fn post_part(&mut self, n: usize) -> Result<()> {
         assert!(
             n > 0 && n <= self.raw.len(),
             "SendList::post({n}) on a list of {}",
@@ -241,7 +281,7 @@ impl<'a> SendList<'_, 'a> {
         // pointers point into `self.sges` (never reallocated), which names registered memory or
         // inline bytes borrowed for 'a, checked at `send_list`/`retarget`; a UD request's
         // address handle is held until it is done (above); the QP is live (borrowed for 'q).
-        let ret = unsafe { rdma_sys::ibv_post_send(qp.inner.ptr, base, &mut bad) };
+        let ret = unsafe { (self.post_send)(qp.inner.ptr, base, &mut bad) };
         self.raw[last].next = saved;
         if ret != 0 {
             // SAFETY: bad points into raw[0..n] when set.
@@ -249,11 +289,21 @@ impl<'a> SendList<'_, 'a> {
             if let (Some(held), Some(posted)) = (held.as_mut(), bad_idx) {
                 held.posted_only(posted);
             }
-            let idx = bad_idx.unwrap_or(0);
-            let wr = SendWr::new(self.raw[idx].wr_id, self.ops[idx], Payload::None);
-            return Err(refused(ret, &wr, idx));
+            return Err(self.refused_at(ret, bad));
         }
         Ok(())
+    }
+
+    /// The error of a post the provider refused with `ret`, at request `bad` (the first one
+    /// when the provider did not say).
+    #[cold]
+    fn refused_at(&self, ret: std::os::raw::c_int, bad: *mut ibv_send_wr) -> VerbsError {
+        let base = self.raw.as_ptr();
+        // SAFETY: the provider sets bad to a request of the list it was given, when it sets it.
+        let idx = (!bad.is_null()).then(|| unsafe { bad.cast_const().offset_from(base) as usize });
+        let idx = idx.unwrap_or(0);
+        let wr = SendWr::new(self.raw[idx].wr_id, self.ops[idx], Payload::None);
+        refused(ret, &wr, idx)
     }
 }
 
