@@ -14,6 +14,10 @@ use std::sync::Arc;
 use rdma_sys::{ibv_send_flags, ibv_send_wr, ibv_sge};
 
 use super::{op_fields, refused, Qp};
+use crate::ah::AhInner;
+use crate::error::{Result, VerbsError};
+use crate::mr::Mr;
+use crate::wr::{Payload, RemoteBuf, SendOp, SendWr, Sge};
 
 /// The provider's `post_send` (`ibv_context_ops::post_send`).
 type PostSend = unsafe extern "C" fn(
@@ -21,10 +25,6 @@ type PostSend = unsafe extern "C" fn(
     *mut ibv_send_wr,
     *mut *mut ibv_send_wr,
 ) -> std::os::raw::c_int;
-use crate::ah::AhInner;
-use crate::error::{Result, VerbsError};
-use crate::mr::Mr;
-use crate::wr::{Payload, RemoteBuf, SendOp, SendWr, Sge};
 
 /// Send requests of one QP in the provider's form, linked into one list, ready to post again
 /// and again ([`SendList::post`]). Made by [`Qp::send_list`].
