@@ -453,34 +453,47 @@ one_run() {
 # header built per packet). Measured in deterministic time, write_bw 4 KiB: 91.3 MiB/s in that
 # state against 95.1 in the other, for either tool; which runs of a sweep fall into it depends
 # only on when they run. A hardware RoCE NIC resolves the address once, when the QP connects.
-# Both entries are pinned (PERMANENT) for the bench and learnt again after it.
+# Both entries are pinned (PERMANENT) for the bench and, after it (also when interrupted), put
+# back as they were: an entry someone had made permanent keeps its address, any other is
+# forgotten and learnt again by ARP at the next packet.
 netdev_of() { cat "/sys/class/infiniband/$1/ports/1/gid_attrs/ndevs/1" 2>/dev/null; }
 NEIGH_PINNED='' NEIGH_UNDO=''
+# pin_one ADDR NETDEV MAC: pins ADDR on NETDEV to MAC; NEIGH_UNDO gets what undoes it.
+pin_one() {
+    _was=$(/usr/sbin/ip neigh show "$1" dev "$2" 2>/dev/null |
+        awk '/PERMANENT/ { for (i = 1; i < NF; i++) if ($i == "lladdr") { print $(i + 1); exit } }')
+    /usr/sbin/ip neigh replace "$1" lladdr "$3" dev "$2" nud permanent || return 1
+    NEIGH_UNDO="$NEIGH_UNDO $1 $2 ${_was:--}"
+}
 pin_neighbours() {
     _nd0=$(netdev_of "$DEV0") _nd1=$(netdev_of "$DEV1")
     [ -n "$_nd0" ] && [ -n "$_nd1" ] && [ "$_nd0" != "$_nd1" ] || return 0
     _a1=$(/usr/sbin/ip -4 -o addr show dev "$_nd1" | awk '{ sub("/.*", "", $4); print $4; exit }')
     [ -n "$_a1" ] || return 0
-    /usr/sbin/ip neigh replace "$ADDR0" lladdr "$(cat "/sys/class/net/$_nd0/address")" \
-        dev "$_nd1" nud permanent || return 0
-    NEIGH_UNDO="$ADDR0 $_nd1"
-    /usr/sbin/ip neigh replace "$_a1" lladdr "$(cat "/sys/class/net/$_nd1/address")" \
-        dev "$_nd0" nud permanent || return 0
-    NEIGH_UNDO="$NEIGH_UNDO $_a1 $_nd0"
+    pin_one "$ADDR0" "$_nd1" "$(cat "/sys/class/net/$_nd0/address")" || return 0
+    pin_one "$_a1" "$_nd0" "$(cat "/sys/class/net/$_nd1/address")" || return 0
     NEIGH_PINNED="$ADDR0 on $_nd1, $_a1 on $_nd0"
 }
-# Forgets the pinned entries: the next packet learns them by ARP again.
+# Puts the pinned entries back: a permanent one as it was, any other forgotten.
 unpin_neighbours() {
-    # shellcheck disable=SC2086 # "ADDR NETDEV ADDR NETDEV"
+    # shellcheck disable=SC2086 # "ADDR NETDEV WAS ..."
     set -- $NEIGH_UNDO
-    while [ $# -ge 2 ]; do
-        /usr/sbin/ip neigh del "$1" dev "$2" 2>/dev/null || true
-        shift 2
+    while [ $# -ge 3 ]; do
+        if [ "$3" = - ]; then
+            /usr/sbin/ip neigh del "$1" dev "$2" 2>/dev/null || true
+        else
+            /usr/sbin/ip neigh replace "$1" lladdr "$3" dev "$2" nud permanent 2>/dev/null || true
+        fi
+        shift 3
     done
+    NEIGH_UNDO=''
 }
 if [ -z "$REMOTE" ]; then
-    pin_neighbours
+    # The EXIT trap runs on INT and TERM too only if they end the shell through exit.
     trap unpin_neighbours EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    pin_neighbours
 fi
 
 # ---- environment ----------------------------------------------------------------------------------

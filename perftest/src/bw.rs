@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use verbs_lab::verbs::{
-    Ah, Mr, Payload, Qp, RemoteBuf, SendList, SendOp, SendWr, Sge, Srq, UdDest, WcOpcode,
+    Ah, Mr, Mtu, Payload, Qp, RemoteBuf, SendList, SendOp, SendWr, Sge, Srq, UdDest, WcOpcode,
     WorkCompletion,
 };
 
@@ -276,7 +276,8 @@ fn phase(
         |v: &[u64]| -> Vec<u64> { (0..nq).map(|q| v.get(q).copied().unwrap_or(0)).collect() };
     let (seq_base, rx_seq_base) = (base(sent_before), base(peer_sent_before));
     let (sends, receives, peer_sends) = (s.bw_sends(), s.bw_receives(), s.bw_peer_sends());
-    let (lossy, rx_off, software) = (s.lossy(), s.rx_offset(), s.yields());
+    let (lossy, rx_off) = (s.lossy(), s.rx_offset());
+    let yields = s.yields() && idle_yields(sends, size, s.link.agreed.path_mtu);
     let (cq_timeout, peer_timeout) = (s.cq_timeout, s.peer_timeout);
 
     let Session { link, ch, .. } = s;
@@ -339,12 +340,23 @@ fn phase(
     // for: it goes straight to the peer's tally, asleep on the channel (as perftest's server
     // sleeps in read(2)), and leaves the CPU to the side that is measuring.
     if sends || receives {
-        run_to_the_end(&k, &mut st, &c, res, ch, software)?;
+        run_to_the_end(&k, &mut st, &c, res, ch, yields)?;
     }
     if k.receives {
         st.rx.flush(&k, dst)?;
     }
     phase_out(&k, &mut st, ch)
+}
+
+/// Whether an idle bandwidth loop on a software device (`Session::yields`) gives the CPU away
+/// ([`backoff`]): a side that sends always; a side that only receives (send_bw's server) only
+/// while a message fits in one packet. Measured in deterministic time on rxe with one vCPU
+/// (docs/benchmarks-deterministic.md, "send_bw's regimes"): the receiver's yield keeps send_bw
+/// at 2 B-4 KiB a few tenths of a percent faster, but with messages of many packets it tips
+/// runs into rxe's batched regime (64 KiB at 39-44 MiB/s instead of 65); the sender's yield is
+/// what keeps 1 MiB sends fast once in that regime.
+fn idle_yields(sends: bool, size: u64, path_mtu: Mtu) -> bool {
+    sends || size <= u64::from(path_mtu.bytes())
 }
 
 /// The phase's loop: tops up the send windows, polls (or, with `-e` and nothing to do, sleeps
@@ -356,7 +368,7 @@ fn run_to_the_end(
     c: &TxCfg,
     res: &Resources,
     ch: &mut Channel,
-    software: bool,
+    yields: bool,
 ) -> Result<()> {
     let Resources {
         bufs: Buffers { src, dst, layout },
@@ -415,7 +427,7 @@ fn run_to_the_end(
         }
         let stalled_for = now.duration_since(last_progress);
         keep_watch(k, st, ch, (now, stalled_for))?;
-        if idle && software && channel.is_none() {
+        if idle && yields && channel.is_none() {
             let _ = backoff(stalled_for);
         }
         sleep = idle;
@@ -637,4 +649,26 @@ fn phase_out(k: &PhaseCtx<'_>, st: &mut Sides<'_>, ch: &mut Channel) -> Result<P
         out.peer_sent = t.per_qp;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_receiver_yields_only_while_a_message_is_one_packet() {
+        let mtu = Mtu::Mtu4096;
+        // A side that sends yields at every size.
+        for size in [2, 4096, 4097, 1 << 20] {
+            assert!(idle_yields(true, size, mtu), "sender, {size} B");
+        }
+        // A side that only receives: up to the path MTU, not past it.
+        assert!(idle_yields(false, 2, mtu));
+        assert!(idle_yields(false, 4096, mtu));
+        assert!(!idle_yields(false, 4097, mtu));
+        assert!(!idle_yields(false, 65536, mtu));
+        // The MTU is the path's, not a constant: 1 KiB messages are two packets at 512 B.
+        assert!(!idle_yields(false, 1024, Mtu::Mtu512));
+        assert!(idle_yields(false, 1024, Mtu::Mtu1024));
+    }
 }

@@ -69,7 +69,9 @@ _vl_watch() {
         kill_tree TERM "$_w_pid"
         sleep 2
         kill_tree KILL "$_w_pid"
-    ) &
+    ) 2>/dev/null &
+    # 2>/dev/null: the watchdog's shell says "Terminated" when its sleep is killed below and it
+    # gets to run before it is killed too (on a busy host it does): a line on the job's stderr.
     _w_watchdog=$!
     _w_rc=0
     wait "$_w_pid" 2>/dev/null || _w_rc=$? # 2>/dev/null: no "Terminated" notice from sh
