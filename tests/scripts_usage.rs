@@ -270,3 +270,103 @@ fn report_only_leaves_a_directory_that_is_no_run_alone() {
     }
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
 }
+
+/// Runs `splice_results GENERATED PAGE` (scripts/lib/splice-results.sh, as bench-vs-perftest
+/// sources it) and returns its status and stderr.
+fn splice(gen: &std::path::Path, page: &std::path::Path) -> (Option<i32>, String) {
+    let out = Command::new("bash")
+        .args([
+            "-c",
+            r#"PROG=bench-vs-perftest; source "$1/scripts/lib/log.sh"
+               source "$1/scripts/lib/splice-results.sh"; splice_results "$2" "$3""#,
+            "splice",
+            env!("CARGO_MANIFEST_DIR"),
+        ])
+        .arg(gen)
+        .arg(page)
+        .output()
+        .expect("bash runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The two markers of docs/benchmarks.md, as the library defines them.
+fn markers() -> (String, String) {
+    let out = Command::new("bash")
+        .args([
+            "-c",
+            r#"source "$1/scripts/lib/splice-results.sh"; printf '%s\n%s' "$DET_BEGIN" "$DET_END""#,
+            "markers",
+            env!("CARGO_MANIFEST_DIR"),
+        ])
+        .output()
+        .expect("bash runs");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let (b, e) = text.split_once('\n').expect("two markers");
+    (b.to_owned(), e.to_owned())
+}
+
+/// A deterministic sweep's results land between the markers of the page and nowhere else: the
+/// page's own text before and after them is kept byte for byte, a second splice changes
+/// nothing, and a page without both markers (or a report without results) is refused with
+/// exit 1 and left as it was.
+#[test]
+fn splice_results_rewrites_only_between_the_markers() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("splice-results");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (begin, end) = markers();
+    let (gen, page) = (dir.join("generated.md"), dir.join("benchmarks.md"));
+    std::fs::write(
+        &gen,
+        "# Benchmarks\n\nintro of the report\n\n## Results\n\nfull run, 5 rounds.\n\n\
+         | row | ratio |\n|---|---|\n| write_bw_2 | 1.005 |\n\n### Rows that miss the goal\n\n\
+         - none\n\n### Other columns\n\n| not | this |\n",
+    )
+    .unwrap();
+    let before = "# Benchmarks: the vl_* tools against perftest\n\nhand-written text\n\n";
+    let after = "\n## In wall-clock time\n\nmore hand-written text\n";
+    std::fs::write(
+        &page,
+        format!("{before}{begin}\n\nthe old results\n| old | 0.9 |\n{end}\n{after}"),
+    )
+    .unwrap();
+    let want = format!(
+        "{before}{begin}\n\n### Results in deterministic time\n\nfull run, 5 rounds.\n\n\
+         | row | ratio |\n|---|---|\n| write_bw_2 | 1.005 |\n\n#### Rows that miss the goal\n\n\
+         - none\n\n{end}\n{after}"
+    );
+    for pass in 1..=2 {
+        let (code, err) = splice(&gen, &page);
+        assert_eq!(code, Some(0), "pass {pass}: {err}");
+        assert_eq!(std::fs::read_to_string(&page).unwrap(), want, "pass {pass}");
+    }
+
+    // Refused, the page untouched: an end marker missing, the markers the wrong way round, a
+    // marker that is not a line of its own, a report without results.
+    let bad_pages = [
+        format!("{before}{begin}\nold\n{after}"),
+        format!("{before}{end}\nold\n{begin}\n{after}"),
+        format!("{before}see {begin}\nold\n{end}\n{after}"),
+    ];
+    for bad in &bad_pages {
+        std::fs::write(&page, bad).unwrap();
+        let (code, err) = splice(&gen, &page);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("no DETERMINISTIC RESULTS markers"), "{err}");
+        assert_eq!(&std::fs::read_to_string(&page).unwrap(), bad);
+    }
+    let good = format!("{before}{begin}\nold\n{end}\n{after}");
+    std::fs::write(&page, &good).unwrap();
+    std::fs::write(&gen, "# Benchmarks\n\nno results here\n").unwrap();
+    let (code, err) = splice(&gen, &page);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no '## Results' section"), "{err}");
+    assert_eq!(std::fs::read_to_string(&page).unwrap(), good);
+    assert!(
+        !dir.join("benchmarks.md.tmp").exists(),
+        "a temporary file left behind"
+    );
+}
