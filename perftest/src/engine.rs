@@ -40,8 +40,9 @@ pub const EVENT_SLICE: Duration = Duration::from_millis(10);
 /// device *is* kernel work on this machine's CPUs (softirq, ksoftirqd, the rxe tasks), and the
 /// peer may share them too (a bandwidth loop that only receives yields only while a message
 /// fits in one packet: `bw::idle_yields`). A hardware NIC answers without our CPU, so on one
-/// the loops never yield. (Sleeping instead was tried: under emulation a short sleep lasts about a millisecond,
-/// and two sides that sleep while waiting for each other lock into millisecond rounds.)
+/// the loops never yield. (Sleeping instead was tried: under emulation a short sleep lasts about
+/// a millisecond, and two sides that sleep while waiting for each other lock into millisecond
+/// rounds.)
 /// 1 ms, not less: a read or atomic round trip on rxe under TCG takes 70-150 µs, and a yield in
 /// the middle of one cost it 50-70 µs in the guest (read_lat t_typical 125-160 µs with a 100 µs
 /// threshold, 78-83 µs without the yield, perftest 100-121 µs; docs/benchmarks.md).

@@ -71,4 +71,5 @@ state "$VL_ADDR0" "$ND1" | grep -q "lladdr $MAC0 .*PERMANENT" ||
     fail "the user's permanent entry was not kept: $(state "$VL_ADDR0" "$ND1")"
 ! permanent "$VL_ADDR1" "$ND0" || fail "left permanent after SIGTERM: $(state "$VL_ADDR1" "$ND0")"
 wait_for 20 - stopped || fail "tools still running after the stopped bench: $(tools)"
-echo "exit 143; $VL_ADDR0 on $ND1: $(state "$VL_ADDR0" "$ND1"); $VL_ADDR1 on $ND0: not permanent; no tool left"
+echo "exit 143; $VL_ADDR0 on $ND1: $(state "$VL_ADDR0" "$ND1");" \
+    "$VL_ADDR1 on $ND0: not permanent; no tool left"
