@@ -247,6 +247,71 @@ fn a_run_whose_metric_is_no_measurement_is_broken_and_left_out_alike() {
 }
 
 #[test]
+fn a_miss_inside_both_tools_noise_where_the_rounds_split_is_a_tie_not_a_pass() {
+    // Ratios 0.998, 1.003, 0.999, 0.999 (median 0.999): 0.1 % below, ours ±0.40 % and
+    // perftest's ±0.30 % between their own runs, ours ahead in one round of four.
+    let split = [
+        (1, true, true, "1000"),
+        (1, false, true, "1002"),
+        (2, false, true, "1000"),
+        (2, true, true, "1003"),
+        (3, true, true, "995"),
+        (3, false, true, "996"),
+        (4, false, true, "1002"),
+        (4, true, true, "1001"),
+    ];
+    let dir = records_of("benchstat-tie", &split, &[]);
+    let out = benchstat(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value =
+        from_str_strict(&std::fs::read_to_string(dir.join("benchmarks.json")).unwrap()).unwrap();
+    let row = &doc["rows"][0];
+    assert_eq!(row["verdict"], "ties");
+    assert_eq!(row["goal_met"], false, "a tie does not meet the goal");
+    assert_eq!(row["rounds_meeting_goal"], 1);
+    assert_eq!(
+        doc["rows_missing_goal"], 2,
+        "the tie and atomic_lat's missing row"
+    );
+    assert_eq!(doc["rows_tied"], 1);
+    let md = std::fs::read_to_string(dir.join("generated.md")).unwrap();
+    assert!(
+        md.contains("| 1 of 4 | **ties** (-0.1%, inside both tools' spread) |"),
+        "{md}"
+    );
+    assert!(
+        md.contains(
+            "- **write_bw_65536 ties**: the median of rounds is 0.999 (-0.1%), less than either \
+             tool's own spread between runs (ours ±0.40%, perftest's ±0.30%), and ours was \
+             ahead or equal in 1 of 4 rounds"
+        ),
+        "{md}"
+    );
+    let summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap();
+    assert!(
+        summary.ends_with(
+            "8 runs, 0 broken; 2 of 2 rows miss the goal (1 of them a tie: inside both tools' \
+             spread, the rounds split)\n"
+        ),
+        "{summary}"
+    );
+
+    // Ours behind in every round, by as little: a miss (a cost of ours), not a tie.
+    let mut behind = split;
+    behind[3].3 = "999";
+    let dir = records_of("benchstat-tie-behind", &behind, &[]);
+    assert!(benchstat(&dir).status.success());
+    let doc: Value =
+        from_str_strict(&std::fs::read_to_string(dir.join("benchmarks.json")).unwrap()).unwrap();
+    assert_eq!(doc["rows"][0]["verdict"], "MISSES");
+    assert_eq!(doc["rows_tied"], 0);
+}
+
+#[test]
 fn missing_records_are_an_error_with_exit_status_1() {
     let dir = records("benchstat-missing");
     std::fs::remove_file(dir.join("runs.tsv")).unwrap();

@@ -3,7 +3,8 @@
 //! and writes there `benchmarks.json`, `generated.md` (the part of `docs/benchmarks.md`
 //! between its GENERATED markers) and `summary.txt` (`vl_bench::stat`): per row the
 //! median with min-max of each side's valid runs, the median of the per-round ratios
-//! ours/perftest (the verdict) and the ratio of the medians. With `--coll`, the same for
+//! ours/perftest (the verdict: meets; ties, a miss inside both tools' own spread where the
+//! rounds split; MISSES; NO DATA) and the ratio of the medians. With `--coll`, the same for
 //! `scripts/bench-coll-vs-mpi`'s directory: `table.md` and `profile.md` from its `rows/`
 //! (`vl_bench::stat::coll`). With `--gate BASELINE`, the regression gate instead: the
 //! run's `benchmarks.json` against a stored baseline's, our median of each row

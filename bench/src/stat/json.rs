@@ -21,6 +21,8 @@ pub struct Report {
     runs_total: usize,
     runs_broken: usize,
     rows_missing_goal: usize,
+    /// Of those, the ties (`Verdict::Ties`): inside both tools' spread, the rounds split.
+    rows_tied: usize,
     rows: Vec<Row>,
 }
 
@@ -353,6 +355,7 @@ impl Report {
             runs_total: rec.runs.len(),
             runs_broken: rec.runs.iter().filter(|r| !r.ok).count(),
             rows_missing_goal: rows.iter().filter(|r| r.verdict != "meets").count(),
+            rows_tied: rows.iter().filter(|r| r.verdict == "ties").count(),
             rows,
         }
     }

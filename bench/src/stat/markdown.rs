@@ -14,24 +14,28 @@ fn f(v: Option<f64>, decimals: usize) -> String {
     v.map_or("–".into(), |x| format!("{x:.decimals$}"))
 }
 
-/// A signed difference in percent: one decimal, two below 0.1 % (a deterministic row's miss of
-/// -0.03 % must not print as -0.0 %).
+/// A signed difference in percent: one decimal, more below 0.1 % until the first digit that is
+/// not 0 shows (a deterministic row's miss of -0.03 % must not print as -0.0 %, nor one of
+/// -0.002 % as -0.00 %).
 fn pct(x: f64) -> String {
-    if x != 0.0 && x.abs() < 0.1 {
-        format!("{x:+.2}%")
+    let places = if x == 0.0 || x.abs() >= 0.1 {
+        1
+    } else if x.abs() >= 0.01 {
+        2
     } else {
-        format!("{x:+.1}%")
-    }
+        3
+    };
+    format!("{x:+.places$}%")
 }
 
-/// A ratio with three decimals, four where three would round it to 1.000 and it is not 1.
+/// A ratio with three decimals, more (up to five) where fewer would round it to exactly 1 and
+/// it is not 1.
 fn ratio_text(r: f64) -> String {
-    let three = format!("{r:.3}");
-    if three == "1.000" && r != 1.0 {
-        format!("{r:.4}")
-    } else {
-        three
+    let mut places = 3;
+    while places < 5 && r != 1.0 && format!("{r:.places$}").trim_end_matches('0') == "1." {
+        places += 1;
     }
+    format!("{r:.places$}")
 }
 
 /// [`ratio_text`] of a ratio that may be missing ("–").
@@ -118,7 +122,10 @@ fn results(rec: &Records, stats: &[(&Test, RowStats)], md: &mut String) {
         "Goal: our bandwidth ≥ perftest's (ratio ≥ 1) and our latency ≤ perftest's (ratio ≤ 1) \
          on every row. Ratio = ours / perftest; **median of rounds** = the median of each \
          round's ratio (the verdict), **of medians** = ratio of the two medians. *Rounds meeting \
-         goal*: in how many comparable rounds our run beat or equalled perftest's.\n\n",
+         goal*: in how many comparable rounds our run beat or equalled perftest's. A row \
+         **ties** where it misses by less than either tool's own half-range between runs and \
+         ours was ahead in some rounds and behind in others: the two cannot be told apart; \
+         the goal is not met.\n\n",
     );
     md.push_str(
         "| row | metric | vl_* median (min–max; ±half-range) | ib_* median (min–max; ±half-range) | ratio: median of rounds \
@@ -131,6 +138,7 @@ fn results(rec: &Records, stats: &[(&Test, RowStats)], md: &mut String) {
         let diff = || pct((rmed.unwrap_or(0.0) - 1.0) * 100.0);
         let mut v = match st.verdict {
             Verdict::Misses => format!("**MISSES** ({})", diff()),
+            Verdict::Ties => format!("**ties** ({}, inside both tools' spread)", diff()),
             Verdict::NoData => "**NO DATA**".into(),
             Verdict::Meets => format!("meets ({})", diff()),
         };
@@ -228,6 +236,25 @@ fn miss(t: &Test, st: &RowStats, md: &mut String) {
                 t.name,
                 st.ours.map_or(0, |s| s.n),
                 st.perftest.map_or(0, |s| s.n)
+            );
+        }
+        Verdict::Ties => {
+            let half = |s: Option<super::Spread>| {
+                s.and_then(|s| s.spread_pct())
+                    .map_or("–".into(), |x| format!("±{:.2}%", x / 2.0))
+            };
+            let _ = writeln!(
+                md,
+                "- **{} ties**: the median of rounds is {} ({}), less than either tool's own \
+                 spread between runs (ours {}, perftest's {}), and ours was ahead or equal in \
+                 {won} of {n} rounds: at this precision the two cannot be told apart. The goal \
+                 is not met; more rounds (`--only {} --runs 15`) may settle it.",
+                t.name,
+                ratio_text(med),
+                pct((med - 1.0) * 100.0),
+                half(st.ours),
+                half(st.perftest),
+                t.name
             );
         }
         Verdict::Misses => {
@@ -609,12 +636,21 @@ fn summary(rec: &Records, stats: &[(&Test, RowStats)]) -> String {
         .iter()
         .filter(|(_, st)| st.verdict != Verdict::Meets)
         .count();
+    let ties = stats
+        .iter()
+        .filter(|(_, st)| st.verdict == Verdict::Ties)
+        .count();
     let _ = writeln!(
         sm,
-        "{} runs, {} broken; {missing} of {} rows miss the goal",
+        "{} runs, {} broken; {missing} of {} rows miss the goal{}",
         rec.runs.len(),
         rec.runs.iter().filter(|r| !r.ok).count(),
-        rec.tests.len()
+        rec.tests.len(),
+        if ties > 0 {
+            format!(" ({ties} of them a tie: inside both tools' spread, the rounds split)")
+        } else {
+            String::new()
+        }
     );
     sm
 }
@@ -634,5 +670,9 @@ mod tests {
         assert_eq!(ratio_text(1.00049), "1.0005");
         assert_eq!(ratio_text(0.9994), "0.999");
         assert_eq!(ratio_text(1.183), "1.183");
+        assert_eq!(ratio_text(0.99998), "0.99998");
+        assert_eq!(ratio_text(1.000004), "1.00000");
+        assert_eq!(pct(-0.002), "-0.002%");
+        assert_eq!(pct(0.04), "+0.04%");
     }
 }

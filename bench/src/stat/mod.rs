@@ -399,6 +399,10 @@ fn check_metric(tests: &[Test], mut run: Run) -> Run {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     Meets,
+    /// The median of rounds misses the goal, but by less than either tool's own spread between
+    /// runs, and the rounds split: the two tools cannot be told apart at this precision
+    /// ([`tie`]). Not a pass: the goal is not met.
+    Ties,
     Misses,
     NoData,
 }
@@ -407,10 +411,21 @@ impl Verdict {
     pub fn name(self) -> &'static str {
         match self {
             Verdict::Meets => "meets",
+            Verdict::Ties => "ties",
             Verdict::Misses => "MISSES",
             Verdict::NoData => "NO DATA",
         }
     }
+}
+
+/// Whether a row that misses on the median of rounds (`median`, of `compared` rounds, `won` of
+/// them meeting the goal) is a tie: ours met the goal in some rounds and missed it in others,
+/// and the miss is smaller than each tool's half-range between its own runs. A miss in every
+/// round stays a miss however small (a cost of ours), and so does one larger than the noise.
+pub fn tie(median: f64, won: usize, compared: usize, ours: &Spread, perftest: &Spread) -> bool {
+    let half = |s: &Spread| s.spread_pct().map_or(0.0, |p| p / 2.0);
+    let miss_pct = (median - 1.0).abs() * 100.0;
+    0 < won && won < compared && miss_pct < half(ours) && miss_pct < half(perftest)
 }
 
 /// The statistics of one row.
@@ -465,10 +480,11 @@ pub fn row_stats(rec: &Records, t: &Test) -> RowStats {
         (Some(o), Some(p)) if o.median > 0.0 && p.median > 0.0 => Some(o.median / p.median),
         _ => None,
     };
-    let verdict = match ratios {
-        None => Verdict::NoData,
-        Some(s) if t.kind.meets(s.median) => Verdict::Meets,
-        Some(_) => Verdict::Misses,
+    let verdict = match (ratios, ours, perftest) {
+        (None, ..) => Verdict::NoData,
+        (Some(s), ..) if t.kind.meets(s.median) => Verdict::Meets,
+        (Some(s), Some(o), Some(p)) if tie(s.median, won, all.len(), &o, &p) => Verdict::Ties,
+        _ => Verdict::Misses,
     };
     let disagree = match (ratios, of_medians) {
         (Some(s), Some(m)) => t.kind.meets(s.median) != t.kind.meets(m),
@@ -569,6 +585,25 @@ mod tests {
         for bad in ["", "-", "inf", "-nan", "nan", "1.2.3", "0x10"] {
             assert_eq!(num(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_tie_is_a_split_miss_inside_both_tools_noise() {
+        // read_bw 64 KiB of 2026-12-06's deterministic sweep: ±0.15 % and ±0.17 % between runs.
+        let ours = Spread::of(&[130.16, 130.18, 130.20, 130.20, 130.56]).unwrap();
+        let theirs = Spread::of(&[130.16, 130.20, 130.20, 130.21, 130.59]).unwrap();
+        assert!(tie(0.9998, 2, 5, &ours, &theirs));
+        // Ours behind in every round: a cost of ours, however small.
+        assert!(!tie(0.9998, 0, 5, &ours, &theirs));
+        // A miss larger than either tool's noise: a miss, even where the rounds split.
+        assert!(!tie(0.998, 2, 5, &ours, &theirs));
+        let quiet = Spread::of(&[130.19, 130.20, 130.21]).unwrap();
+        assert!(
+            !tie(0.9998, 2, 5, &ours, &quiet),
+            "inside ours, outside perftest's ±0.008 %"
+        );
+        // One round: nothing to split.
+        assert!(!tie(0.9998, 1, 1, &ours, &theirs));
     }
 
     #[test]
