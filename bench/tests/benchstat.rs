@@ -106,17 +106,27 @@ fn benchstat(dir: &Path) -> std::process::Output {
         .unwrap()
 }
 
+/// What `vl_benchstat` made of the records in `dir` (it must succeed; `what` names the case):
+/// benchmarks.json, generated.md and summary.txt.
+fn report(dir: &Path, what: &str) -> (Value, String, String) {
+    let out = benchstat(dir);
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    (
+        from_str_strict(&read("benchmarks.json")).unwrap(),
+        read("generated.md"),
+        read("summary.txt"),
+    )
+}
+
 #[test]
 fn medians_and_ratios_of_alternating_rounds_into_benchmarks_json() {
     let dir = records("benchstat-records");
-    let out = benchstat(&dir);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value =
-        from_str_strict(&std::fs::read_to_string(dir.join("benchmarks.json")).unwrap()).unwrap();
+    let (doc, md, summary) = report(&dir, "records");
     assert_eq!(doc["mode"], "full");
     assert_eq!(doc["runs_total"], 12);
     assert_eq!(doc["runs_broken"], 3, "atomic_lat's inf is a broken run");
@@ -165,13 +175,11 @@ fn medians_and_ratios_of_alternating_rounds_into_benchmarks_json() {
     assert_eq!(charts.len(), 1);
     assert_eq!(charts[0].ours[0].median, 1.05);
     // The report and the summary say the same.
-    let md = std::fs::read_to_string(dir.join("generated.md")).unwrap();
     assert!(md.contains("| write_bw_65536 | BW average, MiB/s (higher better) | 1050.00 (900.00–1200.00; ±14.3%), n=4 | 1000.00 (800.00–1000.00; ±10.0%), n=3 | 1.100 (0.900–1.250) | 1.050 | 2 of 3 | meets (+10.0%) |"), "{md}");
     assert!(
         md.contains("- **atomic_lat: no comparable round** (ours valid 2 times, perftest 0 times)"),
         "{md}"
     );
-    let summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap();
     assert!(
         summary.ends_with("12 runs, 3 broken; 1 of 2 rows miss the goal\n"),
         "{summary}"
@@ -205,15 +213,7 @@ fn a_run_whose_metric_is_no_measurement_is_broken_and_left_out_alike() {
             (2, true, true, "1000"),
         ];
         let dir = records_of("benchstat-bad-metric", &bw, &[]);
-        let out = benchstat(&dir);
-        assert!(
-            out.status.success(),
-            "{bad}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let doc: Value =
-            from_str_strict(&std::fs::read_to_string(dir.join("benchmarks.json")).unwrap())
-                .unwrap();
+        let (doc, md, summary) = report(&dir, bad);
         assert_eq!(doc["runs_total"], 4, "{bad}");
         assert_eq!(doc["runs_broken"], 1, "{bad}");
         let row = &doc["rows"][0];
@@ -227,7 +227,6 @@ fn a_run_whose_metric_is_no_measurement_is_broken_and_left_out_alike() {
         assert_eq!(row["rounds_compared"], 1, "{bad}");
         assert_eq!(row["rounds_meeting_goal"], 1, "{bad}");
         assert_eq!(row["verdict"], "meets", "{bad}");
-        let md = std::fs::read_to_string(dir.join("generated.md")).unwrap();
         assert!(
             md.contains(&format!(
                 "| write_bw_65536 | 1 | vl_write_bw | 0/0 | {why} | `.vm-out/bench-x/raw/001.{{client,server,log}}` |"
@@ -238,7 +237,6 @@ fn a_run_whose_metric_is_no_measurement_is_broken_and_left_out_alike() {
             md.contains("| write_bw_65536 | 1 | vl_* | ✗ | 800.00 | – |"),
             "{bad}: {md}"
         );
-        let summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap();
         assert!(
             summary.contains("4 runs, 1 broken; 1 of 2 rows miss the goal"),
             "{bad}: {summary}"
@@ -260,15 +258,7 @@ fn a_miss_inside_both_tools_noise_where_the_rounds_split_is_a_tie_not_a_pass() {
         (4, false, true, "1002"),
         (4, true, true, "1001"),
     ];
-    let dir = records_of("benchstat-tie", &split, &[]);
-    let out = benchstat(&dir);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value =
-        from_str_strict(&std::fs::read_to_string(dir.join("benchmarks.json")).unwrap()).unwrap();
+    let (doc, md, summary) = report(&records_of("benchstat-tie", &split, &[]), "split");
     let row = &doc["rows"][0];
     assert_eq!(row["verdict"], "ties");
     assert_eq!(row["goal_met"], false, "a tie does not meet the goal");
@@ -278,7 +268,6 @@ fn a_miss_inside_both_tools_noise_where_the_rounds_split_is_a_tie_not_a_pass() {
         "the tie and atomic_lat's missing row"
     );
     assert_eq!(doc["rows_tied"], 1);
-    let md = std::fs::read_to_string(dir.join("generated.md")).unwrap();
     assert!(
         md.contains("| 1 of 4 | **ties** (-0.1%, inside both tools' spread) |"),
         "{md}"
@@ -291,7 +280,6 @@ fn a_miss_inside_both_tools_noise_where_the_rounds_split_is_a_tie_not_a_pass() {
         ),
         "{md}"
     );
-    let summary = std::fs::read_to_string(dir.join("summary.txt")).unwrap();
     assert!(
         summary.ends_with(
             "8 runs, 0 broken; 2 of 2 rows miss the goal (1 of them a tie: inside both tools' \
@@ -303,10 +291,7 @@ fn a_miss_inside_both_tools_noise_where_the_rounds_split_is_a_tie_not_a_pass() {
     // Ours behind in every round, by as little: a miss (a cost of ours), not a tie.
     let mut behind = split;
     behind[3].3 = "999";
-    let dir = records_of("benchstat-tie-behind", &behind, &[]);
-    assert!(benchstat(&dir).status.success());
-    let doc: Value =
-        from_str_strict(&std::fs::read_to_string(dir.join("benchmarks.json")).unwrap()).unwrap();
+    let (doc, ..) = report(&records_of("benchstat-tie-behind", &behind, &[]), "behind");
     assert_eq!(doc["rows"][0]["verdict"], "MISSES");
     assert_eq!(doc["rows_tied"], 0);
 }
