@@ -124,8 +124,8 @@ fn results(rec: &Records, stats: &[(&Test, RowStats)], md: &mut String) {
          round's ratio (the verdict), **of medians** = ratio of the two medians. *Rounds meeting \
          goal*: in how many comparable rounds our run beat or equalled perftest's. A row \
          **ties** where it misses by less than either tool's own half-range between runs and \
-         ours was ahead in some rounds and behind in others: the two cannot be told apart; \
-         the goal is not met.\n\n",
+         ours was ahead in at least two rounds and behind in at least two: the two cannot be \
+         told apart; the goal is not met.\n\n",
     );
     md.push_str(
         "| row | metric | vl_* median (min–max; ±half-range) | ib_* median (min–max; ±half-range) | ratio: median of rounds \
@@ -190,10 +190,10 @@ fn misses(stats: &[(&Test, RowStats)], deterministic: bool, md: &mut String) {
     narrow_passes(stats, deterministic, md);
     if stats.iter().any(|(_, st)| st.verdict != Verdict::Meets) {
         md.push_str(if deterministic {
-            "\nIn deterministic time the runs of a row agree within ±0.1–0.8 % (send_bw at 64 KiB \
-             and the 1 MiB rows excepted: they fall into one of two regimes now and then): a miss \
-             smaller than that where the rounds split is a tie, not a verdict; a miss in every \
-             round is a cost of ours, however small.\n"
+            "\nIn deterministic time the runs of a row agree within ±0.0–0.6 % (the 1 MiB rows \
+             excepted: a run falls into one of rxe's regimes): a miss smaller than that where \
+             the rounds split, two or more each way, is a tie, not a verdict; a miss in every \
+             round, or every round but one, is a cost of ours, however small.\n"
         } else {
             "\nUnder TCG a pair of runs varies by ±10–20%: a miss of a few percent, or one where \
              the rounds split, needs more rounds (`--runs 9`, `--only ROW`) before it means \

@@ -400,7 +400,8 @@ fn check_metric(tests: &[Test], mut run: Run) -> Run {
 pub enum Verdict {
     Meets,
     /// The median of rounds misses the goal, but by less than either tool's own spread between
-    /// runs, and the rounds split: the two tools cannot be told apart at this precision
+    /// runs, and the rounds split, two or more each way: the two tools cannot be told apart at
+    /// this precision
     /// ([`tie`]). Not a pass: the goal is not met.
     Ties,
     Misses,
@@ -419,13 +420,15 @@ impl Verdict {
 }
 
 /// Whether a row that misses on the median of rounds (`median`, of `compared` rounds, `won` of
-/// them meeting the goal) is a tie: ours met the goal in some rounds and missed it in others,
-/// and the miss is smaller than each tool's half-range between its own runs. A miss in every
-/// round stays a miss however small (a cost of ours), and so does one larger than the noise.
+/// them meeting the goal) is a tie: the rounds split, at least two each way, and the miss is
+/// smaller than each tool's half-range between its own runs. A miss in every round but one
+/// stays a miss however small (a cost of ours: one round the other way is what a tool that
+/// falls into a slower regime now and then gives, as perftest's 1 MiB sends), and so does one
+/// larger than the noise.
 pub fn tie(median: f64, won: usize, compared: usize, ours: &Spread, perftest: &Spread) -> bool {
     let half = |s: &Spread| s.spread_pct().map_or(0.0, |p| p / 2.0);
     let miss_pct = (median - 1.0).abs() * 100.0;
-    0 < won && won < compared && miss_pct < half(ours) && miss_pct < half(perftest)
+    won >= 2 && compared - won >= 2 && miss_pct < half(ours) && miss_pct < half(perftest)
 }
 
 /// The statistics of one row.
@@ -593,8 +596,14 @@ mod tests {
         let ours = Spread::of(&[130.16, 130.18, 130.20, 130.20, 130.56]).unwrap();
         let theirs = Spread::of(&[130.16, 130.20, 130.20, 130.21, 130.59]).unwrap();
         assert!(tie(0.9998, 2, 5, &ours, &theirs));
-        // Ours behind in every round: a cost of ours, however small.
+        // Ours behind in every round, or in every round but one: a cost of ours, however small
+        // (send_bw 1 MiB of 19:29 that day: behind by 0.2-0.8 % in the four rounds where both
+        // ran in rxe's fast regime, ahead in the one where perftest's run fell out of it).
         assert!(!tie(0.9998, 0, 5, &ours, &theirs));
+        assert!(!tie(0.9998, 1, 5, &ours, &theirs));
+        let regimes = Spread::of(&[50.59, 65.87, 65.88, 65.93, 66.01]).unwrap();
+        let theirs_1m = Spread::of(&[44.14, 66.12, 66.12, 66.25, 66.39]).unwrap();
+        assert!(!tie(0.996, 1, 5, &regimes, &theirs_1m));
         // A miss larger than either tool's noise: a miss, even where the rounds split.
         assert!(!tie(0.998, 2, 5, &ours, &theirs));
         let quiet = Spread::of(&[130.19, 130.20, 130.21]).unwrap();
@@ -602,8 +611,8 @@ mod tests {
             !tie(0.9998, 2, 5, &ours, &quiet),
             "inside ours, outside perftest's ±0.008 %"
         );
-        // One round: nothing to split.
-        assert!(!tie(0.9998, 1, 1, &ours, &theirs));
+        // Three rounds cannot split two each way.
+        assert!(!tie(0.9998, 1, 3, &ours, &theirs));
     }
 
     #[test]
