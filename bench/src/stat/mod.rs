@@ -400,9 +400,8 @@ fn check_metric(tests: &[Test], mut run: Run) -> Run {
 pub enum Verdict {
     Meets,
     /// The median of rounds misses the goal, but by less than either tool's own spread between
-    /// runs, and the rounds split, two or more each way: the two tools cannot be told apart at
-    /// this precision
-    /// ([`tie`]). Not a pass: the goal is not met.
+    /// runs, and the rounds split, two or more each way ([`tie`]): the two tools cannot be told
+    /// apart at this precision. Not a pass: the goal is not met.
     Ties,
     Misses,
     NoData,
